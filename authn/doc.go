@@ -1,0 +1,125 @@
+/*
+Package authn decides who the caller of a request is, whether the caller may
+act as someone else, and how that identity is presented to the upstream
+kube-apiserver. It is a library: the proxy package composes these functions
+into its handler chain and its ReverseProxy.Rewrite; authn has no handlers of
+its own and does not import the proxy package.
+
+# Threat model
+
+The proxy holds credentials that are stronger than its callers': to serve
+client-certificate callers it must be allowed to impersonate any user, group,
+uid and extra, and it can create TokenReviews and SubjectAccessReviews. Any
+request that reaches the upstream on the proxy's credentials with a
+caller-chosen identity is a privilege escalation to cluster-admin. The job of
+this package is to make sure that the identity the upstream sees is exactly
+the identity the proxy authenticated (and, for Impersonate-*, authorized),
+and that the proxy's credentials are used only when that identity is carried
+in headers the proxy itself wrote.
+
+Trusted:
+  - the TLS layer: the client certificate chain in http.Request.TLS, verified
+    here against the client CA bundle (x509.NewDynamic with the
+    dynamiccertificates CAContentProvider, so a rotated bundle is picked up);
+  - the upstream's answers to TokenReview and SubjectAccessReview, made with
+    the proxy's own credentials;
+  - nothing else. Every request header is attacker-controlled.
+
+Authentication uses k8s.io/apiserver's own authenticators and nothing
+home-grown: x509.CommonNameUserConversion (CN is the user, O the groups),
+bearertoken over the TokenReview webhook authenticator behind the token cache
+(positive and negative TTLs; the cache keys on an HMAC of the token, not the
+token), the anonymous authenticator when explicitly enabled, and the
+authenticated-group adder. A verified certificate wins over a token. A
+presented credential that fails is a 401 even when anonymous access is on,
+as in kube-apiserver. An unauthenticated request gets a 401 and nothing is
+sent upstream.
+
+# What is stripped, and why
+
+SanitizeInbound runs on the outbound copy of every request and removes, in
+any spelling of the header name:
+
+  - Authorization and Proxy-Authorization: the caller's credential must never
+    reach the upstream on a request that carries the proxy's credentials.
+    (client-go's bearer round tripper does not even overwrite an existing
+    Authorization header.) Token callers get their token re-set explicitly.
+  - Impersonate-*: a caller's impersonation request is resolved by
+    ResolveImpersonation (SubjectAccessReview, 403 if denied) and the result
+    is re-encoded from scratch; raw caller headers are never forwarded, or
+    "Impersonate-User: system:admin" would be evaluated against the proxy's
+    impersonation rights instead of the caller's.
+  - X-Remote-*: kube-apiserver's front-proxy (requestheader) headers. They
+    only count when the request is authenticated by a requestheader client
+    certificate, but the proxy must never be the thing that makes them count.
+  - X-Forwarded-*, Forwarded, X-Real-Ip: unverified claims about the client.
+  - the base64url.bearer.authorization.k8s.io.<token> entry of
+    Sec-WebSocket-Protocol: kube-apiserver authenticates it like an
+    Authorization header on WebSocket requests.
+  - Connection, every header the Connection header names, Keep-Alive and
+    Proxy-Connection. "Connection: Impersonate-User, Authorization" asks every
+    HTTP intermediary to delete those headers: applied after the proxy set its
+    identity headers it would delete them (for a token caller: turn the
+    request anonymous; for a certificate caller: drop the impersonation and
+    leave the request running as the proxy itself). The only thing kept is a
+    protocol upgrade: "Connection: Upgrade" plus the Upgrade header, which
+    exec, attach, port-forward and WebSocket streams need.
+
+# Why identity headers are set after hop-by-hop removal
+
+httputil.ReverseProxy removes the hop-by-hop headers (including those named
+in Connection) after the Director function runs and before Rewrite runs. An
+identity header set in a Director can therefore be removed by the caller's
+Connection header; one set in Rewrite cannot. So the proxy calls
+SanitizeInbound and then ApplyUpstreamIdentity from Rewrite (or on the cloned
+request handed to the upgrade-aware handler, which does no hop-by-hop
+processing at all and sends the request as is), never from a Director. The
+tests demonstrate both behaviours with a real ReverseProxy.
+
+# Token passthrough versus impersonation
+
+A bearer caller's own token is passed through unchanged. The upstream then
+authenticates, authorizes, admits and audits the caller exactly as it would
+without the proxy, and a token the upstream no longer accepts stops working
+at once regardless of the proxy's cache. If the caller asked to impersonate
+and the proxy allowed it, the Impersonate-* headers for the resulting user
+are added and the upstream checks that impersonation again, against the
+caller's token.
+
+Such a request must go upstream on a transport that carries no credentials
+of the proxy's own, and in particular no client certificate:
+kube-apiserver tries x509 before bearer tokens, so a proxy certificate on the
+connection would authenticate the request as the proxy and the caller's
+token would be ignored. ApplyUpstreamIdentity returns false for these
+requests ("do not use the proxy's credentials"); the proxy routes them
+through an anonymous-TLS transport that only verifies the server.
+
+A client-certificate caller has nothing that can be passed through, so the
+proxy authenticates as itself and impersonates the caller: Impersonate-User,
+Impersonate-Group (one value per group), Impersonate-Uid and
+Impersonate-Extra-<%-escaped key> for the effective user, encoded so that
+the upstream's impersonation filter reconstructs exactly that user (the
+groups the filter adds itself, system:authenticated or
+system:unauthenticated, are not sent; a service-account name always gets
+explicit groups so the filter does not add the service-account groups on
+its own). The proxy's identity therefore needs "impersonate" on users,
+groups, serviceaccounts, uids and userextras (an x509 user carries the
+authentication.kubernetes.io/credential-id extra), plus create on
+tokenreviews and subjectaccessreviews. Anonymous callers, when enabled, are
+impersonated as system:anonymous the same way, so they work even where the
+upstream disables anonymous access.
+
+If the identity cannot be expressed (empty user name, missing token, unknown
+method), ApplyUpstreamIdentity sets nothing and returns false: the request
+reaches the upstream unauthenticated, never with the proxy's credentials.
+
+# Impersonation requested by callers
+
+ResolveImpersonation mirrors the legacy rules of
+k8s.io/apiserver/pkg/endpoints/filters/impersonation.WithImpersonation (see
+its documentation for the details and the few deliberate, stricter
+differences). The upstream's constrained impersonation (KEP-5284,
+impersonate-on:* verbs) is not evaluated; a caller that holds only
+constrained impersonation permissions is denied by the proxy.
+*/
+package authn

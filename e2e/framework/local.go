@@ -1,0 +1,222 @@
+package framework
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net"
+	"net/url"
+	"os"
+	"path/filepath"
+	"time"
+
+	"go.uber.org/zap"
+	"go.uber.org/zap/zapcore"
+	"k8s.io/client-go/rest"
+
+	"github.com/kausality-io/kausality-proxy/internal/testenv"
+	"github.com/kausality-io/kausality-proxy/proxy"
+)
+
+// LocalOptions configure the local provider.
+type LocalOptions struct {
+	// AuditLog turns on kube-apiserver's audit log (Metadata level).
+	AuditLog bool
+	// ControllerManager starts kube-controller-manager through the proxy.
+	ControllerManager bool
+	// LogWriter receives the proxy's JSON log lines; nil means a file in the
+	// work dir.
+	LogWriter zapcore.WriteSyncer
+	// Customize may change the proxy options before they are completed.
+	Customize func(*proxy.Options)
+}
+
+// Local is the local provider: a real control plane started by the test
+// harness, with kausality-proxy running in-process in front of it, reaching
+// kube-apiserver through a Relay so tests can take the upstream away.
+type Local struct {
+	CP          *testenv.ControlPlane
+	Proxy       *proxy.Server
+	ProxyURL    string
+	ProxyCAData []byte
+	MetricsURL  string
+	Relay       *Relay
+	KCM         *testenv.ControllerManager
+	LogPath     string
+
+	stopProxy context.CancelFunc
+	proxyDone chan error
+}
+
+var _ Cluster = (*Local)(nil)
+
+// StartLocal starts the control plane, the relay, the proxy and optionally
+// kube-controller-manager through the proxy. It fails, never skips, when the
+// control-plane binaries are missing.
+func StartLocal(ctx context.Context, opts LocalOptions) (_ *Local, retErr error) {
+	cp, err := testenv.Start(ctx, testenv.Options{AuditLog: opts.AuditLog})
+	if err != nil {
+		return nil, err
+	}
+	l := &Local{CP: cp}
+	defer func() {
+		if retErr != nil {
+			l.Stop()
+		}
+	}()
+
+	apiserver, err := url.Parse(cp.Host)
+	if err != nil {
+		return nil, err
+	}
+	l.Relay, err = NewRelay(apiserver.Host)
+	if err != nil {
+		return nil, err
+	}
+	// The proxy's own identity. Least privilege is the manifests' business;
+	// here it only needs to impersonate and to review tokens and access.
+	proxyIdentity, err := cp.AddUser("kausality-proxy", []string{"system:masters"})
+	if err != nil {
+		return nil, err
+	}
+	proxyIdentity.Host = "https://" + l.Relay.Addr()
+	proxyIdentity.TLSClientConfig.ServerName = apiserver.Hostname()
+
+	opts2 := proxy.NewOptions()
+	opts2.UpstreamConfig = proxyIdentity
+	opts2.ClientCAFile = cp.ClientCAFile
+	opts2.SecureServing.BindAddress = net.ParseIP("127.0.0.1")
+	opts2.SecureServing.Listener, err = net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		return nil, err
+	}
+	opts2.SecureServing.ServerCert.CertDirectory = filepath.Join(cp.WorkDir, "proxy-certs")
+	opts2.MetricsListener, err = net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		return nil, err
+	}
+	opts2.UpstreamProbeInterval = 500 * time.Millisecond
+	opts2.ShutdownTimeout = 5 * time.Second
+	if opts.Customize != nil {
+		opts.Customize(opts2)
+	}
+
+	sink := opts.LogWriter
+	if sink == nil {
+		l.LogPath = filepath.Join(cp.WorkDir, "kausality-proxy.log")
+		f, err := os.Create(l.LogPath)
+		if err != nil {
+			return nil, err
+		}
+		sink = f
+	}
+	enc := zap.NewProductionEncoderConfig()
+	enc.EncodeTime = zapcore.ISO8601TimeEncoder
+	log := zap.New(zapcore.NewCore(zapcore.NewJSONEncoder(enc), sink, zapcore.DebugLevel))
+
+	cfg, err := opts2.Config(log)
+	if err != nil {
+		return nil, err
+	}
+	l.Proxy, err = cfg.Complete().New()
+	if err != nil {
+		return nil, err
+	}
+	runCtx, cancel := context.WithCancel(context.Background())
+	l.stopProxy = cancel
+	l.proxyDone = make(chan error, 1)
+	go func() { l.proxyDone <- l.Proxy.Run(runCtx) }()
+
+	l.ProxyURL = "https://" + l.Proxy.SecureAddr().String()
+	l.MetricsURL = "http://" + l.Proxy.MetricsAddr().String()
+	l.ProxyCAData, err = os.ReadFile(filepath.Join(opts2.SecureServing.ServerCert.CertDirectory, opts2.SecureServing.ServerCert.PairName+".crt"))
+	if err != nil {
+		return nil, fmt.Errorf("reading the proxy's self-signed certificate: %w", err)
+	}
+	if err := l.waitReady(ctx); err != nil {
+		return nil, err
+	}
+
+	if opts.ControllerManager {
+		l.KCM, err = cp.StartControllerManager(ctx, l.ProxyURL, l.ProxyCAData)
+		if err != nil {
+			return nil, err
+		}
+	}
+	return l, nil
+}
+
+func (l *Local) waitReady(ctx context.Context) error {
+	ctx, cancel := context.WithTimeout(ctx, 60*time.Second)
+	defer cancel()
+	for {
+		resp, err := httpGet(ctx, l.MetricsURL+"/readyz")
+		if err == nil && resp == 200 {
+			return nil
+		}
+		select {
+		case <-ctx.Done():
+			return fmt.Errorf("proxy did not become ready: last /readyz %d, %v", resp, err)
+		case <-time.After(200 * time.Millisecond):
+		}
+	}
+}
+
+// Stop tears everything down in reverse order.
+func (l *Local) Stop() {
+	if l.KCM != nil {
+		_ = l.KCM.Stop()
+	}
+	if l.stopProxy != nil {
+		l.stopProxy()
+		select {
+		case <-l.proxyDone:
+		case <-time.After(30 * time.Second):
+		}
+	}
+	if l.Relay != nil {
+		l.Relay.Down()
+	}
+	if l.CP != nil {
+		_ = l.CP.Stop()
+	}
+}
+
+// Direct implements Cluster.
+func (l *Local) Direct() *rest.Config { return rest.CopyConfig(l.CP.AdminConfig) }
+
+// ThroughProxy points cfg's credentials at the proxy.
+func (l *Local) ThroughProxy(cfg *rest.Config) *rest.Config {
+	out := rest.CopyConfig(cfg)
+	out.Host = l.ProxyURL
+	out.TLSClientConfig.CAData = l.ProxyCAData
+	out.TLSClientConfig.CAFile = ""
+	out.TLSClientConfig.ServerName = ""
+	return out
+}
+
+// UserThroughProxy implements Cluster.
+func (l *Local) UserThroughProxy(name string, groups ...string) (*rest.Config, error) {
+	cfg, err := l.CP.AddUser(name, groups)
+	if err != nil {
+		return nil, err
+	}
+	return l.ThroughProxy(cfg), nil
+}
+
+// ServiceAccountThroughProxy implements Cluster.
+func (l *Local) ServiceAccountThroughProxy(ctx context.Context, namespace, name string) (*rest.Config, error) {
+	token, err := l.CP.ServiceAccountToken(ctx, namespace, name)
+	if err != nil {
+		return nil, err
+	}
+	return l.ThroughProxy(&rest.Config{BearerToken: token}), nil
+}
+
+// ControllerManagerLog implements Cluster.
+func (l *Local) ControllerManagerLog() (string, error) {
+	if l.KCM == nil {
+		return "", errors.New("kube-controller-manager was not started")
+	}
+	return l.KCM.Log()
+}

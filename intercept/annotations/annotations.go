@@ -1,0 +1,106 @@
+// Package annotations defines the kausality.io/* annotation keys, which of
+// them are system-owned and which are user-editable, and typed parsing of
+// their values with fail-safe semantics.
+//
+// The formats are compatible with Kausality (the admission-webhook
+// reference): approvals and rejections are compact JSON arrays, freeze is
+// "true" or a JSON object, snooze-until is an RFC 3339 timestamp, the hash
+// lists are comma-separated.
+//
+// Fail-safe rules (DESIGN "Malformed annotations fail safe and say so"):
+//   - broken approvals JSON counts as no approvals;
+//   - broken rejections JSON counts as rejected;
+//   - broken freeze counts as frozen;
+//   - a broken snooze counts as not snoozed (notifications are sent);
+//   - an unknown mode value counts as enforce.
+//
+// Each case yields a Warning that names the annotation and the error.
+package annotations
+
+import (
+	"strings"
+)
+
+// Prefix is the common prefix of every kausality annotation.
+const Prefix = "kausality.io/"
+
+// User annotations: people (and tools acting for them) edit these freely.
+// RBAC on the object governs who may. Controllers never overwrite them: on a
+// controller write they are taken from the stored object.
+const (
+	// Approvals on a parent: JSON array of Approval.
+	Approvals = "kausality.io/approvals"
+	// Rejections on a parent: JSON array of Rejection.
+	Rejections = "kausality.io/rejections"
+	// Freeze on a parent: "true" or a JSON Freeze object. Blocks every
+	// desired-state change of its children, expected ones included.
+	Freeze = "kausality.io/freeze"
+	// SnoozeUntil on a parent: RFC 3339 timestamp. Suppresses drift
+	// notifications (not decisions) until then.
+	SnoozeUntil = "kausality.io/snooze-until"
+	// Snooze is the newer reference spelling: a JSON object
+	// {"expiry":..,"user":..,"message":..} or an RFC 3339 timestamp. It is
+	// read (after SnoozeUntil) for compatibility.
+	Snooze = "kausality.io/snooze"
+	// Mode on an object or a namespace: "log" or "enforce".
+	Mode = "kausality.io/mode"
+	// TraceLabelPrefix: kausality.io/trace-<label> annotations on an object
+	// become labels[<label>] of that object's trace hop.
+	TraceLabelPrefix = "kausality.io/trace-"
+)
+
+// System annotations: computed by kausality. They are never taken from a
+// request: the proxy computes trace and updaters, and keeps the rest as
+// stored (it writes them itself with side writes).
+const (
+	// Trace: JSON array of hops, the causal chain of the object.
+	Trace = "kausality.io/trace"
+	// Updaters on a child: comma-separated 5-char base36 hashes of users
+	// that changed the desired state (max 5, most recent last).
+	Updaters = "kausality.io/updaters"
+	// Controllers on a parent: comma-separated hashes of users that wrote
+	// its status (max 5, most recent last).
+	Controllers = "kausality.io/controllers"
+	// Phase on a parent: "initializing" | "initialized" (high-water mark).
+	Phase = "kausality.io/phase"
+	// ObservedGeneration on a parent without status.observedGeneration: the
+	// generation seen by the last status write.
+	ObservedGeneration = "kausality.io/observedGeneration"
+	// LegacyInitialized is the first design's high-water mark
+	// (`kausality.io/initialized: "true"`). It is honoured when read and
+	// treated as a system annotation; it is never written.
+	LegacyInitialized = "kausality.io/initialized"
+)
+
+// Phase annotation values.
+const (
+	PhaseInitializing = "initializing"
+	PhaseInitialized  = "initialized"
+)
+
+// IsKausality reports whether key is a kausality.io/* annotation.
+func IsKausality(key string) bool { return strings.HasPrefix(key, Prefix) }
+
+// IsSystem reports whether key is a system annotation (protected: never
+// taken from a write request).
+func IsSystem(key string) bool {
+	switch key {
+	case Trace, Updaters, Controllers, Phase, ObservedGeneration, LegacyInitialized:
+		return true
+	}
+	return false
+}
+
+// IsUser reports whether key is a user annotation: any kausality.io/*
+// annotation that is not a system one (approvals, rejections, freeze,
+// snooze-until, snooze, mode, trace-*, and unknown future keys).
+func IsUser(key string) bool { return IsKausality(key) && !IsSystem(key) }
+
+// TraceLabel returns the label name of a kausality.io/trace-<label>
+// annotation key, or "" if key is not one.
+func TraceLabel(key string) string {
+	if len(key) > len(TraceLabelPrefix) && strings.HasPrefix(key, TraceLabelPrefix) {
+		return key[len(TraceLabelPrefix):]
+	}
+	return ""
+}

@@ -1,0 +1,307 @@
+package annotations
+
+import (
+	"encoding/json"
+	"errors"
+	"fmt"
+	"strings"
+	"time"
+)
+
+// Warning reports a malformed annotation and what the proxy did instead.
+type Warning struct {
+	// Annotation is the annotation key.
+	Annotation string
+	// Object names the object carrying it ("parent apps/v1 Deployment
+	// ns/name", "namespace ns"); optional, set by the caller.
+	Object string
+	// Err is the parse error (the JSON error for JSON values).
+	Err error
+	// Effect says how the value was treated ("treated as no approvals").
+	Effect string
+}
+
+// String renders the warning for a Warning header or a log line.
+func (w Warning) String() string {
+	var b strings.Builder
+	b.WriteString("kausality: malformed annotation ")
+	b.WriteString(w.Annotation)
+	if w.Object != "" {
+		b.WriteString(" on ")
+		b.WriteString(w.Object)
+	}
+	if w.Err != nil {
+		b.WriteString(": ")
+		b.WriteString(w.Err.Error())
+	}
+	if w.Effect != "" {
+		b.WriteString("; ")
+		b.WriteString(w.Effect)
+	}
+	return b.String()
+}
+
+// ApprovalMode says how long an approval lasts.
+type ApprovalMode string
+
+// Approval modes.
+const (
+	// ApprovalOnce is consumed by the first allowed write. Default.
+	ApprovalOnce ApprovalMode = "once"
+	// ApprovalGeneration is valid while parent.generation == approval.generation.
+	ApprovalGeneration ApprovalMode = "generation"
+	// ApprovalAlways is permanent and never pruned.
+	ApprovalAlways ApprovalMode = "always"
+)
+
+// Approval approves drift of one child (entry of kausality.io/approvals on
+// the parent). The namespace is implicit: the parent's. "*" in apiVersion,
+// kind or name matches anything (as in the reference).
+type Approval struct {
+	APIVersion string `json:"apiVersion"`
+	Kind       string `json:"kind"`
+	Name       string `json:"name"`
+	// Generation of the parent the approval is for. Required for once and
+	// generation, ignored for always.
+	Generation int64 `json:"generation,omitempty"`
+	// Mode defaults to once.
+	Mode ApprovalMode `json:"mode,omitempty"`
+}
+
+// EffectiveMode returns Mode, defaulting to once.
+func (a Approval) EffectiveMode() ApprovalMode {
+	if a.Mode == "" {
+		return ApprovalOnce
+	}
+	return a.Mode
+}
+
+// Rejection blocks drift of one child (entry of kausality.io/rejections).
+type Rejection struct {
+	APIVersion string `json:"apiVersion"`
+	Kind       string `json:"kind"`
+	Name       string `json:"name"`
+	// Generation of the parent the rejection applies to; 0 means always.
+	Generation int64 `json:"generation,omitempty"`
+	// Reason is shown in the denial.
+	Reason string `json:"reason"`
+}
+
+// FreezeInfo is a parsed kausality.io/freeze value. Format:
+//
+//	kausality.io/freeze: "true"
+//	kausality.io/freeze: '{"user":"alice@example.com","reason":"incident 42","at":"2026-01-24T10:30:00Z"}'
+//
+// "message" is accepted as an alias of "reason" (reference format).
+type FreezeInfo struct {
+	User   string `json:"user,omitempty"`
+	Reason string `json:"reason,omitempty"`
+	// At is when the freeze was applied (RFC 3339 recommended; kept as given).
+	At string `json:"at,omitempty"`
+	// Message is the reference's name for Reason; read only.
+	Message string `json:"message,omitempty"`
+	// Malformed is set when the value could not be parsed; the parent is
+	// still frozen (fail safe).
+	Malformed bool `json:"-"`
+}
+
+// Why returns Reason, or Message when Reason is empty.
+func (f FreezeInfo) Why() string {
+	if f.Reason != "" {
+		return f.Reason
+	}
+	return f.Message
+}
+
+// String describes the freeze: "frozen by alice at 2026-..: incident 42".
+func (f FreezeInfo) String() string {
+	var b strings.Builder
+	b.WriteString("frozen")
+	if f.User != "" {
+		b.WriteString(" by ")
+		b.WriteString(f.User)
+	}
+	if f.At != "" {
+		b.WriteString(" at ")
+		b.WriteString(f.At)
+	}
+	if why := f.Why(); why != "" {
+		b.WriteString(": ")
+		b.WriteString(why)
+	} else if f.Malformed {
+		b.WriteString(" (malformed kausality.io/freeze annotation; treated as frozen)")
+	} else if f.User == "" {
+		b.WriteString(" (no user or reason given)")
+	}
+	return b.String()
+}
+
+// SnoozeInfo is a parsed snooze.
+type SnoozeInfo struct {
+	Until   time.Time
+	User    string
+	Message string
+	// Annotation is the key it came from.
+	Annotation string
+}
+
+// ActiveAt reports whether the snooze suppresses notifications at now.
+func (s *SnoozeInfo) ActiveAt(now time.Time) bool {
+	return s != nil && now.Before(s.Until)
+}
+
+// ModeValue is log or enforce.
+type ModeValue string
+
+// Modes.
+const (
+	ModeLog     ModeValue = "log"
+	ModeEnforce ModeValue = "enforce"
+)
+
+// ParseApprovals parses kausality.io/approvals. An empty value is no
+// approvals. Broken JSON is no approvals plus a warning. Entries without
+// apiVersion/kind/name or with an unknown mode are dropped, with a warning.
+func ParseApprovals(v string) ([]Approval, []Warning) {
+	if strings.TrimSpace(v) == "" {
+		return nil, nil
+	}
+	var list []Approval
+	if err := json.Unmarshal([]byte(v), &list); err != nil {
+		return nil, []Warning{{Annotation: Approvals, Err: err, Effect: "treated as no approvals"}}
+	}
+	var warnings []Warning
+	out := list[:0]
+	for i, a := range list {
+		switch {
+		case a.APIVersion == "" || a.Kind == "" || a.Name == "":
+			warnings = append(warnings, Warning{Annotation: Approvals,
+				Err:    fmt.Errorf("entry %d: apiVersion, kind and name are required", i),
+				Effect: "entry ignored"})
+			continue
+		case a.Mode != "" && a.Mode != ApprovalOnce && a.Mode != ApprovalGeneration && a.Mode != ApprovalAlways:
+			warnings = append(warnings, Warning{Annotation: Approvals,
+				Err:    fmt.Errorf("entry %d: unknown mode %q (want once, generation or always)", i, a.Mode),
+				Effect: "entry ignored"})
+			continue
+		}
+		out = append(out, a)
+	}
+	return out, warnings
+}
+
+// EncodeApprovals renders approvals as compact JSON. An empty list
+// renders as "" (remove the annotation).
+func EncodeApprovals(list []Approval) string {
+	if len(list) == 0 {
+		return ""
+	}
+	b, err := json.Marshal(list)
+	if err != nil { // cannot happen for these types
+		return ""
+	}
+	return string(b)
+}
+
+// ParseRejections parses kausality.io/rejections. Broken JSON returns a
+// warning; the caller must then treat every child as rejected.
+func ParseRejections(v string) ([]Rejection, *Warning) {
+	if strings.TrimSpace(v) == "" {
+		return nil, nil
+	}
+	var list []Rejection
+	if err := json.Unmarshal([]byte(v), &list); err != nil {
+		return nil, &Warning{Annotation: Rejections, Err: err, Effect: "treated as rejected"}
+	}
+	return list, nil
+}
+
+// EncodeRejections renders rejections as compact JSON ("" when empty).
+func EncodeRejections(list []Rejection) string {
+	if len(list) == 0 {
+		return ""
+	}
+	b, err := json.Marshal(list)
+	if err != nil {
+		return ""
+	}
+	return string(b)
+}
+
+// ParseFreeze parses kausality.io/freeze. It returns nil when not frozen:
+// the value is empty or "false". "true" is frozen without details. A JSON
+// object is frozen with details. Anything else is frozen (Malformed) plus a
+// warning.
+func ParseFreeze(v string) (*FreezeInfo, *Warning) {
+	t := strings.TrimSpace(v)
+	switch t {
+	case "", "false":
+		return nil, nil
+	case "true":
+		return &FreezeInfo{}, nil
+	}
+	var f FreezeInfo
+	err := json.Unmarshal([]byte(t), &f)
+	if err == nil && !strings.HasPrefix(t, "{") {
+		err = errors.New(`want "true" or a JSON object {"user":..,"reason":..,"at":..}`)
+	}
+	if err != nil {
+		return &FreezeInfo{Malformed: true}, &Warning{Annotation: Freeze, Err: err, Effect: "treated as frozen"}
+	}
+	return &f, nil
+}
+
+// EncodeFreeze renders a freeze object as compact JSON.
+func EncodeFreeze(f FreezeInfo) string {
+	f.Message, f.Malformed = "", false
+	b, _ := json.Marshal(f)
+	return string(b)
+}
+
+// ParseSnooze reads kausality.io/snooze-until (RFC 3339) and, if absent,
+// kausality.io/snooze (JSON {"expiry","user","message"} or RFC 3339). It
+// returns nil when not set. A malformed value returns nil (not snoozed:
+// notifications keep flowing) plus a warning.
+func ParseSnooze(annotations map[string]string) (*SnoozeInfo, *Warning) {
+	if v := strings.TrimSpace(annotations[SnoozeUntil]); v != "" {
+		t, err := time.Parse(time.RFC3339, v)
+		if err != nil {
+			return nil, &Warning{Annotation: SnoozeUntil, Err: err, Effect: "treated as not snoozed"}
+		}
+		return &SnoozeInfo{Until: t, Annotation: SnoozeUntil}, nil
+	}
+	v := strings.TrimSpace(annotations[Snooze])
+	if v == "" {
+		return nil, nil
+	}
+	if t, err := time.Parse(time.RFC3339, v); err == nil {
+		return &SnoozeInfo{Until: t, Annotation: Snooze}, nil
+	}
+	var s struct {
+		Expiry  time.Time `json:"expiry"`
+		User    string    `json:"user"`
+		Message string    `json:"message"`
+	}
+	if err := json.Unmarshal([]byte(v), &s); err != nil {
+		return nil, &Warning{Annotation: Snooze, Err: err, Effect: "treated as not snoozed"}
+	}
+	return &SnoozeInfo{Until: s.Expiry, User: s.User, Message: s.Message, Annotation: Snooze}, nil
+}
+
+// ParseMode parses a kausality.io/mode value. Empty means unset (ok=false,
+// no warning). "log" and "enforce" (case-insensitive) are valid. Anything
+// else is enforce (fail safe) plus a warning.
+func ParseMode(v string) (mode ModeValue, set bool, w *Warning) {
+	t := strings.ToLower(strings.TrimSpace(v))
+	switch t {
+	case "":
+		return "", false, nil
+	case string(ModeLog):
+		return ModeLog, true, nil
+	case string(ModeEnforce):
+		return ModeEnforce, true, nil
+	}
+	return ModeEnforce, true, &Warning{Annotation: Mode,
+		Err:    fmt.Errorf("unknown mode %q (want log or enforce)", v),
+		Effect: "treated as enforce"}
+}

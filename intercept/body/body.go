@@ -1,0 +1,443 @@
+// Package body decodes and re-encodes the request bodies of intercepted
+// writes (create and update bodies, i.e. whole objects) in every format
+// kube-apiserver accepts: JSON, YAML, protobuf and CBOR.
+//
+// Decoding always yields an *unstructured.Unstructured so that the rest of
+// the proxy works on one representation. Protobuf, which only exists for
+// built-in types, is decoded into the typed Go struct registered in a
+// runtime.Scheme (by default client-go's kubernetes scheme) and then converted
+// to unstructured; Encode goes the opposite way.
+//
+// Every error returned by this package is an *apierrors.StatusError carrying
+// the HTTP code the proxy should answer with (400, 413 or 415), so the caller
+// can write it out as a metav1.Status without further mapping.
+//
+// The package does no I/O besides reading the body it is handed.
+package body
+
+import (
+	"bufio"
+	"bytes"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"mime"
+	"net/http"
+	"strings"
+
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/runtime/schema"
+	cborserializer "k8s.io/apimachinery/pkg/runtime/serializer/cbor"
+	cbor "k8s.io/apimachinery/pkg/runtime/serializer/cbor/direct"
+	"k8s.io/apimachinery/pkg/runtime/serializer/protobuf"
+	utiljson "k8s.io/apimachinery/pkg/util/json"
+	utilyaml "k8s.io/apimachinery/pkg/util/yaml"
+	"k8s.io/client-go/kubernetes/scheme"
+	sigsyaml "sigs.k8s.io/yaml"
+)
+
+// Format is the wire format of a request body.
+type Format string
+
+const (
+	JSON     Format = "JSON"
+	YAML     Format = "YAML"
+	Protobuf Format = "protobuf"
+	CBOR     Format = "CBOR"
+)
+
+// Media types, as kube-apiserver spells them.
+const (
+	ContentTypeJSON     = runtime.ContentTypeJSON     // application/json
+	ContentTypeYAML     = runtime.ContentTypeYAML     // application/yaml
+	ContentTypeProtobuf = runtime.ContentTypeProtobuf // application/vnd.kubernetes.protobuf
+	ContentTypeCBOR     = runtime.ContentTypeCBOR     // application/cbor
+)
+
+// SupportedContentTypes lists the media types Decode accepts, in the order
+// kube-apiserver lists them in its own 415 responses.
+var SupportedContentTypes = []string{ContentTypeJSON, ContentTypeYAML, ContentTypeProtobuf, ContentTypeCBOR}
+
+// ContentType returns the media type of the format ("" for an unknown format).
+func (f Format) ContentType() string {
+	switch f {
+	case JSON:
+		return ContentTypeJSON
+	case YAML:
+		return ContentTypeYAML
+	case Protobuf:
+		return ContentTypeProtobuf
+	case CBOR:
+		return ContentTypeCBOR
+	}
+	return ""
+}
+
+// FormatFor maps a Content-Type header value to a Format. Parameters such as
+// charset are ignored. An empty Content-Type means JSON, as in kube-apiserver
+// (it picks its first supported media type). Anything else is a 415.
+func FormatFor(contentType string) (Format, error) {
+	if strings.TrimSpace(contentType) == "" {
+		return JSON, nil
+	}
+	mediaType, _, err := mime.ParseMediaType(contentType)
+	if err != nil {
+		return "", unsupportedMediaType(fmt.Sprintf("the Content-Type %q of the request body could not be parsed (%v) - accepted media types include: %s",
+			contentType, err, strings.Join(SupportedContentTypes, ", ")))
+	}
+	switch mediaType {
+	case ContentTypeJSON:
+		return JSON, nil
+	case ContentTypeYAML:
+		return YAML, nil
+	case ContentTypeProtobuf:
+		return Protobuf, nil
+	case ContentTypeCBOR:
+		return CBOR, nil
+	}
+	return "", unsupportedMediaType(fmt.Sprintf("the body of the request was in an unknown format (Content-Type %q) - accepted media types include: %s",
+		mediaType, strings.Join(SupportedContentTypes, ", ")))
+}
+
+// Codec decodes and encodes request bodies. Its Scheme supplies the typed
+// objects for protobuf; JSON, YAML and CBOR never need it.
+type Codec struct {
+	scheme   *runtime.Scheme
+	protobuf *protobuf.Serializer
+	cbor     runtime.Serializer
+}
+
+// NewCodec returns a Codec whose protobuf support covers the types registered
+// in s (client-go's scheme.Scheme covers every built-in type).
+func NewCodec(s *runtime.Scheme) *Codec {
+	return &Codec{
+		scheme:   s,
+		protobuf: protobuf.NewSerializer(s, s),
+		cbor:     cborserializer.NewSerializer(s, s),
+	}
+}
+
+var defaultCodec = NewCodec(scheme.Scheme)
+
+// Decode decodes a whole-object request body (create or update) of the given
+// Content-Type; see Codec.Decode.
+func Decode(contentType string, data []byte, hint *schema.GroupVersionKind) (*unstructured.Unstructured, Format, error) {
+	return defaultCodec.Decode(contentType, data, hint)
+}
+
+// Encode re-encodes obj; see Codec.Encode.
+func Encode(obj *unstructured.Unstructured, format Format) ([]byte, string, error) {
+	return defaultCodec.Encode(obj, format)
+}
+
+// Decode decodes a whole-object request body (create or update) of the given
+// Content-Type into an unstructured object.
+//
+// hint is the kind the request path calls for (may be nil, and each empty
+// field is a wildcard). As in kube-apiserver, a body that omits kind or
+// apiVersion gets them from the hint; a body whose kind, group or version
+// contradicts the hint is a 400. Without a hint, a body lacking kind or
+// apiVersion is a 400.
+//
+// Errors: 415 for an unknown Content-Type and for protobuf bodies of types
+// outside the scheme; 400 for an empty or undecodable body, a YAML stream with
+// more than one document, a body that is not an object, or the wrong kind.
+func (c *Codec) Decode(contentType string, data []byte, hint *schema.GroupVersionKind) (*unstructured.Unstructured, Format, error) {
+	format, err := FormatFor(contentType)
+	if err != nil {
+		return nil, "", err
+	}
+	if len(bytes.TrimSpace(data)) == 0 {
+		return nil, format, apierrors.NewBadRequest(fmt.Sprintf("the request body is empty: expected %s in %s", expected(hint), format))
+	}
+
+	var obj *unstructured.Unstructured
+	switch format {
+	case JSON:
+		obj, err = decodeJSON(data)
+	case YAML:
+		obj, err = decodeYAML(data)
+	case CBOR:
+		obj, err = decodeCBOR(data)
+	case Protobuf:
+		obj, err = c.decodeProtobuf(data, hint)
+	}
+	if err != nil {
+		return nil, format, err
+	}
+	if err := checkKind(obj, hint, format); err != nil {
+		return nil, format, err
+	}
+	return obj, format, nil
+}
+
+func expected(hint *schema.GroupVersionKind) string {
+	if hint == nil || hint.Kind == "" {
+		return "an object"
+	}
+	return "a " + hint.Kind + " object"
+}
+
+func decodeJSON(data []byte) (*unstructured.Unstructured, error) {
+	var v interface{}
+	if err := utiljson.Unmarshal(data, &v); err != nil {
+		return nil, apierrors.NewBadRequest(fmt.Sprintf("the request body is not valid JSON: %v", err))
+	}
+	return asObject(v, JSON)
+}
+
+func decodeYAML(data []byte) (*unstructured.Unstructured, error) {
+	js, err := YAMLToJSON(data)
+	if err != nil {
+		return nil, err
+	}
+	var v interface{}
+	if err := utiljson.Unmarshal(js, &v); err != nil {
+		return nil, apierrors.NewBadRequest(fmt.Sprintf("the request body is not valid YAML: %v", err))
+	}
+	return asObject(v, YAML)
+}
+
+// YAMLToJSON converts a YAML request body (a create/update body or an apply
+// patch) to JSON with sigs.k8s.io/yaml, the converter kube-apiserver uses.
+// Unlike kube-apiserver, which silently keeps only the first document of a
+// "---"-separated stream, it rejects streams with more than one non-empty
+// document (400): should our split ever disagree with the apiserver's about
+// which document counts, a write could hide a change from the proxy. Empty
+// documents (only "---", whitespace or comments) are ignored; a body with no
+// object at all is a 400 too.
+func YAMLToJSON(data []byte) ([]byte, error) {
+	reader := utilyaml.NewYAMLReader(bufio.NewReader(bytes.NewReader(data)))
+	var doc []byte
+	docs := 0
+	for {
+		raw, err := reader.Read()
+		if errors.Is(err, io.EOF) {
+			break
+		}
+		if err != nil {
+			return nil, apierrors.NewBadRequest(fmt.Sprintf("the request body is not valid YAML: %v", err))
+		}
+		js, err := sigsyaml.YAMLToJSON(raw)
+		if err != nil {
+			return nil, apierrors.NewBadRequest(fmt.Sprintf("the request body is not valid YAML: %v", err))
+		}
+		if t := bytes.TrimSpace(js); len(t) == 0 || bytes.Equal(t, []byte("null")) {
+			continue
+		}
+		docs++
+		doc = js
+	}
+	switch {
+	case docs == 0:
+		return nil, apierrors.NewBadRequest("the YAML request body contains no object (only empty documents or comments)")
+	case docs > 1:
+		return nil, apierrors.NewBadRequest(fmt.Sprintf("the YAML request body contains %d documents separated by \"---\": send exactly one object per request", docs))
+	}
+	return doc, nil
+}
+
+func decodeCBOR(data []byte) (*unstructured.Unstructured, error) {
+	var v interface{}
+	// direct.Unmarshal uses the same decoding mode as apimachinery's CBOR
+	// serializer (it also accepts the self-described CBOR tag 55799).
+	if err := cbor.Unmarshal(data, &v); err != nil {
+		hint := ""
+		if !bytes.HasPrefix(data, selfDescribedCBOR) {
+			hint = " (the body also lacks the self-described CBOR tag 0xd9d9f7 that Kubernetes clients put first; is it really CBOR?)"
+		}
+		return nil, apierrors.NewBadRequest(fmt.Sprintf("the request body is not valid CBOR: %v%s", err, hint))
+	}
+	return asObject(v, CBOR)
+}
+
+// selfDescribedCBOR is the head of CBOR tag 55799, which apimachinery's CBOR
+// encoder puts in front of every body.
+var selfDescribedCBOR = []byte{0xd9, 0xd9, 0xf7}
+
+func asObject(v interface{}, format Format) (*unstructured.Unstructured, error) {
+	m, ok := v.(map[string]interface{})
+	if !ok {
+		return nil, apierrors.NewBadRequest(fmt.Sprintf("the %s request body must be an object (a map with apiVersion, kind, metadata, ...), got %s", format, describe(v)))
+	}
+	return &unstructured.Unstructured{Object: m}, nil
+}
+
+func describe(v interface{}) string {
+	switch v.(type) {
+	case nil:
+		return "null"
+	case []interface{}:
+		return "an array"
+	case string:
+		return "a string"
+	case bool:
+		return "a boolean"
+	case int64, float64:
+		return "a number"
+	}
+	return fmt.Sprintf("a value of type %T", v)
+}
+
+func (c *Codec) decodeProtobuf(data []byte, hint *schema.GroupVersionKind) (*unstructured.Unstructured, error) {
+	typed, gvk, err := c.protobuf.Decode(data, hint, nil)
+	if err != nil {
+		if runtime.IsNotRegisteredError(err) && gvk != nil {
+			return nil, unsupportedMediaType(fmt.Sprintf(
+				"protobuf request bodies are only supported for built-in Kubernetes types, and %s is not one (custom resources have no protobuf encoding): send it as %s, %s or %s",
+				gvkString(*gvk), ContentTypeJSON, ContentTypeYAML, ContentTypeCBOR))
+		}
+		return nil, apierrors.NewBadRequest(fmt.Sprintf("the request body is not a valid Kubernetes protobuf message: %v", err))
+	}
+	content, err := runtime.DefaultUnstructuredConverter.ToUnstructured(typed)
+	if err != nil {
+		return nil, apierrors.NewBadRequest(fmt.Sprintf("the protobuf %s in the request body cannot be converted: %v", gvkString(*gvk), err))
+	}
+	obj := &unstructured.Unstructured{Object: content}
+	obj.SetGroupVersionKind(*gvk)
+	return obj, nil
+}
+
+// checkKind fills a missing kind/apiVersion from the hint (as kube-apiserver
+// defaults them from the request path) and rejects contradictions.
+func checkKind(obj *unstructured.Unstructured, hint *schema.GroupVersionKind, format Format) error {
+	apiVersion, _ := obj.Object["apiVersion"].(string)
+	kind, _ := obj.Object["kind"].(string)
+	if hint != nil {
+		if kind == "" && hint.Kind != "" {
+			kind = hint.Kind
+			obj.Object["kind"] = kind
+		}
+		if apiVersion == "" && hint.Version != "" {
+			apiVersion = hint.GroupVersion().String()
+			obj.Object["apiVersion"] = apiVersion
+		}
+	}
+	if kind == "" {
+		return apierrors.NewBadRequest(fmt.Sprintf("the %s request body has no \"kind\" (a string field naming the object's type, e.g. \"Deployment\")", format))
+	}
+	if apiVersion == "" {
+		return apierrors.NewBadRequest(fmt.Sprintf("the %s request body has no \"apiVersion\" (a string field such as \"apps/v1\")", format))
+	}
+	gv, err := schema.ParseGroupVersion(apiVersion)
+	if err != nil {
+		return apierrors.NewBadRequest(fmt.Sprintf("the %s request body has an invalid apiVersion %q: %v", format, apiVersion, err))
+	}
+	if hint == nil {
+		return nil
+	}
+	if hint.Kind != "" && kind != hint.Kind {
+		return apierrors.NewBadRequest(fmt.Sprintf("the object in the request body is a %s, but this resource expects a %s", kind, hint.Kind))
+	}
+	if (hint.Group != "" || hint.Version != "") && (gv.Group != hint.Group || (hint.Version != "" && gv.Version != hint.Version)) {
+		// kube-apiserver's own wording (create/update handlers).
+		return apierrors.NewBadRequest(fmt.Sprintf("the API version in the data (%s) does not match the expected API version (%s)", gv.String(), hintGV(*hint)))
+	}
+	return nil
+}
+
+func hintGV(h schema.GroupVersionKind) string {
+	if h.Version == "" {
+		if h.Group == "" {
+			return "core group"
+		}
+		return h.Group + "/*"
+	}
+	return h.GroupVersion().String()
+}
+
+func gvkString(gvk schema.GroupVersionKind) string {
+	if gvk.Kind == "" {
+		return "the object"
+	}
+	if gvk.Group == "" {
+		return fmt.Sprintf("%s %s", gvk.Version, gvk.Kind)
+	}
+	return fmt.Sprintf("%s/%s %s", gvk.Group, gvk.Version, gvk.Kind)
+}
+
+// Encode encodes obj in format and returns the bytes and the Content-Type to
+// send them with. Protobuf goes through the typed object registered in the
+// Codec's scheme (so fields unknown to that type are dropped, as
+// kube-apiserver would drop them). Errors are 500s: they mean an object the
+// proxy built cannot be represented, not that the client erred.
+func (c *Codec) Encode(obj *unstructured.Unstructured, format Format) ([]byte, string, error) {
+	if obj == nil {
+		return nil, "", apierrors.NewInternalError(errors.New("body.Encode: nil object"))
+	}
+	switch format {
+	case JSON:
+		b, err := json.Marshal(obj.Object)
+		if err != nil {
+			return nil, "", internalf("failed to encode the request body as JSON: %v", err)
+		}
+		return b, ContentTypeJSON, nil
+	case YAML:
+		b, err := sigsyaml.Marshal(obj.Object)
+		if err != nil {
+			return nil, "", internalf("failed to encode the request body as YAML: %v", err)
+		}
+		return b, ContentTypeYAML, nil
+	case CBOR:
+		var buf bytes.Buffer
+		if err := c.cbor.Encode(obj, &buf); err != nil {
+			return nil, "", internalf("failed to encode the request body as CBOR: %v", err)
+		}
+		return buf.Bytes(), ContentTypeCBOR, nil
+	case Protobuf:
+		gvk := obj.GroupVersionKind()
+		typed, err := c.scheme.New(gvk)
+		if err != nil {
+			return nil, "", unsupportedMediaType(fmt.Sprintf("cannot encode %s as protobuf: the type is not a built-in Kubernetes type", gvkString(gvk)))
+		}
+		if err := runtime.DefaultUnstructuredConverter.FromUnstructured(obj.Object, typed); err != nil {
+			return nil, "", internalf("failed to convert %s to its typed form for protobuf: %v", gvkString(gvk), err)
+		}
+		typed.GetObjectKind().SetGroupVersionKind(gvk)
+		var buf bytes.Buffer
+		if err := c.protobuf.Encode(typed, &buf); err != nil {
+			return nil, "", internalf("failed to encode %s as protobuf: %v", gvkString(gvk), err)
+		}
+		return buf.Bytes(), ContentTypeProtobuf, nil
+	}
+	return nil, "", internalf("unknown body format %q", string(format))
+}
+
+// ReadLimited reads all of r, but at most limit bytes: a longer body is a 413
+// whose message states the limit. limit <= 0 means no limit. A read error
+// (e.g. the client went away mid-body) is a 400.
+func ReadLimited(r io.Reader, limit int64) ([]byte, error) {
+	if limit <= 0 {
+		b, err := io.ReadAll(r)
+		if err != nil {
+			return nil, apierrors.NewBadRequest(fmt.Sprintf("failed to read the request body: %v", err))
+		}
+		return b, nil
+	}
+	lr := &io.LimitedReader{R: r, N: limit + 1}
+	b, err := io.ReadAll(lr)
+	if err != nil {
+		return nil, apierrors.NewBadRequest(fmt.Sprintf("failed to read the request body: %v", err))
+	}
+	if int64(len(b)) > limit {
+		return nil, apierrors.NewRequestEntityTooLargeError(fmt.Sprintf("the request body exceeds the limit of %d bytes", limit))
+	}
+	return b, nil
+}
+
+func unsupportedMediaType(msg string) *apierrors.StatusError {
+	return &apierrors.StatusError{ErrStatus: metav1.Status{
+		Status:  metav1.StatusFailure,
+		Code:    http.StatusUnsupportedMediaType,
+		Reason:  metav1.StatusReasonUnsupportedMediaType,
+		Message: msg,
+	}}
+}
+
+func internalf(format string, args ...interface{}) *apierrors.StatusError {
+	return apierrors.NewInternalError(fmt.Errorf(format, args...))
+}

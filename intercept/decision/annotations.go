@@ -1,0 +1,171 @@
+package decision
+
+import (
+	"encoding/json"
+	"sort"
+
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+
+	"github.com/kausality-io/kausality-proxy/intercept/annotations"
+	"github.com/kausality-io/kausality-proxy/intercept/controllerid"
+)
+
+// The three compute functions of seed 001 ("Annotation Protection from
+// Controller Sync"), with DESIGN's refinements:
+//   - system annotations (trace, updaters, controllers, phase,
+//     observedGeneration) never come from a request: they are kept as
+//     stored, except trace and updaters, which are recomputed on a
+//     desired-state change;
+//   - on controller writes every user annotation comes from the stored
+//     object (what a controller copied from its parent is dropped);
+//   - on other writes user annotations are taken from the request (they
+//     stay editable), also when only metadata changes.
+//
+// old is the stored object's annotations (nil on CREATE), new the request's.
+// Non-kausality annotations always come from new. The returned map is new.
+
+// ComputeAnnotationsForController computes a controller write's annotations.
+func ComputeAnnotationsForController(old, new map[string]string, desiredChanged bool, newTrace, newUpdaters string) map[string]string {
+	out := make(map[string]string, len(new)+2)
+	for k, v := range new {
+		if !annotations.IsKausality(k) {
+			out[k] = v
+		}
+	}
+	for k, v := range old {
+		if annotations.IsKausality(k) {
+			out[k] = v
+		}
+	}
+	if desiredChanged {
+		setSystem(out, newTrace, newUpdaters)
+	}
+	return out
+}
+
+// ComputeAnnotationsForUser computes the annotations of a write by anyone
+// else (a new causal origin, or a write without parent).
+func ComputeAnnotationsForUser(old, new map[string]string, desiredChanged bool, newTrace, newUpdaters string) map[string]string {
+	out := make(map[string]string, len(new)+2)
+	for k, v := range new {
+		if !annotations.IsSystem(k) {
+			out[k] = v
+		}
+	}
+	for k, v := range old {
+		if annotations.IsSystem(k) {
+			out[k] = v
+		}
+	}
+	if desiredChanged {
+		setSystem(out, newTrace, newUpdaters)
+	}
+	return out
+}
+
+// ComputeAnnotationsForStatusUpdate computes a status write's annotations:
+// every kausality annotation as stored, plus the writer's hash in
+// kausality.io/controllers. (The apiserver ignores metadata on status
+// writes; Decide therefore turns the controllers change into a side write.)
+func ComputeAnnotationsForStatusUpdate(old, new map[string]string, userHash string) map[string]string {
+	out := make(map[string]string, len(new)+1)
+	for k, v := range new {
+		if !annotations.IsKausality(k) {
+			out[k] = v
+		}
+	}
+	for k, v := range old {
+		if annotations.IsKausality(k) {
+			out[k] = v
+		}
+	}
+	out[annotations.Controllers], _ = controllerid.AddHashValue(out[annotations.Controllers], userHash)
+	return out
+}
+
+func setSystem(out map[string]string, newTrace, newUpdaters string) {
+	if newTrace != "" {
+		out[annotations.Trace] = newTrace
+	} else {
+		delete(out, annotations.Trace)
+	}
+	if newUpdaters != "" {
+		out[annotations.Updaters] = newUpdaters
+	} else {
+		delete(out, annotations.Updaters)
+	}
+}
+
+// AnnotationChanges are changes to the annotations of the request's object,
+// to apply before forwarding it.
+type AnnotationChanges struct {
+	// Set maps keys to their new values.
+	Set map[string]string `json:"set,omitempty"`
+	// Remove lists keys to delete (sorted).
+	Remove []string `json:"remove,omitempty"`
+}
+
+// Empty reports whether there is nothing to change.
+func (c *AnnotationChanges) Empty() bool { return c == nil || (len(c.Set) == 0 && len(c.Remove) == 0) }
+
+// Apply applies the changes to obj's annotations.
+func (c *AnnotationChanges) Apply(obj *unstructured.Unstructured) {
+	if c.Empty() || obj == nil {
+		return
+	}
+	ann := obj.GetAnnotations()
+	if ann == nil {
+		ann = make(map[string]string, len(c.Set))
+	}
+	for _, k := range c.Remove {
+		delete(ann, k)
+	}
+	for k, v := range c.Set {
+		ann[k] = v
+	}
+	if len(ann) == 0 {
+		unstructured.RemoveNestedField(obj.Object, "metadata", "annotations")
+		return
+	}
+	obj.SetAnnotations(ann)
+}
+
+// MergePatch renders the changes as a JSON merge patch
+// ({"metadata":{"annotations":{k:v,removed:null}}}).
+func (c *AnnotationChanges) MergePatch() []byte {
+	if c.Empty() {
+		return nil
+	}
+	m := make(map[string]interface{}, len(c.Set)+len(c.Remove))
+	for k, v := range c.Set {
+		m[k] = v
+	}
+	for _, k := range c.Remove {
+		m[k] = nil
+	}
+	b, _ := json.Marshal(map[string]interface{}{"metadata": map[string]interface{}{"annotations": m}})
+	return b
+}
+
+// diffAnnotations returns the changes turning from into to (nil if none).
+func diffAnnotations(from, to map[string]string) *AnnotationChanges {
+	var c AnnotationChanges
+	for k, v := range to {
+		if old, ok := from[k]; !ok || old != v {
+			if c.Set == nil {
+				c.Set = make(map[string]string, 2)
+			}
+			c.Set[k] = v
+		}
+	}
+	for k := range from {
+		if _, ok := to[k]; !ok {
+			c.Remove = append(c.Remove, k)
+		}
+	}
+	if c.Empty() {
+		return nil
+	}
+	sort.Strings(c.Remove)
+	return &c
+}

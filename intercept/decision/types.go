@@ -1,0 +1,354 @@
+package decision
+
+import (
+	"encoding/json"
+	"strings"
+	"time"
+
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/apiserver/pkg/authentication/user"
+
+	"github.com/kausality-io/kausality-proxy/intercept/annotations"
+	"github.com/kausality-io/kausality-proxy/intercept/approval"
+	"github.com/kausality-io/kausality-proxy/intercept/controllerid"
+	"github.com/kausality-io/kausality-proxy/intercept/lifecycle"
+)
+
+// Operation of the intercepted write.
+type Operation string
+
+// Operations. PATCH and PUT are UPDATE; /scale writes are UPDATEs of the
+// owning object.
+const (
+	Create Operation = "CREATE"
+	Update Operation = "UPDATE"
+	Delete Operation = "DELETE"
+)
+
+// Result of a decision.
+type Result string
+
+// Results.
+const (
+	Allow Result = "Allow"
+	Deny  Result = "Deny"
+)
+
+// Category says which branch decided.
+type Category string
+
+// Categories.
+const (
+	// StatusWrite: a status-subresource write; only records controller
+	// identity and lifecycle on the written object.
+	StatusWrite Category = "StatusWrite"
+	// NoDesiredChange: only metadata and/or status change.
+	NoDesiredChange Category = "NoDesiredChange"
+	// NoParent: no controller ownerReference; a new trace starts here.
+	NoParent Category = "NoParent"
+	// ParentDeleting: the parent has a deletionTimestamp.
+	ParentDeleting Category = "ParentDeleting"
+	// ParentInitializing: the parent is not initialized yet.
+	ParentInitializing Category = "ParentInitializing"
+	// Frozen: the parent has kausality.io/freeze. Denied.
+	Frozen Category = "Frozen"
+	// NewOrigin: another actor than the parent's controller.
+	NewOrigin Category = "NewOrigin"
+	// ControllerUnknown: the user-hash method cannot tell who the
+	// controller is; lenient (allowed, no drift check, new trace).
+	ControllerUnknown Category = "ControllerUnknown"
+	// Expected: the controller reconciles a changed parent (gen != obsGen).
+	Expected Category = "Expected"
+	// DriftApproved: drift with a valid approval.
+	DriftApproved Category = "DriftApproved"
+	// DriftRejected: drift with a matching rejection (or malformed
+	// rejections). Denied in every mode.
+	DriftRejected Category = "DriftRejected"
+	// DriftUnapproved: drift without approval: denied in enforce mode,
+	// allowed with a warning in log mode.
+	DriftUnapproved Category = "DriftUnapproved"
+)
+
+// ModeSource says which level chose the mode.
+type ModeSource string
+
+// Mode sources, most specific first.
+const (
+	ModeFromObject     ModeSource = "object"
+	ModeFromNamespace  ModeSource = "namespace"
+	ModeFromController ModeSource = "controller"
+	ModeFromDefault    ModeSource = "default"
+)
+
+// Mode is log or enforce.
+type Mode = annotations.ModeValue
+
+// Modes.
+const (
+	ModeLog     = annotations.ModeLog
+	ModeEnforce = annotations.ModeEnforce
+)
+
+// ReportPhase says which DriftReport, if any, to send.
+type ReportPhase string
+
+// Report phases.
+const (
+	ReportNone     ReportPhase = ""
+	ReportDetected ReportPhase = "Detected"
+	ReportResolved ReportPhase = "Resolved"
+)
+
+// ObjectRef names an object.
+type ObjectRef struct {
+	APIVersion string `json:"apiVersion"`
+	Kind       string `json:"kind"`
+	Namespace  string `json:"namespace,omitempty"`
+	Name       string `json:"name"`
+}
+
+// String renders "apps/v1 Deployment ns/name" ("v1 Namespace name" when
+// cluster-scoped).
+func (r ObjectRef) String() string {
+	var b strings.Builder
+	b.WriteString(r.APIVersion)
+	b.WriteByte(' ')
+	b.WriteString(r.Kind)
+	b.WriteByte(' ')
+	if r.Namespace != "" {
+		b.WriteString(r.Namespace)
+		b.WriteByte('/')
+	}
+	b.WriteString(r.Name)
+	return b.String()
+}
+
+// RefOf returns the reference of obj.
+func RefOf(obj *unstructured.Unstructured) ObjectRef {
+	if obj == nil {
+		return ObjectRef{}
+	}
+	return ObjectRef{APIVersion: obj.GetAPIVersion(), Kind: obj.GetKind(), Namespace: obj.GetNamespace(), Name: obj.GetName()}
+}
+
+// FieldChange is one changed desired-state field, for messages. Old and New
+// are optional rendered (and truncated) scalars.
+type FieldChange struct {
+	Path string `json:"path"`
+	Old  string `json:"old,omitempty"`
+	New  string `json:"new,omitempty"`
+}
+
+// String renders "spec.replicas (1 → 3)" or "spec.template".
+func (c FieldChange) String() string {
+	if c.Old == "" && c.New == "" {
+		return c.Path
+	}
+	return c.Path + " (" + orNone(c.Old) + " → " + orNone(c.New) + ")"
+}
+
+func orNone(s string) string {
+	if s == "" {
+		return "<none>"
+	}
+	return s
+}
+
+// Paths turns plain paths into FieldChanges.
+func Paths(paths ...string) []FieldChange {
+	out := make([]FieldChange, len(paths))
+	for i, p := range paths {
+		out[i] = FieldChange{Path: p}
+	}
+	return out
+}
+
+// ModeInputs are the mode settings below the object level. The object
+// level is read from Input.OldObject (the stored object) only, so a write
+// cannot downgrade itself.
+type ModeInputs struct {
+	// Namespace is the kausality.io/mode annotation of the child's
+	// namespace ("" = unset).
+	Namespace string
+	// Controller is the per-controller mode from the config ("" = unset).
+	Controller string
+	// Default is the global default (--default-mode); "" means log.
+	Default Mode
+}
+
+// Input is everything Decide needs. Nothing in it is modified.
+type Input struct {
+	Operation Operation
+	// Child is the written object. For a CREATE with generateName and no
+	// name, Decide uses the generateName as the name.
+	Child ObjectRef
+	// OldObject is the stored object (nil on CREATE).
+	OldObject *unstructured.Unstructured
+	// NewObject is the effective new object (nil on DELETE).
+	NewObject *unstructured.Unstructured
+	// DesiredChanged: the write changes the desired state (spec, or for
+	// spec-less kinds everything outside metadata and status). CREATE and
+	// DELETE always count as a desired-state change.
+	DesiredChanged bool
+	// Changes lists the changed fields, for messages.
+	Changes []FieldChange
+	// StatusWrite: a write to the status subresource.
+	StatusWrite bool
+	// Parent is the snapshot of the controller owner (nil = no ownerRef
+	// with controller: true).
+	Parent *unstructured.Unstructured
+	// User is the effective user.
+	User user.Info
+	// FieldManager is the effective field manager (the fieldManager query
+	// parameter, else the apiserver default derived from the User-Agent).
+	FieldManager string
+	// Mode holds the namespace, per-controller and default modes.
+	Mode ModeInputs
+	// DryRun: dryRun=All. Same decision, no side effects: no approval is
+	// consumed, no parent is written, no report is sent.
+	DryRun bool
+	// Now is the clock (zero = time.Now()).
+	Now time.Time
+	// Lifecycle is the detection order; nil = default.
+	Lifecycle *lifecycle.Detector
+}
+
+// ParentInfo describes the parent as seen in the snapshot.
+type ParentInfo struct {
+	Ref                ObjectRef `json:"ref"`
+	UID                string    `json:"uid,omitempty"`
+	ResourceVersion    string    `json:"resourceVersion,omitempty"`
+	Generation         int64     `json:"generation"`
+	ObservedGeneration int64     `json:"observedGeneration"`
+	// ObservedGenerationSource: status.observedGeneration, a condition,
+	// the kausality.io/observedGeneration annotation, or "" if unknown.
+	ObservedGenerationSource string          `json:"observedGenerationSource,omitempty"`
+	Phase                    lifecycle.Phase `json:"phase"`
+	PhaseReason              string          `json:"phaseReason,omitempty"`
+}
+
+// Actor describes who wrote.
+type Actor struct {
+	User         string `json:"user"`
+	UserHash     string `json:"userHash"`
+	FieldManager string `json:"fieldManager,omitempty"`
+	// IsController: the parent's controller (only meaningful with a parent).
+	IsController bool `json:"isController"`
+	// Determined is false when the controller could not be identified.
+	Determined bool              `json:"determined"`
+	Method     controllerid.Method `json:"method,omitempty"`
+	// ControllerManagers own the parent's status.observedGeneration.
+	ControllerManagers []string `json:"controllerManagers,omitempty"`
+	Reason             string   `json:"reason,omitempty"`
+}
+
+// SnoozeState is the parent's snooze.
+type SnoozeState struct {
+	// Snoozed: notifications are suppressed now.
+	Snoozed    bool      `json:"snoozed"`
+	Until      time.Time `json:"until,omitempty"`
+	Annotation string    `json:"annotation,omitempty"`
+}
+
+// ApprovalsUpdate is the reservation of a once approval: rewrite the
+// parent's kausality.io/approvals from Old to New with a resourceVersion
+// precondition BEFORE forwarding the write; if the upstream rejects the
+// write, put Old back (if unchanged since).
+type ApprovalsUpdate struct {
+	Target          ObjectRef `json:"target"`
+	ResourceVersion string    `json:"resourceVersion,omitempty"`
+	Old             string    `json:"old"`
+	// New is the new value; "" means remove the annotation.
+	New      string             `json:"new"`
+	Consumed approval.Approval   `json:"consumed"`
+	Pruned   []approval.Approval `json:"pruned,omitempty"`
+}
+
+// SideWrite is an annotation patch of another object, done by the proxy
+// with its own field manager AFTER the write succeeded.
+type SideWrite struct {
+	Target ObjectRef `json:"target"`
+	AnnotationChanges
+	// Reasons says why ("record controller", "persist phase", ...).
+	Reasons []string `json:"reasons"`
+}
+
+// Decision is the outcome of Decide.
+type Decision struct {
+	Result   Result   `json:"result"`
+	Category Category `json:"category"`
+	// Reason is a one-line summary for logs.
+	Reason string `json:"reason"`
+	// Drift: the controller writes while its parent is reconciled (gen ==
+	// obsGen), whatever the outcome.
+	Drift bool `json:"drift"`
+
+	Mode       Mode       `json:"mode,omitempty"`
+	ModeSource ModeSource `json:"modeSource,omitempty"`
+
+	Child  ObjectRef   `json:"child"`
+	Parent *ParentInfo `json:"parent,omitempty"`
+	Actor  Actor       `json:"actor"`
+
+	// Approval is the approval that allowed drift.
+	Approval *approval.Approval `json:"approval,omitempty"`
+	// Rejection is the rejection that denied drift.
+	Rejection *approval.Rejection `json:"rejection,omitempty"`
+	// Freeze is the parent's freeze (Frozen).
+	Freeze *annotations.FreezeInfo `json:"freeze,omitempty"`
+	// Suggested is the approval that would allow this drift.
+	Suggested *approval.Approval `json:"suggested,omitempty"`
+
+	// ConsumeOnce: a once approval is used; apply ApprovalsUpdate before
+	// forwarding. Never set on dry-run.
+	ConsumeOnce     bool             `json:"consumeOnce,omitempty"`
+	ApprovalsUpdate *ApprovalsUpdate `json:"approvalsUpdate,omitempty"`
+
+	Snooze SnoozeState `json:"snooze"`
+	// Report says which DriftReport to send (none on dry-run, Detected
+	// suppressed while snoozed).
+	Report ReportPhase `json:"report,omitempty"`
+
+	// Warnings for Warning: 299 headers: malformed annotations, drift
+	// allowed in log mode.
+	Warnings []string `json:"warnings,omitempty"`
+
+	// ChildAnnotations: apply to the new object before forwarding (nil =
+	// unchanged). Only on Allow; never on DELETE.
+	ChildAnnotations *AnnotationChanges `json:"childAnnotations,omitempty"`
+	// Trace is the child's trace after the write ("" if not rewritten);
+	// TraceOrigin says whether it starts a new chain.
+	Trace       string `json:"trace,omitempty"`
+	TraceOrigin bool   `json:"traceOrigin,omitempty"`
+
+	// ParentWrites are done after the write succeeded (not on dry-run).
+	// On a status write the target is the written object itself.
+	ParentWrites []SideWrite `json:"parentWrites,omitempty"`
+
+	// Message explains a denial; also set for drift allowed in log mode
+	// (what enforce mode would have said), for shadow/log lines.
+	Message string `json:"message,omitempty"`
+	// Causes carry the same details for tools (Status details.causes).
+	Causes []metav1.StatusCause `json:"causes,omitempty"`
+}
+
+// String renders the decision as JSON (for logs and debugging).
+func (d *Decision) String() string {
+	b, _ := json.Marshal(d)
+	return string(b)
+}
+
+// Status cause types used in Decision.Causes.
+const (
+	CauseParent       metav1.CauseType = "KausalityParent"
+	CauseChild        metav1.CauseType = "KausalityChild"
+	CauseController   metav1.CauseType = "KausalityController"
+	CauseChangedField metav1.CauseType = "KausalityChangedField"
+	CauseFrozen       metav1.CauseType = "KausalityFrozen"
+	CauseRejected     metav1.CauseType = "KausalityRejected"
+	CauseUnapproved   metav1.CauseType = "KausalityUnapproved"
+	// CauseUnblock: Field names the parent annotation, Message the action
+	// or the full value to set.
+	CauseUnblock metav1.CauseType = "KausalityUnblock"
+)

@@ -1,0 +1,406 @@
+package proxy
+
+import (
+	"bufio"
+	"context"
+	"crypto/ecdsa"
+	"crypto/elliptic"
+	"crypto/rand"
+	"crypto/tls"
+	"crypto/x509"
+	"crypto/x509/pkix"
+	"encoding/json"
+	"encoding/pem"
+	"io"
+	"math/big"
+	"net"
+	"net/http"
+	"net/http/httptest"
+	"os"
+	"path/filepath"
+	"slices"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	authnv1 "k8s.io/api/authentication/v1"
+	authzv1 "k8s.io/api/authorization/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/client-go/rest"
+)
+
+// These tests drive the whole serving chain against a fake upstream that
+// answers TokenReviews and SubjectAccessReviews and records every other
+// request it receives. They pin down exactly which identity headers leave
+// the proxy, for plain and upgrade requests; the e2e tests prove the same
+// against a real kube-apiserver.
+
+const (
+	goodToken  = "good-token"
+	proxyToken = "proxy-own-token"
+)
+
+type recorded struct {
+	method, path string
+	header       http.Header
+}
+
+type fakeUpstream struct {
+	srv *httptest.Server
+
+	mu       sync.Mutex
+	reviews  int
+	requests []recorded
+}
+
+func newFakeUpstream(t *testing.T) *fakeUpstream {
+	f := &fakeUpstream{}
+	f.srv = httptest.NewUnstartedServer(http.HandlerFunc(f.serve))
+	f.srv.EnableHTTP2 = true
+	f.srv.StartTLS()
+	t.Cleanup(f.srv.Close)
+	return f
+}
+
+func (f *fakeUpstream) serve(w http.ResponseWriter, r *http.Request) {
+	switch r.URL.Path {
+	case "/readyz":
+		_, _ = io.WriteString(w, "ok")
+		return
+	case "/apis/authentication.k8s.io/v1/tokenreviews":
+		f.mu.Lock()
+		f.reviews++
+		f.mu.Unlock()
+		var review authnv1.TokenReview
+		_ = json.NewDecoder(r.Body).Decode(&review)
+		if review.Spec.Token == goodToken {
+			review.Status = authnv1.TokenReviewStatus{Authenticated: true, User: authnv1.UserInfo{Username: "token-user", UID: "tu-1", Groups: []string{"team-a"}}}
+		}
+		w.Header().Set("Content-Type", "application/json")
+		_ = json.NewEncoder(w).Encode(review)
+		return
+	case "/apis/authorization.k8s.io/v1/subjectaccessreviews":
+		f.mu.Lock()
+		f.reviews++
+		f.mu.Unlock()
+		var sar authzv1.SubjectAccessReview
+		_ = json.NewDecoder(r.Body).Decode(&sar)
+		// token-user may impersonate exactly the user "jane".
+		ra := sar.Spec.ResourceAttributes
+		sar.Status.Allowed = sar.Spec.User == "token-user" && ra != nil && ra.Resource == "users" && ra.Name == "jane"
+		w.Header().Set("Content-Type", "application/json")
+		_ = json.NewEncoder(w).Encode(sar)
+		return
+	}
+	f.mu.Lock()
+	f.requests = append(f.requests, recorded{method: r.Method, path: r.URL.Path, header: r.Header.Clone()})
+	f.mu.Unlock()
+	switch {
+	case r.URL.Path == "/redirect":
+		http.Redirect(w, r, "https://elsewhere.invalid/", http.StatusFound)
+	case r.Header.Get("Upgrade") != "":
+		conn, buf, err := http.NewResponseController(w).Hijack()
+		if err != nil {
+			return
+		}
+		defer conn.Close()
+		_, _ = buf.WriteString("HTTP/1.1 101 Switching Protocols\r\nConnection: Upgrade\r\nUpgrade: " + r.Header.Get("Upgrade") + "\r\n\r\nhello")
+		_ = buf.Flush()
+	default:
+		w.Header().Set("Content-Type", "application/json")
+		_, _ = io.WriteString(w, `{"kind":"Status","apiVersion":"v1","status":"Success"}`)
+	}
+}
+
+func (f *fakeUpstream) take() []recorded {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	r := f.requests
+	f.requests = nil
+	return r
+}
+
+type testCA struct {
+	cert *x509.Certificate
+	key  *ecdsa.PrivateKey
+	pem  []byte
+}
+
+func newTestCA(t *testing.T, cn string) *testCA {
+	t.Helper()
+	key, _ := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
+	tmpl := &x509.Certificate{
+		SerialNumber: big.NewInt(1), Subject: pkix.Name{CommonName: cn},
+		NotBefore: time.Now().Add(-time.Hour), NotAfter: time.Now().Add(time.Hour),
+		IsCA: true, BasicConstraintsValid: true, KeyUsage: x509.KeyUsageCertSign,
+	}
+	der, err := x509.CreateCertificate(rand.Reader, tmpl, tmpl, &key.PublicKey, key)
+	if err != nil {
+		t.Fatal(err)
+	}
+	cert, _ := x509.ParseCertificate(der)
+	return &testCA{cert: cert, key: key, pem: pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: der})}
+}
+
+func (ca *testCA) clientCert(t *testing.T, cn string, orgs ...string) tls.Certificate {
+	t.Helper()
+	key, _ := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
+	tmpl := &x509.Certificate{
+		SerialNumber: big.NewInt(time.Now().UnixNano()), Subject: pkix.Name{CommonName: cn, Organization: orgs},
+		NotBefore: time.Now().Add(-time.Hour), NotAfter: time.Now().Add(time.Hour),
+		KeyUsage: x509.KeyUsageDigitalSignature, ExtKeyUsage: []x509.ExtKeyUsage{x509.ExtKeyUsageClientAuth},
+	}
+	der, err := x509.CreateCertificate(rand.Reader, tmpl, ca.cert, &key.PublicKey, ca.key)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return tls.Certificate{Certificate: [][]byte{der}, PrivateKey: key}
+}
+
+type chainFixture struct {
+	upstream *fakeUpstream
+	url      string
+	client   func(cert *tls.Certificate) *http.Client
+	ca       *testCA
+}
+
+func startChain(t *testing.T) *chainFixture {
+	t.Helper()
+	up := newFakeUpstream(t)
+	ca := newTestCA(t, "client-ca")
+	dir := t.TempDir()
+	caFile := filepath.Join(dir, "client-ca.crt")
+	if err := os.WriteFile(caFile, ca.pem, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	upstreamCA := pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: up.srv.Certificate().Raw})
+
+	o := NewOptions()
+	o.UpstreamConfig = &rest.Config{Host: up.srv.URL, BearerToken: proxyToken, TLSClientConfig: rest.TLSClientConfig{CAData: upstreamCA}}
+	o.ClientCAFile = caFile
+	o.SecureServing.ServerCert.CertDirectory = filepath.Join(dir, "certs")
+	var err error
+	o.SecureServing.Listener, err = net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	o.MetricsListener, err = net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	cfg, err := o.Config(nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	srv, err := cfg.Complete().New()
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- srv.Run(ctx) }()
+	t.Cleanup(func() { cancel(); <-done })
+
+	servingCA, err := os.ReadFile(filepath.Join(o.SecureServing.ServerCert.CertDirectory, o.SecureServing.ServerCert.PairName+".crt"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	pool := x509.NewCertPool()
+	pool.AppendCertsFromPEM(servingCA)
+	return &chainFixture{
+		upstream: up,
+		url:      "https://" + srv.SecureAddr().String(),
+		ca:       ca,
+		client: func(cert *tls.Certificate) *http.Client {
+			cfg := &tls.Config{RootCAs: pool, MinVersion: tls.VersionTLS12}
+			if cert != nil {
+				cfg.Certificates = []tls.Certificate{*cert}
+			}
+			// HTTP/1.1: the cases send Connection headers HTTP/2 forbids.
+			return &http.Client{Timeout: 10 * time.Second, Transport: &http.Transport{
+				TLSClientConfig: cfg, TLSNextProto: map[string]func(string, *tls.Conn) http.RoundTripper{},
+			}}
+		},
+	}
+}
+
+// identityHeaders are all outbound headers that could carry identity.
+func identityHeaders(h http.Header) map[string][]string {
+	out := map[string][]string{}
+	for k, v := range h {
+		lk := strings.ToLower(k)
+		if lk == "authorization" || strings.HasPrefix(lk, "impersonate-") || strings.HasPrefix(lk, "x-remote-") ||
+			strings.HasPrefix(lk, "x-forwarded-") || lk == "forwarded" || lk == "connection" {
+			vs := slices.Clone(v)
+			slices.Sort(vs)
+			out[http.CanonicalHeaderKey(k)] = vs
+		}
+	}
+	return out
+}
+
+func TestChainForwardsExactIdentity(t *testing.T) {
+	f := startChain(t)
+	alice := f.ca.clientCert(t, "alice", "devs")
+	mallory := newTestCA(t, "other").clientCert(t, "mallory", "system:masters")
+
+	bearer := "Bearer " + goodToken
+	proxyBearer := "Bearer " + proxyToken
+	aliceIdentity := map[string][]string{
+		"Authorization":    {proxyBearer},
+		"Impersonate-User": {"alice"},
+		"Impersonate-Group": {"devs"},
+	}
+	tokenIdentity := map[string][]string{"Authorization": {bearer}}
+
+	cases := []struct {
+		name     string
+		cert     *tls.Certificate
+		header   map[string]string
+		wantCode int
+		want     map[string][]string // outbound identity headers; nil when nothing may be forwarded
+	}{
+		{name: "cert caller", cert: &alice, want: aliceIdentity},
+		{name: "cert caller spoofs X-Remote-*", cert: &alice, header: map[string]string{"X-Remote-User": "root", "x-remote-group": "system:masters", "X-Remote-Extra-Scopes": "all"}, want: aliceIdentity},
+		{name: "cert caller spoofs X-Forwarded-*", cert: &alice, header: map[string]string{"X-Forwarded-For": "10.1.1.1", "X-Forwarded-User": "root", "Forwarded": "for=10.1.1.1"}, want: aliceIdentity},
+		{name: "cert caller sends a bearer token too", cert: &alice, header: map[string]string{"Authorization": bearer}, want: aliceIdentity},
+		{name: "cert caller hides impersonation behind Connection", cert: &alice, header: map[string]string{"Connection": "Impersonate-User, Impersonate-Group, Authorization"}, want: aliceIdentity},
+		{name: "cert caller impersonates without permission", cert: &alice, header: map[string]string{"Impersonate-User": "system:admin"}, wantCode: 403},
+		{name: "cert from another CA", cert: &mallory, wantCode: 401},
+		{name: "token caller", header: map[string]string{"Authorization": bearer}, want: tokenIdentity},
+		{name: "token caller spoofs X-Remote-User", header: map[string]string{"Authorization": bearer, "X-Remote-User": "root"}, want: tokenIdentity},
+		{name: "token caller drops Authorization via Connection", header: map[string]string{"Authorization": bearer, "Connection": "Authorization"}, want: tokenIdentity},
+		{name: "token caller impersonates jane (allowed)", header: map[string]string{"Authorization": bearer, "Impersonate-User": "jane"},
+			want: map[string][]string{"Authorization": {bearer}, "Impersonate-User": {"jane"}}},
+		{name: "token caller impersonates system:admin", header: map[string]string{"Authorization": bearer, "Impersonate-User": "system:admin"}, wantCode: 403},
+		{name: "token caller impersonates a group", header: map[string]string{"Authorization": bearer, "Impersonate-User": "jane", "Impersonate-Group": "system:masters"}, wantCode: 403},
+		{name: "token caller impersonates an extra", header: map[string]string{"Authorization": bearer, "Impersonate-User": "jane", "Impersonate-Extra-Scopes": "all"}, wantCode: 403},
+		{name: "bad token", header: map[string]string{"Authorization": "Bearer nope"}, wantCode: 401},
+		{name: "no credentials", wantCode: 401},
+		{name: "no credentials, spoofed X-Remote-User", header: map[string]string{"X-Remote-User": "root", "X-Remote-Group": "system:masters"}, wantCode: 401},
+	}
+	for _, upgrade := range []bool{false, true} {
+		for _, tc := range cases {
+			name := tc.name
+			if upgrade {
+				name = "upgrade/" + name
+			}
+			t.Run(name, func(t *testing.T) {
+				f.upstream.take()
+				req, _ := http.NewRequest(http.MethodGet, f.url+"/api/v1/namespaces/ns/pods/p/exec", nil)
+				if !upgrade {
+					req.URL.Path = "/api/v1/namespaces/ns/configmaps"
+				}
+				for k, v := range tc.header {
+					req.Header[k] = []string{v}
+				}
+				if upgrade {
+					conn := "Upgrade"
+					if c := tc.header["Connection"]; c != "" {
+						conn = c + ", Upgrade"
+					}
+					req.Header.Set("Connection", conn)
+					req.Header.Set("Upgrade", "SPDY/3.1")
+				}
+				resp, err := f.client(tc.cert).Do(req)
+				if err != nil {
+					t.Fatal(err)
+				}
+				body, _ := io.ReadAll(resp.Body)
+				resp.Body.Close()
+				got := f.upstream.take()
+				if tc.wantCode != 0 {
+					if resp.StatusCode != tc.wantCode {
+						t.Fatalf("code %d, want %d: %s", resp.StatusCode, tc.wantCode, body)
+					}
+					var s metav1.Status
+					if err := json.Unmarshal(body, &s); err != nil || s.Kind != "Status" || int(s.Code) != tc.wantCode || s.Message == "" {
+						t.Fatalf("not a proper Status (%v): %s", err, body)
+					}
+					if len(got) != 0 {
+						t.Fatalf("a rejected request reached the upstream: %+v", got)
+					}
+					return
+				}
+				wantCode := http.StatusOK
+				if upgrade {
+					wantCode = http.StatusSwitchingProtocols
+				}
+				if resp.StatusCode != wantCode {
+					t.Fatalf("code %d, want %d: %s", resp.StatusCode, wantCode, body)
+				}
+				if len(got) != 1 {
+					t.Fatalf("upstream saw %d requests, want 1", len(got))
+				}
+				want := map[string][]string{}
+				for k, v := range tc.want {
+					want[k] = v
+				}
+				if upgrade {
+					want["Connection"] = []string{"Upgrade"}
+				}
+				gotIdentity := identityHeaders(got[0].header)
+				delete(gotIdentity, "X-Forwarded-For") // UpgradeAwareHandler appends the proxy's peer; not identity for kube-apiserver
+				if !equalHeaders(gotIdentity, want) {
+					t.Fatalf("outbound identity headers\n got %v\nwant %v", gotIdentity, want)
+				}
+			})
+		}
+	}
+}
+
+func equalHeaders(a, b map[string][]string) bool {
+	if len(a) != len(b) {
+		return false
+	}
+	for k, v := range a {
+		if !slices.Equal(v, b[k]) {
+			return false
+		}
+	}
+	return true
+}
+
+func TestChainRejectsUpstreamRedirects(t *testing.T) {
+	f := startChain(t)
+	req, _ := http.NewRequest(http.MethodGet, f.url+"/redirect", nil)
+	req.Header.Set("Authorization", "Bearer "+goodToken)
+	resp, err := f.client(nil).Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	body, _ := io.ReadAll(resp.Body)
+	resp.Body.Close()
+	if resp.StatusCode != http.StatusBadGateway || resp.Header.Get("Location") != "" {
+		t.Fatalf("got %d (Location %q): %s", resp.StatusCode, resp.Header.Get("Location"), body)
+	}
+	var s metav1.Status
+	if err := json.Unmarshal(body, &s); err != nil || s.Code != 502 || !strings.Contains(s.Message, "redirect") {
+		t.Fatalf("status %s", body)
+	}
+}
+
+// Unauthenticated requests are answered before any upstream round trip: not
+// even a TokenReview is sent when there is no credential to review.
+func TestChainNoCredentialsNoUpstreamTraffic(t *testing.T) {
+	f := startChain(t)
+	f.upstream.mu.Lock()
+	before := f.upstream.reviews
+	f.upstream.mu.Unlock()
+	resp, err := f.client(nil).Get(f.url + "/api/v1/secrets")
+	if err != nil {
+		t.Fatal(err)
+	}
+	resp.Body.Close()
+	if resp.StatusCode != http.StatusUnauthorized {
+		t.Fatalf("code %d", resp.StatusCode)
+	}
+	f.upstream.mu.Lock()
+	defer f.upstream.mu.Unlock()
+	if f.upstream.reviews != before || len(f.upstream.requests) != 0 {
+		t.Fatalf("upstream saw %d reviews and %d requests", f.upstream.reviews-before, len(f.upstream.requests))
+	}
+}
+
+var _ = bufio.NewReader

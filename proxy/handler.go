@@ -1,0 +1,195 @@
+package proxy
+
+import (
+	"bufio"
+	"context"
+	"fmt"
+	"net"
+	"net/http"
+	"strconv"
+	"time"
+
+	"go.uber.org/zap"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/util/sets"
+	genericapifilters "k8s.io/apiserver/pkg/endpoints/filters"
+	"k8s.io/apiserver/pkg/endpoints/request"
+	genericfilters "k8s.io/apiserver/pkg/server/filters"
+
+	"github.com/kausality-io/kausality-proxy/authn"
+)
+
+type callerKey struct{}
+
+// CallerFrom returns the authenticated caller (before impersonation) that
+// withAuthentication stored. The effective user, after an authorized
+// impersonation, is request.UserFrom.
+func CallerFrom(ctx context.Context) (*authn.Caller, bool) {
+	c, ok := ctx.Value(callerKey{}).(*authn.Caller)
+	return c, ok && c != nil
+}
+
+// buildHandler composes the serving chain, outermost first:
+//
+//	panic recovery → metrics → request info → authentication →
+//	impersonation → request deadline → write interception → upstream
+//
+// Nothing before authentication talks to the upstream, so a request that
+// fails authentication or impersonation sends zero bytes upstream.
+func (s *Server) buildHandler() http.Handler {
+	var h http.Handler = s.upstream
+	h = s.interceptor.Wrap(h, WriteStatus)
+	h = withRequestDeadline(h, s.longRunning, s.requestTimeout)
+	h = withImpersonation(h, s.authenticator, s.metrics)
+	h = withAuthentication(h, s.authenticator, s.metrics, s.log)
+	h = genericapifilters.WithRequestInfo(h, s.requestInfo)
+	h = withMetrics(h, s.metrics, s.longRunning)
+	h = withPanicRecovery(h, s.log)
+	return h
+}
+
+func newLongRunningCheck() request.LongRunningRequestCheck {
+	return genericfilters.BasicLongRunningRequestCheck(
+		sets.NewString("watch", "proxy"),
+		sets.NewString("attach", "exec", "proxy", "log", "portforward"),
+	)
+}
+
+func withAuthentication(next http.Handler, a *authn.Authenticator, m *metrics, log *zap.Logger) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		caller, err := a.AuthenticateRequest(r)
+		if err != nil {
+			m.authFailures.Inc()
+			log.Debug("authentication failed", zap.String("path", r.URL.Path), zap.String("remote", r.RemoteAddr), zap.Error(err))
+			WriteStatus(w, err)
+			return
+		}
+		ctx := context.WithValue(r.Context(), callerKey{}, caller)
+		ctx = request.WithUser(ctx, caller.User)
+		next.ServeHTTP(w, r.WithContext(ctx))
+	})
+}
+
+// withImpersonation resolves caller-supplied Impersonate-* headers into the
+// effective user, or rejects them. The headers themselves are never
+// forwarded: the upstream identity is rebuilt from the effective user.
+func withImpersonation(next http.Handler, a *authn.Authenticator, m *metrics) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		caller, ok := CallerFrom(r.Context())
+		if !ok {
+			WriteStatus(w, apierrors.NewInternalError(fmt.Errorf("no authenticated caller in request context")))
+			return
+		}
+		effective, err := a.ResolveImpersonation(r.Context(), caller, r.Header)
+		if err != nil {
+			m.impersonationDenials.Inc()
+			WriteStatus(w, err)
+			return
+		}
+		next.ServeHTTP(w, r.WithContext(request.WithUser(r.Context(), effective)))
+	})
+}
+
+// withRequestDeadline bounds requests that are not long-running. A shorter
+// ?timeout= from the client wins, as it does in kube-apiserver.
+func withRequestDeadline(next http.Handler, longRunning request.LongRunningRequestCheck, limit time.Duration) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		info, ok := request.RequestInfoFrom(r.Context())
+		if !ok || longRunning(r, info) {
+			next.ServeHTTP(w, r)
+			return
+		}
+		timeout := limit
+		if v := r.URL.Query().Get("timeout"); v != "" {
+			if d, err := time.ParseDuration(v); err == nil && d > 0 && d < timeout {
+				// leave the upstream room to answer its own timeout first
+				timeout = d + time.Second
+			}
+		}
+		ctx, cancel := context.WithTimeout(r.Context(), timeout)
+		defer cancel()
+		next.ServeHTTP(w, r.WithContext(ctx))
+	})
+}
+
+func withPanicRecovery(next http.Handler, log *zap.Logger) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		defer func() {
+			if p := recover(); p != nil {
+				if p == http.ErrAbortHandler {
+					panic(p) // the standard way to abort a stream; let net/http handle it
+				}
+				log.Error("panic while serving request", zap.Any("panic", p), zap.String("path", r.URL.Path), zap.Stack("stack"))
+				WriteStatus(w, apierrors.NewInternalError(fmt.Errorf("the proxy hit an internal error; see its log")))
+			}
+		}()
+		next.ServeHTTP(w, r)
+	})
+}
+
+func withMetrics(next http.Handler, m *metrics, longRunning request.LongRunningRequestCheck) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		start := time.Now()
+		rec := &statusRecorder{ResponseWriter: w}
+		m.inflight.Inc()
+		defer m.inflight.Dec()
+		next.ServeHTTP(rec, r)
+		verb, resource := "unknown", ""
+		if info, ok := request.RequestInfoFrom(r.Context()); ok {
+			verb, resource = info.Verb, info.Resource
+			if info.Subresource != "" {
+				resource += "/" + info.Subresource
+			}
+			if longRunning(r, info) {
+				verb = "long-running:" + verb
+			}
+		}
+		code := rec.code
+		if code == 0 {
+			code = http.StatusOK
+		}
+		m.requests.WithLabelValues(verb, resource, strconv.Itoa(code)).Inc()
+		m.duration.WithLabelValues(verb).Observe(time.Since(start).Seconds())
+	})
+}
+
+// statusRecorder remembers the response code. It passes Flush and Hijack
+// through explicitly: ReverseProxy flushes watch streams and
+// UpgradeAwareHandler hijacks the connection for exec.
+type statusRecorder struct {
+	http.ResponseWriter
+	code int
+}
+
+func (s *statusRecorder) WriteHeader(code int) {
+	if s.code == 0 {
+		s.code = code
+	}
+	s.ResponseWriter.WriteHeader(code)
+}
+
+func (s *statusRecorder) Write(b []byte) (int, error) {
+	if s.code == 0 {
+		s.code = http.StatusOK
+	}
+	return s.ResponseWriter.Write(b)
+}
+
+func (s *statusRecorder) Flush() {
+	if f, ok := s.ResponseWriter.(http.Flusher); ok {
+		f.Flush()
+	}
+}
+
+func (s *statusRecorder) Hijack() (net.Conn, *bufio.ReadWriter, error) {
+	h, ok := s.ResponseWriter.(http.Hijacker)
+	if !ok {
+		return nil, nil, fmt.Errorf("response writer %T cannot be hijacked", s.ResponseWriter)
+	}
+	if s.code == 0 {
+		s.code = http.StatusSwitchingProtocols
+	}
+	return h.Hijack()
+}
+
+func (s *statusRecorder) Unwrap() http.ResponseWriter { return s.ResponseWriter }

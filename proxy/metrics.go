@@ -1,0 +1,52 @@
+package proxy
+
+import (
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/collectors"
+)
+
+// metrics are the proxy's own Prometheus series. Labels are bounded: verbs,
+// resource names and codes, never object names or users.
+type metrics struct {
+	registry             *prometheus.Registry
+	requests             *prometheus.CounterVec
+	duration             *prometheus.HistogramVec
+	inflight             prometheus.Gauge
+	authFailures         prometheus.Counter
+	impersonationDenials prometheus.Counter
+	upstreamUp           prometheus.Gauge
+}
+
+func newMetrics() *metrics {
+	m := &metrics{
+		registry: prometheus.NewRegistry(),
+		requests: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "kausality_proxy_requests_total",
+			Help: "Requests served, by verb, resource and response code.",
+		}, []string{"verb", "resource", "code"}),
+		duration: prometheus.NewHistogramVec(prometheus.HistogramOpts{
+			Name:    "kausality_proxy_request_duration_seconds",
+			Help:    "Time to serve a request, by verb. Long-running verbs are prefixed long-running:.",
+			Buckets: []float64{0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60},
+		}, []string{"verb"}),
+		inflight: prometheus.NewGauge(prometheus.GaugeOpts{
+			Name: "kausality_proxy_inflight_requests",
+			Help: "Requests being served, long-running ones included.",
+		}),
+		authFailures: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "kausality_proxy_authentication_failures_total",
+			Help: "Requests rejected with 401 before anything was sent upstream.",
+		}),
+		impersonationDenials: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "kausality_proxy_impersonation_denials_total",
+			Help: "Requests whose Impersonate-* headers were rejected before anything was sent upstream.",
+		}),
+		upstreamUp: prometheus.NewGauge(prometheus.GaugeOpts{
+			Name: "kausality_proxy_upstream_up",
+			Help: "1 when the last probe of the upstream's /readyz succeeded.",
+		}),
+	}
+	m.registry.MustRegister(m.requests, m.duration, m.inflight, m.authFailures, m.impersonationDenials, m.upstreamUp,
+		collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
+	return m
+}

@@ -1,0 +1,141 @@
+package proxy
+
+import (
+	"fmt"
+	"net"
+	"time"
+
+	"github.com/spf13/pflag"
+	genericoptions "k8s.io/apiserver/pkg/server/options"
+	"k8s.io/client-go/rest"
+	"k8s.io/client-go/tools/clientcmd"
+)
+
+// Options are what the command line (or a test) says. They are turned into a
+// Config by Config(), completed by Complete() and run by Server.Run, in the
+// Options → Config → Complete → Run shape of kcp's front-proxy.
+type Options struct {
+	SecureServing *genericoptions.SecureServingOptions
+
+	// UpstreamKubeconfig is the kubeconfig with the proxy's own credentials.
+	// Empty means in-cluster config.
+	UpstreamKubeconfig string
+	// UpstreamConfig, when set (tests, make run), is used instead of
+	// UpstreamKubeconfig.
+	UpstreamConfig *rest.Config
+
+	ClientCAFile   string
+	AllowAnonymous bool
+
+	TokenCacheTTL        time.Duration
+	TokenCacheFailureTTL time.Duration
+	AuthorizeCacheTTL    time.Duration
+	UnauthorizeCacheTTL  time.Duration
+
+	DefaultMode   string
+	FailurePolicy string
+	ConfigFile    string
+
+	MetricsBindAddress string
+	// MetricsListener, when set, is used instead of MetricsBindAddress.
+	MetricsListener net.Listener
+
+	RequestTimeout      time.Duration
+	ShutdownTimeout     time.Duration
+	MaxRequestBodyBytes int64
+	// UpstreamProbeInterval is how often the upstream's /readyz is probed to
+	// answer our own /readyz.
+	UpstreamProbeInterval time.Duration
+}
+
+// NewOptions returns the defaults a production deployment starts from.
+func NewOptions() *Options {
+	serving := genericoptions.NewSecureServingOptions()
+	serving.BindPort = 8443
+	serving.ServerCert.PairName = "kausality-proxy"
+	serving.ServerCert.CertDirectory = "/var/run/kausality-proxy/certs"
+	return &Options{
+		SecureServing:         serving,
+		TokenCacheTTL:         10 * time.Second,
+		TokenCacheFailureTTL:  10 * time.Second,
+		AuthorizeCacheTTL:     10 * time.Second,
+		UnauthorizeCacheTTL:   10 * time.Second,
+		DefaultMode:           "log",
+		FailurePolicy:         "Fail",
+		MetricsBindAddress:    ":9090",
+		RequestTimeout:        60 * time.Second,
+		ShutdownTimeout:       60 * time.Second,
+		MaxRequestBodyBytes:   3 * 1024 * 1024,
+		UpstreamProbeInterval: 2 * time.Second,
+	}
+}
+
+// AddFlags registers the flags named in DESIGN.md ("Configuration"), plus
+// the kube-standard serving flags that come with SecureServingOptions.
+func (o *Options) AddFlags(fs *pflag.FlagSet) {
+	o.SecureServing.AddFlags(fs)
+	fs.StringVar(&o.UpstreamKubeconfig, "upstream-kubeconfig", o.UpstreamKubeconfig,
+		"Kubeconfig holding the proxy's own credentials for kube-apiserver. Empty means in-cluster config.")
+	fs.StringVar(&o.ClientCAFile, "client-ca-file", o.ClientCAFile,
+		"PEM bundle of CAs that sign client certificates. Callers presenting a certificate signed by one of them are impersonated upstream. Reloaded when the file changes.")
+	fs.BoolVar(&o.AllowAnonymous, "anonymous-auth", o.AllowAnonymous,
+		"Let unauthenticated requests through as system:anonymous. Off by default: they get 401 and nothing is sent upstream.")
+	fs.DurationVar(&o.TokenCacheTTL, "token-cache-ttl", o.TokenCacheTTL, "How long a successful TokenReview is cached.")
+	fs.DurationVar(&o.TokenCacheFailureTTL, "token-cache-failure-ttl", o.TokenCacheFailureTTL, "How long a failed TokenReview is cached.")
+	fs.DurationVar(&o.AuthorizeCacheTTL, "authorization-cache-ttl", o.AuthorizeCacheTTL, "How long an allowed impersonation SubjectAccessReview is cached.")
+	fs.DurationVar(&o.UnauthorizeCacheTTL, "authorization-failure-cache-ttl", o.UnauthorizeCacheTTL, "How long a denied impersonation SubjectAccessReview is cached.")
+	fs.StringVar(&o.DefaultMode, "default-mode", o.DefaultMode, "Drift mode when nothing more specific is set: log or enforce.")
+	fs.StringVar(&o.FailurePolicy, "failure-policy", o.FailurePolicy, "What to do with an intercepted write whose parent cannot be read: Fail or Ignore.")
+	fs.StringVar(&o.ConfigFile, "config", o.ConfigFile, "YAML file with resource rules, excluded namespaces and per-controller modes. Reloaded on change.")
+	fs.StringVar(&o.MetricsBindAddress, "metrics-bind-address", o.MetricsBindAddress, "Address for /metrics, /healthz, /readyz and /livez (plain HTTP).")
+	fs.DurationVar(&o.RequestTimeout, "request-timeout", o.RequestTimeout, "Upper bound for requests that are not long-running (watch, exec, attach, port-forward, logs and proxy are exempt).")
+	fs.DurationVar(&o.ShutdownTimeout, "shutdown-timeout", o.ShutdownTimeout, "How long in-flight requests may drain on shutdown.")
+	fs.Int64Var(&o.MaxRequestBodyBytes, "max-request-body-bytes", o.MaxRequestBodyBytes, "Largest body of an intercepted write; larger ones get 413.")
+}
+
+// Validate reports every problem at once.
+func (o *Options) Validate() []error {
+	var errs []error
+	errs = append(errs, o.SecureServing.Validate()...)
+	if o.SecureServing.BindPort == 0 && o.SecureServing.Listener == nil {
+		errs = append(errs, fmt.Errorf("--secure-port must be set: the proxy only serves TLS"))
+	}
+	switch o.DefaultMode {
+	case "log", "enforce":
+	default:
+		errs = append(errs, fmt.Errorf("--default-mode must be log or enforce, not %q", o.DefaultMode))
+	}
+	switch o.FailurePolicy {
+	case "Fail", "Ignore":
+	default:
+		errs = append(errs, fmt.Errorf("--failure-policy must be Fail or Ignore, not %q", o.FailurePolicy))
+	}
+	if o.RequestTimeout <= 0 {
+		errs = append(errs, fmt.Errorf("--request-timeout must be positive"))
+	}
+	if o.MaxRequestBodyBytes <= 0 {
+		errs = append(errs, fmt.Errorf("--max-request-body-bytes must be positive"))
+	}
+	if o.MetricsBindAddress == "" && o.MetricsListener == nil {
+		errs = append(errs, fmt.Errorf("--metrics-bind-address must be set: probes need /readyz"))
+	}
+	return errs
+}
+
+func (o *Options) upstreamRESTConfig() (*rest.Config, error) {
+	if o.UpstreamConfig != nil {
+		return rest.CopyConfig(o.UpstreamConfig), nil
+	}
+	if o.UpstreamKubeconfig == "" {
+		cfg, err := rest.InClusterConfig()
+		if err != nil {
+			return nil, fmt.Errorf("no --upstream-kubeconfig given and not running in a cluster: %w", err)
+		}
+		return cfg, nil
+	}
+	cfg, err := clientcmd.BuildConfigFromFlags("", o.UpstreamKubeconfig)
+	if err != nil {
+		return nil, fmt.Errorf("loading --upstream-kubeconfig %s: %w", o.UpstreamKubeconfig, err)
+	}
+	return cfg, nil
+}

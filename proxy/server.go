@@ -1,0 +1,231 @@
+package proxy
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net"
+	"net/http"
+	"sync/atomic"
+	"time"
+
+	"go.uber.org/zap"
+	utilerrors "k8s.io/apimachinery/pkg/util/errors"
+	"k8s.io/apimachinery/pkg/util/sets"
+	"k8s.io/apiserver/pkg/endpoints/request"
+	"k8s.io/apiserver/pkg/server"
+	"k8s.io/apiserver/pkg/server/dynamiccertificates"
+	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/rest"
+
+	"github.com/kausality-io/kausality-proxy/authn"
+	"github.com/kausality-io/kausality-proxy/intercept"
+)
+
+// Config is everything the server needs, resolved from Options.
+type Config struct {
+	Serving         *server.SecureServingInfo
+	ClientCA        dynamiccertificates.CAContentProvider
+	Upstream        *rest.Config
+	Authenticator   *authn.Authenticator
+	Interceptor     *intercept.Interceptor
+	Log             *zap.Logger
+	MetricsListener net.Listener
+
+	RequestTimeout        time.Duration
+	ShutdownTimeout       time.Duration
+	UpstreamProbeInterval time.Duration
+}
+
+// CompletedConfig can only be made by Complete, so New never sees a
+// half-filled Config.
+type CompletedConfig struct{ *Config }
+
+// Config resolves the options: it opens listeners, loads or generates the
+// serving certificate and builds the authenticators. It does not start
+// anything.
+func (o *Options) Config(log *zap.Logger) (*Config, error) {
+	if errs := o.Validate(); len(errs) > 0 {
+		return nil, utilerrors.NewAggregate(errs)
+	}
+	if log == nil {
+		log = zap.NewNop()
+	}
+	if err := o.SecureServing.MaybeDefaultWithSelfSignedCerts("localhost", []string{"kausality-proxy"}, []net.IP{net.ParseIP("127.0.0.1"), net.IPv6loopback}); err != nil {
+		return nil, fmt.Errorf("self-signed serving certificate: %w", err)
+	}
+	cfg := &Config{
+		Log:                   log,
+		RequestTimeout:        o.RequestTimeout,
+		ShutdownTimeout:       o.ShutdownTimeout,
+		UpstreamProbeInterval: o.UpstreamProbeInterval,
+		Interceptor:           intercept.New(),
+	}
+	if err := o.SecureServing.ApplyTo(&cfg.Serving); err != nil {
+		return nil, fmt.Errorf("secure serving: %w", err)
+	}
+	if o.ClientCAFile != "" {
+		ca, err := dynamiccertificates.NewDynamicCAContentFromFile("client-ca", o.ClientCAFile)
+		if err != nil {
+			return nil, fmt.Errorf("--client-ca-file: %w", err)
+		}
+		cfg.ClientCA = ca
+		cfg.Serving.ClientCA = ca
+	}
+
+	upstream, err := o.upstreamRESTConfig()
+	if err != nil {
+		return nil, err
+	}
+	cfg.Upstream = upstream
+	client, err := kubernetes.NewForConfig(upstream)
+	if err != nil {
+		return nil, fmt.Errorf("upstream client: %w", err)
+	}
+	cfg.Authenticator, err = authn.New(authn.Config{
+		ClientCA:             cfg.ClientCA,
+		TokenReviews:         client.AuthenticationV1().TokenReviews(),
+		TokenCacheTTL:        o.TokenCacheTTL,
+		TokenCacheFailureTTL: o.TokenCacheFailureTTL,
+		AllowAnonymous:       o.AllowAnonymous,
+		SubjectAccessReviews: client.AuthorizationV1().SubjectAccessReviews(),
+		AuthorizedTTL:        o.AuthorizeCacheTTL,
+		UnauthorizedTTL:      o.UnauthorizeCacheTTL,
+	})
+	if err != nil {
+		return nil, fmt.Errorf("authentication: %w", err)
+	}
+
+	cfg.MetricsListener = o.MetricsListener
+	if cfg.MetricsListener == nil {
+		cfg.MetricsListener, err = net.Listen("tcp", o.MetricsBindAddress)
+		if err != nil {
+			return nil, fmt.Errorf("--metrics-bind-address: %w", err)
+		}
+	}
+	return cfg, nil
+}
+
+// Complete fills in defaults that depend on other fields.
+func (c *Config) Complete() CompletedConfig {
+	if c.Log == nil {
+		c.Log = zap.NewNop()
+	}
+	if c.Interceptor == nil {
+		c.Interceptor = intercept.New()
+	}
+	if c.UpstreamProbeInterval <= 0 {
+		c.UpstreamProbeInterval = 2 * time.Second
+	}
+	if c.ShutdownTimeout <= 0 {
+		c.ShutdownTimeout = 60 * time.Second
+	}
+	if c.RequestTimeout <= 0 {
+		c.RequestTimeout = 60 * time.Second
+	}
+	return CompletedConfig{c}
+}
+
+// Server is a running (or runnable) kausality-proxy.
+type Server struct {
+	serving         *server.SecureServingInfo
+	metricsListener net.Listener
+	log             *zap.Logger
+
+	upstream      *upstream
+	authenticator *authn.Authenticator
+	interceptor   *intercept.Interceptor
+	metrics       *metrics
+	probe         *upstreamProbe
+	requestInfo   *request.RequestInfoFactory
+	longRunning   request.LongRunningRequestCheck
+
+	requestTimeout  time.Duration
+	shutdownTimeout time.Duration
+	shuttingDown    atomic.Bool
+}
+
+// New builds the server from a completed config.
+func (c CompletedConfig) New() (*Server, error) {
+	up, err := newUpstream(c.Upstream, c.Log)
+	if err != nil {
+		return nil, err
+	}
+	probeClient, err := rest.HTTPClientFor(c.Upstream)
+	if err != nil {
+		return nil, fmt.Errorf("upstream probe client: %w", err)
+	}
+	m := newMetrics()
+	return &Server{
+		serving:         c.Serving,
+		metricsListener: c.MetricsListener,
+		log:             c.Log,
+		upstream:        up,
+		authenticator:   c.Authenticator,
+		interceptor:     c.Interceptor,
+		metrics:         m,
+		probe:           newUpstreamProbe(probeClient, up.url.String(), c.UpstreamProbeInterval, c.Log, m),
+		requestInfo:     newRequestInfoFactory(),
+		longRunning:     newLongRunningCheck(),
+		requestTimeout:  c.RequestTimeout,
+		shutdownTimeout: c.ShutdownTimeout,
+	}, nil
+}
+
+func newRequestInfoFactory() *request.RequestInfoFactory {
+	return &request.RequestInfoFactory{
+		APIPrefixes:          sets.NewString("api", "apis"),
+		GrouplessAPIPrefixes: sets.NewString("api"),
+	}
+}
+
+// Handler is the serving chain, for tests that serve it themselves.
+func (s *Server) Handler() http.Handler { return s.buildHandler() }
+
+// SecureAddr is where the proxy serves TLS.
+func (s *Server) SecureAddr() net.Addr { return s.serving.Listener.Addr() }
+
+// MetricsAddr is where /metrics and the health endpoints are served.
+func (s *Server) MetricsAddr() net.Addr { return s.metricsListener.Addr() }
+
+// Run serves until ctx is cancelled, then stops accepting connections, lets
+// in-flight requests drain for up to the shutdown timeout and returns.
+func (s *Server) Run(ctx context.Context) error {
+	probeCtx, stopProbe := context.WithCancel(context.Background())
+	defer stopProbe()
+	go s.probe.run(probeCtx)
+
+	metricsServer := &http.Server{Handler: s.metricsMux(), ReadHeaderTimeout: 10 * time.Second}
+	metricsDone := make(chan error, 1)
+	go func() { metricsDone <- metricsServer.Serve(s.metricsListener) }()
+
+	stopCh := make(chan struct{})
+	stoppedCh, listenerStoppedCh, err := s.serving.Serve(s.buildHandler(), s.shutdownTimeout, stopCh)
+	if err != nil {
+		_ = metricsServer.Close()
+		return fmt.Errorf("serving: %w", err)
+	}
+	s.log.Info("kausality-proxy serving", zap.String("address", s.SecureAddr().String()),
+		zap.String("metrics", s.MetricsAddr().String()), zap.String("upstream", s.upstream.url.String()))
+
+	select {
+	case <-ctx.Done():
+	case err := <-metricsDone:
+		close(stopCh)
+		<-stoppedCh
+		return fmt.Errorf("metrics server stopped: %w", err)
+	}
+
+	s.log.Info("shutting down: draining in-flight requests", zap.Duration("timeout", s.shutdownTimeout))
+	s.shuttingDown.Store(true)
+	close(stopCh)
+	<-listenerStoppedCh
+	<-stoppedCh
+	shutdownCtx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	if err := metricsServer.Shutdown(shutdownCtx); err != nil && !errors.Is(err, http.ErrServerClosed) {
+		return err
+	}
+	s.log.Info("shut down")
+	return nil
+}

@@ -84,7 +84,7 @@ data:
 	k.run("", "-n", ns, "patch", "configmap", "applied", "--type=merge", "-p", `{"data":{"merge":"yes"}}`)
 	k.run("", "-n", ns, "patch", "configmap", "applied", "--type=strategic", "-p", `{"data":{"strategic":"yes"}}`)
 	k.run("", "-n", ns, "patch", "configmap", "applied", "--type=json", "-p", `[{"op":"add","path":"/data/json","value":"yes"}]`)
-	out := k.run("", "-n", ns, "get", "configmap", "applied", "-o", "json")
+	out := k.run("", "-n", ns, "get", "configmap", "applied", "-o", "json", "--show-managed-fields")
 	var applied corev1.ConfigMap
 	mustf(t, json.Unmarshal([]byte(out), &applied), "applied output")
 	for key, want := range map[string]string{"k": "v1", "merge": "yes", "strategic": "yes", "json": "yes"} {

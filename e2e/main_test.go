@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"os"
+	"strings"
 	"testing"
 	"time"
 
@@ -26,7 +27,14 @@ func TestMain(m *testing.M) {
 	}
 	code := m.Run()
 	if code != 0 {
-		fmt.Fprintf(os.Stderr, "proxy log: %s\nkube-apiserver log: %s\n", env.LogPath, env.CP.APIServerLogPath)
+		// The work dir goes away with Stop; keep the evidence in the output.
+		if data, err := os.ReadFile(env.LogPath); err == nil {
+			lines := strings.Split(string(data), "\n")
+			if len(lines) > 80 {
+				lines = lines[len(lines)-80:]
+			}
+			fmt.Fprintf(os.Stderr, "--- last lines of the proxy log:\n%s\n", strings.Join(lines, "\n"))
+		}
 	}
 	env.Stop()
 	os.Exit(code)

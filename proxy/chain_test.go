@@ -342,6 +342,15 @@ func TestChainForwardsExactIdentity(t *testing.T) {
 				}
 				gotIdentity := identityHeaders(got[0].header)
 				delete(gotIdentity, "X-Forwarded-For") // UpgradeAwareHandler appends the proxy's peer; not identity for kube-apiserver
+				// kube-apiserver's x509 authenticator records which certificate
+				// was used; the proxy carries that into the audit trail.
+				const credentialID = "Impersonate-Extra-Authentication.kubernetes.io%2fcredential-Id"
+				if tc.cert != nil {
+					if v := gotIdentity[credentialID]; len(v) != 1 || !strings.HasPrefix(v[0], "X509SHA256=") {
+						t.Fatalf("cert caller's credential id not forwarded: %v", gotIdentity)
+					}
+					delete(gotIdentity, credentialID)
+				}
 				if !equalHeaders(gotIdentity, want) {
 					t.Fatalf("outbound identity headers\n got %v\nwant %v", gotIdentity, want)
 				}

@@ -1,0 +1,283 @@
+package annotations
+
+import (
+	"reflect"
+	"testing"
+	"time"
+)
+
+func TestClassification(t *testing.T) {
+	tests := []struct {
+		key                    string
+		kausality, system, usr bool
+		label                  string
+	}{
+		{Trace, true, true, false, ""},
+		{Updaters, true, true, false, ""},
+		{Controllers, true, true, false, ""},
+		{Phase, true, true, false, ""},
+		{ObservedGeneration, true, true, false, ""},
+		{LegacyInitialized, true, true, false, ""},
+		{Approvals, true, false, true, ""},
+		{Rejections, true, false, true, ""},
+		{Freeze, true, false, true, ""},
+		{SnoozeUntil, true, false, true, ""},
+		{Snooze, true, false, true, ""},
+		{Mode, true, false, true, ""},
+		{"kausality.io/trace-ticket", true, false, true, "ticket"},
+		{"kausality.io/trace-", true, false, true, ""},
+		{"kausality.io/future", true, false, true, ""},
+		{"example.com/trace", false, false, false, ""},
+		{"kausality.io", false, false, false, ""},
+	}
+	for _, tt := range tests {
+		if got := IsKausality(tt.key); got != tt.kausality {
+			t.Errorf("IsKausality(%q) = %v", tt.key, got)
+		}
+		if got := IsSystem(tt.key); got != tt.system {
+			t.Errorf("IsSystem(%q) = %v", tt.key, got)
+		}
+		if got := IsUser(tt.key); got != tt.usr {
+			t.Errorf("IsUser(%q) = %v", tt.key, got)
+		}
+		if got := TraceLabel(tt.key); got != tt.label {
+			t.Errorf("TraceLabel(%q) = %q", tt.key, got)
+		}
+	}
+}
+
+func TestParseApprovals(t *testing.T) {
+	tests := []struct {
+		name     string
+		in       string
+		want     []Approval
+		warnings []string
+	}{
+		{name: "empty", in: ""},
+		{name: "blank", in: "  "},
+		{name: "null", in: "null"},
+		{
+			name: "valid",
+			in:   `[{"apiVersion":"v1","kind":"ConfigMap","name":"bar","generation":5,"mode":"once"},{"apiVersion":"v1","kind":"Secret","name":"credentials","mode":"always"}]`,
+			want: []Approval{
+				{APIVersion: "v1", Kind: "ConfigMap", Name: "bar", Generation: 5, Mode: ApprovalOnce},
+				{APIVersion: "v1", Kind: "Secret", Name: "credentials", Mode: ApprovalAlways},
+			},
+		},
+		{
+			name:     "broken JSON is no approvals",
+			in:       `[{"apiVersion":"v1",`,
+			warnings: []string{"kausality: malformed annotation kausality.io/approvals: unexpected end of JSON input; treated as no approvals"},
+		},
+		{
+			name:     "object instead of array",
+			in:       `{"apiVersion":"v1"}`,
+			warnings: []string{"kausality: malformed annotation kausality.io/approvals: json: cannot unmarshal object into Go value of type []annotations.Approval; treated as no approvals"},
+		},
+		{
+			name: "bad entries dropped",
+			in:   `[{"apiVersion":"v1","kind":"ConfigMap"},{"apiVersion":"v1","kind":"ConfigMap","name":"a","mode":"forever"},{"apiVersion":"v1","kind":"ConfigMap","name":"b","generation":2}]`,
+			want: []Approval{{APIVersion: "v1", Kind: "ConfigMap", Name: "b", Generation: 2}},
+			warnings: []string{
+				"kausality: malformed annotation kausality.io/approvals: entry 0: apiVersion, kind and name are required; entry ignored",
+				`kausality: malformed annotation kausality.io/approvals: entry 1: unknown mode "forever" (want once, generation or always); entry ignored`,
+			},
+		},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			got, ws := ParseApprovals(tt.in)
+			if len(got) == 0 && len(tt.want) == 0 {
+				got = nil
+			}
+			if !reflect.DeepEqual(got, tt.want) {
+				t.Errorf("approvals = %#v, want %#v", got, tt.want)
+			}
+			var wsText []string
+			for _, w := range ws {
+				wsText = append(wsText, w.String())
+			}
+			if !reflect.DeepEqual(wsText, tt.warnings) {
+				t.Errorf("warnings = %q, want %q", wsText, tt.warnings)
+			}
+		})
+	}
+}
+
+func TestEncodeApprovals(t *testing.T) {
+	if got := EncodeApprovals(nil); got != "" {
+		t.Errorf("empty = %q", got)
+	}
+	got := EncodeApprovals([]Approval{{APIVersion: "apps/v1", Kind: "ReplicaSet", Name: "r", Generation: 3, Mode: ApprovalOnce}, {APIVersion: "v1", Kind: "Secret", Name: "s", Mode: ApprovalAlways}})
+	want := `[{"apiVersion":"apps/v1","kind":"ReplicaSet","name":"r","generation":3,"mode":"once"},{"apiVersion":"v1","kind":"Secret","name":"s","mode":"always"}]`
+	if got != want {
+		t.Errorf("got %s\nwant %s", got, want)
+	}
+}
+
+func TestParseRejections(t *testing.T) {
+	got, w := ParseRejections(`[{"apiVersion":"example.com/v1alpha1","kind":"NodePool","name":"pool-1","generation":5,"reason":"Destructive change, needs SRE review"}]`)
+	want := []Rejection{{APIVersion: "example.com/v1alpha1", Kind: "NodePool", Name: "pool-1", Generation: 5, Reason: "Destructive change, needs SRE review"}}
+	if w != nil || !reflect.DeepEqual(got, want) {
+		t.Errorf("got %#v, %v", got, w)
+	}
+	if got, w := ParseRejections(""); got != nil || w != nil {
+		t.Errorf("empty: %v %v", got, w)
+	}
+	got, w = ParseRejections(`[{"reason":}]`)
+	if got != nil || w == nil {
+		t.Fatalf("malformed: %v %v", got, w)
+	}
+	if want := "kausality: malformed annotation kausality.io/rejections: invalid character '}' looking for beginning of value; treated as rejected"; w.String() != want {
+		t.Errorf("warning %q, want %q", w.String(), want)
+	}
+	if got := EncodeRejections(want); got != `[{"apiVersion":"example.com/v1alpha1","kind":"NodePool","name":"pool-1","generation":5,"reason":"Destructive change, needs SRE review"}]` {
+		t.Errorf("encode: %s", got)
+	}
+}
+
+func TestParseFreeze(t *testing.T) {
+	tests := []struct {
+		name    string
+		in      string
+		want    *FreezeInfo
+		warning string
+		text    string
+	}{
+		{name: "unset", in: ""},
+		{name: "false", in: "false"},
+		{name: "true", in: "true", want: &FreezeInfo{}, text: "frozen (no user or reason given)"},
+		{name: "true with spaces", in: " true ", want: &FreezeInfo{}, text: "frozen (no user or reason given)"},
+		{
+			name: "object",
+			in:   `{"user":"alice@example.com","reason":"incident 42","at":"2026-01-24T10:30:00Z"}`,
+			want: &FreezeInfo{User: "alice@example.com", Reason: "incident 42", At: "2026-01-24T10:30:00Z"},
+			text: "frozen by alice@example.com at 2026-01-24T10:30:00Z: incident 42",
+		},
+		{
+			name: "reference message alias",
+			in:   `{"user":"bob","message":"maintenance"}`,
+			want: &FreezeInfo{User: "bob", Message: "maintenance"},
+			text: "frozen by bob: maintenance",
+		},
+		{
+			name:    "broken JSON is frozen",
+			in:      `{"user":"alice"`,
+			want:    &FreezeInfo{Malformed: true},
+			warning: "kausality: malformed annotation kausality.io/freeze: unexpected end of JSON input; treated as frozen",
+			text:    "frozen (malformed kausality.io/freeze annotation; treated as frozen)",
+		},
+		{
+			name:    "yes is frozen",
+			in:      `yes`,
+			want:    &FreezeInfo{Malformed: true},
+			warning: "kausality: malformed annotation kausality.io/freeze: invalid character 'y' looking for beginning of value; treated as frozen",
+			text:    "frozen (malformed kausality.io/freeze annotation; treated as frozen)",
+		},
+		{
+			name:    "JSON null is frozen",
+			in:      `null`,
+			want:    &FreezeInfo{Malformed: true},
+			warning: `kausality: malformed annotation kausality.io/freeze: want "true" or a JSON object {"user":..,"reason":..,"at":..}; treated as frozen`,
+			text:    "frozen (malformed kausality.io/freeze annotation; treated as frozen)",
+		},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			got, w := ParseFreeze(tt.in)
+			if !reflect.DeepEqual(got, tt.want) {
+				t.Errorf("got %#v, want %#v", got, tt.want)
+			}
+			var ws string
+			if w != nil {
+				ws = w.String()
+			}
+			if ws != tt.warning {
+				t.Errorf("warning %q, want %q", ws, tt.warning)
+			}
+			if got != nil && got.String() != tt.text {
+				t.Errorf("text %q, want %q", got.String(), tt.text)
+			}
+		})
+	}
+	if got := EncodeFreeze(FreezeInfo{User: "a", Reason: "r", At: "2026-01-01T00:00:00Z", Message: "x", Malformed: true}); got != `{"user":"a","reason":"r","at":"2026-01-01T00:00:00Z"}` {
+		t.Errorf("encode: %s", got)
+	}
+}
+
+func TestParseSnooze(t *testing.T) {
+	ts := time.Date(2026, 1, 25, 0, 0, 0, 0, time.UTC)
+	tests := []struct {
+		name    string
+		in      map[string]string
+		want    *SnoozeInfo
+		warning string
+	}{
+		{name: "unset", in: nil},
+		{name: "snooze-until", in: map[string]string{SnoozeUntil: "2026-01-25T00:00:00Z"}, want: &SnoozeInfo{Until: ts, Annotation: SnoozeUntil}},
+		{name: "snooze-until wins", in: map[string]string{SnoozeUntil: "2026-01-25T00:00:00Z", Snooze: "2030-01-01T00:00:00Z"}, want: &SnoozeInfo{Until: ts, Annotation: SnoozeUntil}},
+		{name: "reference snooze timestamp", in: map[string]string{Snooze: "2026-01-25T00:00:00Z"}, want: &SnoozeInfo{Until: ts, Annotation: Snooze}},
+		{name: "reference snooze JSON", in: map[string]string{Snooze: `{"expiry":"2026-01-25T00:00:00Z","user":"bob","message":"known"}`}, want: &SnoozeInfo{Until: ts, User: "bob", Message: "known", Annotation: Snooze}},
+		{
+			name:    "malformed snooze-until is not snoozed",
+			in:      map[string]string{SnoozeUntil: "tomorrow"},
+			warning: `kausality: malformed annotation kausality.io/snooze-until: parsing time "tomorrow" as "2006-01-02T15:04:05Z07:00": cannot parse "tomorrow" as "2006"; treated as not snoozed`,
+		},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			got, w := ParseSnooze(tt.in)
+			if !reflect.DeepEqual(got, tt.want) {
+				t.Errorf("got %#v, want %#v", got, tt.want)
+			}
+			var ws string
+			if w != nil {
+				ws = w.String()
+			}
+			if ws != tt.warning {
+				t.Errorf("warning %q, want %q", ws, tt.warning)
+			}
+		})
+	}
+	s := &SnoozeInfo{Until: ts}
+	if !s.ActiveAt(ts.Add(-time.Second)) || s.ActiveAt(ts) || s.ActiveAt(ts.Add(time.Hour)) {
+		t.Error("ActiveAt wrong")
+	}
+	var nilS *SnoozeInfo
+	if nilS.ActiveAt(ts) {
+		t.Error("nil snooze active")
+	}
+}
+
+func TestParseMode(t *testing.T) {
+	tests := []struct {
+		in      string
+		mode    ModeValue
+		set     bool
+		warning string
+	}{
+		{"", "", false, ""},
+		{"log", ModeLog, true, ""},
+		{"enforce", ModeEnforce, true, ""},
+		{" Enforce ", ModeEnforce, true, ""},
+		{"LOG", ModeLog, true, ""},
+		{"shadow", ModeEnforce, true, `kausality: malformed annotation kausality.io/mode: unknown mode "shadow" (want log or enforce); treated as enforce`},
+	}
+	for _, tt := range tests {
+		m, set, w := ParseMode(tt.in)
+		var ws string
+		if w != nil {
+			ws = w.String()
+		}
+		if m != tt.mode || set != tt.set || ws != tt.warning {
+			t.Errorf("ParseMode(%q) = %q %v %q", tt.in, m, set, ws)
+		}
+	}
+}
+
+func TestWarningWithObject(t *testing.T) {
+	w := Warning{Annotation: Approvals, Object: "parent apps/v1 Deployment default/web", Effect: "treated as no approvals"}
+	if got, want := w.String(), "kausality: malformed annotation kausality.io/approvals on parent apps/v1 Deployment default/web; treated as no approvals"; got != want {
+		t.Errorf("got %q", got)
+	}
+}

@@ -1,0 +1,219 @@
+package approval
+
+import (
+	"reflect"
+	"testing"
+)
+
+var rs = Child{APIVersion: "apps/v1", Kind: "ReplicaSet", Name: "web-1"}
+
+func TestMatches(t *testing.T) {
+	tests := []struct {
+		name string
+		a    Approval
+		want bool
+	}{
+		{"exact", Approval{APIVersion: "apps/v1", Kind: "ReplicaSet", Name: "web-1"}, true},
+		{"other name", Approval{APIVersion: "apps/v1", Kind: "ReplicaSet", Name: "web-2"}, false},
+		{"other kind", Approval{APIVersion: "apps/v1", Kind: "Deployment", Name: "web-1"}, false},
+		{"other version", Approval{APIVersion: "apps/v1beta1", Kind: "ReplicaSet", Name: "web-1"}, false},
+		{"wildcard name", Approval{APIVersion: "apps/v1", Kind: "ReplicaSet", Name: "*"}, true},
+		{"all wildcards", Approval{APIVersion: "*", Kind: "*", Name: "*"}, true},
+	}
+	for _, tt := range tests {
+		if got := MatchesApproval(tt.a, rs); got != tt.want {
+			t.Errorf("%s: approval match = %v", tt.name, got)
+		}
+		r := Rejection{APIVersion: tt.a.APIVersion, Kind: tt.a.Kind, Name: tt.a.Name}
+		if got := MatchesRejection(r, rs); got != tt.want {
+			t.Errorf("%s: rejection match = %v", tt.name, got)
+		}
+	}
+}
+
+func TestValidAndStale(t *testing.T) {
+	tests := []struct {
+		name         string
+		a            Approval
+		gen          int64
+		valid, stale bool
+	}{
+		{"once same gen", Approval{Generation: 5}, 5, true, false},
+		{"once explicit same gen", Approval{Generation: 5, Mode: Once}, 5, true, false},
+		{"once older gen", Approval{Generation: 4, Mode: Once}, 5, false, true},
+		{"once newer gen", Approval{Generation: 6, Mode: Once}, 5, false, false},
+		{"once without gen", Approval{Mode: Once}, 5, false, true},
+		{"generation same", Approval{Generation: 5, Mode: Generation}, 5, true, false},
+		{"generation older", Approval{Generation: 3, Mode: Generation}, 5, false, true},
+		{"always", Approval{Mode: Always}, 5, true, false},
+		{"always with old gen", Approval{Generation: 1, Mode: Always}, 5, true, false},
+		{"unknown mode", Approval{Generation: 5, Mode: "forever"}, 5, false, false},
+	}
+	for _, tt := range tests {
+		if got := Valid(tt.a, tt.gen); got != tt.valid {
+			t.Errorf("%s: Valid = %v", tt.name, got)
+		}
+		if got := Stale(tt.a, tt.gen); got != tt.stale {
+			t.Errorf("%s: Stale = %v", tt.name, got)
+		}
+	}
+}
+
+func TestActiveRejection(t *testing.T) {
+	if !ActiveRejection(Rejection{}, 7) {
+		t.Error("rejection without generation must always be active")
+	}
+	if !ActiveRejection(Rejection{Generation: 7}, 7) {
+		t.Error("rejection at the parent generation must be active")
+	}
+	if ActiveRejection(Rejection{Generation: 6}, 7) {
+		t.Error("rejection for another generation must not be active")
+	}
+}
+
+func TestFindApprovalPrefersNonConsuming(t *testing.T) {
+	list := []Approval{
+		{APIVersion: "apps/v1", Kind: "ReplicaSet", Name: "web-1", Generation: 5, Mode: Once},
+		{APIVersion: "apps/v1", Kind: "ReplicaSet", Name: "web-1", Generation: 5, Mode: Generation},
+		{APIVersion: "apps/v1", Kind: "ReplicaSet", Name: "other", Mode: Always},
+	}
+	if got := FindApproval(list, rs, 5); got != 1 {
+		t.Errorf("got %d, want 1 (generation beats once)", got)
+	}
+	list = append(list, Approval{APIVersion: "apps/v1", Kind: "ReplicaSet", Name: "*", Mode: Always})
+	if got := FindApproval(list, rs, 5); got != 3 {
+		t.Errorf("got %d, want 3 (always beats generation)", got)
+	}
+	if got := FindApproval(list[:1], rs, 6); got != -1 {
+		t.Errorf("stale once approval matched: %d", got)
+	}
+}
+
+func TestEvaluate(t *testing.T) {
+	once5 := Approval{APIVersion: "apps/v1", Kind: "ReplicaSet", Name: "web-1", Generation: 5, Mode: Once}
+	gen5 := Approval{APIVersion: "apps/v1", Kind: "ReplicaSet", Name: "web-1", Generation: 5, Mode: Generation}
+	always := Approval{APIVersion: "apps/v1", Kind: "ReplicaSet", Name: "web-1", Mode: Always}
+	staleOnce := Approval{APIVersion: "v1", Kind: "ConfigMap", Name: "c", Generation: 3, Mode: Once}
+	staleGen := Approval{APIVersion: "v1", Kind: "ConfigMap", Name: "d", Generation: 4, Mode: Generation}
+	otherAlways := Approval{APIVersion: "v1", Kind: "Secret", Name: "s", Mode: Always}
+	rej := Rejection{APIVersion: "apps/v1", Kind: "ReplicaSet", Name: "web-1", Reason: "no"}
+	rej4 := Rejection{APIVersion: "apps/v1", Kind: "ReplicaSet", Name: "web-1", Generation: 4, Reason: "old"}
+	rej5 := Rejection{APIVersion: "apps/v1", Kind: "ReplicaSet", Name: "web-1", Generation: 5, Reason: "now"}
+
+	tests := []struct {
+		name       string
+		approvals  []Approval
+		rejections []Rejection
+		malformed  bool
+		want       Evaluation
+	}{
+		{name: "nothing", want: Evaluation{Outcome: NotApproved}},
+		{
+			name: "once consumed", approvals: []Approval{once5, otherAlways},
+			want: Evaluation{Outcome: Approved, Approval: &once5, Consume: true, ApprovalsChanged: true,
+				NewApprovals: `[{"apiVersion":"v1","kind":"Secret","name":"s","mode":"always"}]`},
+		},
+		{
+			name: "last once consumed removes annotation", approvals: []Approval{once5},
+			want: Evaluation{Outcome: Approved, Approval: &once5, Consume: true, ApprovalsChanged: true, NewApprovals: ""},
+		},
+		{
+			name: "once consumed and stale pruned", approvals: []Approval{staleOnce, once5, staleGen, otherAlways},
+			want: Evaluation{Outcome: Approved, Approval: &once5, Consume: true, ApprovalsChanged: true,
+				NewApprovals: `[{"apiVersion":"v1","kind":"Secret","name":"s","mode":"always"}]`,
+				Pruned:       []Approval{staleOnce, staleGen}},
+		},
+		{
+			name: "generation not consumed", approvals: []Approval{gen5},
+			want: Evaluation{Outcome: Approved, Approval: &gen5},
+		},
+		{
+			name: "generation with stale pruned", approvals: []Approval{gen5, staleOnce},
+			want: Evaluation{Outcome: Approved, Approval: &gen5, ApprovalsChanged: true,
+				NewApprovals: `[{"apiVersion":"apps/v1","kind":"ReplicaSet","name":"web-1","generation":5,"mode":"generation"}]`,
+				Pruned:       []Approval{staleOnce}},
+		},
+		{
+			name: "always", approvals: []Approval{always},
+			want: Evaluation{Outcome: Approved, Approval: &always},
+		},
+		{
+			name: "only stale approvals: not approved, pruned", approvals: []Approval{staleOnce, staleGen},
+			want: Evaluation{Outcome: NotApproved, ApprovalsChanged: true, NewApprovals: "", Pruned: []Approval{staleOnce, staleGen}},
+		},
+		{
+			name: "rejection beats approval", approvals: []Approval{always}, rejections: []Rejection{rej},
+			want: Evaluation{Outcome: Rejected, Rejection: &rej},
+		},
+		{
+			name: "rejection for current generation", rejections: []Rejection{rej4, rej5},
+			want: Evaluation{Outcome: Rejected, Rejection: &rej5},
+		},
+		{
+			name: "rejection for old generation inactive", approvals: []Approval{once5}, rejections: []Rejection{rej4},
+			want: Evaluation{Outcome: Approved, Approval: &once5, Consume: true, ApprovalsChanged: true},
+		},
+		{
+			name: "malformed rejections reject", approvals: []Approval{always}, malformed: true,
+			want: Evaluation{Outcome: Rejected, RejectionsMalformed: true, Rejection: &Rejection{APIVersion: "apps/v1", Kind: "ReplicaSet", Name: "web-1",
+				Reason: "the parent's kausality.io/rejections annotation is malformed; every child counts as rejected until it is fixed"}},
+		},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			got := Evaluate(tt.approvals, tt.rejections, tt.malformed, rs, 5)
+			if !reflect.DeepEqual(got, tt.want) {
+				t.Errorf("got  %+v\nwant %+v", got, tt.want)
+			}
+		})
+	}
+}
+
+func TestConsumeKeepsOtherOnce(t *testing.T) {
+	a := Approval{APIVersion: "apps/v1", Kind: "ReplicaSet", Name: "web-1", Generation: 5}
+	b := Approval{APIVersion: "apps/v1", Kind: "ReplicaSet", Name: "web-1", Generation: 5}
+	v, pruned := Consume([]Approval{a, b}, 0, 5)
+	if v != `[{"apiVersion":"apps/v1","kind":"ReplicaSet","name":"web-1","generation":5}]` || pruned != nil {
+		t.Errorf("got %s %v", v, pruned)
+	}
+}
+
+func TestPruneValue(t *testing.T) {
+	v := `[{"apiVersion":"v1","kind":"ConfigMap","name":"c","generation":3},{"apiVersion":"v1","kind":"Secret","name":"s","mode":"always"}]`
+	nv, pruned, changed := PruneValue(v, 4)
+	if !changed || nv != `[{"apiVersion":"v1","kind":"Secret","name":"s","mode":"always"}]` || len(pruned) != 1 {
+		t.Errorf("got %q %v %v", nv, pruned, changed)
+	}
+	if _, _, changed := PruneValue(v, 3); changed {
+		t.Error("nothing stale at generation 3")
+	}
+	if nv, _, changed := PruneValue("{broken", 9); changed || nv != "{broken" {
+		t.Error("malformed value must be left alone")
+	}
+}
+
+func TestSuggest(t *testing.T) {
+	cur := []Approval{
+		{APIVersion: "v1", Kind: "ConfigMap", Name: "old", Generation: 2},
+		{APIVersion: "v1", Kind: "Secret", Name: "s", Mode: Always},
+	}
+	a, v := Suggest(cur, rs, "example.com/v1", "Cluster", 5)
+	if want := (Approval{APIVersion: "apps/v1", Kind: "ReplicaSet", Name: "web-1", Generation: 5, Mode: Once}); a != want {
+		t.Errorf("suggestion %+v", a)
+	}
+	if want := `[{"apiVersion":"v1","kind":"Secret","name":"s","mode":"always"},{"apiVersion":"apps/v1","kind":"ReplicaSet","name":"web-1","generation":5,"mode":"once"}]`; v != want {
+		t.Errorf("value %s", v)
+	}
+	a, _ = Suggest(nil, rs, "apps/v1", "Deployment", 5)
+	if a.Generation != 6 {
+		t.Errorf("Deployment suggestion must name the next generation, got %d", a.Generation)
+	}
+	for _, tt := range []struct {
+		av, kind string
+		want     int64
+	}{{"apps/v1", "Deployment", 8}, {"extensions/v1beta1", "Deployment", 8}, {"example.com/v1", "Deployment", 7}, {"apps/v1", "StatefulSet", 7}} {
+		if got := SuggestedGeneration(tt.av, tt.kind, 7); got != tt.want {
+			t.Errorf("SuggestedGeneration(%s %s) = %d", tt.av, tt.kind, got)
+		}
+	}
+}

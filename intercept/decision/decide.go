@@ -1,0 +1,529 @@
+// Package decision is the drift decision engine: given one intercepted
+// write and a snapshot of its parent, it decides Allow or Deny, why, and
+// which annotations to write. It is pure: no I/O, no clocks (Input.Now), no
+// client calls. Shadow mode is the caller's: it forwards the request
+// unchanged and logs the Decision.
+//
+// Order of decision:
+//
+//	status subresource write                      → StatusWrite (record controller, phase)
+//	no desired-state change (metadata/status)     → NoDesiredChange (protect annotations)
+//	no controller owner                           → NoParent (new trace)
+//	parent deletionTimestamp                      → ParentDeleting
+//	parent not initialized                        → ParentInitializing
+//	parent frozen                                 → Frozen (Deny, any actor, any mode)
+//	controller unknown (user-hash, ambiguous)     → ControllerUnknown (lenient)
+//	not the parent's controller                   → NewOrigin (new trace)
+//	controller, parent gen != obsGen              → Expected (trace hop)
+//	controller, gen == obsGen (drift):
+//	  matching rejection / malformed rejections   → DriftRejected (Deny in every mode)
+//	  valid approval                              → DriftApproved (trace hop, consume once)
+//	  otherwise                                   → DriftUnapproved (enforce: Deny; log: Allow + warning)
+package decision
+
+import (
+	"strconv"
+	"time"
+
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+
+	"github.com/kausality-io/kausality-proxy/intercept/annotations"
+	"github.com/kausality-io/kausality-proxy/intercept/approval"
+	"github.com/kausality-io/kausality-proxy/intercept/controllerid"
+	"github.com/kausality-io/kausality-proxy/intercept/lifecycle"
+	"github.com/kausality-io/kausality-proxy/intercept/trace"
+)
+
+// decider carries the per-call state.
+type decider struct {
+	in       Input
+	d        *Decision
+	now      time.Time
+	oldAnn   map[string]string
+	newAnn   map[string]string
+	parAnn   map[string]string
+	userHash string
+	parent   ObjectRef
+	ident    *controllerid.Identity
+}
+
+// Decide decides one intercepted write.
+func Decide(in Input) Decision {
+	d := Decision{Result: Allow}
+	x := &decider{in: in, d: &d, now: in.Now}
+	if x.now.IsZero() {
+		x.now = time.Now()
+	}
+	x.oldAnn = annotationsOf(in.OldObject)
+	x.newAnn = annotationsOf(in.NewObject)
+
+	d.Child = x.childRef()
+	var name, uid string
+	if in.User != nil {
+		name, uid = in.User.GetName(), in.User.GetUID()
+	}
+	x.userHash = controllerid.Hash(controllerid.UserIdentifier(name, uid))
+	d.Actor = Actor{User: name, UserHash: x.userHash, FieldManager: in.FieldManager}
+
+	x.decide()
+
+	if d.Result == Deny {
+		d.ChildAnnotations, d.Trace, d.TraceOrigin = nil, "", false
+		d.ParentWrites, d.ApprovalsUpdate, d.ConsumeOnce = nil, nil, false
+	}
+	if in.DryRun {
+		d.ParentWrites, d.ApprovalsUpdate, d.ConsumeOnce, d.Report = nil, nil, false, ReportNone
+	}
+	return d
+}
+
+func (x *decider) childRef() ObjectRef {
+	c := x.in.Child
+	obj := x.in.NewObject
+	if obj == nil {
+		obj = x.in.OldObject
+	}
+	if obj != nil {
+		if c.APIVersion == "" {
+			c.APIVersion = obj.GetAPIVersion()
+		}
+		if c.Kind == "" {
+			c.Kind = obj.GetKind()
+		}
+		if c.Namespace == "" {
+			c.Namespace = obj.GetNamespace()
+		}
+		if c.Name == "" {
+			c.Name = obj.GetName()
+		}
+		if c.Name == "" {
+			c.Name = obj.GetGenerateName()
+		}
+	}
+	return c
+}
+
+func annotationsOf(obj *unstructured.Unstructured) map[string]string {
+	if obj == nil {
+		return nil
+	}
+	meta, _ := obj.Object["metadata"].(map[string]interface{})
+	raw, _ := meta["annotations"].(map[string]interface{})
+	if len(raw) == 0 {
+		return nil
+	}
+	out := make(map[string]string, len(raw))
+	for k, v := range raw {
+		if s, ok := v.(string); ok {
+			out[k] = s
+		}
+	}
+	return out
+}
+
+func (x *decider) warn(w annotations.Warning, object string) {
+	w.Object = object
+	x.d.Warnings = append(x.d.Warnings, w.String())
+}
+
+func (x *decider) warns(ws []annotations.Warning, object string) {
+	for _, w := range ws {
+		x.warn(w, object)
+	}
+}
+
+func (x *decider) identify() controllerid.Identity {
+	if x.ident != nil {
+		return *x.ident
+	}
+	updaters := controllerid.ParseHashes(x.oldAnn[annotations.Updaters])
+	id := controllerid.Identify(x.in.Parent, x.in.FieldManager, x.userHash, updaters)
+	x.ident = &id
+	a := &x.d.Actor
+	a.IsController, a.Determined, a.Method = id.IsController, id.Determined, id.Method
+	a.ControllerManagers, a.Reason = id.Managers, id.Reason
+	if id.Err != nil {
+		x.d.Warnings = append(x.d.Warnings, "kausality: cannot parse managedFields of parent "+x.parent.String()+": "+id.Err.Error())
+	}
+	return id
+}
+
+func (x *decider) isController() bool {
+	if x.in.Parent == nil {
+		return false
+	}
+	id := x.identify()
+	return id.Determined && id.IsController
+}
+
+func (x *decider) decide() {
+	in, d := x.in, x.d
+	if in.StatusWrite {
+		x.statusWrite()
+		return
+	}
+	if in.Parent != nil {
+		x.parAnn = annotationsOf(in.Parent)
+		x.parent = RefOf(in.Parent)
+		d.Parent = x.parentInfo()
+	}
+
+	changed := in.DesiredChanged || in.Operation == Create || in.Operation == Delete
+	if !changed {
+		d.Category = NoDesiredChange
+		d.Reason = "no desired-state change (only metadata and/or status)"
+		if kausalityDiffers(x.oldAnn, x.newAnn) {
+			var out map[string]string
+			if x.isController() {
+				out = ComputeAnnotationsForController(x.oldAnn, x.newAnn, false, "", "")
+			} else {
+				out = ComputeAnnotationsForUser(x.oldAnn, x.newAnn, false, "", "")
+			}
+			d.ChildAnnotations = diffAnnotations(x.newAnn, out)
+		}
+		return
+	}
+
+	if in.Parent == nil {
+		d.Category = NoParent
+		d.Reason = "no controller owner reference: new causal origin"
+		x.writeChild(false, false)
+		return
+	}
+
+	d.Mode, d.ModeSource = x.resolveMode()
+
+	lc := in.Lifecycle.Detect(in.Parent)
+	d.Parent.Phase, d.Parent.PhaseReason = lc.Phase, lc.Reason
+	controller := x.isController()
+	reconciling := x.reconciling()
+	switch lc.Phase {
+	case lifecycle.Deleting:
+		d.Category = ParentDeleting
+		d.Reason = "parent is being deleted (cleanup)"
+		x.writeChild(controller, controller && reconciling)
+		return
+	case lifecycle.Initializing:
+		d.Category = ParentInitializing
+		d.Reason = "parent is initializing (" + lc.Reason + ")"
+		x.writeChild(controller, controller && reconciling)
+		return
+	}
+
+	fz, w := annotations.ParseFreeze(x.parAnn[annotations.Freeze])
+	if w != nil {
+		x.warn(*w, "parent "+x.parent.String())
+	}
+	if fz != nil {
+		d.Result, d.Category, d.Freeze = Deny, Frozen, fz
+		d.Reason = "parent is " + fz.String()
+		x.frozenMessage(fz)
+		return
+	}
+	if lc.Persist {
+		x.addParentWrite(x.parent, annotations.Phase, annotations.PhaseInitialized,
+			"persist lifecycle high-water mark ("+lc.Reason+")")
+	}
+
+	id := x.identify()
+	switch {
+	case !id.Determined:
+		d.Category = ControllerUnknown
+		d.Reason = id.Reason + " (lenient: no drift check)"
+		x.writeChild(false, false)
+		return
+	case !id.IsController:
+		d.Category = NewOrigin
+		d.Reason = "not the parent's controller: " + id.Reason
+		x.writeChild(false, false)
+		return
+	case reconciling:
+		d.Category = Expected
+		if d.Parent.ObservedGenerationSource == "" {
+			d.Reason = "parent reports no observedGeneration: cannot tell drift, treated as expected"
+		} else {
+			d.Reason = "expected: parent generation " + itoa(d.Parent.Generation) + " != observedGeneration " + itoa(d.Parent.ObservedGeneration)
+		}
+		x.pruneApprovals()
+		x.writeChild(true, true)
+		return
+	}
+	x.drift()
+}
+
+// reconciling: the parent's generation differs from its observed one (or
+// nothing reports an observed generation).
+func (x *decider) reconciling() bool {
+	p := x.d.Parent
+	return p.ObservedGenerationSource == "" || p.Generation != p.ObservedGeneration
+}
+
+func (x *decider) parentInfo() *ParentInfo {
+	p := x.in.Parent
+	info := &ParentInfo{Ref: x.parent, UID: string(p.GetUID()), ResourceVersion: p.GetResourceVersion(), Generation: p.GetGeneration()}
+	if g, src, ok := lifecycle.ObservedGeneration(p); ok {
+		info.ObservedGeneration, info.ObservedGenerationSource = g, src
+	}
+	return info
+}
+
+func (x *decider) resolveMode() (Mode, ModeSource) {
+	type level struct {
+		value, object string
+		src           ModeSource
+	}
+	levels := [...]level{
+		{x.oldAnn[annotations.Mode], "child " + x.d.Child.String() + " (stored)", ModeFromObject},
+		{x.in.Mode.Namespace, "namespace " + x.d.Child.Namespace, ModeFromNamespace},
+		{x.in.Mode.Controller, "per-controller config", ModeFromController},
+		{string(x.in.Mode.Default), "default mode", ModeFromDefault},
+	}
+	for _, l := range levels {
+		m, set, w := annotations.ParseMode(l.value)
+		if w != nil {
+			if l.src == ModeFromController || l.src == ModeFromDefault {
+				w.Annotation = "mode setting"
+			}
+			x.warn(*w, l.object)
+		}
+		if set {
+			return m, l.src
+		}
+	}
+	return ModeLog, ModeFromDefault
+}
+
+func (x *decider) drift() {
+	d := x.d
+	d.Drift = true
+	parentObj := "parent " + x.parent.String()
+	approvals, aw := annotations.ParseApprovals(x.parAnn[annotations.Approvals])
+	x.warns(aw, parentObj)
+	rejections, rw := annotations.ParseRejections(x.parAnn[annotations.Rejections])
+	if rw != nil {
+		x.warn(*rw, parentObj)
+	}
+	snooze, sw := annotations.ParseSnooze(x.parAnn)
+	if sw != nil {
+		x.warn(*sw, parentObj)
+	}
+	if snooze != nil {
+		d.Snooze = SnoozeState{Snoozed: snooze.ActiveAt(x.now), Until: snooze.Until, Annotation: snooze.Annotation}
+	}
+
+	child := approval.Child{APIVersion: d.Child.APIVersion, Kind: d.Child.Kind, Name: d.Child.Name}
+	gen := d.Parent.Generation
+	ev := approval.Evaluate(approvals, rejections, rw != nil, child, gen)
+	genText := "parent generation " + itoa(gen) + " == observedGeneration " + itoa(d.Parent.ObservedGeneration)
+
+	switch ev.Outcome {
+	case approval.Rejected:
+		d.Result, d.Category, d.Rejection = Deny, DriftRejected, ev.Rejection
+		d.Reason = "drift rejected (" + genText + "): " + ev.Rejection.Reason
+		x.rejectedMessage(ev)
+		return
+
+	case approval.Approved:
+		d.Category, d.Approval = DriftApproved, ev.Approval
+		d.Reason = "drift approved by " + string(ev.Approval.EffectiveMode()) + " approval (" + genText + ")"
+		if ev.Consume {
+			d.ConsumeOnce = true
+			d.ApprovalsUpdate = &ApprovalsUpdate{Target: x.parent, ResourceVersion: d.Parent.ResourceVersion,
+				Old: x.parAnn[annotations.Approvals], New: ev.NewApprovals, Consumed: *ev.Approval, Pruned: ev.Pruned}
+		} else if ev.ApprovalsChanged {
+			x.setApprovalsSideWrite(ev.NewApprovals, len(ev.Pruned))
+		}
+		d.Report = ReportResolved
+		x.writeChild(true, true)
+		return
+	}
+
+	sugg, suggValue := approval.Suggest(approvals, child, x.parent.APIVersion, x.parent.Kind, gen)
+	d.Suggested = &sugg
+	d.Category = DriftUnapproved
+	enforce := d.Mode == ModeEnforce
+	x.unapprovedMessage(sugg, suggValue, enforce)
+	if !d.Snooze.Snoozed {
+		d.Report = ReportDetected
+	}
+	if enforce {
+		d.Result = Deny
+		d.Reason = "drift without approval (" + genText + "), enforce mode (" + string(d.ModeSource) + ")"
+		return
+	}
+	d.Reason = "drift without approval (" + genText + "), allowed in log mode (" + string(d.ModeSource) + ")"
+	d.Warnings = append(d.Warnings, x.logModeWarning(sugg))
+	if ev.ApprovalsChanged {
+		x.setApprovalsSideWrite(ev.NewApprovals, len(ev.Pruned))
+	}
+	// Unapproved drift starts a new causal chain at this write.
+	x.writeChild(true, false)
+}
+
+// pruneApprovals schedules removal of stale approvals (Expected path).
+// Malformed approvals are left alone here; the drift path warns about them.
+func (x *decider) pruneApprovals() {
+	v := x.parAnn[annotations.Approvals]
+	if v == "" {
+		return
+	}
+	if nv, pruned, changed := approval.PruneValue(v, x.d.Parent.Generation); changed {
+		x.setApprovalsSideWrite(nv, len(pruned))
+	}
+}
+
+func (x *decider) setApprovalsSideWrite(value string, pruned int) {
+	x.addParentWrite(x.parent, annotations.Approvals, value,
+		"prune "+strconv.Itoa(pruned)+" stale approval(s): parent generation is "+itoa(x.d.Parent.Generation))
+}
+
+// addParentWrite adds an annotation change for target; value "" removes.
+func (x *decider) addParentWrite(target ObjectRef, key, value, reason string) {
+	d := x.d
+	var sw *SideWrite
+	for i := range d.ParentWrites {
+		if d.ParentWrites[i].Target == target {
+			sw = &d.ParentWrites[i]
+		}
+	}
+	if sw == nil {
+		d.ParentWrites = append(d.ParentWrites, SideWrite{Target: target})
+		sw = &d.ParentWrites[len(d.ParentWrites)-1]
+	}
+	if value == "" {
+		sw.Remove = append(sw.Remove, key)
+	} else {
+		if sw.Set == nil {
+			sw.Set = map[string]string{}
+		}
+		sw.Set[key] = value
+	}
+	sw.Reasons = append(sw.Reasons, reason)
+}
+
+// writeChild computes the child's annotations for an allowed write with a
+// desired-state change. controller selects the controller compute function;
+// extend makes the trace a hop on the parent's trace instead of an origin.
+func (x *decider) writeChild(controller, extend bool) {
+	in, d := x.in, x.d
+	if in.Operation == Delete || in.NewObject == nil {
+		return
+	}
+	labelsFrom := x.newAnn
+	if controller {
+		labelsFrom = x.oldAnn
+	}
+	hop := trace.Hop{
+		APIVersion: d.Child.APIVersion,
+		Kind:       d.Child.Kind,
+		Name:       d.Child.Name,
+		Generation: x.hopGeneration(),
+		User:       d.Actor.User,
+		Timestamp:  x.now,
+		Labels:     trace.Labels(labelsFrom),
+	}
+	var tr string
+	if extend {
+		var err error
+		tr, err = trace.Extend(x.parAnn[annotations.Trace], &hop)
+		if err != nil {
+			x.warn(annotations.Warning{Annotation: annotations.Trace, Err: err, Effect: "trace restarted at this object"},
+				"parent "+x.parent.String())
+		}
+	} else {
+		tr = trace.Origin(&hop)
+	}
+	d.Trace, d.TraceOrigin = tr, !extend
+	updaters, _ := controllerid.AddHashValue(x.oldAnn[annotations.Updaters], x.userHash)
+	var out map[string]string
+	if controller {
+		out = ComputeAnnotationsForController(x.oldAnn, x.newAnn, true, tr, updaters)
+	} else {
+		out = ComputeAnnotationsForUser(x.oldAnn, x.newAnn, true, tr, updaters)
+	}
+	d.ChildAnnotations = diffAnnotations(x.newAnn, out)
+}
+
+// hopGeneration predicts the child's generation after the write: 1 on
+// CREATE; stored+1 on an UPDATE that changes the desired state.
+func (x *decider) hopGeneration() int64 {
+	switch x.in.Operation {
+	case Create:
+		return 1
+	case Delete:
+		if x.in.OldObject != nil {
+			return x.in.OldObject.GetGeneration()
+		}
+		return 0
+	}
+	if x.in.OldObject != nil && x.in.OldObject.GetGeneration() > 0 {
+		return x.in.OldObject.GetGeneration() + 1
+	}
+	return x.in.NewObject.GetGeneration()
+}
+
+// statusWrite: a status-subresource write records, on the written object
+// itself, the writer as controller (user-hash fallback, only when the
+// object has no managedFields owner of status.observedGeneration and the
+// write does not set it), the lifecycle high-water mark, and the observed
+// generation for objects that do not report one.
+func (x *decider) statusWrite() {
+	in, d := x.in, x.d
+	d.Category = StatusWrite
+	d.Reason = "status subresource write: records controller identity and lifecycle only"
+	target := d.Child
+	stored := x.oldAnn
+	if in.OldObject == nil {
+		stored = x.newAnn
+	}
+	obj := in.NewObject
+	if obj == nil {
+		obj = in.OldObject
+	}
+	if obj == nil {
+		return
+	}
+	managers, _ := controllerid.ObservedGenerationManagers(in.OldObject)
+	_, setsObsGen := lifecycle.StatusObservedGeneration(in.NewObject)
+	if len(managers) == 0 && !setsObsGen {
+		if v, changed := controllerid.AddHashValue(stored[annotations.Controllers], x.userHash); changed {
+			x.addParentWrite(target, annotations.Controllers, v, "record status writer "+d.Actor.User+" as controller")
+		}
+	}
+	if stored[annotations.Phase] != annotations.PhaseInitialized {
+		if lc := in.Lifecycle.Detect(obj); lc.Phase == lifecycle.Initialized && lc.Persist {
+			x.addParentWrite(target, annotations.Phase, annotations.PhaseInitialized,
+				"persist lifecycle high-water mark ("+lc.Reason+")")
+		}
+	}
+	if !lifecycle.HasStatusObservedGeneration(obj) {
+		gen := obj.GetGeneration()
+		if in.OldObject != nil {
+			gen = in.OldObject.GetGeneration()
+		}
+		if g := itoa(gen); gen > 0 && stored[annotations.ObservedGeneration] != g {
+			x.addParentWrite(target, annotations.ObservedGeneration, g, "record observed generation (no status.observedGeneration)")
+		}
+	}
+}
+
+// kausalityDiffers reports whether the kausality annotations of a and b differ.
+func kausalityDiffers(a, b map[string]string) bool {
+	for k, v := range a {
+		if annotations.IsKausality(k) {
+			if w, ok := b[k]; !ok || w != v {
+				return true
+			}
+		}
+	}
+	for k := range b {
+		if annotations.IsKausality(k) {
+			if _, ok := a[k]; !ok {
+				return true
+			}
+		}
+	}
+	return false
+}
+
+func itoa(i int64) string { return strconv.FormatInt(i, 10) }

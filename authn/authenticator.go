@@ -23,9 +23,9 @@ import (
 	tokencache "k8s.io/apiserver/pkg/authentication/token/cache"
 	"k8s.io/apiserver/pkg/authorization/authorizer"
 	"k8s.io/apiserver/pkg/server/dynamiccertificates"
+	tokenwebhook "k8s.io/apiserver/plugin/pkg/authenticator/token/webhook"
 	authzwebhook "k8s.io/apiserver/plugin/pkg/authorizer/webhook"
 	authzmetrics "k8s.io/apiserver/plugin/pkg/authorizer/webhook/metrics"
-	tokenwebhook "k8s.io/apiserver/plugin/pkg/authenticator/token/webhook"
 	authenticationv1client "k8s.io/client-go/kubernetes/typed/authentication/v1"
 	authorizationv1client "k8s.io/client-go/kubernetes/typed/authorization/v1"
 )

@@ -1,22 +1,116 @@
 // Package intercept decides about writes. The proxy hands every request to
 // Interceptor.Wrap; reads and non-targeted writes go straight to the
-// forwarder, intercepted writes are decoded, judged and then forwarded
-// (possibly mutated) or rejected.
+// forwarder. Intercepted writes are read, decoded, turned into the effective
+// new object, judged by the decision engine (intercept/decision) and then
+// forwarded (possibly with annotations added) or rejected with a Status.
+//
+// Which writes are intercepted (see classify.go):
+//   - create, update, patch and delete of resources the rules target;
+//   - status-subresource writes, only to record controller identity and the
+//     lifecycle phase on the written object (never denied);
+//   - /scale writes, as writes of spec.replicas of the scaled object;
+//   - not intercepted, forwarded untouched: deletecollection (the apiserver
+//     expands it server-side; gating it would need a list per request),
+//     every other subresource (eviction, binding, token, ephemeralcontainers,
+//     resize, ...), and reads.
+//
+// dryRun=All is decided like any write, the decision is returned in Warning
+// headers, and nothing is consumed, written or reported.
 package intercept
 
-import "net/http"
+import (
+	"net/http"
+	"time"
+
+	"go.uber.org/zap"
+	"k8s.io/client-go/dynamic"
+
+	"github.com/kausality-io/kausality-proxy/intercept/decision"
+	"github.com/kausality-io/kausality-proxy/intercept/objects"
+	"github.com/kausality-io/kausality-proxy/intercept/rules"
+)
 
 // ErrorWriter writes an error as a metav1.Status. The proxy owns the wire
 // format; intercept only decides which error to send.
 type ErrorWriter func(w http.ResponseWriter, err error)
 
-// Interceptor holds what write interception needs across requests.
-type Interceptor struct{}
+// FailurePolicy says what happens to a write whose parent cannot be read.
+type FailurePolicy string
 
-// New returns an Interceptor.
-func New() *Interceptor { return &Interceptor{} }
+// Failure policies.
+const (
+	FailurePolicyFail   FailurePolicy = "Fail"
+	FailurePolicyIgnore FailurePolicy = "Ignore"
+)
+
+// FieldManager is the field manager of the proxy's own writes (approval
+// reservations, controller identity, phase).
+const FieldManager = "kausality-proxy"
+
+// Config configures an Interceptor.
+type Config struct {
+	// Objects reads parents, stored children and namespaces.
+	Objects *objects.Store
+	// Writer makes the proxy's own writes to parents, with the proxy's
+	// credentials.
+	Writer dynamic.Interface
+	// Rules returns the current targeting rules (the config file may
+	// change them at run time). nil means rules.Default().
+	Rules func() rules.Rules
+	// DefaultMode is --default-mode.
+	DefaultMode decision.Mode
+	// FailurePolicy is --failure-policy.
+	FailurePolicy FailurePolicy
+	// MaxBodyBytes bounds the body of an intercepted write (413 above).
+	MaxBodyBytes int64
+	// Log receives one decision line per intercepted write.
+	Log *zap.Logger
+	// SideWriteTimeout bounds each write the proxy makes after a
+	// successful request.
+	SideWriteTimeout time.Duration
+}
+
+// Interceptor holds what write interception needs across requests.
+type Interceptor struct {
+	cfg Config
+}
+
+// New returns an Interceptor. A nil Objects store makes it a pass-through:
+// nothing is intercepted.
+func New(cfg Config) *Interceptor {
+	if cfg.Rules == nil {
+		def := rules.Default()
+		cfg.Rules = func() rules.Rules { return def }
+	}
+	if cfg.Log == nil {
+		cfg.Log = zap.NewNop()
+	}
+	if cfg.MaxBodyBytes <= 0 {
+		cfg.MaxBodyBytes = 3 * 1024 * 1024
+	}
+	if cfg.DefaultMode == "" {
+		cfg.DefaultMode = decision.ModeLog
+	}
+	if cfg.FailurePolicy == "" {
+		cfg.FailurePolicy = FailurePolicyFail
+	}
+	if cfg.SideWriteTimeout <= 0 {
+		cfg.SideWriteTimeout = 10 * time.Second
+	}
+	return &Interceptor{cfg: cfg}
+}
 
 // Wrap returns the handler the proxy chain calls in place of forward.
 func (i *Interceptor) Wrap(forward http.Handler, writeError ErrorWriter) http.Handler {
-	return forward
+	if i == nil || i.cfg.Objects == nil {
+		return forward
+	}
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		write, ok := i.classify(r)
+		if !ok {
+			forward.ServeHTTP(w, r)
+			return
+		}
+		i.serveWrite(w, r, write, forward, writeError)
+	})
 }

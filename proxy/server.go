@@ -15,11 +15,14 @@ import (
 	"k8s.io/apiserver/pkg/endpoints/request"
 	"k8s.io/apiserver/pkg/server"
 	"k8s.io/apiserver/pkg/server/dynamiccertificates"
+	"k8s.io/client-go/dynamic"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/rest"
 
 	"github.com/kausality-io/kausality-proxy/authn"
 	"github.com/kausality-io/kausality-proxy/intercept"
+	"github.com/kausality-io/kausality-proxy/intercept/decision"
+	"github.com/kausality-io/kausality-proxy/intercept/objects"
 )
 
 // Config is everything the server needs, resolved from Options.
@@ -35,6 +38,9 @@ type Config struct {
 	RequestTimeout        time.Duration
 	ShutdownTimeout       time.Duration
 	UpstreamProbeInterval time.Duration
+
+	// stopBackground ends background work tied to the config (informers).
+	stopBackground context.CancelFunc
 }
 
 // CompletedConfig can only be made by Complete, so New never sees a
@@ -59,7 +65,6 @@ func (o *Options) Config(log *zap.Logger) (*Config, error) {
 		RequestTimeout:        o.RequestTimeout,
 		ShutdownTimeout:       o.ShutdownTimeout,
 		UpstreamProbeInterval: o.UpstreamProbeInterval,
-		Interceptor:           intercept.New(),
 	}
 	if err := o.SecureServing.ApplyTo(&cfg.Serving); err != nil {
 		return nil, fmt.Errorf("secure serving: %w", err)
@@ -96,6 +101,22 @@ func (o *Options) Config(log *zap.Logger) (*Config, error) {
 		return nil, fmt.Errorf("authentication: %w", err)
 	}
 
+	dyn, err := dynamic.NewForConfig(upstream)
+	if err != nil {
+		return nil, fmt.Errorf("upstream dynamic client: %w", err)
+	}
+	// Informers of the object store live as long as the server.
+	storeCtx, stopStore := context.WithCancel(context.Background())
+	cfg.stopBackground = stopStore
+	cfg.Interceptor = intercept.New(intercept.Config{
+		Objects:       objects.New(storeCtx, client.Discovery(), dyn),
+		Writer:        dyn,
+		DefaultMode:   decision.Mode(o.DefaultMode),
+		FailurePolicy: intercept.FailurePolicy(o.FailurePolicy),
+		MaxBodyBytes:  o.MaxRequestBodyBytes,
+		Log:           log.Named("intercept"),
+	})
+
 	cfg.MetricsListener = o.MetricsListener
 	if cfg.MetricsListener == nil {
 		cfg.MetricsListener, err = net.Listen("tcp", o.MetricsBindAddress)
@@ -112,7 +133,10 @@ func (c *Config) Complete() CompletedConfig {
 		c.Log = zap.NewNop()
 	}
 	if c.Interceptor == nil {
-		c.Interceptor = intercept.New()
+		c.Interceptor = intercept.New(intercept.Config{})
+	}
+	if c.stopBackground == nil {
+		c.stopBackground = func() {}
 	}
 	if c.UpstreamProbeInterval <= 0 {
 		c.UpstreamProbeInterval = 2 * time.Second
@@ -143,6 +167,7 @@ type Server struct {
 	requestTimeout  time.Duration
 	shutdownTimeout time.Duration
 	shuttingDown    atomic.Bool
+	stopBackground  context.CancelFunc
 }
 
 // New builds the server from a completed config.
@@ -169,6 +194,7 @@ func (c CompletedConfig) New() (*Server, error) {
 		longRunning:     newLongRunningCheck(),
 		requestTimeout:  c.RequestTimeout,
 		shutdownTimeout: c.ShutdownTimeout,
+		stopBackground:  c.stopBackground,
 	}, nil
 }
 
@@ -193,6 +219,7 @@ func (s *Server) MetricsAddr() net.Addr { return s.metricsListener.Addr() }
 func (s *Server) Run(ctx context.Context) error {
 	probeCtx, stopProbe := context.WithCancel(context.Background())
 	defer stopProbe()
+	defer s.stopBackground()
 	go s.probe.run(probeCtx)
 
 	metricsServer := &http.Server{Handler: s.metricsMux(), ReadHeaderTimeout: 10 * time.Second}

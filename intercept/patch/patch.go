@@ -278,15 +278,26 @@ func interpretStrategicMergePatchError(err error) error {
 	case errors.Is(err, mergepatch.ErrBadJSONDoc), errors.Is(err, mergepatch.ErrBadPatchFormatForPrimitiveList),
 		errors.Is(err, mergepatch.ErrBadPatchFormatForRetainKeys), errors.Is(err, mergepatch.ErrBadPatchFormatForSetElementOrderList),
 		errors.Is(err, mergepatch.ErrUnsupportedStrategicMergePatchFormat):
-		return apierrors.NewBadRequest("the strategic merge patch is malformed: " + err.Error())
+		return apierrors.NewBadRequest("the strategic merge patch is malformed: " + truncate(err.Error()))
 	case errors.Is(err, mergepatch.ErrNoListOfLists), errors.Is(err, mergepatch.ErrPatchContentNotMatchRetainKeys):
 		return &apierrors.StatusError{ErrStatus: metav1.Status{Status: metav1.StatusFailure, Code: http.StatusUnprocessableEntity,
-			Reason: metav1.StatusReasonInvalid, Message: "the strategic merge patch cannot be applied: " + err.Error()}}
+			Reason: metav1.StatusReasonInvalid, Message: "the strategic merge patch cannot be applied: " + truncate(err.Error())}}
 	}
 	// kube-apiserver returns these raw, i.e. as a 500 (e.g. "unable to find
 	// api field in struct ... for the json field ..." is 500 there). They are
 	// all caused by the patch's shape, so we answer 400.
-	return apierrors.NewBadRequest("the strategic merge patch cannot be applied: " + err.Error())
+	return apierrors.NewBadRequest("the strategic merge patch cannot be applied: " + truncate(err.Error()))
+}
+
+// maxMessage bounds error messages that may embed whole objects (several
+// strategicpatch errors print the original and the patch).
+const maxMessage = 300
+
+func truncate(s string) string {
+	if len(s) <= maxMessage {
+		return s
+	}
+	return s[:maxMessage] + fmt.Sprintf("... (%d more characters)", len(s)-maxMessage)
 }
 
 // keepKind restores apiVersion/kind a patch removed (kube-apiserver decodes

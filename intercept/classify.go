@@ -1,0 +1,110 @@
+package intercept
+
+import (
+	"bytes"
+	"net/http"
+	"strings"
+	"unicode"
+	"unicode/utf8"
+
+	"k8s.io/apimachinery/pkg/runtime/schema"
+	"k8s.io/apiserver/pkg/endpoints/request"
+
+	"github.com/kausality-io/kausality-proxy/intercept/decision"
+)
+
+// subresourceKind says how a write to a subresource is treated.
+type subresourceKind int
+
+const (
+	// mainResource: the object itself.
+	mainResource subresourceKind = iota
+	// statusSubresource: recorded (controller identity, phase), never gated.
+	statusSubresource
+	// scaleSubresource: a write of spec.replicas of the scaled object.
+	scaleSubresource
+)
+
+// write is a classified, intercepted write.
+type write struct {
+	info         *request.RequestInfo
+	gvr          schema.GroupVersionResource
+	verb         string
+	op           decision.Operation
+	sub          subresourceKind
+	dryRun       bool
+	fieldManager string
+}
+
+// classify reports whether r is an intercepted write, and what kind.
+func (i *Interceptor) classify(r *http.Request) (*write, bool) {
+	info, ok := request.RequestInfoFrom(r.Context())
+	if !ok || !info.IsResourceRequest {
+		return nil, false
+	}
+	w := &write{
+		info: info,
+		gvr:  schema.GroupVersionResource{Group: info.APIGroup, Version: info.APIVersion, Resource: info.Resource},
+		verb: info.Verb,
+	}
+	switch info.Verb {
+	case "create":
+		w.op = decision.Create
+	case "update", "patch":
+		w.op = decision.Update
+	case "delete":
+		w.op = decision.Delete
+	default:
+		// Reads, watches and deletecollection pass through.
+		return nil, false
+	}
+	switch info.Subresource {
+	case "":
+		w.sub = mainResource
+	case "status":
+		if w.op == decision.Delete || w.op == decision.Create {
+			return nil, false
+		}
+		w.sub = statusSubresource
+	case "scale":
+		if w.op != decision.Update {
+			return nil, false
+		}
+		w.sub = scaleSubresource
+	default:
+		return nil, false
+	}
+	if !i.cfg.Rules().Targets(info.APIGroup, info.Resource, info.Namespace) {
+		return nil, false
+	}
+	q := r.URL.Query()
+	for _, v := range q["dryRun"] {
+		if v == "All" {
+			w.dryRun = true
+		}
+	}
+	w.fieldManager = q.Get("fieldManager")
+	if w.fieldManager == "" {
+		w.fieldManager = defaultFieldManager(r.UserAgent())
+	}
+	return w, true
+}
+
+// defaultFieldManager mirrors kube-apiserver: without a fieldManager
+// parameter, the manager is the User-Agent up to the first "/", printable
+// characters only, at most 128 bytes ("kube-controller-manager" for
+// "kube-controller-manager/v1.35.4 (linux/amd64) ...").
+func defaultFieldManager(userAgent string) string {
+	prefix, _, _ := strings.Cut(userAgent, "/")
+	var buf bytes.Buffer
+	for _, r := range prefix {
+		if !unicode.IsPrint(r) {
+			continue
+		}
+		if buf.Len()+utf8.RuneLen(r) > 128 {
+			break
+		}
+		buf.WriteRune(r)
+	}
+	return buf.String()
+}

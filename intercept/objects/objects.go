@@ -1,0 +1,153 @@
+// Package objects reads the objects a decision needs (parents, the stored
+// child, namespaces) from informer caches that start lazily, one per
+// resource, the first time a decision asks for that resource. A cache miss
+// falls back to a live GET, so a decision never waits for a cache to sync.
+package objects
+
+import (
+	"context"
+	"fmt"
+	"sync"
+	"time"
+
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/api/meta"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/apimachinery/pkg/runtime/schema"
+	"k8s.io/client-go/discovery"
+	"k8s.io/client-go/discovery/cached/memory"
+	"k8s.io/client-go/dynamic"
+	"k8s.io/client-go/dynamic/dynamicinformer"
+	"k8s.io/client-go/informers"
+	"k8s.io/client-go/restmapper"
+	"k8s.io/client-go/tools/cache"
+)
+
+// Source says where an object came from.
+type Source string
+
+const (
+	// FromCache means the informer cache answered; no round trip was made.
+	FromCache Source = "cache"
+	// FromLive means a live GET answered.
+	FromLive Source = "live"
+)
+
+// Store reads objects by GVK or GVR.
+type Store struct {
+	dynamic dynamic.Interface
+	mapper  *restmapper.DeferredDiscoveryRESTMapper
+	resync  time.Duration
+
+	ctx       context.Context
+	mu        sync.Mutex
+	informers map[schema.GroupVersionResource]informers.GenericInformer
+}
+
+// New returns a Store. Informers it starts run until ctx is done.
+func New(ctx context.Context, disc discovery.DiscoveryInterface, dyn dynamic.Interface) *Store {
+	return &Store{
+		dynamic:   dyn,
+		mapper:    restmapper.NewDeferredDiscoveryRESTMapper(memory.NewMemCacheClient(disc)),
+		ctx:       ctx,
+		informers: map[schema.GroupVersionResource]informers.GenericInformer{},
+	}
+}
+
+// Mapping resolves a kind to its resource and scope through discovery (no
+// guessing plurals). An unknown kind resets the discovery cache once, since
+// a CRD may have been installed since.
+func (s *Store) Mapping(gvk schema.GroupVersionKind) (*meta.RESTMapping, error) {
+	m, err := s.mapper.RESTMapping(gvk.GroupKind(), gvk.Version)
+	if meta.IsNoMatchError(err) {
+		s.mapper.Reset()
+		m, err = s.mapper.RESTMapping(gvk.GroupKind(), gvk.Version)
+	}
+	return m, err
+}
+
+// KindFor resolves a resource to its kind.
+func (s *Store) KindFor(gvr schema.GroupVersionResource) (schema.GroupVersionKind, error) {
+	gvk, err := s.mapper.KindFor(gvr)
+	if meta.IsNoMatchError(err) {
+		s.mapper.Reset()
+		gvk, err = s.mapper.KindFor(gvr)
+	}
+	return gvk, err
+}
+
+// GetKind reads namespace/name of kind gvk. For cluster-scoped kinds the
+// namespace is ignored.
+func (s *Store) GetKind(ctx context.Context, gvk schema.GroupVersionKind, namespace, name string) (*unstructured.Unstructured, Source, error) {
+	m, err := s.Mapping(gvk)
+	if err != nil {
+		return nil, "", err
+	}
+	if m.Scope.Name() == meta.RESTScopeNameRoot {
+		namespace = ""
+	}
+	return s.Get(ctx, m.Resource, namespace, name)
+}
+
+// Get reads namespace/name of resource gvr, from the cache when it has
+// synced and holds the object, live otherwise. The returned object is a
+// copy the caller may change.
+func (s *Store) Get(ctx context.Context, gvr schema.GroupVersionResource, namespace, name string) (*unstructured.Unstructured, Source, error) {
+	inf := s.informerFor(gvr)
+	if inf.Informer().HasSynced() {
+		key := name
+		if namespace != "" {
+			key = namespace + "/" + name
+		}
+		obj, exists, err := inf.Informer().GetIndexer().GetByKey(key)
+		if err == nil && exists {
+			if u, ok := obj.(*unstructured.Unstructured); ok {
+				return u.DeepCopy(), FromCache, nil
+			}
+		}
+	}
+	u, err := s.GetLive(ctx, gvr, namespace, name)
+	return u, FromLive, err
+}
+
+// GetLive reads the object from the upstream, bypassing the cache.
+func (s *Store) GetLive(ctx context.Context, gvr schema.GroupVersionResource, namespace, name string) (*unstructured.Unstructured, error) {
+	var ri dynamic.ResourceInterface = s.dynamic.Resource(gvr)
+	if namespace != "" {
+		ri = s.dynamic.Resource(gvr).Namespace(namespace)
+	}
+	return ri.Get(ctx, name, metav1.GetOptions{})
+}
+
+// Synced reports whether the informer for gvr has synced (it is started if
+// it was not).
+func (s *Store) Synced(gvr schema.GroupVersionResource) bool {
+	return s.informerFor(gvr).Informer().HasSynced()
+}
+
+// WaitForSync starts the informer for gvr and waits until it has synced or
+// ctx is done.
+func (s *Store) WaitForSync(ctx context.Context, gvr schema.GroupVersionResource) error {
+	inf := s.informerFor(gvr)
+	if !cache.WaitForCacheSync(ctx.Done(), inf.Informer().HasSynced) {
+		return fmt.Errorf("cache for %s did not sync: %w", gvr, ctx.Err())
+	}
+	return nil
+}
+
+func (s *Store) informerFor(gvr schema.GroupVersionResource) informers.GenericInformer {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if inf, ok := s.informers[gvr]; ok {
+		return inf
+	}
+	inf := dynamicinformer.NewFilteredDynamicInformer(s.dynamic, gvr, metav1.NamespaceAll, s.resync,
+		cache.Indexers{cache.NamespaceIndex: cache.MetaNamespaceIndexFunc}, nil)
+	s.informers[gvr] = inf
+	go inf.Informer().RunWithContext(s.ctx)
+	return inf
+}
+
+// IsNotFound reports whether err means the object does not exist.
+func IsNotFound(err error) bool { return apierrors.IsNotFound(err) }

@@ -1,0 +1,226 @@
+package intercept
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"net/http"
+	"sync"
+
+	"go.uber.org/zap"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/api/meta"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/apimachinery/pkg/runtime/schema"
+	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/apimachinery/pkg/util/managedfields"
+	"k8s.io/client-go/dynamic"
+
+	"github.com/kausality-io/kausality-proxy/intercept/annotations"
+	"github.com/kausality-io/kausality-proxy/intercept/body"
+	"github.com/kausality-io/kausality-proxy/intercept/decision"
+	"github.com/kausality-io/kausality-proxy/intercept/patch"
+)
+
+// builtinTC types server-side apply of built-in kinds with the schema
+// client-go embeds; it is parsed once, on the first apply.
+var (
+	builtinConverterOnce sync.Once
+	builtinConverter     managedfields.TypeConverter
+)
+
+func builtinTC() managedfields.TypeConverter {
+	builtinConverterOnce.Do(func() { builtinConverter = patch.NewBuiltinTypeConverter(nil) })
+	return builtinConverter
+}
+
+// resourceFor maps a reference to its resource client.
+func (i *Interceptor) resourceFor(ref decision.ObjectRef) (dynamic.ResourceInterface, error) {
+	gv, err := schema.ParseGroupVersion(ref.APIVersion)
+	if err != nil {
+		return nil, err
+	}
+	m, err := i.cfg.Objects.Mapping(gv.WithKind(ref.Kind))
+	if err != nil {
+		return nil, err
+	}
+	if m.Scope.Name() == meta.RESTScopeNameRoot {
+		return i.cfg.Writer.Resource(m.Resource), nil
+	}
+	return i.cfg.Writer.Resource(m.Resource).Namespace(ref.Namespace), nil
+}
+
+// annotationPatch is a merge patch of metadata.annotations, with an
+// optional resourceVersion precondition (the apiserver answers 409 when the
+// object changed since).
+func annotationPatch(set map[string]*string, resourceVersion string) ([]byte, error) {
+	md := map[string]any{"annotations": set}
+	if resourceVersion != "" {
+		md["resourceVersion"] = resourceVersion
+	}
+	return json.Marshal(map[string]any{"metadata": md})
+}
+
+// reserveApproval takes a once approval off the parent before the write is
+// forwarded. The resourceVersion precondition makes it exactly-once: of two
+// concurrent writes that both saw the approval, only one patch succeeds.
+func (i *Interceptor) reserveApproval(ctx context.Context, upd *decision.ApprovalsUpdate) error {
+	ri, err := i.resourceFor(upd.Target)
+	if err != nil {
+		return err
+	}
+	var value *string
+	if upd.New != "" {
+		value = &upd.New
+	}
+	data, err := annotationPatch(map[string]*string{annotations.Approvals: value}, upd.ResourceVersion)
+	if err != nil {
+		return err
+	}
+	_, err = ri.Patch(ctx, upd.Target.Name, types.MergePatchType, data, metav1.PatchOptions{FieldManager: FieldManager})
+	return err
+}
+
+// restoreApproval puts a reserved once approval back after the upstream
+// refused the write it was reserved for. It merges into the parent's
+// current approvals, so edits made in between are kept.
+func (i *Interceptor) restoreApproval(upd *decision.ApprovalsUpdate) {
+	go func() {
+		ctx, cancel := context.WithTimeout(context.Background(), i.cfg.SideWriteTimeout)
+		defer cancel()
+		log := i.cfg.Log.With(zap.String("parent", upd.Target.String()), zap.String("approval", upd.Consumed.Name))
+		ri, err := i.resourceFor(upd.Target)
+		if err != nil {
+			log.Error("cannot restore a reserved approval", zap.Error(err))
+			return
+		}
+		for attempt := 0; attempt < 5; attempt++ {
+			parent, err := ri.Get(ctx, upd.Target.Name, metav1.GetOptions{})
+			if err != nil {
+				log.Error("cannot restore a reserved approval", zap.Error(err))
+				return
+			}
+			current, _ := annotations.ParseApprovals(parent.GetAnnotations()[annotations.Approvals])
+			for _, a := range current {
+				if a == upd.Consumed {
+					return
+				}
+			}
+			value := annotations.EncodeApprovals(append(current, upd.Consumed))
+			data, _ := annotationPatch(map[string]*string{annotations.Approvals: &value}, parent.GetResourceVersion())
+			_, err = ri.Patch(ctx, upd.Target.Name, types.MergePatchType, data, metav1.PatchOptions{FieldManager: FieldManager})
+			if err == nil {
+				log.Info("restored a once approval after the upstream refused the write")
+				return
+			}
+			if !apierrors.IsConflict(err) {
+				log.Error("cannot restore a reserved approval", zap.Error(err))
+				return
+			}
+		}
+	}()
+}
+
+// sideWrites records controller identity and the lifecycle phase on
+// parents after the triggering write succeeded. They run in the
+// background: the caller's write is done and must not wait or fail on them.
+func (i *Interceptor) sideWrites(writes []decision.SideWrite) {
+	for _, sw := range writes {
+		if sw.AnnotationChanges.Empty() {
+			continue
+		}
+		sw := sw
+		go func() {
+			ctx, cancel := context.WithTimeout(context.Background(), i.cfg.SideWriteTimeout)
+			defer cancel()
+			if err := i.applySideWrite(ctx, sw); err != nil {
+				i.cfg.Log.Warn("side write failed", zap.String("target", sw.Target.String()),
+					zap.Strings("reasons", sw.Reasons), zap.Error(err))
+			}
+		}()
+	}
+}
+
+func (i *Interceptor) applySideWrite(ctx context.Context, sw decision.SideWrite) error {
+	ri, err := i.resourceFor(sw.Target)
+	if err != nil {
+		return err
+	}
+	set := map[string]*string{}
+	for k, v := range sw.Set {
+		v := v
+		set[k] = &v
+	}
+	for _, k := range sw.Remove {
+		set[k] = nil
+	}
+	data, err := annotationPatch(set, "")
+	if err != nil {
+		return err
+	}
+	_, err = ri.Patch(ctx, sw.Target.Name, types.MergePatchType, data, metav1.PatchOptions{FieldManager: FieldManager})
+	if apierrors.IsNotFound(err) {
+		return nil
+	}
+	return err
+}
+
+// scaleReplicas reads spec.replicas from a /scale write.
+func (i *Interceptor) scaleReplicas(r *http.Request, p *pending) (int64, error) {
+	scaleKind := schema.GroupVersionKind{Group: "autoscaling", Version: "v1", Kind: "Scale"}
+	if p.w.verb == "patch" {
+		pt, err := patch.PatchTypeFor(r.Header.Get("Content-Type"))
+		if err != nil {
+			return 0, err
+		}
+		current := scaleOf(p)
+		ns := p.w.info.Namespace
+		scaled, err := patch.Apply(pt, current, p.data, patch.Options{FieldManager: p.w.fieldManager, Kind: scaleKind, Name: p.w.info.Name, Namespace: &ns})
+		if err != nil {
+			return 0, err
+		}
+		return replicasOf(scaled.Object)
+	}
+	obj, _, err := decodeScale(r.Header.Get("Content-Type"), p.data, &scaleKind)
+	if err != nil {
+		return 0, err
+	}
+	return replicasOf(obj.Object)
+}
+
+func replicasOf(obj map[string]any) (int64, error) {
+	spec, _ := obj["spec"].(map[string]any)
+	switch v := spec["replicas"].(type) {
+	case int64:
+		return v, nil
+	case float64:
+		return int64(v), nil
+	case nil:
+		return 0, nil
+	default:
+		return 0, apierrors.NewBadRequest(fmt.Sprintf("spec.replicas of the Scale is %T, not an integer", v))
+	}
+}
+
+// scaleOf renders the stored object's scale as an autoscaling/v1 Scale,
+// the object a /scale patch applies to.
+func scaleOf(p *pending) *unstructured.Unstructured {
+	replicas, _, _ := unstructured.NestedInt64(p.old.Object, "spec", "replicas")
+	s := &unstructured.Unstructured{Object: map[string]any{
+		"apiVersion": "autoscaling/v1",
+		"kind":       "Scale",
+		"metadata": map[string]any{
+			"name":            p.old.GetName(),
+			"namespace":       p.old.GetNamespace(),
+			"uid":             string(p.old.GetUID()),
+			"resourceVersion": p.old.GetResourceVersion(),
+		},
+		"spec": map[string]any{"replicas": replicas},
+	}}
+	return s
+}
+
+func decodeScale(contentType string, data []byte, kind *schema.GroupVersionKind) (*unstructured.Unstructured, body.Format, error) {
+	return body.Decode(contentType, data, kind)
+}

@@ -120,6 +120,7 @@ type Config struct {
 // Authenticator decides who the caller of a request is and whether the
 // caller may impersonate someone else. It is safe for concurrent use.
 type Authenticator struct {
+	clientCA  dynamiccertificates.CAContentProvider
 	x509      authenticator.Request // nil: disabled
 	bearer    authenticator.Request // nil: disabled
 	anonymous authenticator.Request // nil: disabled
@@ -135,7 +136,7 @@ type Authenticator struct {
 // webhook authorizer (with its cache) for impersonation. x509 and bearer
 // callers get the system:authenticated group added as kube-apiserver does.
 func New(cfg Config) (*Authenticator, error) {
-	a := &Authenticator{audiences: cfg.APIAudiences}
+	a := &Authenticator{audiences: cfg.APIAudiences, clientCA: cfg.ClientCA}
 	backoff := tokenwebhook.DefaultRetryBackoff()
 	if cfg.WebhookRetryBackoff != nil {
 		backoff = cfg.WebhookRetryBackoff
@@ -277,7 +278,11 @@ func (a *Authenticator) AuthenticateRequest(r *http.Request) (*Caller, error) {
 		if err == nil && ok {
 			return a.accept(resp, MethodX509, "")
 		}
-		problems = append(problems, describeCertError(err))
+		if _, loaded := a.clientCA.VerifyOptions(); !loaded && err == nil {
+			problems = append(problems, "no client CA bundle is loaded: client certificates cannot be verified")
+		} else {
+			problems = append(problems, describeCertError(err))
+		}
 	case hasCert:
 		// kube-apiserver ignores certificates when it has no client CA;
 		// so do we, but say so if nothing else works.

@@ -461,3 +461,22 @@ func TestClientCAReload(t *testing.T) {
 		t.Fatal("old CA still trusted after rotation")
 	}
 }
+
+// unloadedCA is a CA provider that has not loaded a bundle yet.
+type unloadedCA struct {
+	dynamiccertificates.CAContentProvider
+}
+
+func (unloadedCA) VerifyOptions() (x509.VerifyOptions, bool) { return x509.VerifyOptions{}, false }
+
+func TestClientCANotLoaded(t *testing.T) {
+	ca := newTestCA(t, "ca")
+	a, err := New(Config{ClientCA: unloadedCA{}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, err = a.AuthenticateRequest(request(ca.issue(t, certOpts{cn: "alice"}), nil))
+	if err == nil || statusCode(t, err) != 401 || !strings.Contains(err.Error(), "no client CA bundle is loaded") {
+		t.Fatalf("want 401 naming the missing bundle, got %v", err)
+	}
+}

@@ -24,6 +24,7 @@ import (
 	"github.com/kausality-io/kausality-proxy/intercept/body"
 	"github.com/kausality-io/kausality-proxy/intercept/decision"
 	"github.com/kausality-io/kausality-proxy/intercept/desired"
+	"github.com/kausality-io/kausality-proxy/intercept/objects"
 	"github.com/kausality-io/kausality-proxy/intercept/patch"
 )
 
@@ -90,6 +91,17 @@ func (i *Interceptor) serveWrite(w http.ResponseWriter, r *http.Request, wr *wri
 	var d decision.Decision
 	for attempt := 1; ; attempt++ {
 		d = i.decide(r, p)
+		if d.Drift && p.parentSource == string(objects.FromCache) {
+			// The controller reacts to the same watch event as our cache;
+			// a cache a beat behind shows the parent as reconciled when its
+			// spec has just changed. Drift is rare, so confirm it with one
+			// live read and decide again from that single fresh snapshot.
+			if err := i.refreshParent(r.Context(), p); err != nil {
+				fail(err)
+				return
+			}
+			d = i.decide(r, p)
+		}
 		if d.Result == decision.Deny {
 			i.deny(w, p, &d, writeError)
 			return

@@ -1,7 +1,6 @@
 package proxy
 
 import (
-	"bufio"
 	"context"
 	"crypto/ecdsa"
 	"crypto/elliptic"
@@ -27,6 +26,8 @@ import (
 	authnv1 "k8s.io/api/authentication/v1"
 	authzv1 "k8s.io/api/authorization/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/client-go/kubernetes/scheme"
 	"k8s.io/client-go/rest"
 )
 
@@ -73,7 +74,7 @@ func (f *fakeUpstream) serve(w http.ResponseWriter, r *http.Request) {
 		f.reviews++
 		f.mu.Unlock()
 		var review authnv1.TokenReview
-		_ = json.NewDecoder(r.Body).Decode(&review)
+		decodeReview(r, &review)
 		if review.Spec.Token == goodToken {
 			review.Status = authnv1.TokenReviewStatus{Authenticated: true, User: authnv1.UserInfo{Username: "token-user", UID: "tu-1", Groups: []string{"team-a"}}}
 		}
@@ -85,7 +86,7 @@ func (f *fakeUpstream) serve(w http.ResponseWriter, r *http.Request) {
 		f.reviews++
 		f.mu.Unlock()
 		var sar authzv1.SubjectAccessReview
-		_ = json.NewDecoder(r.Body).Decode(&sar)
+		decodeReview(r, &sar)
 		// token-user may impersonate exactly the user "jane".
 		ra := sar.Spec.ResourceAttributes
 		sar.Status.Allowed = sar.Spec.User == "token-user" && ra != nil && ra.Resource == "users" && ra.Name == "jane"
@@ -111,6 +112,13 @@ func (f *fakeUpstream) serve(w http.ResponseWriter, r *http.Request) {
 		w.Header().Set("Content-Type", "application/json")
 		_, _ = io.WriteString(w, `{"kind":"Status","apiVersion":"v1","status":"Success"}`)
 	}
+}
+
+// decodeReview decodes a review in whatever format client-go sent it
+// (protobuf by default for built-in types).
+func decodeReview(r *http.Request, into runtime.Object) {
+	raw, _ := io.ReadAll(r.Body)
+	_, _, _ = scheme.Codecs.UniversalDeserializer().Decode(raw, nil, into)
 }
 
 func (f *fakeUpstream) take() []recorded {
@@ -412,4 +420,3 @@ func TestChainNoCredentialsNoUpstreamTraffic(t *testing.T) {
 	}
 }
 
-var _ = bufio.NewReader

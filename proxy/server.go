@@ -83,7 +83,12 @@ func (o *Options) Config(log *zap.Logger) (*Config, error) {
 		return nil, err
 	}
 	cfg.Upstream = upstream
-	client, err := kubernetes.NewForConfig(upstream)
+	// The proxy's own clients (reviews, informers, parent writes) serve many
+	// callers at once; client-go's default 5 QPS would throttle them.
+	own := rest.CopyConfig(upstream)
+	own.QPS, own.Burst = 200, 400
+	own.UserAgent = "kausality-proxy"
+	client, err := kubernetes.NewForConfig(own)
 	if err != nil {
 		return nil, fmt.Errorf("upstream client: %w", err)
 	}
@@ -101,7 +106,7 @@ func (o *Options) Config(log *zap.Logger) (*Config, error) {
 		return nil, fmt.Errorf("authentication: %w", err)
 	}
 
-	dyn, err := dynamic.NewForConfig(upstream)
+	dyn, err := dynamic.NewForConfig(own)
 	if err != nil {
 		return nil, fmt.Errorf("upstream dynamic client: %w", err)
 	}

@@ -44,9 +44,9 @@ func testDeployment() *appsv1.Deployment {
 				Requests: corev1.ResourceList{corev1.ResourceCPU: resource.MustParse("100m"), corev1.ResourceMemory: resource.MustParse("128Mi")},
 				Limits:   corev1.ResourceList{corev1.ResourceMemory: resource.MustParse("256Mi")},
 			},
-			LivenessProbe: &corev1.Probe{ProbeHandler: corev1.ProbeHandler{HTTPGet: &corev1.HTTPGetAction{Path: "/healthz", Port: intstr.FromString("http")}}, PeriodSeconds: 10},
+			LivenessProbe:  &corev1.Probe{ProbeHandler: corev1.ProbeHandler{HTTPGet: &corev1.HTTPGetAction{Path: "/healthz", Port: intstr.FromString("http")}}, PeriodSeconds: 10},
 			ReadinessProbe: &corev1.Probe{ProbeHandler: corev1.ProbeHandler{HTTPGet: &corev1.HTTPGetAction{Path: "/readyz", Port: intstr.FromString("http")}}, PeriodSeconds: 5},
-			VolumeMounts: []corev1.VolumeMount{{Name: "config", MountPath: "/etc/config", ReadOnly: true}},
+			VolumeMounts:   []corev1.VolumeMount{{Name: "config", MountPath: "/etc/config", ReadOnly: true}},
 		}
 	}
 	labels := map[string]string{"app.kubernetes.io/name": "web", "app.kubernetes.io/instance": "web-prod", "app.kubernetes.io/component": "frontend"}
@@ -54,7 +54,7 @@ func testDeployment() *appsv1.Deployment {
 		TypeMeta: metav1.TypeMeta{APIVersion: "apps/v1", Kind: "Deployment"},
 		ObjectMeta: metav1.ObjectMeta{
 			Name: "web", Namespace: "default", Labels: labels,
-			Annotations: map[string]string{"deployment.kubernetes.io/revision": "4"},
+			Annotations:     map[string]string{"deployment.kubernetes.io/revision": "4"},
 			OwnerReferences: []metav1.OwnerReference{{APIVersion: "example.com/v1", Kind: "App", Name: "web", UID: "1234", Controller: boolPtr(true)}},
 		},
 		Spec: appsv1.DeploymentSpec{

@@ -130,6 +130,23 @@ func (c *AnnotationChanges) Apply(obj *unstructured.Unstructured) {
 	obj.SetAnnotations(ann)
 }
 
+// Pointers renders the changes as key → value, nil meaning remove (the
+// form patch.AddAnnotations takes).
+func (c *AnnotationChanges) Pointers() map[string]*string {
+	if c.Empty() {
+		return nil
+	}
+	m := make(map[string]*string, len(c.Set)+len(c.Remove))
+	for k, v := range c.Set {
+		v := v
+		m[k] = &v
+	}
+	for _, k := range c.Remove {
+		m[k] = nil
+	}
+	return m
+}
+
 // MergePatch renders the changes as a JSON merge patch
 // ({"metadata":{"annotations":{k:v,removed:null}}}).
 func (c *AnnotationChanges) MergePatch() []byte {

@@ -23,7 +23,9 @@ package decision
 
 import (
 	"strconv"
+	"strings"
 	"time"
+	"unicode"
 
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 
@@ -74,7 +76,23 @@ func Decide(in Input) Decision {
 	if in.DryRun {
 		d.ParentWrites, d.ApprovalsUpdate, d.ConsumeOnce, d.Report = nil, nil, false, ReportNone
 	}
+	for i, w := range d.Warnings {
+		d.Warnings[i] = singleLine(w)
+	}
 	return d
+}
+
+// singleLine replaces control characters so a warning fits in a header.
+func singleLine(s string) string {
+	if strings.IndexFunc(s, unicode.IsControl) < 0 {
+		return s
+	}
+	return strings.Map(func(r rune) rune {
+		if unicode.IsControl(r) {
+			return ' '
+		}
+		return r
+	}, s)
 }
 
 func (x *decider) childRef() ObjectRef {

@@ -236,7 +236,7 @@ type Actor struct {
 	// IsController: the parent's controller (only meaningful with a parent).
 	IsController bool `json:"isController"`
 	// Determined is false when the controller could not be identified.
-	Determined bool              `json:"determined"`
+	Determined bool                `json:"determined"`
 	Method     controllerid.Method `json:"method,omitempty"`
 	// ControllerManagers own the parent's status.observedGeneration.
 	ControllerManagers []string `json:"controllerManagers,omitempty"`
@@ -247,7 +247,7 @@ type Actor struct {
 type SnoozeState struct {
 	// Snoozed: notifications are suppressed now.
 	Snoozed    bool      `json:"snoozed"`
-	Until      time.Time `json:"until,omitempty"`
+	Until      time.Time `json:"until,omitzero"`
 	Annotation string    `json:"annotation,omitempty"`
 }
 
@@ -260,7 +260,7 @@ type ApprovalsUpdate struct {
 	ResourceVersion string    `json:"resourceVersion,omitempty"`
 	Old             string    `json:"old"`
 	// New is the new value; "" means remove the annotation.
-	New      string             `json:"new"`
+	New      string              `json:"new"`
 	Consumed approval.Approval   `json:"consumed"`
 	Pruned   []approval.Approval `json:"pruned,omitempty"`
 }

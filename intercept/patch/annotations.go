@@ -170,8 +170,8 @@ func EscapeJSONPointer(token string) string {
 }
 
 type jsonPatchOp struct {
-	Op    string      `json:"op"`
-	Path  string      `json:"path"`
+	Op    string          `json:"op"`
+	Path  string          `json:"path"`
 	Value json.RawMessage `json:"value,omitempty"` // empty only for "remove"
 }
 

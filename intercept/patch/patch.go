@@ -107,6 +107,12 @@ type Options struct {
 	// scheme.Scheme (all built-in types).
 	Scheme *runtime.Scheme
 
+	// SkipTypeCheck skips decoding JSON, merge and strategic merge patch
+	// results into their typed struct, which catches wrongly typed values
+	// (422, as in kube-apiserver) but costs about a third of the time of a
+	// JSON or merge patch of a Deployment.
+	SkipTypeCheck bool
+
 	// Kind is the kind the request path addresses. Optional when current is
 	// non-nil (its kind is used); for an apply that creates, it defaults to
 	// the apply configuration's own apiVersion/kind. An apply configuration of
@@ -229,8 +235,10 @@ func applyJSON(patchType types.PatchType, current *unstructured.Unstructured, pa
 	if err := keepKind(result, current); err != nil {
 		return nil, err
 	}
-	if err := checkTyped(result, current, opts.scheme()); err != nil {
-		return nil, err
+	if !opts.SkipTypeCheck {
+		if err := checkTyped(result, current, opts.scheme()); err != nil {
+			return nil, err
+		}
 	}
 	return result, nil
 }
@@ -265,8 +273,10 @@ func applyStrategic(current *unstructured.Unstructured, patch []byte, opts Optio
 	if err := keepKind(result, current); err != nil {
 		return nil, err
 	}
-	if err := checkTyped(result, current, sch); err != nil {
-		return nil, err
+	if !opts.SkipTypeCheck {
+		if err := checkTyped(result, current, sch); err != nil {
+			return nil, err
+		}
 	}
 	return result, nil
 }

@@ -54,7 +54,9 @@ func TestApplyNonApply(t *testing.T) {
 				wantValue(t, got, "nginx:1.25", "spec", "template", "spec", "containers", "0", "image")
 			}},
 		{name: "json patch escaped pointer", patchType: types.JSONPatchType, patch: `[{"op":"add","path":"/metadata/labels/example.com~1a~0b","value":"x"}]`,
-			check: func(t *testing.T, got *unstructured.Unstructured) { wantValue(t, got, "x", "metadata", "labels", "example.com/a~b") }},
+			check: func(t *testing.T, got *unstructured.Unstructured) {
+				wantValue(t, got, "x", "metadata", "labels", "example.com/a~b")
+			}},
 		{name: "json patch replace of a missing key adds it (json-patch v4, as in kube-apiserver)", patchType: types.JSONPatchType, patch: `[{"op":"replace","path":"/spec/paused","value":true}]`,
 			check: func(t *testing.T, got *unstructured.Unstructured) { wantValue(t, got, true, "spec", "paused") }},
 		{name: "json patch removing kind keeps the kind", patchType: types.JSONPatchType, patch: `[{"op":"remove","path":"/kind"},{"op":"remove","path":"/apiVersion"}]`,
@@ -64,7 +66,9 @@ func TestApplyNonApply(t *testing.T) {
 				}
 			}},
 		{name: "json patch on a custom resource", patchType: types.JSONPatchType, current: widgetObject(), patch: `[{"op":"add","path":"/spec/tags/-","value":"c"}]`,
-			check: func(t *testing.T, got *unstructured.Unstructured) { wantValue(t, got, []interface{}{"a", "b", "c"}, "spec", "tags") }},
+			check: func(t *testing.T, got *unstructured.Unstructured) {
+				wantValue(t, got, []interface{}{"a", "b", "c"}, "spec", "tags")
+			}},
 		{name: "json patch test failure", patchType: types.JSONPatchType, patch: `[{"op":"test","path":"/spec/replicas","value":2},{"op":"replace","path":"/spec/replicas","value":5}]`,
 			err: &errWant{422, metav1.StatusReasonInvalid, `Deployment.apps "web" is invalid: patch: Invalid value: the JSON patch cannot be applied: testing value /spec/replicas failed: test failed`}},
 		{name: "json patch remove of a missing key", patchType: types.JSONPatchType, patch: `[{"op":"remove","path":"/metadata/annotations/nope"}]`,
@@ -111,7 +115,9 @@ func TestApplyNonApply(t *testing.T) {
 				wantValue(t, got, "red", "spec", "color")
 			}},
 		{name: "merge patch keeps unknown fields", patchType: types.MergePatchType, patch: `{"spec":{"futureField":{"a":1}}}`,
-			check: func(t *testing.T, got *unstructured.Unstructured) { wantValue(t, got, int64(1), "spec", "futureField", "a") }},
+			check: func(t *testing.T, got *unstructured.Unstructured) {
+				wantValue(t, got, int64(1), "spec", "futureField", "a")
+			}},
 		{name: "merge patch syntax error", patchType: types.MergePatchType, patch: `{"spec":`,
 			err: &errWant{400, metav1.StatusReasonBadRequest, `the merge patch is not a valid JSON document: Invalid JSON Patch`}},
 		{name: "merge patch null", patchType: types.MergePatchType, patch: `null`,
@@ -267,4 +273,18 @@ func TestPatchTypeFor(t *testing.T) {
 	}
 	_, err := PatchTypeFor("application/json")
 	wantStatus(t, err, 415, metav1.StatusReasonUnsupportedMediaType, "the body of the request was in an unknown format - accepted media types include: "+allPatchTypes)
+}
+
+func TestEffectiveFieldManager(t *testing.T) {
+	for _, tc := range []struct{ fm, ua, want string }{
+		{"kubectl-client-side-apply", "kubectl/v1.35.4 (linux/amd64) kubernetes/abc", "kubectl-client-side-apply"},
+		{"", "kube-controller-manager/v1.35.4 (linux/amd64) kubernetes/abc/system:serviceaccount:kube-system:deployment-controller", "kube-controller-manager"},
+		{"", "my\x00agent", "myagent"},
+		{"", strings.Repeat("é", 100), strings.Repeat("é", 64)},
+		{"", "", ""},
+	} {
+		if got := EffectiveFieldManager(tc.fm, tc.ua); got != tc.want {
+			t.Errorf("EffectiveFieldManager(%q, %q) = %q, want %q", tc.fm, tc.ua, got, tc.want)
+		}
+	}
 }

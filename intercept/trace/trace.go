@@ -17,6 +17,7 @@ import (
 	"bytes"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"sort"
 	"strconv"
 	"strings"
@@ -117,7 +118,7 @@ func Extend(parentTrace string, hop *Hop) (string, error) {
 		err = checkArrayOfObjects(buf)
 	}
 	if err != nil {
-		return Origin(hop), errors.Join(ErrMalformed, err)
+		return Origin(hop), fmt.Errorf("%w: %v", ErrMalformed, err)
 	}
 	if len(buf) == 2 { // "[]"
 		return Origin(hop), nil

@@ -1,0 +1,976 @@
+package decision
+
+import (
+	"encoding/json"
+	"reflect"
+	"strings"
+	"testing"
+	"time"
+
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/apiserver/pkg/authentication/user"
+
+	"github.com/kausality-io/kausality-proxy/intercept/annotations"
+	"github.com/kausality-io/kausality-proxy/intercept/approval"
+	"github.com/kausality-io/kausality-proxy/intercept/controllerid"
+)
+
+var now = time.Date(2026, 1, 24, 10, 30, 0, 0, time.UTC)
+
+const (
+	ctrlUser  = "system:serviceaccount:kube-system:deployment-controller"
+	ctrlHash  = "1likq" // controllerid.Hash(ctrlUser)
+	aliceHash = "c5xzg" // controllerid.Hash("alice")
+	kcm       = "kube-controller-manager"
+
+	parentTrace   = `[{"apiVersion":"apps/v1","kind":"Deployment","name":"web","generation":5,"user":"alice","timestamp":"2026-01-24T10:00:00Z"}]`
+	oldChildTrace = `[{"apiVersion":"apps/v1","kind":"Deployment","name":"web","generation":4,"user":"alice","timestamp":"2026-01-01T00:00:00Z"},{"apiVersion":"apps/v1","kind":"ReplicaSet","name":"web-1","generation":2,"user":"system:serviceaccount:kube-system:deployment-controller","timestamp":"2026-01-01T00:00:01Z"}]`
+)
+
+var rsRef = ObjectRef{APIVersion: "apps/v1", Kind: "ReplicaSet", Namespace: "default", Name: "web-1"}
+var parentRef = ObjectRef{APIVersion: "apps/v1", Kind: "Deployment", Namespace: "default", Name: "web"}
+
+func rsHop(user string, gen int) string {
+	return `{"apiVersion":"apps/v1","kind":"ReplicaSet","name":"web-1","generation":` + itoa(int64(gen)) +
+		`,"user":"` + user + `","timestamp":"2026-01-24T10:30:00Z"}`
+}
+
+// hopOnParent is the parent's trace extended by hop.
+func hopOnParent(hop string) string { return parentTrace[:len(parentTrace)-1] + "," + hop + "]" }
+
+func origin(hop string) string { return "[" + hop + "]" }
+
+type mut func(u *unstructured.Unstructured)
+
+func setAnn(k, v string) mut {
+	return func(u *unstructured.Unstructured) {
+		a := u.GetAnnotations()
+		if a == nil {
+			a = map[string]string{}
+		}
+		a[k] = v
+		u.SetAnnotations(a)
+	}
+}
+
+func delAnn(k string) mut {
+	return func(u *unstructured.Unstructured) {
+		a := u.GetAnnotations()
+		delete(a, k)
+		u.SetAnnotations(a)
+	}
+}
+
+func obsGen(g int64) mut {
+	return func(u *unstructured.Unstructured) {
+		_ = unstructured.SetNestedField(u.Object, g, "status", "observedGeneration")
+	}
+}
+
+func noObsGen(u *unstructured.Unstructured) {
+	unstructured.RemoveNestedField(u.Object, "status", "observedGeneration")
+}
+
+func noManagedFields(u *unstructured.Unstructured) { u.SetManagedFields(nil) }
+
+func conditions(typeStatus ...string) mut {
+	return func(u *unstructured.Unstructured) {
+		var cs []interface{}
+		for i := 0; i+1 < len(typeStatus); i += 2 {
+			cs = append(cs, map[string]interface{}{"type": typeStatus[i], "status": typeStatus[i+1]})
+		}
+		_ = unstructured.SetNestedSlice(u.Object, cs, "status", "conditions")
+	}
+}
+
+func deleting(u *unstructured.Unstructured) {
+	_ = unstructured.SetNestedField(u.Object, "2026-01-24T10:00:00Z", "metadata", "deletionTimestamp")
+}
+
+// mkParent: Deployment default/web, generation 5, observedGeneration 5
+// (drift for its controller), Available=True, phase initialized, trace,
+// status.observedGeneration owned by kube-controller-manager.
+func mkParent(ms ...mut) *unstructured.Unstructured {
+	p := &unstructured.Unstructured{Object: map[string]interface{}{
+		"apiVersion": "apps/v1",
+		"kind":       "Deployment",
+		"metadata": map[string]interface{}{
+			"name": "web", "namespace": "default", "uid": "p-uid", "resourceVersion": "100", "generation": int64(5),
+			"annotations": map[string]interface{}{annotations.Trace: parentTrace, annotations.Phase: "initialized"},
+			"managedFields": []interface{}{
+				map[string]interface{}{"manager": "kubectl-client-side-apply", "operation": "Update", "fieldsType": "FieldsV1",
+					"fieldsV1": map[string]interface{}{"f:spec": map[string]interface{}{"f:replicas": map[string]interface{}{}}}},
+				map[string]interface{}{"manager": kcm, "operation": "Update", "subresource": "status", "fieldsType": "FieldsV1",
+					"fieldsV1": map[string]interface{}{"f:status": map[string]interface{}{"f:observedGeneration": map[string]interface{}{}}}},
+			},
+		},
+		"spec":   map[string]interface{}{"replicas": int64(3)},
+		"status": map[string]interface{}{"observedGeneration": int64(5), "conditions": []interface{}{map[string]interface{}{"type": "Available", "status": "True"}}},
+	}}
+	for _, m := range ms {
+		m(p)
+	}
+	return p
+}
+
+// mkChild: ReplicaSet default/web-1, generation 2, owned by the parent,
+// with its own trace and the controller as single updater.
+func mkChild(replicas int64, ms ...mut) *unstructured.Unstructured {
+	c := &unstructured.Unstructured{Object: map[string]interface{}{
+		"apiVersion": "apps/v1",
+		"kind":       "ReplicaSet",
+		"metadata": map[string]interface{}{
+			"name": "web-1", "namespace": "default", "generation": int64(2),
+			"annotations":     map[string]interface{}{annotations.Trace: oldChildTrace, annotations.Updaters: ctrlHash, "deployment.kubernetes.io/revision": "1"},
+			"ownerReferences": []interface{}{map[string]interface{}{"apiVersion": "apps/v1", "kind": "Deployment", "name": "web", "uid": "p-uid", "controller": true}},
+		},
+		"spec": map[string]interface{}{"replicas": replicas},
+	}}
+	for _, m := range ms {
+		m(c)
+	}
+	return c
+}
+
+// base: the controller updates the ReplicaSet (replicas 1 → 3) while the
+// parent is reconciled: drift, enforce by default.
+func base() Input {
+	return Input{
+		Operation:      Update,
+		Child:          rsRef,
+		OldObject:      mkChild(1),
+		NewObject:      mkChild(3),
+		DesiredChanged: true,
+		Changes:        []FieldChange{{Path: "spec.replicas", Old: "1", New: "3"}},
+		Parent:         mkParent(),
+		User:           &user.DefaultInfo{Name: ctrlUser},
+		FieldManager:   kcm,
+		Mode:           ModeInputs{Default: ModeEnforce},
+		Now:            now,
+	}
+}
+
+func alice(in *Input) {
+	in.User = &user.DefaultInfo{Name: "alice"}
+	in.FieldManager = "kubectl-edit"
+}
+
+type want struct {
+	result          Result
+	category        Category
+	mode            Mode
+	modeSource      ModeSource
+	drift           bool
+	approval        *approval.Approval
+	rejection       *approval.Rejection
+	consume         bool
+	approvalsUpdate *ApprovalsUpdate
+	snoozed         bool
+	report          ReportPhase
+	warnings        []string
+	child           *AnnotationChanges
+	parentWrites    []SideWrite
+	traceOrigin     bool
+}
+
+func set(kv ...string) *AnnotationChanges {
+	c := &AnnotationChanges{Set: map[string]string{}}
+	for i := 0; i+1 < len(kv); i += 2 {
+		c.Set[kv[i]] = kv[i+1]
+	}
+	return c
+}
+
+func js(v interface{}) string {
+	b, _ := json.MarshalIndent(v, "", "  ")
+	return string(b)
+}
+
+func check(t *testing.T, d Decision, w want) {
+	t.Helper()
+	eq := func(field string, got, want interface{}) {
+		t.Helper()
+		if !reflect.DeepEqual(got, want) {
+			t.Errorf("%s:\n got  %s\n want %s", field, js(got), js(want))
+		}
+	}
+	eq("result", d.Result, w.result)
+	eq("category", d.Category, w.category)
+	eq("mode", d.Mode, w.mode)
+	eq("modeSource", d.ModeSource, w.modeSource)
+	eq("drift", d.Drift, w.drift)
+	eq("approval", d.Approval, w.approval)
+	eq("rejection", d.Rejection, w.rejection)
+	eq("consumeOnce", d.ConsumeOnce, w.consume)
+	eq("approvalsUpdate", d.ApprovalsUpdate, w.approvalsUpdate)
+	eq("snoozed", d.Snooze.Snoozed, w.snoozed)
+	eq("report", d.Report, w.report)
+	eq("warnings", d.Warnings, w.warnings)
+	eq("childAnnotations", d.ChildAnnotations, w.child)
+	eq("parentWrites", d.ParentWrites, w.parentWrites)
+	eq("traceOrigin", d.TraceOrigin, w.traceOrigin)
+	if d.Result == Deny && (d.Message == "" || len(d.Causes) == 0) {
+		t.Errorf("denial without message or causes: %q %v", d.Message, d.Causes)
+	}
+	if d.Result == Allow && d.Category != DriftUnapproved && d.Message != "" {
+		t.Errorf("allowed decision with message %q", d.Message)
+	}
+}
+
+func TestDecide(t *testing.T) {
+	ctrlHop := rsHop(ctrlUser, 3)
+	aliceHop := rsHop("alice", 3)
+	a5once := approval.Approval{APIVersion: "apps/v1", Kind: "ReplicaSet", Name: "web-1", Generation: 5, Mode: approval.Once}
+	a5gen := approval.Approval{APIVersion: "apps/v1", Kind: "ReplicaSet", Name: "web-1", Generation: 5, Mode: approval.Generation}
+	aAlways := approval.Approval{APIVersion: "apps/v1", Kind: "ReplicaSet", Name: "web-1", Mode: approval.Always}
+	stale := `{"apiVersion":"v1","kind":"ConfigMap","name":"cfg","generation":4,"mode":"once"}`
+	otherAlways := `{"apiVersion":"v1","kind":"Secret","name":"s","mode":"always"}`
+	rej := approval.Rejection{APIVersion: "apps/v1", Kind: "ReplicaSet", Name: "web-1", Reason: "needs SRE review"}
+	parentWithAnn := func(kv ...string) func(in *Input) {
+		return func(in *Input) {
+			for i := 0; i+1 < len(kv); i += 2 {
+				setAnn(kv[i], kv[i+1])(in.Parent)
+			}
+		}
+	}
+	unapprovedEnforce := want{result: Deny, category: DriftUnapproved, mode: ModeEnforce, modeSource: ModeFromDefault, drift: true, report: ReportDetected}
+
+	tests := []struct {
+		name string
+		in   func(in *Input)
+		want want
+	}{
+		// --- no parent -------------------------------------------------
+		{
+			name: "no parent: update starts a new trace and records the updater",
+			in: func(in *Input) {
+				alice(in)
+				in.Parent = nil
+			},
+			want: want{result: Allow, category: NoParent, traceOrigin: true,
+				child: set(annotations.Trace, origin(aliceHop), annotations.Updaters, ctrlHash+","+aliceHash)},
+		},
+		{
+			name: "no parent: create drops forged system annotations, keeps user ones",
+			in: func(in *Input) {
+				alice(in)
+				in.Parent, in.Operation, in.OldObject = nil, Create, nil
+				in.NewObject = mkChild(3, setAnn(annotations.Controllers, "forged"), setAnn(annotations.Mode, "log"), setAnn("kausality.io/trace-ticket", "T-1"))
+			},
+			want: want{result: Allow, category: NoParent, traceOrigin: true,
+				child: &AnnotationChanges{
+					Set: map[string]string{
+						annotations.Trace:    `[{"apiVersion":"apps/v1","kind":"ReplicaSet","name":"web-1","generation":1,"user":"alice","timestamp":"2026-01-24T10:30:00Z","labels":{"ticket":"T-1"}}]`,
+						annotations.Updaters: aliceHash,
+					},
+					Remove: []string{annotations.Controllers},
+				}},
+		},
+		// --- no desired-state change ------------------------------------
+		{
+			name: "metadata-only change by a user is not drift and needs no annotation change",
+			in: func(in *Input) {
+				alice(in)
+				in.DesiredChanged, in.Changes = false, nil
+				in.NewObject = mkChild(1, setAnn("team", "a"))
+			},
+			want: want{result: Allow, category: NoDesiredChange},
+		},
+		{
+			name: "status-only change through the main resource is not drift",
+			in: func(in *Input) {
+				in.DesiredChanged, in.Changes = false, nil
+				in.NewObject = mkChild(1, func(u *unstructured.Unstructured) {
+					_ = unstructured.SetNestedField(u.Object, int64(3), "status", "readyReplicas")
+				})
+			},
+			want: want{result: Allow, category: NoDesiredChange},
+		},
+		{
+			name: "metadata-only controller sync: annotations copied from the parent are replaced by the stored ones",
+			in: func(in *Input) {
+				in.DesiredChanged, in.Changes = false, nil
+				in.NewObject = mkChild(1, setAnn(annotations.Trace, parentTrace), setAnn(annotations.Approvals, "[]"), delAnn(annotations.Updaters))
+			},
+			want: want{result: Allow, category: NoDesiredChange,
+				child: &AnnotationChanges{Set: map[string]string{annotations.Trace: oldChildTrace, annotations.Updaters: ctrlHash}, Remove: []string{annotations.Approvals}}},
+		},
+		{
+			name: "metadata-only user edit: user annotations editable, system annotations protected",
+			in: func(in *Input) {
+				alice(in)
+				in.DesiredChanged, in.Changes = false, nil
+				in.OldObject = mkChild(1, setAnn(annotations.Mode, "enforce"))
+				in.NewObject = mkChild(1, setAnn(annotations.Mode, "log"), setAnn("kausality.io/trace-ticket", "T-2"), setAnn(annotations.Updaters, aliceHash), setAnn(annotations.Controllers, aliceHash))
+			},
+			want: want{result: Allow, category: NoDesiredChange,
+				child: &AnnotationChanges{Set: map[string]string{annotations.Updaters: ctrlHash}, Remove: []string{annotations.Controllers}}},
+		},
+		// --- lifecycle -------------------------------------------------
+		{
+			name: "parent deleting: allowed, no drift check, even when frozen",
+			in: func(in *Input) {
+				deleting(in.Parent)
+				setAnn(annotations.Freeze, "true")(in.Parent)
+			},
+			want: want{result: Allow, category: ParentDeleting, mode: ModeEnforce, modeSource: ModeFromDefault, traceOrigin: true,
+				child: set(annotations.Trace, origin(ctrlHop))},
+		},
+		{
+			name: "parent initializing: allowed, controller hop while not yet observed",
+			in: func(in *Input) {
+				delAnn(annotations.Phase)(in.Parent)
+				conditions("Available", "False")(in.Parent)
+				noObsGen(in.Parent)
+			},
+			want: want{result: Allow, category: ParentInitializing, mode: ModeEnforce, modeSource: ModeFromDefault,
+				child: set(annotations.Trace, hopOnParent(ctrlHop))},
+		},
+		{
+			name: "phase high-water mark: flapping conditions keep the parent initialized",
+			in: func(in *Input) {
+				conditions("Available", "False", "Ready", "False")(in.Parent)
+			},
+			want: unapprovedEnforce,
+		},
+		{
+			name: "newly initialized parent gets the high-water mark persisted after success",
+			in: func(in *Input) {
+				delAnn(annotations.Phase)(in.Parent)
+				obsGen(4)(in.Parent)
+			},
+			want: want{result: Allow, category: Expected, mode: ModeEnforce, modeSource: ModeFromDefault,
+				child: set(annotations.Trace, hopOnParent(ctrlHop)),
+				parentWrites: []SideWrite{{Target: parentRef, AnnotationChanges: *set(annotations.Phase, "initialized"),
+					Reasons: []string{"persist lifecycle high-water mark (status.observedGeneration with condition Available=True)"}}}},
+		},
+		// --- freeze ----------------------------------------------------
+		{
+			name: "frozen parent blocks even expected changes",
+			in: func(in *Input) {
+				obsGen(4)(in.Parent)
+				setAnn(annotations.Freeze, `{"user":"bob","reason":"incident 7","at":"2026-01-24T09:00:00Z"}`)(in.Parent)
+			},
+			want: want{result: Deny, category: Frozen, mode: ModeEnforce, modeSource: ModeFromDefault},
+		},
+		{
+			name: "frozen parent blocks other actors too, also in log mode",
+			in: func(in *Input) {
+				alice(in)
+				in.Mode.Default = ModeLog
+				setAnn(annotations.Freeze, "true")(in.Parent)
+			},
+			want: want{result: Deny, category: Frozen, mode: ModeLog, modeSource: ModeFromDefault},
+		},
+		{
+			name: "freeze false is not frozen",
+			in:   parentWithAnn(annotations.Freeze, "false"),
+			want: unapprovedEnforce,
+		},
+		{
+			name: "malformed freeze counts as frozen and says so",
+			in:   parentWithAnn(annotations.Freeze, `{"user":`),
+			want: want{result: Deny, category: Frozen, mode: ModeEnforce, modeSource: ModeFromDefault,
+				warnings: []string{"kausality: malformed annotation kausality.io/freeze on parent apps/v1 Deployment default/web: unexpected end of JSON input; treated as frozen"}},
+		},
+		// --- expected ----------------------------------------------------
+		{
+			name: "expected: controller reconciles a changed parent, trace hop",
+			in:   func(in *Input) { obsGen(4)(in.Parent) },
+			want: want{result: Allow, category: Expected, mode: ModeEnforce, modeSource: ModeFromDefault,
+				child: set(annotations.Trace, hopOnParent(ctrlHop))},
+		},
+		{
+			name: "expected: stale approvals are pruned after success",
+			in: func(in *Input) {
+				obsGen(4)(in.Parent)
+				setAnn(annotations.Approvals, "["+stale+","+otherAlways+"]")(in.Parent)
+			},
+			want: want{result: Allow, category: Expected, mode: ModeEnforce, modeSource: ModeFromDefault,
+				child: set(annotations.Trace, hopOnParent(ctrlHop)),
+				parentWrites: []SideWrite{{Target: parentRef, AnnotationChanges: *set(annotations.Approvals, "["+otherAlways+"]"),
+					Reasons: []string{"prune 1 stale approval(s): parent generation is 5"}}}},
+		},
+		{
+			name: "expected: controller writes keep the stored user annotations",
+			in: func(in *Input) {
+				obsGen(4)(in.Parent)
+				in.OldObject = mkChild(1, setAnn(annotations.Mode, "enforce"), setAnn("kausality.io/trace-ticket", "T-9"))
+				in.NewObject = mkChild(3, setAnn(annotations.Approvals, "[]"), setAnn(annotations.Phase, "initialized"))
+			},
+			want: want{result: Allow, category: Expected, mode: ModeEnforce, modeSource: ModeFromObject,
+				child: &AnnotationChanges{
+					Set: map[string]string{
+						annotations.Trace: hopOnParent(`{"apiVersion":"apps/v1","kind":"ReplicaSet","name":"web-1","generation":3,"user":"` + ctrlUser + `","timestamp":"2026-01-24T10:30:00Z","labels":{"ticket":"T-9"}}`),
+						annotations.Mode:  "enforce", "kausality.io/trace-ticket": "T-9",
+					},
+					Remove: []string{annotations.Approvals, annotations.Phase},
+				}},
+		},
+		{
+			name: "parent without any observedGeneration: treated as expected",
+			in: func(in *Input) {
+				noObsGen(in.Parent)
+				noManagedFields(in.Parent)
+				setAnn(annotations.Controllers, ctrlHash)(in.Parent)
+			},
+			want: want{result: Allow, category: Expected, mode: ModeEnforce, modeSource: ModeFromDefault,
+				child: set(annotations.Trace, hopOnParent(ctrlHop))},
+		},
+		{
+			name: "malformed parent trace: trace restarts with a warning",
+			in: func(in *Input) {
+				obsGen(4)(in.Parent)
+				setAnn(annotations.Trace, "[{")(in.Parent)
+			},
+			want: want{result: Allow, category: Expected, mode: ModeEnforce, modeSource: ModeFromDefault,
+				child:    set(annotations.Trace, origin(ctrlHop)),
+				warnings: []string{"kausality: malformed annotation kausality.io/trace on parent apps/v1 Deployment default/web: malformed trace: invalid JSON; trace restarted at this object"}},
+		},
+		// --- drift: approvals --------------------------------------------
+		{
+			name: "drift without approval is denied in enforce mode",
+			want: unapprovedEnforce,
+		},
+		{
+			name: "drift with once approval: allowed, consumed before forwarding, stale pruned",
+			in:   parentWithAnn(annotations.Approvals, "["+stale+`,{"apiVersion":"apps/v1","kind":"ReplicaSet","name":"web-1","generation":5},`+otherAlways+"]"),
+			want: want{result: Allow, category: DriftApproved, mode: ModeEnforce, modeSource: ModeFromDefault, drift: true,
+				approval: &approval.Approval{APIVersion: "apps/v1", Kind: "ReplicaSet", Name: "web-1", Generation: 5},
+				consume:  true, report: ReportResolved,
+				approvalsUpdate: &ApprovalsUpdate{Target: parentRef, ResourceVersion: "100",
+					Old:      "[" + stale + `,{"apiVersion":"apps/v1","kind":"ReplicaSet","name":"web-1","generation":5},` + otherAlways + "]",
+					New:      "[" + otherAlways + "]",
+					Consumed: approval.Approval{APIVersion: "apps/v1", Kind: "ReplicaSet", Name: "web-1", Generation: 5},
+					Pruned:   []approval.Approval{{APIVersion: "v1", Kind: "ConfigMap", Name: "cfg", Generation: 4, Mode: approval.Once}}},
+				child: set(annotations.Trace, hopOnParent(ctrlHop))},
+		},
+		{
+			name: "once approval for another generation does not apply",
+			in:   parentWithAnn(annotations.Approvals, `[{"apiVersion":"apps/v1","kind":"ReplicaSet","name":"web-1","generation":6,"mode":"once"}]`),
+			want: unapprovedEnforce,
+		},
+		{
+			name: "drift with generation approval: allowed, not consumed, stale pruned after success",
+			in:   parentWithAnn(annotations.Approvals, "["+stale+`,{"apiVersion":"apps/v1","kind":"ReplicaSet","name":"web-1","generation":5,"mode":"generation"}]`),
+			want: want{result: Allow, category: DriftApproved, mode: ModeEnforce, modeSource: ModeFromDefault, drift: true,
+				approval: &a5gen, report: ReportResolved,
+				child: set(annotations.Trace, hopOnParent(ctrlHop)),
+				parentWrites: []SideWrite{{Target: parentRef,
+					AnnotationChanges: *set(annotations.Approvals, `[{"apiVersion":"apps/v1","kind":"ReplicaSet","name":"web-1","generation":5,"mode":"generation"}]`),
+					Reasons:           []string{"prune 1 stale approval(s): parent generation is 5"}}}},
+		},
+		{
+			name: "drift with always approval",
+			in:   parentWithAnn(annotations.Approvals, `[{"apiVersion":"apps/v1","kind":"ReplicaSet","name":"web-1","mode":"always"}]`),
+			want: want{result: Allow, category: DriftApproved, mode: ModeEnforce, modeSource: ModeFromDefault, drift: true,
+				approval: &aAlways, report: ReportResolved,
+				child: set(annotations.Trace, hopOnParent(ctrlHop))},
+		},
+		{
+			name: "only stale approvals: pruned, and the last one removes the annotation (log mode)",
+			in: func(in *Input) {
+				in.Mode.Default = ModeLog
+				setAnn(annotations.Approvals, "["+stale+"]")(in.Parent)
+			},
+			want: want{result: Allow, category: DriftUnapproved, mode: ModeLog, modeSource: ModeFromDefault, drift: true, report: ReportDetected, traceOrigin: true,
+				warnings: []string{`kausality: drift allowed in log mode: UPDATE of apps/v1 ReplicaSet default/web-1 by the parent's controller field manager "kube-controller-manager" (user system:serviceaccount:kube-system:deployment-controller) changes spec.replicas (1 → 3) while its parent apps/v1 Deployment default/web (generation 5, observedGeneration 5) is reconciled; approve with kausality.io/approvals entry {"apiVersion":"apps/v1","kind":"ReplicaSet","name":"web-1","generation":6,"mode":"once"}`},
+				child:    set(annotations.Trace, origin(ctrlHop)),
+				parentWrites: []SideWrite{{Target: parentRef, AnnotationChanges: AnnotationChanges{Remove: []string{annotations.Approvals}},
+					Reasons: []string{"prune 1 stale approval(s): parent generation is 5"}}}},
+		},
+		{
+			name: "malformed approvals count as none and say so",
+			in:   parentWithAnn(annotations.Approvals, `[{"apiVersion":"apps/v1","kind":"ReplicaSet","name":"web-1","mode":"always"`),
+			want: want{result: Deny, category: DriftUnapproved, mode: ModeEnforce, modeSource: ModeFromDefault, drift: true, report: ReportDetected,
+				warnings: []string{"kausality: malformed annotation kausality.io/approvals on parent apps/v1 Deployment default/web: unexpected end of JSON input; treated as no approvals"}},
+		},
+		// --- drift: rejections -------------------------------------------
+		{
+			name: "rejection beats approval",
+			in: parentWithAnn(annotations.Approvals, `[{"apiVersion":"apps/v1","kind":"ReplicaSet","name":"web-1","mode":"always"}]`,
+				annotations.Rejections, `[{"apiVersion":"apps/v1","kind":"ReplicaSet","name":"web-1","reason":"needs SRE review"}]`),
+			want: want{result: Deny, category: DriftRejected, mode: ModeEnforce, modeSource: ModeFromDefault, drift: true, rejection: &rej},
+		},
+		{
+			name: "rejection without generation applies at any generation, also in log mode",
+			in: func(in *Input) {
+				in.Mode.Default = ModeLog
+				setAnn(annotations.Rejections, `[{"apiVersion":"apps/v1","kind":"ReplicaSet","name":"web-1","reason":"needs SRE review"}]`)(in.Parent)
+			},
+			want: want{result: Deny, category: DriftRejected, mode: ModeLog, modeSource: ModeFromDefault, drift: true, rejection: &rej},
+		},
+		{
+			name: "rejection for the current generation applies",
+			in:   parentWithAnn(annotations.Rejections, `[{"apiVersion":"apps/v1","kind":"ReplicaSet","name":"web-1","generation":5,"reason":"gen 5 is bad"}]`),
+			want: want{result: Deny, category: DriftRejected, mode: ModeEnforce, modeSource: ModeFromDefault, drift: true,
+				rejection: &approval.Rejection{APIVersion: "apps/v1", Kind: "ReplicaSet", Name: "web-1", Generation: 5, Reason: "gen 5 is bad"}},
+		},
+		{
+			name: "rejection for an older generation is inactive: approval applies",
+			in: parentWithAnn(annotations.Rejections, `[{"apiVersion":"apps/v1","kind":"ReplicaSet","name":"web-1","generation":4,"reason":"old"}]`,
+				annotations.Approvals, `[{"apiVersion":"apps/v1","kind":"ReplicaSet","name":"web-1","generation":5,"mode":"once"}]`),
+			want: want{result: Allow, category: DriftApproved, mode: ModeEnforce, modeSource: ModeFromDefault, drift: true,
+				approval: &a5once, consume: true, report: ReportResolved,
+				approvalsUpdate: &ApprovalsUpdate{Target: parentRef, ResourceVersion: "100",
+					Old: `[{"apiVersion":"apps/v1","kind":"ReplicaSet","name":"web-1","generation":5,"mode":"once"}]`, New: "", Consumed: a5once},
+				child: set(annotations.Trace, hopOnParent(ctrlHop))},
+		},
+		{
+			name: "malformed rejections count as rejected and say so",
+			in: parentWithAnn(annotations.Rejections, `not json`,
+				annotations.Approvals, `[{"apiVersion":"apps/v1","kind":"ReplicaSet","name":"web-1","mode":"always"}]`),
+			want: want{result: Deny, category: DriftRejected, mode: ModeEnforce, modeSource: ModeFromDefault, drift: true,
+				rejection: &approval.Rejection{APIVersion: "apps/v1", Kind: "ReplicaSet", Name: "web-1",
+					Reason: "the parent's kausality.io/rejections annotation is malformed; every child counts as rejected until it is fixed"},
+				warnings: []string{"kausality: malformed annotation kausality.io/rejections on parent apps/v1 Deployment default/web: invalid character 'o' in literal null (expecting 'u'); treated as rejected"}},
+		},
+		// --- snooze --------------------------------------------------------
+		{
+			name: "snooze active: still denied, no notification",
+			in:   parentWithAnn(annotations.SnoozeUntil, "2026-01-25T00:00:00Z"),
+			want: want{result: Deny, category: DriftUnapproved, mode: ModeEnforce, modeSource: ModeFromDefault, drift: true, snoozed: true, report: ReportNone},
+		},
+		{
+			name: "snooze expired: notification sent",
+			in:   parentWithAnn(annotations.SnoozeUntil, "2026-01-24T10:29:59Z"),
+			want: unapprovedEnforce,
+		},
+		{
+			name: "malformed snooze: not snoozed, says so",
+			in:   parentWithAnn(annotations.SnoozeUntil, "soon"),
+			want: want{result: Deny, category: DriftUnapproved, mode: ModeEnforce, modeSource: ModeFromDefault, drift: true, report: ReportDetected,
+				warnings: []string{`kausality: malformed annotation kausality.io/snooze-until on parent apps/v1 Deployment default/web: parsing time "soon" as "2006-01-02T15:04:05Z07:00": cannot parse "soon" as "2006"; treated as not snoozed`}},
+		},
+		// --- mode precedence -------------------------------------------------
+		{
+			name: "object annotation (stored) beats namespace",
+			in: func(in *Input) {
+				in.OldObject = mkChild(1, setAnn(annotations.Mode, "log"))
+				in.NewObject = mkChild(3, setAnn(annotations.Mode, "log"))
+				in.Mode = ModeInputs{Namespace: "enforce", Controller: "enforce", Default: ModeEnforce}
+			},
+			want: want{result: Allow, category: DriftUnapproved, mode: ModeLog, modeSource: ModeFromObject, drift: true, report: ReportDetected, traceOrigin: true,
+				warnings: []string{`kausality: drift allowed in log mode: UPDATE of apps/v1 ReplicaSet default/web-1 by the parent's controller field manager "kube-controller-manager" (user system:serviceaccount:kube-system:deployment-controller) changes spec.replicas (1 → 3) while its parent apps/v1 Deployment default/web (generation 5, observedGeneration 5) is reconciled; approve with kausality.io/approvals entry {"apiVersion":"apps/v1","kind":"ReplicaSet","name":"web-1","generation":6,"mode":"once"}`},
+				child:    set(annotations.Trace, origin(ctrlHop))},
+		},
+		{
+			name: "a write cannot downgrade itself: mode log only in the new object",
+			in: func(in *Input) {
+				in.NewObject = mkChild(3, setAnn(annotations.Mode, "log"))
+				in.Mode = ModeInputs{Namespace: "enforce", Default: ModeLog}
+			},
+			want: want{result: Deny, category: DriftUnapproved, mode: ModeEnforce, modeSource: ModeFromNamespace, drift: true, report: ReportDetected},
+		},
+		{
+			name: "namespace beats controller",
+			in:   func(in *Input) { in.Mode = ModeInputs{Namespace: "enforce", Controller: "log", Default: ModeLog} },
+			want: want{result: Deny, category: DriftUnapproved, mode: ModeEnforce, modeSource: ModeFromNamespace, drift: true, report: ReportDetected},
+		},
+		{
+			name: "controller beats default",
+			in:   func(in *Input) { in.Mode = ModeInputs{Controller: "enforce", Default: ModeLog} },
+			want: want{result: Deny, category: DriftUnapproved, mode: ModeEnforce, modeSource: ModeFromController, drift: true, report: ReportDetected},
+		},
+		{
+			name: "unset default is log",
+			in: func(in *Input) {
+				in.Mode = ModeInputs{}
+				in.Changes = nil
+			},
+			want: want{result: Allow, category: DriftUnapproved, mode: ModeLog, modeSource: ModeFromDefault, drift: true, report: ReportDetected, traceOrigin: true,
+				warnings: []string{`kausality: drift allowed in log mode: UPDATE of apps/v1 ReplicaSet default/web-1 by the parent's controller field manager "kube-controller-manager" (user system:serviceaccount:kube-system:deployment-controller) changes its desired state while its parent apps/v1 Deployment default/web (generation 5, observedGeneration 5) is reconciled; approve with kausality.io/approvals entry {"apiVersion":"apps/v1","kind":"ReplicaSet","name":"web-1","generation":6,"mode":"once"}`},
+				child:    set(annotations.Trace, origin(ctrlHop))},
+		},
+		{
+			name: "unknown stored object mode is enforce and says so",
+			in: func(in *Input) {
+				in.OldObject = mkChild(1, setAnn(annotations.Mode, "lenient"))
+				in.NewObject = mkChild(3, setAnn(annotations.Mode, "lenient"))
+				in.Mode = ModeInputs{Namespace: "log", Default: ModeLog}
+			},
+			want: want{result: Deny, category: DriftUnapproved, mode: ModeEnforce, modeSource: ModeFromObject, drift: true, report: ReportDetected,
+				warnings: []string{`kausality: malformed annotation kausality.io/mode on child apps/v1 ReplicaSet default/web-1 (stored): unknown mode "lenient" (want log or enforce); treated as enforce`}},
+		},
+		// --- other actors ----------------------------------------------------
+		{
+			name: "new origin: another field manager starts a new trace, keeps its user annotations",
+			in: func(in *Input) {
+				alice(in)
+				in.NewObject = mkChild(3, setAnn("kausality.io/trace-ticket", "OPS-1"), setAnn(annotations.Trace, "forged"))
+			},
+			want: want{result: Allow, category: NewOrigin, mode: ModeEnforce, modeSource: ModeFromDefault, traceOrigin: true,
+				child: set(
+					annotations.Trace, `[{"apiVersion":"apps/v1","kind":"ReplicaSet","name":"web-1","generation":3,"user":"alice","timestamp":"2026-01-24T10:30:00Z","labels":{"ticket":"OPS-1"}}]`,
+					annotations.Updaters, ctrlHash+","+aliceHash)},
+		},
+		// --- user-hash fallback ------------------------------------------------
+		{
+			name: "user hash: parent controllers and child updaters identify the controller: drift",
+			in: func(in *Input) {
+				noManagedFields(in.Parent)
+				setAnn(annotations.Controllers, "aaaaa,"+ctrlHash)(in.Parent)
+				in.OldObject = mkChild(1, setAnn(annotations.Updaters, aliceHash+","+ctrlHash))
+				in.NewObject = mkChild(3, setAnn(annotations.Updaters, aliceHash+","+ctrlHash))
+			},
+			want: unapprovedEnforce,
+		},
+		{
+			name: "user hash: the child's single updater is someone else: new origin",
+			in: func(in *Input) {
+				noManagedFields(in.Parent)
+				setAnn(annotations.Controllers, ctrlHash)(in.Parent)
+				in.OldObject = mkChild(1, setAnn(annotations.Updaters, aliceHash))
+				in.NewObject = mkChild(3, setAnn(annotations.Updaters, aliceHash))
+			},
+			want: want{result: Allow, category: NewOrigin, mode: ModeEnforce, modeSource: ModeFromDefault, traceOrigin: true,
+				child: set(annotations.Trace, origin(ctrlHop), annotations.Updaters, aliceHash+","+ctrlHash)},
+		},
+		{
+			name: "user hash: cannot determine: lenient",
+			in: func(in *Input) {
+				noManagedFields(in.Parent)
+				in.OldObject = mkChild(1, setAnn(annotations.Updaters, aliceHash+","+ctrlHash))
+				in.NewObject = mkChild(3, setAnn(annotations.Updaters, aliceHash+","+ctrlHash))
+			},
+			want: want{result: Allow, category: ControllerUnknown, mode: ModeEnforce, modeSource: ModeFromDefault, traceOrigin: true,
+				child: set(annotations.Trace, origin(ctrlHop))},
+		},
+		{
+			name: "user hash: request without field manager falls back to hashes",
+			in: func(in *Input) {
+				in.FieldManager = ""
+				setAnn(annotations.Controllers, ctrlHash)(in.Parent)
+			},
+			want: unapprovedEnforce,
+		},
+		// --- CREATE and DELETE ---------------------------------------------------
+		{
+			name: "create in drift is denied",
+			in: func(in *Input) {
+				in.Operation, in.OldObject = Create, nil
+				in.DesiredChanged, in.Changes = false, nil
+			},
+			want: unapprovedEnforce,
+		},
+		{
+			name: "create in drift with once approval: kausality annotations copied from the parent are replaced",
+			in: func(in *Input) {
+				in.Operation, in.OldObject, in.Changes = Create, nil, nil
+				in.NewObject = mkChild(3, setAnn(annotations.Trace, parentTrace), setAnn(annotations.Phase, "initialized"), setAnn(annotations.Mode, "log"), delAnn(annotations.Updaters))
+				setAnn(annotations.Approvals, `[{"apiVersion":"apps/v1","kind":"ReplicaSet","name":"web-1","generation":5,"mode":"once"}]`)(in.Parent)
+			},
+			want: want{result: Allow, category: DriftApproved, mode: ModeEnforce, modeSource: ModeFromDefault, drift: true,
+				approval: &a5once, consume: true, report: ReportResolved,
+				approvalsUpdate: &ApprovalsUpdate{Target: parentRef, ResourceVersion: "100",
+					Old: `[{"apiVersion":"apps/v1","kind":"ReplicaSet","name":"web-1","generation":5,"mode":"once"}]`, New: "", Consumed: a5once},
+				child: &AnnotationChanges{
+					Set:    map[string]string{annotations.Trace: hopOnParent(rsHop(ctrlUser, 1)), annotations.Updaters: ctrlHash},
+					Remove: []string{annotations.Mode, annotations.Phase},
+				}},
+		},
+		{
+			name: "delete in drift is denied",
+			in: func(in *Input) {
+				in.Operation, in.NewObject, in.Changes = Delete, nil, nil
+			},
+			want: unapprovedEnforce,
+		},
+		{
+			name: "delete in drift with once approval: consumed, nothing to annotate",
+			in: func(in *Input) {
+				in.Operation, in.NewObject, in.Changes = Delete, nil, nil
+				setAnn(annotations.Approvals, `[{"apiVersion":"apps/v1","kind":"ReplicaSet","name":"web-1","generation":5}]`)(in.Parent)
+			},
+			want: want{result: Allow, category: DriftApproved, mode: ModeEnforce, modeSource: ModeFromDefault, drift: true,
+				approval: &approval.Approval{APIVersion: "apps/v1", Kind: "ReplicaSet", Name: "web-1", Generation: 5}, consume: true, report: ReportResolved,
+				approvalsUpdate: &ApprovalsUpdate{Target: parentRef, ResourceVersion: "100",
+					Old: `[{"apiVersion":"apps/v1","kind":"ReplicaSet","name":"web-1","generation":5}]`, New: "",
+					Consumed: approval.Approval{APIVersion: "apps/v1", Kind: "ReplicaSet", Name: "web-1", Generation: 5}}},
+		},
+		{
+			name: "delete by another actor is a new origin without annotations",
+			in: func(in *Input) {
+				alice(in)
+				in.Operation, in.NewObject, in.Changes = Delete, nil, nil
+			},
+			want: want{result: Allow, category: NewOrigin, mode: ModeEnforce, modeSource: ModeFromDefault},
+		},
+		// --- dry-run ---------------------------------------------------------------
+		{
+			name: "dry-run: approval is used but not consumed, no side writes, no report",
+			in: func(in *Input) {
+				in.DryRun = true
+				setAnn(annotations.Approvals, `[{"apiVersion":"apps/v1","kind":"ReplicaSet","name":"web-1","generation":5,"mode":"once"},`+stale+`]`)(in.Parent)
+			},
+			want: want{result: Allow, category: DriftApproved, mode: ModeEnforce, modeSource: ModeFromDefault, drift: true,
+				approval: &a5once, child: set(annotations.Trace, hopOnParent(ctrlHop))},
+		},
+		{
+			name: "dry-run: drift denial is reported in the response only",
+			in:   func(in *Input) { in.DryRun = true },
+			want: want{result: Deny, category: DriftUnapproved, mode: ModeEnforce, modeSource: ModeFromDefault, drift: true},
+		},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			in := base()
+			if tt.in != nil {
+				tt.in(&in)
+			}
+			check(t, Decide(in), tt.want)
+		})
+	}
+}
+
+func statusInput(ms ...mut) Input {
+	in := base()
+	in.StatusWrite = true
+	in.DesiredChanged, in.Changes = false, nil
+	in.Child = parentRef
+	in.Parent = nil
+	old := mkParent(ms...)
+	in.OldObject = old
+	in.NewObject = old.DeepCopy()
+	return in
+}
+
+func TestDecideStatusWrite(t *testing.T) {
+	tests := []struct {
+		name   string
+		in     func() Input
+		writes []SideWrite
+	}{
+		{
+			name: "observedGeneration owned in managedFields: nothing to record",
+			in:   func() Input { return statusInput() },
+		},
+		{
+			name: "no managedFields owner and no status.observedGeneration: record controller hash and observed generation",
+			in: func() Input {
+				return statusInput(noManagedFields, noObsGen, setAnn(annotations.Controllers, "aaaaa"))
+			},
+			writes: []SideWrite{{Target: parentRef,
+				AnnotationChanges: *set(annotations.Controllers, "aaaaa,"+ctrlHash, annotations.ObservedGeneration, "5"),
+				Reasons:           []string{"record status writer " + ctrlUser + " as controller", "record observed generation (no status.observedGeneration)"}}},
+		},
+		{
+			name: "first status write that sets observedGeneration: managedFields will identify the controller",
+			in: func() Input {
+				in := statusInput(noManagedFields, noObsGen)
+				obsGen(5)(in.NewObject)
+				return in
+			},
+		},
+		{
+			name: "status write makes the object initialized: persist the high-water mark",
+			in: func() Input {
+				in := statusInput(delAnn(annotations.Phase), conditions("Ready", "False"))
+				conditions("Ready", "True")(in.NewObject)
+				return in
+			},
+			writes: []SideWrite{{Target: parentRef, AnnotationChanges: *set(annotations.Phase, "initialized"),
+				Reasons: []string{"persist lifecycle high-water mark (condition Ready=True)"}}},
+		},
+		{
+			name: "controller hash already recorded and phase stored: nothing to do",
+			in: func() Input {
+				return statusInput(noManagedFields, noObsGen, setAnn(annotations.Controllers, ctrlHash), setAnn(annotations.ObservedGeneration, "5"))
+			},
+		},
+		{
+			name: "dry-run status write: no side writes",
+			in: func() Input {
+				in := statusInput(noManagedFields, noObsGen, delAnn(annotations.Phase))
+				in.DryRun = true
+				return in
+			},
+		},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			check(t, Decide(tt.in()), want{result: Allow, category: StatusWrite, parentWrites: tt.writes})
+		})
+	}
+}
+
+func TestMessages(t *testing.T) {
+	t.Run("unapproved", func(t *testing.T) {
+		d := Decide(base())
+		wantMsg := `kausality: UPDATE of apps/v1 ReplicaSet default/web-1 denied: drift: the parent's controller, field manager "kube-controller-manager" (user system:serviceaccount:kube-system:deployment-controller), changes spec.replicas (1 → 3) while its parent apps/v1 Deployment default/web (generation 5, observedGeneration 5) is reconciled. To allow it once, add {"apiVersion":"apps/v1","kind":"ReplicaSet","name":"web-1","generation":6,"mode":"once"} to the parent's kausality.io/approvals annotation: kubectl annotate -n default deployment.apps/web --overwrite 'kausality.io/approvals=[{"apiVersion":"apps/v1","kind":"ReplicaSet","name":"web-1","generation":6,"mode":"once"}]' (generation 6 because annotating a Deployment bumps its generation).`
+		if d.Message != wantMsg {
+			t.Errorf("message:\n got  %s\n want %s", d.Message, wantMsg)
+		}
+		wantCauses := `[{"reason":"KausalityParent","message":"apps/v1 Deployment default/web (generation 5, observedGeneration 5)","field":"metadata.ownerReferences"},` +
+			`{"reason":"KausalityChild","message":"UPDATE apps/v1 ReplicaSet default/web-1"},` +
+			`{"reason":"KausalityController","message":"field manager \"kube-controller-manager\" (user system:serviceaccount:kube-system:deployment-controller)"},` +
+			`{"reason":"KausalityChangedField","message":"1 → 3","field":"spec.replicas"},` +
+			`{"reason":"KausalityUnapproved","message":"no approval for this child at parent generation 5","field":"metadata.annotations[kausality.io/approvals]"},` +
+			`{"reason":"KausalityUnblock","message":"[{\"apiVersion\":\"apps/v1\",\"kind\":\"ReplicaSet\",\"name\":\"web-1\",\"generation\":6,\"mode\":\"once\"}]","field":"metadata.annotations[kausality.io/approvals]"}]`
+		if got, _ := json.Marshal(d.Causes); string(got) != wantCauses {
+			t.Errorf("causes:\n got  %s\n want %s", got, wantCauses)
+		}
+		if want := (approval.Approval{APIVersion: "apps/v1", Kind: "ReplicaSet", Name: "web-1", Generation: 6, Mode: approval.Once}); d.Suggested == nil || *d.Suggested != want {
+			t.Errorf("suggested %+v", d.Suggested)
+		}
+	})
+
+	t.Run("unapproved on a non-Deployment parent keeps existing approvals", func(t *testing.T) {
+		in := base()
+		in.Parent.SetAPIVersion("example.com/v1")
+		in.Parent.SetKind("Cluster")
+		setAnn(annotations.Approvals, `[{"apiVersion":"v1","kind":"Secret","name":"s","mode":"always"}]`)(in.Parent)
+		in.Changes = []FieldChange{{Path: "spec.a", Old: "x", New: "y"}, {Path: "spec.b"}}
+		d := Decide(in)
+		wantMsg := `kausality: UPDATE of apps/v1 ReplicaSet default/web-1 denied: drift: the parent's controller, field manager "kube-controller-manager" (user system:serviceaccount:kube-system:deployment-controller), changes spec.a (x → y), spec.b while its parent example.com/v1 Cluster default/web (generation 5, observedGeneration 5) is reconciled. To allow it once, add {"apiVersion":"apps/v1","kind":"ReplicaSet","name":"web-1","generation":5,"mode":"once"} to the parent's kausality.io/approvals annotation: kubectl annotate -n default cluster.example.com/web --overwrite 'kausality.io/approvals=[{"apiVersion":"v1","kind":"Secret","name":"s","mode":"always"},{"apiVersion":"apps/v1","kind":"ReplicaSet","name":"web-1","generation":5,"mode":"once"}]'.`
+		if d.Message != wantMsg {
+			t.Errorf("message:\n got  %s\n want %s", d.Message, wantMsg)
+		}
+	})
+
+	t.Run("log mode keeps the would-be denial", func(t *testing.T) {
+		in := base()
+		in.Mode.Default = ModeLog
+		d := Decide(in)
+		if !strings.HasPrefix(d.Message, "kausality: UPDATE of apps/v1 ReplicaSet default/web-1 would be denied in enforce mode (mode log from default): drift:") {
+			t.Errorf("message %s", d.Message)
+		}
+	})
+
+	t.Run("frozen says who and why", func(t *testing.T) {
+		in := base()
+		alice(in2(&in))
+		setAnn(annotations.Freeze, `{"user":"bob","reason":"incident 7","at":"2026-01-24T09:00:00Z"}`)(in.Parent)
+		d := Decide(in)
+		wantMsg := `kausality: UPDATE of apps/v1 ReplicaSet default/web-1 denied: its parent apps/v1 Deployment default/web (generation 5, observedGeneration 5) is frozen by bob at 2026-01-24T09:00:00Z: incident 7. The write by field manager "kubectl-edit" (user alice) changes spec.replicas (1 → 3). To unblock, remove the kausality.io/freeze annotation from the parent: kubectl annotate -n default deployment.apps/web kausality.io/freeze-`
+		if d.Message != wantMsg {
+			t.Errorf("message:\n got  %s\n want %s", d.Message, wantMsg)
+		}
+		if want := (annotations.FreezeInfo{User: "bob", Reason: "incident 7", At: "2026-01-24T09:00:00Z"}); d.Freeze == nil || *d.Freeze != want {
+			t.Errorf("freeze %+v", d.Freeze)
+		}
+		last := d.Causes[len(d.Causes)-2:]
+		if last[0].Type != CauseFrozen || last[0].Message != "frozen by bob at 2026-01-24T09:00:00Z: incident 7" || last[1].Type != CauseUnblock {
+			t.Errorf("causes %+v", last)
+		}
+	})
+
+	t.Run("rejected with generation", func(t *testing.T) {
+		in := base()
+		in.Operation, in.NewObject, in.Changes = Delete, nil, nil
+		setAnn(annotations.Rejections, `[{"apiVersion":"apps/v1","kind":"ReplicaSet","name":"web-1","generation":5,"reason":"keep it"}]`)(in.Parent)
+		d := Decide(in)
+		wantMsg := `kausality: DELETE of apps/v1 ReplicaSet default/web-1 denied: drift rejected by its parent apps/v1 Deployment default/web (generation 5, observedGeneration 5): keep it. The write by the parent's controller, field manager "kube-controller-manager" (user system:serviceaccount:kube-system:deployment-controller), deletes it although the parent is reconciled. To unblock, remove the entry {"apiVersion":"apps/v1","kind":"ReplicaSet","name":"web-1","generation":5,"reason":"keep it"} from the parent's kausality.io/rejections annotation (it applies only while the parent is at generation 5).`
+		if d.Message != wantMsg {
+			t.Errorf("message:\n got  %s\n want %s", d.Message, wantMsg)
+		}
+	})
+
+	t.Run("many changes are truncated in the message", func(t *testing.T) {
+		in := base()
+		in.Changes = nil
+		for i := 0; i < 13; i++ {
+			in.Changes = append(in.Changes, FieldChange{Path: "spec.f" + itoa(int64(i))})
+		}
+		d := Decide(in)
+		if !strings.Contains(d.Message, "changes spec.f0, spec.f1, spec.f2, spec.f3, spec.f4, spec.f5, spec.f6, spec.f7, spec.f8, spec.f9, and 3 more while") {
+			t.Errorf("message %s", d.Message)
+		}
+		if n := len(d.Causes); n != 3+13+2 {
+			t.Errorf("%d causes", n)
+		}
+	})
+}
+
+func in2(in *Input) *Input { return in }
+
+func TestDecideDetails(t *testing.T) {
+	t.Run("parent and actor are described", func(t *testing.T) {
+		d := Decide(base())
+		wantParent := ParentInfo{Ref: parentRef, UID: "p-uid", ResourceVersion: "100", Generation: 5, ObservedGeneration: 5,
+			ObservedGenerationSource: "status.observedGeneration", Phase: "Initialized", PhaseReason: "annotation kausality.io/phase=initialized"}
+		if d.Parent == nil || *d.Parent != wantParent {
+			t.Errorf("parent %+v", d.Parent)
+		}
+		wantActor := Actor{User: ctrlUser, UserHash: ctrlHash, FieldManager: kcm, IsController: true, Determined: true,
+			Method: controllerid.MethodManagedFields, ControllerManagers: []string{kcm},
+			Reason: `field manager "kube-controller-manager" owns the parent's status.observedGeneration`}
+		if !reflect.DeepEqual(d.Actor, wantActor) {
+			t.Errorf("actor %+v", d.Actor)
+		}
+		if d.Child != rsRef {
+			t.Errorf("child %+v", d.Child)
+		}
+		if d.Reason != "drift without approval (parent generation 5 == observedGeneration 5), enforce mode (default)" {
+			t.Errorf("reason %q", d.Reason)
+		}
+	})
+
+	t.Run("create with generateName uses it as name", func(t *testing.T) {
+		in := base()
+		in.Operation, in.OldObject, in.Child.Name = Create, nil, ""
+		in.NewObject.SetName("")
+		in.NewObject.SetGenerateName("web-")
+		setAnn(annotations.Approvals, `[{"apiVersion":"apps/v1","kind":"ReplicaSet","name":"web-","mode":"always"}]`)(in.Parent)
+		d := Decide(in)
+		if d.Child.Name != "web-" || d.Category != DriftApproved {
+			t.Errorf("child %+v category %s", d.Child, d.Category)
+		}
+	})
+
+	t.Run("snooze details", func(t *testing.T) {
+		in := base()
+		setAnn(annotations.SnoozeUntil, "2026-01-25T00:00:00Z")(in.Parent)
+		d := Decide(in)
+		if want := (SnoozeState{Snoozed: true, Until: time.Date(2026, 1, 25, 0, 0, 0, 0, time.UTC), Annotation: annotations.SnoozeUntil}); d.Snooze != want {
+			t.Errorf("snooze %+v", d.Snooze)
+		}
+	})
+
+	t.Run("input is not modified", func(t *testing.T) {
+		in := base()
+		setAnn(annotations.Approvals, `[{"apiVersion":"apps/v1","kind":"ReplicaSet","name":"web-1","generation":5}]`)(in.Parent)
+		before := js(in.Parent.Object) + js(in.NewObject.Object) + js(in.OldObject.Object)
+		_ = Decide(in)
+		if after := js(in.Parent.Object) + js(in.NewObject.Object) + js(in.OldObject.Object); before != after {
+			t.Error("Decide modified its input")
+		}
+	})
+}
+
+func TestWarningsAreSingleLine(t *testing.T) {
+	in := base()
+	in.Mode.Default = ModeLog
+	in.Changes = []FieldChange{{Path: "data.script", Old: "a\nb", New: "c\r\nd"}}
+	d := Decide(in)
+	if len(d.Warnings) != 1 || strings.ContainsAny(d.Warnings[0], "\r\n") ||
+		!strings.Contains(d.Warnings[0], "changes data.script (a b → c  d) while") {
+		t.Errorf("warnings %q", d.Warnings)
+	}
+}
+
+var sinkDecision Decision
+
+func BenchmarkDecide(b *testing.B) {
+	cases := map[string]func(in *Input){
+		"NoDesiredChange": func(in *Input) { in.DesiredChanged = false; in.NewObject = mkChild(1) },
+		"NoParent":        func(in *Input) { in.Parent = nil },
+		"Expected":        func(in *Input) { obsGen(4)(in.Parent) },
+		"DriftDenied":     nil,
+		"DriftApprovedOnce": func(in *Input) {
+			setAnn(annotations.Approvals, `[{"apiVersion":"apps/v1","kind":"ReplicaSet","name":"web-1","generation":5}]`)(in.Parent)
+		},
+	}
+	for name, f := range cases {
+		b.Run(name, func(b *testing.B) {
+			in := base()
+			if f != nil {
+				f(&in)
+			}
+			b.ReportAllocs()
+			for i := 0; i < b.N; i++ {
+				sinkDecision = Decide(in)
+			}
+		})
+	}
+}

@@ -1,0 +1,425 @@
+// Package desired decides what part of an object is its desired state and
+// which desired-state fields a write changes.
+//
+// The desired state of an object is its .spec when it has one (in the old or
+// the new version). Objects without a spec (ConfigMap data/binaryData, Secret
+// data/stringData/type, RBAC rules/subjects/roleRef/aggregationRule,
+// ServiceAccount secrets, StorageClass parameters, webhook configurations,
+// ...) have everything outside apiVersion, kind, metadata and status as their
+// desired state. Metadata-only and status-only writes therefore never count
+// as changes.
+//
+// Comparison is semantic in the ways the apiserver's storage is: absent, null,
+// {} and [] are the same (the apiserver serializes an absent map or list as
+// absent and an absent non-pointer struct as {}); numbers compare by value
+// (3 == 3.0); lists of objects that carry a unique key (name, mountPath,
+// containerPort, ...) are compared element by element by that key.
+//
+// What it cannot see: the apiserver defaults fields after decoding. A writer
+// that omits a defaulted field (a controller that builds the spec from
+// scratch instead of modifying the object it read) appears to remove that
+// field, though after defaulting nothing changes. Compare against a
+// server-side dry-run result when that matters.
+package desired
+
+import (
+	"encoding/json"
+	"fmt"
+	"math"
+	"sort"
+	"strings"
+	"unicode/utf8"
+
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+)
+
+const (
+	// MaxChanges bounds Result.Changes; Result.Total counts all changes.
+	MaxChanges = 20
+	// MaxValueLen bounds a rendered value (in characters).
+	MaxValueLen = 64
+	// Unset renders an absent (or null or empty) value.
+	Unset = "<unset>"
+	// Redacted renders a Secret value.
+	Redacted = "<redacted>"
+)
+
+// nonDesired are the top-level fields that are never desired state.
+var nonDesired = map[string]bool{"apiVersion": true, "kind": true, "metadata": true, "status": true}
+
+// Change is one changed field of the desired state.
+type Change struct {
+	// Path is the field, e.g. "spec.replicas", "data.key",
+	// `data["config.yaml"]`, "spec.template.spec.containers[name=app].image",
+	// "rules[0].verbs".
+	Path string
+	// Old and New are the values rendered as JSON (strings quoted), at most
+	// MaxValueLen characters; Unset when absent; Redacted for Secret data.
+	Old, New string
+}
+
+func (c Change) String() string { return c.Path + ": " + c.Old + " → " + c.New }
+
+// Result is the outcome of Diff.
+type Result struct {
+	// Changed is whether the write changes the desired state.
+	Changed bool
+	// Changes are the first MaxChanges changed fields, in a deterministic
+	// order (depth first, map keys sorted, list elements in order).
+	Changes []Change
+	// Total is the number of changed fields found, >= len(Changes).
+	Total int
+}
+
+// Omitted is the number of changes not listed in Changes.
+func (r Result) Omitted() int { return r.Total - len(r.Changes) }
+
+// String renders the changes on one line, e.g.
+// `spec.replicas: 3 → 5; spec.paused: <unset> → true (and 2 more)`.
+func (r Result) String() string {
+	parts := make([]string, len(r.Changes))
+	for i, c := range r.Changes {
+		parts[i] = c.String()
+	}
+	s := strings.Join(parts, "; ")
+	if n := r.Omitted(); n > 0 {
+		s += fmt.Sprintf(" (and %d more)", n)
+	}
+	return s
+}
+
+// Changed reports whether a write from old to new changes the desired state
+// and the first MaxChanges changed fields (Diff also gives the total). old is
+// nil for a create: it counts as changed when the desired state is non-empty.
+// new is nil for a delete, which always counts as changed.
+func Changed(old, new *unstructured.Unstructured) (bool, []Change) {
+	r := Diff(old, new)
+	return r.Changed, r.Changes
+}
+
+// Diff compares the desired state of old and new; see Changed.
+func Diff(old, new *unstructured.Unstructured) Result {
+	if old == nil && new == nil {
+		return Result{}
+	}
+	d := differ{redact: isSecret(old) || isSecret(new)}
+	useSpec := hasSpec(old) || hasSpec(new)
+	d.walk("", State(old, useSpec), State(new, useSpec), true)
+	r := Result{Changes: d.changes, Total: d.total, Changed: d.total > 0}
+	if new == nil && old != nil {
+		r.Changed = true // a delete always counts
+	}
+	return r
+}
+
+// HasSpec reports whether obj has a "spec" (its desired state is the spec).
+func HasSpec(obj *unstructured.Unstructured) bool { return hasSpec(obj) }
+
+func hasSpec(obj *unstructured.Unstructured) bool {
+	if obj == nil {
+		return false
+	}
+	_, ok := obj.Object["spec"]
+	return ok
+}
+
+// State returns the desired state of obj as a map of top-level fields:
+// {"spec": ...} when spec is true, else every top-level field but apiVersion,
+// kind, metadata and status. The values are not copied. obj may be nil.
+func State(obj *unstructured.Unstructured, spec bool) map[string]interface{} {
+	if obj == nil {
+		return nil
+	}
+	if spec {
+		if v, ok := obj.Object["spec"]; ok {
+			return map[string]interface{}{"spec": v}
+		}
+		return nil
+	}
+	out := make(map[string]interface{}, len(obj.Object))
+	for k, v := range obj.Object {
+		if !nonDesired[k] {
+			out[k] = v
+		}
+	}
+	return out
+}
+
+func isSecret(obj *unstructured.Unstructured) bool {
+	if obj == nil {
+		return false
+	}
+	return obj.GetKind() == "Secret" && obj.GetAPIVersion() == "v1"
+}
+
+type differ struct {
+	redact  bool
+	changes []Change
+	total   int
+}
+
+func (d *differ) add(path string, old, new interface{}) {
+	d.total++
+	if len(d.changes) >= MaxChanges {
+		return
+	}
+	d.changes = append(d.changes, Change{Path: path, Old: d.render(path, old), New: d.render(path, new)})
+}
+
+func (d *differ) render(path string, v interface{}) string {
+	if isEmpty(v) {
+		return Unset
+	}
+	if d.redact && (underField(path, "data") || underField(path, "stringData")) {
+		return Redacted
+	}
+	return Render(v)
+}
+
+func underField(path, field string) bool {
+	return path == field || strings.HasPrefix(path, field+".") || strings.HasPrefix(path, field+"[")
+}
+
+// Render renders a value as compact JSON, truncated to MaxValueLen
+// characters ("…" marks a cut).
+func Render(v interface{}) string {
+	b, err := json.Marshal(v)
+	s := string(b)
+	if err != nil {
+		s = fmt.Sprintf("%v", v)
+	}
+	return truncate(s, MaxValueLen)
+}
+
+func truncate(s string, n int) string {
+	if utf8.RuneCountInString(s) <= n {
+		return s
+	}
+	i := 0
+	for pos := range s {
+		if i == n-1 {
+			return s[:pos] + "…"
+		}
+		i++
+	}
+	return s
+}
+
+// walk compares a and b at path. top is true for the map of top-level
+// desired fields, whose keys start paths without a dot.
+func (d *differ) walk(path string, a, b interface{}, top bool) {
+	aEmpty, bEmpty := isEmpty(a), isEmpty(b)
+	if aEmpty && bEmpty {
+		return
+	}
+	am, aIsMap := a.(map[string]interface{})
+	bm, bIsMap := b.(map[string]interface{})
+	if (aIsMap || aEmpty) && (bIsMap || bEmpty) {
+		keys := make([]string, 0, len(am)+len(bm))
+		for k := range am {
+			keys = append(keys, k)
+		}
+		for k := range bm {
+			if _, ok := am[k]; !ok {
+				keys = append(keys, k)
+			}
+		}
+		sort.Strings(keys)
+		for _, k := range keys {
+			d.walk(joinKey(path, k, top), am[k], bm[k], false)
+		}
+		return
+	}
+	al, aIsList := a.([]interface{})
+	bl, bIsList := b.([]interface{})
+	if aIsList && bIsList {
+		d.walkList(path, al, bl)
+		return
+	}
+	if !equalScalar(a, b) {
+		d.add(path, a, b)
+	}
+}
+
+func (d *differ) walkList(path string, a, b []interface{}) {
+	if key := listKey(a, b); key != "" {
+		d.walkKeyedList(path, key, a, b)
+		return
+	}
+	if len(a) != len(b) {
+		d.add(path, a, b)
+		return
+	}
+	for i := range a {
+		d.walk(fmt.Sprintf("%s[%d]", path, i), a[i], b[i], false)
+	}
+}
+
+// listKeys are tried in order to match list elements; the first that is a
+// scalar present and unique in every element of both lists wins.
+var listKeys = []string{"name", "mountPath", "devicePath", "containerPort", "port", "ip", "key", "topologyKey"}
+
+func listKey(a, b []interface{}) string {
+	if len(a) == 0 && len(b) == 0 {
+		return ""
+	}
+next:
+	for _, key := range listKeys {
+		for _, l := range [][]interface{}{a, b} {
+			seen := make(map[string]bool, len(l))
+			for _, e := range l {
+				m, ok := e.(map[string]interface{})
+				if !ok {
+					return ""
+				}
+				id, ok := scalarID(m[key])
+				if !ok || seen[id] {
+					continue next
+				}
+				seen[id] = true
+			}
+		}
+		return key
+	}
+	return ""
+}
+
+func scalarID(v interface{}) (string, bool) {
+	switch v := v.(type) {
+	case string:
+		return v, true
+	case int64, int, int32, float64, bool:
+		return fmt.Sprint(v), true
+	}
+	return "", false
+}
+
+func (d *differ) walkKeyedList(path, key string, a, b []interface{}) {
+	type entry struct {
+		id string
+		v  interface{}
+	}
+	index := func(l []interface{}) ([]entry, map[string]interface{}) {
+		es := make([]entry, len(l))
+		m := make(map[string]interface{}, len(l))
+		for i, e := range l {
+			id, _ := scalarID(e.(map[string]interface{})[key])
+			es[i] = entry{id, e}
+			m[id] = e
+		}
+		return es, m
+	}
+	ae, am := index(a)
+	be, bm := index(b)
+	elem := func(id string) string { return fmt.Sprintf("%s[%s=%s]", path, key, id) }
+
+	// Order: a reordering of the common elements is a change of the list.
+	var aOrder, bOrder []string
+	for _, e := range ae {
+		if _, ok := bm[e.id]; ok {
+			aOrder = append(aOrder, e.id)
+		}
+	}
+	for _, e := range be {
+		if _, ok := am[e.id]; ok {
+			bOrder = append(bOrder, e.id)
+		}
+	}
+	if strings.Join(aOrder, "\x00") != strings.Join(bOrder, "\x00") {
+		d.total++
+		if len(d.changes) < MaxChanges {
+			d.changes = append(d.changes, Change{Path: path + " (order of " + key + ")", Old: Render(aOrder), New: Render(bOrder)})
+		}
+	}
+	for _, e := range be {
+		d.walkElement(elem(e.id), am[e.id], e.v)
+	}
+	for _, e := range ae {
+		if _, ok := bm[e.id]; !ok {
+			d.walkElement(elem(e.id), e.v, nil)
+		}
+	}
+}
+
+// walkElement reports an added or removed list element as one change, and
+// recurses into elements present on both sides.
+func (d *differ) walkElement(path string, a, b interface{}) {
+	if a == nil || b == nil {
+		d.add(path, a, b)
+		return
+	}
+	d.walk(path, a, b, false)
+}
+
+func isEmpty(v interface{}) bool {
+	switch v := v.(type) {
+	case nil:
+		return true
+	case map[string]interface{}:
+		return len(v) == 0
+	case []interface{}:
+		return len(v) == 0
+	}
+	return false
+}
+
+func equalScalar(a, b interface{}) bool {
+	if af, ok := number(a); ok {
+		bf, ok := number(b)
+		return ok && af == bf
+	}
+	switch a := a.(type) {
+	case string:
+		b, ok := b.(string)
+		return ok && a == b
+	case bool:
+		b, ok := b.(bool)
+		return ok && a == b
+	}
+	// Mismatched kinds (map vs scalar, list vs map, ...).
+	return false
+}
+
+func number(v interface{}) (float64, bool) {
+	switch n := v.(type) {
+	case int64:
+		return float64(n), true
+	case int:
+		return float64(n), true
+	case int32:
+		return float64(n), true
+	case float64:
+		return n, !math.IsNaN(n)
+	case float32:
+		return float64(n), true
+	}
+	return 0, false
+}
+
+// joinKey appends a map key to a path: ".key" for identifier-like keys,
+// `["key"]` otherwise (dots, slashes, ... as in labels and data keys).
+func joinKey(path, key string, top bool) string {
+	if isIdentifier(key) {
+		if top {
+			return key
+		}
+		return path + "." + key
+	}
+	b, _ := json.Marshal(key)
+	return path + "[" + string(b) + "]"
+}
+
+func isIdentifier(s string) bool {
+	if s == "" {
+		return false
+	}
+	for i, r := range s {
+		switch {
+		case r == '_' || r == '$' || (r >= 'a' && r <= 'z') || (r >= 'A' && r <= 'Z'):
+		case i > 0 && (r >= '0' && r <= '9' || r == '-'):
+		default:
+			return false
+		}
+	}
+	return true
+}

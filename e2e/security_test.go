@@ -231,7 +231,9 @@ func TestAuthorizedImpersonationIsApplied(t *testing.T) {
 	}
 	_, err = admin.RbacV1().ClusterRoles().Create(ctx, role, metav1.CreateOptions{})
 	mustf(t, err, "role")
-	t.Cleanup(func() { _ = admin.RbacV1().ClusterRoles().Delete(context.Background(), role.Name, metav1.DeleteOptions{}) })
+	t.Cleanup(func() {
+		_ = admin.RbacV1().ClusterRoles().Delete(context.Background(), role.Name, metav1.DeleteOptions{})
+	})
 	binding := &rbacv1.ClusterRoleBinding{
 		ObjectMeta: metav1.ObjectMeta{Name: role.Name},
 		RoleRef:    rbacv1.RoleRef{APIGroup: "rbac.authorization.k8s.io", Kind: "ClusterRole", Name: role.Name},

@@ -36,20 +36,20 @@ const maxReservationAttempts = 3
 
 // request state of one intercepted write
 type pending struct {
-	w       *write
-	start   time.Time
-	kind    schema.GroupVersionKind
-	data    []byte
-	format  body.Format
-	patchTy types.PatchType
-	old     *unstructured.Unstructured
-	new     *unstructured.Unstructured
-	changed bool
-	changes []decision.FieldChange
-	parent  *unstructured.Unstructured
+	w            *write
+	start        time.Time
+	kind         schema.GroupVersionKind
+	data         []byte
+	format       body.Format
+	patchTy      types.PatchType
+	old          *unstructured.Unstructured
+	new          *unstructured.Unstructured
+	changed      bool
+	changes      []decision.FieldChange
+	parent       *unstructured.Unstructured
 	parentSource string
-	nsMode  string
-	outcome string // what finally happened, for the decision line
+	nsMode       string
+	outcome      string // what finally happened, for the decision line
 }
 
 func (i *Interceptor) serveWrite(w http.ResponseWriter, r *http.Request, wr *write, forward http.Handler, writeError ErrorWriter) {

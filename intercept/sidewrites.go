@@ -161,4 +161,3 @@ func (i *Interceptor) applySideWrite(ctx context.Context, sw decision.SideWrite)
 	}
 	return err
 }
-

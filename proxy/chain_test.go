@@ -256,8 +256,8 @@ func TestChainForwardsExactIdentity(t *testing.T) {
 	bearer := "Bearer " + goodToken
 	proxyBearer := "Bearer " + proxyToken
 	aliceIdentity := map[string][]string{
-		"Authorization":    {proxyBearer},
-		"Impersonate-User": {"alice"},
+		"Authorization":     {proxyBearer},
+		"Impersonate-User":  {"alice"},
 		"Impersonate-Group": {"devs"},
 	}
 	tokenIdentity := map[string][]string{"Authorization": {bearer}}
@@ -419,4 +419,3 @@ func TestChainNoCredentialsNoUpstreamTraffic(t *testing.T) {
 		t.Fatalf("upstream saw %d reviews and %d requests", f.upstream.reviews-before, len(f.upstream.requests))
 	}
 }
-

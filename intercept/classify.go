@@ -74,7 +74,7 @@ func (i *Interceptor) classify(r *http.Request) (*write, bool) {
 	default:
 		return nil, false
 	}
-	if !i.cfg.Rules().Targets(info.APIGroup, info.Resource, info.Namespace) {
+	if !i.cfg.Settings().Rules.Targets(info.APIGroup, info.Resource, info.Namespace) {
 		return nil, false
 	}
 	q := r.URL.Query()

@@ -22,12 +22,13 @@ import (
 	"net/http"
 	"time"
 
+	"github.com/prometheus/client_golang/prometheus"
 	"go.uber.org/zap"
 	"k8s.io/client-go/dynamic"
 
+	"github.com/kausality-io/kausality-proxy/intercept/config"
 	"github.com/kausality-io/kausality-proxy/intercept/decision"
 	"github.com/kausality-io/kausality-proxy/intercept/objects"
-	"github.com/kausality-io/kausality-proxy/intercept/rules"
 )
 
 // ErrorWriter writes an error as a metav1.Status. The proxy owns the wire
@@ -54,9 +55,9 @@ type Config struct {
 	// Writer makes the proxy's own writes to parents, with the proxy's
 	// credentials.
 	Writer dynamic.Interface
-	// Rules returns the current targeting rules (the config file may
-	// change them at run time). nil means rules.Default().
-	Rules func() rules.Rules
+	// Settings returns the configuration in force (the --config file may
+	// change at run time). nil means config.Default().
+	Settings func() *config.Config
 	// DefaultMode is --default-mode.
 	DefaultMode decision.Mode
 	// FailurePolicy is --failure-policy.
@@ -68,19 +69,22 @@ type Config struct {
 	// SideWriteTimeout bounds each write the proxy makes after a
 	// successful request.
 	SideWriteTimeout time.Duration
+	// Metrics receives the write path's metrics; nil registers nowhere.
+	Metrics prometheus.Registerer
 }
 
 // Interceptor holds what write interception needs across requests.
 type Interceptor struct {
-	cfg Config
+	cfg     Config
+	metrics *metrics
 }
 
 // New returns an Interceptor. A nil Objects store makes it a pass-through:
 // nothing is intercepted.
 func New(cfg Config) *Interceptor {
-	if cfg.Rules == nil {
-		def := rules.Default()
-		cfg.Rules = func() rules.Rules { return def }
+	if cfg.Settings == nil {
+		def := config.Default()
+		cfg.Settings = func() *config.Config { return def }
 	}
 	if cfg.Log == nil {
 		cfg.Log = zap.NewNop()
@@ -97,7 +101,7 @@ func New(cfg Config) *Interceptor {
 	if cfg.SideWriteTimeout <= 0 {
 		cfg.SideWriteTimeout = 10 * time.Second
 	}
-	return &Interceptor{cfg: cfg}
+	return &Interceptor{cfg: cfg, metrics: newMetrics(cfg.Metrics)}
 }
 
 // Wrap returns the handler the proxy chain calls in place of forward.

@@ -15,10 +15,6 @@ import (
 // select them from the proxy's log.
 const DecisionMessage = "kausality decision"
 
-func (i *Interceptor) logDecision(r *http.Request, p *pending, d *decision.Decision) {
-	i.logDecisionLine(p, d, nil)
-}
-
 // logDecisionLine writes the one line an intercepted write produces. It
 // never contains request bodies, tokens or other secrets: only names,
 // generations and the decision.
@@ -40,7 +36,10 @@ func (i *Interceptor) logDecisionLine(p *pending, d *decision.Decision, err erro
 		zap.String("reason", d.Reason),
 		zap.Bool("drift", d.Drift),
 		zap.Bool("dryRun", p.w.dryRun),
-		zap.Bool("shadow", false),
+		zap.Bool("shadow", p.shadow()),
+		zap.Bool("wouldDeny", p.shadow() && d.Result == decision.Deny),
+		zap.String("controller", p.controllerName()),
+		zap.Bool("snoozed", d.Snooze.Snoozed),
 		zap.String("outcome", p.outcome),
 		zap.Duration("latency", time.Since(p.start)),
 	}
@@ -82,6 +81,7 @@ func (i *Interceptor) logDecisionLine(p *pending, d *decision.Decision, err erro
 		fields = append(fields, zap.Error(err))
 	}
 	i.cfg.Log.Info(DecisionMessage, fields...)
+	i.metrics.observe(p, d)
 }
 
 func (i *Interceptor) logError(r *http.Request, p *pending, err error) {
@@ -100,8 +100,11 @@ func (i *Interceptor) logError(r *http.Request, p *pending, err error) {
 		zap.String("namespace", p.w.info.Namespace),
 		zap.String("name", p.w.info.Name),
 		zap.String("decision", "Error"),
+		zap.Bool("shadow", p.shadow()),
+		zap.String("controller", p.controllerName()),
 		zap.String("outcome", p.outcome),
 		zap.Duration("latency", time.Since(p.start)),
 		zap.Error(err),
 	)
+	i.metrics.observeError(p, err)
 }

@@ -22,6 +22,7 @@ import (
 
 	"github.com/kausality-io/kausality-proxy/intercept/annotations"
 	"github.com/kausality-io/kausality-proxy/intercept/body"
+	"github.com/kausality-io/kausality-proxy/intercept/config"
 	"github.com/kausality-io/kausality-proxy/intercept/decision"
 	"github.com/kausality-io/kausality-proxy/intercept/desired"
 	"github.com/kausality-io/kausality-proxy/intercept/objects"
@@ -34,9 +35,11 @@ var namespacesGVR = schema.GroupVersionResource{Version: "v1", Resource: "namesp
 // approval races another writer of the parent.
 const maxReservationAttempts = 3
 
-// request state of one intercepted write
+// pending is the state of one intercepted write.
 type pending struct {
 	w            *write
+	settings     *config.Config
+	controller   *config.Controller
 	start        time.Time
 	kind         schema.GroupVersionKind
 	data         []byte
@@ -53,22 +56,30 @@ type pending struct {
 }
 
 func (i *Interceptor) serveWrite(w http.ResponseWriter, r *http.Request, wr *write, forward http.Handler, writeError ErrorWriter) {
-	p := &pending{w: wr, start: time.Now()}
+	p := &pending{w: wr, start: time.Now(), settings: i.cfg.Settings()}
+	u, _ := request.UserFrom(r.Context())
+	p.controller = p.settings.ControllerFor(u, wr.fieldManager)
+	if p.shadow() {
+		i.serveShadow(w, r, p, forward)
+		return
+	}
 	fail := func(err error) {
 		p.outcome = "error"
 		i.logError(r, p, err)
 		writeError(w, err)
 	}
 
-	data, err := body.ReadLimited(r.Body, i.cfg.MaxBodyBytes)
-	_ = r.Body.Close()
+	data, tooLarge, err := readBody(r, i.cfg.MaxBodyBytes)
 	if err != nil {
 		fail(err)
 		return
 	}
+	if tooLarge {
+		fail(apierrors.NewRequestEntityTooLargeError(fmt.Sprintf(
+			"the body of this intercepted write exceeds the proxy's limit of %d bytes (--max-request-body-bytes)", i.cfg.MaxBodyBytes)))
+		return
+	}
 	p.data = data
-	// From here on the body must be replayable to the upstream.
-	restoreBody(r, data)
 
 	if err := i.load(r, p); err != nil {
 		var ignored *ignoredError
@@ -90,17 +101,10 @@ func (i *Interceptor) serveWrite(w http.ResponseWriter, r *http.Request, wr *wri
 
 	var d decision.Decision
 	for attempt := 1; ; attempt++ {
-		d = i.decide(r, p)
-		if d.Drift && p.parentSource == string(objects.FromCache) {
-			// The controller reacts to the same watch event as our cache;
-			// a cache a beat behind shows the parent as reconciled when its
-			// spec has just changed. Drift is rare, so confirm it with one
-			// live read and decide again from that single fresh snapshot.
-			if err := i.refreshParent(r.Context(), p); err != nil {
-				fail(err)
-				return
-			}
-			d = i.decide(r, p)
+		d, err = i.decideConfirmed(r, p)
+		if err != nil {
+			fail(err)
+			return
 		}
 		if d.Result == decision.Deny {
 			i.deny(w, p, &d, writeError)
@@ -152,7 +156,102 @@ func (i *Interceptor) serveWrite(w http.ResponseWriter, r *http.Request, wr *wri
 	if succeeded && !wr.dryRun {
 		i.sideWrites(d.ParentWrites)
 	}
-	i.logDecision(r, p, &d)
+	i.logDecisionLine(p, &d, nil)
+}
+
+// decideConfirmed decides, and confirms a drift verdict made from the cache.
+// The controller reacts to the same watch event as our cache; a cache a
+// beat behind shows the parent as reconciled when its spec has just
+// changed. Drift is rare, so it is confirmed with one live read and decided
+// again from that single fresh snapshot.
+func (i *Interceptor) decideConfirmed(r *http.Request, p *pending) (decision.Decision, error) {
+	d := i.decide(r, p)
+	if d.Drift && p.parentSource == string(objects.FromCache) {
+		if err := i.refreshParent(r.Context(), p); err != nil {
+			return d, err
+		}
+		d = i.decide(r, p)
+	}
+	return d, nil
+}
+
+// serveShadow handles a write of a controller in shadow mode: the full
+// decision is computed and logged, and the request goes upstream exactly as
+// it came: no annotation, no approval consumed, no denial, no warning, no
+// side write. Whatever goes wrong while deciding is logged, never returned.
+func (i *Interceptor) serveShadow(w http.ResponseWriter, r *http.Request, p *pending, forward http.Handler) {
+	defer func() {
+		if rec := recover(); rec != nil {
+			i.cfg.Log.Error("panic while deciding a shadow write", zap.Any("panic", rec))
+		}
+	}()
+	p.outcome = "shadow"
+	data, tooLarge, err := readBody(r, i.cfg.MaxBodyBytes)
+	if err != nil || tooLarge {
+		if err == nil {
+			err = fmt.Errorf("body larger than %d bytes: not decided", i.cfg.MaxBodyBytes)
+		}
+		i.logError(r, p, err)
+		forward.ServeHTTP(w, r)
+		return
+	}
+	p.data = data
+	if err := i.load(r, p); err != nil {
+		i.logError(r, p, err)
+		restoreBody(r, data)
+		forward.ServeHTTP(w, r)
+		return
+	}
+	var d decision.Decision
+	if !p.skip() {
+		d, err = i.decideConfirmed(r, p)
+	}
+	restoreBody(r, data)
+	rec := &codeRecorder{ResponseWriter: w}
+	forward.ServeHTTP(rec, r)
+	p.outcome = "shadow:" + strconv.Itoa(rec.code)
+	if p.skip() {
+		return
+	}
+	i.logDecisionLine(p, &d, err)
+}
+
+// readBody reads at most limit bytes. When the body is larger, the bytes
+// read so far are put back in front of the rest, so the request can still
+// be forwarded untouched.
+func readBody(r *http.Request, limit int64) (data []byte, tooLarge bool, err error) {
+	if r.Body == nil || r.Body == http.NoBody {
+		restoreBody(r, nil)
+		return nil, false, nil
+	}
+	orig := r.Body
+	data, err = io.ReadAll(io.LimitReader(orig, limit+1))
+	if err != nil {
+		return nil, false, apierrors.NewBadRequest(fmt.Sprintf("reading the request body: %v", err))
+	}
+	if int64(len(data)) > limit {
+		r.Body = struct {
+			io.Reader
+			io.Closer
+		}{io.MultiReader(bytes.NewReader(data), orig), orig}
+		return data, true, nil
+	}
+	_ = orig.Close()
+	restoreBody(r, data)
+	return data, false, nil
+}
+
+// shadow reports whether the writer's controller is in shadow mode.
+func (p *pending) shadow() bool {
+	return p.controller != nil && p.controller.Mode == config.ModeShadow
+}
+
+// controllerName is the configured name of the writer's controller.
+func (p *pending) controllerName() string {
+	if p.controller == nil {
+		return ""
+	}
+	return p.controller.Name
 }
 
 // skip reports writes that turned out to need no decision.
@@ -381,6 +480,10 @@ func (i *Interceptor) decide(r *http.Request, p *pending) decision.Decision {
 		FieldManager:   p.w.fieldManager,
 		Mode:           decision.ModeInputs{Namespace: p.nsMode, Default: i.cfg.DefaultMode},
 		DryRun:         p.w.dryRun,
+		Lifecycle:      p.settings.Lifecycle,
+	}
+	if p.controller != nil && p.controller.Mode != config.ModeShadow {
+		in.Mode.Controller = string(p.controller.Mode)
 	}
 	in.Child = decision.ObjectRef{APIVersion: p.kind.GroupVersion().String(), Kind: p.kind.Kind, Namespace: p.w.info.Namespace, Name: p.w.info.Name}
 	if in.Child.Name == "" && p.new != nil {

@@ -35,6 +35,8 @@ type Options struct {
 	DefaultMode   string
 	FailurePolicy string
 	ConfigFile    string
+	// ConfigReloadInterval is how often --config is checked for changes.
+	ConfigReloadInterval time.Duration
 
 	MetricsBindAddress string
 	// MetricsListener, when set, is used instead of MetricsBindAddress.
@@ -67,6 +69,7 @@ func NewOptions() *Options {
 		ShutdownTimeout:       60 * time.Second,
 		MaxRequestBodyBytes:   3 * 1024 * 1024,
 		UpstreamProbeInterval: 2 * time.Second,
+		ConfigReloadInterval:  2 * time.Second,
 	}
 }
 
@@ -87,6 +90,7 @@ func (o *Options) AddFlags(fs *pflag.FlagSet) {
 	fs.StringVar(&o.DefaultMode, "default-mode", o.DefaultMode, "Drift mode when nothing more specific is set: log or enforce.")
 	fs.StringVar(&o.FailurePolicy, "failure-policy", o.FailurePolicy, "What to do with an intercepted write whose parent cannot be read: Fail or Ignore.")
 	fs.StringVar(&o.ConfigFile, "config", o.ConfigFile, "YAML file with resource rules, excluded namespaces and per-controller modes. Reloaded on change.")
+	fs.DurationVar(&o.ConfigReloadInterval, "config-reload-interval", o.ConfigReloadInterval, "How often --config is checked for changes.")
 	fs.StringVar(&o.MetricsBindAddress, "metrics-bind-address", o.MetricsBindAddress, "Address for /metrics, /healthz, /readyz and /livez (plain HTTP).")
 	fs.DurationVar(&o.RequestTimeout, "request-timeout", o.RequestTimeout, "Upper bound for requests that are not long-running (watch, exec, attach, port-forward, logs and proxy are exempt).")
 	fs.DurationVar(&o.ShutdownTimeout, "shutdown-timeout", o.ShutdownTimeout, "How long in-flight requests may drain on shutdown.")

@@ -21,6 +21,7 @@ import (
 
 	"github.com/kausality-io/kausality-proxy/authn"
 	"github.com/kausality-io/kausality-proxy/intercept"
+	"github.com/kausality-io/kausality-proxy/intercept/config"
 	"github.com/kausality-io/kausality-proxy/intercept/decision"
 	"github.com/kausality-io/kausality-proxy/intercept/objects"
 )
@@ -39,8 +40,12 @@ type Config struct {
 	ShutdownTimeout       time.Duration
 	UpstreamProbeInterval time.Duration
 
+	// Settings is the --config file, reloaded while the server runs.
+	Settings *config.Watcher
+
 	// stopBackground ends background work tied to the config (informers).
 	stopBackground context.CancelFunc
+	metrics        *metrics
 }
 
 // CompletedConfig can only be made by Complete, so New never sees a
@@ -113,13 +118,21 @@ func (o *Options) Config(log *zap.Logger) (*Config, error) {
 	// Informers of the object store live as long as the server.
 	storeCtx, stopStore := context.WithCancel(context.Background())
 	cfg.stopBackground = stopStore
+	cfg.Settings, err = config.NewWatcher(o.ConfigFile, o.ConfigReloadInterval, log.Named("config"))
+	if err != nil {
+		stopStore()
+		return nil, fmt.Errorf("--config: %w", err)
+	}
+	cfg.metrics = newMetrics()
 	cfg.Interceptor = intercept.New(intercept.Config{
 		Objects:       objects.New(storeCtx, client.Discovery(), dyn),
 		Writer:        dyn,
+		Settings:      cfg.Settings.Current,
 		DefaultMode:   decision.Mode(o.DefaultMode),
 		FailurePolicy: intercept.FailurePolicy(o.FailurePolicy),
 		MaxBodyBytes:  o.MaxRequestBodyBytes,
 		Log:           log.Named("intercept"),
+		Metrics:       cfg.metrics.registry,
 	})
 
 	cfg.MetricsListener = o.MetricsListener
@@ -142,6 +155,12 @@ func (c *Config) Complete() CompletedConfig {
 	}
 	if c.stopBackground == nil {
 		c.stopBackground = func() {}
+	}
+	if c.metrics == nil {
+		c.metrics = newMetrics()
+	}
+	if c.Settings == nil {
+		c.Settings, _ = config.NewWatcher("", 0, nil)
 	}
 	if c.UpstreamProbeInterval <= 0 {
 		c.UpstreamProbeInterval = 2 * time.Second
@@ -173,6 +192,7 @@ type Server struct {
 	shutdownTimeout time.Duration
 	shuttingDown    atomic.Bool
 	stopBackground  context.CancelFunc
+	settings        *config.Watcher
 }
 
 // New builds the server from a completed config.
@@ -185,7 +205,7 @@ func (c CompletedConfig) New() (*Server, error) {
 	if err != nil {
 		return nil, fmt.Errorf("upstream probe client: %w", err)
 	}
-	m := newMetrics()
+	m := c.metrics
 	return &Server{
 		serving:         c.Serving,
 		metricsListener: c.MetricsListener,
@@ -200,6 +220,7 @@ func (c CompletedConfig) New() (*Server, error) {
 		requestTimeout:  c.RequestTimeout,
 		shutdownTimeout: c.ShutdownTimeout,
 		stopBackground:  c.stopBackground,
+		settings:        c.Settings,
 	}, nil
 }
 
@@ -225,6 +246,7 @@ func (s *Server) Run(ctx context.Context) error {
 	probeCtx, stopProbe := context.WithCancel(context.Background())
 	defer stopProbe()
 	defer s.stopBackground()
+	go s.settings.Run(probeCtx)
 	go s.probe.run(probeCtx)
 
 	metricsServer := &http.Server{Handler: s.metricsMux(), ReadHeaderTimeout: 10 * time.Second}

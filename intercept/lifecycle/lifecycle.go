@@ -48,6 +48,11 @@ const (
 	CheckInitialized        Check = "Condition=Initialized"
 	CheckReady              Check = "Condition=Ready"
 	CheckObservedGeneration Check = "ObservedGeneration"
+	// CheckObservedGenerationCurrent is satisfied once status.observedGeneration
+	// has caught up with metadata.generation, whatever the conditions. It is
+	// for kinds that report no readiness condition at all (a ReplicaSet), and
+	// is not in the default order.
+	CheckObservedGenerationCurrent Check = "ObservedGenerationCurrent"
 )
 
 // DefaultOrder is the default detection order after the annotation.
@@ -55,13 +60,13 @@ var DefaultOrder = []Check{CheckInitialized, CheckReady, CheckObservedGeneration
 
 // Validate reports whether c is a known check.
 func (c Check) Validate() error {
-	if c == CheckObservedGeneration {
+	if c == CheckObservedGeneration || c == CheckObservedGenerationCurrent {
 		return nil
 	}
 	if t, ok := strings.CutPrefix(string(c), "Condition="); ok && t != "" {
 		return nil
 	}
-	return fmt.Errorf("unknown initialization check %q (want ObservedGeneration or Condition=<Type>)", string(c))
+	return fmt.Errorf("unknown initialization check %q (want ObservedGeneration, ObservedGenerationCurrent or Condition=<Type>)", string(c))
 }
 
 // Detector holds the detection order.
@@ -124,6 +129,12 @@ func (d *Detector) Detect(obj *unstructured.Unstructured) Result {
 	}
 	status, _ := obj.Object["status"].(map[string]interface{})
 	for _, c := range d.order(obj) {
+		if c == CheckObservedGenerationCurrent {
+			if g, ok := statusObservedGeneration(status); ok && g >= obj.GetGeneration() && obj.GetGeneration() > 0 {
+				return Result{Phase: Initialized, Reason: "status.observedGeneration caught up with metadata.generation", Persist: true}
+			}
+			continue
+		}
 		if ok, why := check(status, c); ok {
 			return Result{Phase: Initialized, Reason: why, Persist: true}
 		}

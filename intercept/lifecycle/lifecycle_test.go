@@ -136,3 +136,25 @@ func TestObservedGeneration(t *testing.T) {
 		t.Error("ConditionTrue")
 	}
 }
+
+func TestObservedGenerationCurrent(t *testing.T) {
+	d := &Detector{ByGVK: map[schema.GroupVersionKind][]Check{{Group: "apps", Kind: "ReplicaSet"}: {CheckObservedGenerationCurrent}}}
+	cases := []struct {
+		name string
+		obj  map[string]interface{}
+		want Phase
+	}{
+		{"caught up", map[string]interface{}{"apiVersion": "apps/v1", "kind": "ReplicaSet", "metadata": map[string]interface{}{"generation": int64(2)}, "status": map[string]interface{}{"observedGeneration": int64(2)}}, Initialized},
+		{"behind", map[string]interface{}{"apiVersion": "apps/v1", "kind": "ReplicaSet", "metadata": map[string]interface{}{"generation": int64(3)}, "status": map[string]interface{}{"observedGeneration": int64(2)}}, Initializing},
+		{"no status", map[string]interface{}{"apiVersion": "apps/v1", "kind": "ReplicaSet", "metadata": map[string]interface{}{"generation": int64(1)}}, Initializing},
+		{"other kind keeps the default order", map[string]interface{}{"apiVersion": "apps/v1", "kind": "StatefulSet", "metadata": map[string]interface{}{"generation": int64(2)}, "status": map[string]interface{}{"observedGeneration": int64(2)}}, Initializing},
+	}
+	for _, tc := range cases {
+		if got := d.Detect(&unstructured.Unstructured{Object: tc.obj}).Phase; got != tc.want {
+			t.Errorf("%s: %s, want %s", tc.name, got, tc.want)
+		}
+	}
+	if err := CheckObservedGenerationCurrent.Validate(); err != nil {
+		t.Fatal(err)
+	}
+}

@@ -1,0 +1,323 @@
+// Package config is the --config file: which writes are intercepted
+// (resource rules, excluded namespaces), how each controller is rolled out
+// (shadow, log or enforce) and how parents' initialization is detected per
+// kind. It is validated on load, errors name the line and the field, and a
+// Watcher reloads it when the file changes, keeping the last good version
+// when a new one is invalid.
+package config
+
+import (
+	"bytes"
+	"errors"
+	"fmt"
+	"os"
+	"strings"
+
+	yaml "go.yaml.in/yaml/v3"
+	"k8s.io/apimachinery/pkg/runtime/schema"
+	"k8s.io/apiserver/pkg/authentication/serviceaccount"
+	"k8s.io/apiserver/pkg/authentication/user"
+
+	"github.com/kausality-io/kausality-proxy/intercept/lifecycle"
+	"github.com/kausality-io/kausality-proxy/intercept/rules"
+)
+
+// APIVersion and Kind identify the file format.
+const (
+	APIVersion = "kausality.io/v1alpha1"
+	Kind       = "ProxyConfiguration"
+)
+
+// Mode is how the proxy treats one controller's writes.
+type Mode string
+
+// Controller modes.
+const (
+	// ModeShadow: decide and log what would happen, forward the request
+	// byte for byte, change nothing.
+	ModeShadow Mode = "shadow"
+	// ModeLog: drift is allowed with a warning.
+	ModeLog Mode = "log"
+	// ModeEnforce: drift without approval is denied.
+	ModeEnforce Mode = "enforce"
+)
+
+// File is the file format.
+type File struct {
+	APIVersion         string         `yaml:"apiVersion"`
+	Kind               string         `yaml:"kind"`
+	ResourceRules      *ResourceRules `yaml:"resourceRules"`
+	ExcludedNamespaces *[]string      `yaml:"excludedNamespaces"`
+	Controllers        []Controller   `yaml:"controllers"`
+	Lifecycle          []Lifecycle    `yaml:"lifecycle"`
+}
+
+// ResourceRules select the intercepted resources.
+type ResourceRules struct {
+	Include []Rule `yaml:"include"`
+	Exclude []Rule `yaml:"exclude"`
+}
+
+// Rule is a resource rule.
+type Rule struct {
+	APIGroups []string `yaml:"apiGroups"`
+	Resources []string `yaml:"resources"`
+}
+
+// Controller selects one controller's writes and sets its mode.
+type Controller struct {
+	// Name labels the controller in logs, metrics and the shadow report.
+	Name  string `yaml:"name"`
+	Match Match  `yaml:"match"`
+	Mode  Mode   `yaml:"mode"`
+}
+
+// Match selects writes. Set exactly one field.
+type Match struct {
+	// User is an exact user name.
+	User string `yaml:"user"`
+	// ServiceAccount is namespace/name.
+	ServiceAccount string `yaml:"serviceAccount"`
+	// Group matches any of the user's groups.
+	Group string `yaml:"group"`
+	// FieldManager is the effective field manager.
+	FieldManager string `yaml:"fieldManager"`
+}
+
+// Lifecycle sets the initialization checks for one kind.
+type Lifecycle struct {
+	// APIGroup of the kind ("" for core).
+	APIGroup string `yaml:"apiGroup"`
+	Kind     string `yaml:"kind"`
+	// Order of checks: Condition=<Type>, ObservedGeneration,
+	// ObservedGenerationCurrent.
+	Order []string `yaml:"order"`
+}
+
+// Config is a loaded, validated configuration.
+type Config struct {
+	Rules       rules.Rules
+	Controllers []Controller
+	Lifecycle   *lifecycle.Detector
+}
+
+// Default is the configuration without a file.
+func Default() *Config {
+	return &Config{Rules: rules.Default(), Lifecycle: &lifecycle.Detector{}}
+}
+
+// ControllerFor returns the first controller setting that matches the
+// write, or nil.
+func (c *Config) ControllerFor(u user.Info, fieldManager string) *Controller {
+	if c == nil || u == nil {
+		return nil
+	}
+	for i := range c.Controllers {
+		if c.Controllers[i].Match.matches(u, fieldManager) {
+			return &c.Controllers[i]
+		}
+	}
+	return nil
+}
+
+func (m Match) matches(u user.Info, fieldManager string) bool {
+	switch {
+	case m.User != "":
+		return u.GetName() == m.User
+	case m.ServiceAccount != "":
+		ns, name, _ := strings.Cut(m.ServiceAccount, "/")
+		return u.GetName() == serviceaccount.MakeUsername(ns, name)
+	case m.Group != "":
+		for _, g := range u.GetGroups() {
+			if g == m.Group {
+				return true
+			}
+		}
+		return false
+	case m.FieldManager != "":
+		return fieldManager == m.FieldManager
+	}
+	return false
+}
+
+// LoadFile reads and validates path.
+func LoadFile(path string) (*Config, error) {
+	data, err := os.ReadFile(path)
+	if err != nil {
+		return nil, err
+	}
+	cfg, err := Parse(data)
+	if err != nil {
+		return nil, fmt.Errorf("%s: %w", path, err)
+	}
+	return cfg, nil
+}
+
+// Parse decodes and validates a configuration. Errors name the line and
+// the field ("line 7: controllers[0].mode: ...").
+func Parse(data []byte) (*Config, error) {
+	var root yaml.Node
+	dec := yaml.NewDecoder(bytes.NewReader(data))
+	if err := dec.Decode(&root); err != nil {
+		return nil, fmt.Errorf("not valid YAML: %w", err)
+	}
+	var f File
+	strict := yaml.NewDecoder(bytes.NewReader(data))
+	strict.KnownFields(true)
+	if err := strict.Decode(&f); err != nil {
+		var te *yaml.TypeError
+		if errors.As(err, &te) {
+			return nil, fmt.Errorf("%s", strings.Join(te.Errors, "; "))
+		}
+		return nil, err
+	}
+	var errs []string
+	fail := func(path, format string, args ...any) {
+		errs = append(errs, fmt.Sprintf("line %d: %s: %s", lineOf(&root, path), path, fmt.Sprintf(format, args...)))
+	}
+	if f.APIVersion != APIVersion {
+		fail("apiVersion", "must be %q, not %q", APIVersion, f.APIVersion)
+	}
+	if f.Kind != Kind {
+		fail("kind", "must be %q, not %q", Kind, f.Kind)
+	}
+
+	cfg := Default()
+	if f.ResourceRules != nil {
+		cfg.Rules.Include = toRules(f.ResourceRules.Include)
+		if f.ResourceRules.Include == nil {
+			cfg.Rules.Include = rules.Default().Include
+		}
+		// Excludes from the file add to the built-in ones: reviews and
+		// high-churn kinds are never worth intercepting.
+		cfg.Rules.Exclude = append(cfg.Rules.Exclude, toRules(f.ResourceRules.Exclude)...)
+		for i, r := range f.ResourceRules.Include {
+			if err := (rules.Rule{APIGroups: r.APIGroups, Resources: r.Resources}).Validate(); err != nil {
+				fail(fmt.Sprintf("resourceRules.include[%d]", i), "%v", err)
+			}
+		}
+		for i, r := range f.ResourceRules.Exclude {
+			if err := (rules.Rule{APIGroups: r.APIGroups, Resources: r.Resources}).Validate(); err != nil {
+				fail(fmt.Sprintf("resourceRules.exclude[%d]", i), "%v", err)
+			}
+		}
+	}
+	if f.ExcludedNamespaces != nil {
+		cfg.Rules.ExcludedNamespaces = *f.ExcludedNamespaces
+		for i, ns := range *f.ExcludedNamespaces {
+			if ns == "" {
+				fail(fmt.Sprintf("excludedNamespaces[%d]", i), "empty namespace name")
+			}
+		}
+	}
+
+	names := map[string]bool{}
+	for i, c := range f.Controllers {
+		path := fmt.Sprintf("controllers[%d]", i)
+		if c.Name == "" {
+			fail(path+".name", "required: it labels the controller in logs, metrics and the shadow report")
+		} else if names[c.Name] {
+			fail(path+".name", "duplicate name %q", c.Name)
+		}
+		names[c.Name] = true
+		switch c.Mode {
+		case ModeShadow, ModeLog, ModeEnforce:
+		default:
+			fail(path+".mode", "must be shadow, log or enforce, not %q", c.Mode)
+		}
+		set := 0
+		for _, v := range []string{c.Match.User, c.Match.ServiceAccount, c.Match.Group, c.Match.FieldManager} {
+			if v != "" {
+				set++
+			}
+		}
+		if set != 1 {
+			fail(path+".match", "set exactly one of user, serviceAccount, group, fieldManager")
+		}
+		if sa := c.Match.ServiceAccount; sa != "" {
+			if ns, name, ok := strings.Cut(sa, "/"); !ok || ns == "" || name == "" || strings.Contains(name, "/") {
+				fail(path+".match.serviceAccount", "must be namespace/name, not %q", sa)
+			}
+		}
+	}
+	cfg.Controllers = f.Controllers
+
+	if len(f.Lifecycle) > 0 {
+		cfg.Lifecycle.ByGVK = map[schema.GroupVersionKind][]lifecycle.Check{}
+	}
+	for i, l := range f.Lifecycle {
+		path := fmt.Sprintf("lifecycle[%d]", i)
+		if l.Kind == "" {
+			fail(path+".kind", "required")
+		}
+		if len(l.Order) == 0 {
+			fail(path+".order", "must list at least one check")
+		}
+		checks := make([]lifecycle.Check, 0, len(l.Order))
+		for j, o := range l.Order {
+			c := lifecycle.Check(o)
+			if err := c.Validate(); err != nil {
+				fail(fmt.Sprintf("%s.order[%d]", path, j), "%v", err)
+			}
+			checks = append(checks, c)
+		}
+		cfg.Lifecycle.ByGVK[schema.GroupVersionKind{Group: l.APIGroup, Kind: l.Kind}] = checks
+	}
+
+	if len(errs) > 0 {
+		return nil, errors.New(strings.Join(errs, "; "))
+	}
+	return cfg, nil
+}
+
+func toRules(in []Rule) []rules.Rule {
+	out := make([]rules.Rule, 0, len(in))
+	for _, r := range in {
+		out = append(out, rules.Rule{APIGroups: r.APIGroups, Resources: r.Resources})
+	}
+	return out
+}
+
+// lineOf finds the line of a path like "controllers[1].mode" in the YAML
+// tree; the closest existing ancestor's line when the field is missing.
+func lineOf(root *yaml.Node, path string) int {
+	n := root
+	if n.Kind == yaml.DocumentNode && len(n.Content) > 0 {
+		n = n.Content[0]
+	}
+	line := n.Line
+	for _, part := range strings.Split(path, ".") {
+		key, idx := part, -1
+		if open := strings.Index(part, "["); open >= 0 && strings.HasSuffix(part, "]") {
+			key = part[:open]
+			fmt.Sscanf(part[open+1:len(part)-1], "%d", &idx)
+		}
+		next, keyLine := mapValue(n, key)
+		if next == nil {
+			return line
+		}
+		n, line = next, keyLine
+		if idx >= 0 {
+			if n.Kind != yaml.SequenceNode || idx >= len(n.Content) {
+				return line
+			}
+			n = n.Content[idx]
+			line = n.Line
+		}
+	}
+	return line
+}
+
+// mapValue returns the value of key and the line of the key itself: the
+// line a person looks for.
+func mapValue(n *yaml.Node, key string) (*yaml.Node, int) {
+	if n == nil || n.Kind != yaml.MappingNode {
+		return nil, 0
+	}
+	for i := 0; i+1 < len(n.Content); i += 2 {
+		if n.Content[i].Value == key {
+			return n.Content[i+1], n.Content[i].Line
+		}
+	}
+	return nil, 0
+}

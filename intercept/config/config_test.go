@@ -1,0 +1,169 @@
+package config
+
+import (
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/apiserver/pkg/authentication/user"
+
+	"github.com/kausality-io/kausality-proxy/intercept/lifecycle"
+)
+
+const valid = `apiVersion: kausality.io/v1alpha1
+kind: ProxyConfiguration
+resourceRules:
+  include:
+  - apiGroups: ["apps", "example.com"]
+    resources: ["*"]
+  exclude:
+  - apiGroups: ["apps"]
+    resources: ["daemonsets"]
+excludedNamespaces: [kube-system, sandbox]
+controllers:
+- name: deployment-controller
+  match:
+    serviceAccount: kube-system/deployment-controller
+  mode: shadow
+- name: replicaset-controller
+  match:
+    user: system:serviceaccount:kube-system:replicaset-controller
+  mode: enforce
+- name: platform
+  match:
+    group: platform-team
+  mode: log
+- name: argo
+  match:
+    fieldManager: argocd-controller
+  mode: enforce
+lifecycle:
+- apiGroup: apps
+  kind: ReplicaSet
+  order: [ObservedGenerationCurrent]
+`
+
+func TestParseValid(t *testing.T) {
+	cfg, err := Parse([]byte(valid))
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, tc := range []struct {
+		group, resource, ns string
+		want                bool
+	}{
+		{"apps", "deployments", "prod", true},
+		{"apps", "daemonsets", "prod", false},
+		{"", "configmaps", "prod", false},
+		{"example.com", "widgets", "prod", true},
+		{"apps", "deployments", "sandbox", false},
+		{"apps", "deployments", "kube-public", true},
+		{"coordination.k8s.io", "leases", "prod", false},
+	} {
+		if got := cfg.Rules.Targets(tc.group, tc.resource, tc.ns); got != tc.want {
+			t.Errorf("Targets(%s, %s, %s) = %v", tc.group, tc.resource, tc.ns, got)
+		}
+	}
+	matches := []struct {
+		user    user.Info
+		manager string
+		want    string
+	}{
+		{&user.DefaultInfo{Name: "system:serviceaccount:kube-system:deployment-controller"}, "kube-controller-manager", "deployment-controller"},
+		{&user.DefaultInfo{Name: "system:serviceaccount:kube-system:replicaset-controller"}, "kube-controller-manager", "replicaset-controller"},
+		{&user.DefaultInfo{Name: "jane", Groups: []string{"devs", "platform-team"}}, "kubectl", "platform"},
+		{&user.DefaultInfo{Name: "argo"}, "argocd-controller", "argo"},
+		{&user.DefaultInfo{Name: "bob"}, "kubectl", ""},
+	}
+	for _, m := range matches {
+		got := ""
+		if c := cfg.ControllerFor(m.user, m.manager); c != nil {
+			got = c.Name
+		}
+		if got != m.want {
+			t.Errorf("ControllerFor(%s, %s) = %q, want %q", m.user.GetName(), m.manager, got, m.want)
+		}
+	}
+	rs := &unstructured.Unstructured{Object: map[string]any{"apiVersion": "apps/v1", "kind": "ReplicaSet",
+		"metadata": map[string]any{"generation": int64(1)}, "status": map[string]any{"observedGeneration": int64(1)}}}
+	if got := cfg.Lifecycle.Detect(rs).Phase; got != lifecycle.Initialized {
+		t.Errorf("ReplicaSet with ObservedGenerationCurrent: %s", got)
+	}
+}
+
+func TestParseErrorsNameLineAndField(t *testing.T) {
+	cases := []struct {
+		name, yaml, want string
+	}{
+		{"bad mode", "apiVersion: kausality.io/v1alpha1\nkind: ProxyConfiguration\ncontrollers:\n- name: a\n  match:\n    user: x\n  mode: strict\n",
+			`line 7: controllers[0].mode: must be shadow, log or enforce, not "strict"`},
+		{"unknown field", "apiVersion: kausality.io/v1alpha1\nkind: ProxyConfiguration\ncontrolers: []\n",
+			"line 3: field controlers not found in type config.File"},
+		{"two matchers", "apiVersion: kausality.io/v1alpha1\nkind: ProxyConfiguration\ncontrollers:\n- name: a\n  match:\n    user: x\n    group: y\n  mode: log\n",
+			"line 5: controllers[0].match: set exactly one of user, serviceAccount, group, fieldManager"},
+		{"bad service account", "apiVersion: kausality.io/v1alpha1\nkind: ProxyConfiguration\ncontrollers:\n- name: a\n  match:\n    serviceAccount: justname\n  mode: log\n",
+			`line 6: controllers[0].match.serviceAccount: must be namespace/name, not "justname"`},
+		{"missing name", "apiVersion: kausality.io/v1alpha1\nkind: ProxyConfiguration\ncontrollers:\n- match:\n    user: x\n  mode: log\n",
+			"line 4: controllers[0].name: required"},
+		{"bad check", "apiVersion: kausality.io/v1alpha1\nkind: ProxyConfiguration\nlifecycle:\n- kind: Foo\n  order: [Whenever]\n",
+			`line 5: lifecycle[0].order[0]: unknown initialization check "Whenever"`},
+		{"subresource rule", "apiVersion: kausality.io/v1alpha1\nkind: ProxyConfiguration\nresourceRules:\n  include:\n  - apiGroups: [apps]\n    resources: [deployments/scale]\n",
+			`line 5: resourceRules.include[0]: resource "deployments/scale": subresources are not selected by rules`},
+		{"wrong kind", "apiVersion: kausality.io/v1alpha1\nkind: Config\n", `line 2: kind: must be "ProxyConfiguration", not "Config"`},
+		{"not yaml", "apiVersion: [\n", "not valid YAML"},
+		{"wrong type", "apiVersion: kausality.io/v1alpha1\nkind: ProxyConfiguration\ncontrollers: 5\n", "line 3: cannot unmarshal !!int `5` into []config.Controller"},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			_, err := Parse([]byte(tc.yaml))
+			if err == nil || !strings.Contains(err.Error(), tc.want) {
+				t.Fatalf("error %v, want it to contain %q", err, tc.want)
+			}
+		})
+	}
+}
+
+func TestWatcherReloadsAndKeepsLastGood(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "config.yaml")
+	write := func(s string) {
+		if err := os.WriteFile(path, []byte(s), 0o600); err != nil {
+			t.Fatal(err)
+		}
+	}
+	write(valid)
+	w, err := NewWatcher(path, 0, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	dc := &user.DefaultInfo{Name: "system:serviceaccount:kube-system:deployment-controller"}
+	if c := w.Current().ControllerFor(dc, ""); c == nil || c.Mode != ModeShadow {
+		t.Fatalf("initial: %+v", c)
+	}
+	var notified *Config
+	w.OnChange(func(c *Config) { notified = c })
+
+	write(strings.Replace(valid, "mode: shadow", "mode: enforce", 1))
+	w.Check()
+	if c := w.Current().ControllerFor(dc, ""); c == nil || c.Mode != ModeEnforce || notified == nil || w.Reloads() != 1 {
+		t.Fatalf("after reload: %+v reloads=%d", c, w.Reloads())
+	}
+
+	write(strings.Replace(valid, "mode: shadow", "mode: bogus", 1))
+	w.Check()
+	if c := w.Current().ControllerFor(dc, ""); c == nil || c.Mode != ModeEnforce || w.Failures() != 1 {
+		t.Fatalf("an invalid reload must keep the last good config: %+v failures=%d", c, w.Failures())
+	}
+}
+
+func TestNewWatcherRefusesInvalidFile(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "config.yaml")
+	if err := os.WriteFile(path, []byte("apiVersion: kausality.io/v1alpha1\nkind: ProxyConfiguration\ncontrollers:\n- name: a\n  match: {user: x}\n  mode: nope\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	_, err := NewWatcher(path, 0, nil)
+	if err == nil || !strings.Contains(err.Error(), path+": line 6: controllers[0].mode") {
+		t.Fatalf("error %v", err)
+	}
+}

@@ -71,6 +71,14 @@ func namespaceWithMode(t *testing.T, prefix, mode string) string {
 // and the name of its ReplicaSet.
 func stableDeployment(t *testing.T, alice kubernetes.Interface, ns, name string) (*appsv1.Deployment, string) {
 	t.Helper()
+	return waitStableDeployment(t, alice, ns, name, true)
+}
+
+// waitStableDeployment is stableDeployment; persisted says whether to wait
+// for the proxy to persist the initialized phase (it does not when the
+// deployment controller is in shadow mode: shadow changes nothing).
+func waitStableDeployment(t *testing.T, alice kubernetes.Interface, ns, name string, persisted bool) (*appsv1.Deployment, string) {
+	t.Helper()
 	ctx := context.Background()
 	_, err := alice.AppsV1().Deployments(ns).Create(ctx, testDeployment(name, 0), metav1.CreateOptions{})
 	mustf(t, err, "creating deployment")
@@ -86,7 +94,7 @@ func stableDeployment(t *testing.T, alice kubernetes.Interface, ns, name string)
 				available = true
 			}
 		}
-		if !available || d.Status.ObservedGeneration != d.Generation || d.Annotations[annPhase] != "initialized" {
+		if !available || d.Status.ObservedGeneration != d.Generation || (persisted && d.Annotations[annPhase] != "initialized") {
 			return fmt.Errorf("available=%v generation=%d observed=%d phase=%q", available, d.Generation, d.Status.ObservedGeneration, d.Annotations[annPhase])
 		}
 		return nil

@@ -61,7 +61,7 @@ func upstreamURL(cfg *rest.Config) (*url.URL, error) {
 	return u, nil
 }
 
-func newUpstream(cfg *rest.Config, log *zap.Logger) (*upstream, error) {
+func newUpstream(cfg *rest.Config, log *zap.Logger, wrap func(http.RoundTripper) http.RoundTripper) (*upstream, error) {
 	u, err := upstreamURL(cfg)
 	if err != nil {
 		return nil, err
@@ -81,9 +81,13 @@ func newUpstream(cfg *rest.Config, log *zap.Logger) (*upstream, error) {
 	}
 
 	up := &upstream{url: u, log: log}
+	var transport http.RoundTripper = credentialSwitch{proxy: proxyRT, caller: callerRT}
+	if wrap != nil {
+		transport = wrap(transport)
+	}
 	up.plain = &httputil.ReverseProxy{
 		Rewrite:        up.rewrite,
-		Transport:      credentialSwitch{proxy: proxyRT, caller: callerRT},
+		Transport:      transport,
 		FlushInterval:  -1, // watch and log streams must reach the caller as they happen
 		ModifyResponse: rejectRedirects,
 		ErrorHandler:   up.writeUpstreamError,

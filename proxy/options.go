@@ -3,6 +3,7 @@ package proxy
 import (
 	"fmt"
 	"net"
+	"net/http"
 	"time"
 
 	"github.com/spf13/pflag"
@@ -45,6 +46,10 @@ type Options struct {
 	RequestTimeout      time.Duration
 	ShutdownTimeout     time.Duration
 	MaxRequestBodyBytes int64
+	// WrapUpstreamTransport, when set, wraps the transport of forwarded
+	// (non-upgrade) requests, for instrumentation and tests that need to see
+	// exactly what reaches kube-apiserver.
+	WrapUpstreamTransport func(http.RoundTripper) http.RoundTripper
 	// UpstreamProbeInterval is how often the upstream's /readyz is probed to
 	// answer our own /readyz.
 	UpstreamProbeInterval time.Duration

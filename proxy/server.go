@@ -40,6 +40,9 @@ type Config struct {
 	ShutdownTimeout       time.Duration
 	UpstreamProbeInterval time.Duration
 
+	// WrapUpstreamTransport wraps the forwarding transport (see Options).
+	WrapUpstreamTransport func(http.RoundTripper) http.RoundTripper
+
 	// Settings is the --config file, reloaded while the server runs.
 	Settings *config.Watcher
 
@@ -70,6 +73,7 @@ func (o *Options) Config(log *zap.Logger) (*Config, error) {
 		RequestTimeout:        o.RequestTimeout,
 		ShutdownTimeout:       o.ShutdownTimeout,
 		UpstreamProbeInterval: o.UpstreamProbeInterval,
+		WrapUpstreamTransport: o.WrapUpstreamTransport,
 	}
 	if err := o.SecureServing.ApplyTo(&cfg.Serving); err != nil {
 		return nil, fmt.Errorf("secure serving: %w", err)
@@ -197,7 +201,7 @@ type Server struct {
 
 // New builds the server from a completed config.
 func (c CompletedConfig) New() (*Server, error) {
-	up, err := newUpstream(c.Upstream, c.Log)
+	up, err := newUpstream(c.Upstream, c.Log, c.WrapUpstreamTransport)
 	if err != nil {
 		return nil, err
 	}
@@ -233,6 +237,9 @@ func newRequestInfoFactory() *request.RequestInfoFactory {
 
 // Handler is the serving chain, for tests that serve it themselves.
 func (s *Server) Handler() http.Handler { return s.buildHandler() }
+
+// Settings returns the configuration in force.
+func (s *Server) Settings() *config.Config { return s.settings.Current() }
 
 // SecureAddr is where the proxy serves TLS.
 func (s *Server) SecureAddr() net.Addr { return s.serving.Listener.Addr() }

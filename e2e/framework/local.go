@@ -43,6 +43,10 @@ type Local struct {
 	Relay       *Relay
 	KCM         *testenv.ControllerManager
 	LogPath     string
+	// ConfigPath is the proxy's --config file; see SetConfig.
+	ConfigPath string
+	// Recorder sees every forwarded request it is told to watch.
+	Recorder *Recorder
 
 	stopProxy context.CancelFunc
 	proxyDone chan error
@@ -96,6 +100,14 @@ func StartLocal(ctx context.Context, opts LocalOptions) (_ *Local, retErr error)
 		return nil, err
 	}
 	opts2.UpstreamProbeInterval = 500 * time.Millisecond
+	l.ConfigPath = filepath.Join(cp.WorkDir, "kausality-proxy-config.yaml")
+	if err := os.WriteFile(l.ConfigPath, []byte(BaseConfig), 0o600); err != nil {
+		return nil, err
+	}
+	opts2.ConfigFile = l.ConfigPath
+	opts2.ConfigReloadInterval = 200 * time.Millisecond
+	l.Recorder = &Recorder{}
+	opts2.WrapUpstreamTransport = l.Recorder.Wrap
 	opts2.ShutdownTimeout = 5 * time.Second
 	if opts.Customize != nil {
 		opts.Customize(opts2)
@@ -219,4 +231,29 @@ func (l *Local) ControllerManagerLog() (string, error) {
 		return "", errors.New("kube-controller-manager was not started")
 	}
 	return l.KCM.Log()
+}
+
+// BaseConfig is the proxy configuration the local provider starts with: the
+// defaults, spelled out.
+const BaseConfig = `apiVersion: kausality.io/v1alpha1
+kind: ProxyConfiguration
+`
+
+// SetConfig replaces the proxy's --config file and waits until the running
+// proxy has loaded it. It fails when the proxy keeps the old one.
+func (l *Local) SetConfig(ctx context.Context, content string) error {
+	before := l.Proxy.Settings()
+	if err := os.WriteFile(l.ConfigPath, []byte(content), 0o600); err != nil {
+		return err
+	}
+	ctx, cancel := context.WithTimeout(ctx, 30*time.Second)
+	defer cancel()
+	for l.Proxy.Settings() == before {
+		select {
+		case <-ctx.Done():
+			return fmt.Errorf("the proxy did not load the new config (invalid? see its log %s)", l.LogPath)
+		case <-time.After(100 * time.Millisecond):
+		}
+	}
+	return nil
 }

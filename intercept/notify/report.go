@@ -145,9 +145,9 @@ func ID(parent, child decision.ObjectRef, changes []decision.FieldChange) string
 	cs = slices.Compact(cs)
 	// JSON quoting makes the encoding unambiguous whatever the strings hold.
 	canon := struct {
-		P [4]string    `json:"p"`
-		C [4]string    `json:"c"`
-		D [][3]string  `json:"d"`
+		P [4]string   `json:"p"`
+		C [4]string   `json:"c"`
+		D [][3]string `json:"d"`
 	}{P: idRef(parent), C: idRef(child), D: make([][3]string, len(cs))}
 	for i, c := range cs {
 		canon.D[i] = [3]string{c.Path, c.Old, c.New}

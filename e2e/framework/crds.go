@@ -1,0 +1,156 @@
+package framework
+
+import (
+	"context"
+	"fmt"
+	"time"
+
+	apiextensionsv1 "k8s.io/apiextensions-apiserver/pkg/apis/apiextensions/v1"
+	apiextensionsclient "k8s.io/apiextensions-apiserver/pkg/client/clientset/clientset"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime/schema"
+	"k8s.io/apimachinery/pkg/util/wait"
+	"k8s.io/client-go/discovery"
+	"k8s.io/client-go/rest"
+)
+
+// The test API group of the custom-resource scenarios: a cluster-scoped
+// Widget (parent, with a status subresource) and a namespaced Gadget
+// (child, spec only).
+const (
+	TestGroup   = "e2e.kausality.io"
+	TestVersion = "v1"
+)
+
+var (
+	// WidgetGVR is the cluster-scoped parent resource.
+	WidgetGVR = schema.GroupVersionResource{Group: TestGroup, Version: TestVersion, Resource: "widgets"}
+	// GadgetGVR is the namespaced child resource.
+	GadgetGVR = schema.GroupVersionResource{Group: TestGroup, Version: TestVersion, Resource: "gadgets"}
+)
+
+// WidgetCRD is a cluster-scoped kind with spec.size/spec.color and a status
+// subresource holding observedGeneration and conditions.
+func WidgetCRD() *apiextensionsv1.CustomResourceDefinition {
+	conditions := apiextensionsv1.JSONSchemaProps{
+		Type: "array",
+		Items: &apiextensionsv1.JSONSchemaPropsOrArray{Schema: &apiextensionsv1.JSONSchemaProps{
+			Type:     "object",
+			Required: []string{"type", "status"},
+			Properties: map[string]apiextensionsv1.JSONSchemaProps{
+				"type":               {Type: "string"},
+				"status":             {Type: "string"},
+				"reason":             {Type: "string"},
+				"message":            {Type: "string"},
+				"lastTransitionTime": {Type: "string", Format: "date-time"},
+				"observedGeneration": {Type: "integer", Format: "int64"},
+			},
+		}},
+	}
+	return &apiextensionsv1.CustomResourceDefinition{
+		ObjectMeta: metav1.ObjectMeta{Name: "widgets." + TestGroup},
+		Spec: apiextensionsv1.CustomResourceDefinitionSpec{
+			Group: TestGroup,
+			Names: apiextensionsv1.CustomResourceDefinitionNames{Plural: "widgets", Singular: "widget", Kind: "Widget", ListKind: "WidgetList"},
+			Scope: apiextensionsv1.ClusterScoped,
+			Versions: []apiextensionsv1.CustomResourceDefinitionVersion{{
+				Name: TestVersion, Served: true, Storage: true,
+				Subresources: &apiextensionsv1.CustomResourceSubresources{Status: &apiextensionsv1.CustomResourceSubresourceStatus{}},
+				Schema: &apiextensionsv1.CustomResourceValidation{OpenAPIV3Schema: &apiextensionsv1.JSONSchemaProps{
+					Type: "object",
+					Properties: map[string]apiextensionsv1.JSONSchemaProps{
+						"spec": {Type: "object", Properties: map[string]apiextensionsv1.JSONSchemaProps{
+							"size":  {Type: "integer"},
+							"color": {Type: "string"},
+						}},
+						"status": {Type: "object", Properties: map[string]apiextensionsv1.JSONSchemaProps{
+							"observedGeneration": {Type: "integer", Format: "int64"},
+							"conditions":         conditions,
+						}},
+					},
+				}},
+			}},
+		},
+	}
+}
+
+// GadgetCRD is a namespaced kind with spec.value/spec.replicas and no
+// subresources.
+func GadgetCRD() *apiextensionsv1.CustomResourceDefinition {
+	return &apiextensionsv1.CustomResourceDefinition{
+		ObjectMeta: metav1.ObjectMeta{Name: "gadgets." + TestGroup},
+		Spec: apiextensionsv1.CustomResourceDefinitionSpec{
+			Group: TestGroup,
+			Names: apiextensionsv1.CustomResourceDefinitionNames{Plural: "gadgets", Singular: "gadget", Kind: "Gadget", ListKind: "GadgetList"},
+			Scope: apiextensionsv1.NamespaceScoped,
+			Versions: []apiextensionsv1.CustomResourceDefinitionVersion{{
+				Name: TestVersion, Served: true, Storage: true,
+				Schema: &apiextensionsv1.CustomResourceValidation{OpenAPIV3Schema: &apiextensionsv1.JSONSchemaProps{
+					Type: "object",
+					Properties: map[string]apiextensionsv1.JSONSchemaProps{
+						"spec": {Type: "object", Properties: map[string]apiextensionsv1.JSONSchemaProps{
+							"value":    {Type: "string"},
+							"replicas": {Type: "integer"},
+						}},
+					},
+				}},
+			}},
+		},
+	}
+}
+
+// InstallCRDs creates the CRDs with cfg (an existing one is left as is),
+// waits until each is Established and until discovery serves its resource.
+func InstallCRDs(ctx context.Context, cfg *rest.Config, crds ...*apiextensionsv1.CustomResourceDefinition) error {
+	c, err := apiextensionsclient.NewForConfig(cfg)
+	if err != nil {
+		return err
+	}
+	disc, err := discovery.NewDiscoveryClientForConfig(cfg)
+	if err != nil {
+		return err
+	}
+	for _, crd := range crds {
+		if _, err := c.ApiextensionsV1().CustomResourceDefinitions().Create(ctx, crd, metav1.CreateOptions{}); err != nil && !apierrors.IsAlreadyExists(err) {
+			return fmt.Errorf("creating CRD %s: %w", crd.Name, err)
+		}
+	}
+	for _, crd := range crds {
+		var last string
+		err := wait.PollUntilContextTimeout(ctx, 100*time.Millisecond, 60*time.Second, true, func(ctx context.Context) (bool, error) {
+			got, err := c.ApiextensionsV1().CustomResourceDefinitions().Get(ctx, crd.Name, metav1.GetOptions{})
+			if err != nil {
+				last = err.Error()
+				return false, nil
+			}
+			established := false
+			for _, cond := range got.Status.Conditions {
+				if cond.Type == apiextensionsv1.Established && cond.Status == apiextensionsv1.ConditionTrue {
+					established = true
+				}
+			}
+			if !established {
+				last = "not Established yet"
+				return false, nil
+			}
+			gv := crd.Spec.Group + "/" + crd.Spec.Versions[0].Name
+			list, err := disc.ServerResourcesForGroupVersion(gv)
+			if err != nil {
+				last = fmt.Sprintf("discovery of %s: %v", gv, err)
+				return false, nil
+			}
+			for _, r := range list.APIResources {
+				if r.Name == crd.Spec.Names.Plural {
+					return true, nil
+				}
+			}
+			last = fmt.Sprintf("discovery of %s does not list %s yet", gv, crd.Spec.Names.Plural)
+			return false, nil
+		})
+		if err != nil {
+			return fmt.Errorf("CRD %s: %v (%s)", crd.Name, err, last)
+		}
+	}
+	return nil
+}

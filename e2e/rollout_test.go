@@ -17,6 +17,7 @@ import (
 	"k8s.io/apimachinery/pkg/types"
 
 	"github.com/kausality-io/kausality-proxy/e2e/framework"
+	"github.com/kausality-io/kausality-proxy/intercept/shadowreport"
 )
 
 // setConfig switches the proxy's config file for one test.
@@ -73,7 +74,6 @@ controllers:
 	_, err = alice.AppsV1().Deployments(ns).Patch(ctx, "web", types.MergePatchType,
 		[]byte(`{"metadata":{"annotations":{"kausality.io/freeze":"true"}}}`), metav1.PatchOptions{})
 	mustf(t, err, "freezing")
-
 
 	// Odd but valid JSON: extra spaces and key order a re-encoder would change.
 	marker := "shadow-cm"
@@ -183,6 +183,22 @@ lifecycle:
 	}
 	if wouldDeny == 0 {
 		t.Fatal("the deployment controller's shadowed drift was not logged as would-deny")
+	}
+	// The operator's page: the shadow report names the controller and the
+	// parent it would have been denied under.
+	logFile, err := os.Open(env.LogPath)
+	mustf(t, err, "log")
+	rep, err := shadowreport.Read(logFile)
+	logFile.Close()
+	mustf(t, err, "shadow report")
+	var found *shadowreport.Controller
+	for _, c := range rep.Controllers {
+		if c.Name == "deployment-controller" {
+			found = c
+		}
+	}
+	if found == nil || found.WouldDeny == 0 || found.Parents["apps/v1 Deployment "+ns+"/web"] == 0 {
+		t.Fatalf("shadow report does not show the would-be denials under %s/web: %+v", ns, found)
 	}
 
 	// Replicaset controller enforced: a Pod deleted behind its back is not

@@ -419,3 +419,5 @@ func TestChainNoCredentialsNoUpstreamTraffic(t *testing.T) {
 		t.Fatalf("upstream saw %d reviews and %d requests", f.upstream.reviews-before, len(f.upstream.requests))
 	}
 }
+
+func listenLocal() (net.Listener, error) { return net.Listen("tcp", "127.0.0.1:0") }

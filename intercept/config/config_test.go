@@ -167,3 +167,10 @@ func TestNewWatcherRefusesInvalidFile(t *testing.T) {
 		t.Fatalf("error %v", err)
 	}
 }
+
+// The example in docs/ must always be valid.
+func TestDocumentedExampleIsValid(t *testing.T) {
+	if _, err := LoadFile(filepath.Join("..", "..", "docs", "config-example.yaml")); err != nil {
+		t.Fatal(err)
+	}
+}

@@ -266,33 +266,41 @@ func TestResolved(t *testing.T) {
 }
 
 func TestResolvedOnlyWhereDetectedArrived(t *testing.T) {
-	// URL 0 accepts, URL 1 rejects the Detected report with 400.
+	// URL 0 accepts. URL 1 holds the Detected report until released, then
+	// rejects it with 400: its Resolved report, queued meanwhile, must not
+	// be sent.
 	ok := newSink(t, nil)
 	bad := newSink(t, func(k *sink) {
-		k.respond = func(n int) (int, string) {
-			if n == 1 {
-				return http.StatusBadRequest, ""
-			}
-			return http.StatusOK, ""
-		}
+		k.block = true
+		k.respond = func(int) (int, string) { return http.StatusBadRequest, "" }
 	})
 	h := newHarness(t, Config{URLs: []string{ok.srv.URL, bad.srv.URL}}, true)
 	h.s.Enqueue(drift(childRS, replicas(1, 3)))
-	h.wait(t, 2)
+	if ev := h.wait(t, 1)[0]; ev.url != 0 || ev.outcome != delivered {
+		t.Fatalf("got %+v", ev)
+	}
+	bad.waitArrived(t)
 	if got := h.s.Resolved(resolve(childRS)); got != Queued {
 		t.Fatalf("Resolved = %s", got)
 	}
-	for _, ev := range h.wait(t, 2) {
-		if ev.url == 1 && ev.outcome != skipped {
-			t.Errorf("URL 1 never got the Detected report, yet its Resolved was %s", ev.outcome)
-		}
+	close(bad.release)
+	byURL := map[int][]string{}
+	for _, ev := range h.wait(t, 3) {
+		byURL[ev.url] = append(byURL[ev.url], string(ev.phase)+":"+string(ev.outcome))
 	}
-	if got := ok.delivered(); len(got) != 2 || got[1].Spec.Phase != PhaseResolved {
-		t.Errorf("URL 0 got %d reports", len(got))
+	if want := []string{"Resolved:Delivered"}; !slices.Equal(byURL[0], want) {
+		t.Errorf("URL 0: %v, want %v", byURL[0], want)
+	}
+	if want := []string{"Detected:Failed", "Resolved:Skipped"}; !slices.Equal(byURL[1], want) {
+		t.Errorf("URL 1: %v, want %v", byURL[1], want)
+	}
+	if got := ok.delivered(); len(got) != 2 || got[1].Spec.Phase != PhaseResolved || got[1].Spec.ID != got[0].Spec.ID {
+		t.Errorf("URL 0 got %+v", got)
 	}
 	if got := len(bad.requests()); got != 1 {
 		t.Errorf("URL 1 got %d requests, want only the rejected Detected", got)
 	}
+
 	// Nothing delivered anywhere: no Resolved at all.
 	down := newSink(t, func(k *sink) { k.respond = func(int) (int, string) { return http.StatusInternalServerError, "" } })
 	h2 := newHarness(t, Config{URLs: []string{down.srv.URL}, MaxAttempts: 1}, true)

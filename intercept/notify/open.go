@@ -3,6 +3,7 @@ package notify
 import (
 	"container/list"
 	"strings"
+	"sync/atomic"
 
 	"github.com/kausality-io/kausality-proxy/intercept/decision"
 )
@@ -63,7 +64,9 @@ type openTable struct {
 	maxPairs int
 	pairs    map[string]*pairEntry
 	lru      *list.List // of *pairEntry, most recent first
-	drifts   int
+	// drifts counts the open drifts; written under Sender.mu, read
+	// without it (the fast path of Observe, metrics).
+	drifts atomic.Int64
 }
 
 func newOpenTable(maxPairs int) *openTable {
@@ -91,7 +94,7 @@ func (t *openTable) add(od *openDrift) {
 			for _, o := range oldest.drifts {
 				o.open = false
 			}
-			t.drifts -= len(oldest.drifts)
+			t.drifts.Add(-int64(len(oldest.drifts)))
 			t.lru.Remove(oldest.elem)
 			delete(t.pairs, oldest.key)
 		}
@@ -101,11 +104,11 @@ func (t *openTable) add(od *openDrift) {
 	if len(p.drifts) >= MaxOpenPerPair {
 		p.drifts[0].open = false
 		p.drifts = p.drifts[1:]
-		t.drifts--
+		t.drifts.Add(-1)
 	}
 	od.open = true
 	p.drifts = append(p.drifts, od)
-	t.drifts++
+	t.drifts.Add(1)
 }
 
 // remove closes od.
@@ -121,7 +124,7 @@ func (t *openTable) remove(od *openDrift) {
 	for i, o := range p.drifts {
 		if o == od {
 			p.drifts = append(p.drifts[:i:i], p.drifts[i+1:]...)
-			t.drifts--
+			t.drifts.Add(-1)
 			break
 		}
 	}

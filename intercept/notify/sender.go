@@ -37,6 +37,7 @@ import (
 	"io"
 	"net/http"
 	"net/url"
+	"slices"
 	"strconv"
 	"sync"
 	"time"
@@ -341,9 +342,7 @@ func (s *Sender) OpenDrifts() int {
 	if !s.Enabled() {
 		return 0
 	}
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.open.drifts
+	return int(s.open.drifts.Load())
 }
 
 func (s *Sender) queued() int {
@@ -397,7 +396,8 @@ func (s *Sender) Enqueue(r DriftReport) Result {
 //     Resolved, ReasonParentChanged.
 //   - an allowed DELETE of the child: Resolved, ReasonChildDeleted.
 //
-// The Resolved cases cost a map lookup when nothing is open for the pair.
+// The Resolved cases cost one atomic load while no drift is open at all, a
+// map lookup under the lock otherwise.
 func (s *Sender) Observe(d *decision.Decision, w Write) Result {
 	if !s.Enabled() {
 		return Disabled
@@ -417,6 +417,9 @@ func (s *Sender) Observe(d *decision.Decision, w Write) Result {
 		reason = ReasonChildDeleted
 	default:
 		return Ignored
+	}
+	if s.open.drifts.Load() == 0 {
+		return NotOpen // the common case, without a lock
 	}
 	r := FromDecision(d, w)
 	r.Spec.Phase, r.Spec.Reason = PhaseResolved, reason
@@ -485,6 +488,7 @@ func (s *Sender) detected(r DriftReport) Result {
 	if od == nil {
 		light := *sp
 		light.OldObject, light.NewObject = runtime.RawExtension{}, runtime.RawExtension{}
+		light.Changes, light.Request.Groups = slices.Clone(light.Changes), slices.Clone(light.Request.Groups)
 		od = &openDrift{id: sp.ID, key: key, parentGen: gen, spec: light, state: make([]deliveryState, len(s.targets))}
 		s.open.add(od)
 	}

@@ -602,7 +602,7 @@ func TestOpenTableBounded(t *testing.T) {
 	h.wait(t, MaxOpenPerPair+3)
 	h.s.mu.Lock()
 	n := len(h.s.open.pairs[pairKey(parentDeploy.Ref(), child("b").Ref())].drifts)
-	total := h.s.open.drifts
+	total := int(h.s.open.drifts.Load())
 	h.s.mu.Unlock()
 	if n != MaxOpenPerPair || total > 2*MaxOpenPerPair {
 		t.Errorf("pair holds %d drifts (total %d), want %d", n, total, MaxOpenPerPair)

@@ -1,0 +1,274 @@
+package intercept
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"io"
+	"net/http"
+	"net/http/httptest"
+	"strings"
+	"testing"
+
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/apimachinery/pkg/runtime/schema"
+	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/apimachinery/pkg/util/sets"
+	"k8s.io/apiserver/pkg/endpoints/request"
+
+	"github.com/kausality-io/kausality-proxy/intercept/body"
+	"github.com/kausality-io/kausality-proxy/intercept/config"
+	"github.com/kausality-io/kausality-proxy/intercept/decision"
+	"github.com/kausality-io/kausality-proxy/intercept/patch"
+)
+
+var infoFactory = &request.RequestInfoFactory{APIPrefixes: sets.NewString("api", "apis"), GrouplessAPIPrefixes: sets.NewString("api")}
+
+func requestFor(t *testing.T, method, target, userAgent string) *http.Request {
+	t.Helper()
+	r := httptest.NewRequest(method, target, nil)
+	r.Header.Set("User-Agent", userAgent)
+	info, err := infoFactory.NewRequestInfo(r)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return r.WithContext(request.WithRequestInfo(r.Context(), info))
+}
+
+func TestClassify(t *testing.T) {
+	i := New(Config{})
+	cases := []struct {
+		name, method, path, ua string
+		intercepted            bool
+		op                     decision.Operation
+		sub                    subresourceKind
+		dryRun                 bool
+		manager                string
+	}{
+		{name: "create", method: "POST", path: "/apis/apps/v1/namespaces/prod/replicasets", ua: "kube-controller-manager/v1.35.4 (linux/amd64) kubernetes/abc/system:serviceaccount:kube-system:deployment-controller", intercepted: true, op: decision.Create, manager: "kube-controller-manager"},
+		{name: "update", method: "PUT", path: "/apis/apps/v1/namespaces/prod/replicasets/web", intercepted: true, op: decision.Update},
+		{name: "patch with field manager", method: "PATCH", path: "/api/v1/namespaces/prod/configmaps/c?fieldManager=argo", ua: "kubectl/v1.35", intercepted: true, op: decision.Update, manager: "argo"},
+		{name: "delete", method: "DELETE", path: "/api/v1/namespaces/prod/pods/p", ua: "kubectl/v1.35", intercepted: true, op: decision.Delete, manager: "kubectl"},
+		{name: "dry run", method: "POST", path: "/api/v1/namespaces/prod/configmaps?dryRun=All", ua: "kubectl", intercepted: true, op: decision.Create, dryRun: true, manager: "kubectl"},
+		{name: "status update", method: "PUT", path: "/apis/apps/v1/namespaces/prod/deployments/web/status", intercepted: true, op: decision.Update, sub: statusSubresource},
+		{name: "scale update", method: "PUT", path: "/apis/apps/v1/namespaces/prod/replicasets/web/scale", intercepted: true, op: decision.Update, sub: scaleSubresource},
+		{name: "scale patch", method: "PATCH", path: "/apis/apps/v1/namespaces/prod/deployments/web/scale", intercepted: true, op: decision.Update, sub: scaleSubresource},
+		{name: "cluster-scoped custom resource", method: "PUT", path: "/apis/example.com/v1/widgets/w", intercepted: true, op: decision.Update},
+		{name: "get", method: "GET", path: "/api/v1/namespaces/prod/configmaps/c"},
+		{name: "list", method: "GET", path: "/api/v1/namespaces/prod/configmaps"},
+		{name: "watch", method: "GET", path: "/api/v1/namespaces/prod/configmaps?watch=true"},
+		{name: "deletecollection", method: "DELETE", path: "/api/v1/namespaces/prod/configmaps"},
+		{name: "eviction subresource", method: "POST", path: "/api/v1/namespaces/prod/pods/p/eviction"},
+		{name: "binding subresource", method: "POST", path: "/api/v1/namespaces/prod/pods/p/binding"},
+		{name: "token subresource", method: "POST", path: "/api/v1/namespaces/prod/serviceaccounts/sa/token"},
+		{name: "exec", method: "POST", path: "/api/v1/namespaces/prod/pods/p/exec"},
+		{name: "status create is not a thing", method: "POST", path: "/apis/apps/v1/namespaces/prod/deployments/web/status"},
+		{name: "excluded namespace", method: "PUT", path: "/apis/apps/v1/namespaces/kube-system/deployments/coredns"},
+		{name: "excluded kind", method: "PUT", path: "/apis/coordination.k8s.io/v1/namespaces/prod/leases/l"},
+		{name: "events", method: "POST", path: "/api/v1/namespaces/prod/events"},
+		{name: "token review", method: "POST", path: "/apis/authentication.k8s.io/v1/tokenreviews"},
+		{name: "non-resource", method: "POST", path: "/version"},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			w, ok := i.classify(requestFor(t, tc.method, tc.path, tc.ua))
+			if ok != tc.intercepted {
+				t.Fatalf("intercepted = %v, want %v", ok, tc.intercepted)
+			}
+			if !ok {
+				return
+			}
+			if w.op != tc.op || w.sub != tc.sub || w.dryRun != tc.dryRun || w.fieldManager != tc.manager {
+				t.Fatalf("got op=%s sub=%d dryRun=%v manager=%q", w.op, w.sub, w.dryRun, w.fieldManager)
+			}
+		})
+	}
+}
+
+func TestClassifyFollowsConfig(t *testing.T) {
+	cfg, err := config.Parse([]byte("apiVersion: kausality.io/v1alpha1\nkind: ProxyConfiguration\nresourceRules:\n  include:\n  - apiGroups: [apps]\n    resources: [replicasets]\nexcludedNamespaces: [sandbox]\n"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	i := New(Config{Settings: func() *config.Config { return cfg }})
+	for path, want := range map[string]bool{
+		"/apis/apps/v1/namespaces/prod/replicasets/web":      true,
+		"/apis/apps/v1/namespaces/prod/deployments/web":      false,
+		"/apis/apps/v1/namespaces/sandbox/replicasets/web":   false,
+		"/apis/apps/v1/namespaces/kube-system/replicasets/x": true,
+	} {
+		if _, got := i.classify(requestFor(t, "PUT", path, "")); got != want {
+			t.Errorf("%s: intercepted=%v, want %v", path, got, want)
+		}
+	}
+}
+
+func TestDefaultFieldManager(t *testing.T) {
+	for ua, want := range map[string]string{
+		"kube-controller-manager/v1.35.4 (linux/amd64) kubernetes/abc": "kube-controller-manager",
+		"kubectl/v1.35.4 (linux/amd64)":                                "kubectl",
+		"my-controller":                                                "my-controller",
+		"":                                                             "",
+		"bad\x00agent/1":                                               "badagent",
+		strings.Repeat("x", 200) + "/1":                                strings.Repeat("x", 128),
+	} {
+		if got := defaultFieldManager(ua); got != want {
+			t.Errorf("defaultFieldManager(%q) = %q, want %q", ua, got, want)
+		}
+		if got := patch.EffectiveFieldManager("", ua); got != want {
+			t.Errorf("patch.EffectiveFieldManager disagrees for %q: %q", ua, got)
+		}
+	}
+}
+
+func TestReadBody(t *testing.T) {
+	payload := bytes.Repeat([]byte("a"), 100)
+	cases := []struct {
+		name     string
+		limit    int64
+		tooLarge bool
+	}{
+		{"under", 200, false},
+		{"exact", 100, false},
+		{"over", 99, true},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			r := httptest.NewRequest("POST", "/", bytes.NewReader(payload))
+			_, tooLarge, err := readBody(r, tc.limit)
+			if err != nil || tooLarge != tc.tooLarge {
+				t.Fatalf("tooLarge=%v err=%v", tooLarge, err)
+			}
+			// Either way the request still carries the whole body, for
+			// forwarding (shadow mode forwards even oversized bodies).
+			rest, _ := io.ReadAll(r.Body)
+			if !bytes.Equal(rest, payload) {
+				t.Fatalf("body after readBody: %d bytes", len(rest))
+			}
+		})
+	}
+}
+
+func TestFormatWarning(t *testing.T) {
+	got := formatWarning("drift on \"web\"\nnext line")
+	if got != `299 - "drift on \"web\" next line"` {
+		t.Fatalf("%s", got)
+	}
+}
+
+func TestUnresolvableFollowsFailurePolicy(t *testing.T) {
+	transport := errors.New("dial tcp 127.0.0.1:6443: connect: connection refused")
+	forbidden := apierrors.NewForbidden(schemaGR("apps", "deployments"), "web", errors.New("no RBAC"))
+	cases := []struct {
+		policy FailurePolicy
+		err    error
+		code   int32
+	}{
+		{FailurePolicyFail, transport, 503},
+		{FailurePolicyFail, forbidden, 500},
+		{FailurePolicyIgnore, transport, 0},
+	}
+	for _, tc := range cases {
+		i := New(Config{FailurePolicy: tc.policy})
+		err := i.unresolvable(tc.err)
+		var ignored *ignoredError
+		if tc.code == 0 {
+			if !errors.As(err, &ignored) {
+				t.Fatalf("%s: %v is not ignored", tc.policy, err)
+			}
+			continue
+		}
+		var status apierrors.APIStatus
+		if !errors.As(err, &status) || status.Status().Code != tc.code || !strings.Contains(status.Status().Message, "--failure-policy=Fail") {
+			t.Fatalf("%s %v: got %v", tc.policy, tc.err, err)
+		}
+	}
+}
+
+func configMap() *unstructured.Unstructured {
+	return &unstructured.Unstructured{Object: map[string]any{
+		"apiVersion": "v1", "kind": "ConfigMap",
+		"metadata": map[string]any{"name": "c", "namespace": "prod", "resourceVersion": "7"},
+		"data":     map[string]any{"k": "v2"},
+	}}
+}
+
+// mutate writes the decision's child annotations into every body format
+// and every patch type, in the same request.
+func TestMutateEveryShape(t *testing.T) {
+	i := New(Config{})
+	d := &decision.Decision{ChildAnnotations: &decision.AnnotationChanges{Set: map[string]string{"kausality.io/trace": `[{"kind":"X"}]`}}}
+	jsonBody := []byte(`{"apiVersion":"v1","kind":"ConfigMap","metadata":{"name":"c","namespace":"prod"},"data":{"k":"v2"}}`)
+	protoBody, _, err := body.Encode(configMap(), body.Protobuf)
+	if err != nil {
+		t.Fatal(err)
+	}
+	cborBody, _, err := body.Encode(configMap(), body.CBOR)
+	if err != nil {
+		t.Fatal(err)
+	}
+	cases := []struct {
+		name, verb, contentType string
+		data                    []byte
+		patchType               types.PatchType
+		format                  body.Format
+	}{
+		{name: "json create", verb: "create", contentType: "application/json", data: jsonBody, format: body.JSON},
+		{name: "yaml update", verb: "update", contentType: "application/yaml", data: []byte("apiVersion: v1\nkind: ConfigMap\nmetadata:\n  name: c\ndata:\n  k: v2\n"), format: body.YAML},
+		{name: "protobuf update", verb: "update", contentType: "application/vnd.kubernetes.protobuf", data: protoBody, format: body.Protobuf},
+		{name: "cbor update", verb: "update", contentType: "application/cbor", data: cborBody, format: body.CBOR},
+		{name: "merge patch", verb: "patch", contentType: string(types.MergePatchType), data: []byte(`{"data":{"k":"v2"}}`), patchType: types.MergePatchType},
+		{name: "strategic merge patch", verb: "patch", contentType: string(types.StrategicMergePatchType), data: []byte(`{"data":{"k":"v2"}}`), patchType: types.StrategicMergePatchType},
+		{name: "json patch", verb: "patch", contentType: string(types.JSONPatchType), data: []byte(`[{"op":"replace","path":"/data/k","value":"v2"}]`), patchType: types.JSONPatchType},
+		{name: "apply", verb: "patch", contentType: string(types.ApplyYAMLPatchType), data: []byte("apiVersion: v1\nkind: ConfigMap\nmetadata:\n  name: c\ndata:\n  k: v2\n"), patchType: types.ApplyYAMLPatchType},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			r := httptest.NewRequest("PUT", "/api/v1/namespaces/prod/configmaps/c", bytes.NewReader(tc.data))
+			r.Header.Set("Content-Type", tc.contentType)
+			p := &pending{w: &write{verb: tc.verb, sub: mainResource}, data: tc.data, format: tc.format, patchTy: tc.patchType, new: configMap()}
+			out, err := i.mutate(r, p, d)
+			if err != nil {
+				t.Fatal(err)
+			}
+			sent, _ := io.ReadAll(out.Body)
+			if out.ContentLength != int64(len(sent)) {
+				t.Fatalf("Content-Length %d for %d bytes", out.ContentLength, len(sent))
+			}
+			var result *unstructured.Unstructured
+			if tc.verb == "patch" {
+				old := configMap()
+				old.Object["data"] = map[string]any{"k": "v1"}
+				opts := patch.Options{}
+				if tc.patchType == types.ApplyYAMLPatchType {
+					force := true // the old object's fields have no owner yet
+					opts = patch.Options{FieldManager: "m", Force: &force}
+				}
+				result, err = patch.Apply(tc.patchType, old, sent, opts)
+			} else {
+				result, _, err = body.Decode(out.Header.Get("Content-Type"), sent, nil)
+			}
+			if err != nil {
+				t.Fatalf("forwarded body does not decode/apply: %v\n%q", err, sent)
+			}
+			if got := result.GetAnnotations()["kausality.io/trace"]; got != `[{"kind":"X"}]` {
+				t.Fatalf("trace annotation %q in %v", got, result.Object)
+			}
+			if v, _, _ := unstructured.NestedString(result.Object, "data", "k"); v != "v2" {
+				t.Fatalf("the write's own change was lost: data.k=%q", v)
+			}
+		})
+	}
+	// Nothing to write: the request is forwarded as it came.
+	r := httptest.NewRequest("PUT", "/", bytes.NewReader(jsonBody))
+	out, err := i.mutate(r, &pending{w: &write{verb: "update"}, new: configMap()}, &decision.Decision{})
+	if err != nil || out != r {
+		t.Fatalf("unchanged request was rebuilt: %v", err)
+	}
+	_ = context.Background
+}
+
+func schemaGR(group, resource string) schema.GroupResource {
+	return schema.GroupResource{Group: group, Resource: resource}
+}

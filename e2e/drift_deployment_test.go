@@ -16,6 +16,7 @@ import (
 	"k8s.io/client-go/kubernetes"
 
 	"github.com/kausality-io/kausality-proxy/e2e/framework"
+	"github.com/kausality-io/kausality-proxy/intercept/notify"
 )
 
 const (
@@ -260,6 +261,40 @@ func TestDriftOnReplicaSet(t *testing.T) {
 				if n := countDecisions(decisionsFor(t, "replicasets", ns, rsName), deploymentController, "Allow", "DriftUnapproved"); n != 0 {
 					t.Fatalf("%d drift writes were allowed in enforce mode", n)
 				}
+				// The drift was reported once (deduplicated across retries).
+				var detected []notify.DriftReport
+				eventually(t, 30*time.Second, "DriftReport Detected", func() error {
+					detected = nil
+					for _, r := range env.Reports.For(ns, rsName) {
+						if r.Spec.Phase == notify.PhaseDetected {
+							detected = append(detected, r)
+						}
+					}
+					if len(detected) == 0 {
+						return fmt.Errorf("no Detected report")
+					}
+					return nil
+				})
+				if len(detected) != 1 || detected[0].Spec.Parent.Kind != "Deployment" || detected[0].Spec.Parent.Name != "web" ||
+					detected[0].Spec.Request.User != deploymentController || detected[0].Kind != "DriftReport" {
+					t.Fatalf("Detected reports %+v", detected)
+				}
+				// A spec change of the parent makes the controller's revert
+				// expected: allowed, and the drift is resolved under the same id.
+				_, err = alice.AppsV1().Deployments(ns).Patch(ctx, "web", types.MergePatchType,
+					[]byte(`{"spec":{"template":{"metadata":{"labels":{"rev":"2"}}}}}`), metav1.PatchOptions{})
+				mustf(t, err, "changing the deployment")
+				eventually(t, 60*time.Second, "DriftReport Resolved with the Detected id", func() error {
+					for _, r := range env.Reports.For(ns, rsName) {
+						if r.Spec.Phase == notify.PhaseResolved {
+							if r.Spec.ID != detected[0].Spec.ID {
+								return fmt.Errorf("resolved id %s, detected id %s", r.Spec.ID, detected[0].Spec.ID)
+							}
+							return nil
+						}
+					}
+					return fmt.Errorf("no Resolved report")
+				})
 			}
 		})
 	}

@@ -23,8 +23,6 @@ import (
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/rest"
 	sigsyaml "sigs.k8s.io/yaml"
-
-	"github.com/kausality-io/kausality-proxy/e2e/framework"
 )
 
 const wrProtobuf = "application/vnd.kubernetes.protobuf"
@@ -554,5 +552,4 @@ func TestNonTargetedWritesAreNotDecided(t *testing.T) {
 			t.Errorf("a non-targeted write was decided: %v", d)
 		}
 	}
-	_ = framework.WidgetGVR
 }

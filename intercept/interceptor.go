@@ -28,6 +28,7 @@ import (
 
 	"github.com/kausality-io/kausality-proxy/intercept/config"
 	"github.com/kausality-io/kausality-proxy/intercept/decision"
+	"github.com/kausality-io/kausality-proxy/intercept/notify"
 	"github.com/kausality-io/kausality-proxy/intercept/objects"
 )
 
@@ -71,6 +72,8 @@ type Config struct {
 	SideWriteTimeout time.Duration
 	// Metrics receives the write path's metrics; nil registers nowhere.
 	Metrics prometheus.Registerer
+	// Reports sends DriftReports; nil sends none.
+	Reports *notify.Sender
 }
 
 // Interceptor holds what write interception needs across requests.

@@ -25,6 +25,7 @@ import (
 	"github.com/kausality-io/kausality-proxy/intercept/config"
 	"github.com/kausality-io/kausality-proxy/intercept/decision"
 	"github.com/kausality-io/kausality-proxy/intercept/desired"
+	"github.com/kausality-io/kausality-proxy/intercept/notify"
 	"github.com/kausality-io/kausality-proxy/intercept/objects"
 	"github.com/kausality-io/kausality-proxy/intercept/patch"
 )
@@ -107,7 +108,7 @@ func (i *Interceptor) serveWrite(w http.ResponseWriter, r *http.Request, wr *wri
 			return
 		}
 		if d.Result == decision.Deny {
-			i.deny(w, p, &d, writeError)
+			i.deny(w, r, p, &d, writeError)
 			return
 		}
 		if !d.ConsumeOnce || d.ApprovalsUpdate == nil || wr.dryRun {
@@ -155,8 +156,21 @@ func (i *Interceptor) serveWrite(w http.ResponseWriter, r *http.Request, wr *wri
 	}
 	if succeeded && !wr.dryRun {
 		i.sideWrites(d.ParentWrites)
+		i.report(r, p, &d)
 	}
 	i.logDecisionLine(p, &d, nil)
+}
+
+// report sends the DriftReport the decision calls for, once the outcome is
+// known: after a denial, or after the upstream accepted the write (a
+// reserved once approval is only really used then).
+func (i *Interceptor) report(r *http.Request, p *pending, d *decision.Decision) {
+	if i.cfg.Reports == nil {
+		return
+	}
+	u, _ := request.UserFrom(r.Context())
+	i.cfg.Reports.Observe(d, notify.Write{Operation: p.w.op, OldObject: p.old, NewObject: p.new,
+		Changes: p.changes, User: u, FieldManager: p.w.fieldManager, DryRun: p.w.dryRun})
 }
 
 // decideConfirmed decides, and confirms a drift verdict made from the cache.
@@ -495,7 +509,7 @@ func (i *Interceptor) decide(r *http.Request, p *pending) decision.Decision {
 	return decision.Decide(in)
 }
 
-func (i *Interceptor) deny(w http.ResponseWriter, p *pending, d *decision.Decision, writeError ErrorWriter) {
+func (i *Interceptor) deny(w http.ResponseWriter, r *http.Request, p *pending, d *decision.Decision, writeError ErrorWriter) {
 	p.outcome = "denied"
 	for _, warning := range d.Warnings {
 		w.Header().Add("Warning", formatWarning(warning))
@@ -514,6 +528,9 @@ func (i *Interceptor) deny(w http.ResponseWriter, p *pending, d *decision.Decisi
 	}}
 	i.logDecisionLine(p, d, nil)
 	writeError(w, err)
+	if !p.w.dryRun {
+		i.report(r, p, d)
+	}
 }
 
 // mutate returns the request to forward: unchanged, or with the child

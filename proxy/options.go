@@ -39,6 +39,11 @@ type Options struct {
 	// ConfigReloadInterval is how often --config is checked for changes.
 	ConfigReloadInterval time.Duration
 
+	// DriftWebhookURLs receive DriftReports; DriftWebhookTimeout bounds
+	// each delivery attempt.
+	DriftWebhookURLs    []string
+	DriftWebhookTimeout time.Duration
+
 	MetricsBindAddress string
 	// MetricsListener, when set, is used instead of MetricsBindAddress.
 	MetricsListener net.Listener
@@ -75,6 +80,7 @@ func NewOptions() *Options {
 		MaxRequestBodyBytes:   3 * 1024 * 1024,
 		UpstreamProbeInterval: 2 * time.Second,
 		ConfigReloadInterval:  2 * time.Second,
+		DriftWebhookTimeout:   10 * time.Second,
 	}
 }
 
@@ -96,6 +102,8 @@ func (o *Options) AddFlags(fs *pflag.FlagSet) {
 	fs.StringVar(&o.FailurePolicy, "failure-policy", o.FailurePolicy, "What to do with an intercepted write whose parent cannot be read: Fail or Ignore.")
 	fs.StringVar(&o.ConfigFile, "config", o.ConfigFile, "YAML file with resource rules, excluded namespaces and per-controller modes. Reloaded on change.")
 	fs.DurationVar(&o.ConfigReloadInterval, "config-reload-interval", o.ConfigReloadInterval, "How often --config is checked for changes.")
+	fs.StringSliceVar(&o.DriftWebhookURLs, "drift-webhook-url", o.DriftWebhookURLs, "Endpoint that receives DriftReports (kausality.io/v1alpha1) as JSON POSTs; repeatable. Delivery is asynchronous with a bounded queue and retries, and never blocks a write.")
+	fs.DurationVar(&o.DriftWebhookTimeout, "drift-webhook-timeout", o.DriftWebhookTimeout, "Timeout of one DriftReport delivery attempt.")
 	fs.StringVar(&o.MetricsBindAddress, "metrics-bind-address", o.MetricsBindAddress, "Address for /metrics, /healthz, /readyz and /livez (plain HTTP).")
 	fs.DurationVar(&o.RequestTimeout, "request-timeout", o.RequestTimeout, "Upper bound for requests that are not long-running (watch, exec, attach, port-forward, logs and proxy are exempt).")
 	fs.DurationVar(&o.ShutdownTimeout, "shutdown-timeout", o.ShutdownTimeout, "How long in-flight requests may drain on shutdown.")

@@ -23,6 +23,7 @@ import (
 	"github.com/kausality-io/kausality-proxy/intercept"
 	"github.com/kausality-io/kausality-proxy/intercept/config"
 	"github.com/kausality-io/kausality-proxy/intercept/decision"
+	"github.com/kausality-io/kausality-proxy/intercept/notify"
 	"github.com/kausality-io/kausality-proxy/intercept/objects"
 )
 
@@ -42,6 +43,9 @@ type Config struct {
 
 	// WrapUpstreamTransport wraps the forwarding transport (see Options).
 	WrapUpstreamTransport func(http.RoundTripper) http.RoundTripper
+
+	// Reports sends DriftReports (nil: none).
+	Reports *notify.Sender
 
 	// Settings is the --config file, reloaded while the server runs.
 	Settings *config.Watcher
@@ -128,7 +132,14 @@ func (o *Options) Config(log *zap.Logger) (*Config, error) {
 		return nil, fmt.Errorf("--config: %w", err)
 	}
 	cfg.metrics = newMetrics()
+	cfg.Reports, err = notify.New(notify.Config{URLs: o.DriftWebhookURLs, Timeout: o.DriftWebhookTimeout,
+		Log: log.Named("driftreports"), Registerer: cfg.metrics.registry})
+	if err != nil {
+		stopStore()
+		return nil, fmt.Errorf("--drift-webhook-url: %w", err)
+	}
 	cfg.Interceptor = intercept.New(intercept.Config{
+		Reports:       cfg.Reports,
 		Objects:       objects.New(storeCtx, client.Discovery(), dyn),
 		Writer:        dyn,
 		Settings:      cfg.Settings.Current,
@@ -197,6 +208,7 @@ type Server struct {
 	shuttingDown    atomic.Bool
 	stopBackground  context.CancelFunc
 	settings        *config.Watcher
+	reports         *notify.Sender
 }
 
 // New builds the server from a completed config.
@@ -225,6 +237,7 @@ func (c CompletedConfig) New() (*Server, error) {
 		shutdownTimeout: c.ShutdownTimeout,
 		stopBackground:  c.stopBackground,
 		settings:        c.Settings,
+		reports:         c.Reports,
 	}, nil
 }
 
@@ -254,6 +267,9 @@ func (s *Server) Run(ctx context.Context) error {
 	defer stopProbe()
 	defer s.stopBackground()
 	go s.settings.Run(probeCtx)
+	if s.reports != nil {
+		s.reports.Start(probeCtx)
+	}
 	go s.probe.run(probeCtx)
 
 	metricsServer := &http.Server{Handler: s.metricsMux(), ReadHeaderTimeout: 10 * time.Second}
@@ -284,6 +300,10 @@ func (s *Server) Run(ctx context.Context) error {
 	<-stoppedCh
 	shutdownCtx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 	defer cancel()
+	if s.reports != nil {
+		// Deliver what is queued, within the same short grace period.
+		_ = s.reports.Shutdown(shutdownCtx)
+	}
 	if err := metricsServer.Shutdown(shutdownCtx); err != nil && !errors.Is(err, http.ErrServerClosed) {
 		return err
 	}

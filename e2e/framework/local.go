@@ -47,6 +47,8 @@ type Local struct {
 	ConfigPath string
 	// Recorder sees every forwarded request it is told to watch.
 	Recorder *Recorder
+	// Reports receives the proxy's DriftReports.
+	Reports *ReportSink
 
 	stopProxy context.CancelFunc
 	proxyDone chan error
@@ -108,6 +110,8 @@ func StartLocal(ctx context.Context, opts LocalOptions) (_ *Local, retErr error)
 	opts2.ConfigReloadInterval = 200 * time.Millisecond
 	l.Recorder = &Recorder{}
 	opts2.WrapUpstreamTransport = l.Recorder.Wrap
+	l.Reports = newReportSink()
+	opts2.DriftWebhookURLs = []string{l.Reports.URL()}
 	opts2.ShutdownTimeout = 5 * time.Second
 	if opts.Customize != nil {
 		opts.Customize(opts2)
@@ -188,6 +192,9 @@ func (l *Local) Stop() {
 	}
 	if l.Relay != nil {
 		l.Relay.Down()
+	}
+	if l.Reports != nil {
+		l.Reports.Close()
 	}
 	if l.CP != nil {
 		_ = l.CP.Stop()

@@ -1,0 +1,54 @@
+package framework
+
+import (
+	"encoding/json"
+	"io"
+	"net/http"
+	"net/http/httptest"
+	"sync"
+
+	"github.com/kausality-io/kausality-proxy/intercept/notify"
+)
+
+// ReportSink is a DriftReport endpoint the proxy delivers to.
+type ReportSink struct {
+	srv     *httptest.Server
+	mu      sync.Mutex
+	reports []notify.DriftReport
+}
+
+func newReportSink() *ReportSink {
+	s := &ReportSink{}
+	s.srv = httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		data, _ := io.ReadAll(r.Body)
+		var rep notify.DriftReport
+		if err := json.Unmarshal(data, &rep); err != nil {
+			http.Error(w, err.Error(), http.StatusBadRequest)
+			return
+		}
+		s.mu.Lock()
+		s.reports = append(s.reports, rep)
+		s.mu.Unlock()
+		w.WriteHeader(http.StatusOK)
+	}))
+	return s
+}
+
+// URL is where the proxy posts reports.
+func (s *ReportSink) URL() string { return s.srv.URL }
+
+// For returns the reports about one child, in arrival order.
+func (s *ReportSink) For(namespace, childName string) []notify.DriftReport {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	var out []notify.DriftReport
+	for _, r := range s.reports {
+		if r.Spec.Child.Namespace == namespace && r.Spec.Child.Name == childName {
+			out = append(out, r)
+		}
+	}
+	return out
+}
+
+// Close stops the endpoint.
+func (s *ReportSink) Close() { s.srv.Close() }

@@ -48,7 +48,8 @@ type recorded struct {
 }
 
 type fakeUpstream struct {
-	srv *httptest.Server
+	srv     *httptest.Server
+	release chan struct{}
 
 	mu       sync.Mutex
 	reviews  int
@@ -56,7 +57,7 @@ type fakeUpstream struct {
 }
 
 func newFakeUpstream(t *testing.T) *fakeUpstream {
-	f := &fakeUpstream{}
+	f := &fakeUpstream{release: make(chan struct{})}
 	f.srv = httptest.NewUnstartedServer(http.HandlerFunc(f.serve))
 	f.srv.EnableHTTP2 = true
 	f.srv.StartTLS()
@@ -98,6 +99,22 @@ func (f *fakeUpstream) serve(w http.ResponseWriter, r *http.Request) {
 	f.requests = append(f.requests, recorded{method: r.Method, path: r.URL.Path, header: r.Header.Clone()})
 	f.mu.Unlock()
 	switch {
+	case r.URL.Path == "/api/v1/namespaces/ns/configmaps/slow":
+		// Held until the test releases it (or gives up).
+		select {
+		case <-f.release:
+		case <-time.After(30 * time.Second):
+		}
+		w.Header().Set("Content-Type", "application/json")
+		_, _ = io.WriteString(w, `{"kind":"ConfigMap","apiVersion":"v1","metadata":{"name":"slow"}}`)
+	case r.URL.Query().Get("watch") == "true":
+		// A watch that sends an event, then another after the proxy's
+		// request timeout has passed.
+		w.Header().Set("Content-Type", "application/json")
+		_, _ = io.WriteString(w, `{"type":"ADDED","object":{"kind":"ConfigMap","apiVersion":"v1","metadata":{"name":"a"}}}`+"\n")
+		http.NewResponseController(w).Flush()
+		time.Sleep(1500 * time.Millisecond)
+		_, _ = io.WriteString(w, `{"type":"ADDED","object":{"kind":"ConfigMap","apiVersion":"v1","metadata":{"name":"b"}}}`+"\n")
 	case r.URL.Path == "/redirect":
 		http.Redirect(w, r, "https://elsewhere.invalid/", http.StatusFound)
 	case r.Header.Get("Upgrade") != "":
@@ -167,13 +184,15 @@ func (ca *testCA) clientCert(t *testing.T, cn string, orgs ...string) tls.Certif
 }
 
 type chainFixture struct {
+	stop     func()
+	pool     *x509.CertPool
 	upstream *fakeUpstream
 	url      string
 	client   func(cert *tls.Certificate) *http.Client
 	ca       *testCA
 }
 
-func startChain(t *testing.T) *chainFixture {
+func startChain(t *testing.T, customize ...func(*Options)) *chainFixture {
 	t.Helper()
 	up := newFakeUpstream(t)
 	ca := newTestCA(t, "client-ca")
@@ -197,6 +216,9 @@ func startChain(t *testing.T) *chainFixture {
 	if err != nil {
 		t.Fatal(err)
 	}
+	for _, c := range customize {
+		c(o)
+	}
 	cfg, err := o.Config(nil)
 	if err != nil {
 		t.Fatal(err)
@@ -208,15 +230,23 @@ func startChain(t *testing.T) *chainFixture {
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan error, 1)
 	go func() { done <- srv.Run(ctx) }()
-	t.Cleanup(func() { cancel(); <-done })
+	var once sync.Once
+	stop := func() { once.Do(func() { cancel(); <-done }) }
+	t.Cleanup(stop)
 
-	servingCA, err := os.ReadFile(filepath.Join(o.SecureServing.ServerCert.CertDirectory, o.SecureServing.ServerCert.PairName+".crt"))
+	servingCertFile := o.SecureServing.ServerCert.CertKey.CertFile
+	if servingCertFile == "" {
+		servingCertFile = filepath.Join(o.SecureServing.ServerCert.CertDirectory, o.SecureServing.ServerCert.PairName+".crt")
+	}
+	servingCA, err := os.ReadFile(servingCertFile)
 	if err != nil {
 		t.Fatal(err)
 	}
 	pool := x509.NewCertPool()
 	pool.AppendCertsFromPEM(servingCA)
 	return &chainFixture{
+		stop:     stop,
+		pool:     pool,
 		upstream: up,
 		url:      "https://" + srv.SecureAddr().String(),
 		ca:       ca,
@@ -421,3 +451,100 @@ func TestChainNoCredentialsNoUpstreamTraffic(t *testing.T) {
 }
 
 func listenLocal() (net.Listener, error) { return net.Listen("tcp", "127.0.0.1:0") }
+
+func TestChainServesHTTP2(t *testing.T) {
+	f := startChain(t)
+	c := &http.Client{Transport: &http.Transport{TLSClientConfig: &tls.Config{RootCAs: f.pool}, ForceAttemptHTTP2: true}}
+	req, _ := http.NewRequest(http.MethodGet, f.url+"/api/v1/namespaces/ns/configmaps", nil)
+	req.Header.Set("Authorization", "Bearer "+goodToken)
+	resp, err := c.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	resp.Body.Close()
+	if resp.ProtoMajor != 2 || resp.StatusCode != http.StatusOK {
+		t.Fatalf("%s %d", resp.Proto, resp.StatusCode)
+	}
+}
+
+// Watches are long-running: they outlive --request-timeout and stream each
+// event as it comes. Ordinary requests are cut off with a 504 Status.
+func TestChainRequestTimeoutSparesLongRunning(t *testing.T) {
+	f := startChain(t, func(o *Options) { o.RequestTimeout = time.Second })
+	client := f.client(nil)
+
+	req, _ := http.NewRequest(http.MethodGet, f.url+"/api/v1/namespaces/ns/configmaps?watch=true", nil)
+	req.Header.Set("Authorization", "Bearer "+goodToken)
+	resp, err := client.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	data, err := io.ReadAll(resp.Body)
+	if err != nil || strings.Count(string(data), `"type":"ADDED"`) != 2 {
+		t.Fatalf("watch cut short (%v): %s", err, data)
+	}
+
+	req, _ = http.NewRequest(http.MethodGet, f.url+"/api/v1/namespaces/ns/configmaps/slow", nil)
+	req.Header.Set("Authorization", "Bearer "+goodToken)
+	resp, err = client.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	data, _ = io.ReadAll(resp.Body)
+	resp.Body.Close()
+	var s metav1.Status
+	if resp.StatusCode != http.StatusGatewayTimeout || json.Unmarshal(data, &s) != nil || s.Reason != metav1.StatusReasonTimeout {
+		t.Fatalf("slow request: %d %s", resp.StatusCode, data)
+	}
+}
+
+// Shutdown drains: a request in flight when the server is told to stop
+// completes; new connections are refused.
+func TestChainGracefulShutdownDrains(t *testing.T) {
+	f := startChain(t)
+	client := f.client(nil)
+	result := make(chan int, 1)
+	go func() {
+		req, _ := http.NewRequest(http.MethodGet, f.url+"/api/v1/namespaces/ns/configmaps/slow", nil)
+		req.Header.Set("Authorization", "Bearer "+goodToken)
+		resp, err := client.Do(req)
+		if err != nil {
+			result <- -1
+			return
+		}
+		_, _ = io.ReadAll(resp.Body)
+		resp.Body.Close()
+		result <- resp.StatusCode
+	}()
+	// Wait until the request has reached the upstream.
+	for i := 0; ; i++ {
+		f.upstream.mu.Lock()
+		n := len(f.upstream.requests)
+		f.upstream.mu.Unlock()
+		if n > 0 {
+			break
+		}
+		if i > 500 {
+			t.Fatal("request never reached the upstream")
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	stopped := make(chan struct{})
+	go func() { f.stop(); close(stopped) }()
+	// The listener closes first; the in-flight request is still served.
+	for i := 0; ; i++ {
+		if _, err := tls.Dial("tcp", strings.TrimPrefix(f.url, "https://"), &tls.Config{RootCAs: f.pool}); err != nil {
+			break
+		}
+		if i > 500 {
+			t.Fatal("the proxy kept accepting connections while shutting down")
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	close(f.upstream.release)
+	if code := <-result; code != http.StatusOK {
+		t.Fatalf("in-flight request during shutdown: %d", code)
+	}
+	<-stopped
+}

@@ -55,17 +55,21 @@ func (r wrRecordingTransport) RoundTrip(req *http.Request) (*http.Response, erro
 	return r.rt.RoundTrip(req)
 }
 
-// wrProtobufClient is the controller's identity with a client that sends
-// protobuf bodies, as kube-controller-manager does.
-func wrProtobufClient(t *testing.T, a *wgActor) (kubernetes.Interface, *wrContentTypes) {
+// wrClient is the controller's identity with a typed client that sends
+// bodies as contentType (client-go would otherwise pick protobuf for
+// built-in kinds by itself) and records what it sent.
+func wrClient(t *testing.T, a *wgActor, contentType string) (kubernetes.Interface, *wrContentTypes) {
 	t.Helper()
 	cfg := rest.CopyConfig(a.cfg)
-	cfg.ContentType = wrProtobuf
-	cfg.AcceptContentTypes = wrProtobuf + ",application/json"
+	cfg.ContentType = contentType
+	cfg.AcceptContentTypes = contentType
+	if contentType == wrProtobuf {
+		cfg.AcceptContentTypes = wrProtobuf + ",application/json"
+	}
 	rec := &wrContentTypes{}
 	cfg.WrapTransport = func(rt http.RoundTripper) http.RoundTripper { return wrRecordingTransport{rt: rt, rec: rec} }
 	c, err := kubernetes.NewForConfig(cfg)
-	mustf(t, err, "protobuf client")
+	mustf(t, err, "%s client", contentType)
 	return c, rec
 }
 
@@ -154,8 +158,9 @@ func TestWriteShapes(t *testing.T) {
 	f := newWGFamily(t, "wr-shapes", "enforce")
 	f.initialize()
 	gen := f.bumpSpec()
-	cms := f.ctrl.kube.CoreV1().ConfigMaps(f.ns)
-	proto, protoSeen := wrProtobufClient(t, f.ctrl)
+	jsonClient, jsonSeen := wrClient(t, f.ctrl, "application/json")
+	cms := jsonClient.CoreV1().ConfigMaps(f.ns)
+	proto, protoSeen := wrClient(t, f.ctrl, wrProtobuf)
 	pcms := proto.CoreV1().ConfigMaps(f.ns)
 	create := metav1.CreateOptions{FieldManager: wgManager}
 	update := metav1.UpdateOptions{FieldManager: wgManager}
@@ -171,6 +176,7 @@ func TestWriteShapes(t *testing.T) {
 
 	t.Run("expected", func(t *testing.T) {
 		t.Run("json create", func(t *testing.T) {
+			jsonSeen.take()
 			mark := wgMark(t)
 			cm, err := cms.Create(ctx, f.configMap("cm-json", map[string]string{"k": "1"}), create)
 			mustf(t, err, "create")
@@ -185,6 +191,9 @@ func TestWriteShapes(t *testing.T) {
 			mustf(t, err, "update")
 			f.expectTraced(t, out, "cm-json", gen, map[string]string{"k": "2"})
 			expected(t, "cm-json", "update", mark)
+			if seen := jsonSeen.take(); fmt.Sprint(seen) != fmt.Sprint([]string{"POST application/json", "PUT application/json"}) {
+				t.Errorf("the JSON client sent %q", seen)
+			}
 		})
 		t.Run("yaml update", func(t *testing.T) {
 			cm := f.getCM("cm-json")

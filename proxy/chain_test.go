@@ -113,6 +113,10 @@ func (f *fakeUpstream) serve(w http.ResponseWriter, r *http.Request) {
 		w.Header().Set("Content-Type", "application/json")
 		_, _ = io.WriteString(w, `{"type":"ADDED","object":{"kind":"ConfigMap","apiVersion":"v1","metadata":{"name":"a"}}}`+"\n")
 		http.NewResponseController(w).Flush()
+		if r.URL.Query().Get("hold") == "true" {
+			<-r.Context().Done() // until the proxy goes away
+			return
+		}
 		time.Sleep(1500 * time.Millisecond)
 		_, _ = io.WriteString(w, `{"type":"ADDED","object":{"kind":"ConfigMap","apiVersion":"v1","metadata":{"name":"b"}}}`+"\n")
 	case r.URL.Path == "/redirect":
@@ -530,8 +534,25 @@ func TestChainGracefulShutdownDrains(t *testing.T) {
 		}
 		time.Sleep(10 * time.Millisecond)
 	}
+	// A watch is open too; it never becomes idle.
+	watchReq, _ := http.NewRequest(http.MethodGet, f.url+"/api/v1/namespaces/ns/configmaps?watch=true&hold=true", nil)
+	watchReq.Header.Set("Authorization", "Bearer "+goodToken)
+	watch, err := f.client(nil).Do(watchReq)
+	if err != nil {
+		t.Fatal(err)
+	}
+	watchEnded := make(chan struct{})
+	go func() { _, _ = io.Copy(io.Discard, watch.Body); watch.Body.Close(); close(watchEnded) }()
+
 	stopped := make(chan struct{})
 	go func() { f.stop(); close(stopped) }()
+	// Long-running requests end as soon as shutdown starts, so that the
+	// drain does not wait for watches (clients re-establish them).
+	select {
+	case <-watchEnded:
+	case <-time.After(30 * time.Second):
+		t.Fatal("an open watch kept the proxy from shutting down")
+	}
 	// The listener closes first; the in-flight request is still served.
 	for i := 0; ; i++ {
 		if _, err := tls.Dial("tcp", strings.TrimPrefix(f.url, "https://"), &tls.Config{RootCAs: f.pool}); err != nil {

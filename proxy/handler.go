@@ -39,7 +39,7 @@ func CallerFrom(ctx context.Context) (*authn.Caller, bool) {
 func (s *Server) buildHandler() http.Handler {
 	var h http.Handler = s.upstream
 	h = s.interceptor.Wrap(h, WriteStatus)
-	h = withRequestDeadline(h, s.longRunning, s.requestTimeout)
+	h = withRequestDeadline(h, s.longRunning, s.requestTimeout, s.drainCtx)
 	h = withImpersonation(h, s.authenticator, s.metrics)
 	h = withAuthentication(h, s.authenticator, s.metrics, s.log)
 	h = genericapifilters.WithRequestInfo(h, s.requestInfo)
@@ -92,11 +92,18 @@ func withImpersonation(next http.Handler, a *authn.Authenticator, m *metrics) ht
 
 // withRequestDeadline bounds requests that are not long-running. A shorter
 // ?timeout= from the client wins, as it does in kube-apiserver.
-func withRequestDeadline(next http.Handler, longRunning request.LongRunningRequestCheck, limit time.Duration) http.Handler {
+// Long-running requests have no deadline, but they end when the server
+// starts shutting down (draining is done): a watch never becomes idle, and
+// its client simply re-establishes it against another replica.
+func withRequestDeadline(next http.Handler, longRunning request.LongRunningRequestCheck, limit time.Duration, draining context.Context) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		info, ok := request.RequestInfoFrom(r.Context())
 		if !ok || longRunning(r, info) {
-			next.ServeHTTP(w, r)
+			ctx, cancel := context.WithCancel(r.Context())
+			defer cancel()
+			stop := context.AfterFunc(draining, cancel)
+			defer stop()
+			next.ServeHTTP(w, r.WithContext(ctx))
 			return
 		}
 		timeout := limit

@@ -209,6 +209,10 @@ type Server struct {
 	stopBackground  context.CancelFunc
 	settings        *config.Watcher
 	reports         *notify.Sender
+	// drainCtx is cancelled when shutdown starts; long-running requests
+	// end then.
+	drainCtx   context.Context
+	startDrain context.CancelFunc
 }
 
 // New builds the server from a completed config.
@@ -222,7 +226,10 @@ func (c CompletedConfig) New() (*Server, error) {
 		return nil, fmt.Errorf("upstream probe client: %w", err)
 	}
 	m := c.metrics
+	drainCtx, startDrain := context.WithCancel(context.Background())
 	return &Server{
+		drainCtx:        drainCtx,
+		startDrain:      startDrain,
 		serving:         c.Serving,
 		metricsListener: c.MetricsListener,
 		log:             c.Log,
@@ -295,6 +302,7 @@ func (s *Server) Run(ctx context.Context) error {
 
 	s.log.Info("shutting down: draining in-flight requests", zap.Duration("timeout", s.shutdownTimeout))
 	s.shuttingDown.Store(true)
+	s.startDrain()
 	close(stopCh)
 	<-listenerStoppedCh
 	<-stoppedCh

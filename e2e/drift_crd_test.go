@@ -564,7 +564,8 @@ func wgApprovals(t *testing.T, v string) []map[string]any {
 	return out
 }
 
-func wgContainsAny(list []string, sub ...string) bool {
+// wgSomeContainsAll reports whether one of list contains every sub.
+func wgSomeContainsAll(list []string, sub ...string) bool {
 	for _, s := range list {
 		all := true
 		for _, x := range sub {
@@ -606,6 +607,18 @@ func TestDriftCustomResources(t *testing.T) {
 		d = wgDecision(t, mark, "widgets", "", f.widget)
 		wgExpectDecision(t, d, "Allow", "StatusWrite")
 		wgExpectField(t, d, "subresource", "status")
+
+		// The proxy wrote the phase itself, after the status write, as its
+		// own field manager.
+		owner := ""
+		for _, mf := range f.getWidget().GetManagedFields() {
+			if mf.FieldsV1 != nil && strings.Contains(string(mf.FieldsV1.Raw), `"f:kausality.io/phase"`) {
+				owner = mf.Manager
+			}
+		}
+		if owner != "kausality-proxy" {
+			t.Errorf("kausality.io/phase is owned by %q, want the proxy's field manager kausality-proxy", owner)
+		}
 
 		// Ready flaps to False: the high-water mark keeps it initialized.
 		f.setStatus(false)
@@ -704,7 +717,7 @@ func TestDriftCustomResources(t *testing.T) {
 		g, err := f.setValue("g", "drifted", false)
 		mustf(t, err, "a drift write in log mode must go through")
 		warnings := f.ctrl.warnings.take()
-		if !wgContainsAny(warnings, "drift", "Gadget "+f.ns+"/g", "Widget "+f.widget, wgAnnApprovals) {
+		if !wgSomeContainsAll(warnings, "drift", "Gadget "+f.ns+"/g", "Widget "+f.widget, wgAnnApprovals) {
 			t.Errorf("no Warning naming the drift of Gadget %s/g under Widget %s: %q", f.ns, f.widget, warnings)
 		}
 		d := wgDecision(t, mark, "gadgets", f.ns, "g")
@@ -761,6 +774,52 @@ func TestDriftCustomResources(t *testing.T) {
 			}
 		})
 
+		t.Run("once is put back when the upstream refuses the write", func(t *testing.T) {
+			f := newWGFamily(t, "wg-restore", "enforce")
+			_, err := f.createGadget("g", "a", false)
+			mustf(t, err, "create Gadget")
+			f.initialize()
+			approval := fmt.Sprintf(`[{"apiVersion":%q,"kind":"Gadget","name":"g","generation":1,"mode":"once"}]`, wgAPIVersion)
+			f.annotateWidget(map[string]*string{wgAnnApprovals: &approval})
+			f.settleGadget("g", "Allow/DriftApproved")
+
+			// The controller writes from a stale read: kube-apiserver
+			// answers 409 after the proxy reserved the approval.
+			stale, err := f.gadgets(f.ctrl).Get(context.Background(), "g", metav1.GetOptions{})
+			mustf(t, err, "get")
+			_, err = f.admin.Resource(framework.GadgetGVR).Namespace(f.ns).Patch(context.Background(), "g", types.MergePatchType,
+				[]byte(`{"metadata":{"labels":{"touched":"yes"}}}`), metav1.PatchOptions{})
+			mustf(t, err, "moving the Gadget's resourceVersion on")
+			_ = unstructured.SetNestedField(stale.Object, "b", "spec", "value")
+			mark := wgMark(t)
+			_, err = f.gadgets(f.ctrl).Update(context.Background(), stale, metav1.UpdateOptions{FieldManager: wgManager})
+			if !apierrors.IsConflict(err) {
+				t.Fatalf("the stale update: %v, want kube-apiserver's 409", err)
+			}
+			d := wgDecision(t, mark, "gadgets", f.ns, "g")
+			wgExpectDecision(t, d, "Allow", "DriftApproved")
+			wgExpectField(t, d, "outcome", "forwarded:409")
+			eventually(t, 15*time.Second, "the once approval is back on the Widget", func() error {
+				got := wgApprovals(t, f.getWidget().GetAnnotations()[wgAnnApprovals])
+				if len(got) != 1 || got[0]["name"] != "g" || got[0]["mode"] != "once" || got[0]["generation"] != float64(1) {
+					return fmt.Errorf("approvals %v", got)
+				}
+				return nil
+			})
+
+			// And the next write can use it.
+			mark = wgMark(t)
+			_, err = f.setValue("g", "c", false)
+			mustf(t, err, "the write with the restored approval")
+			wgExpectDecision(t, wgDecision(t, mark, "gadgets", f.ns, "g"), "Allow", "DriftApproved")
+			if v, ok := f.getWidget().GetAnnotations()[wgAnnApprovals]; ok {
+				t.Errorf("the once approval is still there: %q", v)
+			}
+			if v := f.gadgetValue("g"); v != "c" {
+				t.Fatalf("Gadget value %q", v)
+			}
+		})
+
 		t.Run("generation", func(t *testing.T) {
 			f := newWGFamily(t, "wg-gen", "enforce")
 			_, err := f.createGadget("g", "a", false)
@@ -794,9 +853,13 @@ func TestDriftCustomResources(t *testing.T) {
 			}
 			wgExpectDecision(t, wgDecision(t, mark, "gadgets", f.ns, "g"), "Deny", "DriftUnapproved")
 
-			// The next expected write prunes the stale approval.
+			// The next expected write prunes the stale approval; the dry-run
+			// probes of that write do not.
 			f.bumpSpec()
 			f.settleGadget("g", "Allow/Expected")
+			if got := f.getWidget().GetAnnotations()[wgAnnApprovals]; got != approval {
+				t.Fatalf("a dry-run pruned the approvals: %q", got)
+			}
 			_, err = f.setValue("g", "e", false)
 			mustf(t, err, "expected write")
 			eventually(t, 15*time.Second, "the stale generation approval is pruned", func() error {
@@ -972,7 +1035,7 @@ func TestDriftCustomResources(t *testing.T) {
 		_, err = f.admin.Resource(framework.WidgetGVR).Patch(context.Background(), f.widget, types.MergePatchType,
 			[]byte(`{"metadata":{"finalizers":null}}`), metav1.PatchOptions{})
 		mustf(t, err, "removing the finalizer")
-		eventually(t, 60*time.Second, "the garbage collector deletes the Gadget", func() error {
+		eventually(t, 90*time.Second, "the garbage collector deletes the Gadget", func() error {
 			_, err := f.admin.Resource(framework.GadgetGVR).Namespace(f.ns).Get(context.Background(), "g", metav1.GetOptions{})
 			if apierrors.IsNotFound(err) {
 				return nil
@@ -1071,7 +1134,7 @@ func TestDriftCustomResources(t *testing.T) {
 		mark := wgMark(t)
 		_, err = f.setValue("g", "b", false)
 		wgDenied(t, err, f, "Gadget", "g", wgAnnApprovals)
-		if w := f.ctrl.warnings.take(); !wgContainsAny(w, wgAnnApprovals, "malformed") {
+		if w := f.ctrl.warnings.take(); !wgSomeContainsAll(w, wgAnnApprovals, "malformed") {
 			t.Errorf("no Warning naming the malformed %s: %q", wgAnnApprovals, w)
 		}
 		wgExpectDecision(t, wgDecision(t, mark, "gadgets", f.ns, "g"), "Deny", "DriftUnapproved")
@@ -1088,7 +1151,7 @@ func TestDriftCustomResources(t *testing.T) {
 		if !strings.Contains(s.Message, "malformed") {
 			t.Errorf("the denial does not say the rejections are malformed: %s", s.Message)
 		}
-		if w := f.ctrl.warnings.take(); !wgContainsAny(w, wgAnnRejections, "malformed") {
+		if w := f.ctrl.warnings.take(); !wgSomeContainsAll(w, wgAnnRejections, "malformed") {
 			t.Errorf("no Warning naming the malformed %s: %q", wgAnnRejections, w)
 		}
 		wgExpectDecision(t, wgDecision(t, mark, "gadgets", f.ns, "g"), "Deny", "DriftRejected")
@@ -1100,7 +1163,7 @@ func TestDriftCustomResources(t *testing.T) {
 		f.ctrl.warnings.take()
 		_, err = f.setValue("g", "d", false)
 		wgDenied(t, err, f, "Gadget", "g", wgAnnFreeze)
-		if w := f.ctrl.warnings.take(); !wgContainsAny(w, wgAnnFreeze, "malformed") {
+		if w := f.ctrl.warnings.take(); !wgSomeContainsAll(w, wgAnnFreeze, "malformed") {
 			t.Errorf("no Warning naming the malformed %s: %q", wgAnnFreeze, w)
 		}
 		if v := f.gadgetValue("g"); v != "a" {

@@ -175,15 +175,18 @@ lifecycle:
 		}
 		return nil
 	})
-	wouldDeny := 0
-	for _, l := range decisionsFor(t, "replicasets", ns, rsName) {
-		if l.Str("user") == deploymentController && l.Bool("shadow") && l.Bool("wouldDeny") && l.Str("controller") == "deployment-controller" {
-			wouldDeny++
+	// The decision line is written once the upstream has answered, so it
+	// may land just after the revert is visible.
+	eventually(t, 30*time.Second, "the shadowed drift is logged as would-deny", func() error {
+		var seen []string
+		for _, l := range decisionsFor(t, "replicasets", ns, rsName) {
+			if l.Str("user") == deploymentController && l.Bool("shadow") && l.Bool("wouldDeny") && l.Str("controller") == "deployment-controller" {
+				return nil
+			}
+			seen = append(seen, fmt.Sprintf("%s/%s/%s shadow=%v", l.Str("user"), l.Str("decision"), l.Str("category"), l.Bool("shadow")))
 		}
-	}
-	if wouldDeny == 0 {
-		t.Fatal("the deployment controller's shadowed drift was not logged as would-deny")
-	}
+		return fmt.Errorf("decisions seen: %v", seen)
+	})
 	// The operator's page: the shadow report names the controller and the
 	// parent it would have been denied under.
 	logFile, err := os.Open(env.LogPath)

@@ -93,7 +93,7 @@ func (f *wgFamily) cmOwnerApply() *metav1ac.OwnerReferenceApplyConfiguration {
 }
 
 // putYAML is an update with a YAML body.
-func (f *wgFamily) putYAML(cm *corev1.ConfigMap, dryRun bool) (*corev1.ConfigMap, error) {
+func (f *wgFamily) putYAML(c kubernetes.Interface, cm *corev1.ConfigMap, dryRun bool) (*corev1.ConfigMap, error) {
 	cm = cm.DeepCopy()
 	cm.TypeMeta = metav1.TypeMeta{APIVersion: "v1", Kind: "ConfigMap"}
 	cm.ManagedFields = nil
@@ -101,7 +101,7 @@ func (f *wgFamily) putYAML(cm *corev1.ConfigMap, dryRun bool) (*corev1.ConfigMap
 	if err != nil {
 		return nil, err
 	}
-	req := f.ctrl.kube.CoreV1().RESTClient().Put().Namespace(f.ns).Resource("configmaps").Name(cm.Name).
+	req := c.CoreV1().RESTClient().Put().Namespace(f.ns).Resource("configmaps").Name(cm.Name).
 		Param("fieldManager", wgManager).SetHeader("Content-Type", "application/yaml").Body(body)
 	if dryRun {
 		req = req.Param("dryRun", metav1.DryRunAll)
@@ -199,10 +199,13 @@ func TestWriteShapes(t *testing.T) {
 			cm := f.getCM("cm-json")
 			cm.Data = map[string]string{"k": "3"}
 			mark := wgMark(t)
-			out, err := f.putYAML(cm, false)
+			out, err := f.putYAML(jsonClient, cm, false)
 			mustf(t, err, "YAML update")
 			f.expectTraced(t, out, "cm-json", gen, map[string]string{"k": "3"})
 			expected(t, "cm-json", "update", mark)
+			if seen := jsonSeen.take(); fmt.Sprint(seen) != "[PUT application/yaml]" {
+				t.Errorf("the YAML update sent %q", seen)
+			}
 		})
 		t.Run("protobuf create and update", func(t *testing.T) {
 			protoSeen.take()
@@ -249,6 +252,87 @@ func TestWriteShapes(t *testing.T) {
 			f.expectTraced(t, out, "cm-json", gen, map[string]string{"k": "7", "m": "x"})
 			expected(t, "cm-json", "patch", mark)
 		})
+		t.Run("server-side apply that creates", func(t *testing.T) {
+			mark := wgMark(t)
+			ac := corev1ac.ConfigMap("cm-applied", f.ns).WithLabels(map[string]string{"app": "wr"}).
+				WithAnnotations(map[string]string{"example.com/note": "keep"}).
+				WithOwnerReferences(f.cmOwnerApply()).WithData(map[string]string{"a": "1"})
+			out, err := cms.Apply(ctx, ac, metav1.ApplyOptions{FieldManager: wgManager})
+			mustf(t, err, "apply create")
+			f.expectTraced(t, out, "cm-applied", gen, map[string]string{"a": "1"})
+			expected(t, "cm-applied", "patch", mark)
+			wgExpectField(t, wgDecision(t, mark, "configmaps", f.ns, "cm-applied"), "operation", "CREATE")
+		})
+	})
+
+	// A controller copies its parent's kausality annotations (and sets its
+	// own): on a controller write they are replaced by the proxy's (trace)
+	// or taken from the stored object (user annotations), in every shape.
+	t.Run("expected writes cannot forge kausality annotations", func(t *testing.T) {
+		forged := map[string]string{
+			wgAnnTrace:     f.getWidget().GetAnnotations()[wgAnnTrace],
+			wgAnnMode:      "log",
+			wgAnnApprovals: `[{"apiVersion":"v1","kind":"ConfigMap","name":"cm-forge","mode":"always"}]`,
+			wgAnnPhase:     "initialized",
+		}
+		forgedJSON, _ := json.Marshal(forged)
+		withForged := func(cm *corev1.ConfigMap, k, v string) *corev1.ConfigMap {
+			cm = cm.DeepCopy()
+			for fk, fv := range forged {
+				cm.Annotations[fk] = fv
+			}
+			cm.Data = map[string]string{k: v}
+			return cm
+		}
+		check := func(t *testing.T, out *corev1.ConfigMap, err error, v string) {
+			t.Helper()
+			mustf(t, err, "expected write with forged annotations")
+			f.expectTraced(t, out, "cm-forge", gen, map[string]string{"f": v})
+			for _, k := range []string{wgAnnMode, wgAnnApprovals, wgAnnPhase} {
+				if got, ok := out.Annotations[k]; ok {
+					t.Errorf("the controller's write stored %s=%q on its child", k, got)
+				}
+			}
+		}
+		t.Run("json create", func(t *testing.T) {
+			out, err := cms.Create(ctx, withForged(f.configMap("cm-forge", nil), "f", "0"), create)
+			check(t, out, err, "0")
+		})
+		t.Run("json update", func(t *testing.T) {
+			out, err := cms.Update(ctx, withForged(f.getCM("cm-forge"), "f", "1"), update)
+			check(t, out, err, "1")
+		})
+		t.Run("protobuf update", func(t *testing.T) {
+			out, err := pcms.Update(ctx, withForged(f.getCM("cm-forge"), "f", "2"), update)
+			check(t, out, err, "2")
+		})
+		t.Run("merge patch", func(t *testing.T) {
+			patch := fmt.Sprintf(`{"metadata":{"annotations":%s},"data":{"f":"3"}}`, forgedJSON)
+			out, err := cms.Patch(ctx, "cm-forge", types.MergePatchType, []byte(patch), patchOpts)
+			check(t, out, err, "3")
+		})
+		t.Run("strategic merge patch", func(t *testing.T) {
+			patch := fmt.Sprintf(`{"metadata":{"annotations":%s},"data":{"f":"4"}}`, forgedJSON)
+			out, err := cms.Patch(ctx, "cm-forge", types.StrategicMergePatchType, []byte(patch), patchOpts)
+			check(t, out, err, "4")
+		})
+		t.Run("json patch", func(t *testing.T) {
+			var ops []map[string]any
+			for k, v := range forged {
+				ops = append(ops, map[string]any{"op": "add", "path": "/metadata/annotations/" + strings.ReplaceAll(k, "/", "~1"), "value": v})
+			}
+			ops = append(ops, map[string]any{"op": "replace", "path": "/data/f", "value": "5"})
+			patch, _ := json.Marshal(ops)
+			out, err := cms.Patch(ctx, "cm-forge", types.JSONPatchType, patch, patchOpts)
+			check(t, out, err, "5")
+		})
+		t.Run("server-side apply", func(t *testing.T) {
+			ac := corev1ac.ConfigMap("cm-forge", f.ns).WithLabels(map[string]string{"app": "wr"}).
+				WithAnnotations(map[string]string{"example.com/note": "keep"}).WithAnnotations(forged).
+				WithOwnerReferences(f.cmOwnerApply()).WithData(map[string]string{"f": "6"})
+			out, err := cms.Apply(ctx, ac, metav1.ApplyOptions{FieldManager: wgManager, Force: true})
+			check(t, out, err, "6")
+		})
 	})
 
 	// The controller catches up: from now on a data change is drift.
@@ -271,7 +355,7 @@ func TestWriteShapes(t *testing.T) {
 			write             func() error
 		}{
 			{"json update", "cm-json", "update", func() error { _, err := cms.Update(ctx, drifted(f.getCM("cm-json")), update); return err }},
-			{"yaml update", "cm-json", "update", func() error { _, err := f.putYAML(drifted(f.getCM("cm-json")), false); return err }},
+			{"yaml update", "cm-json", "update", func() error { _, err := f.putYAML(jsonClient, drifted(f.getCM("cm-json")), false); return err }},
 			{"protobuf update", "cm-proto", "update", func() error { _, err := pcms.Update(ctx, drifted(f.getCM("cm-proto")), update); return err }},
 			{"json patch", "cm-json", "patch", func() error {
 				_, err := cms.Patch(ctx, "cm-json", types.JSONPatchType, []byte(`[{"op":"replace","path":"/data/k","value":"drift"}]`), patchOpts)
@@ -293,6 +377,11 @@ func TestWriteShapes(t *testing.T) {
 			}},
 			{"merge patch without fieldManager (manager from User-Agent)", "cm-json", "patch", func() error {
 				_, err := cms.Patch(ctx, "cm-json", types.MergePatchType, []byte(`{"data":{"k":"drift"}}`), metav1.PatchOptions{})
+				return err
+			}},
+			{"server-side apply that creates", "cm-applied-drift", "patch", func() error {
+				ac := corev1ac.ConfigMap("cm-applied-drift", f.ns).WithOwnerReferences(f.cmOwnerApply()).WithData(map[string]string{"a": "1"})
+				_, err := cms.Apply(ctx, ac, metav1.ApplyOptions{FieldManager: wgManager})
 				return err
 			}},
 			{"json create", "cm-new", "create", func() error {
@@ -322,7 +411,7 @@ func TestWriteShapes(t *testing.T) {
 		if got := f.getCM("cm-proto").Data; got["p"] != "2" || got["k"] != "" {
 			t.Errorf("cm-proto changed by a denied write: %v", got)
 		}
-		for _, name := range []string{"cm-new", "cm-new-proto"} {
+		for _, name := range []string{"cm-new", "cm-new-proto", "cm-applied-drift"} {
 			if _, err := env.CP.AdminClient().CoreV1().ConfigMaps(f.ns).Get(ctx, name, metav1.GetOptions{}); !apierrors.IsNotFound(err) {
 				t.Errorf("%s exists after a denied create (%v)", name, err)
 			}
@@ -347,6 +436,16 @@ func TestWriteShapes(t *testing.T) {
 			t.Errorf("labels %v", out.Labels)
 		}
 		wgExpectDecision(t, wgDecision(t, mark, "configmaps", f.ns, "cm-proto"), "Allow", "NoDesiredChange")
+
+		// A metadata-only controller write cannot set kausality annotations
+		// on its child either (it would downgrade the child to log mode).
+		mark = wgMark(t)
+		out, err = cms.Patch(ctx, "cm-json", types.MergePatchType, []byte(`{"metadata":{"labels":{"tier":"bronze"},"annotations":{"kausality.io/mode":"log"}}}`), patchOpts)
+		mustf(t, err, "metadata-only controller write with a mode annotation")
+		if _, ok := out.Annotations[wgAnnMode]; ok || out.Labels["tier"] != "bronze" {
+			t.Errorf("stored annotations %v labels %v: want the label, not the mode", out.Annotations, out.Labels)
+		}
+		wgExpectDecision(t, wgDecision(t, mark, "configmaps", f.ns, "cm-json"), "Allow", "NoDesiredChange")
 	})
 
 	t.Run("dry-run", func(t *testing.T) {
@@ -379,7 +478,7 @@ func TestWriteShapes(t *testing.T) {
 		f.ctrl.warnings.take()
 		mark = wgMark(t)
 		mustf(t, dryUpdate("dry"), "a dry-run the once approval allows")
-		if w := f.ctrl.warnings.take(); !wgContainsAny(w, "kausality dry-run: Allow (DriftApproved)") {
+		if w := f.ctrl.warnings.take(); !wgSomeContainsAll(w, "kausality dry-run: Allow (DriftApproved)") {
 			t.Errorf("dry-run warnings %q", w)
 		}
 		if got := f.getWidget().GetAnnotations()[wgAnnApprovals]; got != approval {

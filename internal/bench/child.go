@@ -151,10 +151,12 @@ func serveKausality(ctx context.Context, spec childSpec, upstream *rest.Config, 
 	for {
 		resp, err := http.Get(metricsURL)
 		if err == nil {
+			body, _ := io.ReadAll(resp.Body)
 			resp.Body.Close()
 			if resp.StatusCode == http.StatusOK {
 				return done, nil
 			}
+			err = fmt.Errorf("/readyz: %d %s", resp.StatusCode, body)
 		}
 		if time.Now().After(deadline) {
 			return nil, fmt.Errorf("kausality-proxy not ready after 60s: %v", err)

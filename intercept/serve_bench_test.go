@@ -1,0 +1,254 @@
+package intercept_test
+
+import (
+	"bytes"
+	"context"
+	"fmt"
+	"io"
+	"net/http"
+	"net/http/httptest"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"go.uber.org/zap"
+	"go.uber.org/zap/zapcore"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/runtime/schema"
+	"k8s.io/apimachinery/pkg/util/sets"
+	"k8s.io/apiserver/pkg/authentication/user"
+	"k8s.io/apiserver/pkg/endpoints/request"
+	fakediscovery "k8s.io/client-go/discovery/fake"
+	dynamicfake "k8s.io/client-go/dynamic/fake"
+	clienttesting "k8s.io/client-go/testing"
+
+	"github.com/kausality-io/kausality-proxy/intercept"
+	"github.com/kausality-io/kausality-proxy/intercept/objects"
+)
+
+// The whole write-interception handler with a warm object store: what an
+// intercepted write costs in the proxy when its parent, the stored child
+// and the namespace are all in the informer caches. The store's clients are
+// client-go fakes; every request they receive is recorded, so
+// "upstream/op" is how many round trips to kube-apiserver the proxy's own
+// clients would have made per write (the forwarded write itself excluded).
+
+const benchKCM = "kube-controller-manager"
+
+var (
+	deploymentsGVR = schema.GroupVersionResource{Group: "apps", Version: "v1", Resource: "deployments"}
+	replicasetsGVR = schema.GroupVersionResource{Group: "apps", Version: "v1", Resource: "replicasets"}
+	namespacesGVR  = schema.GroupVersionResource{Version: "v1", Resource: "namespaces"}
+)
+
+func benchParent(name, uid string, generation, observed int64) *unstructured.Unstructured {
+	return &unstructured.Unstructured{Object: map[string]interface{}{
+		"apiVersion": "apps/v1", "kind": "Deployment",
+		"metadata": map[string]interface{}{
+			"name": name, "namespace": "apps", "uid": uid, "resourceVersion": "100", "generation": generation,
+			"annotations": map[string]interface{}{
+				"kausality.io/phase": "initialized",
+				"kausality.io/trace": `[{"apiVersion":"apps/v1","kind":"Deployment","name":"` + name + `","generation":` + fmt.Sprint(generation) + `,"user":"alice","timestamp":"2026-01-01T00:00:00Z"}]`,
+			},
+			"managedFields": []interface{}{
+				map[string]interface{}{"manager": "kubectl", "operation": "Apply", "apiVersion": "apps/v1", "fieldsType": "FieldsV1",
+					"fieldsV1": map[string]interface{}{"f:spec": map[string]interface{}{"f:replicas": map[string]interface{}{}, "f:template": map[string]interface{}{}}}},
+				map[string]interface{}{"manager": benchKCM, "operation": "Update", "subresource": "status", "apiVersion": "apps/v1", "fieldsType": "FieldsV1",
+					"fieldsV1": map[string]interface{}{"f:status": map[string]interface{}{"f:observedGeneration": map[string]interface{}{}, "f:conditions": map[string]interface{}{}}}},
+			},
+		},
+		"spec": map[string]interface{}{"replicas": int64(3)},
+		"status": map[string]interface{}{"observedGeneration": observed, "conditions": []interface{}{
+			map[string]interface{}{"type": "Available", "status": "True"},
+		}},
+	}}
+}
+
+func benchChild(name, parent, parentUID string, replicas int64) *unstructured.Unstructured {
+	labels := map[string]interface{}{"app": parent, "pod-template-hash": "7d4b9"}
+	return &unstructured.Unstructured{Object: map[string]interface{}{
+		"apiVersion": "apps/v1", "kind": "ReplicaSet",
+		"metadata": map[string]interface{}{
+			"name": name, "namespace": "apps", "uid": name + "-uid", "resourceVersion": "200", "generation": int64(2),
+			"labels":      labels,
+			"annotations": map[string]interface{}{"deployment.kubernetes.io/revision": "1"},
+			"ownerReferences": []interface{}{map[string]interface{}{
+				"apiVersion": "apps/v1", "kind": "Deployment", "name": parent, "uid": parentUID, "controller": true, "blockOwnerDeletion": true,
+			}},
+		},
+		"spec": map[string]interface{}{
+			"replicas": replicas,
+			"selector": map[string]interface{}{"matchLabels": labels},
+			"template": map[string]interface{}{
+				"metadata": map[string]interface{}{"labels": labels},
+				"spec": map[string]interface{}{"containers": []interface{}{map[string]interface{}{
+					"name": "app", "image": "registry.k8s.io/pause:3.10",
+					"ports": []interface{}{map[string]interface{}{"containerPort": int64(8080), "protocol": "TCP"}},
+				}}},
+			},
+		},
+	}}
+}
+
+type benchEnv struct {
+	handler   http.Handler
+	dyn       *dynamicfake.FakeDynamicClient
+	forwarded atomic.Int64
+	errors    atomic.Int64
+	infoF     *request.RequestInfoFactory
+}
+
+func newBenchEnv(b *testing.B, log *zap.Logger) *benchEnv {
+	b.Helper()
+	ns := &unstructured.Unstructured{Object: map[string]interface{}{
+		"apiVersion": "v1", "kind": "Namespace", "metadata": map[string]interface{}{"name": "apps", "resourceVersion": "1"},
+	}}
+	objs := []runtime.Object{
+		ns,
+		benchParent("web", "web-uid", 6, 5),       // reconciling: the controller's writes are Expected
+		benchParent("stable", "stable-uid", 5, 5), // stable: the controller's writes are drift
+		benchChild("web-1", "web", "web-uid", 1),
+		benchChild("stable-1", "stable", "stable-uid", 1),
+	}
+	dyn := dynamicfake.NewSimpleDynamicClientWithCustomListKinds(runtime.NewScheme(), map[schema.GroupVersionResource]string{
+		deploymentsGVR: "DeploymentList", replicasetsGVR: "ReplicaSetList", namespacesGVR: "NamespaceList",
+	}, objs...)
+	disc := &fakediscovery.FakeDiscovery{Fake: &clienttesting.Fake{Resources: []*metav1.APIResourceList{
+		{GroupVersion: "apps/v1", APIResources: []metav1.APIResource{
+			{Name: "deployments", Namespaced: true, Kind: "Deployment", Verbs: metav1.Verbs{"get", "list", "watch", "update", "patch", "create"}},
+			{Name: "replicasets", Namespaced: true, Kind: "ReplicaSet", Verbs: metav1.Verbs{"get", "list", "watch", "update", "patch", "create"}},
+		}},
+		{GroupVersion: "v1", APIResources: []metav1.APIResource{
+			{Name: "namespaces", Namespaced: false, Kind: "Namespace", Verbs: metav1.Verbs{"get", "list", "watch"}},
+		}},
+	}}}
+	ctx, cancel := context.WithCancel(context.Background())
+	b.Cleanup(cancel)
+	store := objects.New(ctx, disc, dyn)
+	for _, gvr := range []schema.GroupVersionResource{deploymentsGVR, replicasetsGVR, namespacesGVR} {
+		wctx, wcancel := context.WithTimeout(ctx, 10*time.Second)
+		err := store.WaitForSync(wctx, gvr)
+		wcancel()
+		if err != nil {
+			b.Fatal(err)
+		}
+	}
+	env := &benchEnv{dyn: dyn, infoF: &request.RequestInfoFactory{
+		APIPrefixes: sets.NewString("api", "apis"), GrouplessAPIPrefixes: sets.NewString("api"),
+	}}
+	i := intercept.New(intercept.Config{Objects: store, Writer: dyn, Log: log})
+	forward := http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		_, _ = io.Copy(io.Discard, r.Body)
+		env.forwarded.Add(1)
+		w.Header().Set("Content-Type", "application/json")
+		w.WriteHeader(http.StatusOK)
+		_, _ = w.Write([]byte(`{}`))
+	})
+	env.handler = i.Wrap(forward, func(w http.ResponseWriter, err error) {
+		env.errors.Add(1)
+		b.Errorf("intercept refused the write: %v", err)
+		w.WriteHeader(http.StatusInternalServerError)
+	})
+	return env
+}
+
+// upstreamCalls counts what the store's clients sent, informers' initial
+// list and watch excluded.
+func (e *benchEnv) upstreamCalls() int {
+	n := 0
+	for _, a := range e.dyn.Actions() {
+		switch a.GetVerb() {
+		case "list", "watch":
+		default:
+			n++
+		}
+	}
+	return n
+}
+
+type benchWrite struct {
+	name, method, path, contentType string
+	body                            []byte
+	user                            string
+}
+
+func (e *benchEnv) request(b *testing.B, w benchWrite) *http.Request {
+	r := httptest.NewRequest(w.method, w.path, bytes.NewReader(w.body))
+	if w.contentType != "" {
+		r.Header.Set("Content-Type", w.contentType)
+	}
+	r.Header.Set("User-Agent", "kube-controller-manager/v1.35.4 (linux/amd64) kubernetes/abcdef")
+	info, err := e.infoF.NewRequestInfo(r)
+	if err != nil {
+		b.Fatal(err)
+	}
+	ctx := request.WithRequestInfo(r.Context(), info)
+	ctx = request.WithUser(ctx, &user.DefaultInfo{Name: w.user, Groups: []string{"system:authenticated"}})
+	return r.WithContext(ctx)
+}
+
+func benchWrites() []benchWrite {
+	rs := "/apis/apps/v1/namespaces/apps/replicasets"
+	ctrl := "system:serviceaccount:kube-system:replicaset-controller"
+	updated := func(name, parent, uid string) []byte {
+		c := benchChild(name, parent, uid, 3)
+		data, _ := c.MarshalJSON()
+		return data
+	}
+	created := benchChild("web-2", "web", "web-uid", 1)
+	unstructured.RemoveNestedField(created.Object, "metadata", "resourceVersion")
+	unstructured.RemoveNestedField(created.Object, "metadata", "uid")
+	createBody, _ := created.MarshalJSON()
+	q := "?fieldManager=" + benchKCM
+	return []benchWrite{
+		{"CreateExpected", http.MethodPost, rs + q, "application/json", createBody, ctrl},
+		{"UpdateExpected", http.MethodPut, rs + "/web-1" + q, "application/json", updated("web-1", "web", "web-uid"), ctrl},
+		{"MergePatchExpected", http.MethodPatch, rs + "/web-1" + q, "application/merge-patch+json", []byte(`{"spec":{"replicas":3}}`), ctrl},
+		{"StrategicPatchExpected", http.MethodPatch, rs + "/web-1" + q, "application/strategic-merge-patch+json", []byte(`{"spec":{"replicas":3}}`), ctrl},
+		{"JSONPatchExpected", http.MethodPatch, rs + "/web-1" + q, "application/json-patch+json", []byte(`[{"op":"replace","path":"/spec/replicas","value":3}]`), ctrl},
+		{"ApplyExpected", http.MethodPatch, rs + "/web-1" + q + "&force=true", "application/apply-patch+yaml",
+			[]byte(`{"apiVersion":"apps/v1","kind":"ReplicaSet","metadata":{"name":"web-1","namespace":"apps"},"spec":{"replicas":3}}`), ctrl},
+		{"UpdateNewOrigin", http.MethodPut, rs + "/stable-1?fieldManager=kubectl-edit", "application/json", updated("stable-1", "stable", "stable-uid"), "alice"},
+		{"UpdateDriftLogMode", http.MethodPut, rs + "/stable-1" + q, "application/json", updated("stable-1", "stable", "stable-uid"), ctrl},
+		{"GetPassThrough", http.MethodGet, rs + "/web-1", "", nil, ctrl},
+	}
+}
+
+func benchmarkServe(b *testing.B, log *zap.Logger, only map[string]bool) {
+	env := newBenchEnv(b, log)
+	for _, w := range benchWrites() {
+		if only != nil && !only[w.name] {
+			continue
+		}
+		b.Run(w.name, func(b *testing.B) {
+			// Warm: the first apply parses the built-in schema once.
+			for range 3 {
+				env.handler.ServeHTTP(httptest.NewRecorder(), env.request(b, w))
+			}
+			calls, fwd := env.upstreamCalls(), env.forwarded.Load()
+			b.ReportAllocs()
+			b.ResetTimer()
+			for b.Loop() {
+				env.handler.ServeHTTP(httptest.NewRecorder(), env.request(b, w))
+			}
+			b.StopTimer()
+			n := float64(b.N)
+			b.ReportMetric(float64(env.upstreamCalls()-calls)/n, "upstream/op")
+			b.ReportMetric(float64(env.forwarded.Load()-fwd)/n, "forwarded/op")
+		})
+	}
+}
+
+// BenchmarkServe runs each kind of write through the interception handler,
+// with the decision log discarded (zap.NewNop).
+func BenchmarkServe(b *testing.B) { benchmarkServe(b, nil, nil) }
+
+// BenchmarkServeJSONLog is the Expected update with the production JSON
+// decision line (encoded, written to io.Discard).
+func BenchmarkServeJSONLog(b *testing.B) {
+	enc := zap.NewProductionEncoderConfig()
+	log := zap.New(zapcore.NewCore(zapcore.NewJSONEncoder(enc), zapcore.AddSync(io.Discard), zapcore.InfoLevel))
+	benchmarkServe(b, log, map[string]bool{"UpdateExpected": true, "MergePatchExpected": true})
+}

@@ -1,0 +1,354 @@
+package deploytest
+
+import (
+	"context"
+	"os/exec"
+	"slices"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/spf13/pflag"
+	appsv1 "k8s.io/api/apps/v1"
+	batchv1 "k8s.io/api/batch/v1"
+	corev1 "k8s.io/api/core/v1"
+	policyv1 "k8s.io/api/policy/v1"
+	apiextensionsv1 "k8s.io/apiextensions-apiserver/pkg/apis/apiextensions/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/apimachinery/pkg/labels"
+	"k8s.io/client-go/tools/clientcmd"
+	certutil "k8s.io/client-go/util/cert"
+
+	"github.com/kausality-io/kausality-proxy/internal/testenv"
+	"github.com/kausality-io/kausality-proxy/proxy"
+)
+
+// certManagerCRDs are minimal stand-ins for cert-manager's CRDs (group,
+// kinds, scope; any content), so that the cert-manager overlay can be
+// dry-run on a cluster without cert-manager. The real CRDs' schemas are
+// cert-manager's business; what is checked here is that the overlay's
+// objects are accepted next to the rest of the install.
+const certManagerCRDs = `apiVersion: apiextensions.k8s.io/v1
+kind: CustomResourceDefinition
+metadata:
+  name: issuers.cert-manager.io
+spec:
+  group: cert-manager.io
+  scope: Namespaced
+  names: {kind: Issuer, listKind: IssuerList, plural: issuers, singular: issuer}
+  versions:
+  - name: v1
+    served: true
+    storage: true
+    schema:
+      openAPIV3Schema: {type: object, x-kubernetes-preserve-unknown-fields: true}
+---
+apiVersion: apiextensions.k8s.io/v1
+kind: CustomResourceDefinition
+metadata:
+  name: certificates.cert-manager.io
+spec:
+  group: cert-manager.io
+  scope: Namespaced
+  names: {kind: Certificate, listKind: CertificateList, plural: certificates, singular: certificate}
+  versions:
+  - name: v1
+    served: true
+    storage: true
+    schema:
+      openAPIV3Schema: {type: object, x-kubernetes-preserve-unknown-fields: true}
+`
+
+// `kubectl apply -k DIR --dry-run=server` succeeds, without a single
+// warning (deprecations, PodSecurity "restricted" violations), for every
+// entry point: the default install, the cert-manager overlay and the
+// repoint example. It runs on a fresh control plane of its own, so nothing
+// is applied for real before.
+//
+// A server-side dry run does not create anything, so namespaced objects
+// can only be checked in namespaces that exist: the manifests' own
+// Namespace objects are therefore created for real first (with their
+// PodSecurity labels, which the dry run is then checked against). The
+// cert-manager overlay needs cert-manager's CRDs; minimal ones are
+// installed (certManagerCRDs).
+func TestManifestsServerDryRun(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
+	defer cancel()
+	fresh, err := testenv.Start(ctx, testenv.Options{})
+	mustf(t, err, "starting a fresh control plane")
+	defer func() { _ = fresh.Stop() }()
+	k := newKubectl(t, fresh.AdminConfig)
+
+	k.run(certManagerCRDs, "apply", "-f", "-")
+	k.run("", "wait", "--for=condition=Established", "--timeout=60s",
+		"crd/issuers.cert-manager.io", "crd/certificates.cert-manager.io")
+
+	for _, dir := range entryPoints {
+		t.Run(dir, func(t *testing.T) {
+			k := kubectlWithKubeconfig(t, k.kubeconfig)
+			_, objs := render(t, dir)
+			var namespaces []string
+			for _, o := range objs {
+				if o.GetKind() == "Namespace" {
+					namespaces = append(namespaces, o.GetName())
+					data, err := o.MarshalJSON()
+					mustf(t, err, "namespace")
+					k.run(string(data), "apply", "-f", "-")
+				}
+			}
+			if len(namespaces) == 0 {
+				t.Fatalf("%s renders no Namespace", dir)
+			}
+			dryRun := func(mode ...string) {
+				t.Helper()
+				out := k.run("", append([]string{"apply", "-k", dir}, mode...)...)
+				lines := strings.Split(strings.TrimSpace(out), "\n")
+				if len(lines) != len(objs) {
+					t.Fatalf("kubectl apply -k %s %v: %d result lines for %d objects:\n%s", dir, mode, len(lines), len(objs), out)
+				}
+				for _, l := range lines {
+					if !strings.HasSuffix(l, "(server dry run)") {
+						t.Fatalf("kubectl apply -k %s %v: unexpected line %q", dir, mode, l)
+					}
+				}
+			}
+			// What the README documents: client-side apply.
+			dryRun("--dry-run=server")
+			// Server-side apply too. The namespaces were created by a
+			// client-side apply above; without its annotation kubectl does
+			// not try (and, in a dry run, fail) to migrate it.
+			for _, ns := range namespaces {
+				k.run("", "annotate", "namespace", ns, "kubectl.kubernetes.io/last-applied-configuration-")
+			}
+			dryRun("--dry-run=server", "--server-side")
+		})
+	}
+}
+
+// The rendered default install has the parts and settings the issue asks
+// for, and its pieces fit together (ports, secrets, config paths, flags).
+func TestManifestsShape(t *testing.T) {
+	_, objs := render(t, "manifests")
+	for _, o := range objs {
+		switch o.GetKind() {
+		case "Namespace", "ClusterRole", "ClusterRoleBinding", "CustomResourceDefinition":
+			if o.GetNamespace() != "" {
+				t.Errorf("cluster-scoped %s %s has a namespace", o.GetKind(), o.GetName())
+			}
+		default:
+			if o.GetNamespace() != installNamespace {
+				t.Errorf("%s %s is in namespace %q, want %s", o.GetKind(), o.GetName(), o.GetNamespace(), installNamespace)
+			}
+		}
+	}
+	for _, want := range []struct{ kind, name string }{
+		{"Namespace", installNamespace}, {"ServiceAccount", proxySA}, {"ClusterRole", "kausality-proxy"},
+		{"Deployment", "kausality-proxy"}, {"Service", "kausality-proxy"}, {"PodDisruptionBudget", "kausality-proxy"},
+		{"ConfigMap", kubeconfigCMName}, {"ConfigMap", configCMName}, {"Job", "kausality-proxy-certgen"},
+		{"CustomResourceDefinition", "approvalpolicies.kausality.io"},
+	} {
+		find(t, objs, want.kind, want.name)
+	}
+
+	var ns corev1.Namespace
+	convert(t, find(t, objs, "Namespace", installNamespace), &ns)
+	if ns.Labels["pod-security.kubernetes.io/enforce"] != "restricted" {
+		t.Errorf("namespace labels %v: enforce the restricted Pod Security Standard", ns.Labels)
+	}
+
+	var d appsv1.Deployment
+	convert(t, find(t, objs, "Deployment", "kausality-proxy"), &d)
+	if d.Spec.Replicas == nil || *d.Spec.Replicas != 2 {
+		t.Errorf("replicas %v, want 2", d.Spec.Replicas)
+	}
+	pod := d.Spec.Template.Spec
+	if pod.ServiceAccountName != proxySA {
+		t.Errorf("service account %q", pod.ServiceAccountName)
+	}
+	if a := pod.Affinity; a == nil || a.PodAntiAffinity == nil || len(a.PodAntiAffinity.PreferredDuringSchedulingIgnoredDuringExecution)+len(a.PodAntiAffinity.RequiredDuringSchedulingIgnoredDuringExecution) == 0 {
+		t.Error("no pod anti-affinity")
+	} else {
+		for _, term := range a.PodAntiAffinity.PreferredDuringSchedulingIgnoredDuringExecution {
+			sel, err := metav1.LabelSelectorAsSelector(term.PodAffinityTerm.LabelSelector)
+			mustf(t, err, "anti-affinity selector")
+			if !sel.Matches(labels.Set(d.Spec.Template.Labels)) {
+				t.Errorf("anti-affinity term %s does not select the proxy's own pods", term.PodAffinityTerm.TopologyKey)
+			}
+		}
+	}
+	if sc := pod.SecurityContext; sc == nil || sc.RunAsNonRoot == nil || !*sc.RunAsNonRoot || sc.SeccompProfile == nil || sc.SeccompProfile.Type != corev1.SeccompProfileTypeRuntimeDefault {
+		t.Errorf("pod securityContext %+v is not restricted", sc)
+	}
+	if len(pod.Containers) != 1 {
+		t.Fatalf("%d containers, want the proxy alone", len(pod.Containers))
+	}
+	c := pod.Containers[0]
+	if sc := c.SecurityContext; sc == nil || sc.AllowPrivilegeEscalation == nil || *sc.AllowPrivilegeEscalation ||
+		sc.ReadOnlyRootFilesystem == nil || !*sc.ReadOnlyRootFilesystem || sc.Capabilities == nil || !slices.Equal(sc.Capabilities.Drop, []corev1.Capability{"ALL"}) {
+		t.Errorf("container securityContext %+v is not restricted", sc)
+	}
+	if c.Resources.Requests.Cpu().IsZero() || c.Resources.Requests.Memory().IsZero() || c.Resources.Limits.Memory().IsZero() {
+		t.Errorf("resources %+v: requests for cpu and memory and a memory limit", c.Resources)
+	}
+
+	// The args are valid flags of the proxy, and the files and ports they
+	// name are the ones the pod provides.
+	opts := parseProxyArgs(t, c.Args)
+	ports := map[string]int32{}
+	for _, p := range c.Ports {
+		ports[p.Name] = p.ContainerPort
+	}
+	if ports["https"] != int32(opts.SecureServing.BindPort) {
+		t.Errorf("container port https %d, --secure-port %d", ports["https"], opts.SecureServing.BindPort)
+	}
+	if !strings.HasSuffix(opts.MetricsBindAddress, ":"+strconv.Itoa(int(ports["metrics"]))) {
+		t.Errorf("container port metrics %d, --metrics-bind-address %s", ports["metrics"], opts.MetricsBindAddress)
+	}
+	for probe, want := range map[*corev1.Probe]string{c.LivenessProbe: "/livez", c.ReadinessProbe: "/readyz"} {
+		if probe == nil || probe.HTTPGet == nil || probe.HTTPGet.Path != want || probe.HTTPGet.Port.String() != "metrics" {
+			t.Errorf("probe %+v, want GET %s on the metrics port", probe, want)
+		}
+	}
+	mounts := map[string]string{} // volume -> path
+	for _, m := range c.VolumeMounts {
+		mounts[m.Name] = m.MountPath
+	}
+	volumes := map[string]corev1.Volume{}
+	for _, v := range pod.Volumes {
+		volumes[v.Name] = v
+	}
+	tlsVol := volumes["tls"]
+	if tlsVol.Secret == nil || tlsVol.Secret.SecretName != tlsSecret ||
+		opts.SecureServing.ServerCert.CertKey.CertFile != mounts["tls"]+"/tls.crt" || opts.SecureServing.ServerCert.CertKey.KeyFile != mounts["tls"]+"/tls.key" {
+		t.Errorf("serving certificate: --tls-cert-file %s, --tls-private-key-file %s, mounts %v, volume %+v",
+			opts.SecureServing.ServerCert.CertKey.CertFile, opts.SecureServing.ServerCert.CertKey.KeyFile, mounts, tlsVol)
+	}
+	cfgVol := volumes["config"]
+	cfgCM := find(t, objs, "ConfigMap", configCMName)
+	cfgData, _, _ := unstructured.NestedStringMap(cfgCM.Object, "data")
+	if cfgVol.ConfigMap == nil || cfgVol.ConfigMap.Name != configCMName || !strings.HasPrefix(opts.ConfigFile, mounts["config"]+"/") ||
+		cfgData[strings.TrimPrefix(opts.ConfigFile, mounts["config"]+"/")] == "" {
+		t.Errorf("--config %s is not a key of the mounted ConfigMap %s (mounts %v)", opts.ConfigFile, configCMName, mounts)
+	}
+	if d.Spec.Template.Spec.TerminationGracePeriodSeconds == nil || time.Duration(*d.Spec.Template.Spec.TerminationGracePeriodSeconds)*time.Second <= opts.ShutdownTimeout {
+		t.Errorf("terminationGracePeriodSeconds must exceed --shutdown-timeout %s", opts.ShutdownTimeout)
+	}
+
+	var pdb policyv1.PodDisruptionBudget
+	convert(t, find(t, objs, "PodDisruptionBudget", "kausality-proxy"), &pdb)
+	sel, err := metav1.LabelSelectorAsSelector(pdb.Spec.Selector)
+	mustf(t, err, "pdb selector")
+	if !sel.Matches(labels.Set(d.Spec.Template.Labels)) || pdb.Spec.MinAvailable == nil || pdb.Spec.MinAvailable.IntValue() < 1 {
+		t.Errorf("PDB %+v does not keep a proxy pod", pdb.Spec)
+	}
+
+	var svc corev1.Service
+	convert(t, find(t, objs, "Service", "kausality-proxy"), &svc)
+	if !labels.SelectorFromSet(svc.Spec.Selector).Matches(labels.Set(d.Spec.Template.Labels)) {
+		t.Errorf("service selector %v does not select the proxy pods", svc.Spec.Selector)
+	}
+	var https *corev1.ServicePort
+	for i := range svc.Spec.Ports {
+		if svc.Spec.Ports[i].Name == "https" {
+			https = &svc.Spec.Ports[i]
+		}
+	}
+	if https == nil || https.Port != 443 || https.TargetPort.String() != "https" {
+		t.Errorf("service port https %+v, want 443 -> the container's https port", https)
+	}
+
+	// The kubeconfig controllers mount: the Service, the proxy's CA (ca.crt
+	// next to it), the controller's own service-account token.
+	kcCM := find(t, objs, "ConfigMap", kubeconfigCMName)
+	kcData, _, _ := unstructured.NestedStringMap(kcCM.Object, "data")
+	kc, err := clientcmd.Load([]byte(kcData["kubeconfig"]))
+	mustf(t, err, "the kubeconfig in the ConfigMap")
+	ctxName := kc.CurrentContext
+	cluster := kc.Clusters[kc.Contexts[ctxName].Cluster]
+	user := kc.AuthInfos[kc.Contexts[ctxName].AuthInfo]
+	if cluster.Server != "https://"+svc.Name+"."+svc.Namespace+".svc" || cluster.CertificateAuthority != "ca.crt" || user.TokenFile != tokenFilePath {
+		t.Errorf("kubeconfig: server %q (want the Service), certificate-authority %q (want ca.crt), tokenFile %q", cluster.Server, cluster.CertificateAuthority, user.TokenFile)
+	}
+	if _, ok := kcData["ca.crt"]; ok {
+		t.Error("the manifest must not carry ca.crt: the init step publishes it, and applying again must not overwrite it")
+	}
+	// It is exactly what the kubeconfig subcommand prints.
+	dir := t.TempDir()
+	caPEM, _, err := certutil.GenerateSelfSignedCertKey("test-ca", nil, nil)
+	mustf(t, err, "a CA for the kubeconfig subcommand")
+	writeFile(t, dir+"/ca.crt", caPEM)
+	cmd := exec.Command(proxyBinary(t), "kubeconfig", "--server", cluster.Server, "--ca-file", "ca.crt", "--embed-certs=false", "--token-file", tokenFilePath)
+	cmd.Dir = dir
+	out, err := cmd.Output()
+	mustf(t, err, "kausality-proxy kubeconfig")
+	if string(out) != kcData["kubeconfig"] {
+		t.Errorf("the ConfigMap's kubeconfig differs from the subcommand's output; regenerate it:\n--- subcommand\n%s\n--- manifest\n%s", out, kcData["kubeconfig"])
+	}
+
+	var job batchv1.Job
+	convert(t, find(t, objs, "Job", "kausality-proxy-certgen"), &job)
+	jc := job.Spec.Template.Spec.Containers[0]
+	if jc.Image != c.Image || job.Spec.Template.Spec.ServiceAccountName != certgenSA || jc.Args[0] != "certs" {
+		t.Errorf("certgen Job: image %s (proxy %s), service account %s, args %v", jc.Image, c.Image, job.Spec.Template.Spec.ServiceAccountName, jc.Args)
+	}
+
+	var crd apiextensionsv1.CustomResourceDefinition
+	convert(t, find(t, objs, "CustomResourceDefinition", "approvalpolicies.kausality.io"), &crd)
+	if crd.Spec.Scope != apiextensionsv1.NamespaceScoped || crd.Spec.Names.Kind != "ApprovalPolicy" {
+		t.Errorf("ApprovalPolicy CRD: scope %s, kind %s", crd.Spec.Scope, crd.Spec.Names.Kind)
+	}
+
+	// cert-manager issues a certificate for the name the kubeconfig uses,
+	// into the Secret the Deployment mounts.
+	_, cm := render(t, "manifests/overlays/cert-manager")
+	cert := find(t, cm, "Certificate", "kausality-proxy-tls")
+	secretName, _, _ := unstructured.NestedString(cert.Object, "spec", "secretName")
+	dnsNames, _, _ := unstructured.NestedStringSlice(cert.Object, "spec", "dnsNames")
+	if secretName != tlsSecret || !slices.Contains(dnsNames, serviceDNSName) {
+		t.Errorf("cert-manager Certificate: secretName %s, dnsNames %v", secretName, dnsNames)
+	}
+	var cmJob batchv1.Job
+	convert(t, find(t, cm, "Job", "kausality-proxy-certgen"), &cmJob)
+	if !slices.Contains(cmJob.Spec.Template.Spec.Containers[0].Args, "--generate=false") {
+		t.Errorf("with cert-manager the certgen Job must not generate: %v", cmJob.Spec.Template.Spec.Containers[0].Args)
+	}
+
+	// The repoint example: KUBECONFIG points into the mounted ConfigMap.
+	_, ex := render(t, "manifests/examples/repoint-controller")
+	var ctrl appsv1.Deployment
+	convert(t, find(t, ex, "Deployment", "example-controller"), &ctrl)
+	var kubeconfigEnv string
+	for _, e := range ctrl.Spec.Template.Spec.Containers[0].Env {
+		if e.Name == "KUBECONFIG" {
+			kubeconfigEnv = e.Value
+		}
+	}
+	var mountPath string
+	for _, m := range ctrl.Spec.Template.Spec.Containers[0].VolumeMounts {
+		for _, v := range ctrl.Spec.Template.Spec.Volumes {
+			if v.Name == m.Name && v.ConfigMap != nil && v.ConfigMap.Name == kubeconfigCMName {
+				mountPath = m.MountPath
+			}
+		}
+	}
+	if mountPath == "" || kubeconfigEnv != mountPath+"/kubeconfig" {
+		t.Errorf("repointed controller: KUBECONFIG=%q, kubeconfig ConfigMap mounted at %q", kubeconfigEnv, mountPath)
+	}
+}
+
+// parseProxyArgs parses args with the proxy's own flag set (plus the root
+// command's --log-level), failing on any flag the proxy does not have.
+func parseProxyArgs(t *testing.T, args []string) *proxy.Options {
+	t.Helper()
+	opts := proxy.NewOptions()
+	fs := pflag.NewFlagSet("kausality-proxy", pflag.ContinueOnError)
+	opts.AddFlags(fs)
+	fs.String("log-level", "info", "registered by the root command")
+	mustf(t, fs.Parse(args), "the Deployment's args are not valid kausality-proxy flags")
+	if fs.NArg() != 0 {
+		t.Fatalf("the Deployment passes positional arguments %v", fs.Args())
+	}
+	return opts
+}

@@ -262,12 +262,14 @@ var selfDescribedCBOR = []byte{0xd9, 0xd9, 0xf7}
 func asObject(v interface{}, format Format) (*unstructured.Unstructured, error) {
 	m, ok := v.(map[string]interface{})
 	if !ok {
-		return nil, apierrors.NewBadRequest(fmt.Sprintf("the %s request body must be an object (a map with apiVersion, kind, metadata, ...), got %s", format, describe(v)))
+		return nil, apierrors.NewBadRequest(fmt.Sprintf("the %s request body must be an object (a map with apiVersion, kind, metadata, ...), got %s", format, Describe(v)))
 	}
 	return &unstructured.Unstructured{Object: m}, nil
 }
 
-func describe(v interface{}) string {
+// Describe names the JSON type of a decoded value for error messages
+// ("an array", "a string", ...).
+func Describe(v interface{}) string {
 	switch v.(type) {
 	case nil:
 		return "null"

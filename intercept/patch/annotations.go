@@ -12,6 +12,8 @@ import (
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	cbor "k8s.io/apimachinery/pkg/runtime/serializer/cbor/direct"
 	"k8s.io/apimachinery/pkg/types"
+
+	"github.com/kausality-io/kausality-proxy/intercept/body"
 )
 
 // ErrNotRewritable is returned (wrapped) by AddAnnotations for a valid patch
@@ -248,7 +250,7 @@ func addToApplyPatch(patchType types.PatchType, patch []byte, annotations map[st
 	meta, ok := obj["metadata"].(map[string]interface{})
 	if !ok {
 		if m, present := obj["metadata"]; present && m != nil {
-			return nil, apierrors.NewBadRequest(fmt.Sprintf("the apply configuration has a metadata that is not an object (%s)", describe(m)))
+			return nil, apierrors.NewBadRequest(fmt.Sprintf("the apply configuration has a metadata that is not an object (%s)", body.Describe(m)))
 		}
 		meta = map[string]interface{}{}
 		obj["metadata"] = meta
@@ -256,7 +258,7 @@ func addToApplyPatch(patchType types.PatchType, patch []byte, annotations map[st
 	ann, ok := meta["annotations"].(map[string]interface{})
 	if !ok {
 		if a, present := meta["annotations"]; present && a != nil {
-			return nil, apierrors.NewBadRequest(fmt.Sprintf("the apply configuration has metadata.annotations that are not an object (%s)", describe(a)))
+			return nil, apierrors.NewBadRequest(fmt.Sprintf("the apply configuration has metadata.annotations that are not an object (%s)", body.Describe(a)))
 		}
 		ann = map[string]interface{}{}
 	}

@@ -32,7 +32,7 @@ func decodeApplyConfiguration(patchType types.PatchType, patch []byte) (*unstruc
 		}
 		m, ok := v.(map[string]interface{})
 		if !ok {
-			return nil, apierrors.NewBadRequest(fmt.Sprintf("error decoding CBOR: the apply configuration must be an object, got %s", describe(v)))
+			return nil, apierrors.NewBadRequest(fmt.Sprintf("error decoding CBOR: the apply configuration must be an object, got %s", body.Describe(v)))
 		}
 		obj = m
 	default:
@@ -50,7 +50,7 @@ func decodeApplyConfiguration(patchType types.PatchType, patch []byte) (*unstruc
 		}
 		m, ok := v.(map[string]interface{})
 		if !ok {
-			return nil, apierrors.NewBadRequest(fmt.Sprintf("error decoding YAML: the apply configuration must be an object, got %s", describe(v)))
+			return nil, apierrors.NewBadRequest(fmt.Sprintf("error decoding YAML: the apply configuration must be an object, got %s", body.Describe(v)))
 		}
 		obj = m
 	}

@@ -79,6 +79,8 @@ import (
 	"k8s.io/apimachinery/pkg/util/strategicpatch"
 	"k8s.io/apimachinery/pkg/util/validation/field"
 	"k8s.io/client-go/kubernetes/scheme"
+
+	"github.com/kausality-io/kausality-proxy/intercept/body"
 )
 
 // MaxJSONPatchOperations is kube-apiserver's limit on the number of
@@ -229,7 +231,7 @@ func applyJSON(patchType types.PatchType, current *unstructured.Unstructured, pa
 	}
 	m, ok := v.(map[string]interface{})
 	if !ok {
-		return nil, invalidPatch(current, fmt.Sprintf("the patch turns the object into %s", describe(v)))
+		return nil, invalidPatch(current, fmt.Sprintf("the patch turns the object into %s", body.Describe(v)))
 	}
 	result := &unstructured.Unstructured{Object: m}
 	if err := keepKind(result, current); err != nil {
@@ -372,22 +374,6 @@ func checkNameAndNamespace(result, current *unstructured.Unstructured, opts Opti
 		return apierrors.NewBadRequest(fmt.Sprintf("the name of the object (%s) does not match the name on the URL (%s)", result.GetName(), name))
 	}
 	return nil
-}
-
-func describe(v interface{}) string {
-	switch v.(type) {
-	case nil:
-		return "null"
-	case []interface{}:
-		return "an array"
-	case string:
-		return "a string"
-	case bool:
-		return "a boolean"
-	case int64, float64:
-		return "a number"
-	}
-	return fmt.Sprintf("a %T", v)
 }
 
 // invalidPatch is kube-apiserver's 422 for a patch that cannot be applied or

@@ -63,3 +63,32 @@ e2e-kind: ## Run the e2e scenarios on a kind cluster (needs Docker; fails, sayin
 	$(MAKE) docker-build IMG=$(IMG)
 	@echo "e2e-kind: FAILED: the image $(IMG) was built, but the kind provider of e2e/ is not wired in yet. It will create the kind cluster $(KIND_CLUSTER) with the sigs.k8s.io/kind Go library, load $(IMG) into it, apply manifests/ with that image, repoint an in-cluster controller at the proxy (manifests/examples/repoint-controller), and run the e2e/ scenarios against that cluster." >&2
 	@exit 1
+
+# Benchmarks (internal/bench). `make bench` runs the Go micro-benchmarks,
+# then the end-to-end suite (direct vs bare reverse proxy vs kausality-proxy,
+# interleaved, on a local control plane) and writes docs/performance.md from
+# what it measured. `make bench-compare` compares fresh micro-benchmarks with
+# internal/bench/baseline.txt; to record a new baseline, run it and copy
+# $(BIN)/bench/micro-new.txt over the baseline.
+BENCH_PKGS      ?= ./authn ./intercept ./intercept/body ./intercept/patch ./intercept/decision ./intercept/trace ./intercept/desired
+BENCH_TIME      ?= 300ms
+BENCH_COUNT     ?= 1
+BENCH_COMPARE_COUNT ?= 6
+BENCH_ARGS      ?=
+BENCH_DIR       := $(BIN)/bench
+BENCH_BASELINE  := internal/bench/baseline.txt
+BENCHSTAT       := golang.org/x/perf/cmd/benchstat@v0.0.0-20260908200009-22c9c6c9d4da
+
+.PHONY: bench
+bench: testbin ## Benchmark the proxy against direct and a bare reverse proxy; writes docs/performance.md.
+	@mkdir -p $(BENCH_DIR)
+	$(GO) test -run '^$$' -bench . -benchmem -benchtime $(BENCH_TIME) -count $(BENCH_COUNT) $(BENCH_PKGS) > $(BENCH_DIR)/micro.txt || { cat $(BENCH_DIR)/micro.txt; exit 1; }
+	@grep -E '^(pkg:|Benchmark)' $(BENCH_DIR)/micro.txt
+	$(GO) build -o $(BENCH_DIR)/kausality-bench ./internal/bench
+	KAUSALITY_TESTBIN=$(BIN) $(BENCH_DIR)/kausality-bench -micro $(BENCH_DIR)/micro.txt -out docs/performance.md -command 'make bench' $(BENCH_ARGS)
+
+.PHONY: bench-compare
+bench-compare: ## Compare fresh micro-benchmarks with internal/bench/baseline.txt (benchstat).
+	@mkdir -p $(BENCH_DIR)
+	$(GO) test -run '^$$' -bench . -benchmem -benchtime $(BENCH_TIME) -count $(BENCH_COMPARE_COUNT) $(BENCH_PKGS) > $(BENCH_DIR)/micro-new.txt || { cat $(BENCH_DIR)/micro-new.txt; exit 1; }
+	$(GO) run $(BENCHSTAT) $(BENCH_BASELINE) $(BENCH_DIR)/micro-new.txt

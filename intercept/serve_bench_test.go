@@ -107,7 +107,7 @@ func newBenchEnv(b *testing.B, log *zap.Logger) *benchEnv {
 	}}
 	objs := []runtime.Object{
 		ns,
-		benchParent("web", "web-uid", 6, 5),       // reconciling: the controller's writes are Expected
+		benchParent("web", "web-uid", 6, 5), // reconciling: the controller's writes are Expected
 		benchParent("stable", "stable-uid", 5, 5), // stable: the controller's writes are drift
 		benchChild("web-1", "web", "web-uid", 1),
 		benchChild("stable-1", "stable", "stable-uid", 1),

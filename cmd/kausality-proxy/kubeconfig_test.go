@@ -93,11 +93,7 @@ func TestKubeconfigClientCert(t *testing.T) {
 	if err == nil {
 		t.Fatal("relative files that do not exist in the working directory cannot be checked; expected an error")
 	}
-	wd, _ := os.Getwd()
-	if err := os.Chdir(dir); err != nil {
-		t.Fatal(err)
-	}
-	defer func() { _ = os.Chdir(wd) }()
+	t.Chdir(dir)
 	out, err = runKubeconfig("--server", "https://127.0.0.1:8443", "--ca-file", "ca.crt", "--client-cert", "client.crt",
 		"--client-key", "client.key", "--embed-certs=false")
 	if err != nil {

@@ -76,10 +76,10 @@ type RunConfig struct {
 
 func defaultRunConfig() RunConfig {
 	return RunConfig{
-		GetN: 400, ListN: 12, BigListN: 3, WriteN: 50, UpgradeN: 60, Warmup: 5,
+		GetN: 1000, ListN: 100, BigListN: 15, WriteN: 150, UpgradeN: 200, Warmup: 5,
 		ListObjects: 5000, BigObjects: 54,
-		Watchers: 100, WatchEvents: 40, OpenWatches: 1000,
-		LoadConcurrency: 8, LoadPerRound: 400, LoadRounds: 3, WriteLoadPerRound: 120,
+		Watchers: 100, WatchEvents: 60, OpenWatches: 1000,
+		LoadConcurrency: 8, LoadPerRound: 1500, LoadRounds: 3, WriteLoadPerRound: 300,
 		Profile: true,
 	}
 }
@@ -116,7 +116,8 @@ func startHarness(ctx context.Context, rc RunConfig, workDir string) (_ *Harness
 	if err != nil {
 		return nil, err
 	}
-	if v, err := h.admin.Discovery().ServerVersion(); err == nil {
+	h.K8sVersion = kubeModuleVersion()
+	if v, err := h.admin.Discovery().ServerVersion(); err == nil && !strings.HasPrefix(v.GitVersion, "v0.0.0") {
 		h.K8sVersion = v.GitVersion
 	}
 
@@ -179,6 +180,28 @@ func startHarness(ctx context.Context, rc RunConfig, workDir string) (_ *Harness
 		}
 	}
 	return h, nil
+}
+
+// kubeModuleVersion is the k8s.io/kubernetes version ./bin is built from
+// (binaries built from modules report v0.0.0-master in /version).
+func kubeModuleVersion() string {
+	root, err := testenv.RepoRoot()
+	if err != nil {
+		return "?"
+	}
+	data, err := os.ReadFile(filepath.Join(root, "hack", "testbin", "kube", "go.mod"))
+	if err != nil {
+		return "?"
+	}
+	for _, line := range strings.Split(string(data), "\n") {
+		f := strings.Fields(line)
+		for i := 0; i+1 < len(f); i++ {
+			if f[i] == "k8s.io/kubernetes" {
+				return f[i+1] + " (k8s.io/kubernetes, hack/testbin/kube/go.mod)"
+			}
+		}
+	}
+	return "?"
 }
 
 // Stop stops the proxies and the control plane.

@@ -7,6 +7,7 @@ import (
 	"net/http"
 	"os"
 	"os/exec"
+	"path/filepath"
 	"strings"
 	"sync"
 	"time"
@@ -179,10 +180,13 @@ func (h *Harness) patchUnderLoad(sc scenario, p *pools) func(ctx context.Context
 	}
 }
 
-// Profile is a CPU profile of kausality-proxy under one load.
+// Profile is a CPU profile of kausality-proxy under one load, and what
+// it allocated meanwhile.
 type Profile struct {
 	Name, Path string
+	Requests   int
 	Flat, Cum  string
+	Allocs     string
 }
 
 // profiles records kausality-proxy's CPU profile under a GET load and an
@@ -198,13 +202,18 @@ func (h *Harness) profiles(ctx context.Context, dir string, p *pools) ([]Profile
 		conc, n    int
 		op         func(ctx context.Context, t *target, worker, i int) error
 	}{
-		{"GET one ConfigMap, 8 in flight", "cpu-get.pprof", 8, h.cfg.LoadPerRound * 3, get},
-		{"intercepted merge PATCH (Expected), 4 in flight", "cpu-intercepted-patch.pprof", 4, h.cfg.WriteLoadPerRound * 3, h.patchUnderLoad(scExpected, p)},
+		{"GET one ConfigMap, 8 in flight", "get", 8, h.cfg.LoadPerRound * 4, get},
+		{"intercepted merge PATCH (Expected), 4 in flight", "intercepted-patch", 4, h.cfg.WriteLoadPerRound * 4, h.patchUnderLoad(scExpected, p)},
 	}
 	var out []Profile
 	for _, c := range cases {
-		path := dir + "/" + c.file
-		if err := k.ctl.call(ctx, "/cpuprofile/start?path="+path, nil); err != nil {
+		cpu := filepath.Join(dir, "cpu-"+c.file+".pprof")
+		allocsBefore := filepath.Join(dir, "allocs-"+c.file+"-before.pprof")
+		allocsAfter := filepath.Join(dir, "allocs-"+c.file+".pprof")
+		if err := fetch(ctx, k.ctl.base+"/debug/pprof/allocs", allocsBefore); err != nil {
+			return nil, err
+		}
+		if err := k.ctl.call(ctx, "/cpuprofile/start?path="+cpu, nil); err != nil {
 			return nil, err
 		}
 		err := runWorkers(ctx, c.conc, c.n, func(w, i int) error { return c.op(ctx, k, w, i) })
@@ -214,14 +223,20 @@ func (h *Harness) profiles(ctx context.Context, dir string, p *pools) ([]Profile
 		if err != nil {
 			return nil, err
 		}
-		out = append(out, Profile{Name: c.name, Path: path, Flat: pprofTop(path, false, ""), Cum: pprofTop(path, true, "")})
+		if err := fetch(ctx, k.ctl.base+"/debug/pprof/allocs", allocsAfter); err != nil {
+			return nil, err
+		}
+		out = append(out, Profile{Name: c.name, Path: cpu, Requests: c.n,
+			Flat: pprofTop(cpu, false, ""), Cum: pprofTop(cpu, true, ""),
+			Allocs: pprofTop(allocsAfter, false, "alloc_space", "-diff_base="+allocsBefore)})
 	}
 	return out, nil
 }
 
 // pprofTop renders `go tool pprof -top` of a profile.
-func pprofTop(path string, cum bool, sampleIndex string) string {
-	args := []string{"tool", "pprof", "-top", "-nodecount=22"}
+func pprofTop(path string, cum bool, sampleIndex string, extra ...string) string {
+	args := []string{"tool", "pprof", "-top", "-nodecount=25"}
+	args = append(args, extra...)
 	if cum {
 		args = append(args, "-cum")
 	}

@@ -198,6 +198,11 @@ func (h *Harness) upgrade(ctx context.Context) (Row, error) {
 		return r.elapsed, err
 	}
 	r, err := h.row(ctx, "Upgrade", "exec handshake (new TLS connection, SPDY upgrade, 400)", goalNone, h.cfg.UpgradeN, h.cfg.Warmup, op)
-	r.Note = "HTTP/1.1; a new connection per handshake, like kubectl exec"
+	if r.Upstream != nil && r.Upstream.OwnTotal() == 0 {
+		// Upgrades bypass WrapUpstreamTransport (UpgradeAwareHandler dials
+		// itself), so there is nothing to show.
+		r.Upstream = nil
+	}
+	r.Note = "HTTP/1.1; a new connection per handshake, like kubectl exec; kausality-proxy dials a new upstream connection per upgrade (UpgradeAwareHandler)"
 	return r, err
 }

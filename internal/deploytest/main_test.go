@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"os"
+	"path/filepath"
 	"testing"
 	"time"
 
@@ -27,5 +28,8 @@ func TestMain(m *testing.M) {
 	code := m.Run()
 	stopInstall()
 	_ = cp.Stop()
+	if binaryPath != "" {
+		_ = os.RemoveAll(filepath.Dir(binaryPath))
+	}
 	os.Exit(code)
 }

@@ -32,6 +32,13 @@ data:
 	if out := k.run("", "-n", ns, "get", "configmap", "one", "-o", "jsonpath={.data.a}"); out != "1" {
 		t.Fatalf("get: %q", out)
 	}
+	// Writes to cluster-scoped objects: kube-apiserver's request info names
+	// a Namespace's own name as its namespace.
+	k.run("", "annotate", "namespace", ns, "team=a")
+	k.run("", "label", "namespace", ns, "tier=test")
+	if out := k.run("", "get", "namespace", ns, "-o", "jsonpath={.metadata.annotations.team}/{.metadata.labels.tier}"); out != "a/test" {
+		t.Fatalf("namespace patch: %q", out)
+	}
 
 	// watch: events must arrive while the watch is open, so the proxy must
 	// flush the stream as it goes rather than buffer it.

@@ -27,9 +27,13 @@ const (
 
 // write is a classified, intercepted write.
 type write struct {
-	info         *request.RequestInfo
-	gvr          schema.GroupVersionResource
-	verb         string
+	info *request.RequestInfo
+	gvr  schema.GroupVersionResource
+	verb string
+	// namespace of the object: the request's, except for cluster-scoped
+	// resources (kube-apiserver's request info names a Namespace object's
+	// own name as its namespace).
+	namespace    string
 	op           decision.Operation
 	sub          subresourceKind
 	dryRun       bool
@@ -43,9 +47,10 @@ func (i *Interceptor) classify(r *http.Request) (*write, bool) {
 		return nil, false
 	}
 	w := &write{
-		info: info,
-		gvr:  schema.GroupVersionResource{Group: info.APIGroup, Version: info.APIVersion, Resource: info.Resource},
-		verb: info.Verb,
+		info:      info,
+		gvr:       schema.GroupVersionResource{Group: info.APIGroup, Version: info.APIVersion, Resource: info.Resource},
+		verb:      info.Verb,
+		namespace: info.Namespace,
 	}
 	switch info.Verb {
 	case "create":

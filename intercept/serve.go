@@ -284,13 +284,16 @@ func (i *Interceptor) load(r *http.Request, p *pending) error {
 		return i.unresolvable(fmt.Errorf("resolving the kind of %s: %w", wr.gvr, err))
 	}
 	p.kind = kind
+	if m, err := i.cfg.Objects.Mapping(kind); err == nil && m.Scope.Name() == meta.RESTScopeNameRoot {
+		wr.namespace = ""
+	}
 
 	if wr.op != decision.Create {
 		old, err := i.storedObject(ctx, wr, r.Header.Get("Content-Type"), p.data)
 		switch {
 		case apierrors.IsNotFound(err):
 		case err != nil:
-			return i.unresolvable(fmt.Errorf("reading the stored %s %s: %w", kind.Kind, qualifiedName(wr.info.Namespace, wr.info.Name), err))
+			return i.unresolvable(fmt.Errorf("reading the stored %s %s: %w", kind.Kind, qualifiedName(wr.namespace, wr.info.Name), err))
 		default:
 			p.old = old
 		}
@@ -312,7 +315,7 @@ func (i *Interceptor) load(r *http.Request, p *pending) error {
 			return err
 		}
 		p.patchTy = pt
-		ns := wr.info.Namespace
+		ns := wr.namespace
 		// kube-apiserver type-checks the patched object itself; skipping our
 		// copy of that check saves a third of a patch's cost.
 		opts := patch.Options{FieldManager: wr.fieldManager, Kind: kind, Name: wr.info.Name, Namespace: &ns, SkipTypeCheck: true}
@@ -342,8 +345,8 @@ func (i *Interceptor) load(r *http.Request, p *pending) error {
 		if wr.op == decision.Update && p.old == nil {
 			wr.op = decision.Create // create-on-update (PUT of a missing object)
 		}
-		if p.new.GetNamespace() == "" && wr.info.Namespace != "" {
-			p.new.SetNamespace(wr.info.Namespace)
+		if p.new.GetNamespace() == "" && wr.namespace != "" {
+			p.new.SetNamespace(wr.namespace)
 		}
 	}
 
@@ -360,7 +363,7 @@ func (i *Interceptor) load(r *http.Request, p *pending) error {
 	if err := i.resolveParent(ctx, p, owned); err != nil {
 		return err
 	}
-	if ns := wr.info.Namespace; ns != "" {
+	if ns := wr.namespace; ns != "" {
 		nsObj, _, err := i.cfg.Objects.Get(ctx, namespacesGVR, "", ns)
 		if err == nil {
 			p.nsMode = nsObj.GetAnnotations()[annotations.Mode]
@@ -373,12 +376,12 @@ func (i *Interceptor) load(r *http.Request, p *pending) error {
 // the resourceVersion it was based on; when the cache holds an older one
 // the cache is behind, and a live read gives the real stored object.
 func (i *Interceptor) storedObject(ctx context.Context, wr *write, contentType string, data []byte) (*unstructured.Unstructured, error) {
-	old, source, err := i.cfg.Objects.Get(ctx, wr.gvr, wr.info.Namespace, wr.info.Name)
+	old, source, err := i.cfg.Objects.Get(ctx, wr.gvr, wr.namespace, wr.info.Name)
 	if err != nil || source != "cache" || wr.verb != "update" {
 		return old, err
 	}
 	if rv := resourceVersionOf(contentType, data); rv != "" && rv != old.GetResourceVersion() {
-		return i.cfg.Objects.GetLive(ctx, wr.gvr, wr.info.Namespace, wr.info.Name)
+		return i.cfg.Objects.GetLive(ctx, wr.gvr, wr.namespace, wr.info.Name)
 	}
 	return old, nil
 }
@@ -403,19 +406,19 @@ func (i *Interceptor) resolveParent(ctx context.Context, p *pending, owned *unst
 	if err != nil {
 		return apierrors.NewBadRequest(fmt.Sprintf("the controller ownerReference has an invalid apiVersion %q: %v", ref.APIVersion, err))
 	}
-	parent, source, err := i.cfg.Objects.GetKind(ctx, gv.WithKind(ref.Kind), p.w.info.Namespace, ref.Name)
+	parent, source, err := i.cfg.Objects.GetKind(ctx, gv.WithKind(ref.Kind), p.w.namespace, ref.Name)
 	switch {
 	case apierrors.IsNotFound(err):
 		// The parent is gone: garbage collection is cleaning up, which is
 		// allowed like any write under a deleting parent.
-		p.parent = goneParent(ref, p.w.info.Namespace)
+		p.parent = goneParent(ref, p.w.namespace)
 		p.parentSource = "gone"
 		return nil
 	case err != nil:
 		return i.unresolvable(fmt.Errorf("reading the parent %s %s: %w", ref.Kind, ref.Name, err))
 	}
 	if ref.UID != "" && parent.GetUID() != ref.UID {
-		p.parent = goneParent(ref, p.w.info.Namespace)
+		p.parent = goneParent(ref, p.w.namespace)
 		p.parentSource = "gone"
 		return nil
 	}
@@ -499,7 +502,7 @@ func (i *Interceptor) decide(r *http.Request, p *pending) decision.Decision {
 	if p.controller != nil && p.controller.Mode != config.ModeShadow {
 		in.Mode.Controller = string(p.controller.Mode)
 	}
-	in.Child = decision.ObjectRef{APIVersion: p.kind.GroupVersion().String(), Kind: p.kind.Kind, Namespace: p.w.info.Namespace, Name: p.w.info.Name}
+	in.Child = decision.ObjectRef{APIVersion: p.kind.GroupVersion().String(), Kind: p.kind.Kind, Namespace: p.w.namespace, Name: p.w.info.Name}
 	if in.Child.Name == "" && p.new != nil {
 		in.Child.Name = p.new.GetName()
 		if in.Child.Name == "" {

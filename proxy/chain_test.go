@@ -188,6 +188,7 @@ func (ca *testCA) clientCert(t *testing.T, cn string, orgs ...string) tls.Certif
 }
 
 type chainFixture struct {
+	metrics  string
 	stop     func()
 	pool     *x509.CertPool
 	upstream *fakeUpstream
@@ -249,6 +250,7 @@ func startChain(t *testing.T, customize ...func(*Options)) *chainFixture {
 	pool := x509.NewCertPool()
 	pool.AppendCertsFromPEM(servingCA)
 	return &chainFixture{
+		metrics:  "http://" + srv.MetricsAddr().String(),
 		stop:     stop,
 		pool:     pool,
 		upstream: up,
@@ -568,4 +570,23 @@ func TestChainGracefulShutdownDrains(t *testing.T) {
 		t.Fatalf("in-flight request during shutdown: %d", code)
 	}
 	<-stopped
+}
+
+// An upstream host written with a trailing slash (as envtest and some
+// kubeconfigs do) still gets probed at /readyz, so the proxy becomes ready.
+func TestChainReadyWithTrailingSlashUpstream(t *testing.T) {
+	f := startChain(t, func(o *Options) { o.UpstreamConfig.Host += "/" })
+	for i := 0; ; i++ {
+		resp, err := http.Get(f.metrics + "/readyz")
+		if err == nil {
+			resp.Body.Close()
+			if resp.StatusCode == http.StatusOK {
+				return
+			}
+		}
+		if i > 300 {
+			t.Fatalf("/readyz never became ready (last %v)", err)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
 }

@@ -25,8 +25,8 @@ type upstreamProbe struct {
 	lastErr error
 }
 
-func newUpstreamProbe(client *http.Client, base string, interval time.Duration, log *zap.Logger, m *metrics) *upstreamProbe {
-	return &upstreamProbe{client: client, url: base + "/readyz", interval: interval, log: log, metrics: m,
+func newUpstreamProbe(client *http.Client, readyzURL string, interval time.Duration, log *zap.Logger, m *metrics) *upstreamProbe {
+	return &upstreamProbe{client: client, url: readyzURL, interval: interval, log: log, metrics: m,
 		lastErr: fmt.Errorf("upstream not probed yet")}
 }
 

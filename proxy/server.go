@@ -237,7 +237,7 @@ func (c CompletedConfig) New() (*Server, error) {
 		authenticator:   c.Authenticator,
 		interceptor:     c.Interceptor,
 		metrics:         m,
-		probe:           newUpstreamProbe(probeClient, up.url.String(), c.UpstreamProbeInterval, c.Log, m),
+		probe:           newUpstreamProbe(probeClient, up.url.JoinPath("readyz").String(), c.UpstreamProbeInterval, c.Log, m),
 		requestInfo:     newRequestInfoFactory(),
 		longRunning:     newLongRunningCheck(),
 		requestTimeout:  c.RequestTimeout,

@@ -143,8 +143,9 @@ func New(cfg Config) (*Authenticator, error) {
 	}
 
 	if cfg.ClientCA != nil {
-		a.x509 = group.NewAuthenticatedGroupAdder(
-			x509request.NewDynamic(cfg.ClientCA.VerifyOptions, x509request.CommonNameUserConversion))
+		a.x509 = group.NewAuthenticatedGroupAdder(newVerifiedCertCache(
+			x509request.NewDynamic(cfg.ClientCA.VerifyOptions, x509request.CommonNameUserConversion),
+			cfg.ClientCA.CurrentCABundleContent))
 	}
 
 	if cfg.TokenReviews != nil {

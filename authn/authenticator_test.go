@@ -469,6 +469,8 @@ type unloadedCA struct {
 
 func (unloadedCA) VerifyOptions() (x509.VerifyOptions, bool) { return x509.VerifyOptions{}, false }
 
+func (unloadedCA) CurrentCABundleContent() []byte { return nil }
+
 func TestClientCANotLoaded(t *testing.T) {
 	ca := newTestCA(t, "ca")
 	a, err := New(Config{ClientCA: unloadedCA{}})

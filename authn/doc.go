@@ -20,7 +20,11 @@ in headers the proxy itself wrote.
 Trusted:
   - the TLS layer: the client certificate chain in http.Request.TLS, verified
     here against the client CA bundle (x509.NewDynamic with the
-    dynamiccertificates CAContentProvider, so a rotated bundle is picked up);
+    dynamiccertificates CAContentProvider, so a rotated bundle is picked up).
+    Successful verifications are remembered for at most a minute, keyed by a
+    hash of the CA bundle and of every presented certificate, and never past
+    the earliest NotAfter; a reloaded bundle or another chain is verified
+    afresh, and failures are never cached (certcache.go);
   - the upstream's answers to TokenReview and SubjectAccessReview, made with
     the proxy's own credentials;
   - nothing else. Every request header is attacker-controlled.

@@ -10,6 +10,7 @@ import (
 	"net/http/httputil"
 	"net/url"
 	"strings"
+	"sync"
 	"syscall"
 
 	"go.uber.org/zap"
@@ -40,6 +41,7 @@ type upstream struct {
 	url    *url.URL
 	log    *zap.Logger
 	plain  *httputil.ReverseProxy
+	watch  *httputil.ReverseProxy            // plain, with small copy buffers
 	upProx *upgradeproxy.UpgradeAwareHandler // upgrades with the proxy's credentials
 	upCall *upgradeproxy.UpgradeAwareHandler // upgrades with the caller's token
 }
@@ -92,7 +94,13 @@ func newUpstream(cfg *rest.Config, log *zap.Logger, wrap func(http.RoundTripper)
 		ModifyResponse: rejectRedirects,
 		ErrorHandler:   up.writeUpstreamError,
 		ErrorLog:       zap.NewStdLog(log.Named("reverseproxy")),
+		BufferPool:     newBufferPool(32 * 1024),
 	}
+	// A watch holds its copy buffer for as long as it is open, mostly idle:
+	// small buffers keep a thousand open watches cheap.
+	streaming := *up.plain
+	streaming.BufferPool = newBufferPool(4 * 1024)
+	up.watch = &streaming
 
 	upProxyRT, err := upgradeTransport(cfg, true)
 	if err != nil {
@@ -131,6 +139,9 @@ func upgradeTransport(cfg *rest.Config, withCredentials bool) (upgradeproxy.Upgr
 	}
 	tlsConfig = tlsConfig.Clone()
 	tlsConfig.NextProtos = []string{"http/1.1"}
+	// Every upgrade dials a new connection; resuming TLS sessions spares
+	// each exec or port-forward a full handshake.
+	tlsConfig.ClientSessionCache = tls.NewLRUClientSessionCache(64)
 	conn := utilnet.SetTransportDefaults(&http.Transport{TLSClientConfig: tlsConfig})
 	conn.ForceAttemptHTTP2 = false
 	conn.TLSNextProto = map[string]func(string, *tls.Conn) http.RoundTripper{}
@@ -146,6 +157,10 @@ func upgradeTransport(cfg *rest.Config, withCredentials bool) (upgradeproxy.Upgr
 
 func (up *upstream) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	if !httpstream.IsUpgradeRequest(r) {
+		if info, ok := request.RequestInfoFrom(r.Context()); ok && info.Verb == "watch" {
+			up.watch.ServeHTTP(w, r)
+			return
+		}
 		up.plain.ServeHTTP(w, r)
 		return
 	}
@@ -246,4 +261,27 @@ type upgradeErrorResponder struct{ up *upstream }
 
 func (e upgradeErrorResponder) Error(w http.ResponseWriter, r *http.Request, err error) {
 	e.up.writeUpstreamError(w, r, err)
+}
+
+// bufferPool recycles ReverseProxy copy buffers instead of allocating one
+// per response.
+type bufferPool struct {
+	size int
+	pool sync.Pool
+}
+
+func newBufferPool(size int) *bufferPool {
+	p := &bufferPool{size: size}
+	p.pool.New = func() any { b := make([]byte, size); return &b }
+	return p
+}
+
+func (p *bufferPool) Get() []byte { return *(p.pool.Get().(*[]byte)) }
+
+func (p *bufferPool) Put(b []byte) {
+	if cap(b) != p.size {
+		return
+	}
+	b = b[:p.size]
+	p.pool.Put(&b)
 }

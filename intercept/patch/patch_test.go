@@ -119,9 +119,9 @@ func TestApplyNonApply(t *testing.T) {
 				wantValue(t, got, int64(1), "spec", "futureField", "a")
 			}},
 		{name: "merge patch syntax error", patchType: types.MergePatchType, patch: `{"spec":`,
-			err: &errWant{400, metav1.StatusReasonBadRequest, `the merge patch is not a valid JSON document: Invalid JSON Patch`}},
+			err: &errWant{400, metav1.StatusReasonBadRequest, `the merge patch is not a valid JSON document: unexpected end of JSON input`}},
 		{name: "merge patch null", patchType: types.MergePatchType, patch: `null`,
-			err: &errWant{400, metav1.StatusReasonBadRequest, `the merge patch is not a valid JSON document: Invalid JSON Patch`}},
+			err: &errWant{400, metav1.StatusReasonBadRequest, `the merge patch is not a valid JSON document: a merge patch must be a JSON object, got null`}},
 		{name: "merge patch array", patchType: types.MergePatchType, patch: `[{"spec":{}}]`,
 			err: &errWant{422, metav1.StatusReasonInvalid, `Deployment.apps "web" is invalid: patch: Invalid value: the patch turns the object into an array`}},
 		{name: "merge patch with a wrongly typed value", patchType: types.MergePatchType, patch: `{"spec":{"template":{"spec":{"containers":"app"}}}}`,

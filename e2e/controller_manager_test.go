@@ -34,7 +34,7 @@ func testDeployment(name string, replicas int32) *appsv1.Deployment {
 func TestControllerManagerReconcilesThroughProxy(t *testing.T) {
 	ctx := context.Background()
 	ns := newNamespace(t, "kcm")
-	admin := clientFor(t, env.Direct())
+	admin := clientFor(t, cluster.Direct())
 
 	_, err := admin.AppsV1().Deployments(ns).Create(ctx, testDeployment("web", 2), metav1.CreateOptions{})
 	mustf(t, err, "creating deployment")
@@ -72,7 +72,7 @@ func TestControllerManagerReconcilesThroughProxy(t *testing.T) {
 
 	// The controllers went through the proxy under their own service
 	// accounts: the audit log names them on the ReplicaSet and Pod creates.
-	events, err := env.CP.AuditEvents()
+	events, err := cluster.AuditEvents()
 	mustf(t, err, "reading audit log")
 	seen := map[string]bool{}
 	for _, e := range events {
@@ -91,9 +91,11 @@ func TestControllerManagerReconcilesThroughProxy(t *testing.T) {
 
 	// Nothing the controller manager logged points at the proxy breaking
 	// authentication or authorization.
-	log, err := env.ControllerManagerLog()
+	log, err := cluster.ControllerManagerLog()
 	mustf(t, err, "reading kube-controller-manager log")
-	authProblem := regexp.MustCompile(`(?i)(unauthorized|x509:|certificate signed by unknown authority|impersonat|is forbidden: User "kausality-proxy")`)
+	// (The proxy's own identity is the user kausality-proxy locally and its
+	// service account on kind.)
+	authProblem := regexp.MustCompile(`(?i)(unauthorized|x509:|certificate signed by unknown authority|impersonat|is forbidden: User "(system:serviceaccount:kausality-system:)?kausality-proxy")`)
 	for _, line := range strings.Split(log, "\n") {
 		if strings.Contains(line, "FLAG: --") {
 			continue // the flag dump at start-up names flags like --authorization-webhook-cache-unauthorized-ttl

@@ -56,11 +56,15 @@ func wgSetup(t *testing.T) {
 	t.Helper()
 	wgSetupOnce.Do(func() {
 		ctx := context.Background()
-		if wgSetupErr = framework.InstallCRDs(ctx, env.Direct(), framework.WidgetCRD(), framework.GadgetCRD()); wgSetupErr != nil {
+		if wgSetupErr = framework.InstallCRDs(ctx, cluster.Direct(), framework.WidgetCRD(), framework.GadgetCRD()); wgSetupErr != nil {
 			return
 		}
-		admin := env.CP.AdminClient()
-		_, err := admin.CoreV1().Namespaces().Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: wgControllerNS}}, metav1.CreateOptions{})
+		admin, err := kubernetes.NewForConfig(cluster.Direct())
+		if err != nil {
+			wgSetupErr = err
+			return
+		}
+		_, err = admin.CoreV1().Namespaces().Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: wgControllerNS}}, metav1.CreateOptions{})
 		if err != nil && !apierrors.IsAlreadyExists(err) {
 			wgSetupErr = err
 			return
@@ -124,7 +128,7 @@ func wgNewActor(t *testing.T, cfg *rest.Config, user string) *wgActor {
 
 func wgController(t *testing.T) *wgActor {
 	t.Helper()
-	cfg, err := env.ServiceAccountThroughProxy(context.Background(), wgControllerNS, wgControllerSA)
+	cfg, err := cluster.ServiceAccountThroughProxy(context.Background(), wgControllerNS, wgControllerSA)
 	mustf(t, err, "controller service account")
 	// Writes without a fieldManager parameter (DELETE has none) get the
 	// apiserver's default manager from the User-Agent: the same name.
@@ -134,7 +138,7 @@ func wgController(t *testing.T) *wgActor {
 
 func wgAlice(t *testing.T) *wgActor {
 	t.Helper()
-	cfg, err := env.UserThroughProxy("alice", "system:masters")
+	cfg, err := cluster.UserThroughProxy("alice", "system:masters")
 	mustf(t, err, "alice")
 	return wgNewActor(t, cfg, "alice")
 }
@@ -147,7 +151,7 @@ func wgNamespace(t *testing.T, prefix, mode string) string {
 	if mode != "" {
 		ns.Annotations = map[string]string{wgAnnMode: mode}
 	}
-	admin := env.CP.AdminClient()
+	admin := directClient(t)
 	_, err := admin.CoreV1().Namespaces().Create(context.Background(), ns, metav1.CreateOptions{})
 	mustf(t, err, "namespace %s", name)
 	t.Cleanup(func() { _ = admin.CoreV1().Namespaces().Delete(context.Background(), name, metav1.DeleteOptions{}) })
@@ -170,7 +174,7 @@ type wgFamily struct {
 func newWGFamily(t *testing.T, prefix, mode string) *wgFamily {
 	t.Helper()
 	wgSetup(t)
-	admin, err := dynamic.NewForConfig(env.Direct())
+	admin, err := dynamic.NewForConfig(cluster.Direct())
 	mustf(t, err, "admin dynamic client")
 	f := &wgFamily{
 		t:      t,
@@ -495,7 +499,7 @@ func wgExpectHop(t *testing.T, h wgHop, kind, name string, generation int64, use
 // wgMark is the number of decision lines so far.
 func wgMark(t *testing.T) int {
 	t.Helper()
-	lines, err := env.Decisions()
+	lines, err := cluster.Decisions()
 	mustf(t, err, "reading decisions")
 	return len(lines)
 }
@@ -504,7 +508,7 @@ func wgMark(t *testing.T) int {
 // excluded) logged after mark.
 func wgDecisionsAfter(t *testing.T, mark int, resource, ns, name string) []framework.DecisionLine {
 	t.Helper()
-	lines, err := env.Decisions()
+	lines, err := cluster.Decisions()
 	mustf(t, err, "reading decisions")
 	var out []framework.DecisionLine
 	for _, d := range lines[min(mark, len(lines)):] {

@@ -57,7 +57,7 @@ func namespaceWithMode(t *testing.T, prefix, mode string) string {
 	if mode != "" {
 		ns.Annotations = map[string]string{"kausality.io/mode": mode}
 	}
-	admin := clientFor(t, env.Direct())
+	admin := clientFor(t, cluster.Direct())
 	if _, err := admin.CoreV1().Namespaces().Create(context.Background(), ns, metav1.CreateOptions{}); err != nil {
 		t.Fatal(err)
 	}
@@ -124,7 +124,7 @@ func onlyReplicaSet(t *testing.T, c kubernetes.Interface, ns string) *appsv1.Rep
 // decisionsFor returns the proxy's decision lines about one object.
 func decisionsFor(t *testing.T, resource, ns, name string) []framework.DecisionLine {
 	t.Helper()
-	all, err := env.Decisions()
+	all, err := cluster.Decisions()
 	mustf(t, err, "reading decisions")
 	var out []framework.DecisionLine
 	for _, d := range all {
@@ -151,7 +151,7 @@ func countDecisions(lines []framework.DecisionLine, user, decision, category str
 func TestExpectedChangeExtendsTrace(t *testing.T) {
 	ctx := context.Background()
 	ns := namespaceWithMode(t, "expected", "enforce")
-	aliceCfg, err := env.UserThroughProxy("alice", "system:masters")
+	aliceCfg, err := cluster.UserThroughProxy("alice", "system:masters")
 	mustf(t, err, "alice")
 	alice := clientFor(t, aliceCfg)
 	d, _ := stableDeployment(t, alice, ns, "web")
@@ -186,17 +186,24 @@ func TestExpectedChangeExtendsTrace(t *testing.T) {
 		}
 		return fmt.Errorf("no ReplicaSet for the new template yet")
 	})
-	lines, err := env.Decisions()
-	mustf(t, err, "decisions")
-	expected := 0
-	for _, l := range lines {
-		if l.Str("namespace") == ns && l.Str("resource") == "replicasets" && l.Str("category") == "Expected" && l.Str("user") == deploymentController {
-			expected++
+	// The decision line of an allowed write is logged once the upstream has
+	// answered, so it may land just after the ReplicaSet is visible.
+	eventually(t, 15*time.Second, "an Expected decision for the deployment controller's ReplicaSet writes", func() error {
+		lines, err := cluster.Decisions()
+		if err != nil {
+			return err
 		}
-	}
-	if expected == 0 {
-		t.Fatal("no Expected decision for the deployment controller's ReplicaSet writes")
-	}
+		expected := 0
+		for _, l := range lines {
+			if l.Str("namespace") == ns && l.Str("resource") == "replicasets" && l.Str("category") == "Expected" && l.Str("user") == deploymentController {
+				expected++
+			}
+		}
+		if expected == 0 {
+			return fmt.Errorf("no Expected decision for the deployment controller's ReplicaSet writes")
+		}
+		return nil
+	})
 }
 
 // With the Deployment stable, a person scaling its ReplicaSet is a new
@@ -208,12 +215,12 @@ func TestDriftOnReplicaSet(t *testing.T) {
 		t.Run(mode, func(t *testing.T) {
 			ctx := context.Background()
 			ns := namespaceWithMode(t, "drift-"+mode, mode)
-			aliceCfg, err := env.UserThroughProxy("alice", "system:masters")
+			aliceCfg, err := cluster.UserThroughProxy("alice", "system:masters")
 			mustf(t, err, "alice")
 			alice := clientFor(t, aliceCfg)
 			_, rsName := stableDeployment(t, alice, ns, "web")
 
-			bobCfg, err := env.UserThroughProxy("bob", "system:masters")
+			bobCfg, err := cluster.UserThroughProxy("bob", "system:masters")
 			mustf(t, err, "bob")
 			bob := clientFor(t, bobCfg)
 			scale := &autoscalingv1.Scale{ObjectMeta: metav1.ObjectMeta{Name: rsName, Namespace: ns}, Spec: autoscalingv1.ScaleSpec{Replicas: 2}}
@@ -265,7 +272,11 @@ func TestDriftOnReplicaSet(t *testing.T) {
 				var detected []notify.DriftReport
 				eventually(t, 30*time.Second, "DriftReport Detected", func() error {
 					detected = nil
-					for _, r := range env.Reports.For(ns, rsName) {
+					reports, err := cluster.DriftReports(ns, rsName)
+					if err != nil {
+						return err
+					}
+					for _, r := range reports {
 						if r.Spec.Phase == notify.PhaseDetected {
 							detected = append(detected, r)
 						}
@@ -285,7 +296,11 @@ func TestDriftOnReplicaSet(t *testing.T) {
 					[]byte(`{"spec":{"template":{"metadata":{"labels":{"rev":"2"}}}}}`), metav1.PatchOptions{})
 				mustf(t, err, "changing the deployment")
 				eventually(t, 60*time.Second, "DriftReport Resolved with the Detected id", func() error {
-					for _, r := range env.Reports.For(ns, rsName) {
+					reports, err := cluster.DriftReports(ns, rsName)
+					if err != nil {
+						return err
+					}
+					for _, r := range reports {
 						if r.Spec.Phase == notify.PhaseResolved {
 							if r.Spec.ID != detected[0].Spec.ID {
 								return fmt.Errorf("resolved id %s, detected id %s", r.Spec.ID, detected[0].Spec.ID)

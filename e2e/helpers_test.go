@@ -11,6 +11,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -21,8 +22,30 @@ import (
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/rest"
 
+	"github.com/kausality-io/kausality-proxy/e2e/framework"
 	"github.com/kausality-io/kausality-proxy/internal/testenv"
 )
+
+// cluster is the cluster every shared scenario runs against. TestMain sets
+// it: main_local_test.go (the default build, and CI's) to the local
+// provider, main_kind_test.go (-tags kind) to the kind provider.
+var cluster framework.Cluster
+
+var (
+	directOnce sync.Once
+	direct     kubernetes.Interface
+	directErr  error
+)
+
+// directClient is a cluster-admin clientset straight to kube-apiserver.
+func directClient(t *testing.T) kubernetes.Interface {
+	t.Helper()
+	directOnce.Do(func() { direct, directErr = kubernetes.NewForConfig(cluster.Direct()) })
+	if directErr != nil {
+		t.Fatalf("a client for the cluster: %v", directErr)
+	}
+	return direct
+}
 
 // eventually polls cond until it returns nil or the timeout passes. The
 // timeout is a hang guard, not a performance assertion.
@@ -55,7 +78,7 @@ func clientFor(t *testing.T, cfg *rest.Config) kubernetes.Interface {
 func newNamespace(t *testing.T, prefix string) string {
 	t.Helper()
 	name := prefix + "-" + rand.String(5)
-	admin := clientFor(t, env.Direct())
+	admin := clientFor(t, cluster.Direct())
 	if _, err := admin.CoreV1().Namespaces().Create(context.Background(), &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: name}}, metav1.CreateOptions{}); err != nil {
 		t.Fatal(err)
 	}
@@ -123,7 +146,7 @@ func (k *kubectl) try(stdin string, args ...string) (string, error) {
 func rawClient(t *testing.T, clientCert *tls.Certificate) *http.Client {
 	t.Helper()
 	pool := x509.NewCertPool()
-	if !pool.AppendCertsFromPEM(env.ProxyCAData) {
+	if !pool.AppendCertsFromPEM(cluster.ProxyEndpoint().CAData) {
 		t.Fatal("cannot parse the proxy CA")
 	}
 	tlsCfg := &tls.Config{RootCAs: pool, MinVersion: tls.VersionTLS12}

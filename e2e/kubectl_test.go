@@ -17,7 +17,7 @@ import (
 // Everyday kubectl through the proxy, as a client-certificate user.
 func TestKubectlThroughProxy(t *testing.T) {
 	ns := newNamespace(t, "kubectl")
-	cfg, err := env.UserThroughProxy("alice", "system:masters")
+	cfg, err := cluster.UserThroughProxy("alice", "system:masters")
 	mustf(t, err, "user")
 	k := newKubectl(t, cfg)
 
@@ -113,19 +113,23 @@ data:
 	}
 }
 
-// exec is an upgrade request. Without a kubelet, kube-apiserver refuses it
-// itself; the proxy must deliver that refusal unchanged, not an error of its
-// own.
+// exec is an upgrade request. For a pod that was never scheduled (there is
+// no scheduler locally, and on kind none serves its schedulerName),
+// kube-apiserver refuses it itself; the proxy must deliver that refusal
+// unchanged, not an error of its own.
 func TestExecUpgradeReachesUpstream(t *testing.T) {
 	ns := newNamespace(t, "exec")
-	admin := clientFor(t, env.Direct())
+	admin := clientFor(t, cluster.Direct())
 	_, err := admin.CoreV1().Pods(ns).Create(context.Background(), &corev1.Pod{
 		ObjectMeta: metav1.ObjectMeta{Name: "nowhere"},
-		Spec:       corev1.PodSpec{Containers: []corev1.Container{{Name: "c", Image: "registry.invalid/c:1"}}},
+		Spec: corev1.PodSpec{
+			SchedulerName: "kausality-e2e-no-such-scheduler",
+			Containers:    []corev1.Container{{Name: "c", Image: "registry.invalid/c:1"}},
+		},
 	}, metav1.CreateOptions{})
 	mustf(t, err, "creating pod")
 
-	cfg, err := env.UserThroughProxy("exec-user", "system:masters")
+	cfg, err := cluster.UserThroughProxy("exec-user", "system:masters")
 	mustf(t, err, "user")
 
 	// kubectl exec speaks WebSocket first and falls back to SPDY.
@@ -140,7 +144,7 @@ func TestExecUpgradeReachesUpstream(t *testing.T) {
 	// The same as a raw SPDY upgrade: the apiserver's Status comes back as is.
 	for _, upgrade := range []string{"SPDY/3.1", "websocket"} {
 		t.Run(upgrade, func(t *testing.T) {
-			req, err := http.NewRequest(http.MethodPost, env.ProxyURL+"/api/v1/namespaces/"+ns+"/pods/nowhere/exec?command=true&stdout=true", nil)
+			req, err := http.NewRequest(http.MethodPost, cluster.ProxyEndpoint().URL+"/api/v1/namespaces/"+ns+"/pods/nowhere/exec?command=true&stdout=true", nil)
 			mustf(t, err, "request")
 			req.Header.Set("Connection", "Upgrade")
 			req.Header.Set("Upgrade", upgrade)

@@ -1,3 +1,5 @@
+//go:build !kind
+
 package e2e
 
 import (
@@ -11,8 +13,12 @@ import (
 	"github.com/kausality-io/kausality-proxy/e2e/framework"
 )
 
-// env is the cluster every scenario in this package runs against: the local
-// provider with kube-controller-manager running through the proxy.
+// env is the local provider (the default build, and CI's): a real control
+// plane from ./bin with the proxy in-process and kube-controller-manager
+// running through the proxy. Shared scenarios use cluster (the same
+// object, as a framework.Cluster); the scenarios in files built with
+// !kind use env's local-only parts (the Relay, the Recorder, the proxy's
+// Settings).
 var env *framework.Local
 
 func TestMain(m *testing.M) {
@@ -25,6 +31,7 @@ func TestMain(m *testing.M) {
 		fmt.Fprintf(os.Stderr, "FAIL: starting the local cluster: %v\n", err)
 		os.Exit(1)
 	}
+	cluster = env
 	code := m.Run()
 	if code != 0 {
 		// The work dir goes away with Stop; keep the evidence in the output.

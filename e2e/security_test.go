@@ -30,7 +30,7 @@ const selfSubjectReviewPath = "/apis/authentication.k8s.io/v1/selfsubjectreviews
 func whoAmI(t *testing.T, c *http.Client, header http.Header) (int, string, []string) {
 	t.Helper()
 	body := `{"apiVersion":"authentication.k8s.io/v1","kind":"SelfSubjectReview"}`
-	req, err := http.NewRequest(http.MethodPost, env.ProxyURL+selfSubjectReviewPath, strings.NewReader(body))
+	req, err := http.NewRequest(http.MethodPost, cluster.ProxyEndpoint().URL+selfSubjectReviewPath, strings.NewReader(body))
 	mustf(t, err, "request")
 	req.Header.Set("Content-Type", "application/json")
 	for k, vs := range header {
@@ -80,7 +80,7 @@ func TestUnauthenticatedRequestsSendNothingUpstream(t *testing.T) {
 	for i, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
 			path := fmt.Sprintf("/api/v1/namespaces/%s-%d/configmaps", marker, i)
-			req, err := http.NewRequest(http.MethodGet, env.ProxyURL+path, nil)
+			req, err := http.NewRequest(http.MethodGet, cluster.ProxyEndpoint().URL+path, nil)
 			mustf(t, err, "request")
 			for k, vs := range tc.header {
 				req.Header[k] = vs
@@ -98,16 +98,16 @@ func TestUnauthenticatedRequestsSendNothingUpstream(t *testing.T) {
 		})
 	}
 	// Positive control: an authenticated request to a marked path shows up.
-	cfg, err := env.UserThroughProxy("auditor", "system:masters")
+	cfg, err := cluster.UserThroughProxy("auditor", "system:masters")
 	mustf(t, err, "user")
 	controlPath := fmt.Sprintf("/api/v1/namespaces/%s-control/configmaps", marker)
-	req, _ := http.NewRequest(http.MethodGet, env.ProxyURL+controlPath, nil)
+	req, _ := http.NewRequest(http.MethodGet, cluster.ProxyEndpoint().URL+controlPath, nil)
 	resp, err := rawClient(t, certOf(t, cfg)).Do(req)
 	mustf(t, err, "control request")
 	resp.Body.Close()
 
 	eventually(t, 30*time.Second, "control request in audit log", func() error {
-		events, err := env.CP.AuditEvents()
+		events, err := cluster.AuditEvents()
 		if err != nil {
 			return err
 		}
@@ -133,10 +133,10 @@ func TestUnauthenticatedRequestsSendNothingUpstream(t *testing.T) {
 func TestIdentityCannotBeSpoofed(t *testing.T) {
 	ctx := context.Background()
 	ns := newNamespace(t, "spoof")
-	saCfg, err := env.ServiceAccountThroughProxy(ctx, ns, "lowly")
+	saCfg, err := cluster.ServiceAccountThroughProxy(ctx, ns, "lowly")
 	mustf(t, err, "service account")
 	saUser := "system:serviceaccount:" + ns + ":lowly"
-	certCfg, err := env.UserThroughProxy("carol") // no groups, no RBAC
+	certCfg, err := cluster.UserThroughProxy("carol") // no groups, no RBAC
 	mustf(t, err, "cert user")
 
 	tokenClient := rawClient(t, nil)
@@ -207,7 +207,7 @@ func TestIdentityCannotBeSpoofed(t *testing.T) {
 
 	// And the cert caller really is held to its own permissions upstream:
 	// the proxy's identity may read secrets, carol may not.
-	req, _ := http.NewRequest(http.MethodGet, env.ProxyURL+"/api/v1/namespaces/"+ns+"/secrets", nil)
+	req, _ := http.NewRequest(http.MethodGet, cluster.ProxyEndpoint().URL+"/api/v1/namespaces/"+ns+"/secrets", nil)
 	req.Header.Set("Connection", "Impersonate-User")
 	resp, err := certClient.Do(req)
 	mustf(t, err, "list secrets")
@@ -222,8 +222,8 @@ func TestIdentityCannotBeSpoofed(t *testing.T) {
 func TestAuthorizedImpersonationIsApplied(t *testing.T) {
 	ctx := context.Background()
 	ns := newNamespace(t, "imp")
-	admin := clientFor(t, env.Direct())
-	saCfg, err := env.ServiceAccountThroughProxy(ctx, ns, "impersonator")
+	admin := clientFor(t, cluster.Direct())
+	saCfg, err := cluster.ServiceAccountThroughProxy(ctx, ns, "impersonator")
 	mustf(t, err, "service account")
 	role := &rbacv1.ClusterRole{
 		ObjectMeta: metav1.ObjectMeta{Name: "impersonate-jane-" + ns},

@@ -67,7 +67,7 @@ func TestDecisionMetrics(t *testing.T) {
 	mustf(t, err, "create Gadget")
 	var body string
 	eventually(t, 30*time.Second, "decision metrics", func() error {
-		resp, err := http.Get(env.MetricsURL + "/metrics")
+		resp, err := http.Get(cluster.ProxyEndpoint().MetricsURL + "/metrics")
 		if err != nil {
 			return err
 		}

@@ -113,7 +113,7 @@ func (f *wgFamily) putYAML(c kubernetes.Interface, cm *corev1.ConfigMap, dryRun 
 
 func (f *wgFamily) getCM(name string) *corev1.ConfigMap {
 	f.t.Helper()
-	cm, err := env.CP.AdminClient().CoreV1().ConfigMaps(f.ns).Get(context.Background(), name, metav1.GetOptions{})
+	cm, err := directClient(f.t).CoreV1().ConfigMaps(f.ns).Get(context.Background(), name, metav1.GetOptions{})
 	mustf(f.t, err, "get ConfigMap %s", name)
 	return cm
 }
@@ -412,7 +412,7 @@ func TestWriteShapes(t *testing.T) {
 			t.Errorf("cm-proto changed by a denied write: %v", got)
 		}
 		for _, name := range []string{"cm-new", "cm-new-proto", "cm-applied-drift"} {
-			if _, err := env.CP.AdminClient().CoreV1().ConfigMaps(f.ns).Get(ctx, name, metav1.GetOptions{}); !apierrors.IsNotFound(err) {
+			if _, err := directClient(t).CoreV1().ConfigMaps(f.ns).Get(ctx, name, metav1.GetOptions{}); !apierrors.IsNotFound(err) {
 				t.Errorf("%s exists after a denied create (%v)", name, err)
 			}
 		}
@@ -456,7 +456,7 @@ func TestWriteShapes(t *testing.T) {
 			return err
 		}
 		lines := func(mark int) []string {
-			all, err := env.Decisions()
+			all, err := cluster.Decisions()
 			mustf(t, err, "decisions")
 			var out []string
 			for _, d := range all[mark:] {
@@ -512,7 +512,7 @@ func TestWriteShapes(t *testing.T) {
 // wrRaw sends one raw request to the proxy with a bearer token.
 func wrRaw(t *testing.T, token, method, path, contentType string, body []byte) (int, []byte) {
 	t.Helper()
-	req, err := http.NewRequest(method, env.ProxyURL+path, bytes.NewReader(body))
+	req, err := http.NewRequest(method, cluster.ProxyEndpoint().URL+path, bytes.NewReader(body))
 	mustf(t, err, "request")
 	req.Header.Set("Authorization", "Bearer "+token)
 	req.Header.Set("Content-Type", contentType)
@@ -587,7 +587,7 @@ func TestInterceptedWriteErrors(t *testing.T) {
 		t.Fatalf("control write: %d %.300s", code, data)
 	}
 	eventually(t, 30*time.Second, "the control write in the audit log", func() error {
-		events, err := env.CP.AuditEvents()
+		events, err := cluster.AuditEvents()
 		if err != nil {
 			return err
 		}
@@ -613,7 +613,7 @@ func TestInterceptedWriteErrors(t *testing.T) {
 		return nil
 	})
 	// Each refused write still produced its decision line.
-	all, err := env.Decisions()
+	all, err := cluster.Decisions()
 	mustf(t, err, "decisions")
 	for _, tc := range cases {
 		n := 0
@@ -653,7 +653,7 @@ func TestNonTargetedWritesAreNotDecided(t *testing.T) {
 	d := wgDecision(t, 0, "configmaps", ns, name)
 	wgExpectDecision(t, d, "Allow", "NoParent")
 
-	all, err := env.Decisions()
+	all, err := cluster.Decisions()
 	mustf(t, err, "decisions")
 	for _, d := range all {
 		if d.Str("name") == name && (d.Str("namespace") == "kube-system" || d.Str("resource") == "leases") {

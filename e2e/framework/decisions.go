@@ -2,8 +2,12 @@ package framework
 
 import (
 	"bufio"
+	"bytes"
 	"encoding/json"
+	"io"
 	"os"
+
+	"github.com/kausality-io/kausality-proxy/intercept"
 )
 
 // DecisionLine is one "kausality decision" line of the proxy's JSON log.
@@ -21,6 +25,29 @@ func (d DecisionLine) Bool(key string) bool {
 	return b
 }
 
+// ParseDecisions returns the decision lines of a zap JSON log, oldest first.
+// Lines that are not JSON (a half-written last line, another process's
+// output) are skipped.
+func ParseDecisions(r io.Reader) ([]DecisionLine, error) {
+	var out []DecisionLine
+	s := bufio.NewScanner(r)
+	s.Buffer(make([]byte, 1024*1024), 16*1024*1024)
+	for s.Scan() {
+		b := s.Bytes()
+		if !bytes.Contains(b, []byte(intercept.DecisionMessage)) {
+			continue
+		}
+		var line DecisionLine
+		if err := json.Unmarshal(b, &line); err != nil {
+			continue
+		}
+		if line.Str("msg") == intercept.DecisionMessage {
+			out = append(out, line)
+		}
+	}
+	return out, s.Err()
+}
+
 // Decisions returns every decision line the proxy logged so far, oldest first.
 func (l *Local) Decisions() ([]DecisionLine, error) {
 	f, err := os.Open(l.LogPath)
@@ -28,17 +55,5 @@ func (l *Local) Decisions() ([]DecisionLine, error) {
 		return nil, err
 	}
 	defer f.Close()
-	var out []DecisionLine
-	s := bufio.NewScanner(f)
-	s.Buffer(make([]byte, 1024*1024), 16*1024*1024)
-	for s.Scan() {
-		var line DecisionLine
-		if err := json.Unmarshal(s.Bytes(), &line); err != nil {
-			continue
-		}
-		if line.Str("msg") == "kausality decision" {
-			out = append(out, line)
-		}
-	}
-	return out, s.Err()
+	return ParseDecisions(f)
 }

@@ -12,8 +12,10 @@ import (
 
 	"go.uber.org/zap"
 	"go.uber.org/zap/zapcore"
+	auditv1 "k8s.io/apiserver/pkg/apis/audit/v1"
 	"k8s.io/client-go/rest"
 
+	"github.com/kausality-io/kausality-proxy/intercept/notify"
 	"github.com/kausality-io/kausality-proxy/internal/testenv"
 	"github.com/kausality-io/kausality-proxy/proxy"
 )
@@ -232,6 +234,27 @@ func (l *Local) ServiceAccountThroughProxy(ctx context.Context, namespace, name 
 	return l.ThroughProxy(&rest.Config{BearerToken: token}), nil
 }
 
+// ProxyEndpoint implements Cluster.
+func (l *Local) ProxyEndpoint() Endpoint {
+	return Endpoint{URL: l.ProxyURL, CAData: append([]byte(nil), l.ProxyCAData...), MetricsURL: l.MetricsURL}
+}
+
+// ProxyLog implements Cluster.
+func (l *Local) ProxyLog() ([]byte, error) {
+	if l.LogPath == "" {
+		return nil, errors.New("the proxy logs to LocalOptions.LogWriter, not to a file")
+	}
+	return os.ReadFile(l.LogPath)
+}
+
+// DriftReports implements Cluster.
+func (l *Local) DriftReports(namespace, child string) ([]notify.DriftReport, error) {
+	return l.Reports.For(namespace, child), nil
+}
+
+// AuditEvents implements Cluster. It needs LocalOptions.AuditLog.
+func (l *Local) AuditEvents() ([]auditv1.Event, error) { return l.CP.AuditEvents() }
+
 // ControllerManagerLog implements Cluster.
 func (l *Local) ControllerManagerLog() (string, error) {
 	if l.KCM == nil {
@@ -239,12 +262,6 @@ func (l *Local) ControllerManagerLog() (string, error) {
 	}
 	return l.KCM.Log()
 }
-
-// BaseConfig is the proxy configuration the local provider starts with: the
-// defaults, spelled out.
-const BaseConfig = `apiVersion: kausality.io/v1alpha1
-kind: ProxyConfiguration
-`
 
 // SetConfig replaces the proxy's --config file and waits until the running
 // proxy has loaded it. It fails when the proxy keeps the old one.

@@ -238,10 +238,11 @@ func (x *decider) decide() {
 		x.frozenMessage(fz)
 		return
 	}
-	if lc.Persist {
-		x.addParentWrite(x.parent, annotations.Phase, annotations.PhaseInitialized,
-			"persist lifecycle high-water mark ("+lc.Reason+")")
-	}
+	// The high-water mark is persisted only from the parent's own status
+	// writes (see statusWrite), not from child writes: annotating a
+	// Deployment bumps its generation, and a bump caused by us while its
+	// controller is stable would make the controller's next write look
+	// expected and hide drift.
 
 	id := x.identify()
 	switch {

@@ -459,33 +459,9 @@ func wgCause(s metav1.Status, typ string) (metav1.StatusCause, bool) {
 	return metav1.StatusCause{}, false
 }
 
-// wgHop is one hop of kausality.io/trace.
-type wgHop struct {
-	APIVersion string            `json:"apiVersion"`
-	Kind       string            `json:"kind"`
-	Name       string            `json:"name"`
-	Generation int64             `json:"generation"`
-	User       string            `json:"user"`
-	Timestamp  string            `json:"timestamp"`
-	Labels     map[string]string `json:"labels"`
-}
-
-func wgTrace(t *testing.T, obj metav1.Object) []wgHop {
-	t.Helper()
-	v, ok := obj.GetAnnotations()[wgAnnTrace]
-	if !ok {
-		return nil
-	}
-	var hops []wgHop
-	if err := json.Unmarshal([]byte(v), &hops); err != nil {
-		t.Fatalf("%s of %s is not a trace: %v: %s", wgAnnTrace, obj.GetName(), err, v)
-	}
-	return hops
-}
-
 // wgExpectHop compares the identifying fields of a hop (generation < 0 is
 // not compared).
-func wgExpectHop(t *testing.T, h wgHop, kind, name string, generation int64, user string) {
+func wgExpectHop(t *testing.T, h hop, kind, name string, generation int64, user string) {
 	t.Helper()
 	ok := h.Kind == kind && h.Name == name && h.User == user && (generation < 0 || h.Generation == generation) && h.Timestamp != ""
 	if kind == "Widget" || kind == "Gadget" {
@@ -658,7 +634,7 @@ func TestDriftCustomResources(t *testing.T) {
 		wgExpectField(t, d, "controllerMethod", "managedFields")
 		wgExpectField(t, d, "parentGeneration", int(gen))
 		wgExpectField(t, d, "parentObservedGeneration", int(gen-1))
-		hops := wgTrace(t, g)
+		hops := traceOf(t, g)
 		if len(hops) != 2 {
 			t.Fatalf("the created Gadget's trace has %d hops, want 2: %+v", len(hops), hops)
 		}
@@ -670,7 +646,7 @@ func TestDriftCustomResources(t *testing.T) {
 		g, err = f.setValue("g", "b", false)
 		mustf(t, err, "the controller updates the Gadget while the Widget reconciles")
 		wgExpectDecision(t, wgDecision(t, mark, "gadgets", f.ns, "g"), "Allow", "Expected")
-		hops = wgTrace(t, g)
+		hops = traceOf(t, g)
 		if len(hops) != 2 {
 			t.Fatalf("the updated Gadget's trace has %d hops, want 2: %+v", len(hops), hops)
 		}
@@ -732,7 +708,7 @@ func TestDriftCustomResources(t *testing.T) {
 			t.Fatalf("the Gadget has %q", v)
 		}
 		// Unapproved drift starts a new causal chain at the child.
-		hops := wgTrace(t, g)
+		hops := traceOf(t, g)
 		if len(hops) != 1 {
 			t.Fatalf("trace after drift in log mode: %+v, want one origin hop", hops)
 		}
@@ -762,7 +738,7 @@ func TestDriftCustomResources(t *testing.T) {
 			if v, ok := f.getWidget().GetAnnotations()[wgAnnApprovals]; ok {
 				t.Errorf("the once approval was not removed from the Widget: %q", v)
 			}
-			hops := wgTrace(t, g)
+			hops := traceOf(t, g)
 			if len(hops) != 2 {
 				t.Fatalf("trace after approved drift: %+v, want the Widget's hop then the Gadget's", hops)
 			}

@@ -126,7 +126,7 @@ func (f *wgFamily) expectTraced(t *testing.T, cm *corev1.ConfigMap, name string,
 	if cm == nil || cm.Name != name {
 		t.Fatalf("the write returned %v, want ConfigMap %s", cm, name)
 	}
-	hops := wgTrace(t, cm)
+	hops := traceOf(t, cm)
 	if len(hops) != 2 {
 		t.Fatalf("the response of the write has trace %+v, want 2 hops", hops)
 	}

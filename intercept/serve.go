@@ -194,11 +194,6 @@ func (i *Interceptor) decideConfirmed(r *http.Request, p *pending) (decision.Dec
 // it came: no annotation, no approval consumed, no denial, no warning, no
 // side write. Whatever goes wrong while deciding is logged, never returned.
 func (i *Interceptor) serveShadow(w http.ResponseWriter, r *http.Request, p *pending, forward http.Handler) {
-	defer func() {
-		if rec := recover(); rec != nil {
-			i.cfg.Log.Error("panic while deciding a shadow write", zap.Any("panic", rec))
-		}
-	}()
 	p.outcome = "shadow"
 	data, tooLarge, err := readBody(r, i.cfg.MaxBodyBytes)
 	if err != nil || tooLarge {
@@ -209,25 +204,37 @@ func (i *Interceptor) serveShadow(w http.ResponseWriter, r *http.Request, p *pen
 		forward.ServeHTTP(w, r)
 		return
 	}
-	p.data = data
-	if err := i.load(r, p); err != nil {
-		i.logError(r, p, err)
-		restoreBody(r, data)
-		forward.ServeHTTP(w, r)
-		return
-	}
-	var d decision.Decision
-	if !p.skip() {
-		d, err = i.decideConfirmed(r, p)
-	}
+	d, decided, err := i.shadowDecision(r, p, data)
 	restoreBody(r, data)
 	rec := &codeRecorder{ResponseWriter: w}
 	forward.ServeHTTP(rec, r)
 	p.outcome = "shadow:" + strconv.Itoa(rec.code)
-	if p.skip() {
-		return
+	switch {
+	case err != nil:
+		i.logError(r, p, err)
+	case decided:
+		i.logDecisionLine(p, &d, nil)
 	}
-	i.logDecisionLine(p, &d, err)
+}
+
+// shadowDecision decides a shadow write. Nothing that goes wrong here,
+// a panic included, may keep the request from being forwarded.
+func (i *Interceptor) shadowDecision(r *http.Request, p *pending, data []byte) (d decision.Decision, decided bool, err error) {
+	defer func() {
+		if rec := recover(); rec != nil {
+			i.cfg.Log.Error("panic while deciding a shadow write", zap.Any("panic", rec), zap.Stack("stack"))
+			err = fmt.Errorf("panic while deciding: %v", rec)
+		}
+	}()
+	p.data = data
+	if err := i.load(r, p); err != nil {
+		return d, false, err
+	}
+	if p.skip() {
+		return d, false, nil
+	}
+	d, err = i.decideConfirmed(r, p)
+	return d, err == nil, err
 }
 
 // readBody reads at most limit bytes. When the body is larger, the bytes
@@ -638,5 +645,3 @@ func (c *codeRecorder) Write(b []byte) (int, error) {
 func (c *codeRecorder) Flush() { http.NewResponseController(c.ResponseWriter).Flush() }
 
 func (c *codeRecorder) Unwrap() http.ResponseWriter { return c.ResponseWriter }
-
-var _ = zap.String

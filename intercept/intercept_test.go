@@ -5,6 +5,7 @@ import (
 	"context"
 	"errors"
 	"io"
+	"net"
 	"net/http"
 	"net/http/httptest"
 	"strings"
@@ -158,7 +159,8 @@ func TestFormatWarning(t *testing.T) {
 }
 
 func TestUnresolvableFollowsFailurePolicy(t *testing.T) {
-	transport := errors.New("dial tcp 127.0.0.1:6443: connect: connection refused")
+	transport := &net.OpError{Op: "dial", Net: "tcp", Err: errors.New("connect: connection refused")}
+	unknownKind := errors.New(`no matches for kind "Ghost" in version "ghosts.example.com/v1"`)
 	forbidden := apierrors.NewForbidden(schemaGR("apps", "deployments"), "web", errors.New("no RBAC"))
 	cases := []struct {
 		policy FailurePolicy
@@ -167,6 +169,7 @@ func TestUnresolvableFollowsFailurePolicy(t *testing.T) {
 	}{
 		{FailurePolicyFail, transport, 503},
 		{FailurePolicyFail, forbidden, 500},
+		{FailurePolicyFail, unknownKind, 500},
 		{FailurePolicyIgnore, transport, 0},
 	}
 	for _, tc := range cases {

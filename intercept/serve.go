@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"net"
 	"net/http"
 	"strconv"
 	"strings"
@@ -476,7 +477,8 @@ func (i *Interceptor) unresolvable(err error) error {
 		return &ignoredError{err}
 	}
 	var status apierrors.APIStatus
-	if !errors.As(err, &status) || status.Status().Code == http.StatusServiceUnavailable {
+	var netErr net.Error
+	if (errors.As(err, &status) && status.Status().Code == http.StatusServiceUnavailable) || errors.As(err, &netErr) {
 		// The upstream could not be reached: retryable.
 		e := apierrors.NewServiceUnavailable(fmt.Sprintf("kausality-proxy cannot decide about this write (--failure-policy=Fail): %v", err))
 		e.ErrStatus.Details = &metav1.StatusDetails{RetryAfterSeconds: 1}

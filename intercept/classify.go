@@ -1,16 +1,13 @@
 package intercept
 
 import (
-	"bytes"
 	"net/http"
-	"strings"
-	"unicode"
-	"unicode/utf8"
 
 	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/apiserver/pkg/endpoints/request"
 
 	"github.com/kausality-io/kausality-proxy/intercept/decision"
+	"github.com/kausality-io/kausality-proxy/intercept/patch"
 )
 
 // subresourceKind says how a write to a subresource is treated.
@@ -88,28 +85,9 @@ func (i *Interceptor) classify(r *http.Request) (*write, bool) {
 			w.dryRun = true
 		}
 	}
-	w.fieldManager = q.Get("fieldManager")
-	if w.fieldManager == "" {
-		w.fieldManager = defaultFieldManager(r.UserAgent())
-	}
+	// Without a fieldManager parameter kube-apiserver derives the manager
+	// from the User-Agent ("kube-controller-manager/v1.35.4 ..." gives
+	// "kube-controller-manager").
+	w.fieldManager = patch.EffectiveFieldManager(q.Get("fieldManager"), r.UserAgent())
 	return w, true
-}
-
-// defaultFieldManager mirrors kube-apiserver: without a fieldManager
-// parameter, the manager is the User-Agent up to the first "/", printable
-// characters only, at most 128 bytes ("kube-controller-manager" for
-// "kube-controller-manager/v1.35.4 (linux/amd64) ...").
-func defaultFieldManager(userAgent string) string {
-	prefix, _, _ := strings.Cut(userAgent, "/")
-	var buf bytes.Buffer
-	for _, r := range prefix {
-		if !unicode.IsPrint(r) {
-			continue
-		}
-		if buf.Len()+utf8.RuneLen(r) > 128 {
-			break
-		}
-		buf.WriteRune(r)
-	}
-	return buf.String()
 }

@@ -114,11 +114,8 @@ func TestDefaultFieldManager(t *testing.T) {
 		"bad\x00agent/1":                                               "badagent",
 		strings.Repeat("x", 200) + "/1":                                strings.Repeat("x", 128),
 	} {
-		if got := defaultFieldManager(ua); got != want {
-			t.Errorf("defaultFieldManager(%q) = %q, want %q", ua, got, want)
-		}
 		if got := patch.EffectiveFieldManager("", ua); got != want {
-			t.Errorf("patch.EffectiveFieldManager disagrees for %q: %q", ua, got)
+			t.Errorf("EffectiveFieldManager(%q) = %q, want %q", ua, got, want)
 		}
 	}
 }

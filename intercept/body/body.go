@@ -9,7 +9,7 @@
 // to unstructured; Encode goes the opposite way.
 //
 // Every error returned by this package is an *apierrors.StatusError carrying
-// the HTTP code the proxy should answer with (400, 413 or 415), so the caller
+// the HTTP code the proxy should answer with (400 or 415), so the caller
 // can write it out as a metav1.Status without further mapping.
 //
 // The package does no I/O besides reading the body it is handed.
@@ -407,28 +407,6 @@ func (c *Codec) Encode(obj *unstructured.Unstructured, format Format) ([]byte, s
 		return buf.Bytes(), ContentTypeProtobuf, nil
 	}
 	return nil, "", internalf("unknown body format %q", string(format))
-}
-
-// ReadLimited reads all of r, but at most limit bytes: a longer body is a 413
-// whose message states the limit. limit <= 0 means no limit. A read error
-// (e.g. the client went away mid-body) is a 400.
-func ReadLimited(r io.Reader, limit int64) ([]byte, error) {
-	if limit <= 0 {
-		b, err := io.ReadAll(r)
-		if err != nil {
-			return nil, apierrors.NewBadRequest(fmt.Sprintf("failed to read the request body: %v", err))
-		}
-		return b, nil
-	}
-	lr := &io.LimitedReader{R: r, N: limit + 1}
-	b, err := io.ReadAll(lr)
-	if err != nil {
-		return nil, apierrors.NewBadRequest(fmt.Sprintf("failed to read the request body: %v", err))
-	}
-	if int64(len(b)) > limit {
-		return nil, apierrors.NewRequestEntityTooLargeError(fmt.Sprintf("the request body exceeds the limit of %d bytes", limit))
-	}
-	return b, nil
 }
 
 func unsupportedMediaType(msg string) *apierrors.StatusError {

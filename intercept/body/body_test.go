@@ -379,51 +379,6 @@ type failingReader struct{}
 
 func (failingReader) Read([]byte) (int, error) { return 0, io.ErrUnexpectedEOF }
 
-func TestReadLimited(t *testing.T) {
-	tests := []struct {
-		name  string
-		r     io.Reader
-		limit int64
-		want  string
-		err   *struct {
-			code int32
-			msg  string
-		}
-	}{
-		{name: "below limit", r: strings.NewReader("abc"), limit: 4, want: "abc"},
-		{name: "at limit", r: strings.NewReader("abcd"), limit: 4, want: "abcd"},
-		{name: "no limit", r: strings.NewReader("abcdef"), limit: 0, want: "abcdef"},
-		{name: "empty", r: strings.NewReader(""), limit: 4, want: ""},
-		{name: "over limit", r: strings.NewReader("abcde"), limit: 4, err: &struct {
-			code int32
-			msg  string
-		}{413, "Request entity too large: the request body exceeds the limit of 4 bytes"}},
-		{name: "read error", r: failingReader{}, limit: 4, err: &struct {
-			code int32
-			msg  string
-		}{400, "failed to read the request body: unexpected EOF"}},
-	}
-	for _, tt := range tests {
-		t.Run(tt.name, func(t *testing.T) {
-			got, err := ReadLimited(tt.r, tt.limit)
-			if tt.err != nil {
-				reason := metav1.StatusReasonBadRequest
-				if tt.err.code == 413 {
-					reason = metav1.StatusReasonRequestEntityTooLarge
-				}
-				wantStatus(t, err, tt.err.code, reason, tt.err.msg)
-				return
-			}
-			if err != nil {
-				t.Fatal(err)
-			}
-			if string(got) != tt.want {
-				t.Errorf("got %q want %q", got, tt.want)
-			}
-		})
-	}
-}
-
 func TestFormatFor(t *testing.T) {
 	for ct, want := range map[string]Format{
 		"":                                    JSON,

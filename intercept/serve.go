@@ -372,7 +372,7 @@ func (i *Interceptor) load(r *http.Request, p *pending) error {
 		return err
 	}
 	if ns := wr.namespace; ns != "" {
-		nsObj, _, err := i.cfg.Objects.Get(ctx, namespacesGVR, "", ns)
+		nsObj, _, err := i.cfg.Objects.GetShared(ctx, namespacesGVR, "", ns)
 		if err == nil {
 			p.nsMode = nsObj.GetAnnotations()[annotations.Mode]
 		}
@@ -414,7 +414,8 @@ func (i *Interceptor) resolveParent(ctx context.Context, p *pending, owned *unst
 	if err != nil {
 		return apierrors.NewBadRequest(fmt.Sprintf("the controller ownerReference has an invalid apiVersion %q: %v", ref.APIVersion, err))
 	}
-	parent, source, err := i.cfg.Objects.GetKind(ctx, gv.WithKind(ref.Kind), p.w.namespace, ref.Name)
+	// The parent snapshot is only read: no copy of the cached object.
+	parent, source, err := i.cfg.Objects.GetKindShared(ctx, gv.WithKind(ref.Kind), p.w.namespace, ref.Name)
 	switch {
 	case apierrors.IsNotFound(err):
 		// The parent is gone: garbage collection is cleaning up, which is

@@ -6,7 +6,6 @@ import (
 	"context"
 	"fmt"
 	"os"
-	"strings"
 	"testing"
 	"time"
 
@@ -36,13 +35,7 @@ func TestMain(m *testing.M) {
 	cluster = k
 	code := m.Run()
 	if code != 0 {
-		if data, err := k.ProxyLog(); err == nil {
-			lines := strings.Split(string(data), "\n")
-			if len(lines) > 80 {
-				lines = lines[len(lines)-80:]
-			}
-			fmt.Fprintf(os.Stderr, "--- last lines of the proxy log:\n%s\n", strings.Join(lines, "\n"))
-		}
+		printProxyLogTail()
 	}
 	k.Stop()
 	os.Exit(code)

@@ -6,7 +6,6 @@ import (
 	"context"
 	"fmt"
 	"os"
-	"strings"
 	"testing"
 	"time"
 
@@ -34,14 +33,7 @@ func TestMain(m *testing.M) {
 	cluster = env
 	code := m.Run()
 	if code != 0 {
-		// The work dir goes away with Stop; keep the evidence in the output.
-		if data, err := os.ReadFile(env.LogPath); err == nil {
-			lines := strings.Split(string(data), "\n")
-			if len(lines) > 80 {
-				lines = lines[len(lines)-80:]
-			}
-			fmt.Fprintf(os.Stderr, "--- last lines of the proxy log:\n%s\n", strings.Join(lines, "\n"))
-		}
+		printProxyLogTail()
 	}
 	env.Stop()
 	os.Exit(code)

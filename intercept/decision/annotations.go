@@ -26,34 +26,27 @@ import (
 
 // ComputeAnnotationsForController computes a controller write's annotations.
 func ComputeAnnotationsForController(old, new map[string]string, desiredChanged bool, newTrace, newUpdaters string) map[string]string {
-	out := make(map[string]string, len(new)+2)
-	for k, v := range new {
-		if !annotations.IsKausality(k) {
-			out[k] = v
-		}
-	}
-	for k, v := range old {
-		if annotations.IsKausality(k) {
-			out[k] = v
-		}
-	}
-	if desiredChanged {
-		setSystem(out, newTrace, newUpdaters)
-	}
-	return out
+	return computeAnnotations(old, new, annotations.IsKausality, desiredChanged, newTrace, newUpdaters)
 }
 
 // ComputeAnnotationsForUser computes the annotations of a write by anyone
 // else (a new causal origin, or a write without parent).
 func ComputeAnnotationsForUser(old, new map[string]string, desiredChanged bool, newTrace, newUpdaters string) map[string]string {
+	return computeAnnotations(old, new, annotations.IsSystem, desiredChanged, newTrace, newUpdaters)
+}
+
+// computeAnnotations takes the keys fromStored selects from old and every
+// other key from new, then recomputes trace and updaters on a
+// desired-state change.
+func computeAnnotations(old, new map[string]string, fromStored func(string) bool, desiredChanged bool, newTrace, newUpdaters string) map[string]string {
 	out := make(map[string]string, len(new)+2)
 	for k, v := range new {
-		if !annotations.IsSystem(k) {
+		if !fromStored(k) {
 			out[k] = v
 		}
 	}
 	for k, v := range old {
-		if annotations.IsSystem(k) {
+		if fromStored(k) {
 			out[k] = v
 		}
 	}

@@ -347,8 +347,17 @@ func (a *Authenticator) accept(resp *authenticator.Response, method Method, toke
 	if len(a.audiences) > 0 && len(resp.Audiences) > 0 && len(a.audiences.Intersect(resp.Audiences)) == 0 {
 		return nil, apierrors.NewUnauthorized(fmt.Sprintf("%s credentials are not valid for this server's audiences", method))
 	}
+	if err := ValidateIdentity(resp.User); err != nil {
+		return nil, apierrors.NewUnauthorized(fmt.Sprintf("%s credentials name an identity that cannot be passed on exactly: %v", method, err))
+	}
 	return &Caller{User: resp.User, Method: method, Token: token}, nil
 }
+
+// Authorizer returns the cached SubjectAccessReview authorizer the proxy
+// uses for impersonation, for checking other access of the effective user
+// (the write path asks it before doing any work for a write). nil when the
+// Authenticator was built without a SubjectAccessReview client.
+func (a *Authenticator) Authorizer() authorizer.Authorizer { return a.authz }
 
 // bearerToken extracts the token exactly as bearertoken.Authenticator does.
 func bearerToken(h http.Header) (string, bool) {

@@ -26,7 +26,9 @@ import (
 	"encoding/json"
 	"fmt"
 	"math"
+	"slices"
 	"sort"
+	"strconv"
 	"strings"
 	"unicode/utf8"
 
@@ -104,7 +106,7 @@ func Diff(old, new *unstructured.Unstructured) Result {
 	}
 	d := differ{redact: isSecret(old) || isSecret(new)}
 	useSpec := hasSpec(old) || hasSpec(new)
-	d.walk("", State(old, useSpec), State(new, useSpec), true)
+	d.walk(nil, State(old, useSpec), State(new, useSpec))
 	r := Result{Changes: d.changes, Total: d.total, Changed: d.total > 0}
 	if new == nil && old != nil {
 		r.Changed = true // a delete always counts
@@ -158,37 +160,124 @@ type differ struct {
 	total   int
 }
 
-func (d *differ) add(path string, old, new interface{}) {
+// fieldPath is a path as a chain of segments, rendered only for the few
+// changes that are reported. Building a string at every level would cost
+// O(depth²) on deeply nested objects, which any writer can send.
+type fieldPath struct {
+	parent  *fieldPath
+	segment string // ".key", `["key"]`, "[3]" or "[name=x]"; the top-level key bare
+	top     string // the top-level field this path is under
+}
+
+func (p *fieldPath) child(segment string) *fieldPath {
+	top := ""
+	if p != nil {
+		top = p.top
+	} else {
+		top = strings.TrimPrefix(segment, ".")
+	}
+	return &fieldPath{parent: p, segment: segment, top: top}
+}
+
+func (p *fieldPath) String() string {
+	var segments []string
+	for q := p; q != nil; q = q.parent {
+		segments = append(segments, q.segment)
+	}
+	var b strings.Builder
+	for i := len(segments) - 1; i >= 0; i-- {
+		seg := segments[i]
+		if i == len(segments)-1 {
+			seg = strings.TrimPrefix(seg, ".")
+		}
+		b.WriteString(seg)
+	}
+	return b.String()
+}
+
+func (d *differ) add(path *fieldPath, old, new interface{}) {
+	d.addSuffix(path, "", old, new)
+}
+
+func (d *differ) addSuffix(path *fieldPath, suffix string, old, new interface{}) {
 	d.total++
 	if len(d.changes) >= MaxChanges {
 		return
 	}
-	d.changes = append(d.changes, Change{Path: path, Old: d.render(path, old), New: d.render(path, new)})
+	d.changes = append(d.changes, Change{Path: path.String() + suffix, Old: d.render(path, old), New: d.render(path, new)})
 }
 
-func (d *differ) render(path string, v interface{}) string {
+func (d *differ) render(path *fieldPath, v interface{}) string {
 	if isEmpty(v) {
 		return Unset
 	}
-	if d.redact && (underField(path, "data") || underField(path, "stringData")) {
+	if d.redact && path != nil && (path.top == "data" || path.top == "stringData") {
 		return Redacted
 	}
 	return Render(v)
 }
 
-func underField(path, field string) bool {
-	return path == field || strings.HasPrefix(path, field+".") || strings.HasPrefix(path, field+"[")
+// Render renders a value as compact JSON, truncated to MaxValueLen
+// characters ("…" marks a cut). It stops rendering soon after the limit, so
+// a change high up in a large object costs little.
+func Render(v interface{}) string {
+	var b strings.Builder
+	renderJSON(&b, v, 4*MaxValueLen)
+	return truncate(b.String(), MaxValueLen)
 }
 
-// Render renders a value as compact JSON, truncated to MaxValueLen
-// characters ("…" marks a cut).
-func Render(v interface{}) string {
-	b, err := json.Marshal(v)
-	s := string(b)
-	if err != nil {
-		s = fmt.Sprintf("%v", v)
+// renderJSON writes v as compact JSON with sorted keys, as json.Marshal
+// does, until b holds more than budget bytes.
+func renderJSON(b *strings.Builder, v interface{}, budget int) {
+	if b.Len() > budget {
+		return
 	}
-	return truncate(s, MaxValueLen)
+	switch v := v.(type) {
+	case map[string]interface{}:
+		keys := make([]string, 0, len(v))
+		for k := range v {
+			keys = append(keys, k)
+		}
+		sort.Strings(keys)
+		b.WriteByte('{')
+		for i, k := range keys {
+			if b.Len() > budget {
+				return
+			}
+			if i > 0 {
+				b.WriteByte(',')
+			}
+			renderJSON(b, k, budget)
+			b.WriteByte(':')
+			renderJSON(b, v[k], budget)
+		}
+		b.WriteByte('}')
+	case []interface{}:
+		b.WriteByte('[')
+		for i, e := range v {
+			if b.Len() > budget {
+				return
+			}
+			if i > 0 {
+				b.WriteByte(',')
+			}
+			renderJSON(b, e, budget)
+		}
+		b.WriteByte(']')
+	case string:
+		if len(v) > budget {
+			v = v[:budget]
+		}
+		out, _ := json.Marshal(v)
+		b.Write(out)
+	default:
+		out, err := json.Marshal(v)
+		if err != nil {
+			fmt.Fprintf(b, "%v", v)
+			return
+		}
+		b.Write(out)
+	}
 }
 
 func truncate(s string, n int) string {
@@ -205,9 +294,9 @@ func truncate(s string, n int) string {
 	return s
 }
 
-// walk compares a and b at path. top is true for the map of top-level
-// desired fields, whose keys start paths without a dot.
-func (d *differ) walk(path string, a, b interface{}, top bool) {
+// walk compares a and b at path; a nil path is the map of top-level desired
+// fields.
+func (d *differ) walk(path *fieldPath, a, b interface{}) {
 	aEmpty, bEmpty := isEmpty(a), isEmpty(b)
 	if aEmpty && bEmpty {
 		return
@@ -226,7 +315,7 @@ func (d *differ) walk(path string, a, b interface{}, top bool) {
 		}
 		sort.Strings(keys)
 		for _, k := range keys {
-			d.walk(joinKey(path, k, top), am[k], bm[k], false)
+			d.walk(path.child(keySegment(k)), am[k], bm[k])
 		}
 		return
 	}
@@ -241,7 +330,7 @@ func (d *differ) walk(path string, a, b interface{}, top bool) {
 	}
 }
 
-func (d *differ) walkList(path string, a, b []interface{}) {
+func (d *differ) walkList(path *fieldPath, a, b []interface{}) {
 	if key := listKey(a, b); key != "" {
 		d.walkKeyedList(path, key, a, b)
 		return
@@ -251,7 +340,7 @@ func (d *differ) walkList(path string, a, b []interface{}) {
 		return
 	}
 	for i := range a {
-		d.walk(fmt.Sprintf("%s[%d]", path, i), a[i], b[i], false)
+		d.walk(path.child("["+strconv.Itoa(i)+"]"), a[i], b[i])
 	}
 }
 
@@ -294,7 +383,7 @@ func scalarID(v interface{}) (string, bool) {
 	return "", false
 }
 
-func (d *differ) walkKeyedList(path, key string, a, b []interface{}) {
+func (d *differ) walkKeyedList(path *fieldPath, key string, a, b []interface{}) {
 	type entry struct {
 		id string
 		v  interface{}
@@ -311,7 +400,7 @@ func (d *differ) walkKeyedList(path, key string, a, b []interface{}) {
 	}
 	ae, am := index(a)
 	be, bm := index(b)
-	elem := func(id string) string { return fmt.Sprintf("%s[%s=%s]", path, key, id) }
+	elem := func(id string) *fieldPath { return path.child("[" + key + "=" + id + "]") }
 
 	// Order: a reordering of the common elements is a change of the list.
 	var aOrder, bOrder []string
@@ -325,11 +414,8 @@ func (d *differ) walkKeyedList(path, key string, a, b []interface{}) {
 			bOrder = append(bOrder, e.id)
 		}
 	}
-	if strings.Join(aOrder, "\x00") != strings.Join(bOrder, "\x00") {
-		d.total++
-		if len(d.changes) < MaxChanges {
-			d.changes = append(d.changes, Change{Path: path + " (order of " + key + ")", Old: Render(aOrder), New: Render(bOrder)})
-		}
+	if !slices.Equal(aOrder, bOrder) {
+		d.addSuffix(path, " (order of "+key+")", aOrder, bOrder)
 	}
 	for _, e := range be {
 		d.walkElement(elem(e.id), am[e.id], e.v)
@@ -343,12 +429,12 @@ func (d *differ) walkKeyedList(path, key string, a, b []interface{}) {
 
 // walkElement reports an added or removed list element as one change, and
 // recurses into elements present on both sides.
-func (d *differ) walkElement(path string, a, b interface{}) {
+func (d *differ) walkElement(path *fieldPath, a, b interface{}) {
 	if a == nil || b == nil {
 		d.add(path, a, b)
 		return
 	}
-	d.walk(path, a, b, false)
+	d.walk(path, a, b)
 }
 
 func isEmpty(v interface{}) bool {
@@ -396,17 +482,14 @@ func number(v interface{}) (float64, bool) {
 	return 0, false
 }
 
-// joinKey appends a map key to a path: ".key" for identifier-like keys,
-// `["key"]` otherwise (dots, slashes, ... as in labels and data keys).
-func joinKey(path, key string, top bool) string {
+// keySegment is the path segment of a map key: ".key" for identifier-like
+// keys, `["key"]` otherwise (dots, slashes, ... as in labels and data keys).
+func keySegment(key string) string {
 	if isIdentifier(key) {
-		if top {
-			return key
-		}
-		return path + "." + key
+		return "." + key
 	}
 	b, _ := json.Marshal(key)
-	return path + "[" + string(b) + "]"
+	return "[" + string(b) + "]"
 }
 
 func isIdentifier(s string) bool {

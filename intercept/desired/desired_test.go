@@ -3,6 +3,7 @@ package desired
 import (
 	"fmt"
 	"reflect"
+	goruntime "runtime"
 	"strings"
 	"testing"
 
@@ -419,3 +420,38 @@ func TestScaleApplySeesReplicaOwners(t *testing.T) {
 }
 
 func ptr[T any](v T) *T { return &v }
+
+// deeplyNested returns {"spec": {"a": {"a": ... {"a": leaf}}}} depth levels
+// deep.
+func deeplyNested(depth int, leaf interface{}) *unstructured.Unstructured {
+	v := leaf
+	for i := 0; i < depth; i++ {
+		v = map[string]interface{}{"a": v}
+	}
+	return &unstructured.Unstructured{Object: map[string]interface{}{
+		"apiVersion": "v1", "kind": "ConfigMap", "spec": v,
+	}}
+}
+
+// Any writer can send an object nested thousands of levels deep. The diff's
+// cost must grow with the size of the object, not with the square of its
+// depth: doubling the depth at most about doubles what it allocates.
+func TestDiffIsLinearInDepth(t *testing.T) {
+	allocated := func(depth int) uint64 {
+		old, new := deeplyNested(depth, "x"), deeplyNested(depth, "y")
+		var before, after goruntime.MemStats
+		goruntime.GC()
+		goruntime.ReadMemStats(&before)
+		r := Diff(old, new)
+		goruntime.ReadMemStats(&after)
+		if r.Total != 1 {
+			t.Fatalf("depth %d: %d changes, want 1", depth, r.Total)
+		}
+		return after.TotalAlloc - before.TotalAlloc
+	}
+	small, large := allocated(2000), allocated(8000)
+	// Linear: about 4x. Quadratic path strings: about 16x.
+	if large > 6*small {
+		t.Fatalf("the diff allocated %d bytes at depth 2000 and %d at depth 8000: it grows faster than the depth", small, large)
+	}
+}

@@ -247,9 +247,9 @@ func TestServerSideApplyErrors(t *testing.T) {
 		{name: "field not in the schema", patch: webConfig("2", "app=nginx:1") + "  frobnicate: true\n", opts: Options{FieldManager: "m", TypeConverter: builtinConverter},
 			err: errWant{400, metav1.StatusReasonBadRequest, `failed to create typed patch object (default/web; apps/v1, Kind=Deployment): .spec.frobnicate: field not declared in schema`}},
 		{name: "wrong name", patch: strings.Replace(webConfig("2", "app=nginx:1"), "name: web", "name: other", 1), opts: Options{FieldManager: "m"},
-			err: errWant{400, metav1.StatusReasonBadRequest, `the name of the object (other) does not match the name on the URL (web)`}},
+			err: errWant{400, metav1.StatusReasonBadRequest, `the patch sets metadata.name, which does not match the name on the URL (web)`}},
 		{name: "wrong namespace", patch: webConfig("2", "app=nginx:1"), opts: Options{FieldManager: "m", Namespace: ptr("prod")},
-			err: errWant{400, metav1.StatusReasonBadRequest, `the namespace of the object (default) does not match the namespace on the request (prod)`}},
+			err: errWant{400, metav1.StatusReasonBadRequest, `the patch sets metadata.namespace, which does not match the namespace on the request (prod)`}},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {

@@ -64,6 +64,8 @@ import (
 	"fmt"
 	"net/http"
 	"strings"
+	"sync"
+	"sync/atomic"
 
 	jsonpatch "gopkg.in/evanphx/json-patch.v4"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
@@ -86,6 +88,26 @@ import (
 // MaxJSONPatchOperations is kube-apiserver's limit on the number of
 // operations in one JSON patch (413 above it).
 const MaxJSONPatchOperations = 10000
+
+// MaxJSONPatchCopyBytes is kube-apiserver's default bound on the bytes a
+// JSON patch may add through copy operations. Without it a patch of a few
+// kilobytes that doubles a value with every copy costs gigabytes.
+const MaxJSONPatchCopyBytes int64 = 3 * 1024 * 1024
+
+// limitJSONPatchCopies sets the json-patch library's process-wide copy
+// limit the way kube-apiserver does: lowered to MaxJSONPatchCopyBytes unless
+// something already set a smaller one.
+var limitJSONPatchCopies = sync.OnceFunc(func() {
+	for {
+		existing := atomic.LoadInt64(&jsonpatch.AccumulatedCopySizeLimit)
+		if existing != 0 && existing <= MaxJSONPatchCopyBytes {
+			return
+		}
+		if atomic.CompareAndSwapInt64(&jsonpatch.AccumulatedCopySizeLimit, existing, MaxJSONPatchCopyBytes) {
+			return
+		}
+	}
+})
 
 // Options carries what the request adds to the patch body.
 type Options struct {
@@ -207,6 +229,7 @@ func applyJSON(patchType types.PatchType, current *unstructured.Unstructured, pa
 	var patched []byte
 	switch patchType {
 	case types.JSONPatchType:
+		limitJSONPatchCopies()
 		ops, err := jsonpatch.DecodePatch(patch)
 		if err != nil {
 			return nil, apierrors.NewBadRequest(fmt.Sprintf("the JSON patch cannot be decoded: %v", err))
@@ -216,7 +239,13 @@ func applyJSON(patchType types.PatchType, current *unstructured.Unstructured, pa
 				"The allowed maximum operations in a JSON patch is %d, got %d", MaxJSONPatchOperations, len(ops)))
 		}
 		if patched, err = ops.Apply(currentJSON); err != nil {
-			// kube-apiserver: 422 Invalid with a generic message.
+			var tooLarge *jsonpatch.AccumulatedCopySizeError
+			if errors.As(err, &tooLarge) {
+				return nil, apierrors.NewRequestEntityTooLargeError(fmt.Sprintf(
+					"the JSON patch's copy operations add more than %d bytes", MaxJSONPatchCopyBytes))
+			}
+			// kube-apiserver: 422 Invalid with a generic message. The
+			// library's errors name operations and paths, not values.
 			return nil, invalidPatch(current, "the JSON patch cannot be applied: "+err.Error())
 		}
 	case types.MergePatchType:
@@ -225,12 +254,12 @@ func applyJSON(patchType types.PatchType, current *unstructured.Unstructured, pa
 			if errors.Is(err, jsonpatch.ErrBadJSONPatch) {
 				return nil, apierrors.NewBadRequest("the merge patch is not a valid JSON document: " + err.Error())
 			}
-			return nil, internalError(fmt.Errorf("the merge patch cannot be applied: %w", err))
+			return nil, apierrors.NewBadRequest("the merge patch cannot be applied")
 		}
 	}
 	var v interface{}
 	if err := utiljson.Unmarshal(patched, &v); err != nil {
-		return nil, invalidPatch(current, "the patched object is not valid JSON: "+err.Error())
+		return nil, invalidPatch(current, "the patched object is not valid JSON")
 	}
 	m, ok := v.(map[string]interface{})
 	if !ok {
@@ -293,26 +322,30 @@ func interpretStrategicMergePatchError(err error) error {
 	case errors.Is(err, mergepatch.ErrBadJSONDoc), errors.Is(err, mergepatch.ErrBadPatchFormatForPrimitiveList),
 		errors.Is(err, mergepatch.ErrBadPatchFormatForRetainKeys), errors.Is(err, mergepatch.ErrBadPatchFormatForSetElementOrderList),
 		errors.Is(err, mergepatch.ErrUnsupportedStrategicMergePatchFormat):
-		return apierrors.NewBadRequest("the strategic merge patch is malformed: " + truncate(err.Error()))
+		return apierrors.NewBadRequest("the strategic merge patch is malformed: " + sentinelText(err))
 	case errors.Is(err, mergepatch.ErrNoListOfLists), errors.Is(err, mergepatch.ErrPatchContentNotMatchRetainKeys):
 		return &apierrors.StatusError{ErrStatus: metav1.Status{Status: metav1.StatusFailure, Code: http.StatusUnprocessableEntity,
-			Reason: metav1.StatusReasonInvalid, Message: "the strategic merge patch cannot be applied: " + truncate(err.Error())}}
+			Reason: metav1.StatusReasonInvalid, Message: "the strategic merge patch cannot be applied: " + sentinelText(err)}}
 	}
 	// kube-apiserver returns these raw, i.e. as a 500 (e.g. "unable to find
 	// api field in struct ... for the json field ..." is 500 there). They are
-	// all caused by the patch's shape, so we answer 400.
-	return apierrors.NewBadRequest("the strategic merge patch cannot be applied: " + truncate(err.Error()))
+	// all caused by the patch's shape, so we answer 400. Their text embeds
+	// the stored object, which is not ours to echo.
+	return apierrors.NewBadRequest("the strategic merge patch does not fit the object's schema (a field has the wrong type or the patch has an unknown directive)")
 }
 
-// maxMessage bounds error messages that may embed whole objects (several
-// strategicpatch errors print the original and the patch).
-const maxMessage = 300
-
-func truncate(s string) string {
-	if len(s) <= maxMessage {
-		return s
+// sentinelText is the fixed text of the mergepatch sentinel err wraps:
+// strategicpatch wraps them with the original object and the patch, which
+// may hold stored values the caller could not read.
+func sentinelText(err error) string {
+	for _, sentinel := range []error{mergepatch.ErrBadJSONDoc, mergepatch.ErrNoListOfLists, mergepatch.ErrBadPatchFormatForPrimitiveList,
+		mergepatch.ErrBadPatchFormatForRetainKeys, mergepatch.ErrBadPatchFormatForSetElementOrderList,
+		mergepatch.ErrPatchContentNotMatchRetainKeys, mergepatch.ErrUnsupportedStrategicMergePatchFormat} {
+		if errors.Is(err, sentinel) {
+			return sentinel.Error()
+		}
 	}
-	return s[:maxMessage] + fmt.Sprintf("... (%d more characters)", len(s)-maxMessage)
+	return "invalid patch"
 }
 
 // keepKind restores apiVersion/kind a patch removed (kube-apiserver decodes
@@ -327,7 +360,9 @@ func keepKind(result, current *unstructured.Unstructured) error {
 			continue
 		}
 		if got != want {
-			return invalidPatch(current, fmt.Sprintf("the patch changes %s from %v to %v; a patch cannot change the type of an object", key, want, got))
+			// Name the field, never the values: a JSON patch can copy any
+			// stored value into kind and read it back from this message.
+			return invalidPatch(current, fmt.Sprintf("the patch changes %s; a patch cannot change the type of an object", key))
 		}
 	}
 	return nil
@@ -343,6 +378,7 @@ func checkTyped(result, current *unstructured.Unstructured, sch *runtime.Scheme)
 		return nil
 	}
 	if err := runtime.DefaultUnstructuredConverter.FromUnstructuredWithValidation(result.Object, typed, false); err != nil {
+		// The converter's errors name types, not values.
 		return invalidPatch(current, "the patched object is not a valid "+result.GetKind()+": "+err.Error())
 	}
 	return nil
@@ -370,11 +406,11 @@ func checkNameAndNamespace(result, current *unstructured.Unstructured, opts Opti
 	case namespace == "":
 		result.SetNamespace("")
 	default:
-		return apierrors.NewBadRequest(fmt.Sprintf("the namespace of the object (%s) does not match the namespace on the request (%s)", objNamespace, namespace))
+		return apierrors.NewBadRequest(fmt.Sprintf("the patch sets metadata.namespace, which does not match the namespace on the request (%s)", namespace))
 	}
 	// handlers.checkName
 	if name != "" && result.GetName() != name {
-		return apierrors.NewBadRequest(fmt.Sprintf("the name of the object (%s) does not match the name on the URL (%s)", result.GetName(), name))
+		return apierrors.NewBadRequest(fmt.Sprintf("the patch sets metadata.name, which does not match the name on the URL (%s)", name))
 	}
 	return nil
 }

@@ -3,6 +3,7 @@ package patch
 import (
 	"fmt"
 	"reflect"
+	runtime2 "runtime"
 	"strings"
 	"testing"
 
@@ -82,13 +83,13 @@ func TestApplyNonApply(t *testing.T) {
 		{name: "json patch too many operations", patchType: types.JSONPatchType, patch: tooMany,
 			err: &errWant{413, metav1.StatusReasonRequestEntityTooLarge, `Request entity too large: The allowed maximum operations in a JSON patch is 10000, got 10001`}},
 		{name: "json patch changing the kind", patchType: types.JSONPatchType, patch: `[{"op":"replace","path":"/kind","value":"StatefulSet"}]`,
-			err: &errWant{422, metav1.StatusReasonInvalid, `Deployment.apps "web" is invalid: patch: Invalid value: the patch changes kind from Deployment to StatefulSet; a patch cannot change the type of an object`}},
+			err: &errWant{422, metav1.StatusReasonInvalid, `Deployment.apps "web" is invalid: patch: Invalid value: the patch changes kind; a patch cannot change the type of an object`}},
 		{name: "json patch with a wrongly typed value", patchType: types.JSONPatchType, patch: `[{"op":"replace","path":"/spec/replicas","value":"five"}]`,
 			err: &errWant{422, metav1.StatusReasonInvalid, `Deployment.apps "web" is invalid: patch: Invalid value: the patched object is not a valid Deployment: unrecognized type: int32`}},
 		{name: "json patch renaming the object", patchType: types.JSONPatchType, patch: `[{"op":"replace","path":"/metadata/name","value":"other"}]`,
-			err: &errWant{400, metav1.StatusReasonBadRequest, `the name of the object (other) does not match the name on the URL (web)`}},
+			err: &errWant{400, metav1.StatusReasonBadRequest, `the patch sets metadata.name, which does not match the name on the URL (web)`}},
 		{name: "json patch moving the object to another namespace", patchType: types.JSONPatchType, patch: `[{"op":"replace","path":"/metadata/namespace","value":"other"}]`,
-			err: &errWant{400, metav1.StatusReasonBadRequest, `the namespace of the object (other) does not match the namespace on the request (default)`}},
+			err: &errWant{400, metav1.StatusReasonBadRequest, `the patch sets metadata.namespace, which does not match the namespace on the request (default)`}},
 		{name: "json patch without an object", patchType: types.JSONPatchType, noCurrent: true, patch: `[]`, opts: Options{Name: "web"},
 			err: &errWant{404, metav1.StatusReasonNotFound, `"web" does not exist: only an apply patch can create an object`}},
 		{name: "json patch with force", patchType: types.JSONPatchType, patch: `[]`, opts: Options{Force: ptr(true)},
@@ -174,13 +175,13 @@ func TestApplyNonApply(t *testing.T) {
 		{name: "strategic merge patch array", patchType: types.StrategicMergePatchType, patch: `[]`,
 			err: &errWant{400, metav1.StatusReasonBadRequest, `the strategic merge patch is not a valid JSON object: json: cannot unmarshal array into Go value of type map[string]interface {}`}},
 		{name: "strategic merge patch bad directive", patchType: types.StrategicMergePatchType, patch: `{"spec":{"$patch":"frob"}}`,
-			err: &errWant{400, metav1.StatusReasonBadRequest, `the strategic merge patch cannot be applied: unknown patch type: frob in map: map[$patch:frob]`}},
+			err: &errWant{400, metav1.StatusReasonBadRequest, `the strategic merge patch does not fit the object's schema (a field has the wrong type or the patch has an unknown directive)`}},
 		{name: "strategic merge patch retainKeys mismatch", patchType: types.StrategicMergePatchType, patch: `{"spec":{"strategy":{"$retainKeys":["type"],"rollingUpdate":{"maxSurge":1}}}}`,
 			err: &errWant{400, metav1.StatusReasonBadRequest, `the strategic merge patch is malformed: invalid patch format of retainKeys`}},
 		{name: "strategic merge patch list of lists", patchType: types.StrategicMergePatchType, patch: `{"spec":{"template":{"spec":{"imagePullSecrets":[["x"]]}}}}`,
 			err: &errWant{422, metav1.StatusReasonInvalid, `Deployment.apps "web" is invalid: patch: Invalid value: the patched object is not a valid Deployment: cannot restore struct from: slice`}},
 		{name: "strategic merge patch with mismatched list element types", patchType: types.StrategicMergePatchType, patch: `{"spec":{"template":{"spec":{"containers":[["app"]]}}}}`,
-			err: &errWant{400, metav1.StatusReasonBadRequest, `the strategic merge patch cannot be applied: list element types are not identical: [[map[args:[--v=2 --metrics-bind-address=:8080 --leader-elect] env:[map[name:POD_NAME valueFrom:map[fieldRef:map[fieldPath:metadata.name]]] map[name:POD_NAMESPACE valueFrom:map[fieldRef:map[fieldPath:metadata.namespace]]] map[name:LOG_LEVEL value:info]] image:ng... (1628 more characters)`}},
+			err: &errWant{400, metav1.StatusReasonBadRequest, `the strategic merge patch does not fit the object's schema (a field has the wrong type or the patch has an unknown directive)`}},
 		{name: "strategic merge patch with a wrongly typed value", patchType: types.StrategicMergePatchType, patch: `{"metadata":{"annotations":{"foo":["bar"]}}}`,
 			err: &errWant{422, metav1.StatusReasonInvalid, `Deployment.apps "web" is invalid: patch: Invalid value: the patched object is not a valid Deployment: unrecognized type: string`}},
 
@@ -286,5 +287,67 @@ func TestEffectiveFieldManager(t *testing.T) {
 		if got := EffectiveFieldManager(tc.fm, tc.ua); got != tc.want {
 			t.Errorf("EffectiveFieldManager(%q, %q) = %q, want %q", tc.fm, tc.ua, got, tc.want)
 		}
+	}
+}
+
+// A patch can copy any stored value into a field the proxy then complains
+// about. The proxy's own errors name fields, never the values.
+func TestApplyNeverEchoesStoredValues(t *testing.T) {
+	const secretValue = "hunter2-do-not-echo"
+	secret := &unstructured.Unstructured{Object: map[string]interface{}{
+		"apiVersion": "v1", "kind": "Secret",
+		"metadata": map[string]interface{}{"name": "topsecret", "namespace": "default"},
+		"data":     map[string]interface{}{"password": secretValue},
+	}}
+	ns := "default"
+	opts := Options{Name: "topsecret", Namespace: &ns}
+	patches := map[string]struct {
+		patchType types.PatchType
+		patch     string
+	}{
+		"copy data into kind":           {types.JSONPatchType, `[{"op":"copy","from":"/data","path":"/kind"}]`},
+		"copy a value into kind":        {types.JSONPatchType, `[{"op":"copy","from":"/data/password","path":"/kind"}]`},
+		"copy a value into apiVersion":  {types.JSONPatchType, `[{"op":"copy","from":"/data/password","path":"/apiVersion"}]`},
+		"copy a value into the name":    {types.JSONPatchType, `[{"op":"copy","from":"/data/password","path":"/metadata/name"}]`},
+		"copy a value into a namespace": {types.JSONPatchType, `[{"op":"copy","from":"/data/password","path":"/metadata/namespace"}]`},
+		"strategic list into a map":     {types.StrategicMergePatchType, `{"data":[{"a":1}]}`},
+		"strategic directive":           {types.StrategicMergePatchType, `{"data":{"$patch":"frob"}}`},
+	}
+	for name, tc := range patches {
+		t.Run(name, func(t *testing.T) {
+			_, err := Apply(tc.patchType, secret, []byte(tc.patch), opts)
+			if err == nil {
+				t.Fatalf("the patch was applied")
+			}
+			if strings.Contains(err.Error(), secretValue) || strings.Contains(err.Error(), "password") {
+				t.Fatalf("the error echoes a stored value: %v", err)
+			}
+		})
+	}
+}
+
+// kube-apiserver bounds what copy operations may add; a patch of doubling
+// copies otherwise grows exponentially. The limit holds within a fixed
+// memory budget.
+func TestJSONPatchCopyAmplificationIsBounded(t *testing.T) {
+	ops := []string{`{"op":"add","path":"/spec/x","value":"` + strings.Repeat("a", 1024) + `"}`}
+	// Doubling: x becomes [x, x] with every step; 17 steps would be 128 MiB.
+	for i := 0; i < 17; i++ {
+		ops = append(ops, `{"op":"copy","from":"/spec/x","path":"/spec/y"}`,
+			`{"op":"add","path":"/spec/x","value":[]}`,
+			`{"op":"move","from":"/spec/y","path":"/spec/x/-"}`,
+			`{"op":"copy","from":"/spec/x/0","path":"/spec/x/-"}`)
+	}
+	patch := "[" + strings.Join(ops, ",") + "]"
+	var before, after runtime2.MemStats
+	runtime2.GC()
+	runtime2.ReadMemStats(&before)
+	_, err := Apply(types.JSONPatchType, currentDeployment(t), []byte(patch), Options{})
+	runtime2.ReadMemStats(&after)
+	wantStatus(t, err, 413, metav1.StatusReasonRequestEntityTooLarge,
+		fmt.Sprintf("Request entity too large: the JSON patch's copy operations add more than %d bytes", MaxJSONPatchCopyBytes))
+	const budget = 64 << 20
+	if grew := after.TotalAlloc - before.TotalAlloc; grew > budget {
+		t.Fatalf("applying the patch allocated %d MiB, over the %d MiB budget", grew>>20, budget>>20)
 	}
 }

@@ -10,8 +10,10 @@ import (
 	"net/http/httptest"
 	"strings"
 	"testing"
+	"time"
 
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/apimachinery/pkg/types"
@@ -134,7 +136,7 @@ func TestReadBody(t *testing.T) {
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
 			r := httptest.NewRequest("POST", "/", bytes.NewReader(payload))
-			_, tooLarge, err := readBody(r, tc.limit)
+			_, tooLarge, err := readBody(httptest.NewRecorder(), r, tc.limit)
 			if err != nil || tooLarge != tc.tooLarge {
 				t.Fatalf("tooLarge=%v err=%v", tooLarge, err)
 			}
@@ -145,6 +147,39 @@ func TestReadBody(t *testing.T) {
 				t.Fatalf("body after readBody: %d bytes", len(rest))
 			}
 		})
+	}
+}
+
+// A body that trickles in must not hold the write past the request's
+// deadline. The server reads under a short deadline; the client sends one
+// byte and then nothing, and its body is never closed by the test.
+func TestReadBodyHonoursTheRequestDeadline(t *testing.T) {
+	got := make(chan error, 1)
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		ctx, cancel := context.WithTimeout(r.Context(), 300*time.Millisecond)
+		defer cancel()
+		_, _, err := readBody(w, r.WithContext(ctx), 1<<20)
+		got <- err
+		w.WriteHeader(http.StatusNoContent)
+	}))
+	defer srv.Close()
+	pr, pw := io.Pipe()
+	defer pw.Close()
+	go func() { _, _ = pw.Write([]byte("{")) }()
+	req, err := http.NewRequest(http.MethodPost, srv.URL, pr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	go func() {
+		resp, err := srv.Client().Do(req)
+		if err == nil {
+			_ = resp.Body.Close()
+		}
+	}()
+	err = <-got
+	var status apierrors.APIStatus
+	if !errors.As(err, &status) || status.Status().Code != http.StatusGatewayTimeout || status.Status().Reason != metav1.StatusReasonTimeout {
+		t.Fatalf("readBody returned %v, want a 504 Timeout Status", err)
 	}
 }
 

@@ -24,6 +24,7 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 	"go.uber.org/zap"
+	"k8s.io/apiserver/pkg/authorization/authorizer"
 	"k8s.io/client-go/dynamic"
 
 	"github.com/kausality-io/kausality-proxy/intercept/config"
@@ -56,6 +57,10 @@ type Config struct {
 	// Writer makes the proxy's own writes to parents, with the proxy's
 	// credentials.
 	Writer dynamic.Interface
+	// Authorizer says whether the effective user may do what a write asks.
+	// It is asked before the proxy does any work for the write; nil
+	// refuses every intercepted write.
+	Authorizer authorizer.Authorizer
 	// Settings returns the configuration in force (the --config file may
 	// change at run time). nil means config.Default().
 	Settings func() *config.Config

@@ -15,10 +15,10 @@ import (
 // select them from the proxy's log.
 const DecisionMessage = "kausality decision"
 
-// logDecisionLine writes the one line an intercepted write produces. It
-// never contains request bodies, tokens or other secrets: only names,
-// generations and the decision.
-func (i *Interceptor) logDecisionLine(p *pending, d *decision.Decision, err error) {
+// recordDecision records a decided write: the one log line it produces and
+// its metrics. The line never contains request bodies, tokens or other
+// secrets: only names, generations and the decision.
+func (i *Interceptor) recordDecision(p *pending, d *decision.Decision) {
 	fields := []zap.Field{
 		zap.String("user", d.Actor.User),
 		zap.String("fieldManager", p.w.fieldManager),
@@ -77,13 +77,12 @@ func (i *Interceptor) logDecisionLine(p *pending, d *decision.Decision, err erro
 	if len(d.Warnings) > 0 {
 		fields = append(fields, zap.Strings("warnings", d.Warnings))
 	}
-	if err != nil {
-		fields = append(fields, zap.Error(err))
-	}
 	i.cfg.Log.Info(DecisionMessage, fields...)
 	i.metrics.observe(p, d)
 }
 
+// logError records a write the proxy answered with an error of its own:
+// its log line and its metrics.
 func (i *Interceptor) logError(r *http.Request, p *pending, err error) {
 	user := ""
 	if u, ok := request.UserFrom(r.Context()); ok {

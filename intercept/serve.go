@@ -8,6 +8,7 @@ import (
 	"io"
 	"net"
 	"net/http"
+	"os"
 	"strconv"
 	"strings"
 	"time"
@@ -17,8 +18,10 @@ import (
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/apimachinery/pkg/util/validation/field"
 	"k8s.io/apiserver/pkg/endpoints/request"
 
 	"github.com/kausality-io/kausality-proxy/intercept/annotations"
@@ -51,6 +54,9 @@ type pending struct {
 	new          *unstructured.Unstructured
 	changed      bool
 	changes      []decision.FieldChange
+	// shownChanges are the changes messages may show: nil until a drift
+	// verdict asks, then changes, or changes without their values.
+	shownChanges []decision.FieldChange
 	parent       *unstructured.Unstructured
 	parentSource string
 	nsMode       string
@@ -61,17 +67,41 @@ func (i *Interceptor) serveWrite(w http.ResponseWriter, r *http.Request, wr *wri
 	p := &pending{w: wr, start: time.Now(), settings: i.cfg.Settings()}
 	u, _ := request.UserFrom(r.Context())
 	p.controller = p.settings.ControllerFor(u, wr.fieldManager)
-	if p.shadow() {
-		i.serveShadow(w, r, p, forward)
-		return
-	}
 	fail := func(err error) {
 		p.outcome = "error"
 		i.logError(r, p, err)
 		writeError(w, err)
 	}
 
-	data, tooLarge, err := readBody(r, i.cfg.MaxBodyBytes)
+	// Nothing is read, decoded or written for a caller who may not write.
+	if err := i.authorizeWrite(r.Context(), u, wr); err != nil {
+		var unavailable *authorizationUnavailableError
+		switch {
+		case p.shadow():
+			// Shadow changes nothing: kube-apiserver answers as it would
+			// without the proxy.
+			p.outcome = "shadow:not-authorized"
+			forward.ServeHTTP(w, r)
+		case errors.As(err, &unavailable) && i.cfg.FailurePolicy == FailurePolicyIgnore:
+			p.outcome = "ignored-failure"
+			i.logError(r, p, err)
+			w.Header().Add("Warning", formatWarning("kausality: no drift decision was made (--failure-policy=Ignore): "+err.Error()))
+			forward.ServeHTTP(w, r)
+		case errors.As(err, &unavailable):
+			fail(unavailable.status())
+		default:
+			p.outcome = "not-authorized"
+			writeError(w, err)
+		}
+		return
+	}
+
+	if p.shadow() {
+		i.serveShadow(w, r, p, forward)
+		return
+	}
+
+	data, tooLarge, err := readBody(w, r, i.cfg.MaxBodyBytes)
 	if err != nil {
 		fail(err)
 		return
@@ -101,7 +131,10 @@ func (i *Interceptor) serveWrite(w http.ResponseWriter, r *http.Request, wr *wri
 		return
 	}
 
-	var d decision.Decision
+	var (
+		d           decision.Decision
+		preflighted bool
+	)
 	for attempt := 1; ; attempt++ {
 		d, err = i.decideConfirmed(r, p)
 		if err != nil {
@@ -114,6 +147,23 @@ func (i *Interceptor) serveWrite(w http.ResponseWriter, r *http.Request, wr *wri
 		}
 		if !d.ConsumeOnce || d.ApprovalsUpdate == nil || wr.dryRun {
 			break
+		}
+		// A once approval is written off the parent before the write is
+		// forwarded. That is a write with the proxy's credentials, so it is
+		// made only for a write kube-apiserver is going to accept: a dry
+		// run as the caller answers that first.
+		if !preflighted {
+			out, err := i.mutate(r, p, &d)
+			if err != nil {
+				fail(err)
+				return
+			}
+			if !i.preflight(w, out, forward, writeError) {
+				p.outcome = "dry-run-refused"
+				i.recordDecision(p, &d)
+				return
+			}
+			preflighted = true
 		}
 		err := i.reserveApproval(r.Context(), d.ApprovalsUpdate)
 		if err == nil {
@@ -131,10 +181,11 @@ func (i *Interceptor) serveWrite(w http.ResponseWriter, r *http.Request, wr *wri
 			return
 		}
 	}
+	reserved := d.ConsumeOnce && d.ApprovalsUpdate != nil && !wr.dryRun
 
 	out, err := i.mutate(r, p, &d)
 	if err != nil {
-		if d.ConsumeOnce && d.ApprovalsUpdate != nil && !wr.dryRun {
+		if reserved {
 			i.restoreApproval(d.ApprovalsUpdate)
 		}
 		fail(err)
@@ -152,14 +203,42 @@ func (i *Interceptor) serveWrite(w http.ResponseWriter, r *http.Request, wr *wri
 	succeeded := rec.code >= 200 && rec.code < 300
 	p.outcome = "forwarded:" + strconv.Itoa(rec.code)
 
-	if d.ConsumeOnce && d.ApprovalsUpdate != nil && !wr.dryRun && !succeeded {
+	// Only a conflict is certain to have left the object unwritten, and a
+	// conflict is what a write that passed its dry run meets in a race.
+	// Anything else (a broken connection, a timeout, a 5xx) may have been
+	// applied: putting the approval back could let it admit a second write.
+	if reserved && rec.code == http.StatusConflict {
 		i.restoreApproval(d.ApprovalsUpdate)
 	}
 	if succeeded && !wr.dryRun {
 		i.sideWrites(d.ParentWrites)
 		i.report(r, p, &d)
 	}
-	i.logDecisionLine(p, &d, nil)
+	i.recordDecision(p, &d)
+}
+
+// preflight sends out as a server-side dry run and reports whether
+// kube-apiserver would accept it. When it would not, its answer has been
+// written to w and nothing was changed anywhere.
+func (i *Interceptor) preflight(w http.ResponseWriter, out *http.Request, forward http.Handler, writeError ErrorWriter) bool {
+	dry := out.Clone(out.Context())
+	q := dry.URL.Query()
+	q.Add("dryRun", "All")
+	dry.URL.RawQuery = q.Encode()
+	dry.RequestURI = ""
+	if out.GetBody != nil {
+		b, err := out.GetBody()
+		if err == nil {
+			dry.Body = b
+		}
+	}
+	rec := newBufferedResponse(maxPreflightAnswer)
+	forward.ServeHTTP(rec, dry)
+	if rec.code >= 200 && rec.code < 300 {
+		return true
+	}
+	rec.replay(w, writeError)
+	return false
 }
 
 // report sends the DriftReport the decision calls for, once the outcome is
@@ -187,7 +266,27 @@ func (i *Interceptor) decideConfirmed(r *http.Request, p *pending) (decision.Dec
 		}
 		d = i.decide(r, p)
 	}
+	if d.Drift && p.shownChanges == nil && len(p.changes) > 0 {
+		// A drift message lists the changed fields with their stored and
+		// new values. The stored ones are shown only to a caller who may
+		// read the object, and never for a Secret.
+		p.shownChanges = p.changes
+		u, _ := request.UserFrom(r.Context())
+		if p.kind.GroupKind() == (schema.GroupKind{Kind: "Secret"}) || !i.mayRead(r.Context(), u, p.w) {
+			p.shownChanges = withoutValues(p.changes)
+			d = i.decide(r, p)
+		}
+	}
 	return d, nil
+}
+
+// withoutValues keeps only the paths of changes.
+func withoutValues(changes []decision.FieldChange) []decision.FieldChange {
+	out := make([]decision.FieldChange, len(changes))
+	for i, c := range changes {
+		out[i] = decision.FieldChange{Path: c.Path}
+	}
+	return out
 }
 
 // serveShadow handles a write of a controller in shadow mode: the full
@@ -196,7 +295,7 @@ func (i *Interceptor) decideConfirmed(r *http.Request, p *pending) (decision.Dec
 // side write. Whatever goes wrong while deciding is logged, never returned.
 func (i *Interceptor) serveShadow(w http.ResponseWriter, r *http.Request, p *pending, forward http.Handler) {
 	p.outcome = "shadow"
-	data, tooLarge, err := readBody(r, i.cfg.MaxBodyBytes)
+	data, tooLarge, err := readBody(w, r, i.cfg.MaxBodyBytes)
 	if err != nil || tooLarge {
 		if err == nil {
 			err = fmt.Errorf("body larger than %d bytes: not decided", i.cfg.MaxBodyBytes)
@@ -214,7 +313,7 @@ func (i *Interceptor) serveShadow(w http.ResponseWriter, r *http.Request, p *pen
 	case err != nil:
 		i.logError(r, p, err)
 	case decided:
-		i.logDecisionLine(p, &d, nil)
+		i.recordDecision(p, &d)
 	}
 }
 
@@ -238,17 +337,29 @@ func (i *Interceptor) shadowDecision(r *http.Request, p *pending, data []byte) (
 	return d, err == nil, err
 }
 
-// readBody reads at most limit bytes. When the body is larger, the bytes
-// read so far are put back in front of the rest, so the request can still
-// be forwarded untouched.
-func readBody(r *http.Request, limit int64) (data []byte, tooLarge bool, err error) {
+// readBody reads at most limit bytes, within the request's deadline: a
+// body trickled in a byte at a time must not hold a write (and its memory)
+// for longer than any other request may take. When the body is larger than
+// limit, the bytes read so far are put back in front of the rest, so the
+// request can still be forwarded untouched.
+func readBody(w http.ResponseWriter, r *http.Request, limit int64) (data []byte, tooLarge bool, err error) {
 	if r.Body == nil || r.Body == http.NoBody {
 		restoreBody(r, nil)
 		return nil, false, nil
 	}
+	if deadline, ok := r.Context().Deadline(); ok {
+		rc := http.NewResponseController(w)
+		if rc.SetReadDeadline(deadline) == nil {
+			// The connection may serve further requests.
+			defer func() { _ = rc.SetReadDeadline(time.Time{}) }()
+		}
+	}
 	orig := r.Body
 	data, err = io.ReadAll(io.LimitReader(orig, limit+1))
 	if err != nil {
+		if errors.Is(err, os.ErrDeadlineExceeded) || r.Context().Err() != nil {
+			return nil, false, bodyTimeout()
+		}
 		return nil, false, apierrors.NewBadRequest(fmt.Sprintf("reading the request body: %v", err))
 	}
 	if int64(len(data)) > limit {
@@ -261,6 +372,16 @@ func readBody(r *http.Request, limit int64) (data []byte, tooLarge bool, err err
 	_ = orig.Close()
 	restoreBody(r, data)
 	return data, false, nil
+}
+
+func bodyTimeout() error {
+	return &apierrors.StatusError{ErrStatus: metav1.Status{
+		Status:  metav1.StatusFailure,
+		Code:    http.StatusGatewayTimeout,
+		Reason:  metav1.StatusReasonTimeout,
+		Message: "the request body did not arrive within the proxy's --request-timeout (or the request's shorter ?timeout=); nothing was written",
+		Details: &metav1.StatusDetails{RetryAfterSeconds: 1},
+	}}
 }
 
 // shadow reports whether the writer's controller is in shadow mode.
@@ -288,11 +409,24 @@ func (i *Interceptor) load(r *http.Request, p *pending) error {
 	ctx := r.Context()
 	wr := p.w
 	kind, err := i.cfg.Objects.KindFor(wr.gvr)
+	if meta.IsNoMatchError(err) {
+		return resourceNotFound()
+	}
 	if err != nil {
 		return i.unresolvable(fmt.Errorf("resolving the kind of %s: %w", wr.gvr, err))
 	}
+	m, err := i.cfg.Objects.Mapping(kind)
+	if err != nil {
+		return i.unresolvable(fmt.Errorf("resolving the resource of %s: %w", kind, err))
+	}
+	// Discovery matches resource names in any case; kube-apiserver serves
+	// only the canonical spelling. Anything else is not a resource, and
+	// must not become a cache of its own.
+	if m.Resource != wr.gvr {
+		return resourceNotFound()
+	}
 	p.kind = kind
-	if m, err := i.cfg.Objects.Mapping(kind); err == nil && m.Scope.Name() == meta.RESTScopeNameRoot {
+	if m.Scope.Name() == meta.RESTScopeNameRoot {
 		wr.namespace = ""
 	}
 
@@ -330,9 +464,12 @@ func (i *Interceptor) load(r *http.Request, p *pending) error {
 		if pt == types.ApplyYAMLPatchType || pt == types.ApplyCBORPatchType {
 			opts.TypeConverter = builtinTC()
 		}
-		if f := r.URL.Query().Get("force"); f != "" {
-			force := f == "true"
-			opts.Force = &force
+		if f := r.URL.Query()["force"]; len(f) > 0 {
+			// kube-apiserver's query conversion: anything but 0, false or
+			// no (any case) is true, and the first value counts.
+			if err := runtime.Convert_Slice_string_To_Pointer_bool(&f, &opts.Force, nil); err != nil {
+				return apierrors.NewBadRequest(fmt.Sprintf("the force parameter: %v", err))
+			}
 		}
 		if r.URL.Query().Get("fieldManager") == "" && pt != types.ApplyYAMLPatchType && pt != types.ApplyCBORPatchType {
 			opts.FieldManager = ""
@@ -488,6 +625,18 @@ func (i *Interceptor) unresolvable(err error) error {
 	return apierrors.NewInternalError(fmt.Errorf("kausality-proxy cannot decide about this write (--failure-policy=Fail): %w", err))
 }
 
+// resourceNotFound is kube-apiserver's answer for a path that names no
+// resource it serves.
+func resourceNotFound() error {
+	return &apierrors.StatusError{ErrStatus: metav1.Status{
+		Status:  metav1.StatusFailure,
+		Code:    http.StatusNotFound,
+		Reason:  metav1.StatusReasonNotFound,
+		Message: "the server could not find the requested resource",
+		Details: &metav1.StatusDetails{},
+	}}
+}
+
 // ignoredError marks a failure that --failure-policy=Ignore lets through.
 type ignoredError struct{ err error }
 
@@ -519,6 +668,9 @@ func (i *Interceptor) decide(r *http.Request, p *pending) decision.Decision {
 			in.Child.Name = p.new.GetGenerateName()
 		}
 	}
+	if p.shownChanges != nil {
+		in.Changes = p.shownChanges
+	}
 	return decision.Decide(in)
 }
 
@@ -539,7 +691,7 @@ func (i *Interceptor) deny(w http.ResponseWriter, r *http.Request, p *pending, d
 			Causes: d.Causes,
 		},
 	}}
-	i.logDecisionLine(p, d, nil)
+	i.recordDecision(p, d)
 	writeError(w, err)
 	if !p.w.dryRun {
 		i.report(r, p, d)
@@ -568,8 +720,11 @@ func (i *Interceptor) mutate(r *http.Request, p *pending, d *decision.Decision) 
 		}
 		data, err = patch.AddAnnotations(p.patchTy, p.data, changes, p.new)
 		if errors.Is(err, patch.ErrNotRewritable) {
-			d.Warnings = append(d.Warnings, "kausality: this patch replaces all annotations, so the causal trace could not be recorded")
-			return r, nil
+			// Forwarding it would remove every kausality.io annotation,
+			// the object's own mode and the trace included.
+			return nil, apierrors.NewInvalid(p.kind.GroupKind(), p.w.info.Name, field.ErrorList{field.Forbidden(
+				field.NewPath("metadata", "annotations"),
+				"kausality-proxy: this patch replaces metadata.annotations as a whole, which would drop the kausality.io annotations the proxy keeps on this object; patch individual annotation keys instead")})
 		}
 	} else {
 		obj := p.new.DeepCopy()
@@ -648,3 +803,58 @@ func (c *codeRecorder) Write(b []byte) (int, error) {
 func (c *codeRecorder) Flush() { http.NewResponseController(c.ResponseWriter).Flush() }
 
 func (c *codeRecorder) Unwrap() http.ResponseWriter { return c.ResponseWriter }
+
+// maxPreflightAnswer bounds what is kept of a dry run's answer; only a
+// refusal is relayed, and refusals are small Status objects.
+const maxPreflightAnswer = 1 << 20
+
+// bufferedResponse holds an answer that may or may not be relayed.
+type bufferedResponse struct {
+	header    http.Header
+	code      int
+	body      bytes.Buffer
+	limit     int
+	truncated bool
+}
+
+func newBufferedResponse(limit int) *bufferedResponse {
+	return &bufferedResponse{header: http.Header{}, limit: limit}
+}
+
+func (b *bufferedResponse) Header() http.Header { return b.header }
+
+func (b *bufferedResponse) WriteHeader(code int) {
+	if b.code == 0 {
+		b.code = code
+	}
+}
+
+func (b *bufferedResponse) Write(p []byte) (int, error) {
+	if b.code == 0 {
+		b.code = http.StatusOK
+	}
+	if room := b.limit - b.body.Len(); room < len(p) {
+		b.truncated = true
+		b.body.Write(p[:max(room, 0)])
+		return len(p), nil
+	}
+	return b.body.Write(p)
+}
+
+// replay writes the held answer to w, or a Status saying what happened when
+// it was too large to hold.
+func (b *bufferedResponse) replay(w http.ResponseWriter, writeError ErrorWriter) {
+	if b.truncated || b.code == 0 {
+		writeError(w, &apierrors.StatusError{ErrStatus: metav1.Status{Status: metav1.StatusFailure, Code: int32(max(b.code, http.StatusBadGateway)),
+			Message: fmt.Sprintf("kube-apiserver refused a dry run of this write with %d, and its answer was too large to relay; nothing was written", b.code)}})
+		return
+	}
+	for k, vs := range b.header {
+		if strings.EqualFold(k, "Content-Length") {
+			continue
+		}
+		w.Header()[k] = vs
+	}
+	w.WriteHeader(b.code)
+	_, _ = w.Write(b.body.Bytes())
+}

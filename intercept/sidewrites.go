@@ -80,9 +80,11 @@ func (i *Interceptor) reserveApproval(ctx context.Context, upd *decision.Approva
 
 // restoreApproval puts a reserved once approval back after the upstream
 // refused the write it was reserved for. It merges into the parent's
-// current approvals, so edits made in between are kept.
+// current approvals, so edits made in between are kept. It is done before
+// the caller gets its answer: a client that retries at once must find the
+// approval back in place.
 func (i *Interceptor) restoreApproval(upd *decision.ApprovalsUpdate) {
-	go func() {
+	func() {
 		ctx, cancel := context.WithTimeout(context.Background(), i.cfg.SideWriteTimeout)
 		defer cancel()
 		log := i.cfg.Log.With(zap.String("parent", upd.Target.String()), zap.String("approval", upd.Consumed.Name))

@@ -31,19 +31,23 @@ func CallerFrom(ctx context.Context) (*authn.Caller, bool) {
 
 // buildHandler composes the serving chain, outermost first:
 //
-//	panic recovery → metrics → request info → authentication →
-//	impersonation → request deadline → write interception → upstream
+//	panic recovery → request info → metrics → upgrade restriction →
+//	authentication → impersonation → max mutating in flight →
+//	request deadline → write interception → upstream
 //
 // Nothing before authentication talks to the upstream, so a request that
-// fails authentication or impersonation sends zero bytes upstream.
+// fails authentication or impersonation sends zero bytes upstream. The
+// interceptor authorizes a write before it does any work for it.
 func (s *Server) buildHandler() http.Handler {
 	var h http.Handler = s.upstream
 	h = s.interceptor.Wrap(h, WriteStatus)
 	h = withRequestDeadline(h, s.longRunning, s.requestTimeout, s.drainCtx)
+	h = withMaxMutatingInFlight(h, s.maxMutatingInFlight, s.longRunning, s.metrics)
 	h = withImpersonation(h, s.authenticator, s.metrics)
 	h = withAuthentication(h, s.authenticator, s.metrics, s.log)
-	h = genericapifilters.WithRequestInfo(h, s.requestInfo)
+	h = withUpgradeRestriction(h)
 	h = withMetrics(h, s.metrics, s.longRunning)
+	h = genericapifilters.WithRequestInfo(h, s.requestInfo)
 	h = withPanicRecovery(h, s.log)
 	return h
 }
@@ -84,6 +88,11 @@ func withImpersonation(next http.Handler, a *authn.Authenticator, m *metrics) ht
 		if err != nil {
 			m.impersonationDenials.Inc()
 			WriteStatus(w, err)
+			return
+		}
+		if err := authn.ValidateIdentity(effective); err != nil {
+			m.impersonationDenials.Inc()
+			WriteStatus(w, apierrors.NewBadRequest("the requested impersonation cannot be passed on exactly: "+err.Error()))
 			return
 		}
 		next.ServeHTTP(w, r.WithContext(request.WithUser(r.Context(), effective)))
@@ -147,6 +156,7 @@ func withMetrics(next http.Handler, m *metrics, longRunning request.LongRunningR
 			if info.Subresource != "" {
 				resource += "/" + info.Subresource
 			}
+			resource = m.resources.value(resource)
 			if longRunning(r, info) {
 				verb = "long-running:" + verb
 			}

@@ -1,6 +1,8 @@
 package proxy
 
 import (
+	"sync"
+
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/collectors"
 )
@@ -15,6 +17,8 @@ type metrics struct {
 	authFailures         prometheus.Counter
 	impersonationDenials prometheus.Counter
 	upstreamUp           prometheus.Gauge
+	throttled            prometheus.Counter
+	resources            *boundedLabels
 }
 
 func newMetrics() *metrics {
@@ -45,8 +49,43 @@ func newMetrics() *metrics {
 			Name: "kausality_proxy_upstream_up",
 			Help: "1 when the last probe of the upstream's /readyz succeeded.",
 		}),
+		throttled: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "kausality_proxy_throttled_requests_total",
+			Help: "Mutating requests answered 429 because --max-mutating-requests-inflight were in flight.",
+		}),
+		resources: newBoundedLabels(maxResourceLabels),
 	}
-	m.registry.MustRegister(m.requests, m.duration, m.inflight, m.authFailures, m.impersonationDenials, m.upstreamUp,
+	m.registry.MustRegister(m.requests, m.duration, m.inflight, m.authFailures, m.impersonationDenials, m.upstreamUp, m.throttled,
 		collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	return m
+}
+
+// maxResourceLabels bounds the distinct values of the resource label. The
+// resource comes from the request path, which any caller chooses; without a
+// bound every made-up resource name would add series for good.
+const maxResourceLabels = 512
+
+// boundedLabels admits the first n distinct values and maps the rest to
+// "other".
+type boundedLabels struct {
+	mu   sync.Mutex
+	n    int
+	seen map[string]struct{}
+}
+
+func newBoundedLabels(n int) *boundedLabels {
+	return &boundedLabels{n: n, seen: map[string]struct{}{}}
+}
+
+func (b *boundedLabels) value(v string) string {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	if _, ok := b.seen[v]; ok {
+		return v
+	}
+	if len(b.seen) >= b.n {
+		return "other"
+	}
+	b.seen[v] = struct{}{}
+	return v
 }

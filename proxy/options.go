@@ -51,6 +51,8 @@ type Options struct {
 	RequestTimeout      time.Duration
 	ShutdownTimeout     time.Duration
 	MaxRequestBodyBytes int64
+	// MaxMutatingRequestsInFlight bounds concurrent mutating requests.
+	MaxMutatingRequestsInFlight int
 	// WrapUpstreamTransport, when set, wraps the transport of forwarded
 	// (non-upgrade) requests, for instrumentation and tests that need to see
 	// exactly what reaches kube-apiserver.
@@ -67,20 +69,22 @@ func NewOptions() *Options {
 	serving.ServerCert.PairName = "kausality-proxy"
 	serving.ServerCert.CertDirectory = "/var/run/kausality-proxy/certs"
 	return &Options{
-		SecureServing:         serving,
-		TokenCacheTTL:         10 * time.Second,
-		TokenCacheFailureTTL:  10 * time.Second,
-		AuthorizeCacheTTL:     10 * time.Second,
-		UnauthorizeCacheTTL:   10 * time.Second,
-		DefaultMode:           "log",
-		FailurePolicy:         "Fail",
-		MetricsBindAddress:    ":9090",
-		RequestTimeout:        60 * time.Second,
-		ShutdownTimeout:       60 * time.Second,
-		MaxRequestBodyBytes:   3 * 1024 * 1024,
-		UpstreamProbeInterval: 2 * time.Second,
-		ConfigReloadInterval:  2 * time.Second,
-		DriftWebhookTimeout:   10 * time.Second,
+		SecureServing:        serving,
+		TokenCacheTTL:        10 * time.Second,
+		TokenCacheFailureTTL: 10 * time.Second,
+		AuthorizeCacheTTL:    10 * time.Second,
+		UnauthorizeCacheTTL:  10 * time.Second,
+		DefaultMode:          "log",
+		FailurePolicy:        "Fail",
+		MetricsBindAddress:   ":9090",
+		RequestTimeout:       60 * time.Second,
+		ShutdownTimeout:      60 * time.Second,
+		MaxRequestBodyBytes:  3 * 1024 * 1024,
+		// kube-apiserver's default for --max-mutating-requests-inflight.
+		MaxMutatingRequestsInFlight: 200,
+		UpstreamProbeInterval:       2 * time.Second,
+		ConfigReloadInterval:        2 * time.Second,
+		DriftWebhookTimeout:         10 * time.Second,
 	}
 }
 
@@ -96,8 +100,8 @@ func (o *Options) AddFlags(fs *pflag.FlagSet) {
 		"Let unauthenticated requests through as system:anonymous. Off by default: they get 401 and nothing is sent upstream.")
 	fs.DurationVar(&o.TokenCacheTTL, "token-cache-ttl", o.TokenCacheTTL, "How long a successful TokenReview is cached.")
 	fs.DurationVar(&o.TokenCacheFailureTTL, "token-cache-failure-ttl", o.TokenCacheFailureTTL, "How long a failed TokenReview is cached.")
-	fs.DurationVar(&o.AuthorizeCacheTTL, "authorization-cache-ttl", o.AuthorizeCacheTTL, "How long an allowed impersonation SubjectAccessReview is cached.")
-	fs.DurationVar(&o.UnauthorizeCacheTTL, "authorization-failure-cache-ttl", o.UnauthorizeCacheTTL, "How long a denied impersonation SubjectAccessReview is cached.")
+	fs.DurationVar(&o.AuthorizeCacheTTL, "authorization-cache-ttl", o.AuthorizeCacheTTL, "How long an allowed SubjectAccessReview (impersonation, and the write path's check that a caller may write) is cached.")
+	fs.DurationVar(&o.UnauthorizeCacheTTL, "authorization-failure-cache-ttl", o.UnauthorizeCacheTTL, "How long a denied SubjectAccessReview is cached.")
 	fs.StringVar(&o.DefaultMode, "default-mode", o.DefaultMode, "Drift mode when nothing more specific is set: log or enforce.")
 	fs.StringVar(&o.FailurePolicy, "failure-policy", o.FailurePolicy, "What to do with an intercepted write whose parent cannot be read: Fail or Ignore.")
 	fs.StringVar(&o.ConfigFile, "config", o.ConfigFile, "YAML file with resource rules, excluded namespaces and per-controller modes. Reloaded on change.")
@@ -108,6 +112,8 @@ func (o *Options) AddFlags(fs *pflag.FlagSet) {
 	fs.DurationVar(&o.RequestTimeout, "request-timeout", o.RequestTimeout, "Upper bound for requests that are not long-running (watch, exec, attach, port-forward, logs and proxy are exempt).")
 	fs.DurationVar(&o.ShutdownTimeout, "shutdown-timeout", o.ShutdownTimeout, "How long in-flight requests may drain on shutdown.")
 	fs.Int64Var(&o.MaxRequestBodyBytes, "max-request-body-bytes", o.MaxRequestBodyBytes, "Largest body of an intercepted write; larger ones get 413.")
+	fs.IntVar(&o.MaxMutatingRequestsInFlight, "max-mutating-requests-inflight", o.MaxMutatingRequestsInFlight,
+		"Most mutating requests served at once; beyond it they get 429 with Retry-After. 0 means no limit.")
 }
 
 // Validate reports every problem at once.
@@ -129,6 +135,9 @@ func (o *Options) Validate() []error {
 	}
 	if o.RequestTimeout <= 0 {
 		errs = append(errs, fmt.Errorf("--request-timeout must be positive"))
+	}
+	if o.MaxMutatingRequestsInFlight < 0 {
+		errs = append(errs, fmt.Errorf("--max-mutating-requests-inflight must not be negative"))
 	}
 	if o.MaxRequestBodyBytes <= 0 {
 		errs = append(errs, fmt.Errorf("--max-request-body-bytes must be positive"))

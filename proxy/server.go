@@ -40,6 +40,9 @@ type Config struct {
 	RequestTimeout        time.Duration
 	ShutdownTimeout       time.Duration
 	UpstreamProbeInterval time.Duration
+	// MaxMutatingInFlight bounds concurrent mutating requests; 0 is no
+	// limit.
+	MaxMutatingInFlight int
 
 	// WrapUpstreamTransport wraps the forwarding transport (see Options).
 	WrapUpstreamTransport func(http.RoundTripper) http.RoundTripper
@@ -75,6 +78,7 @@ func (o *Options) Config(log *zap.Logger) (*Config, error) {
 	cfg := &Config{
 		Log:                   log,
 		RequestTimeout:        o.RequestTimeout,
+		MaxMutatingInFlight:   o.MaxMutatingRequestsInFlight,
 		ShutdownTimeout:       o.ShutdownTimeout,
 		UpstreamProbeInterval: o.UpstreamProbeInterval,
 		WrapUpstreamTransport: o.WrapUpstreamTransport,
@@ -145,6 +149,7 @@ func (o *Options) Config(log *zap.Logger) (*Config, error) {
 		Settings:      cfg.Settings.Current,
 		DefaultMode:   decision.Mode(o.DefaultMode),
 		FailurePolicy: intercept.FailurePolicy(o.FailurePolicy),
+		Authorizer:    cfg.Authenticator.Authorizer(),
 		MaxBodyBytes:  o.MaxRequestBodyBytes,
 		Log:           log.Named("intercept"),
 		Metrics:       cfg.metrics.registry,
@@ -203,12 +208,13 @@ type Server struct {
 	requestInfo   *request.RequestInfoFactory
 	longRunning   request.LongRunningRequestCheck
 
-	requestTimeout  time.Duration
-	shutdownTimeout time.Duration
-	shuttingDown    atomic.Bool
-	stopBackground  context.CancelFunc
-	settings        *config.Watcher
-	reports         *notify.Sender
+	requestTimeout      time.Duration
+	maxMutatingInFlight int
+	shutdownTimeout     time.Duration
+	shuttingDown        atomic.Bool
+	stopBackground      context.CancelFunc
+	settings            *config.Watcher
+	reports             *notify.Sender
 	// drainCtx is cancelled when shutdown starts; long-running requests
 	// end then.
 	drainCtx   context.Context
@@ -228,23 +234,24 @@ func (c CompletedConfig) New() (*Server, error) {
 	m := c.metrics
 	drainCtx, startDrain := context.WithCancel(context.Background())
 	return &Server{
-		drainCtx:        drainCtx,
-		startDrain:      startDrain,
-		serving:         c.Serving,
-		metricsListener: c.MetricsListener,
-		log:             c.Log,
-		upstream:        up,
-		authenticator:   c.Authenticator,
-		interceptor:     c.Interceptor,
-		metrics:         m,
-		probe:           newUpstreamProbe(probeClient, up.url.JoinPath("readyz").String(), c.UpstreamProbeInterval, c.Log, m),
-		requestInfo:     newRequestInfoFactory(),
-		longRunning:     newLongRunningCheck(),
-		requestTimeout:  c.RequestTimeout,
-		shutdownTimeout: c.ShutdownTimeout,
-		stopBackground:  c.stopBackground,
-		settings:        c.Settings,
-		reports:         c.Reports,
+		drainCtx:            drainCtx,
+		startDrain:          startDrain,
+		serving:             c.Serving,
+		metricsListener:     c.MetricsListener,
+		log:                 c.Log,
+		upstream:            up,
+		authenticator:       c.Authenticator,
+		interceptor:         c.Interceptor,
+		metrics:             m,
+		probe:               newUpstreamProbe(probeClient, up.url.JoinPath("readyz").String(), c.UpstreamProbeInterval, c.Log, m),
+		requestInfo:         newRequestInfoFactory(),
+		longRunning:         newLongRunningCheck(),
+		requestTimeout:      c.RequestTimeout,
+		maxMutatingInFlight: c.MaxMutatingInFlight,
+		shutdownTimeout:     c.ShutdownTimeout,
+		stopBackground:      c.stopBackground,
+		settings:            c.Settings,
+		reports:             c.Reports,
 	}, nil
 }
 

@@ -34,47 +34,83 @@ const (
 	FromLive Source = "live"
 )
 
+const (
+	// DefaultMaxInformers bounds the caches a Store starts. Each one lists
+	// and watches a whole resource cluster-wide; past the bound, reads of
+	// further resources are live.
+	DefaultMaxInformers = 128
+	// discoveryResetInterval is the least time between two refreshes of
+	// discovery that an unknown resource or kind triggers. A refresh is a
+	// burst of requests; without a bound, any caller naming made-up
+	// resources would make the proxy rediscover the cluster each time.
+	discoveryResetInterval = 10 * time.Second
+)
+
+// uncached are resources never held in an informer cache: the proxy would
+// keep every Secret of the cluster in memory to speed up writes of a few.
+var uncached = map[schema.GroupResource]bool{{Resource: "secrets"}: true}
+
 // Store reads objects by GVK or GVR.
 type Store struct {
-	dynamic dynamic.Interface
-	mapper  *restmapper.DeferredDiscoveryRESTMapper
-	resync  time.Duration
+	dynamic      dynamic.Interface
+	mapper       *restmapper.DeferredDiscoveryRESTMapper
+	resync       time.Duration
+	maxInformers int
+	now          func() time.Time
 
 	ctx       context.Context
 	mu        sync.Mutex
 	informers map[schema.GroupVersionResource]informers.GenericInformer
+	lastReset time.Time
 }
 
 // New returns a Store. Informers it starts run until ctx is done.
 func New(ctx context.Context, disc discovery.DiscoveryInterface, dyn dynamic.Interface) *Store {
 	return &Store{
-		dynamic:   dyn,
-		mapper:    restmapper.NewDeferredDiscoveryRESTMapper(memory.NewMemCacheClient(disc)),
-		ctx:       ctx,
-		informers: map[schema.GroupVersionResource]informers.GenericInformer{},
+		dynamic:      dyn,
+		mapper:       restmapper.NewDeferredDiscoveryRESTMapper(memory.NewMemCacheClient(disc)),
+		maxInformers: DefaultMaxInformers,
+		now:          time.Now,
+		ctx:          ctx,
+		informers:    map[schema.GroupVersionResource]informers.GenericInformer{},
 	}
 }
 
 // Mapping resolves a kind to its resource and scope through discovery (no
-// guessing plurals). An unknown kind resets the discovery cache once, since
-// a CRD may have been installed since.
+// guessing plurals). An unknown kind refreshes discovery, at most once per
+// discoveryResetInterval, since a CRD may have been installed since.
 func (s *Store) Mapping(gvk schema.GroupVersionKind) (*meta.RESTMapping, error) {
 	m, err := s.mapper.RESTMapping(gvk.GroupKind(), gvk.Version)
-	if meta.IsNoMatchError(err) {
-		s.mapper.Reset()
+	if meta.IsNoMatchError(err) && s.mayResetDiscovery() {
 		m, err = s.mapper.RESTMapping(gvk.GroupKind(), gvk.Version)
 	}
 	return m, err
 }
 
-// KindFor resolves a resource to its kind.
+// KindFor resolves a resource to its kind. Resource names match in any
+// case, as discovery's mapper matches them; the caller compares with the
+// canonical resource of the mapping when that matters.
 func (s *Store) KindFor(gvr schema.GroupVersionResource) (schema.GroupVersionKind, error) {
 	gvk, err := s.mapper.KindFor(gvr)
-	if meta.IsNoMatchError(err) {
-		s.mapper.Reset()
+	if meta.IsNoMatchError(err) && s.mayResetDiscovery() {
 		gvk, err = s.mapper.KindFor(gvr)
 	}
 	return gvk, err
+}
+
+// mayResetDiscovery refreshes discovery unless it was refreshed recently,
+// and reports whether it did.
+func (s *Store) mayResetDiscovery() bool {
+	s.mu.Lock()
+	now := s.now()
+	if !s.lastReset.IsZero() && now.Sub(s.lastReset) < discoveryResetInterval {
+		s.mu.Unlock()
+		return false
+	}
+	s.lastReset = now
+	s.mu.Unlock()
+	s.mapper.Reset()
+	return true
 }
 
 // GetKindShared reads namespace/name of kind gvk, like GetShared: the
@@ -108,7 +144,7 @@ func (s *Store) GetShared(ctx context.Context, gvr schema.GroupVersionResource, 
 
 func (s *Store) get(ctx context.Context, gvr schema.GroupVersionResource, namespace, name string, deepCopy bool) (*unstructured.Unstructured, Source, error) {
 	inf := s.informerFor(gvr)
-	if inf.Informer().HasSynced() {
+	if inf != nil && inf.Informer().HasSynced() {
 		key := name
 		if namespace != "" {
 			key = namespace + "/" + name
@@ -137,26 +173,47 @@ func (s *Store) GetLive(ctx context.Context, gvr schema.GroupVersionResource, na
 }
 
 // Synced reports whether the informer for gvr has synced (it is started if
-// it was not).
+// it was not). Resources that are never cached never sync.
 func (s *Store) Synced(gvr schema.GroupVersionResource) bool {
-	return s.informerFor(gvr).Informer().HasSynced()
+	inf := s.informerFor(gvr)
+	return inf != nil && inf.Informer().HasSynced()
 }
 
 // WaitForSync starts the informer for gvr and waits until it has synced or
 // ctx is done.
 func (s *Store) WaitForSync(ctx context.Context, gvr schema.GroupVersionResource) error {
 	inf := s.informerFor(gvr)
+	if inf == nil {
+		return fmt.Errorf("%s is not cached: it is never cached, or the proxy holds %d caches already", gvr, s.maxInformers)
+	}
 	if !cache.WaitForCacheSync(ctx.Done(), inf.Informer().HasSynced) {
 		return fmt.Errorf("cache for %s did not sync: %w", gvr, ctx.Err())
 	}
 	return nil
 }
 
+// Informers is the number of caches the store runs.
+func (s *Store) Informers() int {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return len(s.informers)
+}
+
+// informerFor returns the cache of gvr, started on first use, or nil when
+// gvr is never cached or the store holds its most caches already. gvr must
+// be a canonical resource, as a RESTMapping names it: every spelling would
+// otherwise be a cluster-wide cache of its own.
 func (s *Store) informerFor(gvr schema.GroupVersionResource) informers.GenericInformer {
+	if uncached[gvr.GroupResource()] {
+		return nil
+	}
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	if inf, ok := s.informers[gvr]; ok {
 		return inf
+	}
+	if len(s.informers) >= s.maxInformers {
+		return nil
 	}
 	inf := dynamicinformer.NewFilteredDynamicInformer(s.dynamic, gvr, metav1.NamespaceAll, s.resync,
 		cache.Indexers{cache.NamespaceIndex: cache.MetaNamespaceIndexFunc}, nil)

@@ -99,7 +99,7 @@ func (f *fakeUpstream) serve(w http.ResponseWriter, r *http.Request) {
 	f.requests = append(f.requests, recorded{method: r.Method, path: r.URL.Path, header: r.Header.Clone()})
 	f.mu.Unlock()
 	switch {
-	case r.URL.Path == "/api/v1/namespaces/ns/configmaps/slow":
+	case r.URL.Path == "/api/v1/namespaces/ns/configmaps/slow" || strings.HasPrefix(r.URL.Path, "/api/v1/namespaces/ns/pods/slow/"):
 		// Held until the test releases it (or gives up).
 		select {
 		case <-f.release:
@@ -107,6 +107,14 @@ func (f *fakeUpstream) serve(w http.ResponseWriter, r *http.Request) {
 		}
 		w.Header().Set("Content-Type", "application/json")
 		_, _ = io.WriteString(w, `{"kind":"ConfigMap","apiVersion":"v1","metadata":{"name":"slow"}}`)
+	case r.Header.Get("Upgrade") != "":
+		conn, buf, err := http.NewResponseController(w).Hijack()
+		if err != nil {
+			return
+		}
+		defer conn.Close()
+		_, _ = buf.WriteString("HTTP/1.1 101 Switching Protocols\r\nConnection: Upgrade\r\nUpgrade: " + r.Header.Get("Upgrade") + "\r\n\r\nhello")
+		_ = buf.Flush()
 	case r.URL.Query().Get("watch") == "true":
 		// A watch that sends an event, then another after the proxy's
 		// request timeout has passed.
@@ -121,14 +129,6 @@ func (f *fakeUpstream) serve(w http.ResponseWriter, r *http.Request) {
 		_, _ = io.WriteString(w, `{"type":"ADDED","object":{"kind":"ConfigMap","apiVersion":"v1","metadata":{"name":"b"}}}`+"\n")
 	case r.URL.Path == "/redirect":
 		http.Redirect(w, r, "https://elsewhere.invalid/", http.StatusFound)
-	case r.Header.Get("Upgrade") != "":
-		conn, buf, err := http.NewResponseController(w).Hijack()
-		if err != nil {
-			return
-		}
-		defer conn.Close()
-		_, _ = buf.WriteString("HTTP/1.1 101 Switching Protocols\r\nConnection: Upgrade\r\nUpgrade: " + r.Header.Get("Upgrade") + "\r\n\r\nhello")
-		_ = buf.Flush()
 	default:
 		w.Header().Set("Content-Type", "application/json")
 		_, _ = io.WriteString(w, `{"kind":"Status","apiVersion":"v1","status":"Success"}`)

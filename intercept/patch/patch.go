@@ -239,13 +239,9 @@ func applyJSON(patchType types.PatchType, current *unstructured.Unstructured, pa
 				"The allowed maximum operations in a JSON patch is %d, got %d", MaxJSONPatchOperations, len(ops)))
 		}
 		if patched, err = ops.Apply(currentJSON); err != nil {
-			var tooLarge *jsonpatch.AccumulatedCopySizeError
-			if errors.As(err, &tooLarge) {
-				return nil, apierrors.NewRequestEntityTooLargeError(fmt.Sprintf(
-					"the JSON patch's copy operations add more than %d bytes", MaxJSONPatchCopyBytes))
-			}
-			// kube-apiserver: 422 Invalid with a generic message. The
-			// library's errors name operations and paths, not values.
+			// kube-apiserver: 422 Invalid, also when the copy limit is hit.
+			// The library's errors name operations, paths and sizes, not
+			// values.
 			return nil, invalidPatch(current, "the JSON patch cannot be applied: "+err.Error())
 		}
 	case types.MergePatchType:

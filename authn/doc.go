@@ -117,6 +117,56 @@ If the identity cannot be expressed (empty user name, missing token, unknown
 method), ApplyUpstreamIdentity sets nothing and returns false: the request
 reaches the upstream unauthenticated, never with the proxy's credentials.
 
+# The write path: the proxy's credentials only after authorization
+
+To decide about a write, the proxy does work with its own credentials: it
+reads the stored object and the parent, applies the caller's patch to the
+stored object, starts informer caches (cluster-wide lists and watches), and
+writes the parent (reserving a once approval, recording controllers and the
+lifecycle phase). Each of these is a privilege the caller may not have.
+Done before kube-apiserver has judged the caller, they turn the proxy into
+an oracle and a lever: a JSON patch that copies /data into /kind makes the
+proxy's "cannot change kind" error print a Secret the caller may not read; a
+write the caller may not make still reserves and restores an approval,
+bumping the parent's generation; a made-up resource spelling starts a
+cluster-wide cache.
+
+So the interceptor (intercept/authorize.go) asks first, with the cached
+SubjectAccessReview authorizer of this package (Authenticator.Authorizer),
+whether the effective user may do the request's verb on its resource in its
+namespace; only if that is denied is the object's name reviewed too (RBAC
+resourceNames). The answers are cached by the whole review (user, groups,
+uid, extras, verb, group, resource, namespace, name) for
+--authorization-cache-ttl and --authorization-failure-cache-ttl, so a
+controller's writes make no extra round trip once the first was reviewed. A
+denial is kube-apiserver's own 403, word for word, and nothing was read,
+decoded, cached or written for the request. A review that cannot be made
+follows --failure-policy: 503 with Fail, forwarded undecided with Ignore.
+
+After authorization the proxy still bounds what a caller can make it do:
+errors it writes itself name fields, never stored values, and a drift
+message shows stored values only to a caller who may get the object, never
+for a Secret; JSON patches have kube-apiserver's operation and copy-size
+limits; the desired-state diff is linear in the object's size; bodies are
+read under the request's deadline; mutating requests are limited in flight
+(429 with Retry-After); only canonical resource names reach the caches,
+whose number is bounded, and Secrets are never cached. A once approval is
+reserved on the parent only after a server-side dry run as the caller shows
+that kube-apiserver will accept the write, and is put back only after a
+409, the one answer that proves the write was not applied.
+
+# Identity values must survive the header
+
+The identity the proxy presents upstream is re-encoded into Impersonate-*
+header values. A value with leading or trailing white space, CR, LF or
+another control character is not the same value on the other side: HTTP/1.1
+parsers trim white space (a certificate with O=" system:masters" would be a
+member of system:masters), HTTP/2 keeps it. ValidateIdentity refuses such
+identities: a caller's with 401, an impersonated one with 400. And only real
+streaming requests (exec, attach, port-forward, proxy, watches) take the
+HTTP/1.1 upgrade path; any other request that asks for an upgrade is served
+as the plain request it is.
+
 # Impersonation requested by callers
 
 ResolveImpersonation mirrors the legacy rules of

@@ -13,6 +13,7 @@ import (
 
 	"go.uber.org/zap"
 	"go.uber.org/zap/zapcore"
+	authorizationv1 "k8s.io/api/authorization/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/runtime"
@@ -22,8 +23,10 @@ import (
 	"k8s.io/apiserver/pkg/endpoints/request"
 	fakediscovery "k8s.io/client-go/discovery/fake"
 	dynamicfake "k8s.io/client-go/dynamic/fake"
+	kubefake "k8s.io/client-go/kubernetes/fake"
 	clienttesting "k8s.io/client-go/testing"
 
+	"github.com/kausality-io/kausality-proxy/authn"
 	"github.com/kausality-io/kausality-proxy/intercept"
 	"github.com/kausality-io/kausality-proxy/intercept/objects"
 )
@@ -96,6 +99,8 @@ type benchEnv struct {
 	handler   http.Handler
 	dyn       *dynamicfake.FakeDynamicClient
 	forwarded atomic.Int64
+	reviews   atomic.Int64
+	users     atomic.Int64
 	errors    atomic.Int64
 	infoF     *request.RequestInfoFactory
 }
@@ -126,6 +131,7 @@ func newBenchEnv(b *testing.B, log *zap.Logger) *benchEnv {
 	}}}
 	ctx, cancel := context.WithCancel(context.Background())
 	b.Cleanup(cancel)
+	var env *benchEnv
 	store := objects.New(ctx, disc, dyn)
 	for _, gvr := range []schema.GroupVersionResource{deploymentsGVR, replicasetsGVR, namespacesGVR} {
 		wctx, wcancel := context.WithTimeout(ctx, 10*time.Second)
@@ -135,10 +141,23 @@ func newBenchEnv(b *testing.B, log *zap.Logger) *benchEnv {
 			b.Fatal(err)
 		}
 	}
-	env := &benchEnv{dyn: dyn, infoF: &request.RequestInfoFactory{
+	env = &benchEnv{dyn: dyn, infoF: &request.RequestInfoFactory{
 		APIPrefixes: sets.NewString("api", "apis"), GrouplessAPIPrefixes: sets.NewString("api"),
 	}}
-	i := intercept.New(intercept.Config{Objects: store, Writer: dyn, Log: log})
+	// Authorization is the real cached SubjectAccessReview authorizer the
+	// proxy runs, over a fake review client that allows and counts.
+	reviews := kubefake.NewClientset()
+	reviews.PrependReactor("create", "subjectaccessreviews", func(a clienttesting.Action) (bool, runtime.Object, error) {
+		env.reviews.Add(1)
+		sar := a.(clienttesting.CreateAction).GetObject().(*authorizationv1.SubjectAccessReview).DeepCopy()
+		sar.Status.Allowed = true
+		return true, sar, nil
+	})
+	authenticator, err := authn.New(authn.Config{SubjectAccessReviews: reviews.AuthorizationV1().SubjectAccessReviews(), AuthorizedTTL: time.Hour})
+	if err != nil {
+		b.Fatal(err)
+	}
+	i := intercept.New(intercept.Config{Objects: store, Writer: dyn, Log: log, Authorizer: authenticator.Authorizer()})
 	forward := http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		_, _ = io.Copy(io.Discard, r.Body)
 		env.forwarded.Add(1)
@@ -155,9 +174,9 @@ func newBenchEnv(b *testing.B, log *zap.Logger) *benchEnv {
 }
 
 // upstreamCalls counts what the store's clients sent, informers' initial
-// list and watch excluded.
+// list and watch excluded, and the SubjectAccessReviews.
 func (e *benchEnv) upstreamCalls() int {
-	n := 0
+	n := int(e.reviews.Load())
 	for _, a := range e.dyn.Actions() {
 		switch a.GetVerb() {
 		case "list", "watch":
@@ -172,6 +191,9 @@ type benchWrite struct {
 	name, method, path, contentType string
 	body                            []byte
 	user                            string
+	// newUserEach makes every request come from a user the authorizer has
+	// not seen: the cost of an authorization cache miss.
+	newUserEach bool
 }
 
 func (e *benchEnv) request(b *testing.B, w benchWrite) *http.Request {
@@ -185,7 +207,11 @@ func (e *benchEnv) request(b *testing.B, w benchWrite) *http.Request {
 		b.Fatal(err)
 	}
 	ctx := request.WithRequestInfo(r.Context(), info)
-	ctx = request.WithUser(ctx, &user.DefaultInfo{Name: w.user, Groups: []string{"system:authenticated"}})
+	name := w.user
+	if w.newUserEach {
+		name = fmt.Sprintf("%s-%d", w.user, e.users.Add(1))
+	}
+	ctx = request.WithUser(ctx, &user.DefaultInfo{Name: name, Groups: []string{"system:authenticated"}})
 	return r.WithContext(ctx)
 }
 
@@ -203,16 +229,18 @@ func benchWrites() []benchWrite {
 	createBody, _ := created.MarshalJSON()
 	q := "?fieldManager=" + benchKCM
 	return []benchWrite{
-		{"CreateExpected", http.MethodPost, rs + q, "application/json", createBody, ctrl},
-		{"UpdateExpected", http.MethodPut, rs + "/web-1" + q, "application/json", updated("web-1", "web", "web-uid"), ctrl},
-		{"MergePatchExpected", http.MethodPatch, rs + "/web-1" + q, "application/merge-patch+json", []byte(`{"spec":{"replicas":3}}`), ctrl},
-		{"StrategicPatchExpected", http.MethodPatch, rs + "/web-1" + q, "application/strategic-merge-patch+json", []byte(`{"spec":{"replicas":3}}`), ctrl},
-		{"JSONPatchExpected", http.MethodPatch, rs + "/web-1" + q, "application/json-patch+json", []byte(`[{"op":"replace","path":"/spec/replicas","value":3}]`), ctrl},
+		{"CreateExpected", http.MethodPost, rs + q, "application/json", createBody, ctrl, false},
+		{"UpdateExpected", http.MethodPut, rs + "/web-1" + q, "application/json", updated("web-1", "web", "web-uid"), ctrl, false},
+		{"MergePatchExpected", http.MethodPatch, rs + "/web-1" + q, "application/merge-patch+json", []byte(`{"spec":{"replicas":3}}`), ctrl, false},
+		{"StrategicPatchExpected", http.MethodPatch, rs + "/web-1" + q, "application/strategic-merge-patch+json", []byte(`{"spec":{"replicas":3}}`), ctrl, false},
+		{"JSONPatchExpected", http.MethodPatch, rs + "/web-1" + q, "application/json-patch+json", []byte(`[{"op":"replace","path":"/spec/replicas","value":3}]`), ctrl, false},
 		{"ApplyExpected", http.MethodPatch, rs + "/web-1" + q + "&force=true", "application/apply-patch+yaml",
-			[]byte(`{"apiVersion":"apps/v1","kind":"ReplicaSet","metadata":{"name":"web-1","namespace":"apps"},"spec":{"replicas":3}}`), ctrl},
-		{"UpdateNewOrigin", http.MethodPut, rs + "/stable-1?fieldManager=kubectl-edit", "application/json", updated("stable-1", "stable", "stable-uid"), "alice"},
-		{"UpdateDriftLogMode", http.MethodPut, rs + "/stable-1" + q, "application/json", updated("stable-1", "stable", "stable-uid"), ctrl},
-		{"GetPassThrough", http.MethodGet, rs + "/web-1", "", nil, ctrl},
+			[]byte(`{"apiVersion":"apps/v1","kind":"ReplicaSet","metadata":{"name":"web-1","namespace":"apps"},"spec":{"replicas":3}}`), ctrl, false},
+		{name: "UpdateExpectedAuthorizationMiss", method: http.MethodPut, path: rs + "/web-1" + q, contentType: "application/json",
+			body: updated("web-1", "web", "web-uid"), user: ctrl, newUserEach: true},
+		{"UpdateNewOrigin", http.MethodPut, rs + "/stable-1?fieldManager=kubectl-edit", "application/json", updated("stable-1", "stable", "stable-uid"), "alice", false},
+		{"UpdateDriftLogMode", http.MethodPut, rs + "/stable-1" + q, "application/json", updated("stable-1", "stable", "stable-uid"), ctrl, false},
+		{"GetPassThrough", http.MethodGet, rs + "/web-1", "", nil, ctrl, false},
 	}
 }
 

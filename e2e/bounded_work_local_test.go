@@ -148,7 +148,9 @@ func TestSlowBodyIsCutAtTheDeadline(t *testing.T) {
 	_, err = clientFor(t, admin).CoreV1().ConfigMaps(ns).Create(context.Background(), &corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Name: marker}}, metav1.CreateOptions{})
 	mustf(t, err, "control write")
 	waitAudited(t, marker)
-	if got := auditedSince(t, time.Time{}, func(e auditv1.Event) bool { return strings.Contains(e.RequestURI, "/namespaces/"+ns+"/configmaps?timeout") }); len(got) > 0 {
+	if got := auditedSince(t, time.Time{}, func(e auditv1.Event) bool {
+		return strings.Contains(e.RequestURI, "/namespaces/"+ns+"/configmaps?timeout")
+	}); len(got) > 0 {
 		t.Fatalf("the slow write reached kube-apiserver:%s", describeEvents(got))
 	}
 }

@@ -42,18 +42,18 @@ const maxReservationAttempts = 3
 
 // pending is the state of one intercepted write.
 type pending struct {
-	w            *write
-	settings     *config.Config
-	controller   *config.Controller
-	start        time.Time
-	kind         schema.GroupVersionKind
-	data         []byte
-	format       body.Format
-	patchTy      types.PatchType
-	old          *unstructured.Unstructured
-	new          *unstructured.Unstructured
-	changed      bool
-	changes      []decision.FieldChange
+	w          *write
+	settings   *config.Config
+	controller *config.Controller
+	start      time.Time
+	kind       schema.GroupVersionKind
+	data       []byte
+	format     body.Format
+	patchTy    types.PatchType
+	old        *unstructured.Unstructured
+	new        *unstructured.Unstructured
+	changed    bool
+	changes    []decision.FieldChange
 	// shownChanges are the changes messages may show: nil until a drift
 	// verdict asks, then changes, or changes without their values.
 	shownChanges []decision.FieldChange

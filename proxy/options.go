@@ -88,8 +88,9 @@ func NewOptions() *Options {
 	}
 }
 
-// AddFlags registers the flags named in DESIGN.md ("Configuration"), plus
-// the kube-standard serving flags that come with SecureServingOptions.
+// AddFlags registers the proxy's flags, named after kube-apiserver's where
+// they mean the same, plus the kube-standard serving flags that come with
+// SecureServingOptions.
 func (o *Options) AddFlags(fs *pflag.FlagSet) {
 	o.SecureServing.AddFlags(fs)
 	fs.StringVar(&o.UpstreamKubeconfig, "upstream-kubeconfig", o.UpstreamKubeconfig,

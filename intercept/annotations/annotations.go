@@ -7,7 +7,7 @@
 // "true" or a JSON object, snooze-until is an RFC 3339 timestamp, the hash
 // lists are comma-separated.
 //
-// Fail-safe rules (DESIGN "Malformed annotations fail safe and say so"):
+// Malformed annotations fail safe, and the warning says which one and why:
 //   - broken approvals JSON counts as no approvals;
 //   - broken rejections JSON counts as rejected;
 //   - broken freeze counts as frozen;

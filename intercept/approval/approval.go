@@ -2,7 +2,7 @@
 // rejected by the parent's kausality.io/approvals and kausality.io/rejections
 // annotations, prunes stale approvals and consumes once-approvals.
 //
-// Rules (Kausality seed 000 "Approval Validity", "Pruning Rules"):
+// Rules (the Kausality design's "Approval Validity" and "Pruning Rules"):
 //   - rejections are checked first and win;
 //   - a rejection without generation is always active, with generation only
 //     while parent.generation equals it;

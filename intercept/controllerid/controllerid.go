@@ -1,12 +1,12 @@
 // Package controllerid decides whether a write comes from the controller of
 // the written object's parent.
 //
-// Primary method (Kausality seed 000): the controller is the field manager
+// Primary method (the Kausality design's admission design): the controller is the field manager
 // that owns f:status.f:observedGeneration in the parent's managedFields. The
 // write is the controller's when its effective field manager equals that
 // manager. FieldsV1 is parsed with structured-merge-diff.
 //
-// Fallback (Kausality seed 001), used when the parent has no such entry or
+// Fallback (the Kausality design's user-hash identity), used when the parent has no such entry or
 // the request has no field manager: user hashes. The parent's
 // kausality.io/controllers lists hashes of users that wrote its status; the
 // child's kausality.io/updaters lists hashes of users that changed its
@@ -185,7 +185,7 @@ type Identity struct {
 	Err error
 }
 
-// IdentifyByHash is the user-hash algorithm of seed 001:
+// IdentifyByHash is the Kausality design's user-hash algorithm:
 //
 //	if child has 1 updater:              controller = that updater
 //	else if parent has controllers:      controller = intersection(child.updaters, parent.controllers)

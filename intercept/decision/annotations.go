@@ -10,8 +10,8 @@ import (
 	"github.com/kausality-io/kausality-proxy/intercept/controllerid"
 )
 
-// The three compute functions of seed 001 ("Annotation Protection from
-// Controller Sync"), with DESIGN's refinements:
+// The three compute functions of the Kausality design's "Annotation
+// Protection from Controller Sync", refined:
 //   - system annotations (trace, updaters, controllers, phase,
 //     observedGeneration) never come from a request: they are kept as
 //     stored, except trace and updaters, which are recomputed on a

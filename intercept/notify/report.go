@@ -50,7 +50,7 @@ type DriftReport struct {
 }
 
 // DriftReportSpec is the body of a DriftReport. The field names follow the
-// seed document; Changes and Reason are additions.
+// Kausality design's DriftReport; Changes and Reason are additions.
 type DriftReportSpec struct {
 	// ID is hex(sha256(parent, child, diff))[:16]; see ID. A Resolved
 	// report carries the id of the Detected report it closes.

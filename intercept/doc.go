@@ -1,0 +1,30 @@
+// Package intercept decides about writes. The proxy hands every request to
+// Interceptor.Wrap; reads and non-targeted writes go straight to the
+// forwarder. Intercepted writes are read, decoded, turned into the effective
+// new object, judged by the decision engine (intercept/decision) and then
+// forwarded (possibly with annotations added) or rejected with a Status.
+//
+// Which writes are intercepted (see classify.go):
+//   - create, update, patch and delete of resources the rules target;
+//   - status-subresource writes, only to record controller identity and the
+//     lifecycle phase on the written object (never denied);
+//   - /scale writes, as writes of spec.replicas of the scaled object;
+//   - not intercepted, forwarded untouched: deletecollection (the apiserver
+//     expands it server-side; gating it would need a list per request),
+//     every other subresource (eviction, binding, token, ephemeralcontainers,
+//     resize, ...), and reads.
+//
+// dryRun=All is decided like any write, the decision is returned in Warning
+// headers, and nothing is consumed, written or reported.
+//
+// Before any of this, the caller must be authorized for the write
+// (authorize.go): the proxy reads and writes with credentials stronger than
+// any caller's, so it does nothing for a write kube-apiserver would refuse.
+//
+// Pure logic, no I/O (table-tested on their own): annotations, approval,
+// body, controllerid, decision, desired, lifecycle, patch, rules, trace,
+// shadowreport. I/O: objects (informer caches and live reads with the
+// proxy's credentials), notify (DriftReport delivery), config (the --config
+// file and its watcher), and this package's serve.go and sidewrites.go,
+// which orchestrate them.
+package intercept

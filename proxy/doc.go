@@ -1,0 +1,24 @@
+// Package proxy is the serving side and the upstream side of
+// kausality-proxy: TLS serving with HTTP/2 and reloadable certificates, the
+// handler chain, the transports to kube-apiserver, streaming and protocol
+// upgrades, and the metav1.Status the proxy answers its own errors with.
+//
+// The chain (handler.go), outermost first:
+//
+//	panic recovery → request info → metrics → upgrade restriction →
+//	authentication → impersonation → max mutating in flight →
+//	request deadline → write interception → upstream
+//
+// Who the caller is and how that identity is presented upstream is the authn
+// package's business; what happens to a write is the intercept package's.
+// This package composes them. Nothing before authentication talks to
+// kube-apiserver, so a refused request sends zero bytes upstream.
+//
+// Upstream (forward.go): plain requests go through httputil.ReverseProxy
+// with Rewrite (identity headers are set after hop-by-hop removal) over
+// client-go's HTTP/2 transports; a token caller's request goes on a
+// transport without the proxy's credentials. Streaming requests (exec,
+// attach, port-forward, proxy, WebSocket watches) go through apimachinery's
+// UpgradeAwareHandler over HTTP/1.1. Redirects are never followed or
+// forwarded.
+package proxy

@@ -25,8 +25,34 @@ test: testbin ## Run all unit and integration tests against a real local control
 	KAUSALITY_TESTBIN=$(BIN) $(GO) test -count=1 -timeout $(TEST_TIMEOUT) $(GOTESTFLAGS) ./...
 
 .PHONY: vet
-vet: ## go vet everything.
+vet: ## go vet everything, with and without the kind build tag.
 	$(GO) vet ./...
+	$(GO) vet -tags kind ./...
+
+GOLANGCI_LINT := $(BIN)/golangci-lint
+
+# golangci-lint is pinned as a Go tool in its own module (hack/tools), so
+# that its dependencies never move the proxy's k8s.io versions.
+$(GOLANGCI_LINT): hack/tools/go.mod hack/tools/go.sum
+	cd hack/tools && GOWORK=off $(GO) build -o $(GOLANGCI_LINT) github.com/golangci/golangci-lint/v2/cmd/golangci-lint
+
+.PHONY: lint
+lint: $(GOLANGCI_LINT) ## Run golangci-lint (.golangci.yaml), with and without the kind build tag.
+	$(GOLANGCI_LINT) run ./...
+	$(GOLANGCI_LINT) run --build-tags kind ./...
+
+.PHONY: fmt-check
+fmt-check: ## Fail when a tracked Go file is not gofmt-formatted.
+	@bad=$$(git ls-files '*.go' | xargs gofmt -l); \
+	if [ -n "$$bad" ]; then echo "gofmt would change these files (run gofmt -w):"; echo "$$bad"; exit 1; fi
+
+.PHONY: tidy-check
+tidy-check: ## Fail when go.mod or go.sum (main or tools module) is not tidy.
+	$(GO) mod tidy -diff
+	cd hack/tools && GOWORK=off $(GO) mod tidy -diff
+
+.PHONY: verify
+verify: fmt-check vet tidy-check lint ## Everything CI checks before the tests: gofmt, go vet, go mod tidy, golangci-lint.
 
 .PHONY: run
 run: testbin ## Run the proxy against an embedded local control plane (or ARGS=--upstream-kubeconfig=FILE).

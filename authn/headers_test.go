@@ -487,7 +487,7 @@ func TestReverseProxyOrdering(t *testing.T) {
 		// headers it names after the Director ran, so the request would
 		// reach the upstream on the proxy's credentials with no
 		// impersonation at all, i.e. as the proxy itself.
-		rp := &httputil.ReverseProxy{Director: func(r *http.Request) {
+		rp := &httputil.ReverseProxy{Director: func(r *http.Request) { //nolint:staticcheck // the test shows why a Director must not set identity
 			r.URL.Scheme, r.URL.Host = target.Scheme, target.Host
 			ApplyUpstreamIdentity(r.Header, x509Alice, aliceUser)
 		}}

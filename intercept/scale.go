@@ -20,7 +20,7 @@ var scaleKind = schema.GroupVersionKind{Group: "autoscaling", Version: "v1", Kin
 func (i *Interceptor) scaledObject(r *http.Request, p *pending) (*unstructured.Unstructured, error) {
 	var scale *unstructured.Unstructured
 	if p.w.verb == "patch" {
-		pt, err := patch.PatchTypeFor(r.Header.Get("Content-Type"))
+		pt, err := patch.TypeFor(r.Header.Get("Content-Type"))
 		if err != nil {
 			return nil, err
 		}

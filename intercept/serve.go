@@ -75,24 +75,7 @@ func (i *Interceptor) serveWrite(w http.ResponseWriter, r *http.Request, wr *wri
 
 	// Nothing is read, decoded or written for a caller who may not write.
 	if err := i.authorizeWrite(r.Context(), u, wr); err != nil {
-		var unavailable *authorizationUnavailableError
-		switch {
-		case p.shadow():
-			// Shadow changes nothing: kube-apiserver answers as it would
-			// without the proxy.
-			p.outcome = "shadow:not-authorized"
-			forward.ServeHTTP(w, r)
-		case errors.As(err, &unavailable) && i.cfg.FailurePolicy == FailurePolicyIgnore:
-			p.outcome = "ignored-failure"
-			i.logError(r, p, err)
-			w.Header().Add("Warning", formatWarning("kausality: no drift decision was made (--failure-policy=Ignore): "+err.Error()))
-			forward.ServeHTTP(w, r)
-		case errors.As(err, &unavailable):
-			fail(unavailable.status())
-		default:
-			p.outcome = "not-authorized"
-			writeError(w, err)
-		}
+		i.refuseUnauthorized(w, r, p, err, forward, writeError)
 		return
 	}
 
@@ -131,55 +114,9 @@ func (i *Interceptor) serveWrite(w http.ResponseWriter, r *http.Request, wr *wri
 		return
 	}
 
-	var (
-		d           decision.Decision
-		preflighted bool
-	)
-	for attempt := 1; ; attempt++ {
-		d, err = i.decideConfirmed(r, p)
-		if err != nil {
-			fail(err)
-			return
-		}
-		if d.Result == decision.Deny {
-			i.deny(w, r, p, &d, writeError)
-			return
-		}
-		if !d.ConsumeOnce || d.ApprovalsUpdate == nil || wr.dryRun {
-			break
-		}
-		// A once approval is written off the parent before the write is
-		// forwarded. That is a write with the proxy's credentials, so it is
-		// made only for a write kube-apiserver is going to accept: a dry
-		// run as the caller answers that first.
-		if !preflighted {
-			out, err := i.mutate(r, p, &d)
-			if err != nil {
-				fail(err)
-				return
-			}
-			if !i.preflight(w, out, forward, writeError) {
-				p.outcome = "dry-run-refused"
-				i.recordDecision(p, &d)
-				return
-			}
-			preflighted = true
-		}
-		err := i.reserveApproval(r.Context(), d.ApprovalsUpdate)
-		if err == nil {
-			break
-		}
-		if !apierrors.IsConflict(err) || attempt >= maxReservationAttempts {
-			fail(apierrors.NewConflict(schema.GroupResource{Group: wr.gvr.Group, Resource: wr.gvr.Resource}, wr.info.Name,
-				fmt.Errorf("could not reserve the once approval on %s: %v; retry the write", d.ApprovalsUpdate.Target, err)))
-			return
-		}
-		// Someone else changed the parent (maybe took the approval): decide
-		// again from a fresh snapshot.
-		if err := i.refreshParent(r.Context(), p); err != nil {
-			fail(err)
-			return
-		}
+	d, proceed := i.decideAndReserve(w, r, p, forward, writeError)
+	if !proceed {
+		return
 	}
 	reserved := d.ConsumeOnce && d.ApprovalsUpdate != nil && !wr.dryRun
 
@@ -215,6 +152,90 @@ func (i *Interceptor) serveWrite(w http.ResponseWriter, r *http.Request, wr *wri
 		i.report(r, p, &d)
 	}
 	i.recordDecision(p, &d)
+}
+
+// refuseUnauthorized answers a write whose caller is not known to be
+// allowed to make it.
+func (i *Interceptor) refuseUnauthorized(w http.ResponseWriter, r *http.Request, p *pending, err error, forward http.Handler, writeError ErrorWriter) {
+	var unavailable *authorizationUnavailableError
+	switch {
+	case p.shadow():
+		// Shadow changes nothing: kube-apiserver answers as it would
+		// without the proxy.
+		p.outcome = "shadow:not-authorized"
+		forward.ServeHTTP(w, r)
+	case errors.As(err, &unavailable) && i.cfg.FailurePolicy == FailurePolicyIgnore:
+		p.outcome = "ignored-failure"
+		i.logError(r, p, err)
+		w.Header().Add("Warning", formatWarning("kausality: no drift decision was made (--failure-policy=Ignore): "+err.Error()))
+		forward.ServeHTTP(w, r)
+	case errors.As(err, &unavailable):
+		p.outcome = "error"
+		i.logError(r, p, err)
+		writeError(w, unavailable.status())
+	default:
+		p.outcome = "not-authorized"
+		writeError(w, err)
+	}
+}
+
+// decideAndReserve decides the write and, when it consumes a once
+// approval, reserves the approval on the parent. It reports false when it
+// has answered the request itself (a denial, an error, a refused dry run).
+func (i *Interceptor) decideAndReserve(w http.ResponseWriter, r *http.Request, p *pending, forward http.Handler, writeError ErrorWriter) (decision.Decision, bool) {
+	wr := p.w
+	fail := func(err error) {
+		p.outcome = "error"
+		i.logError(r, p, err)
+		writeError(w, err)
+	}
+	preflighted := false
+	for attempt := 1; ; attempt++ {
+		d, err := i.decideConfirmed(r, p)
+		if err != nil {
+			fail(err)
+			return d, false
+		}
+		if d.Result == decision.Deny {
+			i.deny(w, r, p, &d, writeError)
+			return d, false
+		}
+		if !d.ConsumeOnce || d.ApprovalsUpdate == nil || wr.dryRun {
+			return d, true
+		}
+		// A once approval is written off the parent before the write is
+		// forwarded. That is a write with the proxy's credentials, so it is
+		// made only for a write kube-apiserver is going to accept: a dry
+		// run as the caller answers that first.
+		if !preflighted {
+			out, err := i.mutate(r, p, &d)
+			if err != nil {
+				fail(err)
+				return d, false
+			}
+			if !i.preflight(w, out, forward, writeError) {
+				p.outcome = "dry-run-refused"
+				i.recordDecision(p, &d)
+				return d, false
+			}
+			preflighted = true
+		}
+		err = i.reserveApproval(r.Context(), d.ApprovalsUpdate)
+		if err == nil {
+			return d, true
+		}
+		if !apierrors.IsConflict(err) || attempt >= maxReservationAttempts {
+			fail(apierrors.NewConflict(schema.GroupResource{Group: wr.gvr.Group, Resource: wr.gvr.Resource}, wr.info.Name,
+				fmt.Errorf("could not reserve the once approval on %s: %v; retry the write", d.ApprovalsUpdate.Target, err)))
+			return d, false
+		}
+		// Someone else changed the parent (maybe took the approval): decide
+		// again from a fresh snapshot.
+		if err := i.refreshParent(r.Context(), p); err != nil {
+			fail(err)
+			return d, false
+		}
+	}
 }
 
 // preflight sends out as a server-side dry run and reports whether
@@ -452,7 +473,7 @@ func (i *Interceptor) load(r *http.Request, p *pending) error {
 			return err
 		}
 	case wr.verb == "patch":
-		pt, err := patch.PatchTypeFor(r.Header.Get("Content-Type"))
+		pt, err := patch.TypeFor(r.Header.Get("Content-Type"))
 		if err != nil {
 			return err
 		}
@@ -800,7 +821,7 @@ func (c *codeRecorder) Write(b []byte) (int, error) {
 	return c.ResponseWriter.Write(b)
 }
 
-func (c *codeRecorder) Flush() { http.NewResponseController(c.ResponseWriter).Flush() }
+func (c *codeRecorder) Flush() { _ = http.NewResponseController(c.ResponseWriter).Flush() }
 
 func (c *codeRecorder) Unwrap() http.ResponseWriter { return c.ResponseWriter }
 
@@ -845,7 +866,11 @@ func (b *bufferedResponse) Write(p []byte) (int, error) {
 // it was too large to hold.
 func (b *bufferedResponse) replay(w http.ResponseWriter, writeError ErrorWriter) {
 	if b.truncated || b.code == 0 {
-		writeError(w, &apierrors.StatusError{ErrStatus: metav1.Status{Status: metav1.StatusFailure, Code: int32(max(b.code, http.StatusBadGateway)),
+		code := int32(http.StatusBadGateway)
+		if b.code >= 400 && b.code <= 599 {
+			code = int32(b.code)
+		}
+		writeError(w, &apierrors.StatusError{ErrStatus: metav1.Status{Status: metav1.StatusFailure, Code: code,
 			Message: fmt.Sprintf("kube-apiserver refused a dry run of this write with %d, and its answer was too large to relay; nothing was written", b.code)}})
 		return
 	}

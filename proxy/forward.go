@@ -145,7 +145,7 @@ func upgradeTransport(cfg *rest.Config, withCredentials bool) (upgradeproxy.Upgr
 	conn := utilnet.SetTransportDefaults(&http.Transport{TLSClientConfig: tlsConfig})
 	conn.ForceAttemptHTTP2 = false
 	conn.TLSNextProto = map[string]func(string, *tls.Conn) http.RoundTripper{}
-	var wrap http.RoundTripper = upgradeproxy.MirrorRequest
+	wrap := upgradeproxy.MirrorRequest
 	if withCredentials {
 		wrap, err = rest.HTTPWrappersForConfig(cfg, upgradeproxy.MirrorRequest)
 		if err != nil {

@@ -104,6 +104,8 @@ func withImpersonation(next http.Handler, a *authn.Authenticator, m *metrics) ht
 // Long-running requests have no deadline, but they end when the server
 // starts shutting down (draining is done): a watch never becomes idle, and
 // its client simply re-establishes it against another replica.
+//
+//nolint:revive // draining is the server's lifetime, not a request context; filters take the next handler first
 func withRequestDeadline(next http.Handler, longRunning request.LongRunningRequestCheck, limit time.Duration, draining context.Context) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		info, ok := request.RequestInfoFrom(r.Context())

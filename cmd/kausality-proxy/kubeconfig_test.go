@@ -88,7 +88,7 @@ func TestKubeconfigClientCert(t *testing.T) {
 
 	// --embed-certs=false references the files as given; a relative path is
 	// resolved against the kubeconfig's directory by clientcmd.
-	out, err = runKubeconfig("--server", "https://127.0.0.1:8443", "--ca-file", "ca.crt", "--client-cert", "client.crt",
+	_, err = runKubeconfig("--server", "https://127.0.0.1:8443", "--ca-file", "ca.crt", "--client-cert", "client.crt",
 		"--client-key", "client.key", "--embed-certs=false")
 	if err == nil {
 		t.Fatal("relative files that do not exist in the working directory cannot be checked; expected an error")

@@ -182,7 +182,7 @@ var _ Cluster = (*Kind)(nil)
 func CheckDocker(ctx context.Context) error {
 	path, err := exec.LookPath("docker")
 	if err != nil {
-		return errors.New("Docker is not available: the docker CLI is not installed (not found in $PATH); the kind provider needs Docker; nothing was run")
+		return errors.New("docker is not available: the docker CLI is not installed (not found in $PATH); the kind provider needs Docker; nothing was run")
 	}
 	ctx, cancel := context.WithTimeout(ctx, 60*time.Second)
 	defer cancel()
@@ -192,7 +192,7 @@ func CheckDocker(ctx context.Context) error {
 		if host == "" {
 			host = "unix:///var/run/docker.sock"
 		}
-		return fmt.Errorf("Docker is not available: 'docker info' cannot reach a daemon at %s (%v: %s); the kind provider needs Docker; nothing was run",
+		return fmt.Errorf("docker is not available: 'docker info' cannot reach a daemon at %s (%v: %s); the kind provider needs Docker; nothing was run",
 			host, err, strings.TrimSpace(string(out)))
 	}
 	return nil

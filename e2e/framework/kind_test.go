@@ -56,7 +56,7 @@ func TestCheckDockerSaysWhy(t *testing.T) {
 	t.Run("no docker CLI", func(t *testing.T) {
 		t.Setenv("PATH", t.TempDir())
 		err := CheckDocker(ctx)
-		if err == nil || !strings.Contains(err.Error(), "Docker is not available") || !strings.Contains(err.Error(), "docker CLI is not installed") {
+		if err == nil || !strings.Contains(err.Error(), "docker is not available") || !strings.Contains(err.Error(), "docker CLI is not installed") {
 			t.Fatalf("CheckDocker without docker: %v", err)
 		}
 		// StartKind checks first and does nothing else.
@@ -74,7 +74,7 @@ func TestCheckDockerSaysWhy(t *testing.T) {
 		}
 		t.Setenv("PATH", dir)
 		err := CheckDocker(ctx)
-		if err == nil || !strings.Contains(err.Error(), "Docker is not available: 'docker info' cannot reach a daemon") ||
+		if err == nil || !strings.Contains(err.Error(), "docker is not available: 'docker info' cannot reach a daemon") ||
 			!strings.Contains(err.Error(), "Cannot connect to the Docker daemon") {
 			t.Fatalf("CheckDocker without a daemon: %v", err)
 		}

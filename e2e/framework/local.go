@@ -188,7 +188,8 @@ func (l *Local) Stop() {
 	if l.stopProxy != nil {
 		l.stopProxy()
 		select {
-		case <-l.proxyDone:
+		case err := <-l.proxyDone:
+			_ = err // Run has logged why it ended
 		case <-time.After(30 * time.Second):
 		}
 	}

@@ -43,6 +43,7 @@ import (
 // Format is the wire format of a request body.
 type Format string
 
+// The formats a body can have.
 const (
 	JSON     Format = "JSON"
 	YAML     Format = "YAML"

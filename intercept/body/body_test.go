@@ -4,7 +4,6 @@ import (
 	"bytes"
 	"encoding/json"
 	"errors"
-	"io"
 	"net/http"
 	"reflect"
 	"strings"
@@ -374,10 +373,6 @@ func TestCustomScheme(t *testing.T) {
 	}
 	_ = scheme.Scheme
 }
-
-type failingReader struct{}
-
-func (failingReader) Read([]byte) (int, error) { return 0, io.ErrUnexpectedEOF }
 
 func TestFormatFor(t *testing.T) {
 	for ct, want := range map[string]Format{

@@ -290,7 +290,9 @@ func lineOf(root *yaml.Node, path string) int {
 		key, idx := part, -1
 		if open := strings.Index(part, "["); open >= 0 && strings.HasSuffix(part, "]") {
 			key = part[:open]
-			fmt.Sscanf(part[open+1:len(part)-1], "%d", &idx)
+			if _, err := fmt.Sscanf(part[open+1:len(part)-1], "%d", &idx); err != nil {
+				idx = -1
+			}
 		}
 		next, keyLine := mapValue(n, key)
 		if next == nil {

@@ -99,6 +99,7 @@ func TestParseErrorsNameLineAndField(t *testing.T) {
 	}{
 		{"bad mode", "apiVersion: kausality.io/v1alpha1\nkind: ProxyConfiguration\ncontrollers:\n- name: a\n  match:\n    user: x\n  mode: strict\n",
 			`line 7: controllers[0].mode: must be shadow, log or enforce, not "strict"`},
+		//nolint:misspell // the misspelt field is the test case
 		{"unknown field", "apiVersion: kausality.io/v1alpha1\nkind: ProxyConfiguration\ncontrolers: []\n",
 			"line 3: field controlers not found in type config.File"},
 		{"two matchers", "apiVersion: kausality.io/v1alpha1\nkind: ProxyConfiguration\ncontrollers:\n- name: a\n  match:\n    user: x\n    group: y\n  mode: log\n",

@@ -64,7 +64,9 @@ func (e *fileError) Unwrap() error { return e.err }
 func (w *Watcher) Current() *Config { return w.current.Load() }
 
 // Reloads counts successful reloads; Failures counts rejected ones.
-func (w *Watcher) Reloads() int64  { return w.reloads.Load() }
+func (w *Watcher) Reloads() int64 { return w.reloads.Load() }
+
+// Failures counts reloads rejected as invalid.
 func (w *Watcher) Failures() int64 { return w.failures.Load() }
 
 // OnChange registers f to be called with every new configuration. Set it

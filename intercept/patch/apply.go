@@ -23,7 +23,7 @@ var deducedTypeConverter = managedfields.NewDeducedTypeConverter()
 // same converter as kube-apiserver's (sigs.k8s.io/yaml), but a stream with
 // more than one document is rejected (see body.YAMLToJSON).
 func decodeApplyConfiguration(patchType types.PatchType, patch []byte) (*unstructured.Unstructured, error) {
-	obj := map[string]interface{}{}
+	var obj map[string]interface{}
 	switch patchType {
 	case types.ApplyCBORPatchType:
 		var v interface{}

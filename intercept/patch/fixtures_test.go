@@ -86,15 +86,6 @@ func toUnstructured(t testing.TB, obj runtime.Object) *unstructured.Unstructured
 	return &unstructured.Unstructured{Object: m}
 }
 
-func fromJSON(t testing.TB, s string) *unstructured.Unstructured {
-	t.Helper()
-	u := &unstructured.Unstructured{}
-	if err := u.UnmarshalJSON([]byte(s)); err != nil {
-		t.Fatal(err)
-	}
-	return u
-}
-
 func jsonOf(t testing.TB, v interface{}) string {
 	t.Helper()
 	b, err := json.Marshal(v)

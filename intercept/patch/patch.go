@@ -168,10 +168,10 @@ var (
 	SupportedPatchTypes = append(append([]string{}, BuiltinPatchTypes...), string(types.ApplyCBORPatchType))
 )
 
-// PatchTypeFor maps a PATCH request's Content-Type to a patch type, stripping
+// TypeFor maps a PATCH request's Content-Type to a patch type, stripping
 // parameters such as charset the way kube-apiserver does. Unknown types are a
 // 415.
-func PatchTypeFor(contentType string) (types.PatchType, error) {
+func TypeFor(contentType string) (types.PatchType, error) {
 	if i := strings.Index(contentType, ";"); i >= 0 {
 		contentType = contentType[:i]
 	}

@@ -261,7 +261,7 @@ func lookup(v interface{}, path []string) (interface{}, bool) {
 	return v, true
 }
 
-func TestPatchTypeFor(t *testing.T) {
+func TestTypeFor(t *testing.T) {
 	for ct, want := range map[string]types.PatchType{
 		"application/json-patch+json":                 types.JSONPatchType,
 		"application/merge-patch+json; charset=utf-8": types.MergePatchType,
@@ -269,12 +269,12 @@ func TestPatchTypeFor(t *testing.T) {
 		"application/apply-patch+yaml":                types.ApplyYAMLPatchType,
 		"application/apply-patch+cbor":                types.ApplyCBORPatchType,
 	} {
-		got, err := PatchTypeFor(ct)
+		got, err := TypeFor(ct)
 		if err != nil || got != want {
-			t.Errorf("PatchTypeFor(%q) = %q, %v", ct, got, err)
+			t.Errorf("TypeFor(%q) = %q, %v", ct, got, err)
 		}
 	}
-	_, err := PatchTypeFor("application/json")
+	_, err := TypeFor("application/json")
 	wantStatus(t, err, 415, metav1.StatusReasonUnsupportedMediaType, "the body of the request was in an unknown format - accepted media types include: "+allPatchTypes)
 }
 

@@ -83,8 +83,8 @@ func shellWords(t *testing.T, s string) []string {
 	inWord := false
 	for i := 0; i < len(s); i++ {
 		c := s[i]
-		switch {
-		case c == '\'' || c == '"':
+		switch c {
+		case '\'', '"':
 			j := strings.IndexByte(s[i+1:], c)
 			if j < 0 {
 				t.Fatalf("unbalanced %c in %q", c, s)
@@ -92,13 +92,13 @@ func shellWords(t *testing.T, s string) []string {
 			cur.WriteString(s[i+1 : i+1+j])
 			i += j + 1
 			inWord = true
-		case c == ' ' || c == '\t':
+		case ' ', '\t':
 			if inWord {
 				words = append(words, cur.String())
 				cur.Reset()
 				inWord = false
 			}
-		case c == ';' || c == '&' || c == '|':
+		case ';', '&', '|':
 			t.Fatalf("the go build RUN line must be a single command, found %q in %q", c, s)
 		default:
 			cur.WriteByte(c)
@@ -145,7 +145,6 @@ func dockerfileBuild(t *testing.T) (dockerBuild, []instruction) {
 				if found {
 					t.Fatal("the Dockerfile has more than one go build")
 				}
-				found = true
 				b.Args = words[2:]
 				return b, ins
 			}

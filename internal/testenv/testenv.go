@@ -31,7 +31,7 @@ import (
 const (
 	// EnvTestBin overrides the directory holding the control-plane binaries.
 	EnvTestBin = "KAUSALITY_TESTBIN"
-	// EnvKeep, when set to a non-empty value other than "0" or "false",
+	// EnvKeep names the variable that, when set to a non-empty value other than "0" or "false",
 	// keeps the control plane's work directory (logs, audit log,
 	// kubeconfigs) after Stop, and Stop prints where it is.
 	EnvKeep = "KAUSALITY_TESTENV_KEEP"

@@ -33,20 +33,22 @@ import (
 // Defaults applied by New to zero-valued Config fields.
 const (
 	// DefaultTokenCacheTTL is how long a successful TokenReview is reused.
-	// It matches kube-apiserver's --authentication-token-webhook-cache-ttl.
 	// Staleness here cannot grant access: the token itself is passed through
-	// and re-verified by the upstream on every request.
-	DefaultTokenCacheTTL = 2 * time.Minute
+	// and re-verified by the upstream on every request. It is shorter than
+	// kube-apiserver's webhook default (2m) because the proxy's decisions
+	// rest on the identity: a token that no longer authenticates should stop
+	// counting as its controller within seconds.
+	DefaultTokenCacheTTL = 10 * time.Second
 	// DefaultTokenCacheFailureTTL is how long a rejected token stays rejected
 	// without asking the upstream again.
 	DefaultTokenCacheFailureTTL = 10 * time.Second
-	// DefaultAuthorizedTTL is how long an allowed impersonation
-	// SubjectAccessReview is reused (the generic apiserver's delegated
-	// authorization default). It bounds how long a revoked impersonation
-	// permission keeps working for client-certificate callers.
+	// DefaultAuthorizedTTL is how long an allowed SubjectAccessReview (an
+	// impersonation, or a write the proxy is about to work on) is reused
+	// (the generic apiserver's delegated authorization default). It bounds
+	// how long a revoked permission keeps working at the proxy.
 	DefaultAuthorizedTTL = 10 * time.Second
-	// DefaultUnauthorizedTTL is how long a denied impersonation
-	// SubjectAccessReview is reused.
+	// DefaultUnauthorizedTTL is how long a denied SubjectAccessReview is
+	// reused.
 	DefaultUnauthorizedTTL = 10 * time.Second
 	// DefaultTokenReviewTimeout bounds one TokenReview, retries included.
 	DefaultTokenReviewTimeout = 10 * time.Second

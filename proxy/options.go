@@ -8,6 +8,8 @@ import (
 
 	"github.com/spf13/pflag"
 	genericoptions "k8s.io/apiserver/pkg/server/options"
+
+	"github.com/kausality-io/kausality-proxy/authn"
 	"k8s.io/client-go/rest"
 	"k8s.io/client-go/tools/clientcmd"
 )
@@ -70,10 +72,10 @@ func NewOptions() *Options {
 	serving.ServerCert.CertDirectory = "/var/run/kausality-proxy/certs"
 	return &Options{
 		SecureServing:        serving,
-		TokenCacheTTL:        10 * time.Second,
-		TokenCacheFailureTTL: 10 * time.Second,
-		AuthorizeCacheTTL:    10 * time.Second,
-		UnauthorizeCacheTTL:  10 * time.Second,
+		TokenCacheTTL:        authn.DefaultTokenCacheTTL,
+		TokenCacheFailureTTL: authn.DefaultTokenCacheFailureTTL,
+		AuthorizeCacheTTL:    authn.DefaultAuthorizedTTL,
+		UnauthorizeCacheTTL:  authn.DefaultUnauthorizedTTL,
 		DefaultMode:          "log",
 		FailurePolicy:        "Fail",
 		MetricsBindAddress:   ":9090",

@@ -122,25 +122,28 @@ func TestChainLimitsMutatingRequestsInFlight(t *testing.T) {
 	wg.Add(1)
 	go func() {
 		defer wg.Done()
-		do(http.MethodPost, "/api/v1/namespaces/ns/pods/slow/eviction") // held by the upstream
-	}()
-	deadline := time.Now().Add(10 * time.Second)
-	for {
-		resp, body := do(http.MethodPost, "/api/v1/namespaces/ns/pods/other/eviction")
-		if resp == nil {
-			break
+		resp, body := do(http.MethodPost, "/api/v1/namespaces/ns/pods/slow/eviction") // held by the upstream
+		if resp != nil {
+			t.Logf("slow: %d %s", resp.StatusCode, body)
 		}
-		if resp.StatusCode == http.StatusTooManyRequests {
-			wantStatus(t, resp, body, http.StatusTooManyRequests, "--max-mutating-requests-inflight")
-			if resp.Header.Get("Retry-After") != "1" {
-				t.Errorf("Retry-After %q, want 1", resp.Header.Get("Retry-After"))
-			}
-			break
+	}()
+	// Wait until the held request is at the upstream, holding the slot.
+	deadline := time.Now().Add(20 * time.Second)
+	for held := false; !held; {
+		for _, r := range f.upstream.take() {
+			held = held || strings.HasPrefix(r.path, "/api/v1/namespaces/ns/pods/slow/")
 		}
 		if time.Now().After(deadline) {
-			t.Fatalf("a second mutating request was never throttled (last code %d)", resp.StatusCode)
+			t.Fatal("the held request never reached the upstream")
 		}
-		time.Sleep(20 * time.Millisecond)
+		time.Sleep(10 * time.Millisecond)
+	}
+	resp, body := do(http.MethodPost, "/api/v1/namespaces/ns/pods/other/eviction")
+	if resp != nil {
+		wantStatus(t, resp, body, http.StatusTooManyRequests, "--max-mutating-requests-inflight")
+		if resp.Header.Get("Retry-After") != "1" {
+			t.Errorf("Retry-After %q, want 1", resp.Header.Get("Retry-After"))
+		}
 	}
 	if resp, body := do(http.MethodGet, "/api/v1/namespaces/ns/pods/other"); resp != nil && resp.StatusCode != http.StatusOK {
 		t.Errorf("a read was throttled: %d %s", resp.StatusCode, body)

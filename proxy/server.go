@@ -58,9 +58,12 @@ type Config struct {
 	metrics        *metrics
 }
 
-// CompletedConfig can only be made by Complete, so New never sees a
-// half-filled Config.
-type CompletedConfig struct{ *Config }
+// completedConfig is a Config whose defaults Complete has filled in.
+type completedConfig struct{ *Config }
+
+// CompletedConfig can only be made by Complete: its one field is private, so
+// New never sees a half-filled Config.
+type CompletedConfig struct{ *completedConfig }
 
 // Config resolves the options: it opens listeners, loads or generates the
 // serving certificate and builds the authenticators. It does not start
@@ -191,7 +194,7 @@ func (c *Config) Complete() CompletedConfig {
 	if c.RequestTimeout <= 0 {
 		c.RequestTimeout = 60 * time.Second
 	}
-	return CompletedConfig{c}
+	return CompletedConfig{&completedConfig{c}}
 }
 
 // Server is a running (or runnable) kausality-proxy.

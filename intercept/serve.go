@@ -32,6 +32,7 @@ import (
 	"github.com/kausality-io/kausality-proxy/intercept/notify"
 	"github.com/kausality-io/kausality-proxy/intercept/objects"
 	"github.com/kausality-io/kausality-proxy/intercept/patch"
+	"github.com/kausality-io/kausality-proxy/internal/httpx"
 )
 
 var namespacesGVR = schema.GroupVersionResource{Version: "v1", Resource: "namespaces"}
@@ -53,10 +54,10 @@ type pending struct {
 	old        *unstructured.Unstructured
 	new        *unstructured.Unstructured
 	changed    bool
-	changes    []decision.FieldChange
+	changes    []desired.Change
 	// shownChanges are the changes messages may show: nil until a drift
 	// verdict asks, then changes, or changes without their values.
-	shownChanges []decision.FieldChange
+	shownChanges []desired.Change
 	parent       *unstructured.Unstructured
 	parentSource string
 	nsMode       string
@@ -135,16 +136,16 @@ func (i *Interceptor) serveWrite(w http.ResponseWriter, r *http.Request, wr *wri
 		w.Header().Add("Warning", formatWarning(fmt.Sprintf("kausality dry-run: %s (%s): %s", d.Result, d.Category, d.Reason)))
 	}
 
-	rec := &codeRecorder{ResponseWriter: w}
+	rec := httpx.NewCodeRecorder(w)
 	forward.ServeHTTP(rec, out)
-	succeeded := rec.code >= 200 && rec.code < 300
-	p.outcome = "forwarded:" + strconv.Itoa(rec.code)
+	succeeded := rec.Code() >= 200 && rec.Code() < 300
+	p.outcome = "forwarded:" + strconv.Itoa(rec.Code())
 
 	// Only a conflict is certain to have left the object unwritten, and a
 	// conflict is what a write that passed its dry run meets in a race.
 	// Anything else (a broken connection, a timeout, a 5xx) may have been
 	// applied: putting the approval back could let it admit a second write.
-	if reserved && rec.code == http.StatusConflict {
+	if reserved && rec.Code() == http.StatusConflict {
 		i.restoreApproval(d.ApprovalsUpdate)
 	}
 	if succeeded && !wr.dryRun {
@@ -302,10 +303,10 @@ func (i *Interceptor) decideConfirmed(r *http.Request, p *pending) (decision.Dec
 }
 
 // withoutValues keeps only the paths of changes.
-func withoutValues(changes []decision.FieldChange) []decision.FieldChange {
-	out := make([]decision.FieldChange, len(changes))
+func withoutValues(changes []desired.Change) []desired.Change {
+	out := make([]desired.Change, len(changes))
 	for i, c := range changes {
-		out[i] = decision.FieldChange{Path: c.Path}
+		out[i] = desired.Change{Path: c.Path}
 	}
 	return out
 }
@@ -327,9 +328,9 @@ func (i *Interceptor) serveShadow(w http.ResponseWriter, r *http.Request, p *pen
 	}
 	d, decided, err := i.shadowDecision(r, p, data)
 	restoreBody(r, data)
-	rec := &codeRecorder{ResponseWriter: w}
+	rec := httpx.NewCodeRecorder(w)
 	forward.ServeHTTP(rec, r)
-	p.outcome = "shadow:" + strconv.Itoa(rec.code)
+	p.outcome = "shadow:" + strconv.Itoa(rec.Code())
 	switch {
 	case err != nil:
 		i.logError(r, p, err)
@@ -769,17 +770,12 @@ func restoreBody(r *http.Request, data []byte) {
 }
 
 // desiredChange reports whether the write changes the desired state.
-func desiredChange(op decision.Operation, old, new *unstructured.Unstructured) (bool, []decision.FieldChange) {
+func desiredChange(op decision.Operation, old, new *unstructured.Unstructured) (bool, []desired.Change) {
 	switch op {
 	case decision.Delete:
 		return true, nil
 	}
-	changed, changes := desired.Changed(old, new)
-	out := make([]decision.FieldChange, 0, len(changes))
-	for _, c := range changes {
-		out = append(out, decision.FieldChange{Path: c.Path, Old: c.Old, New: c.New})
-	}
-	return changed, out
+	return desired.Changed(old, new)
 }
 
 // formatWarning renders an RFC 7234 warning as kube-apiserver does.
@@ -799,31 +795,6 @@ func qualifiedName(namespace, name string) string {
 	}
 	return namespace + "/" + name
 }
-
-// codeRecorder remembers the upstream's response code, passing flushes
-// through.
-type codeRecorder struct {
-	http.ResponseWriter
-	code int
-}
-
-func (c *codeRecorder) WriteHeader(code int) {
-	if c.code == 0 {
-		c.code = code
-	}
-	c.ResponseWriter.WriteHeader(code)
-}
-
-func (c *codeRecorder) Write(b []byte) (int, error) {
-	if c.code == 0 {
-		c.code = http.StatusOK
-	}
-	return c.ResponseWriter.Write(b)
-}
-
-func (c *codeRecorder) Flush() { _ = http.NewResponseController(c.ResponseWriter).Flush() }
-
-func (c *codeRecorder) Unwrap() http.ResponseWriter { return c.ResponseWriter }
 
 // maxPreflightAnswer bounds what is kept of a dry run's answer; only a
 // refusal is relayed, and refusals are small Status objects.

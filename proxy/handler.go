@@ -1,10 +1,8 @@
 package proxy
 
 import (
-	"bufio"
 	"context"
 	"fmt"
-	"net"
 	"net/http"
 	"strconv"
 	"time"
@@ -17,6 +15,7 @@ import (
 	genericfilters "k8s.io/apiserver/pkg/server/filters"
 
 	"github.com/kausality-io/kausality-proxy/authn"
+	"github.com/kausality-io/kausality-proxy/internal/httpx"
 )
 
 type callerKey struct{}
@@ -148,7 +147,7 @@ func withPanicRecovery(next http.Handler, log *zap.Logger) http.Handler {
 func withMetrics(next http.Handler, m *metrics, longRunning request.LongRunningRequestCheck) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		start := time.Now()
-		rec := &statusRecorder{ResponseWriter: w}
+		rec := httpx.NewCodeRecorder(w)
 		m.inflight.Inc()
 		defer m.inflight.Dec()
 		next.ServeHTTP(rec, r)
@@ -163,7 +162,7 @@ func withMetrics(next http.Handler, m *metrics, longRunning request.LongRunningR
 				verb = "long-running:" + verb
 			}
 		}
-		code := rec.code
+		code := rec.Code()
 		if code == 0 {
 			code = http.StatusOK
 		}
@@ -171,44 +170,3 @@ func withMetrics(next http.Handler, m *metrics, longRunning request.LongRunningR
 		m.duration.WithLabelValues(verb).Observe(time.Since(start).Seconds())
 	})
 }
-
-// statusRecorder remembers the response code. It passes Flush and Hijack
-// through explicitly: ReverseProxy flushes watch streams and
-// UpgradeAwareHandler hijacks the connection for exec.
-type statusRecorder struct {
-	http.ResponseWriter
-	code int
-}
-
-func (s *statusRecorder) WriteHeader(code int) {
-	if s.code == 0 {
-		s.code = code
-	}
-	s.ResponseWriter.WriteHeader(code)
-}
-
-func (s *statusRecorder) Write(b []byte) (int, error) {
-	if s.code == 0 {
-		s.code = http.StatusOK
-	}
-	return s.ResponseWriter.Write(b)
-}
-
-func (s *statusRecorder) Flush() {
-	if f, ok := s.ResponseWriter.(http.Flusher); ok {
-		f.Flush()
-	}
-}
-
-func (s *statusRecorder) Hijack() (net.Conn, *bufio.ReadWriter, error) {
-	h, ok := s.ResponseWriter.(http.Hijacker)
-	if !ok {
-		return nil, nil, fmt.Errorf("response writer %T cannot be hijacked", s.ResponseWriter)
-	}
-	if s.code == 0 {
-		s.code = http.StatusSwitchingProtocols
-	}
-	return h.Hijack()
-}
-
-func (s *statusRecorder) Unwrap() http.ResponseWriter { return s.ResponseWriter }

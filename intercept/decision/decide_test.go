@@ -13,6 +13,7 @@ import (
 	"github.com/kausality-io/kausality-proxy/intercept/annotations"
 	"github.com/kausality-io/kausality-proxy/intercept/approval"
 	"github.com/kausality-io/kausality-proxy/intercept/controllerid"
+	"github.com/kausality-io/kausality-proxy/intercept/desired"
 )
 
 var now = time.Date(2026, 1, 24, 10, 30, 0, 0, time.UTC)
@@ -141,7 +142,7 @@ func base() Input {
 		OldObject:      mkChild(1),
 		NewObject:      mkChild(3),
 		DesiredChanged: true,
-		Changes:        []FieldChange{{Path: "spec.replicas", Old: "1", New: "3"}},
+		Changes:        []desired.Change{{Path: "spec.replicas", Old: "1", New: "3"}},
 		Parent:         mkParent(),
 		User:           &user.DefaultInfo{Name: ctrlUser},
 		FieldManager:   kcm,
@@ -821,7 +822,7 @@ func TestMessages(t *testing.T) {
 		in.Parent.SetAPIVersion("example.com/v1")
 		in.Parent.SetKind("Cluster")
 		setAnn(annotations.Approvals, `[{"apiVersion":"v1","kind":"Secret","name":"s","mode":"always"}]`)(in.Parent)
-		in.Changes = []FieldChange{{Path: "spec.a", Old: "x", New: "y"}, {Path: "spec.b"}}
+		in.Changes = []desired.Change{{Path: "spec.a", Old: "x", New: "y"}, {Path: "spec.b"}}
 		d := Decide(in)
 		wantMsg := `kausality: UPDATE of apps/v1 ReplicaSet default/web-1 denied: drift: the parent's controller, field manager "kube-controller-manager" (user system:serviceaccount:kube-system:deployment-controller), changes spec.a (x → y), spec.b while its parent example.com/v1 Cluster default/web (generation 5, observedGeneration 5) is reconciled. To allow it once, add {"apiVersion":"apps/v1","kind":"ReplicaSet","name":"web-1","generation":5,"mode":"once"} to the parent's kausality.io/approvals annotation: kubectl annotate -n default cluster.example.com/web --overwrite 'kausality.io/approvals=[{"apiVersion":"v1","kind":"Secret","name":"s","mode":"always"},{"apiVersion":"apps/v1","kind":"ReplicaSet","name":"web-1","generation":5,"mode":"once"}]'.`
 		if d.Message != wantMsg {
@@ -871,7 +872,7 @@ func TestMessages(t *testing.T) {
 		in := base()
 		in.Changes = nil
 		for i := 0; i < 13; i++ {
-			in.Changes = append(in.Changes, FieldChange{Path: "spec.f" + itoa(int64(i))})
+			in.Changes = append(in.Changes, desired.Change{Path: "spec.f" + itoa(int64(i))})
 		}
 		d := Decide(in)
 		if !strings.Contains(d.Message, "changes spec.f0, spec.f1, spec.f2, spec.f3, spec.f4, spec.f5, spec.f6, spec.f7, spec.f8, spec.f9, and 3 more while") {
@@ -942,7 +943,7 @@ func TestDecideDetails(t *testing.T) {
 func TestWarningsAreSingleLine(t *testing.T) {
 	in := base()
 	in.Mode.Default = ModeLog
-	in.Changes = []FieldChange{{Path: "data.script", Old: "a\nb", New: "c\r\nd"}}
+	in.Changes = []desired.Change{{Path: "data.script", Old: "a\nb", New: "c\r\nd"}}
 	d := Decide(in)
 	if len(d.Warnings) != 1 || strings.ContainsAny(d.Warnings[0], "\r\n") ||
 		!strings.Contains(d.Warnings[0], "changes data.script (a b → c  d) while") {

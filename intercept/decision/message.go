@@ -49,7 +49,7 @@ func (x *decider) describeWrite() string {
 		if i > 0 {
 			b.WriteString(", ")
 		}
-		b.WriteString(c.String())
+		b.WriteString(changeText(c))
 	}
 	if x.in.Operation == Delete {
 		b.WriteString(")")

@@ -12,6 +12,7 @@ import (
 	"github.com/kausality-io/kausality-proxy/intercept/annotations"
 	"github.com/kausality-io/kausality-proxy/intercept/approval"
 	"github.com/kausality-io/kausality-proxy/intercept/controllerid"
+	"github.com/kausality-io/kausality-proxy/intercept/desired"
 	"github.com/kausality-io/kausality-proxy/intercept/lifecycle"
 )
 
@@ -132,16 +133,9 @@ func RefOf(obj *unstructured.Unstructured) ObjectRef {
 	return ObjectRef{APIVersion: obj.GetAPIVersion(), Kind: obj.GetKind(), Namespace: obj.GetNamespace(), Name: obj.GetName()}
 }
 
-// FieldChange is one changed desired-state field, for messages. Old and New
-// are optional rendered (and truncated) scalars.
-type FieldChange struct {
-	Path string `json:"path"`
-	Old  string `json:"old,omitempty"`
-	New  string `json:"new,omitempty"`
-}
-
-// String renders "spec.replicas (1 → 3)" or "spec.template".
-func (c FieldChange) String() string {
+// changeText renders "spec.replicas (1 → 3)", or "spec.template" when the
+// values are not shown.
+func changeText(c desired.Change) string {
 	if c.Old == "" && c.New == "" {
 		return c.Path
 	}
@@ -153,15 +147,6 @@ func orNone(s string) string {
 		return "<none>"
 	}
 	return s
-}
-
-// Paths turns plain paths into FieldChanges.
-func Paths(paths ...string) []FieldChange {
-	out := make([]FieldChange, len(paths))
-	for i, p := range paths {
-		out[i] = FieldChange{Path: p}
-	}
-	return out
 }
 
 // ModeInputs are the mode settings below the object level. The object
@@ -192,7 +177,7 @@ type Input struct {
 	// DELETE always count as a desired-state change.
 	DesiredChanged bool
 	// Changes lists the changed fields, for messages.
-	Changes []FieldChange
+	Changes []desired.Change
 	// StatusWrite: a write to the status subresource.
 	StatusWrite bool
 	// Parent is the snapshot of the controller owner (nil = no ownerRef

@@ -54,10 +54,12 @@ type Change struct {
 	// Path is the field, e.g. "spec.replicas", "data.key",
 	// `data["config.yaml"]`, "spec.template.spec.containers[name=app].image",
 	// "rules[0].verbs".
-	Path string
+	Path string `json:"path"`
 	// Old and New are the values rendered as JSON (strings quoted), at most
 	// MaxValueLen characters; Unset when absent; Redacted for Secret data.
-	Old, New string
+	// Both are empty where the values are not to be shown.
+	Old string `json:"old,omitempty"`
+	New string `json:"new,omitempty"`
 }
 
 func (c Change) String() string { return c.Path + ": " + c.Old + " → " + c.New }

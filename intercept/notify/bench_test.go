@@ -4,12 +4,13 @@ import (
 	"testing"
 
 	"github.com/kausality-io/kausality-proxy/intercept/decision"
+	"github.com/kausality-io/kausality-proxy/intercept/desired"
 )
 
 // The write-path cost of Observe in the common cases.
 func BenchmarkObserve(b *testing.B) {
 	parent := &decision.ParentInfo{Ref: parentDeploy.Ref(), Generation: 5, ObservedGeneration: 5}
-	w := Write{Operation: decision.Update, Changes: []decision.FieldChange{replicas(1, 3)}, FieldManager: "m"}
+	w := Write{Operation: decision.Update, Changes: []desired.Change{replicas(1, 3)}, FieldManager: "m"}
 	expected := &decision.Decision{Category: decision.Expected, Result: decision.Allow, Parent: parent, Child: childRS.Ref()}
 	detected := &decision.Decision{Category: decision.DriftUnapproved, Result: decision.Deny, Report: decision.ReportDetected,
 		Parent: parent, Child: childRS.Ref()}

@@ -11,7 +11,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/kausality-io/kausality-proxy/intercept/decision"
+	"github.com/kausality-io/kausality-proxy/intercept/desired"
 )
 
 // hangGuard only turns a hang into a failure; no test asserts on time.
@@ -205,14 +205,14 @@ func child(name string) ChildRef {
 	return c
 }
 
-func drift(c ChildRef, changes ...decision.FieldChange) DriftReport {
+func drift(c ChildRef, changes ...desired.Change) DriftReport {
 	return DriftReport{Spec: DriftReportSpec{Phase: PhaseDetected, Parent: parentDeploy, Child: c,
 		Request: RequestInfo{User: "system:serviceaccount:kube-system:deployment-controller", FieldManager: "kube-controller-manager", Operation: "UPDATE"},
 		Changes: changes}}
 }
 
-func replicas(from, to int) decision.FieldChange {
-	return decision.FieldChange{Path: "spec.replicas", Old: strconv.Itoa(from), New: strconv.Itoa(to)}
+func replicas(from, to int) desired.Change {
+	return desired.Change{Path: "spec.replicas", Old: strconv.Itoa(from), New: strconv.Itoa(to)}
 }
 
 func resolve(c ChildRef) DriftReport {

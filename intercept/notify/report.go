@@ -13,6 +13,7 @@ import (
 	"k8s.io/apiserver/pkg/authentication/user"
 
 	"github.com/kausality-io/kausality-proxy/intercept/decision"
+	"github.com/kausality-io/kausality-proxy/intercept/desired"
 )
 
 // API identification of a DriftReport.
@@ -73,7 +74,7 @@ type DriftReportSpec struct {
 	// Changes are the changed desired-state fields (path, old → new for
 	// scalars, truncated). A Resolved report repeats the changes of the
 	// Detected report it closes.
-	Changes []decision.FieldChange `json:"changes,omitempty"`
+	Changes []desired.Change `json:"changes,omitempty"`
 }
 
 // ParentRef describes the parent as seen when the report was made.
@@ -131,9 +132,9 @@ type RequestInfo struct {
 //
 // Two drifts of the same pair with the same (truncated) rendered changes
 // have the same id; for non-scalar fields only the path is rendered.
-func ID(parent, child decision.ObjectRef, changes []decision.FieldChange) string {
+func ID(parent, child decision.ObjectRef, changes []desired.Change) string {
 	cs := slices.Clone(changes)
-	slices.SortFunc(cs, func(a, b decision.FieldChange) int {
+	slices.SortFunc(cs, func(a, b desired.Change) int {
 		if c := strings.Compare(a.Path, b.Path); c != 0 {
 			return c
 		}
@@ -178,7 +179,7 @@ type Write struct {
 	// NewObject is the effective new object (nil on DELETE).
 	NewObject *unstructured.Unstructured
 	// Changes are the changed desired-state fields (decision.Input.Changes).
-	Changes []decision.FieldChange
+	Changes []desired.Change
 	// User is the effective user.
 	User user.Info
 	// FieldManager is the effective field manager.

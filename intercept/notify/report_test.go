@@ -9,15 +9,16 @@ import (
 	"k8s.io/apiserver/pkg/authentication/user"
 
 	"github.com/kausality-io/kausality-proxy/intercept/decision"
+	"github.com/kausality-io/kausality-proxy/intercept/desired"
 	"github.com/kausality-io/kausality-proxy/intercept/lifecycle"
 )
 
 func TestID(t *testing.T) {
 	p := decision.ObjectRef{APIVersion: "apps/v1", Kind: "Deployment", Namespace: "ns", Name: "web"}
 	c := decision.ObjectRef{APIVersion: "apps/v1", Kind: "ReplicaSet", Namespace: "ns", Name: "web-1"}
-	a := decision.FieldChange{Path: "spec.replicas", Old: "1", New: "3"}
-	b := decision.FieldChange{Path: "spec.template"}
-	base := ID(p, c, []decision.FieldChange{a, b})
+	a := desired.Change{Path: "spec.replicas", Old: "1", New: "3"}
+	b := desired.Change{Path: "spec.template"}
+	base := ID(p, c, []desired.Change{a, b})
 
 	with := func(f func(p, c *decision.ObjectRef)) (decision.ObjectRef, decision.ObjectRef) {
 		p2, c2 := p, c
@@ -28,21 +29,21 @@ func TestID(t *testing.T) {
 		name    string
 		parent  decision.ObjectRef
 		child   decision.ObjectRef
-		changes []decision.FieldChange
+		changes []desired.Change
 		same    bool
 	}{
-		{"identical", p, c, []decision.FieldChange{a, b}, true},
-		{"changes reordered", p, c, []decision.FieldChange{b, a}, true},
-		{"duplicate change", p, c, []decision.FieldChange{a, b, a}, true},
-		{"other API version of the same group", func() decision.ObjectRef { x := p; x.APIVersion = "apps/v1beta2"; return x }(), c, []decision.FieldChange{a, b}, true},
-		{"other new value", p, c, []decision.FieldChange{{Path: "spec.replicas", Old: "1", New: "4"}, b}, false},
-		{"fewer changes", p, c, []decision.FieldChange{a}, false},
+		{"identical", p, c, []desired.Change{a, b}, true},
+		{"changes reordered", p, c, []desired.Change{b, a}, true},
+		{"duplicate change", p, c, []desired.Change{a, b, a}, true},
+		{"other API version of the same group", func() decision.ObjectRef { x := p; x.APIVersion = "apps/v1beta2"; return x }(), c, []desired.Change{a, b}, true},
+		{"other new value", p, c, []desired.Change{{Path: "spec.replicas", Old: "1", New: "4"}, b}, false},
+		{"fewer changes", p, c, []desired.Change{a}, false},
 		{"no changes", p, c, nil, false},
-		{"other child", p, func() decision.ObjectRef { x := c; x.Name = "web-2"; return x }(), []decision.FieldChange{a, b}, false},
-		{"other child namespace", p, func() decision.ObjectRef { x := c; x.Namespace = "other"; return x }(), []decision.FieldChange{a, b}, false},
-		{"other parent", func() decision.ObjectRef { x := p; x.Name = "api"; return x }(), c, []decision.FieldChange{a, b}, false},
-		{"other group", func() decision.ObjectRef { x := p; x.APIVersion = "example.com/v1"; return x }(), c, []decision.FieldChange{a, b}, false},
-		{"parent and child swapped", c, p, []decision.FieldChange{a, b}, false},
+		{"other child", p, func() decision.ObjectRef { x := c; x.Name = "web-2"; return x }(), []desired.Change{a, b}, false},
+		{"other child namespace", p, func() decision.ObjectRef { x := c; x.Namespace = "other"; return x }(), []desired.Change{a, b}, false},
+		{"other parent", func() decision.ObjectRef { x := p; x.Name = "api"; return x }(), c, []desired.Change{a, b}, false},
+		{"other group", func() decision.ObjectRef { x := p; x.APIVersion = "example.com/v1"; return x }(), c, []desired.Change{a, b}, false},
+		{"parent and child swapped", c, p, []desired.Change{a, b}, false},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -95,7 +96,7 @@ func TestFromDecisionPayload(t *testing.T) {
 	}
 	u := &user.DefaultInfo{Name: "system:serviceaccount:kube-system:deployment-controller", UID: "u-1",
 		Groups: []string{"system:serviceaccounts", "system:authenticated"}}
-	changes := []decision.FieldChange{replicas(1, 3)}
+	changes := []desired.Change{replicas(1, 3)}
 
 	tests := []struct {
 		name      string

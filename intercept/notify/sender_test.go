@@ -13,6 +13,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus/testutil"
 
 	"github.com/kausality-io/kausality-proxy/intercept/decision"
+	"github.com/kausality-io/kausality-proxy/intercept/desired"
 )
 
 func count(v *prometheus.CounterVec, p Phase) int {
@@ -199,7 +200,7 @@ func TestResolved(t *testing.T) {
 		r    DriftReport
 		want Result
 	}
-	det := func(c ChildRef, ch ...decision.FieldChange) step {
+	det := func(c ChildRef, ch ...desired.Change) step {
 		return step{drift(c, ch...), Queued}
 	}
 	res := func(c ChildRef, want Result) step {
@@ -207,7 +208,7 @@ func TestResolved(t *testing.T) {
 		r.Spec.Phase, r.Spec.Reason = PhaseResolved, ReasonApproved
 		return step{r, want}
 	}
-	idOf := func(c ChildRef, ch ...decision.FieldChange) string {
+	idOf := func(c ChildRef, ch ...desired.Change) string {
 		return ID(parentDeploy.Ref(), c.Ref(), ch)
 	}
 	type sent struct {
@@ -521,7 +522,7 @@ func TestNewRejectsBadURLs(t *testing.T) {
 
 func TestObserve(t *testing.T) {
 	parent := &decision.ParentInfo{Ref: parentDeploy.Ref(), Generation: 5, ObservedGeneration: 5, ObservedGenerationSource: "status.observedGeneration"}
-	changes := []decision.FieldChange{replicas(1, 3)}
+	changes := []desired.Change{replicas(1, 3)}
 	dec := func(cat decision.Category, res decision.Result, rep decision.ReportPhase) *decision.Decision {
 		return &decision.Decision{Category: cat, Result: res, Report: rep, Parent: parent, Child: childRS.Ref()}
 	}

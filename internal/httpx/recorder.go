@@ -1,0 +1,59 @@
+// Package httpx holds the one http.ResponseWriter wrapper the proxy and the
+// interceptor both need: it remembers the status code of a response that
+// streams through it.
+package httpx
+
+import (
+	"bufio"
+	"fmt"
+	"net"
+	"net/http"
+)
+
+// CodeRecorder remembers the response code. Flush and Hijack pass through
+// explicitly: ReverseProxy flushes watch streams and UpgradeAwareHandler
+// hijacks the connection for exec; Unwrap serves http.ResponseController.
+type CodeRecorder struct {
+	http.ResponseWriter
+	code int
+}
+
+// NewCodeRecorder wraps w.
+func NewCodeRecorder(w http.ResponseWriter) *CodeRecorder { return &CodeRecorder{ResponseWriter: w} }
+
+// Code is the status code written, 0 when nothing was written yet.
+func (c *CodeRecorder) Code() int { return c.code }
+
+// WriteHeader records the first code.
+func (c *CodeRecorder) WriteHeader(code int) {
+	if c.code == 0 {
+		c.code = code
+	}
+	c.ResponseWriter.WriteHeader(code)
+}
+
+// Write records an implicit 200.
+func (c *CodeRecorder) Write(b []byte) (int, error) {
+	if c.code == 0 {
+		c.code = http.StatusOK
+	}
+	return c.ResponseWriter.Write(b)
+}
+
+// Flush flushes the wrapped writer, when it can.
+func (c *CodeRecorder) Flush() { _ = http.NewResponseController(c.ResponseWriter).Flush() }
+
+// Hijack hands over the connection; the code becomes 101.
+func (c *CodeRecorder) Hijack() (net.Conn, *bufio.ReadWriter, error) {
+	h, ok := c.ResponseWriter.(http.Hijacker)
+	if !ok {
+		return nil, nil, fmt.Errorf("response writer %T cannot be hijacked", c.ResponseWriter)
+	}
+	if c.code == 0 {
+		c.code = http.StatusSwitchingProtocols
+	}
+	return h.Hijack()
+}
+
+// Unwrap returns the wrapped writer.
+func (c *CodeRecorder) Unwrap() http.ResponseWriter { return c.ResponseWriter }

@@ -9,8 +9,8 @@ import (
 	"k8s.io/apiserver/pkg/authorization/authorizer"
 	"k8s.io/client-go/dynamic"
 
+	"github.com/kausality-io/kausality-proxy/intercept/annotations"
 	"github.com/kausality-io/kausality-proxy/intercept/config"
-	"github.com/kausality-io/kausality-proxy/intercept/decision"
 	"github.com/kausality-io/kausality-proxy/intercept/notify"
 	"github.com/kausality-io/kausality-proxy/intercept/objects"
 )
@@ -47,7 +47,7 @@ type Config struct {
 	// change at run time). nil means config.Default().
 	Settings func() *config.Config
 	// DefaultMode is --default-mode.
-	DefaultMode decision.Mode
+	DefaultMode annotations.DriftMode
 	// FailurePolicy is --failure-policy.
 	FailurePolicy FailurePolicy
 	// MaxBodyBytes bounds the body of an intercepted write (413 above).
@@ -83,7 +83,7 @@ func New(cfg Config) *Interceptor {
 		cfg.MaxBodyBytes = 3 * 1024 * 1024
 	}
 	if cfg.DefaultMode == "" {
-		cfg.DefaultMode = decision.ModeLog
+		cfg.DefaultMode = annotations.ModeLog
 	}
 	if cfg.FailurePolicy == "" {
 		cfg.FailurePolicy = FailurePolicyFail

@@ -408,7 +408,7 @@ func bodyTimeout() error {
 
 // shadow reports whether the writer's controller is in shadow mode.
 func (p *pending) shadow() bool {
-	return p.controller != nil && p.controller.Mode == config.ModeShadow
+	return p.controller != nil && p.controller.Mode == annotations.ModeShadow
 }
 
 // controllerName is the configured name of the writer's controller.
@@ -680,7 +680,7 @@ func (i *Interceptor) decide(r *http.Request, p *pending) decision.Decision {
 		DryRun:         p.w.dryRun,
 		Lifecycle:      p.settings.Lifecycle,
 	}
-	if p.controller != nil && p.controller.Mode != config.ModeShadow {
+	if p.controller != nil && p.controller.Mode != annotations.ModeShadow {
 		in.Mode.Controller = string(p.controller.Mode)
 	}
 	in.Child = decision.ObjectRef{APIVersion: p.kind.GroupVersion().String(), Kind: p.kind.Kind, Namespace: p.w.namespace, Name: p.w.info.Name}

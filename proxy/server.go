@@ -21,8 +21,8 @@ import (
 
 	"github.com/kausality-io/kausality-proxy/authn"
 	"github.com/kausality-io/kausality-proxy/intercept"
+	"github.com/kausality-io/kausality-proxy/intercept/annotations"
 	"github.com/kausality-io/kausality-proxy/intercept/config"
-	"github.com/kausality-io/kausality-proxy/intercept/decision"
 	"github.com/kausality-io/kausality-proxy/intercept/notify"
 	"github.com/kausality-io/kausality-proxy/intercept/objects"
 )
@@ -150,7 +150,7 @@ func (o *Options) Config(log *zap.Logger) (*Config, error) {
 		Objects:       objects.New(storeCtx, client.Discovery(), dyn),
 		Writer:        dyn,
 		Settings:      cfg.Settings.Current,
-		DefaultMode:   decision.Mode(o.DefaultMode),
+		DefaultMode:   annotations.DriftMode(o.DefaultMode),
 		FailurePolicy: intercept.FailurePolicy(o.FailurePolicy),
 		Authorizer:    cfg.Authenticator.Authorizer(),
 		MaxBodyBytes:  o.MaxRequestBodyBytes,

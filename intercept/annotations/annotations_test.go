@@ -252,7 +252,7 @@ func TestParseSnooze(t *testing.T) {
 func TestParseMode(t *testing.T) {
 	tests := []struct {
 		in      string
-		mode    ModeValue
+		mode    DriftMode
 		set     bool
 		warning string
 	}{

@@ -150,13 +150,21 @@ func (s *SnoozeInfo) ActiveAt(now time.Time) bool {
 	return s != nil && now.Before(s.Until)
 }
 
-// ModeValue is log or enforce.
-type ModeValue string
+// DriftMode is how drift is treated: logged with a warning, or denied. The
+// kausality.io/mode annotation of an object or namespace holds log or
+// enforce; a controller's setting in the proxy's configuration may also be
+// shadow.
+type DriftMode string
 
-// Modes.
+// Drift modes.
 const (
-	ModeLog     ModeValue = "log"
-	ModeEnforce ModeValue = "enforce"
+	// ModeLog: drift is allowed with a warning.
+	ModeLog DriftMode = "log"
+	// ModeEnforce: drift without approval is denied.
+	ModeEnforce DriftMode = "enforce"
+	// ModeShadow, per controller only: decide and log what would happen,
+	// forward the request byte for byte, change nothing.
+	ModeShadow DriftMode = "shadow"
 )
 
 // ParseApprovals parses kausality.io/approvals. An empty value is no
@@ -291,7 +299,7 @@ func ParseSnooze(annotations map[string]string) (*SnoozeInfo, *Warning) {
 // ParseMode parses a kausality.io/mode value. Empty means unset (ok=false,
 // no warning). "log" and "enforce" (case-insensitive) are valid. Anything
 // else is enforce (fail safe) plus a warning.
-func ParseMode(v string) (mode ModeValue, set bool, w *Warning) {
+func ParseMode(v string) (mode DriftMode, set bool, w *Warning) {
 	t := strings.ToLower(strings.TrimSpace(v))
 	switch t {
 	case "":

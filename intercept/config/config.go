@@ -18,6 +18,7 @@ import (
 	"k8s.io/apiserver/pkg/authentication/serviceaccount"
 	"k8s.io/apiserver/pkg/authentication/user"
 
+	"github.com/kausality-io/kausality-proxy/intercept/annotations"
 	"github.com/kausality-io/kausality-proxy/intercept/lifecycle"
 	"github.com/kausality-io/kausality-proxy/intercept/rules"
 )
@@ -26,20 +27,6 @@ import (
 const (
 	APIVersion = "kausality.io/v1alpha1"
 	Kind       = "ProxyConfiguration"
-)
-
-// Mode is how the proxy treats one controller's writes.
-type Mode string
-
-// Controller modes.
-const (
-	// ModeShadow: decide and log what would happen, forward the request
-	// byte for byte, change nothing.
-	ModeShadow Mode = "shadow"
-	// ModeLog: drift is allowed with a warning.
-	ModeLog Mode = "log"
-	// ModeEnforce: drift without approval is denied.
-	ModeEnforce Mode = "enforce"
 )
 
 // File is the file format.
@@ -67,9 +54,9 @@ type Rule struct {
 // Controller selects one controller's writes and sets its mode.
 type Controller struct {
 	// Name labels the controller in logs, metrics and the shadow report.
-	Name  string `yaml:"name"`
-	Match Match  `yaml:"match"`
-	Mode  Mode   `yaml:"mode"`
+	Name  string                `yaml:"name"`
+	Match Match                 `yaml:"match"`
+	Mode  annotations.DriftMode `yaml:"mode"`
 }
 
 // Match selects writes. Set exactly one field.
@@ -221,7 +208,7 @@ func Parse(data []byte) (*Config, error) {
 		}
 		names[c.Name] = true
 		switch c.Mode {
-		case ModeShadow, ModeLog, ModeEnforce:
+		case annotations.ModeShadow, annotations.ModeLog, annotations.ModeEnforce:
 		default:
 			fail(path+".mode", "must be shadow, log or enforce, not %q", c.Mode)
 		}

@@ -9,6 +9,7 @@ import (
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apiserver/pkg/authentication/user"
 
+	"github.com/kausality-io/kausality-proxy/intercept/annotations"
 	"github.com/kausality-io/kausality-proxy/intercept/lifecycle"
 )
 
@@ -139,7 +140,7 @@ func TestWatcherReloadsAndKeepsLastGood(t *testing.T) {
 		t.Fatal(err)
 	}
 	dc := &user.DefaultInfo{Name: "system:serviceaccount:kube-system:deployment-controller"}
-	if c := w.Current().ControllerFor(dc, ""); c == nil || c.Mode != ModeShadow {
+	if c := w.Current().ControllerFor(dc, ""); c == nil || c.Mode != annotations.ModeShadow {
 		t.Fatalf("initial: %+v", c)
 	}
 	var notified *Config
@@ -147,13 +148,13 @@ func TestWatcherReloadsAndKeepsLastGood(t *testing.T) {
 
 	write(strings.Replace(valid, "mode: shadow", "mode: enforce", 1))
 	w.Check()
-	if c := w.Current().ControllerFor(dc, ""); c == nil || c.Mode != ModeEnforce || notified == nil || w.Reloads() != 1 {
+	if c := w.Current().ControllerFor(dc, ""); c == nil || c.Mode != annotations.ModeEnforce || notified == nil || w.Reloads() != 1 {
 		t.Fatalf("after reload: %+v reloads=%d", c, w.Reloads())
 	}
 
 	write(strings.Replace(valid, "mode: shadow", "mode: bogus", 1))
 	w.Check()
-	if c := w.Current().ControllerFor(dc, ""); c == nil || c.Mode != ModeEnforce || w.Failures() != 1 {
+	if c := w.Current().ControllerFor(dc, ""); c == nil || c.Mode != annotations.ModeEnforce || w.Failures() != 1 {
 		t.Fatalf("an invalid reload must keep the last good config: %+v failures=%d", c, w.Failures())
 	}
 }

@@ -286,7 +286,7 @@ func (x *decider) parentInfo() *ParentInfo {
 	return info
 }
 
-func (x *decider) resolveMode() (Mode, ModeSource) {
+func (x *decider) resolveMode() (annotations.DriftMode, ModeSource) {
 	type level struct {
 		value, object string
 		src           ModeSource
@@ -309,7 +309,7 @@ func (x *decider) resolveMode() (Mode, ModeSource) {
 			return m, l.src
 		}
 	}
-	return ModeLog, ModeFromDefault
+	return annotations.ModeLog, ModeFromDefault
 }
 
 func (x *decider) drift() {
@@ -360,7 +360,7 @@ func (x *decider) drift() {
 	sugg, suggValue := approval.Suggest(approvals, child, x.parent.APIVersion, x.parent.Kind, gen)
 	d.Suggested = &sugg
 	d.Category = DriftUnapproved
-	enforce := d.Mode == ModeEnforce
+	enforce := d.Mode == annotations.ModeEnforce
 	x.unapprovedMessage(sugg, suggValue, enforce)
 	if !d.Snooze.Snoozed {
 		d.Report = ReportDetected

@@ -146,7 +146,7 @@ func base() Input {
 		Parent:         mkParent(),
 		User:           &user.DefaultInfo{Name: ctrlUser},
 		FieldManager:   kcm,
-		Mode:           ModeInputs{Default: ModeEnforce},
+		Mode:           ModeInputs{Default: annotations.ModeEnforce},
 		Now:            now,
 	}
 }
@@ -159,7 +159,7 @@ func alice(in *Input) {
 type want struct {
 	result          Result
 	category        Category
-	mode            Mode
+	mode            annotations.DriftMode
 	modeSource      ModeSource
 	drift           bool
 	approval        *approval.Approval
@@ -234,7 +234,7 @@ func TestDecide(t *testing.T) {
 			}
 		}
 	}
-	unapprovedEnforce := want{result: Deny, category: DriftUnapproved, mode: ModeEnforce, modeSource: ModeFromDefault, drift: true, report: ReportDetected}
+	unapprovedEnforce := want{result: Deny, category: DriftUnapproved, mode: annotations.ModeEnforce, modeSource: ModeFromDefault, drift: true, report: ReportDetected}
 
 	tests := []struct {
 		name string
@@ -314,7 +314,7 @@ func TestDecide(t *testing.T) {
 				deleting(in.Parent)
 				setAnn(annotations.Freeze, "true")(in.Parent)
 			},
-			want: want{result: Allow, category: ParentDeleting, mode: ModeEnforce, modeSource: ModeFromDefault, traceOrigin: true,
+			want: want{result: Allow, category: ParentDeleting, mode: annotations.ModeEnforce, modeSource: ModeFromDefault, traceOrigin: true,
 				child: set(annotations.Trace, origin(ctrlHop))},
 		},
 		{
@@ -324,7 +324,7 @@ func TestDecide(t *testing.T) {
 				conditions("Available", "False")(in.Parent)
 				noObsGen(in.Parent)
 			},
-			want: want{result: Allow, category: ParentInitializing, mode: ModeEnforce, modeSource: ModeFromDefault,
+			want: want{result: Allow, category: ParentInitializing, mode: annotations.ModeEnforce, modeSource: ModeFromDefault,
 				child: set(annotations.Trace, hopOnParent(ctrlHop))},
 		},
 		{
@@ -343,7 +343,7 @@ func TestDecide(t *testing.T) {
 				delAnn(annotations.Phase)(in.Parent)
 				obsGen(4)(in.Parent)
 			},
-			want: want{result: Allow, category: Expected, mode: ModeEnforce, modeSource: ModeFromDefault,
+			want: want{result: Allow, category: Expected, mode: annotations.ModeEnforce, modeSource: ModeFromDefault,
 				child: set(annotations.Trace, hopOnParent(ctrlHop))},
 		},
 		// --- freeze ----------------------------------------------------
@@ -353,16 +353,16 @@ func TestDecide(t *testing.T) {
 				obsGen(4)(in.Parent)
 				setAnn(annotations.Freeze, `{"user":"bob","reason":"incident 7","at":"2026-01-24T09:00:00Z"}`)(in.Parent)
 			},
-			want: want{result: Deny, category: Frozen, mode: ModeEnforce, modeSource: ModeFromDefault},
+			want: want{result: Deny, category: Frozen, mode: annotations.ModeEnforce, modeSource: ModeFromDefault},
 		},
 		{
 			name: "frozen parent blocks other actors too, also in log mode",
 			in: func(in *Input) {
 				alice(in)
-				in.Mode.Default = ModeLog
+				in.Mode.Default = annotations.ModeLog
 				setAnn(annotations.Freeze, "true")(in.Parent)
 			},
-			want: want{result: Deny, category: Frozen, mode: ModeLog, modeSource: ModeFromDefault},
+			want: want{result: Deny, category: Frozen, mode: annotations.ModeLog, modeSource: ModeFromDefault},
 		},
 		{
 			name: "freeze false is not frozen",
@@ -372,14 +372,14 @@ func TestDecide(t *testing.T) {
 		{
 			name: "malformed freeze counts as frozen and says so",
 			in:   parentWithAnn(annotations.Freeze, `{"user":`),
-			want: want{result: Deny, category: Frozen, mode: ModeEnforce, modeSource: ModeFromDefault,
+			want: want{result: Deny, category: Frozen, mode: annotations.ModeEnforce, modeSource: ModeFromDefault,
 				warnings: []string{"kausality: malformed annotation kausality.io/freeze on parent apps/v1 Deployment default/web: unexpected end of JSON input; treated as frozen"}},
 		},
 		// --- expected ----------------------------------------------------
 		{
 			name: "expected: controller reconciles a changed parent, trace hop",
 			in:   func(in *Input) { obsGen(4)(in.Parent) },
-			want: want{result: Allow, category: Expected, mode: ModeEnforce, modeSource: ModeFromDefault,
+			want: want{result: Allow, category: Expected, mode: annotations.ModeEnforce, modeSource: ModeFromDefault,
 				child: set(annotations.Trace, hopOnParent(ctrlHop))},
 		},
 		{
@@ -388,7 +388,7 @@ func TestDecide(t *testing.T) {
 				obsGen(4)(in.Parent)
 				setAnn(annotations.Approvals, "["+stale+","+otherAlways+"]")(in.Parent)
 			},
-			want: want{result: Allow, category: Expected, mode: ModeEnforce, modeSource: ModeFromDefault,
+			want: want{result: Allow, category: Expected, mode: annotations.ModeEnforce, modeSource: ModeFromDefault,
 				child: set(annotations.Trace, hopOnParent(ctrlHop)),
 				parentWrites: []SideWrite{{Target: parentRef, AnnotationChanges: *set(annotations.Approvals, "["+otherAlways+"]"),
 					Reasons: []string{"prune 1 stale approval(s): parent generation is 5"}}}},
@@ -400,7 +400,7 @@ func TestDecide(t *testing.T) {
 				in.OldObject = mkChild(1, setAnn(annotations.Mode, "enforce"), setAnn("kausality.io/trace-ticket", "T-9"))
 				in.NewObject = mkChild(3, setAnn(annotations.Approvals, "[]"), setAnn(annotations.Phase, "initialized"))
 			},
-			want: want{result: Allow, category: Expected, mode: ModeEnforce, modeSource: ModeFromObject,
+			want: want{result: Allow, category: Expected, mode: annotations.ModeEnforce, modeSource: ModeFromObject,
 				child: &AnnotationChanges{
 					Set: map[string]string{
 						annotations.Trace: hopOnParent(`{"apiVersion":"apps/v1","kind":"ReplicaSet","name":"web-1","generation":3,"user":"` + ctrlUser + `","timestamp":"2026-01-24T10:30:00Z","labels":{"ticket":"T-9"}}`),
@@ -416,7 +416,7 @@ func TestDecide(t *testing.T) {
 				noManagedFields(in.Parent)
 				setAnn(annotations.Controllers, ctrlHash)(in.Parent)
 			},
-			want: want{result: Allow, category: Expected, mode: ModeEnforce, modeSource: ModeFromDefault,
+			want: want{result: Allow, category: Expected, mode: annotations.ModeEnforce, modeSource: ModeFromDefault,
 				child: set(annotations.Trace, hopOnParent(ctrlHop))},
 		},
 		{
@@ -425,7 +425,7 @@ func TestDecide(t *testing.T) {
 				obsGen(4)(in.Parent)
 				setAnn(annotations.Trace, "[{")(in.Parent)
 			},
-			want: want{result: Allow, category: Expected, mode: ModeEnforce, modeSource: ModeFromDefault,
+			want: want{result: Allow, category: Expected, mode: annotations.ModeEnforce, modeSource: ModeFromDefault,
 				child:    set(annotations.Trace, origin(ctrlHop)),
 				warnings: []string{"kausality: malformed annotation kausality.io/trace on parent apps/v1 Deployment default/web: malformed trace: invalid JSON; trace restarted at this object"}},
 		},
@@ -437,7 +437,7 @@ func TestDecide(t *testing.T) {
 		{
 			name: "drift with once approval: allowed, consumed before forwarding, stale pruned",
 			in:   parentWithAnn(annotations.Approvals, "["+stale+`,{"apiVersion":"apps/v1","kind":"ReplicaSet","name":"web-1","generation":5},`+otherAlways+"]"),
-			want: want{result: Allow, category: DriftApproved, mode: ModeEnforce, modeSource: ModeFromDefault, drift: true,
+			want: want{result: Allow, category: DriftApproved, mode: annotations.ModeEnforce, modeSource: ModeFromDefault, drift: true,
 				approval: &approval.Approval{APIVersion: "apps/v1", Kind: "ReplicaSet", Name: "web-1", Generation: 5},
 				consume:  true, report: ReportResolved,
 				approvalsUpdate: &ApprovalsUpdate{Target: parentRef, ResourceVersion: "100",
@@ -455,7 +455,7 @@ func TestDecide(t *testing.T) {
 		{
 			name: "drift with generation approval: allowed, not consumed, stale pruned after success",
 			in:   parentWithAnn(annotations.Approvals, "["+stale+`,{"apiVersion":"apps/v1","kind":"ReplicaSet","name":"web-1","generation":5,"mode":"generation"}]`),
-			want: want{result: Allow, category: DriftApproved, mode: ModeEnforce, modeSource: ModeFromDefault, drift: true,
+			want: want{result: Allow, category: DriftApproved, mode: annotations.ModeEnforce, modeSource: ModeFromDefault, drift: true,
 				approval: &a5gen, report: ReportResolved,
 				child: set(annotations.Trace, hopOnParent(ctrlHop)),
 				parentWrites: []SideWrite{{Target: parentRef,
@@ -465,17 +465,17 @@ func TestDecide(t *testing.T) {
 		{
 			name: "drift with always approval",
 			in:   parentWithAnn(annotations.Approvals, `[{"apiVersion":"apps/v1","kind":"ReplicaSet","name":"web-1","mode":"always"}]`),
-			want: want{result: Allow, category: DriftApproved, mode: ModeEnforce, modeSource: ModeFromDefault, drift: true,
+			want: want{result: Allow, category: DriftApproved, mode: annotations.ModeEnforce, modeSource: ModeFromDefault, drift: true,
 				approval: &aAlways, report: ReportResolved,
 				child: set(annotations.Trace, hopOnParent(ctrlHop))},
 		},
 		{
 			name: "only stale approvals: pruned, and the last one removes the annotation (log mode)",
 			in: func(in *Input) {
-				in.Mode.Default = ModeLog
+				in.Mode.Default = annotations.ModeLog
 				setAnn(annotations.Approvals, "["+stale+"]")(in.Parent)
 			},
-			want: want{result: Allow, category: DriftUnapproved, mode: ModeLog, modeSource: ModeFromDefault, drift: true, report: ReportDetected, traceOrigin: true,
+			want: want{result: Allow, category: DriftUnapproved, mode: annotations.ModeLog, modeSource: ModeFromDefault, drift: true, report: ReportDetected, traceOrigin: true,
 				warnings: []string{`kausality: drift allowed in log mode: UPDATE of apps/v1 ReplicaSet default/web-1 by the parent's controller field manager "kube-controller-manager" (user system:serviceaccount:kube-system:deployment-controller) changes spec.replicas (1 → 3) while its parent apps/v1 Deployment default/web (generation 5, observedGeneration 5) is reconciled; approve with kausality.io/approvals entry {"apiVersion":"apps/v1","kind":"ReplicaSet","name":"web-1","generation":6,"mode":"once"}`},
 				child:    set(annotations.Trace, origin(ctrlHop)),
 				parentWrites: []SideWrite{{Target: parentRef, AnnotationChanges: AnnotationChanges{Remove: []string{annotations.Approvals}},
@@ -484,7 +484,7 @@ func TestDecide(t *testing.T) {
 		{
 			name: "malformed approvals count as none and say so",
 			in:   parentWithAnn(annotations.Approvals, `[{"apiVersion":"apps/v1","kind":"ReplicaSet","name":"web-1","mode":"always"`),
-			want: want{result: Deny, category: DriftUnapproved, mode: ModeEnforce, modeSource: ModeFromDefault, drift: true, report: ReportDetected,
+			want: want{result: Deny, category: DriftUnapproved, mode: annotations.ModeEnforce, modeSource: ModeFromDefault, drift: true, report: ReportDetected,
 				warnings: []string{"kausality: malformed annotation kausality.io/approvals on parent apps/v1 Deployment default/web: unexpected end of JSON input; treated as no approvals"}},
 		},
 		// --- drift: rejections -------------------------------------------
@@ -492,27 +492,27 @@ func TestDecide(t *testing.T) {
 			name: "rejection beats approval",
 			in: parentWithAnn(annotations.Approvals, `[{"apiVersion":"apps/v1","kind":"ReplicaSet","name":"web-1","mode":"always"}]`,
 				annotations.Rejections, `[{"apiVersion":"apps/v1","kind":"ReplicaSet","name":"web-1","reason":"needs SRE review"}]`),
-			want: want{result: Deny, category: DriftRejected, mode: ModeEnforce, modeSource: ModeFromDefault, drift: true, rejection: &rej},
+			want: want{result: Deny, category: DriftRejected, mode: annotations.ModeEnforce, modeSource: ModeFromDefault, drift: true, rejection: &rej},
 		},
 		{
 			name: "rejection without generation applies at any generation, also in log mode",
 			in: func(in *Input) {
-				in.Mode.Default = ModeLog
+				in.Mode.Default = annotations.ModeLog
 				setAnn(annotations.Rejections, `[{"apiVersion":"apps/v1","kind":"ReplicaSet","name":"web-1","reason":"needs SRE review"}]`)(in.Parent)
 			},
-			want: want{result: Deny, category: DriftRejected, mode: ModeLog, modeSource: ModeFromDefault, drift: true, rejection: &rej},
+			want: want{result: Deny, category: DriftRejected, mode: annotations.ModeLog, modeSource: ModeFromDefault, drift: true, rejection: &rej},
 		},
 		{
 			name: "rejection for the current generation applies",
 			in:   parentWithAnn(annotations.Rejections, `[{"apiVersion":"apps/v1","kind":"ReplicaSet","name":"web-1","generation":5,"reason":"gen 5 is bad"}]`),
-			want: want{result: Deny, category: DriftRejected, mode: ModeEnforce, modeSource: ModeFromDefault, drift: true,
+			want: want{result: Deny, category: DriftRejected, mode: annotations.ModeEnforce, modeSource: ModeFromDefault, drift: true,
 				rejection: &approval.Rejection{APIVersion: "apps/v1", Kind: "ReplicaSet", Name: "web-1", Generation: 5, Reason: "gen 5 is bad"}},
 		},
 		{
 			name: "rejection for an older generation is inactive: approval applies",
 			in: parentWithAnn(annotations.Rejections, `[{"apiVersion":"apps/v1","kind":"ReplicaSet","name":"web-1","generation":4,"reason":"old"}]`,
 				annotations.Approvals, `[{"apiVersion":"apps/v1","kind":"ReplicaSet","name":"web-1","generation":5,"mode":"once"}]`),
-			want: want{result: Allow, category: DriftApproved, mode: ModeEnforce, modeSource: ModeFromDefault, drift: true,
+			want: want{result: Allow, category: DriftApproved, mode: annotations.ModeEnforce, modeSource: ModeFromDefault, drift: true,
 				approval: &a5once, consume: true, report: ReportResolved,
 				approvalsUpdate: &ApprovalsUpdate{Target: parentRef, ResourceVersion: "100",
 					Old: `[{"apiVersion":"apps/v1","kind":"ReplicaSet","name":"web-1","generation":5,"mode":"once"}]`, New: "", Consumed: a5once},
@@ -522,7 +522,7 @@ func TestDecide(t *testing.T) {
 			name: "malformed rejections count as rejected and say so",
 			in: parentWithAnn(annotations.Rejections, `not json`,
 				annotations.Approvals, `[{"apiVersion":"apps/v1","kind":"ReplicaSet","name":"web-1","mode":"always"}]`),
-			want: want{result: Deny, category: DriftRejected, mode: ModeEnforce, modeSource: ModeFromDefault, drift: true,
+			want: want{result: Deny, category: DriftRejected, mode: annotations.ModeEnforce, modeSource: ModeFromDefault, drift: true,
 				rejection: &approval.Rejection{APIVersion: "apps/v1", Kind: "ReplicaSet", Name: "web-1",
 					Reason: "the parent's kausality.io/rejections annotation is malformed; every child counts as rejected until it is fixed"},
 				warnings: []string{"kausality: malformed annotation kausality.io/rejections on parent apps/v1 Deployment default/web: invalid character 'o' in literal null (expecting 'u'); treated as rejected"}},
@@ -531,7 +531,7 @@ func TestDecide(t *testing.T) {
 		{
 			name: "snooze active: still denied, no notification",
 			in:   parentWithAnn(annotations.SnoozeUntil, "2026-01-25T00:00:00Z"),
-			want: want{result: Deny, category: DriftUnapproved, mode: ModeEnforce, modeSource: ModeFromDefault, drift: true, snoozed: true, report: ReportNone},
+			want: want{result: Deny, category: DriftUnapproved, mode: annotations.ModeEnforce, modeSource: ModeFromDefault, drift: true, snoozed: true, report: ReportNone},
 		},
 		{
 			name: "snooze expired: notification sent",
@@ -541,7 +541,7 @@ func TestDecide(t *testing.T) {
 		{
 			name: "malformed snooze: not snoozed, says so",
 			in:   parentWithAnn(annotations.SnoozeUntil, "soon"),
-			want: want{result: Deny, category: DriftUnapproved, mode: ModeEnforce, modeSource: ModeFromDefault, drift: true, report: ReportDetected,
+			want: want{result: Deny, category: DriftUnapproved, mode: annotations.ModeEnforce, modeSource: ModeFromDefault, drift: true, report: ReportDetected,
 				warnings: []string{`kausality: malformed annotation kausality.io/snooze-until on parent apps/v1 Deployment default/web: parsing time "soon" as "2006-01-02T15:04:05Z07:00": cannot parse "soon" as "2006"; treated as not snoozed`}},
 		},
 		// --- mode precedence -------------------------------------------------
@@ -550,9 +550,9 @@ func TestDecide(t *testing.T) {
 			in: func(in *Input) {
 				in.OldObject = mkChild(1, setAnn(annotations.Mode, "log"))
 				in.NewObject = mkChild(3, setAnn(annotations.Mode, "log"))
-				in.Mode = ModeInputs{Namespace: "enforce", Controller: "enforce", Default: ModeEnforce}
+				in.Mode = ModeInputs{Namespace: "enforce", Controller: "enforce", Default: annotations.ModeEnforce}
 			},
-			want: want{result: Allow, category: DriftUnapproved, mode: ModeLog, modeSource: ModeFromObject, drift: true, report: ReportDetected, traceOrigin: true,
+			want: want{result: Allow, category: DriftUnapproved, mode: annotations.ModeLog, modeSource: ModeFromObject, drift: true, report: ReportDetected, traceOrigin: true,
 				warnings: []string{`kausality: drift allowed in log mode: UPDATE of apps/v1 ReplicaSet default/web-1 by the parent's controller field manager "kube-controller-manager" (user system:serviceaccount:kube-system:deployment-controller) changes spec.replicas (1 → 3) while its parent apps/v1 Deployment default/web (generation 5, observedGeneration 5) is reconciled; approve with kausality.io/approvals entry {"apiVersion":"apps/v1","kind":"ReplicaSet","name":"web-1","generation":6,"mode":"once"}`},
 				child:    set(annotations.Trace, origin(ctrlHop))},
 		},
@@ -560,19 +560,21 @@ func TestDecide(t *testing.T) {
 			name: "a write cannot downgrade itself: mode log only in the new object",
 			in: func(in *Input) {
 				in.NewObject = mkChild(3, setAnn(annotations.Mode, "log"))
-				in.Mode = ModeInputs{Namespace: "enforce", Default: ModeLog}
+				in.Mode = ModeInputs{Namespace: "enforce", Default: annotations.ModeLog}
 			},
-			want: want{result: Deny, category: DriftUnapproved, mode: ModeEnforce, modeSource: ModeFromNamespace, drift: true, report: ReportDetected},
+			want: want{result: Deny, category: DriftUnapproved, mode: annotations.ModeEnforce, modeSource: ModeFromNamespace, drift: true, report: ReportDetected},
 		},
 		{
 			name: "namespace beats controller",
-			in:   func(in *Input) { in.Mode = ModeInputs{Namespace: "enforce", Controller: "log", Default: ModeLog} },
-			want: want{result: Deny, category: DriftUnapproved, mode: ModeEnforce, modeSource: ModeFromNamespace, drift: true, report: ReportDetected},
+			in: func(in *Input) {
+				in.Mode = ModeInputs{Namespace: "enforce", Controller: "log", Default: annotations.ModeLog}
+			},
+			want: want{result: Deny, category: DriftUnapproved, mode: annotations.ModeEnforce, modeSource: ModeFromNamespace, drift: true, report: ReportDetected},
 		},
 		{
 			name: "controller beats default",
-			in:   func(in *Input) { in.Mode = ModeInputs{Controller: "enforce", Default: ModeLog} },
-			want: want{result: Deny, category: DriftUnapproved, mode: ModeEnforce, modeSource: ModeFromController, drift: true, report: ReportDetected},
+			in:   func(in *Input) { in.Mode = ModeInputs{Controller: "enforce", Default: annotations.ModeLog} },
+			want: want{result: Deny, category: DriftUnapproved, mode: annotations.ModeEnforce, modeSource: ModeFromController, drift: true, report: ReportDetected},
 		},
 		{
 			name: "unset default is log",
@@ -580,7 +582,7 @@ func TestDecide(t *testing.T) {
 				in.Mode = ModeInputs{}
 				in.Changes = nil
 			},
-			want: want{result: Allow, category: DriftUnapproved, mode: ModeLog, modeSource: ModeFromDefault, drift: true, report: ReportDetected, traceOrigin: true,
+			want: want{result: Allow, category: DriftUnapproved, mode: annotations.ModeLog, modeSource: ModeFromDefault, drift: true, report: ReportDetected, traceOrigin: true,
 				warnings: []string{`kausality: drift allowed in log mode: UPDATE of apps/v1 ReplicaSet default/web-1 by the parent's controller field manager "kube-controller-manager" (user system:serviceaccount:kube-system:deployment-controller) changes its desired state while its parent apps/v1 Deployment default/web (generation 5, observedGeneration 5) is reconciled; approve with kausality.io/approvals entry {"apiVersion":"apps/v1","kind":"ReplicaSet","name":"web-1","generation":6,"mode":"once"}`},
 				child:    set(annotations.Trace, origin(ctrlHop))},
 		},
@@ -589,9 +591,9 @@ func TestDecide(t *testing.T) {
 			in: func(in *Input) {
 				in.OldObject = mkChild(1, setAnn(annotations.Mode, "lenient"))
 				in.NewObject = mkChild(3, setAnn(annotations.Mode, "lenient"))
-				in.Mode = ModeInputs{Namespace: "log", Default: ModeLog}
+				in.Mode = ModeInputs{Namespace: "log", Default: annotations.ModeLog}
 			},
-			want: want{result: Deny, category: DriftUnapproved, mode: ModeEnforce, modeSource: ModeFromObject, drift: true, report: ReportDetected,
+			want: want{result: Deny, category: DriftUnapproved, mode: annotations.ModeEnforce, modeSource: ModeFromObject, drift: true, report: ReportDetected,
 				warnings: []string{`kausality: malformed annotation kausality.io/mode on child apps/v1 ReplicaSet default/web-1 (stored): unknown mode "lenient" (want log or enforce); treated as enforce`}},
 		},
 		// --- other actors ----------------------------------------------------
@@ -601,7 +603,7 @@ func TestDecide(t *testing.T) {
 				alice(in)
 				in.NewObject = mkChild(3, setAnn("kausality.io/trace-ticket", "OPS-1"), setAnn(annotations.Trace, "forged"))
 			},
-			want: want{result: Allow, category: NewOrigin, mode: ModeEnforce, modeSource: ModeFromDefault, traceOrigin: true,
+			want: want{result: Allow, category: NewOrigin, mode: annotations.ModeEnforce, modeSource: ModeFromDefault, traceOrigin: true,
 				child: set(
 					annotations.Trace, `[{"apiVersion":"apps/v1","kind":"ReplicaSet","name":"web-1","generation":3,"user":"alice","timestamp":"2026-01-24T10:30:00Z","labels":{"ticket":"OPS-1"}}]`,
 					annotations.Updaters, ctrlHash+","+aliceHash)},
@@ -625,7 +627,7 @@ func TestDecide(t *testing.T) {
 				in.OldObject = mkChild(1, setAnn(annotations.Updaters, aliceHash))
 				in.NewObject = mkChild(3, setAnn(annotations.Updaters, aliceHash))
 			},
-			want: want{result: Allow, category: NewOrigin, mode: ModeEnforce, modeSource: ModeFromDefault, traceOrigin: true,
+			want: want{result: Allow, category: NewOrigin, mode: annotations.ModeEnforce, modeSource: ModeFromDefault, traceOrigin: true,
 				child: set(annotations.Trace, origin(ctrlHop), annotations.Updaters, aliceHash+","+ctrlHash)},
 		},
 		{
@@ -635,7 +637,7 @@ func TestDecide(t *testing.T) {
 				in.OldObject = mkChild(1, setAnn(annotations.Updaters, aliceHash+","+ctrlHash))
 				in.NewObject = mkChild(3, setAnn(annotations.Updaters, aliceHash+","+ctrlHash))
 			},
-			want: want{result: Allow, category: ControllerUnknown, mode: ModeEnforce, modeSource: ModeFromDefault, traceOrigin: true,
+			want: want{result: Allow, category: ControllerUnknown, mode: annotations.ModeEnforce, modeSource: ModeFromDefault, traceOrigin: true,
 				child: set(annotations.Trace, origin(ctrlHop))},
 		},
 		{
@@ -662,7 +664,7 @@ func TestDecide(t *testing.T) {
 				in.NewObject = mkChild(3, setAnn(annotations.Trace, parentTrace), setAnn(annotations.Phase, "initialized"), setAnn(annotations.Mode, "log"), delAnn(annotations.Updaters))
 				setAnn(annotations.Approvals, `[{"apiVersion":"apps/v1","kind":"ReplicaSet","name":"web-1","generation":5,"mode":"once"}]`)(in.Parent)
 			},
-			want: want{result: Allow, category: DriftApproved, mode: ModeEnforce, modeSource: ModeFromDefault, drift: true,
+			want: want{result: Allow, category: DriftApproved, mode: annotations.ModeEnforce, modeSource: ModeFromDefault, drift: true,
 				approval: &a5once, consume: true, report: ReportResolved,
 				approvalsUpdate: &ApprovalsUpdate{Target: parentRef, ResourceVersion: "100",
 					Old: `[{"apiVersion":"apps/v1","kind":"ReplicaSet","name":"web-1","generation":5,"mode":"once"}]`, New: "", Consumed: a5once},
@@ -684,7 +686,7 @@ func TestDecide(t *testing.T) {
 				in.Operation, in.NewObject, in.Changes = Delete, nil, nil
 				setAnn(annotations.Approvals, `[{"apiVersion":"apps/v1","kind":"ReplicaSet","name":"web-1","generation":5}]`)(in.Parent)
 			},
-			want: want{result: Allow, category: DriftApproved, mode: ModeEnforce, modeSource: ModeFromDefault, drift: true,
+			want: want{result: Allow, category: DriftApproved, mode: annotations.ModeEnforce, modeSource: ModeFromDefault, drift: true,
 				approval: &approval.Approval{APIVersion: "apps/v1", Kind: "ReplicaSet", Name: "web-1", Generation: 5}, consume: true, report: ReportResolved,
 				approvalsUpdate: &ApprovalsUpdate{Target: parentRef, ResourceVersion: "100",
 					Old: `[{"apiVersion":"apps/v1","kind":"ReplicaSet","name":"web-1","generation":5}]`, New: "",
@@ -696,7 +698,7 @@ func TestDecide(t *testing.T) {
 				alice(in)
 				in.Operation, in.NewObject, in.Changes = Delete, nil, nil
 			},
-			want: want{result: Allow, category: NewOrigin, mode: ModeEnforce, modeSource: ModeFromDefault},
+			want: want{result: Allow, category: NewOrigin, mode: annotations.ModeEnforce, modeSource: ModeFromDefault},
 		},
 		// --- dry-run ---------------------------------------------------------------
 		{
@@ -705,13 +707,13 @@ func TestDecide(t *testing.T) {
 				in.DryRun = true
 				setAnn(annotations.Approvals, `[{"apiVersion":"apps/v1","kind":"ReplicaSet","name":"web-1","generation":5,"mode":"once"},`+stale+`]`)(in.Parent)
 			},
-			want: want{result: Allow, category: DriftApproved, mode: ModeEnforce, modeSource: ModeFromDefault, drift: true,
+			want: want{result: Allow, category: DriftApproved, mode: annotations.ModeEnforce, modeSource: ModeFromDefault, drift: true,
 				approval: &a5once, child: set(annotations.Trace, hopOnParent(ctrlHop))},
 		},
 		{
 			name: "dry-run: drift denial is reported in the response only",
 			in:   func(in *Input) { in.DryRun = true },
-			want: want{result: Deny, category: DriftUnapproved, mode: ModeEnforce, modeSource: ModeFromDefault, drift: true},
+			want: want{result: Deny, category: DriftUnapproved, mode: annotations.ModeEnforce, modeSource: ModeFromDefault, drift: true},
 		},
 	}
 	for _, tt := range tests {
@@ -832,7 +834,7 @@ func TestMessages(t *testing.T) {
 
 	t.Run("log mode keeps the would-be denial", func(t *testing.T) {
 		in := base()
-		in.Mode.Default = ModeLog
+		in.Mode.Default = annotations.ModeLog
 		d := Decide(in)
 		if !strings.HasPrefix(d.Message, "kausality: UPDATE of apps/v1 ReplicaSet default/web-1 would be denied in enforce mode (mode log from default): drift:") {
 			t.Errorf("message %s", d.Message)
@@ -942,7 +944,7 @@ func TestDecideDetails(t *testing.T) {
 
 func TestWarningsAreSingleLine(t *testing.T) {
 	in := base()
-	in.Mode.Default = ModeLog
+	in.Mode.Default = annotations.ModeLog
 	in.Changes = []desired.Change{{Path: "data.script", Old: "a\nb", New: "c\r\nd"}}
 	d := Decide(in)
 	if len(d.Warnings) != 1 || strings.ContainsAny(d.Warnings[0], "\r\n") ||

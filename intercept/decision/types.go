@@ -82,15 +82,6 @@ const (
 	ModeFromDefault    ModeSource = "default"
 )
 
-// Mode is log or enforce.
-type Mode = annotations.ModeValue
-
-// Modes.
-const (
-	ModeLog     = annotations.ModeLog
-	ModeEnforce = annotations.ModeEnforce
-)
-
 // ReportPhase says which DriftReport, if any, to send.
 type ReportPhase string
 
@@ -159,7 +150,7 @@ type ModeInputs struct {
 	// Controller is the per-controller mode from the config ("" = unset).
 	Controller string
 	// Default is the global default (--default-mode); "" means log.
-	Default Mode
+	Default annotations.DriftMode
 }
 
 // Input is everything Decide needs. Nothing in it is modified.
@@ -269,8 +260,8 @@ type Decision struct {
 	// obsGen), whatever the outcome.
 	Drift bool `json:"drift"`
 
-	Mode       Mode       `json:"mode,omitempty"`
-	ModeSource ModeSource `json:"modeSource,omitempty"`
+	Mode       annotations.DriftMode `json:"mode,omitempty"`
+	ModeSource ModeSource            `json:"modeSource,omitempty"`
 
 	Child  ObjectRef   `json:"child"`
 	Parent *ParentInfo `json:"parent,omitempty"`

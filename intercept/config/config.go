@@ -11,6 +11,7 @@ import (
 	"errors"
 	"fmt"
 	"os"
+	"slices"
 	"strings"
 
 	yaml "go.yaml.in/yaml/v3"
@@ -41,14 +42,8 @@ type File struct {
 
 // ResourceRules select the intercepted resources.
 type ResourceRules struct {
-	Include []Rule `yaml:"include"`
-	Exclude []Rule `yaml:"exclude"`
-}
-
-// Rule is a resource rule.
-type Rule struct {
-	APIGroups []string `yaml:"apiGroups"`
-	Resources []string `yaml:"resources"`
+	Include []rules.Rule `yaml:"include"`
+	Exclude []rules.Rule `yaml:"exclude"`
 }
 
 // Controller selects one controller's writes and sets its mode.
@@ -171,20 +166,20 @@ func Parse(data []byte) (*Config, error) {
 
 	cfg := Default()
 	if f.ResourceRules != nil {
-		cfg.Rules.Include = toRules(f.ResourceRules.Include)
+		cfg.Rules.Include = slices.Clone(f.ResourceRules.Include)
 		if f.ResourceRules.Include == nil {
 			cfg.Rules.Include = rules.Default().Include
 		}
 		// Excludes from the file add to the built-in ones: reviews and
 		// high-churn kinds are never worth intercepting.
-		cfg.Rules.Exclude = append(cfg.Rules.Exclude, toRules(f.ResourceRules.Exclude)...)
+		cfg.Rules.Exclude = append(cfg.Rules.Exclude, f.ResourceRules.Exclude...)
 		for i, r := range f.ResourceRules.Include {
-			if err := (rules.Rule{APIGroups: r.APIGroups, Resources: r.Resources}).Validate(); err != nil {
+			if err := r.Validate(); err != nil {
 				fail(fmt.Sprintf("resourceRules.include[%d]", i), "%v", err)
 			}
 		}
 		for i, r := range f.ResourceRules.Exclude {
-			if err := (rules.Rule{APIGroups: r.APIGroups, Resources: r.Resources}).Validate(); err != nil {
+			if err := r.Validate(); err != nil {
 				fail(fmt.Sprintf("resourceRules.exclude[%d]", i), "%v", err)
 			}
 		}
@@ -255,14 +250,6 @@ func Parse(data []byte) (*Config, error) {
 		return nil, errors.New(strings.Join(errs, "; "))
 	}
 	return cfg, nil
-}
-
-func toRules(in []Rule) []rules.Rule {
-	out := make([]rules.Rule, 0, len(in))
-	for _, r := range in {
-		out = append(out, rules.Rule{APIGroups: r.APIGroups, Resources: r.Resources})
-	}
-	return out
 }
 
 // lineOf finds the line of a path like "controllers[1].mode" in the YAML

@@ -16,8 +16,8 @@ const Wildcard = "*"
 // resource names ("deployments"); a subresource is never named here: which
 // subresource writes count is decided by the write classification.
 type Rule struct {
-	APIGroups []string `json:"apiGroups"`
-	Resources []string `json:"resources"`
+	APIGroups []string `json:"apiGroups" yaml:"apiGroups"`
+	Resources []string `json:"resources" yaml:"resources"`
 }
 
 // Matches reports whether the rule selects group/resource.

@@ -22,9 +22,9 @@
 // any caller's, so it does nothing for a write kube-apiserver would refuse.
 //
 // Pure logic, no I/O (table-tested on their own): annotations, approval,
-// body, controllerid, decision, desired, lifecycle, patch, rules, trace,
-// shadowreport. I/O: objects (informer caches and live reads with the
+// body, controllerid, decision, decisionlog, desired, lifecycle, patch,
+// rules, trace, shadowreport. I/O: objects (informer caches and live reads with the
 // proxy's credentials), notify (DriftReport delivery), config (the --config
-// file and its watcher), and this package's serve.go and sidewrites.go,
+// file and its watcher), and this package's serve.go and parentwrites.go,
 // which orchestrate them.
 package intercept

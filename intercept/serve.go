@@ -11,6 +11,7 @@ import (
 	"os"
 	"strconv"
 	"strings"
+	"sync"
 	"time"
 
 	"go.uber.org/zap"
@@ -21,6 +22,7 @@ import (
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/apimachinery/pkg/util/managedfields"
 	"k8s.io/apimachinery/pkg/util/validation/field"
 	"k8s.io/apiserver/pkg/endpoints/request"
 
@@ -853,4 +855,16 @@ func (b *bufferedResponse) replay(w http.ResponseWriter, writeError ErrorWriter)
 	}
 	w.WriteHeader(b.code)
 	_, _ = w.Write(b.body.Bytes())
+}
+
+// builtinTC types server-side apply of built-in kinds with the schema
+// client-go embeds; it is parsed once, on the first apply.
+var (
+	builtinConverterOnce sync.Once
+	builtinConverter     managedfields.TypeConverter
+)
+
+func builtinTC() managedfields.TypeConverter {
+	builtinConverterOnce.Do(func() { builtinConverter = patch.NewBuiltinTypeConverter(nil) })
+	return builtinConverter
 }

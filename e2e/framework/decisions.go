@@ -7,7 +7,7 @@ import (
 	"io"
 	"os"
 
-	"github.com/kausality-io/kausality-proxy/intercept"
+	"github.com/kausality-io/kausality-proxy/intercept/decisionlog"
 )
 
 // DecisionLine is one "kausality decision" line of the proxy's JSON log.
@@ -34,14 +34,14 @@ func ParseDecisions(r io.Reader) ([]DecisionLine, error) {
 	s.Buffer(make([]byte, 1024*1024), 16*1024*1024)
 	for s.Scan() {
 		b := s.Bytes()
-		if !bytes.Contains(b, []byte(intercept.DecisionMessage)) {
+		if !bytes.Contains(b, []byte(decisionlog.Message)) {
 			continue
 		}
 		var line DecisionLine
 		if err := json.Unmarshal(b, &line); err != nil {
 			continue
 		}
-		if line.Str("msg") == intercept.DecisionMessage {
+		if line.Str("msg") == decisionlog.Message {
 			out = append(out, line)
 		}
 	}

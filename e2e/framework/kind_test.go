@@ -42,8 +42,8 @@ import (
 	"sigs.k8s.io/kind/pkg/apis/config/v1alpha4"
 	sigsyaml "sigs.k8s.io/yaml"
 
-	"github.com/kausality-io/kausality-proxy/intercept"
 	"github.com/kausality-io/kausality-proxy/intercept/config"
+	"github.com/kausality-io/kausality-proxy/intercept/decisionlog"
 	"github.com/kausality-io/kausality-proxy/intercept/notify"
 	"github.com/kausality-io/kausality-proxy/internal/testenv"
 )
@@ -331,13 +331,13 @@ func TestProxyLogParsing(t *testing.T) {
 	mustNoErr(t, os.WriteFile(path, []byte(BaseConfig), 0o600))
 	w, err := config.NewWatcher(path, time.Hour, log.Named("config"))
 	mustNoErr(t, err)
-	log.Info(intercept.DecisionMessage, zap.String("decision", "Allow"), zap.String("category", "NewOrigin"), zap.String("name", "a"), zap.Bool("dryRun", false))
+	log.Info(decisionlog.Message, zap.String("decision", "Allow"), zap.String("category", "NewOrigin"), zap.String("name", "a"), zap.Bool("dryRun", false))
 	mustNoErr(t, os.WriteFile(path, []byte(BaseConfig+"excludedNamespaces: [x]\n"), 0o600))
 	w.Check()
 	log.Info("something else", zap.String("name", "b"))
 	mustNoErr(t, os.WriteFile(path, []byte(BaseConfig+"controllers:\n- name: x\n  match: {user: nobody}\n  mode: sometimes\n"), 0o600))
 	w.Check()
-	log.Info(intercept.DecisionMessage, zap.String("decision", "Deny"), zap.String("category", "DriftUnapproved"), zap.String("name", "c"), zap.Bool("dryRun", true))
+	log.Info(decisionlog.Message, zap.String("decision", "Deny"), zap.String("category", "DriftUnapproved"), zap.String("name", "c"), zap.Bool("dryRun", true))
 	// A pod log may end in a half-written line.
 	buf.WriteString(`{"level":"info","msg":"kausality dec`)
 

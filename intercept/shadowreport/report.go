@@ -11,25 +11,14 @@ import (
 	"sort"
 	"strings"
 	"text/tabwriter"
+
+	"github.com/kausality-io/kausality-proxy/intercept/decisionlog"
 )
 
-// decisionMessage is the msg of decision lines (intercept.DecisionMessage).
-const decisionMessage = "kausality decision"
-
-// line is the part of a decision line the report needs.
+// line is a decision line as it appears in the JSON log.
 type line struct {
-	Msg        string `json:"msg"`
-	Controller string `json:"controller"`
-	User       string `json:"user"`
-	Shadow     bool   `json:"shadow"`
-	WouldDeny  bool   `json:"wouldDeny"`
-	Decision   string `json:"decision"`
-	Category   string `json:"category"`
-	Drift      bool   `json:"drift"`
-	Parent     string `json:"parent"`
-	Namespace  string `json:"namespace"`
-	Resource   string `json:"resource"`
-	Name       string `json:"name"`
+	Msg string `json:"msg"`
+	decisionlog.Line
 }
 
 // Controller is the summary of one controller's shadowed writes.
@@ -72,7 +61,7 @@ func Read(r io.Reader) (*Report, error) {
 	for s.Scan() {
 		raw := strings.TrimSpace(s.Text())
 		var l line
-		if raw == "" || raw[0] != '{' || json.Unmarshal([]byte(raw), &l) != nil || l.Msg != decisionMessage {
+		if raw == "" || raw[0] != '{' || json.Unmarshal([]byte(raw), &l) != nil || l.Msg != decisionlog.Message {
 			rep.Skipped++
 			continue
 		}
@@ -92,7 +81,7 @@ func Read(r io.Reader) (*Report, error) {
 		}
 		c.Writes++
 		switch {
-		case l.Decision == "Error":
+		case l.Decision == decisionlog.DecisionError:
 			c.Errors++
 		case l.WouldDeny || l.Decision == "Deny":
 			c.WouldDeny++

@@ -1,9 +1,12 @@
+// Writes the proxy makes to parents with its own credentials: reserving
+// and restoring once approvals, and recording controller identity and the
+// lifecycle phase after a successful write.
+
 package intercept
 
 import (
 	"context"
 	"encoding/json"
-	"sync"
 
 	"go.uber.org/zap"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
@@ -11,25 +14,11 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/apimachinery/pkg/types"
-	"k8s.io/apimachinery/pkg/util/managedfields"
 	"k8s.io/client-go/dynamic"
 
 	"github.com/kausality-io/kausality-proxy/intercept/annotations"
 	"github.com/kausality-io/kausality-proxy/intercept/decision"
-	"github.com/kausality-io/kausality-proxy/intercept/patch"
 )
-
-// builtinTC types server-side apply of built-in kinds with the schema
-// client-go embeds; it is parsed once, on the first apply.
-var (
-	builtinConverterOnce sync.Once
-	builtinConverter     managedfields.TypeConverter
-)
-
-func builtinTC() managedfields.TypeConverter {
-	builtinConverterOnce.Do(func() { builtinConverter = patch.NewBuiltinTypeConverter(nil) })
-	return builtinConverter
-}
 
 // resourceFor maps a reference to its resource client.
 func (i *Interceptor) resourceFor(ref decision.ObjectRef) (dynamic.ResourceInterface, error) {

@@ -91,11 +91,6 @@ func IsSystem(key string) bool {
 	return false
 }
 
-// IsUser reports whether key is a user annotation: any kausality.io/*
-// annotation that is not a system one (approvals, rejections, freeze,
-// snooze-until, snooze, mode, trace-*, and unknown future keys).
-func IsUser(key string) bool { return IsKausality(key) && !IsSystem(key) }
-
 // TraceLabel returns the label name of a kausality.io/trace-<label>
 // annotation key, or "" if key is not one.
 func TraceLabel(key string) string {

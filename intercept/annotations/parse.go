@@ -224,18 +224,6 @@ func ParseRejections(v string) ([]Rejection, *Warning) {
 	return list, nil
 }
 
-// EncodeRejections renders rejections as compact JSON ("" when empty).
-func EncodeRejections(list []Rejection) string {
-	if len(list) == 0 {
-		return ""
-	}
-	b, err := json.Marshal(list)
-	if err != nil {
-		return ""
-	}
-	return string(b)
-}
-
 // ParseFreeze parses kausality.io/freeze. It returns nil when not frozen:
 // the value is empty or "false". "true" is frozen without details. A JSON
 // object is frozen with details. Anything else is frozen (Malformed) plus a
@@ -257,13 +245,6 @@ func ParseFreeze(v string) (*FreezeInfo, *Warning) {
 		return &FreezeInfo{Malformed: true}, &Warning{Annotation: Freeze, Err: err, Effect: "treated as frozen"}
 	}
 	return &f, nil
-}
-
-// EncodeFreeze renders a freeze object as compact JSON.
-func EncodeFreeze(f FreezeInfo) string {
-	f.Message, f.Malformed = "", false
-	b, _ := json.Marshal(f)
-	return string(b)
 }
 
 // ParseSnooze reads kausality.io/snooze-until (RFC 3339) and, if absent,

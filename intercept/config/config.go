@@ -10,7 +10,6 @@ import (
 	"bytes"
 	"errors"
 	"fmt"
-	"os"
 	"slices"
 	"strings"
 
@@ -120,19 +119,6 @@ func (m Match) matches(u user.Info, fieldManager string) bool {
 		return fieldManager == m.FieldManager
 	}
 	return false
-}
-
-// LoadFile reads and validates path.
-func LoadFile(path string) (*Config, error) {
-	data, err := os.ReadFile(path)
-	if err != nil {
-		return nil, err
-	}
-	cfg, err := Parse(data)
-	if err != nil {
-		return nil, fmt.Errorf("%s: %w", path, err)
-	}
-	return cfg, nil
 }
 
 // Parse decodes and validates a configuration. Errors name the line and

@@ -21,7 +21,6 @@ type Watcher struct {
 	last     []byte
 	reloads  atomic.Int64
 	failures atomic.Int64
-	onChange func(*Config)
 }
 
 // NewWatcher loads path once; an invalid file is an error (the proxy must
@@ -63,15 +62,11 @@ func (e *fileError) Unwrap() error { return e.err }
 // Current is the configuration in force.
 func (w *Watcher) Current() *Config { return w.current.Load() }
 
-// Reloads counts successful reloads; Failures counts rejected ones.
+// Reloads counts successful reloads.
 func (w *Watcher) Reloads() int64 { return w.reloads.Load() }
 
 // Failures counts reloads rejected as invalid.
 func (w *Watcher) Failures() int64 { return w.failures.Load() }
-
-// OnChange registers f to be called with every new configuration. Set it
-// before Run.
-func (w *Watcher) OnChange(f func(*Config)) { w.onChange = f }
 
 // Run polls until ctx is done.
 func (w *Watcher) Run(ctx context.Context) {
@@ -111,7 +106,4 @@ func (w *Watcher) Check() {
 	w.current.Store(cfg)
 	w.reloads.Add(1)
 	w.log.Info("config file reloaded", zap.String("path", w.path), zap.Int("controllers", len(cfg.Controllers)))
-	if w.onChange != nil {
-		w.onChange(cfg)
-	}
 }

@@ -1,13 +1,11 @@
 package decision
 
 import (
-	"encoding/json"
 	"sort"
 
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 
 	"github.com/kausality-io/kausality-proxy/intercept/annotations"
-	"github.com/kausality-io/kausality-proxy/intercept/controllerid"
 )
 
 // The three compute functions of the Kausality design's "Annotation
@@ -53,26 +51,6 @@ func computeAnnotations(old, new map[string]string, fromStored func(string) bool
 	if desiredChanged {
 		setSystem(out, newTrace, newUpdaters)
 	}
-	return out
-}
-
-// ComputeAnnotationsForStatusUpdate computes a status write's annotations:
-// every kausality annotation as stored, plus the writer's hash in
-// kausality.io/controllers. (The apiserver ignores metadata on status
-// writes; Decide therefore turns the controllers change into a side write.)
-func ComputeAnnotationsForStatusUpdate(old, new map[string]string, userHash string) map[string]string {
-	out := make(map[string]string, len(new)+1)
-	for k, v := range new {
-		if !annotations.IsKausality(k) {
-			out[k] = v
-		}
-	}
-	for k, v := range old {
-		if annotations.IsKausality(k) {
-			out[k] = v
-		}
-	}
-	out[annotations.Controllers], _ = controllerid.AddHashValue(out[annotations.Controllers], userHash)
 	return out
 }
 
@@ -138,23 +116,6 @@ func (c *AnnotationChanges) Pointers() map[string]*string {
 		m[k] = nil
 	}
 	return m
-}
-
-// MergePatch renders the changes as a JSON merge patch
-// ({"metadata":{"annotations":{k:v,removed:null}}}).
-func (c *AnnotationChanges) MergePatch() []byte {
-	if c.Empty() {
-		return nil
-	}
-	m := make(map[string]interface{}, len(c.Set)+len(c.Remove))
-	for k, v := range c.Set {
-		m[k] = v
-	}
-	for _, k := range c.Remove {
-		m[k] = nil
-	}
-	b, _ := json.Marshal(map[string]interface{}{"metadata": map[string]interface{}{"annotations": m}})
-	return b
 }
 
 // diffAnnotations returns the changes turning from into to (nil if none).

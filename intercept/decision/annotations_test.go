@@ -44,9 +44,6 @@ func TestComputeFunctions(t *testing.T) {
 		{"user, no desired change", ComputeAnnotationsForUser(old, copied, false, "", ""), map[string]string{
 			"app": "web-2", "kausality.io/trace": "old-trace", "kausality.io/updaters": "aaaaa", "kausality.io/controllers": "bbbbb",
 			"kausality.io/phase": "initialized", "kausality.io/approvals": "[parent approvals]", "kausality.io/mode": "log"}},
-		{"status update", ComputeAnnotationsForStatusUpdate(old, copied, "ccccc"), map[string]string{
-			"app": "web-2", "kausality.io/trace": "old-trace", "kausality.io/updaters": "aaaaa", "kausality.io/controllers": "bbbbb,ccccc",
-			"kausality.io/phase": "initialized", "kausality.io/mode": "enforce", "kausality.io/trace-ticket": "T-1"}},
 	}
 	for _, tt := range tests {
 		if !reflect.DeepEqual(tt.got, tt.want) {
@@ -64,9 +61,6 @@ func TestAnnotationChanges(t *testing.T) {
 	if diffAnnotations(map[string]string{"a": "1"}, map[string]string{"a": "1"}) != nil {
 		t.Error("no diff must be nil")
 	}
-	if got := string(c.MergePatch()); got != `{"metadata":{"annotations":{"b":"x","c":null,"d":"4"}}}` {
-		t.Errorf("merge patch %s", got)
-	}
 	p := c.Pointers()
 	if len(p) != 3 || *p["b"] != "x" || *p["d"] != "4" || p["c"] != nil {
 		t.Errorf("pointers %v", p)
@@ -82,7 +76,7 @@ func TestAnnotationChanges(t *testing.T) {
 		t.Error("empty annotations must be removed")
 	}
 	var nilC *AnnotationChanges
-	if !nilC.Empty() || nilC.MergePatch() != nil || nilC.Pointers() != nil {
+	if !nilC.Empty() || nilC.Pointers() != nil {
 		t.Error("nil changes")
 	}
 	nilC.Apply(obj)

@@ -75,23 +75,6 @@ type Result struct {
 	Total int
 }
 
-// Omitted is the number of changes not listed in Changes.
-func (r Result) Omitted() int { return r.Total - len(r.Changes) }
-
-// String renders the changes on one line, e.g.
-// `spec.replicas: 3 → 5; spec.paused: <unset> → true (and 2 more)`.
-func (r Result) String() string {
-	parts := make([]string, len(r.Changes))
-	for i, c := range r.Changes {
-		parts[i] = c.String()
-	}
-	s := strings.Join(parts, "; ")
-	if n := r.Omitted(); n > 0 {
-		s += fmt.Sprintf(" (and %d more)", n)
-	}
-	return s
-}
-
 // Changed reports whether a write from old to new changes the desired state
 // and the first MaxChanges changed fields (Diff also gives the total). old is
 // nil for a create: it counts as changed when the desired state is non-empty.
@@ -115,9 +98,6 @@ func Diff(old, new *unstructured.Unstructured) Result {
 	}
 	return r
 }
-
-// HasSpec reports whether obj has a "spec" (its desired state is the spec).
-func HasSpec(obj *unstructured.Unstructured) bool { return hasSpec(obj) }
 
 func hasSpec(obj *unstructured.Unstructured) bool {
 	if obj == nil {

@@ -10,7 +10,6 @@ import (
 	"sync"
 	"time"
 
-	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
@@ -192,13 +191,6 @@ func (s *Store) WaitForSync(ctx context.Context, gvr schema.GroupVersionResource
 	return nil
 }
 
-// Informers is the number of caches the store runs.
-func (s *Store) Informers() int {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return len(s.informers)
-}
-
 // informerFor returns the cache of gvr, started on first use, or nil when
 // gvr is never cached or the store holds its most caches already. gvr must
 // be a canonical resource, as a RESTMapping names it: every spelling would
@@ -221,6 +213,3 @@ func (s *Store) informerFor(gvr schema.GroupVersionResource) informers.GenericIn
 	go inf.Informer().RunWithContext(s.ctx)
 	return inf
 }
-
-// IsNotFound reports whether err means the object does not exist.
-func IsNotFound(err error) bool { return apierrors.IsNotFound(err) }

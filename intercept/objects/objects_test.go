@@ -2,6 +2,7 @@ package objects
 
 import (
 	"context"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"testing"
 	"time"
 
@@ -88,7 +89,7 @@ func TestStoreReadsLiveUntilSyncedThenFromCache(t *testing.T) {
 
 	// A miss in a synced cache falls back to a live GET (maybe just created).
 	before = *gets
-	if _, src, err := s.Get(ctx, deployments, "prod", "missing"); !IsNotFound(err) || src != FromLive || *gets != before+1 {
+	if _, src, err := s.Get(ctx, deployments, "prod", "missing"); !apierrors.IsNotFound(err) || src != FromLive || *gets != before+1 {
 		t.Fatalf("missing object: source %s, err %v, GETs %d", src, err, *gets-before)
 	}
 }

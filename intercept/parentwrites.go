@@ -134,15 +134,7 @@ func (i *Interceptor) applySideWrite(ctx context.Context, sw decision.SideWrite)
 	if err != nil {
 		return err
 	}
-	set := map[string]*string{}
-	for k, v := range sw.Set {
-		v := v
-		set[k] = &v
-	}
-	for _, k := range sw.Remove {
-		set[k] = nil
-	}
-	data, err := annotationPatch(set, "")
+	data, err := annotationPatch(sw.Pointers(), "")
 	if err != nil {
 		return err
 	}

@@ -734,15 +734,7 @@ func (i *Interceptor) mutate(r *http.Request, p *pending, d *decision.Decision) 
 		err         error
 	)
 	if p.w.verb == "patch" {
-		changes := make(map[string]*string, len(d.ChildAnnotations.Set)+len(d.ChildAnnotations.Remove))
-		for k, v := range d.ChildAnnotations.Set {
-			v := v
-			changes[k] = &v
-		}
-		for _, k := range d.ChildAnnotations.Remove {
-			changes[k] = nil
-		}
-		data, err = patch.AddAnnotations(p.patchTy, p.data, changes, p.new)
+		data, err = patch.AddAnnotations(p.patchTy, p.data, d.ChildAnnotations.Pointers(), p.new)
 		if errors.Is(err, patch.ErrNotRewritable) {
 			// Forwarding it would remove every kausality.io annotation,
 			// the object's own mode and the trace included.

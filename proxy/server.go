@@ -224,6 +224,15 @@ type Server struct {
 	startDrain context.CancelFunc
 }
 
+// NewServer resolves opts, completes the config and builds the server.
+func NewServer(opts *Options, log *zap.Logger) (*Server, error) {
+	cfg, err := opts.Config(log)
+	if err != nil {
+		return nil, err
+	}
+	return cfg.Complete().New()
+}
+
 // New builds the server from a completed config.
 func (c CompletedConfig) New() (*Server, error) {
 	up, err := newUpstream(c.Upstream, c.Log, c.WrapUpstreamTransport)

@@ -59,11 +59,7 @@ untouched and decides about writes: expected, drift or a new causal origin.`,
 }
 
 func run(ctx context.Context, opts *proxy.Options, log *zap.Logger) error {
-	cfg, err := opts.Config(log)
-	if err != nil {
-		return err
-	}
-	srv, err := cfg.Complete().New()
+	srv, err := proxy.NewServer(opts, log)
 	if err != nil {
 		return err
 	}

@@ -132,11 +132,7 @@ func StartLocal(ctx context.Context, opts LocalOptions) (_ *Local, retErr error)
 	enc.EncodeTime = zapcore.ISO8601TimeEncoder
 	log := zap.New(zapcore.NewCore(zapcore.NewJSONEncoder(enc), sink, zapcore.DebugLevel))
 
-	cfg, err := opts2.Config(log)
-	if err != nil {
-		return nil, err
-	}
-	l.Proxy, err = cfg.Complete().New()
+	l.Proxy, err = proxy.NewServer(opts2, log)
 	if err != nil {
 		return nil, err
 	}

@@ -261,16 +261,7 @@ func applyJSON(patchType types.PatchType, current *unstructured.Unstructured, pa
 	if !ok {
 		return nil, invalidPatch(current, fmt.Sprintf("the patch turns the object into %s", body.Describe(v)))
 	}
-	result := &unstructured.Unstructured{Object: m}
-	if err := keepKind(result, current); err != nil {
-		return nil, err
-	}
-	if !opts.SkipTypeCheck {
-		if err := checkTyped(result, current, opts.scheme()); err != nil {
-			return nil, err
-		}
-	}
-	return result, nil
+	return checkResult(&unstructured.Unstructured{Object: m}, current, opts, opts.scheme())
 }
 
 func applyStrategic(current *unstructured.Unstructured, patch []byte, opts Options) (*unstructured.Unstructured, error) {
@@ -299,7 +290,13 @@ func applyStrategic(current *unstructured.Unstructured, patch []byte, opts Optio
 	if err != nil {
 		return nil, interpretStrategicMergePatchError(err)
 	}
-	result := &unstructured.Unstructured{Object: patched}
+	return checkResult(&unstructured.Unstructured{Object: patched}, current, opts, sch)
+}
+
+// checkResult restores or checks apiVersion and kind of a patched object
+// and, unless opts skip it, its field types, as kube-apiserver's decoding
+// of the result would.
+func checkResult(result, current *unstructured.Unstructured, opts Options, sch *runtime.Scheme) (*unstructured.Unstructured, error) {
 	if err := keepKind(result, current); err != nil {
 		return nil, err
 	}
@@ -469,15 +466,7 @@ func applyMerge(current *unstructured.Unstructured, patch []byte, opts Options) 
 	}
 	result := current.DeepCopy()
 	mergeObject(result.Object, pm)
-	if err := keepKind(result, current); err != nil {
-		return nil, err
-	}
-	if !opts.SkipTypeCheck {
-		if err := checkTyped(result, current, opts.scheme()); err != nil {
-			return nil, err
-		}
-	}
-	return result, nil
+	return checkResult(result, current, opts, opts.scheme())
 }
 
 // mergeObject merges patch into dst (RFC 7386): null removes a member,

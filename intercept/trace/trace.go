@@ -133,28 +133,41 @@ func Extend(parentTrace string, hop *Hop) (string, error) {
 // isCompact reports whether s has no whitespace outside strings (then it
 // need not be compacted; it is still validated).
 func isCompact(s string) bool {
-	inStr, esc := false, false
+	var str jsonStrings
 	for i := 0; i < len(s); i++ {
-		c := s[i]
-		if inStr {
-			switch {
-			case esc:
-				esc = false
-			case c == '\\':
-				esc = true
-			case c == '"':
-				inStr = false
-			}
+		if str.inString(s[i]) {
 			continue
 		}
-		switch c {
-		case '"':
-			inStr = true
+		switch s[i] {
 		case ' ', '\t', '\n', '\r':
 			return false
 		}
 	}
 	return true
+}
+
+// jsonStrings follows a JSON text byte by byte and tells string contents
+// (quotes included) from structure.
+type jsonStrings struct{ in, esc bool }
+
+// inString reports whether c, the next byte, belongs to a string.
+func (j *jsonStrings) inString(c byte) bool {
+	if j.in {
+		switch {
+		case j.esc:
+			j.esc = false
+		case c == '\\':
+			j.esc = true
+		case c == '"':
+			j.in = false
+		}
+		return true
+	}
+	if c == '"' {
+		j.in = true
+		return true
+	}
+	return false
 }
 
 // checkArrayOfObjects validates that b is JSON and a (possibly empty) array
@@ -166,30 +179,21 @@ func checkArrayOfObjects(b []byte) error {
 	if len(b) < 2 || b[0] != '[' || b[len(b)-1] != ']' {
 		return errors.New("not a JSON array")
 	}
-	depth, inStr, esc := 0, false, false
+	depth := 0
+	var str jsonStrings
 	expectElem := true
 	for i := 1; i < len(b)-1; i++ {
 		c := b[i]
-		if inStr {
-			switch {
-			case esc:
-				esc = false
-			case c == '\\':
-				esc = true
-			case c == '"':
-				inStr = false
-			}
-			continue
-		}
 		if depth == 0 && expectElem {
 			if c != '{' {
 				return errors.New("trace element is not an object")
 			}
 			expectElem = false
 		}
+		if str.inString(c) {
+			continue
+		}
 		switch c {
-		case '"':
-			inStr = true
 		case '{', '[':
 			depth++
 		case '}', ']':

@@ -130,11 +130,7 @@ func serveKausality(ctx context.Context, spec childSpec, upstream *rest.Config, 
 	opts.ConfigFile = spec.ConfigFile
 	opts.WrapUpstreamTransport = counter.wrapForwarded
 	opts.ShutdownTimeout = 2 * time.Second
-	cfg, err := opts.Config(log)
-	if err != nil {
-		return nil, err
-	}
-	srv, err := cfg.Complete().New()
+	srv, err := proxy.NewServer(opts, log)
 	if err != nil {
 		return nil, err
 	}

@@ -67,11 +67,7 @@ func run() error {
 		opts.ClientCAFile = cp.ClientCAFile
 	}
 
-	cfg, err := opts.Config(log)
-	if err != nil {
-		return err
-	}
-	srv, err := cfg.Complete().New()
+	srv, err := proxy.NewServer(opts, log)
 	if err != nil {
 		return err
 	}

@@ -425,7 +425,7 @@ func TestTokenCache(t *testing.T) {
 func TestClientCAReload(t *testing.T) {
 	oldCA, newCA := newTestCA(t, "old"), newTestCA(t, "new")
 	file := filepath.Join(t.TempDir(), "ca.crt")
-	if err := os.WriteFile(file, oldCA.pem, 0o600); err != nil {
+	if err := os.WriteFile(file, oldCA.PEM, 0o600); err != nil {
 		t.Fatal(err)
 	}
 	provider, err := dynamiccertificates.NewDynamicCAContentFromFile("client-ca", file)
@@ -446,7 +446,7 @@ func TestClientCAReload(t *testing.T) {
 		t.Fatal("new CA trusted before rotation")
 	}
 
-	if err := os.WriteFile(file, newCA.pem, 0o600); err != nil {
+	if err := os.WriteFile(file, newCA.PEM, 0o600); err != nil {
 		t.Fatal(err)
 	}
 	// What the provider's file watcher does on change.

@@ -2,23 +2,18 @@ package authn
 
 import (
 	"context"
-	"crypto/ecdsa"
-	"crypto/elliptic"
-	"crypto/rand"
 	"crypto/tls"
 	"crypto/x509"
-	"crypto/x509/pkix"
-	"encoding/pem"
-	"math/big"
 	"net/http"
 	"net/http/httptest"
 	"testing"
-	"time"
 
 	authenticationv1 "k8s.io/api/authentication/v1"
 	authorizationv1 "k8s.io/api/authorization/v1"
 	"k8s.io/apiserver/pkg/authentication/user"
 	"k8s.io/apiserver/pkg/server/dynamiccertificates"
+
+	"github.com/kausality-io/kausality-proxy/internal/testpki"
 )
 
 // Header and identity handling, per request, as the proxy does it for
@@ -28,36 +23,13 @@ import (
 // (CN bench, O dev and ops), like kube-controller-manager's.
 func benchClientCert(b *testing.B) (dynamiccertificates.CAContentProvider, *x509.Certificate) {
 	b.Helper()
-	caKey, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
+	ca := testpki.NewCA(b, "bench-ca")
+	cert, _ := ca.Issue(b, testpki.Options{CN: "bench", Orgs: []string{"dev", "ops"}})
+	provider, err := dynamiccertificates.NewStaticCAContent("bench-ca", ca.PEM)
 	if err != nil {
 		b.Fatal(err)
 	}
-	caTmpl := &x509.Certificate{
-		SerialNumber: big.NewInt(1), Subject: pkix.Name{CommonName: "bench-ca"},
-		NotBefore: time.Now().Add(-time.Hour), NotAfter: time.Now().Add(24 * time.Hour),
-		IsCA: true, BasicConstraintsValid: true, KeyUsage: x509.KeyUsageCertSign | x509.KeyUsageDigitalSignature,
-	}
-	caDER, err := x509.CreateCertificate(rand.Reader, caTmpl, caTmpl, &caKey.PublicKey, caKey)
-	if err != nil {
-		b.Fatal(err)
-	}
-	caCert, _ := x509.ParseCertificate(caDER)
-	key, _ := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
-	tmpl := &x509.Certificate{
-		SerialNumber: big.NewInt(2), Subject: pkix.Name{CommonName: "bench", Organization: []string{"dev", "ops"}},
-		NotBefore: time.Now().Add(-time.Hour), NotAfter: time.Now().Add(time.Hour),
-		KeyUsage: x509.KeyUsageDigitalSignature, ExtKeyUsage: []x509.ExtKeyUsage{x509.ExtKeyUsageClientAuth},
-	}
-	der, err := x509.CreateCertificate(rand.Reader, tmpl, caCert, &key.PublicKey, caKey)
-	if err != nil {
-		b.Fatal(err)
-	}
-	cert, _ := x509.ParseCertificate(der)
-	ca, err := dynamiccertificates.NewStaticCAContent("bench-ca", pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: caDER}))
-	if err != nil {
-		b.Fatal(err)
-	}
-	return ca, cert
+	return provider, cert
 }
 
 // kubectlHeaders are the headers of a typical client-go request.

@@ -1,19 +1,12 @@
 package authn
 
 import (
-	"crypto/ecdsa"
-	"crypto/elliptic"
-	"crypto/rand"
 	"crypto/tls"
 	"crypto/x509"
-	"crypto/x509/pkix"
-	"encoding/pem"
 	"errors"
-	"math/big"
 	"net/http"
 	"net/http/httptest"
 	"sync"
-	"sync/atomic"
 	"testing"
 	"time"
 
@@ -25,42 +18,14 @@ import (
 	"k8s.io/apiserver/pkg/server/dynamiccertificates"
 	"k8s.io/client-go/kubernetes/fake"
 	clienttesting "k8s.io/client-go/testing"
+
+	"github.com/kausality-io/kausality-proxy/internal/testpki"
 )
 
 // testCA is a throwaway certificate authority.
-type testCA struct {
-	cert *x509.Certificate
-	key  *ecdsa.PrivateKey
-	pem  []byte
-}
+type testCA struct{ *testpki.CA }
 
-var serial atomic.Int64
-
-func newTestCA(t *testing.T, cn string) *testCA {
-	t.Helper()
-	key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
-	if err != nil {
-		t.Fatal(err)
-	}
-	tmpl := &x509.Certificate{
-		SerialNumber:          big.NewInt(serial.Add(1)),
-		Subject:               pkix.Name{CommonName: cn},
-		NotBefore:             time.Now().Add(-time.Hour),
-		NotAfter:              time.Now().Add(24 * time.Hour),
-		IsCA:                  true,
-		BasicConstraintsValid: true,
-		KeyUsage:              x509.KeyUsageCertSign | x509.KeyUsageDigitalSignature,
-	}
-	der, err := x509.CreateCertificate(rand.Reader, tmpl, tmpl, &key.PublicKey, key)
-	if err != nil {
-		t.Fatal(err)
-	}
-	cert, err := x509.ParseCertificate(der)
-	if err != nil {
-		t.Fatal(err)
-	}
-	return &testCA{cert: cert, key: key, pem: pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: der})}
-}
+func newTestCA(t *testing.T, cn string) *testCA { return &testCA{testpki.NewCA(t, cn)} }
 
 type certOpts struct {
 	cn        string
@@ -72,41 +37,13 @@ type certOpts struct {
 
 func (ca *testCA) issue(t *testing.T, o certOpts) *x509.Certificate {
 	t.Helper()
-	key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if o.notBefore.IsZero() {
-		o.notBefore = time.Now().Add(-time.Hour)
-	}
-	if o.notAfter.IsZero() {
-		o.notAfter = time.Now().Add(time.Hour)
-	}
-	if o.usage == nil {
-		o.usage = []x509.ExtKeyUsage{x509.ExtKeyUsageClientAuth}
-	}
-	tmpl := &x509.Certificate{
-		SerialNumber: big.NewInt(serial.Add(1)),
-		Subject:      pkix.Name{CommonName: o.cn, Organization: o.orgs},
-		NotBefore:    o.notBefore,
-		NotAfter:     o.notAfter,
-		KeyUsage:     x509.KeyUsageDigitalSignature,
-		ExtKeyUsage:  o.usage,
-	}
-	der, err := x509.CreateCertificate(rand.Reader, tmpl, ca.cert, &key.PublicKey, ca.key)
-	if err != nil {
-		t.Fatal(err)
-	}
-	cert, err := x509.ParseCertificate(der)
-	if err != nil {
-		t.Fatal(err)
-	}
+	cert, _ := ca.Issue(t, testpki.Options{CN: o.cn, Orgs: o.orgs, NotBefore: o.notBefore, NotAfter: o.notAfter, Usage: o.usage})
 	return cert
 }
 
 func (ca *testCA) provider(t *testing.T) dynamiccertificates.CAContentProvider {
 	t.Helper()
-	p, err := dynamiccertificates.NewStaticCAContent("test-client-ca", ca.pem)
+	p, err := dynamiccertificates.NewStaticCAContent("test-client-ca", ca.PEM)
 	if err != nil {
 		t.Fatal(err)
 	}

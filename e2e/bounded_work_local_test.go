@@ -4,6 +4,7 @@ package e2e
 
 import (
 	"context"
+	"errors"
 	"io"
 	"net/http"
 	"runtime"
@@ -155,14 +156,20 @@ func TestRequestMetricsCarryVerbAndResource(t *testing.T) {
 	mustf(t, err, "admin")
 	_, err = clientFor(t, admin).CoreV1().ConfigMaps(ns).List(context.Background(), metav1.ListOptions{})
 	mustf(t, err, "list")
-	resp, err := http.Get(env.MetricsURL + "/metrics")
-	mustf(t, err, "metrics")
-	data, _ := io.ReadAll(resp.Body)
-	resp.Body.Close()
-	text := string(data)
-	if !strings.Contains(text, `kausality_proxy_requests_total{code="200",resource="configmaps",verb="list"}`) {
-		t.Fatalf("no list of configmaps in the request metrics")
-	}
+	var text string
+	eventually(t, 10*time.Second, "the list is counted", func() error {
+		resp, err := http.Get(env.MetricsURL + "/metrics")
+		if err != nil {
+			return err
+		}
+		data, _ := io.ReadAll(resp.Body)
+		resp.Body.Close()
+		text = string(data)
+		if !strings.Contains(text, `kausality_proxy_requests_total{code="200",resource="configmaps",verb="list"}`) {
+			return errors.New("no list of configmaps in the request metrics")
+		}
+		return nil
+	})
 	if strings.Contains(text, `verb="unknown"`) {
 		t.Fatalf("requests labelled verb=\"unknown\":\n%s", grepMetric(text, "kausality_proxy_requests_total"))
 	}

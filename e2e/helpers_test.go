@@ -5,7 +5,6 @@ import (
 	"context"
 	"crypto/tls"
 	"crypto/x509"
-	"fmt"
 	"net/http"
 	"os"
 	"os/exec"
@@ -24,6 +23,7 @@ import (
 
 	"github.com/kausality-io/kausality-proxy/e2e/framework"
 	"github.com/kausality-io/kausality-proxy/internal/testenv"
+	"github.com/kausality-io/kausality-proxy/internal/testutil"
 )
 
 // cluster is the cluster every shared scenario runs against. TestMain sets
@@ -45,32 +45,6 @@ func directClient(t *testing.T) kubernetes.Interface {
 		t.Fatalf("a client for the cluster: %v", directErr)
 	}
 	return direct
-}
-
-// eventually polls cond until it returns nil or the timeout passes. The
-// timeout is a hang guard, not a performance assertion.
-func eventually(t *testing.T, timeout time.Duration, what string, cond func() error) {
-	t.Helper()
-	deadline := time.Now().Add(timeout)
-	var last error
-	for {
-		if last = cond(); last == nil {
-			return
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("%s: still failing after %s: %v", what, timeout, last)
-		}
-		time.Sleep(200 * time.Millisecond)
-	}
-}
-
-func clientFor(t *testing.T, cfg *rest.Config) kubernetes.Interface {
-	t.Helper()
-	c, err := kubernetes.NewForConfig(cfg)
-	if err != nil {
-		t.Fatal(err)
-	}
-	return c
 }
 
 // newNamespace creates a namespace directly (not through the proxy) and
@@ -172,13 +146,6 @@ func certOf(t *testing.T, cfg *rest.Config) *tls.Certificate {
 	return &c
 }
 
-func mustf(t *testing.T, err error, format string, args ...any) {
-	t.Helper()
-	if err != nil {
-		t.Fatalf("%s: %v", fmt.Sprintf(format, args...), err)
-	}
-}
-
 // editBinding grants a service account the built-in edit role in ns.
 func editBinding(ns, sa string) *rbacv1.RoleBinding {
 	return &rbacv1.RoleBinding{
@@ -187,3 +154,10 @@ func editBinding(ns, sa string) *rbacv1.RoleBinding {
 		Subjects:   []rbacv1.Subject{{Kind: "ServiceAccount", Namespace: ns, Name: sa}},
 	}
 }
+
+// Shared with the other suites that run against a real control plane.
+var (
+	eventually = testutil.Eventually
+	clientFor  = testutil.ClientFor
+	mustf      = testutil.Mustf
+)

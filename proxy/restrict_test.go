@@ -162,16 +162,25 @@ func TestChainMetricsCarryVerbAndResource(t *testing.T) {
 		t.Fatal(err)
 	}
 	resp.Body.Close()
-	resp, err = http.Get(f.metrics + "/metrics")
-	if err != nil {
-		t.Fatal(err)
-	}
-	body, _ := io.ReadAll(resp.Body)
-	resp.Body.Close()
+	// The counter is written when the handler returns, which may be just
+	// after the client has its answer.
 	want := `kausality_proxy_requests_total{code="200",resource="pods",verb="list"}`
-	if !strings.Contains(string(body), want) {
-		t.Fatalf("metrics lack %s:\n%s", want, grepLines(string(body), "kausality_proxy_requests_total"))
+	var body []byte
+	for deadline := time.Now().Add(10 * time.Second); ; time.Sleep(20 * time.Millisecond) {
+		resp, err = http.Get(f.metrics + "/metrics")
+		if err != nil {
+			t.Fatal(err)
+		}
+		body, _ = io.ReadAll(resp.Body)
+		resp.Body.Close()
+		if strings.Contains(string(body), want) {
+			return
+		}
+		if time.Now().After(deadline) {
+			break
+		}
 	}
+	t.Fatalf("metrics lack %s:\n%s", want, grepLines(string(body), "kausality_proxy_requests_total"))
 }
 
 func grepLines(s, sub string) string {

@@ -4,7 +4,6 @@ import (
 	"bytes"
 	"context"
 	"errors"
-	"fmt"
 	"io"
 	"os"
 	"os/exec"
@@ -16,10 +15,10 @@ import (
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/runtime"
 	utilyaml "k8s.io/apimachinery/pkg/util/yaml"
-	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/rest"
 
 	"github.com/kausality-io/kausality-proxy/internal/testenv"
+	"github.com/kausality-io/kausality-proxy/internal/testutil"
 )
 
 // The kustomize entry points a user applies with `kubectl apply -k`.
@@ -171,39 +170,6 @@ func convert(t *testing.T, u *unstructured.Unstructured, out any) {
 	}
 }
 
-func clientFor(t *testing.T, cfg *rest.Config) kubernetes.Interface {
-	t.Helper()
-	c, err := kubernetes.NewForConfig(cfg)
-	if err != nil {
-		t.Fatal(err)
-	}
-	return c
-}
-
-// eventually polls cond until it returns nil or the timeout passes. The
-// timeout is a hang guard, not a performance assertion.
-func eventually(t *testing.T, timeout time.Duration, what string, cond func() error) {
-	t.Helper()
-	deadline := time.Now().Add(timeout)
-	for {
-		err := cond()
-		if err == nil {
-			return
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("%s: still failing after %s: %v", what, timeout, err)
-		}
-		time.Sleep(250 * time.Millisecond)
-	}
-}
-
-func mustf(t *testing.T, err error, format string, args ...any) {
-	t.Helper()
-	if err != nil {
-		t.Fatalf("%s: %v", fmt.Sprintf(format, args...), err)
-	}
-}
-
 func writeFile(t *testing.T, path string, data []byte) string {
 	t.Helper()
 	if err := os.MkdirAll(filepath.Dir(path), 0o755); err != nil {
@@ -214,3 +180,10 @@ func writeFile(t *testing.T, path string, data []byte) string {
 	}
 	return path
 }
+
+// Shared with the other suites that run against a real control plane.
+var (
+	eventually = testutil.Eventually
+	clientFor  = testutil.ClientFor
+	mustf      = testutil.Mustf
+)

@@ -12,7 +12,9 @@ import (
 	"testing"
 	"time"
 
+	authorizationv1 "k8s.io/api/authorization/v1"
 	corev1 "k8s.io/api/core/v1"
+	rbacv1 "k8s.io/api/rbac/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	utilrand "k8s.io/apimachinery/pkg/util/rand"
 	auditv1 "k8s.io/apiserver/pkg/apis/audit/v1"
@@ -183,4 +185,70 @@ func grepMetric(text, name string) string {
 		}
 	}
 	return strings.Join(out, "\n")
+}
+
+// A JSON patch of doubling copies, a few kilobytes long, from a caller who
+// may patch ConfigMaps: kube-apiserver's copy limit holds at the proxy, the
+// answer is kube-apiserver's 422, memory stays within a budget, and the
+// patch never reaches kube-apiserver.
+func TestJSONPatchAmplificationIsRefusedWithinABudget(t *testing.T) {
+	ctx := context.Background()
+	ns := newNamespace(t, "amplify")
+	user := "patcher-" + utilrand.String(5)
+	_, err := directClient(t).RbacV1().RoleBindings(ns).Create(ctx, &rbacv1.RoleBinding{
+		ObjectMeta: metav1.ObjectMeta{Name: "patcher"},
+		RoleRef:    rbacv1.RoleRef{APIGroup: "rbac.authorization.k8s.io", Kind: "ClusterRole", Name: "edit"},
+		Subjects:   []rbacv1.Subject{{Kind: "User", APIGroup: "rbac.authorization.k8s.io", Name: user}},
+	}, metav1.CreateOptions{})
+	mustf(t, err, "binding")
+	_, err = directClient(t).CoreV1().ConfigMaps(ns).Create(ctx, &corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Name: "x"}, Data: map[string]string{"a": strings.Repeat("a", 1024)}}, metav1.CreateOptions{})
+	mustf(t, err, "configmap")
+	// RBAC takes a moment to see a new binding; ask kube-apiserver itself
+	// before the proxy is asked (which would cache a denial).
+	eventually(t, 30*time.Second, "the binding takes effect", func() error {
+		sar, err := directClient(t).AuthorizationV1().SubjectAccessReviews().Create(ctx, &authorizationv1.SubjectAccessReview{Spec: authorizationv1.SubjectAccessReviewSpec{
+			User: user, Groups: []string{"system:authenticated"},
+			ResourceAttributes: &authorizationv1.ResourceAttributes{Verb: "patch", Resource: "configmaps", Namespace: ns},
+		}}, metav1.CreateOptions{})
+		if err != nil {
+			return err
+		}
+		if !sar.Status.Allowed {
+			return errors.New("not yet allowed: " + sar.Status.Reason)
+		}
+		return nil
+	})
+	cfg, err := cluster.UserThroughProxy(user)
+	mustf(t, err, "user")
+	c := rawClient(t, certOf(t, cfg))
+
+	// Doubling through a list: x becomes [x, x] with every step.
+	ops := []string{`{"op":"add","path":"/data/x","value":["` + strings.Repeat("a", 1024) + `"]}`}
+	for i := 0; i < 22; i++ {
+		ops = append(ops, `{"op":"copy","from":"/data/x","path":"/data/x/-"}`)
+	}
+	patch := "[" + strings.Join(ops, ",") + "]"
+	start := time.Now()
+	var ms runtime.MemStats
+	runtime.GC()
+	runtime.ReadMemStats(&ms)
+	allocated := ms.TotalAlloc
+	code, body := rawDo(t, c, http.MethodPatch, "/api/v1/namespaces/"+ns+"/configmaps/x", "application/json-patch+json", patch, nil)
+	runtime.ReadMemStats(&ms)
+	if code != http.StatusUnprocessableEntity || !strings.Contains(string(body), "exceeding the limit") {
+		t.Fatalf("code %d, want kube-apiserver's 422 for the copy limit: %s", code, body)
+	}
+	const budget = 64 << 20
+	if grew := ms.TotalAlloc - allocated; grew > budget {
+		t.Fatalf("the patch allocated %d MiB, over the %d MiB budget", grew>>20, budget>>20)
+	}
+	marker := "amplify-control-" + utilrand.String(5)
+	_, err = clientFor(t, cfg).CoreV1().ConfigMaps(ns).Create(ctx, &corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Name: marker}}, metav1.CreateOptions{})
+	mustf(t, err, "control write")
+	waitAudited(t, marker)
+	if got := auditedSince(t, start, func(e auditv1.Event) bool {
+		return e.Verb == "patch" && e.ObjectRef != nil && e.ObjectRef.Namespace == ns
+	}); len(got) > 0 {
+		t.Fatalf("the patch reached kube-apiserver:%s", describeEvents(got))
+	}
 }

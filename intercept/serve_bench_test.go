@@ -3,10 +3,12 @@ package intercept_test
 import (
 	"bytes"
 	"context"
+	"errors"
 	"fmt"
 	"io"
 	"net/http"
 	"net/http/httptest"
+	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -14,6 +16,7 @@ import (
 	"go.uber.org/zap"
 	"go.uber.org/zap/zapcore"
 	authorizationv1 "k8s.io/api/authorization/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/runtime"
@@ -100,12 +103,21 @@ type benchEnv struct {
 	dyn       *dynamicfake.FakeDynamicClient
 	forwarded atomic.Int64
 	reviews   atomic.Int64
+	mu        sync.Mutex
+	lastError error
 	users     atomic.Int64
 	errors    atomic.Int64
 	infoF     *request.RequestInfoFactory
 }
 
-func newBenchEnv(b *testing.B, log *zap.Logger) *benchEnv {
+func newBenchEnv(b testing.TB, log *zap.Logger) *benchEnv {
+	return newServeEnv(b, log, func(authorizationv1.SubjectAccessReviewSpec) (bool, error) { return true, nil })
+}
+
+// newServeEnv is the interception handler over a warm store, with the real
+// cached SubjectAccessReview authorizer over a fake review client whose
+// answers allow gives.
+func newServeEnv(b testing.TB, log *zap.Logger, allow func(authorizationv1.SubjectAccessReviewSpec) (bool, error)) *benchEnv {
 	b.Helper()
 	ns := &unstructured.Unstructured{Object: map[string]interface{}{
 		"apiVersion": "v1", "kind": "Namespace", "metadata": map[string]interface{}{"name": "apps", "resourceVersion": "1"},
@@ -144,13 +156,15 @@ func newBenchEnv(b *testing.B, log *zap.Logger) *benchEnv {
 	env = &benchEnv{dyn: dyn, infoF: &request.RequestInfoFactory{
 		APIPrefixes: sets.NewString("api", "apis"), GrouplessAPIPrefixes: sets.NewString("api"),
 	}}
-	// Authorization is the real cached SubjectAccessReview authorizer the
-	// proxy runs, over a fake review client that allows and counts.
 	reviews := kubefake.NewClientset()
 	reviews.PrependReactor("create", "subjectaccessreviews", func(a clienttesting.Action) (bool, runtime.Object, error) {
 		env.reviews.Add(1)
 		sar := a.(clienttesting.CreateAction).GetObject().(*authorizationv1.SubjectAccessReview).DeepCopy()
-		sar.Status.Allowed = true
+		allowed, err := allow(sar.Spec)
+		if err != nil {
+			return true, nil, err
+		}
+		sar.Status.Allowed = allowed
 		return true, sar, nil
 	})
 	authenticator, err := authn.New(authn.Config{SubjectAccessReviews: reviews.AuthorizationV1().SubjectAccessReviews(), AuthorizedTTL: time.Hour})
@@ -167,8 +181,15 @@ func newBenchEnv(b *testing.B, log *zap.Logger) *benchEnv {
 	})
 	env.handler = i.Wrap(forward, func(w http.ResponseWriter, err error) {
 		env.errors.Add(1)
-		b.Errorf("intercept refused the write: %v", err)
-		w.WriteHeader(http.StatusInternalServerError)
+		env.mu.Lock()
+		env.lastError = err
+		env.mu.Unlock()
+		var status apierrors.APIStatus
+		code := http.StatusInternalServerError
+		if errors.As(err, &status) {
+			code = int(status.Status().Code)
+		}
+		w.WriteHeader(code)
 	})
 	return env
 }
@@ -196,7 +217,7 @@ type benchWrite struct {
 	newUserEach bool
 }
 
-func (e *benchEnv) request(b *testing.B, w benchWrite) *http.Request {
+func (e *benchEnv) request(b testing.TB, w benchWrite) *http.Request {
 	r := httptest.NewRequest(w.method, w.path, bytes.NewReader(w.body))
 	if w.contentType != "" {
 		r.Header.Set("Content-Type", w.contentType)
@@ -265,6 +286,9 @@ func benchmarkServe(b *testing.B, log *zap.Logger, only map[string]bool) {
 			n := float64(b.N)
 			b.ReportMetric(float64(env.upstreamCalls()-calls)/n, "upstream/op")
 			b.ReportMetric(float64(env.forwarded.Load()-fwd)/n, "forwarded/op")
+			if env.errors.Load() > 0 {
+				b.Fatalf("intercept refused the write: %v", env.lastError)
+			}
 		})
 	}
 }

@@ -1,0 +1,88 @@
+package intercept_test
+
+import (
+	"errors"
+	"net/http"
+	"net/http/httptest"
+	"strings"
+	"testing"
+
+	authorizationv1 "k8s.io/api/authorization/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+)
+
+// The interceptor authorizes a write before it does anything for it: a
+// caller who may not write gets kube-apiserver's 403, nothing is read from
+// the store, nothing is forwarded, nothing is written.
+func TestWritesAreAuthorizedBeforeAnyWork(t *testing.T) {
+	write := benchWrites()[1] // the controller's update of a ReplicaSet
+	cases := []struct {
+		name          string
+		allow         func(authorizationv1.SubjectAccessReviewSpec) (bool, error)
+		wantCode      int
+		wantMessage   string
+		wantForwarded int64
+		wantReviews   int64
+	}{
+		{
+			name:          "allowed for the namespace: one review, forwarded",
+			allow:         func(authorizationv1.SubjectAccessReviewSpec) (bool, error) { return true, nil },
+			wantCode:      http.StatusOK,
+			wantForwarded: 1,
+			wantReviews:   1,
+		},
+		{
+			name: "allowed for this object only (resourceNames): two reviews, forwarded",
+			allow: func(s authorizationv1.SubjectAccessReviewSpec) (bool, error) {
+				return s.ResourceAttributes.Name == "web-1", nil
+			},
+			wantCode:      http.StatusOK,
+			wantForwarded: 1,
+			wantReviews:   2,
+		},
+		{
+			name:     "denied: kube-apiserver's 403, nothing else",
+			allow:    func(authorizationv1.SubjectAccessReviewSpec) (bool, error) { return false, nil },
+			wantCode: http.StatusForbidden,
+			wantMessage: `replicasets.apps "web-1" is forbidden: User "system:serviceaccount:kube-system:replicaset-controller" ` +
+				`cannot update resource "replicasets" in API group "apps" in the namespace "apps"`,
+			wantReviews: 2,
+		},
+		{
+			name:        "the review fails: 503, nothing else",
+			allow:       func(authorizationv1.SubjectAccessReviewSpec) (bool, error) { return false, errors.New("connection refused") },
+			wantCode:    http.StatusServiceUnavailable,
+			wantMessage: "SubjectAccessReview failed",
+			wantReviews: 1,
+		},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			env := newServeEnv(t, nil, tc.allow)
+			before := len(env.dyn.Actions())
+			rec := httptest.NewRecorder()
+			env.handler.ServeHTTP(rec, env.request(t, write))
+			if rec.Code != tc.wantCode {
+				t.Fatalf("code %d, want %d (%v)", rec.Code, tc.wantCode, env.lastError)
+			}
+			if tc.wantMessage != "" {
+				var status apierrors.APIStatus
+				if !errors.As(env.lastError, &status) || !strings.Contains(status.Status().Message, tc.wantMessage) {
+					t.Fatalf("error %v, want %q", env.lastError, tc.wantMessage)
+				}
+			}
+			if got := env.forwarded.Load(); got != tc.wantForwarded {
+				t.Errorf("forwarded %d, want %d", got, tc.wantForwarded)
+			}
+			// The reviews may retry a failed call; count the distinct ones.
+			if got := env.reviews.Load(); got < tc.wantReviews || (tc.wantCode != http.StatusServiceUnavailable && got != tc.wantReviews) {
+				t.Errorf("reviews %d, want %d", got, tc.wantReviews)
+			}
+			if tc.wantForwarded == 0 {
+				if got := env.dyn.Actions()[before:]; len(got) != 0 {
+					t.Errorf("the store was used for a write that was not authorized: %v", got)
+				}
+			}
+		})
+	}
+}

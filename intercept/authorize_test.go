@@ -49,8 +49,10 @@ func TestWritesAreAuthorizedBeforeAnyWork(t *testing.T) {
 			wantReviews: 2,
 		},
 		{
-			name:        "the review fails: 503, nothing else",
-			allow:       func(authorizationv1.SubjectAccessReviewSpec) (bool, error) { return false, errors.New("connection refused") },
+			name: "the review fails: 503, nothing else",
+			allow: func(authorizationv1.SubjectAccessReviewSpec) (bool, error) {
+				return false, errors.New("connection refused")
+			},
 			wantCode:    http.StatusServiceUnavailable,
 			wantMessage: "SubjectAccessReview failed",
 			wantReviews: 1,

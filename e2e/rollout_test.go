@@ -109,8 +109,10 @@ lifecycle:
 		t.Fatalf("shadow report does not show the would-be denials under %s/web: %+v", ns, found)
 	}
 
-	// Replicaset controller enforced: a Pod deleted behind its back is not
-	// recreated, because that create is drift.
+	// Replicaset controller enforced: once its ReplicaSet has settled (its
+	// pod is Ready), a Pod deleted behind its back is not recreated,
+	// because that create is drift.
+	readyPods(t, ns)
 	api := testDeployment("api", 1)
 	_, err = alice.AppsV1().Deployments(ns).Create(ctx, api, metav1.CreateOptions{})
 	mustf(t, err, "creating api")
@@ -128,8 +130,8 @@ lifecycle:
 		if err != nil {
 			return err
 		}
-		if rs.Status.ObservedGeneration != rs.Generation {
-			return fmt.Errorf("rs observed %d of %d", rs.Status.ObservedGeneration, rs.Generation)
+		if rs.Status.ObservedGeneration != rs.Generation || rs.Status.AvailableReplicas != 1 {
+			return fmt.Errorf("rs observed %d of %d, %d available", rs.Status.ObservedGeneration, rs.Generation, rs.Status.AvailableReplicas)
 		}
 		return nil
 	})

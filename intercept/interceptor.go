@@ -13,6 +13,7 @@ import (
 	"github.com/kausality-io/kausality-proxy/intercept/config"
 	"github.com/kausality-io/kausality-proxy/intercept/notify"
 	"github.com/kausality-io/kausality-proxy/intercept/objects"
+	"github.com/kausality-io/kausality-proxy/intercept/settle"
 )
 
 // ErrorWriter writes an error as a metav1.Status. The proxy owns the wire
@@ -67,6 +68,9 @@ type Config struct {
 type Interceptor struct {
 	cfg     Config
 	metrics *metrics
+	// settled remembers the spec each parent last settled at, learned from
+	// the caches and from the parents read for decisions.
+	settled *settle.Memory
 }
 
 // New returns an Interceptor. A nil Objects store makes it a pass-through:
@@ -91,7 +95,11 @@ func New(cfg Config) *Interceptor {
 	if cfg.SideWriteTimeout <= 0 {
 		cfg.SideWriteTimeout = 10 * time.Second
 	}
-	return &Interceptor{cfg: cfg, metrics: newMetrics(cfg.Metrics)}
+	i := &Interceptor{cfg: cfg, metrics: newMetrics(cfg.Metrics), settled: settle.NewMemory(0)}
+	if cfg.Objects != nil {
+		cfg.Objects.SetObserver(i.settled)
+	}
+	return i
 }
 
 // Wrap returns the handler the proxy chain calls in place of forward.

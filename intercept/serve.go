@@ -695,6 +695,10 @@ func (i *Interceptor) decide(r *http.Request, p *pending) decision.Decision {
 	if p.shownChanges != nil {
 		in.Changes = p.shownChanges
 	}
+	if p.parent != nil && p.parentSource != "gone" {
+		facts := i.settled.Assess(p.parent)
+		in.Settle = &facts
+	}
 	return decision.Decide(in)
 }
 

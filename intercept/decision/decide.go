@@ -215,19 +215,15 @@ func (x *decider) decide() {
 	d.Parent.Phase, d.Parent.PhaseReason = lc.Phase, lc.Reason
 	controller := x.isController()
 	reconciling := x.reconciling()
-	switch lc.Phase {
-	case lifecycle.Deleting:
+	if lc.Phase == lifecycle.Deleting {
 		d.Category = ParentDeleting
 		d.Reason = "parent is being deleted (cleanup)"
 		x.writeChild(controller, controller && reconciling)
 		return
-	case lifecycle.Initializing:
-		d.Category = ParentInitializing
-		d.Reason = "parent is initializing (" + lc.Reason + ")"
-		x.writeChild(controller, controller && reconciling)
-		return
 	}
 
+	// A freeze holds whatever the parent's phase: a person who freezes a
+	// StatefulSet or a Job means it before the proxy has seen it ready.
 	fz, w := annotations.ParseFreeze(x.parAnn[annotations.Freeze])
 	if w != nil {
 		x.warn(*w, "parent "+x.parent.String())
@@ -236,6 +232,13 @@ func (x *decider) decide() {
 		d.Result, d.Category, d.Freeze = Deny, Frozen, fz
 		d.Reason = "parent is " + fz.String()
 		x.frozenMessage(fz)
+		return
+	}
+
+	if lc.Phase == lifecycle.Initializing {
+		d.Category = ParentInitializing
+		d.Reason = "parent is initializing (" + lc.Reason + ")"
+		x.writeChild(controller, controller && reconciling)
 		return
 	}
 	// The high-water mark is persisted only from the parent's own status
@@ -258,7 +261,9 @@ func (x *decider) decide() {
 		return
 	case reconciling:
 		d.Category = Expected
-		if d.Parent.ObservedGenerationSource == "" {
+		if in.Settle != nil {
+			d.Reason = "expected: the parent " + in.Settle.Reason
+		} else if d.Parent.ObservedGenerationSource == "" {
 			d.Reason = "parent reports no observedGeneration: cannot tell drift, treated as expected"
 		} else {
 			d.Reason = "expected: parent generation " + itoa(d.Parent.Generation) + " != observedGeneration " + itoa(d.Parent.ObservedGeneration)
@@ -270,9 +275,14 @@ func (x *decider) decide() {
 	x.drift()
 }
 
-// reconciling: the parent's generation differs from its observed one (or
-// nothing reports an observed generation).
+// reconciling: the parent is carrying out a spec change. With settledness
+// facts: it has not settled at its current spec. Without: its generation
+// differs from its observed one (or nothing reports an observed
+// generation).
 func (x *decider) reconciling() bool {
+	if x.in.Settle != nil {
+		return !x.in.Settle.AtCurrentSpec
+	}
 	p := x.d.Parent
 	return p.ObservedGenerationSource == "" || p.Generation != p.ObservedGeneration
 }

@@ -14,6 +14,7 @@ import (
 	"github.com/kausality-io/kausality-proxy/intercept/approval"
 	"github.com/kausality-io/kausality-proxy/intercept/controllerid"
 	"github.com/kausality-io/kausality-proxy/intercept/desired"
+	"github.com/kausality-io/kausality-proxy/intercept/settle"
 )
 
 var now = time.Date(2026, 1, 24, 10, 30, 0, 0, time.UTC)
@@ -363,6 +364,32 @@ func TestDecide(t *testing.T) {
 				setAnn(annotations.Freeze, "true")(in.Parent)
 			},
 			want: want{result: Deny, category: Frozen, mode: annotations.ModeLog, modeSource: ModeFromDefault},
+		},
+		{
+			name: "a freeze holds on a parent that has not initialized (a StatefulSet before it was ever ready)",
+			in: func(in *Input) {
+				delAnn(annotations.Phase)(in.Parent)
+				unstructured.RemoveNestedField(in.Parent.Object, "status", "conditions")
+				setAnn(annotations.Freeze, "true")(in.Parent)
+			},
+			want: want{result: Deny, category: Frozen, mode: annotations.ModeEnforce, modeSource: ModeFromDefault},
+		},
+		// --- intent: settledness decides, not generation numbers ----------
+		{
+			name: "rollout: observedGeneration caught up, but the parent has not settled at its new spec: expected",
+			in: func(in *Input) {
+				in.Settle = &settle.Facts{Known: true, Reason: "its spec changed since it last settled"}
+			},
+			want: want{result: Allow, category: Expected, mode: annotations.ModeEnforce, modeSource: ModeFromDefault,
+				child: set(annotations.Trace, hopOnParent(ctrlHop))},
+		},
+		{
+			name: "an annotation-only generation bump does not open an expected window: drift",
+			in: func(in *Input) {
+				obsGen(4)(in.Parent)
+				in.Settle = &settle.Facts{AtCurrentSpec: true, Known: true, Reason: "its spec has not changed since it last settled"}
+			},
+			want: unapprovedEnforce,
 		},
 		{
 			name: "freeze false is not frozen",

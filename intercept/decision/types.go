@@ -14,6 +14,7 @@ import (
 	"github.com/kausality-io/kausality-proxy/intercept/controllerid"
 	"github.com/kausality-io/kausality-proxy/intercept/desired"
 	"github.com/kausality-io/kausality-proxy/intercept/lifecycle"
+	"github.com/kausality-io/kausality-proxy/intercept/settle"
 )
 
 // Operation of the intercepted write.
@@ -188,6 +189,10 @@ type Input struct {
 	Now time.Time
 	// Lifecycle is the detection order; nil = default.
 	Lifecycle *lifecycle.Detector
+	// Settle says whether the parent has settled at its current spec. nil
+	// falls back to generation numbers alone: a controller's write is
+	// expected while generation != observedGeneration.
+	Settle *settle.Facts
 }
 
 // ParentInfo describes the parent as seen in the snapshot.

@@ -8,7 +8,8 @@
 //  3. the configured checks, in order (per GVK; default DefaultOrder):
 //     Initialized=True, Ready=True, then status.observedGeneration present
 //     together with Ready, Available or Initialized = True (so a Deployment
-//     is initialized once it is Available);
+//     is initialized once it is Available), then kstatus readiness Current
+//     with status.observedGeneration (StatefulSets, DaemonSets, Jobs);
 //  4. otherwise Initializing.
 //
 // Once a parent is Initialized it stays so: Result.Persist says the
@@ -25,6 +26,7 @@ import (
 	"k8s.io/apimachinery/pkg/runtime/schema"
 
 	"github.com/kausality-io/kausality-proxy/intercept/annotations"
+	"github.com/kausality-io/kausality-proxy/intercept/settle"
 )
 
 // Phase of a parent.
@@ -53,14 +55,19 @@ const (
 	// for kinds that report no readiness condition at all (a ReplicaSet), and
 	// is not in the default order.
 	CheckObservedGenerationCurrent Check = "ObservedGenerationCurrent"
+	// CheckCurrent is satisfied when the object reports
+	// status.observedGeneration equal to its generation and its kstatus
+	// readiness is Current: a StatefulSet, DaemonSet, ReplicaSet or Job that
+	// has finished rolling out, which reports no Ready condition.
+	CheckCurrent Check = "Current"
 )
 
 // DefaultOrder is the default detection order after the annotation.
-var DefaultOrder = []Check{CheckInitialized, CheckReady, CheckObservedGeneration}
+var DefaultOrder = []Check{CheckInitialized, CheckReady, CheckObservedGeneration, CheckCurrent}
 
 // Validate reports whether c is a known check.
 func (c Check) Validate() error {
-	if c == CheckObservedGeneration || c == CheckObservedGenerationCurrent {
+	if c == CheckObservedGeneration || c == CheckObservedGenerationCurrent || c == CheckCurrent {
 		return nil
 	}
 	if t, ok := strings.CutPrefix(string(c), "Condition="); ok && t != "" {
@@ -129,6 +136,14 @@ func (d *Detector) Detect(obj *unstructured.Unstructured) Result {
 	}
 	status, _ := obj.Object["status"].(map[string]interface{})
 	for _, c := range d.order(obj) {
+		if c == CheckCurrent {
+			if _, ok := statusObservedGeneration(status); ok {
+				if current, why := settle.Current(obj); current {
+					return Result{Phase: Initialized, Reason: "readiness " + why, Persist: true}
+				}
+			}
+			continue
+		}
 		if c == CheckObservedGenerationCurrent {
 			if g, ok := statusObservedGeneration(status); ok && g >= obj.GetGeneration() && obj.GetGeneration() > 0 {
 				return Result{Phase: Initialized, Reason: "status.observedGeneration caught up with metadata.generation", Persist: true}

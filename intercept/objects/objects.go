@@ -14,6 +14,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/runtime/schema"
+	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/discovery"
 	"k8s.io/client-go/discovery/cached/memory"
 	"k8s.io/client-go/dynamic"
@@ -61,6 +62,52 @@ type Store struct {
 	mu        sync.Mutex
 	informers map[schema.GroupVersionResource]informers.GenericInformer
 	lastReset time.Time
+	observer  Observer
+}
+
+// Observer sees every object the caches hold as it changes, and the UIDs of
+// objects that are deleted.
+type Observer interface {
+	Observe(obj *unstructured.Unstructured)
+	Forget(uid types.UID)
+}
+
+// SetObserver registers o with every cache, present and future.
+func (s *Store) SetObserver(o Observer) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.observer = o
+	for _, inf := range s.informers {
+		s.observe(inf)
+	}
+}
+
+// observe registers the observer with inf. Under s.mu.
+func (s *Store) observe(inf informers.GenericInformer) {
+	if s.observer == nil {
+		return
+	}
+	o := s.observer
+	_, _ = inf.Informer().AddEventHandler(cache.ResourceEventHandlerFuncs{
+		AddFunc: func(obj interface{}) {
+			if u, ok := obj.(*unstructured.Unstructured); ok {
+				o.Observe(u)
+			}
+		},
+		UpdateFunc: func(_, obj interface{}) {
+			if u, ok := obj.(*unstructured.Unstructured); ok {
+				o.Observe(u)
+			}
+		},
+		DeleteFunc: func(obj interface{}) {
+			if d, ok := obj.(cache.DeletedFinalStateUnknown); ok {
+				obj = d.Obj
+			}
+			if u, ok := obj.(*unstructured.Unstructured); ok {
+				o.Forget(u.GetUID())
+			}
+		},
+	})
 }
 
 // New returns a Store. Informers it starts run until ctx is done.
@@ -210,6 +257,7 @@ func (s *Store) informerFor(gvr schema.GroupVersionResource) informers.GenericIn
 	inf := dynamicinformer.NewFilteredDynamicInformer(s.dynamic, gvr, metav1.NamespaceAll, s.resync,
 		cache.Indexers{cache.NamespaceIndex: cache.MetaNamespaceIndexFunc}, nil)
 	s.informers[gvr] = inf
+	s.observe(inf)
 	go inf.Informer().RunWithContext(s.ctx)
 	return inf
 }

@@ -1,0 +1,90 @@
+package settle
+
+import (
+	"testing"
+
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/apimachinery/pkg/types"
+)
+
+// deployment is a Deployment at generation gen whose status says
+// observedGeneration og, with updated of replicas updated and available.
+func deployment(image string, gen, og, replicas, updated int64) *unstructured.Unstructured {
+	return &unstructured.Unstructured{Object: map[string]interface{}{
+		"apiVersion": "apps/v1", "kind": "Deployment",
+		"metadata": map[string]interface{}{"name": "web", "namespace": "ns", "uid": "u-1", "generation": gen},
+		"spec": map[string]interface{}{"replicas": replicas, "template": map[string]interface{}{
+			"spec": map[string]interface{}{"containers": []interface{}{map[string]interface{}{"name": "app", "image": image}}}}},
+		"status": map[string]interface{}{
+			"observedGeneration": og, "replicas": replicas, "updatedReplicas": updated,
+			"readyReplicas": updated, "availableReplicas": updated,
+			"conditions": []interface{}{map[string]interface{}{"type": "Available", "status": "True"}},
+		},
+	}}
+}
+
+// The proxy decides on intent: a controller writing while its parent
+// carries out a spec change is expected, for as long as the rollout takes,
+// although observedGeneration caught up long ago.
+func TestAssessFollowsARollout(t *testing.T) {
+	m := NewMemory(0)
+	steps := []struct {
+		name   string
+		parent *unstructured.Unstructured
+		atSpec bool
+	}{
+		{"after a restart, mid-rollout: lenient", deployment("v1", 1, 1, 3, 1), false},
+		{"settled at v1", deployment("v1", 1, 1, 3, 3), true},
+		{"a person scales the new ReplicaSet: still settled at v1", deployment("v1", 1, 1, 3, 2), true},
+		{"an annotation edit bumps generation: no spec change", deployment("v1", 2, 1, 3, 3), true},
+		{"image update, not yet observed", deployment("v2", 3, 2, 3, 3), false},
+		{"observed, 1 of 3 updated: the rollout goes on", deployment("v2", 3, 3, 3, 1), false},
+		{"settled at v2", deployment("v2", 3, 3, 3, 3), true},
+		{"the controller's revert of a person's scale: drift", deployment("v2", 3, 3, 3, 2), true},
+	}
+	for _, s := range steps {
+		f := m.Assess(s.parent)
+		if f.AtCurrentSpec != s.atSpec {
+			t.Fatalf("%s: AtCurrentSpec %v, want %v (%s)", s.name, f.AtCurrentSpec, s.atSpec, f.Reason)
+		}
+	}
+}
+
+// The caches teach the memory: a parent that settled while no child was
+// written is known to be settled when its controller drifts later.
+func TestObserveAndForget(t *testing.T) {
+	m := NewMemory(0)
+	m.Observe(deployment("v1", 1, 1, 3, 3))
+	if f := m.Assess(deployment("v1", 1, 1, 3, 2)); !f.AtCurrentSpec || !f.Known {
+		t.Fatalf("observed settle not remembered: %+v", f)
+	}
+	m.Forget("u-1")
+	if f := m.Assess(deployment("v1", 1, 1, 3, 2)); f.AtCurrentSpec || f.Known {
+		t.Fatalf("forgotten parent still known: %+v", f)
+	}
+}
+
+func TestMemoryIsBounded(t *testing.T) {
+	m := NewMemory(2)
+	for _, uid := range []string{"a", "b", "c"} {
+		d := deployment("v1", 1, 1, 1, 1)
+		d.SetUID(typesUID(uid))
+		m.Observe(d)
+	}
+	if len(m.m) != 2 {
+		t.Fatalf("memory holds %d entries, want 2", len(m.m))
+	}
+}
+
+func TestSpecHashIgnoresMetadataAndStatus(t *testing.T) {
+	a, b := deployment("v1", 1, 1, 3, 3), deployment("v1", 7, 6, 3, 1)
+	b.SetAnnotations(map[string]string{"x": "y"})
+	if SpecHash(a) != SpecHash(b) {
+		t.Fatal("metadata or status changed the spec hash")
+	}
+	if SpecHash(a) == SpecHash(deployment("v2", 1, 1, 3, 3)) {
+		t.Fatal("a spec change kept the hash")
+	}
+}
+
+func typesUID(s string) types.UID { return types.UID(s) }

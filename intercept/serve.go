@@ -151,10 +151,33 @@ func (i *Interceptor) serveWrite(w http.ResponseWriter, r *http.Request, wr *wri
 		i.restoreApproval(d.ApprovalsUpdate)
 	}
 	if succeeded && !wr.dryRun {
+		if wr.sub == statusSubresource {
+			i.learnStatus(p)
+		}
 		i.sideWrites(d.ParentWrites)
 		i.report(r, p, &d)
 	}
 	i.recordDecision(p, &d)
+}
+
+// learnStatus tells the settledness memory about a status write that
+// kube-apiserver accepted, before the cache sees it: the status is the
+// write's, the spec is the stored one (a status write never changes it,
+// whatever spec its body carries).
+func (i *Interceptor) learnStatus(p *pending) {
+	if p.old == nil || p.new == nil {
+		return
+	}
+	status, ok := p.new.Object["status"]
+	if !ok {
+		return
+	}
+	obj := &unstructured.Unstructured{Object: make(map[string]interface{}, len(p.old.Object))}
+	for k, v := range p.old.Object {
+		obj.Object[k] = v
+	}
+	obj.Object["status"] = status
+	i.settled.Observe(obj)
 }
 
 // refuseUnauthorized answers a write whose caller is not known to be
@@ -681,6 +704,7 @@ func (i *Interceptor) decide(r *http.Request, p *pending) decision.Decision {
 		Mode:           decision.ModeInputs{Namespace: p.nsMode, Default: i.cfg.DefaultMode},
 		DryRun:         p.w.dryRun,
 		Lifecycle:      p.settings.Lifecycle,
+		UngatedKinds:   p.settings.UngatedChildKinds,
 	}
 	if p.controller != nil && p.controller.Mode != annotations.ModeShadow {
 		in.Mode.Controller = string(p.controller.Mode)

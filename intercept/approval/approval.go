@@ -2,14 +2,19 @@
 // rejected by the parent's kausality.io/approvals and kausality.io/rejections
 // annotations, prunes stale approvals and consumes once-approvals.
 //
-// Rules (the Kausality design's "Approval Validity" and "Pruning Rules"):
+// Rules (the Kausality design's "Approval Validity" and "Pruning Rules"),
+// with one refinement: a generation names the parent's spec, not the
+// number alone. Kinds such as Deployment bump generation when only their
+// annotations change, and writing an approval is such a change; the
+// generations over which the parent kept its current spec form a Window,
+// and an approval for any of them is for the current spec.
 //   - rejections are checked first and win;
 //   - a rejection without generation is always active, with generation only
-//     while parent.generation equals it;
-//   - once: valid while approval.generation == parent.generation and not yet
-//     consumed; generation: valid while equal; always: always valid;
-//   - when the parent generation moved on, once and generation approvals
-//     with generation < parent.generation are pruned; always is never pruned.
+//     while it is in the window;
+//   - once: valid while its generation is in the window and not yet
+//     consumed; generation: valid while in the window; always: always valid;
+//   - when the spec moved on, once and generation approvals for an older
+//     generation are pruned; always is never pruned.
 package approval
 
 import (
@@ -51,36 +56,63 @@ func MatchesRejection(r Rejection, c Child) bool {
 	return matchField(r.APIVersion, c.APIVersion) && matchField(r.Kind, c.Kind) && matchField(r.Name, c.Name)
 }
 
-// Valid reports whether a is valid at the parent generation.
-func Valid(a Approval, parentGeneration int64) bool {
+// Window is the range of parent generations, From to To inclusive, over
+// which the parent has had its current spec. To is the parent's
+// generation.
+type Window struct {
+	From, To int64
+}
+
+// At is the window of a parent known only at generation g.
+func At(g int64) Window { return Window{From: g, To: g} }
+
+// Contains reports whether g is in the window.
+func (w Window) Contains(g int64) bool {
+	from := w.From
+	if from <= 0 || from > w.To {
+		from = w.To
+	}
+	return g >= from && g <= w.To
+}
+
+// from is the first generation of the window.
+func (w Window) from() int64 {
+	if w.From <= 0 || w.From > w.To {
+		return w.To
+	}
+	return w.From
+}
+
+// Valid reports whether a is valid for the parent's current spec.
+func Valid(a Approval, w Window) bool {
 	switch a.EffectiveMode() {
 	case Always:
 		return true
 	case Once, Generation:
-		return a.Generation == parentGeneration
+		return w.Contains(a.Generation)
 	}
 	return false
 }
 
-// Stale reports whether a must be pruned at the parent generation: once and
-// generation approvals for an older generation.
-func Stale(a Approval, parentGeneration int64) bool {
+// Stale reports whether a must be pruned: once and generation approvals for
+// a spec older than the current one.
+func Stale(a Approval, w Window) bool {
 	switch a.EffectiveMode() {
 	case Once, Generation:
-		return a.Generation < parentGeneration
+		return a.Generation < w.from()
 	}
 	return false
 }
 
-// ActiveRejection reports whether r applies at the parent generation.
-func ActiveRejection(r Rejection, parentGeneration int64) bool {
-	return r.Generation == 0 || r.Generation == parentGeneration
+// ActiveRejection reports whether r applies to the parent's current spec.
+func ActiveRejection(r Rejection, w Window) bool {
+	return r.Generation == 0 || w.Contains(r.Generation)
 }
 
 // FindRejection returns the first active rejection matching child.
-func FindRejection(list []Rejection, c Child, parentGeneration int64) (Rejection, bool) {
+func FindRejection(list []Rejection, c Child, w Window) (Rejection, bool) {
 	for _, r := range list {
-		if MatchesRejection(r, c) && ActiveRejection(r, parentGeneration) {
+		if MatchesRejection(r, c) && ActiveRejection(r, w) {
 			return r, true
 		}
 	}
@@ -91,10 +123,10 @@ func FindRejection(list []Rejection, c Child, parentGeneration int64) (Rejection
 // -1. When several match, one that needs no consumption is preferred
 // (always, then generation, then once), so a once approval is kept for when
 // it is the only one left.
-func FindApproval(list []Approval, c Child, parentGeneration int64) int {
+func FindApproval(list []Approval, c Child, w Window) int {
 	best, bestRank := -1, 0
 	for i, a := range list {
-		if !MatchesApproval(a, c) || !Valid(a, parentGeneration) {
+		if !MatchesApproval(a, c) || !Valid(a, w) {
 			continue
 		}
 		rank := 1
@@ -112,9 +144,9 @@ func FindApproval(list []Approval, c Child, parentGeneration int64) int {
 }
 
 // Prune drops stale approvals. kept aliases a new slice; list is unchanged.
-func Prune(list []Approval, parentGeneration int64) (kept, pruned []Approval) {
+func Prune(list []Approval, w Window) (kept, pruned []Approval) {
 	for _, a := range list {
-		if Stale(a, parentGeneration) {
+		if Stale(a, w) {
 			pruned = append(pruned, a)
 		} else {
 			kept = append(kept, a)
@@ -126,7 +158,7 @@ func Prune(list []Approval, parentGeneration int64) (kept, pruned []Approval) {
 // Consume removes the entry at index used (a once approval) from list and
 // prunes stale entries. It returns the new kausality.io/approvals value (""
 // means remove the annotation) and the pruned entries.
-func Consume(list []Approval, used int, parentGeneration int64) (value string, pruned []Approval) {
+func Consume(list []Approval, used int, w Window) (value string, pruned []Approval) {
 	rest := make([]Approval, 0, len(list))
 	for i, a := range list {
 		if i == used {
@@ -134,7 +166,7 @@ func Consume(list []Approval, used int, parentGeneration int64) (value string, p
 		}
 		rest = append(rest, a)
 	}
-	kept, pruned := Prune(rest, parentGeneration)
+	kept, pruned := Prune(rest, w)
 	return annotations.EncodeApprovals(kept), pruned
 }
 
@@ -176,7 +208,7 @@ type Evaluation struct {
 // Evaluate applies rejections (first), then approvals, to child at the
 // parent generation. rejectionsMalformed makes every child rejected.
 // Pruning is always computed; it only happens if the write goes through.
-func Evaluate(approvals []Approval, rejections []Rejection, rejectionsMalformed bool, c Child, parentGeneration int64) Evaluation {
+func Evaluate(approvals []Approval, rejections []Rejection, rejectionsMalformed bool, c Child, w Window) Evaluation {
 	var ev Evaluation
 	switch {
 	case rejectionsMalformed:
@@ -185,7 +217,7 @@ func Evaluate(approvals []Approval, rejections []Rejection, rejectionsMalformed 
 		ev.Rejection = &Rejection{APIVersion: c.APIVersion, Kind: c.Kind, Name: c.Name,
 			Reason: "the parent's " + annotations.Rejections + " annotation is malformed; every child counts as rejected until it is fixed"}
 	default:
-		if r, ok := FindRejection(rejections, c, parentGeneration); ok {
+		if r, ok := FindRejection(rejections, c, w); ok {
 			ev.Outcome = Rejected
 			ev.Rejection = &r
 		}
@@ -193,7 +225,7 @@ func Evaluate(approvals []Approval, rejections []Rejection, rejectionsMalformed 
 
 	idx := -1
 	if ev.Outcome != Rejected {
-		idx = FindApproval(approvals, c, parentGeneration)
+		idx = FindApproval(approvals, c, w)
 	}
 	if idx >= 0 {
 		a := approvals[idx]
@@ -202,10 +234,10 @@ func Evaluate(approvals []Approval, rejections []Rejection, rejectionsMalformed 
 		ev.Consume = a.EffectiveMode() == Once
 	}
 	if ev.Consume {
-		ev.NewApprovals, ev.Pruned = Consume(approvals, idx, parentGeneration)
+		ev.NewApprovals, ev.Pruned = Consume(approvals, idx, w)
 		ev.ApprovalsChanged = true
 	} else {
-		kept, pruned := Prune(approvals, parentGeneration)
+		kept, pruned := Prune(approvals, w)
 		if len(pruned) > 0 {
 			ev.NewApprovals, ev.Pruned, ev.ApprovalsChanged = annotations.EncodeApprovals(kept), pruned, true
 		}
@@ -215,39 +247,25 @@ func Evaluate(approvals []Approval, rejections []Rejection, rejectionsMalformed 
 
 // PruneValue parses an approvals annotation value and returns the pruned
 // value when something is stale. Malformed values are left alone.
-func PruneValue(value string, parentGeneration int64) (newValue string, pruned []Approval, changed bool) {
+func PruneValue(value string, w Window) (newValue string, pruned []Approval, changed bool) {
 	list, warnings := annotations.ParseApprovals(value)
 	if len(warnings) > 0 {
 		return value, nil, false
 	}
-	kept, pruned := Prune(list, parentGeneration)
+	kept, pruned := Prune(list, w)
 	if len(pruned) == 0 {
 		return value, nil, false
 	}
 	return annotations.EncodeApprovals(kept), pruned, true
 }
 
-// SuggestedGeneration is the generation a generation-bound approval added
-// now should carry. Writing an annotation to a Deployment (apps or
-// extensions) bumps its generation, so the approval must name the next one.
-func SuggestedGeneration(parentAPIVersion, parentKind string, parentGeneration int64) int64 {
-	if parentKind == "Deployment" && (parentAPIVersion == "apps/v1" || hasGroup(parentAPIVersion, "apps") || hasGroup(parentAPIVersion, "extensions")) {
-		return parentGeneration + 1
-	}
-	return parentGeneration
-}
-
-func hasGroup(apiVersion, group string) bool {
-	return len(apiVersion) > len(group) && apiVersion[:len(group)] == group && apiVersion[len(group)] == '/'
-}
-
 // Suggest returns the once approval that would unblock child, and the full
 // approvals annotation value with it added to the currently valid
-// (non-stale) approvals.
-func Suggest(current []Approval, c Child, parentAPIVersion, parentKind string, parentGeneration int64) (Approval, string) {
-	a := Approval{APIVersion: c.APIVersion, Kind: c.Kind, Name: c.Name,
-		Generation: SuggestedGeneration(parentAPIVersion, parentKind, parentGeneration), Mode: Once}
-	kept, _ := Prune(current, parentGeneration)
+// (non-stale) approvals. It names the parent's generation now: the bump
+// that writing it causes on some kinds stays in the window.
+func Suggest(current []Approval, c Child, w Window) (Approval, string) {
+	a := Approval{APIVersion: c.APIVersion, Kind: c.Kind, Name: c.Name, Generation: w.To, Mode: Once}
+	kept, _ := Prune(current, w)
 	all := append(append(make([]Approval, 0, len(kept)+1), kept...), a)
 	return a, annotations.EncodeApprovals(all)
 }

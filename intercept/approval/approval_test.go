@@ -50,23 +50,23 @@ func TestValidAndStale(t *testing.T) {
 		{"unknown mode", Approval{Generation: 5, Mode: "forever"}, 5, false, false},
 	}
 	for _, tt := range tests {
-		if got := Valid(tt.a, tt.gen); got != tt.valid {
+		if got := Valid(tt.a, At(tt.gen)); got != tt.valid {
 			t.Errorf("%s: Valid = %v", tt.name, got)
 		}
-		if got := Stale(tt.a, tt.gen); got != tt.stale {
+		if got := Stale(tt.a, At(tt.gen)); got != tt.stale {
 			t.Errorf("%s: Stale = %v", tt.name, got)
 		}
 	}
 }
 
 func TestActiveRejection(t *testing.T) {
-	if !ActiveRejection(Rejection{}, 7) {
+	if !ActiveRejection(Rejection{}, At(7)) {
 		t.Error("rejection without generation must always be active")
 	}
-	if !ActiveRejection(Rejection{Generation: 7}, 7) {
+	if !ActiveRejection(Rejection{Generation: 7}, At(7)) {
 		t.Error("rejection at the parent generation must be active")
 	}
-	if ActiveRejection(Rejection{Generation: 6}, 7) {
+	if ActiveRejection(Rejection{Generation: 6}, At(7)) {
 		t.Error("rejection for another generation must not be active")
 	}
 }
@@ -77,14 +77,14 @@ func TestFindApprovalPrefersNonConsuming(t *testing.T) {
 		{APIVersion: "apps/v1", Kind: "ReplicaSet", Name: "web-1", Generation: 5, Mode: Generation},
 		{APIVersion: "apps/v1", Kind: "ReplicaSet", Name: "other", Mode: Always},
 	}
-	if got := FindApproval(list, rs, 5); got != 1 {
+	if got := FindApproval(list, rs, At(5)); got != 1 {
 		t.Errorf("got %d, want 1 (generation beats once)", got)
 	}
 	list = append(list, Approval{APIVersion: "apps/v1", Kind: "ReplicaSet", Name: "*", Mode: Always})
-	if got := FindApproval(list, rs, 5); got != 3 {
+	if got := FindApproval(list, rs, At(5)); got != 3 {
 		t.Errorf("got %d, want 3 (always beats generation)", got)
 	}
-	if got := FindApproval(list[:1], rs, 6); got != -1 {
+	if got := FindApproval(list[:1], rs, At(6)); got != -1 {
 		t.Errorf("stale once approval matched: %d", got)
 	}
 }
@@ -161,7 +161,7 @@ func TestEvaluate(t *testing.T) {
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			got := Evaluate(tt.approvals, tt.rejections, tt.malformed, rs, 5)
+			got := Evaluate(tt.approvals, tt.rejections, tt.malformed, rs, At(5))
 			if !reflect.DeepEqual(got, tt.want) {
 				t.Errorf("got  %+v\nwant %+v", got, tt.want)
 			}
@@ -172,7 +172,7 @@ func TestEvaluate(t *testing.T) {
 func TestConsumeKeepsOtherOnce(t *testing.T) {
 	a := Approval{APIVersion: "apps/v1", Kind: "ReplicaSet", Name: "web-1", Generation: 5}
 	b := Approval{APIVersion: "apps/v1", Kind: "ReplicaSet", Name: "web-1", Generation: 5}
-	v, pruned := Consume([]Approval{a, b}, 0, 5)
+	v, pruned := Consume([]Approval{a, b}, 0, At(5))
 	if v != `[{"apiVersion":"apps/v1","kind":"ReplicaSet","name":"web-1","generation":5}]` || pruned != nil {
 		t.Errorf("got %s %v", v, pruned)
 	}
@@ -180,14 +180,14 @@ func TestConsumeKeepsOtherOnce(t *testing.T) {
 
 func TestPruneValue(t *testing.T) {
 	v := `[{"apiVersion":"v1","kind":"ConfigMap","name":"c","generation":3},{"apiVersion":"v1","kind":"Secret","name":"s","mode":"always"}]`
-	nv, pruned, changed := PruneValue(v, 4)
+	nv, pruned, changed := PruneValue(v, At(4))
 	if !changed || nv != `[{"apiVersion":"v1","kind":"Secret","name":"s","mode":"always"}]` || len(pruned) != 1 {
 		t.Errorf("got %q %v %v", nv, pruned, changed)
 	}
-	if _, _, changed := PruneValue(v, 3); changed {
+	if _, _, changed := PruneValue(v, At(3)); changed {
 		t.Error("nothing stale at generation 3")
 	}
-	if nv, _, changed := PruneValue("{broken", 9); changed || nv != "{broken" {
+	if nv, _, changed := PruneValue("{broken", At(9)); changed || nv != "{broken" {
 		t.Error("malformed value must be left alone")
 	}
 }
@@ -197,23 +197,32 @@ func TestSuggest(t *testing.T) {
 		{APIVersion: "v1", Kind: "ConfigMap", Name: "old", Generation: 2},
 		{APIVersion: "v1", Kind: "Secret", Name: "s", Mode: Always},
 	}
-	a, v := Suggest(cur, rs, "example.com/v1", "Cluster", 5)
+	a, v := Suggest(cur, rs, At(5))
 	if want := (Approval{APIVersion: "apps/v1", Kind: "ReplicaSet", Name: "web-1", Generation: 5, Mode: Once}); a != want {
 		t.Errorf("suggestion %+v", a)
 	}
 	if want := `[{"apiVersion":"v1","kind":"Secret","name":"s","mode":"always"},{"apiVersion":"apps/v1","kind":"ReplicaSet","name":"web-1","generation":5,"mode":"once"}]`; v != want {
 		t.Errorf("value %s", v)
 	}
-	a, _ = Suggest(nil, rs, "apps/v1", "Deployment", 5)
-	if a.Generation != 6 {
-		t.Errorf("Deployment suggestion must name the next generation, got %d", a.Generation)
+}
+
+// Writing the suggested approval to a Deployment bumps its generation; the
+// approval must still admit the write it was suggested for, and only that
+// one.
+func TestWindowSpansAnnotationBumps(t *testing.T) {
+	sugg, _ := Suggest(nil, rs, At(5))
+	afterWrite := Window{From: 5, To: 6}
+	ev := Evaluate([]Approval{sugg}, nil, false, rs, afterWrite)
+	if ev.Outcome != Approved || !ev.Consume || ev.NewApprovals != "" {
+		t.Fatalf("the suggested approval after the bump it caused: %+v", ev)
 	}
-	for _, tt := range []struct {
-		av, kind string
-		want     int64
-	}{{"apps/v1", "Deployment", 8}, {"extensions/v1beta1", "Deployment", 8}, {"example.com/v1", "Deployment", 7}, {"apps/v1", "StatefulSet", 7}} {
-		if got := SuggestedGeneration(tt.av, tt.kind, 7); got != tt.want {
-			t.Errorf("SuggestedGeneration(%s %s) = %d", tt.av, tt.kind, got)
+	afterSpecChange := Window{From: 7, To: 7}
+	if ev := Evaluate([]Approval{sugg}, nil, false, rs, afterSpecChange); ev.Outcome != NotApproved || len(ev.Pruned) != 1 {
+		t.Fatalf("after the spec moved on the approval must be stale: %+v", ev)
+	}
+	for _, w := range []Window{{}, {From: 9, To: 5}} {
+		if w.Contains(4) || !At(5).Contains(5) {
+			t.Fatalf("degenerate window %+v", w)
 		}
 	}
 }

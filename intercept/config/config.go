@@ -37,7 +37,23 @@ type File struct {
 	ExcludedNamespaces *[]string      `yaml:"excludedNamespaces"`
 	Controllers        []Controller   `yaml:"controllers"`
 	Lifecycle          []Lifecycle    `yaml:"lifecycle"`
+	// UngatedChildKinds are child kinds that controllers replace by design
+	// (a Pod a drain evicted, a CronJob's next Job): their controller
+	// writes under a settled parent are traced but not gated. Absent: Pods
+	// and Jobs. An empty list gates every kind.
+	UngatedChildKinds *[]GroupKind `yaml:"ungatedChildKinds"`
 }
+
+// GroupKind names a kind.
+type GroupKind struct {
+	// APIGroup of the kind ("" for core).
+	APIGroup string `yaml:"apiGroup"`
+	Kind     string `yaml:"kind"`
+}
+
+// DefaultUngatedChildKinds: nobody turns on enforce mode if a node drain
+// can no longer bring pods back, or a CronJob can no longer start its Jobs.
+var DefaultUngatedChildKinds = []schema.GroupKind{{Kind: "Pod"}, {Group: "batch", Kind: "Job"}}
 
 // ResourceRules select the intercepted resources.
 type ResourceRules struct {
@@ -80,11 +96,13 @@ type Config struct {
 	Rules       rules.Rules
 	Controllers []Controller
 	Lifecycle   *lifecycle.Detector
+	// UngatedChildKinds: see File.UngatedChildKinds.
+	UngatedChildKinds []schema.GroupKind
 }
 
 // Default is the configuration without a file.
 func Default() *Config {
-	return &Config{Rules: rules.Default(), Lifecycle: &lifecycle.Detector{}}
+	return &Config{Rules: rules.Default(), Lifecycle: &lifecycle.Detector{}, UngatedChildKinds: slices.Clone(DefaultUngatedChildKinds)}
 }
 
 // ControllerFor returns the first controller setting that matches the
@@ -230,6 +248,16 @@ func Parse(data []byte) (*Config, error) {
 			checks = append(checks, c)
 		}
 		cfg.Lifecycle.ByGVK[schema.GroupVersionKind{Group: l.APIGroup, Kind: l.Kind}] = checks
+	}
+
+	if f.UngatedChildKinds != nil {
+		cfg.UngatedChildKinds = []schema.GroupKind{}
+		for i, k := range *f.UngatedChildKinds {
+			if k.Kind == "" {
+				fail(fmt.Sprintf("ungatedChildKinds[%d].kind", i), "required")
+			}
+			cfg.UngatedChildKinds = append(cfg.UngatedChildKinds, schema.GroupKind{Group: k.APIGroup, Kind: k.Kind})
+		}
 	}
 
 	if len(errs) > 0 {

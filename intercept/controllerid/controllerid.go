@@ -1,17 +1,28 @@
 // Package controllerid decides whether a write comes from the controller of
 // the written object's parent.
 //
-// Primary method (the Kausality design's admission design): the controller is the field manager
-// that owns f:status.f:observedGeneration in the parent's managedFields. The
-// write is the controller's when its effective field manager equals that
-// manager. FieldsV1 is parsed with structured-merge-diff.
+// The controller is an authenticated user, not a field-manager string:
+// about thirty controllers share "kube-controller-manager", every
+// controller-runtime binary defaults to "manager", a renamed binary renames
+// its manager, and anybody can send any manager string.
 //
-// Fallback (the Kausality design's user-hash identity), used when the parent has no such entry or
-// the request has no field manager: user hashes. The parent's
-// kausality.io/controllers lists hashes of users that wrote its status; the
-// child's kausality.io/updaters lists hashes of users that changed its
-// desired state. Hashes are 5-char base36 of sha256(username or UID); at
-// most 5 are kept, most recent last.
+// Primary method (statusWriters): the parent's kausality.io/controllers
+// lists hashes of the users whose status writes advanced its
+// status.observedGeneration, as the proxy forwarded them. When that record
+// exists, the caller is the controller iff its user is in it, whatever
+// field manager it sends.
+//
+// Fallback (managedFields, the Kausality design's admission design), when
+// there is no record yet (the proxy was installed late, or the status was
+// written around it): the field manager that owns
+// f:status.f:observedGeneration in the parent's managedFields, compared
+// with the request's effective field manager. FieldsV1 is parsed with
+// structured-merge-diff.
+//
+// Hashes are 5-char base36 of sha256(username or UID), compatible with
+// Kausality's; at most 5 are kept, most recent first. A child's
+// kausality.io/updaters records who changed it, and never decides who the
+// parent's controller is.
 package controllerid
 
 import (
@@ -75,17 +86,6 @@ func ContainsHash(hashes []string, h string) bool {
 		}
 	}
 	return false
-}
-
-// Intersect returns the hashes of b that are also in a, in b's order.
-func Intersect(a, b []string) []string {
-	var out []string
-	for _, h := range b {
-		if ContainsHash(a, h) {
-			out = append(out, h)
-		}
-	}
-	return out
 }
 
 // AddHash appends h unless present and keeps the MaxHashes most recent.
@@ -163,83 +163,79 @@ type Method string
 
 // Methods.
 const (
+	// MethodStatusWriters: the parent's kausality.io/controllers record.
+	MethodStatusWriters Method = "statusWriters"
+	// MethodManagedFields: the managedFields owner of
+	// status.observedGeneration, compared with the field manager.
 	MethodManagedFields Method = "managedFields"
-	MethodUserHash      Method = "userHash"
 )
 
 // Identity is the result of Identify.
 type Identity struct {
 	Method Method
-	// Determined is false when the user-hash method cannot tell (several
-	// child updaters and no parent controllers): be lenient, no drift check.
+	// Determined is false when nothing tells who the controller is: the
+	// parent has reported no status through the proxy and has no
+	// managedFields owner of status.observedGeneration (a new parent), or
+	// the request has no field manager to compare.
 	Determined bool
 	// IsController: the write comes from the parent's controller.
 	IsController bool
 	// Managers owning status.observedGeneration (managedFields method).
 	Managers []string
-	// ControllerHashes is the controller set of the user-hash method.
+	// ControllerHashes is the parent's record (statusWriters method).
 	ControllerHashes []string
 	// Reason explains the outcome.
 	Reason string
-	// Err is a managedFields parse problem (the fallback was used).
+	// Err is a managedFields parse problem.
 	Err error
 }
 
-// IdentifyByHash is the Kausality design's user-hash algorithm:
-//
-//	if child has 1 updater:              controller = that updater
-//	else if parent has controllers:      controller = intersection(child.updaters, parent.controllers)
-//	else:                                can't determine → lenient
-//	isController = userHash in controller set
-//
-// One refinement: a child without any updaters (a CREATE, or a child that
-// predates kausality) is not narrowed; its controller set is the parent's
-// controllers (an empty intersection would make every CREATE a new origin).
-func IdentifyByHash(userHash string, childUpdaters, parentControllers []string) Identity {
-	id := Identity{Method: MethodUserHash, Determined: true}
-	switch {
-	case len(childUpdaters) == 1:
-		id.ControllerHashes = childUpdaters
-		id.Reason = "child has a single updater"
-	case len(parentControllers) > 0 && len(childUpdaters) == 0:
-		id.ControllerHashes = parentControllers
-		id.Reason = "child has no updaters; parent controllers"
-	case len(parentControllers) > 0:
-		id.ControllerHashes = Intersect(parentControllers, childUpdaters)
-		id.Reason = "intersection of child updaters and parent controllers"
-	default:
-		id.Determined = false
-		id.Reason = "cannot determine the controller: child has no single updater and the parent has no " + annotations.Controllers + " annotation"
-		return id
+// Identify decides whether a write by the user with hash userHash, with
+// effective field manager fieldManager, comes from parent's controller.
+func Identify(parent *unstructured.Unstructured, fieldManager, userHash string) Identity {
+	if parent == nil {
+		return Identity{Reason: "no parent"}
 	}
-	id.IsController = ContainsHash(id.ControllerHashes, userHash)
-	return id
-}
-
-// Identify decides whether a write to a child of parent comes from the
-// parent's controller. fieldManager is the request's effective field
-// manager; userHash is Hash(UserIdentifier(user)); childUpdaters are the
-// hashes in the stored child's kausality.io/updaters (nil on CREATE).
-func Identify(parent *unstructured.Unstructured, fieldManager, userHash string, childUpdaters []string) Identity {
-	managers, err := ObservedGenerationManagers(parent)
-	if len(managers) > 0 && fieldManager != "" {
-		id := Identity{Method: MethodManagedFields, Determined: true, Managers: managers, Err: err}
-		id.IsController = ContainsHash(managers, fieldManager)
+	if recorded := ParseHashes(parent.GetAnnotations()[annotations.Controllers]); len(recorded) > 0 {
+		id := Identity{Method: MethodStatusWriters, Determined: true, ControllerHashes: recorded}
+		id.IsController = ContainsHash(recorded, userHash)
 		if id.IsController {
-			id.Reason = fmt.Sprintf("field manager %q owns the parent's status.observedGeneration", fieldManager)
+			id.Reason = "the caller's status writes advanced the parent's observedGeneration (" + annotations.Controllers + ")"
 		} else {
-			id.Reason = fmt.Sprintf("field manager %q is not the parent's controller %q", fieldManager, strings.Join(managers, ","))
+			id.Reason = "the caller is not among the users whose status writes advanced the parent's observedGeneration (" + annotations.Controllers + ")"
 		}
 		return id
 	}
-	var controllers []string
-	if parent != nil {
-		controllers = ParseHashes(parent.GetAnnotations()[annotations.Controllers])
+	managers, err := ObservedGenerationManagers(parent)
+	switch {
+	case len(managers) > 0 && fieldManager != "":
+		id := Identity{Method: MethodManagedFields, Determined: true, Managers: managers, Err: err}
+		id.IsController = ContainsHash(managers, fieldManager)
+		if id.IsController {
+			id.Reason = fmt.Sprintf("no recorded status writer; field manager %q owns the parent's status.observedGeneration", fieldManager)
+		} else {
+			id.Reason = fmt.Sprintf("no recorded status writer; field manager %q is not the parent's controller %q", fieldManager, strings.Join(managers, ","))
+		}
+		return id
+	case len(managers) > 0:
+		return Identity{Method: MethodManagedFields, Managers: managers, Err: err,
+			Reason: "no recorded status writer, and the request has no field manager to compare with the owner of status.observedGeneration"}
 	}
-	id := IdentifyByHash(userHash, childUpdaters, controllers)
-	id.Managers, id.Err = managers, err
-	if len(managers) > 0 {
-		id.Reason = "no field manager on the request; " + id.Reason
+	return Identity{Err: err, Reason: "the parent has reported no observedGeneration yet: its controller is not known"}
+}
+
+// RecordController puts h first in a comma-separated controllers value,
+// keeping the MaxHashes most recent. changed is false when h already leads.
+func RecordController(value, h string) (newValue string, changed bool) {
+	hashes := ParseHashes(value)
+	if len(hashes) > 0 && hashes[0] == h {
+		return value, false
 	}
-	return id
+	out := []string{h}
+	for _, x := range hashes {
+		if x != h && len(out) < MaxHashes {
+			out = append(out, x)
+		}
+	}
+	return strings.Join(out, ","), true
 }

@@ -33,9 +33,6 @@ func TestHashLists(t *testing.T) {
 	if ParseHashes("") != nil {
 		t.Error("empty")
 	}
-	if got := Intersect([]string{"a", "b"}, []string{"c", "b", "a"}); !reflect.DeepEqual(got, []string{"b", "a"}) {
-		t.Errorf("Intersect = %q", got)
-	}
 	in := []string{"1", "2", "3", "4", "5"}
 	if got := AddHash(in, "6"); !reflect.DeepEqual(got, []string{"2", "3", "4", "5", "6"}) {
 		t.Errorf("AddHash limit = %q", got)
@@ -112,66 +109,61 @@ func TestObservedGenerationManagers(t *testing.T) {
 	}
 }
 
-func TestIdentifyByHash(t *testing.T) {
-	tests := []struct {
-		name                  string
-		user                  string
-		updaters, controllers []string
-		determined, isCtrl    bool
-		set                   []string
-	}{
-		{"single updater is the controller", "u1", []string{"u1"}, nil, true, true, []string{"u1"}},
-		{"single updater, other user", "u2", []string{"u1"}, []string{"u2"}, true, false, []string{"u1"}},
-		{"intersection contains user", "c1", []string{"x", "c1"}, []string{"c1", "c2"}, true, true, []string{"c1"}},
-		{"intersection lacks user", "x", []string{"x", "c1"}, []string{"c1"}, true, false, []string{"c1"}},
-		{"empty intersection", "c1", []string{"x", "y"}, []string{"c1"}, true, false, nil},
-		{"no updaters: parent controllers", "c1", nil, []string{"c1"}, true, true, []string{"c1"}},
-		{"no updaters: not a controller", "x", nil, []string{"c1"}, true, false, []string{"c1"}},
-		{"cannot determine: two updaters, no controllers", "x", []string{"x", "y"}, nil, false, false, nil},
-		{"cannot determine: nothing known", "x", nil, nil, false, false, nil},
-	}
-	for _, tt := range tests {
-		id := IdentifyByHash(tt.user, tt.updaters, tt.controllers)
-		if id.Method != MethodUserHash || id.Determined != tt.determined || id.IsController != tt.isCtrl || !reflect.DeepEqual(id.ControllerHashes, tt.set) {
-			t.Errorf("%s: got %+v", tt.name, id)
-		}
-	}
-}
-
 func TestIdentify(t *testing.T) {
-	ctrl := Hash("system:serviceaccount:infra:ctrl")
+	ctrl := Hash("system:serviceaccount:kube-system:deployment-controller")
+	recorded := `{"kausality.io/controllers":"` + ctrl + `"}`
 	tests := []struct {
 		name         string
 		mf, ann      string
 		fieldManager string
 		user         string
-		updaters     []string
 		method       Method
 		determined   bool
 		isController bool
 		reason       string
 	}{
-		{"managedFields: controller", deploymentManagedFields, "", "kube-controller-manager", "anyone", nil, MethodManagedFields, true, true,
-			`field manager "kube-controller-manager" owns the parent's status.observedGeneration`},
-		{"managedFields: other actor", deploymentManagedFields, "", "kubectl-edit", "system:serviceaccount:infra:ctrl", nil, MethodManagedFields, true, false,
-			`field manager "kubectl-edit" is not the parent's controller "kube-controller-manager"`},
-		{"managedFields beats hashes", deploymentManagedFields, `{"kausality.io/controllers":"` + ctrl + `"}`, "kubectl-edit", "system:serviceaccount:infra:ctrl", []string{ctrl}, MethodManagedFields, true, false,
-			`field manager "kubectl-edit" is not the parent's controller "kube-controller-manager"`},
-		{"no field manager: hashes", deploymentManagedFields, `{"kausality.io/controllers":"` + ctrl + `"}`, "", "system:serviceaccount:infra:ctrl", nil, MethodUserHash, true, true,
-			"no field manager on the request; child has no updaters; parent controllers"},
-		{"no entry: hashes, controller", "", `{"kausality.io/controllers":"` + ctrl + `"}`, "ctrl", "system:serviceaccount:infra:ctrl", []string{ctrl, "zzzzz"}, MethodUserHash, true, true,
-			"intersection of child updaters and parent controllers"},
-		{"no entry: hashes, other", "", `{"kausality.io/controllers":"` + ctrl + `"}`, "kubectl", "alice", []string{ctrl}, MethodUserHash, true, false,
-			"child has a single updater"},
-		{"no entry: lenient", "", "", "ctrl", "alice", nil, MethodUserHash, false, false,
-			"cannot determine the controller: child has no single updater and the parent has no kausality.io/controllers annotation"},
+		{"record: the controller, whatever its manager string", deploymentManagedFields, recorded, "renamed-binary",
+			"system:serviceaccount:kube-system:deployment-controller", MethodStatusWriters, true, true,
+			"the caller's status writes advanced the parent's observedGeneration (kausality.io/controllers)"},
+		{"record: a person sending the controller's manager string", deploymentManagedFields, recorded, "kube-controller-manager",
+			"alice", MethodStatusWriters, true, false,
+			"the caller is not among the users whose status writes advanced the parent's observedGeneration (kausality.io/controllers)"},
+		{"record: another controller sharing the manager string", deploymentManagedFields, recorded, "kube-controller-manager",
+			"system:serviceaccount:kube-system:replicaset-controller", MethodStatusWriters, true, false,
+			"the caller is not among the users whose status writes advanced the parent's observedGeneration (kausality.io/controllers)"},
+		{"no record: managedFields, controller", deploymentManagedFields, "", "kube-controller-manager", "anyone", MethodManagedFields, true, true,
+			`no recorded status writer; field manager "kube-controller-manager" owns the parent's status.observedGeneration`},
+		{"no record: managedFields, other actor", deploymentManagedFields, "", "kubectl-edit", "system:serviceaccount:infra:ctrl", MethodManagedFields, true, false,
+			`no recorded status writer; field manager "kubectl-edit" is not the parent's controller "kube-controller-manager"`},
+		{"no record, no field manager: lenient", deploymentManagedFields, "", "", "x", MethodManagedFields, false, false,
+			"no recorded status writer, and the request has no field manager to compare with the owner of status.observedGeneration"},
+		{"a new parent: lenient", "", "", "ctrl", "alice", "", false, false,
+			"the parent has reported no observedGeneration yet: its controller is not known"},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			id := Identify(parent(t, tt.mf, tt.ann), tt.fieldManager, Hash(tt.user), tt.updaters)
+			id := Identify(parent(t, tt.mf, tt.ann), tt.fieldManager, Hash(tt.user))
 			if id.Method != tt.method || id.Determined != tt.determined || id.IsController != tt.isController || id.Reason != tt.reason {
 				t.Errorf("got %+v", id)
 			}
 		})
+	}
+}
+
+func TestRecordController(t *testing.T) {
+	tests := []struct {
+		value, h, want string
+		changed        bool
+	}{
+		{"", "a", "a", true},
+		{"a,b", "a", "a,b", false},
+		{"a,b", "b", "b,a", true},
+		{"a,b,c,d,e", "f", "f,a,b,c,d", true},
+	}
+	for _, tt := range tests {
+		got, changed := RecordController(tt.value, tt.h)
+		if got != tt.want || changed != tt.changed {
+			t.Errorf("RecordController(%q, %q) = %q, %v; want %q, %v", tt.value, tt.h, got, changed, tt.want, tt.changed)
+		}
 	}
 }

@@ -10,15 +10,23 @@
 //	no desired-state change (metadata/status)     → NoDesiredChange (protect annotations)
 //	no controller owner                           → NoParent (new trace)
 //	parent deletionTimestamp                      → ParentDeleting
+//	parent frozen                                 → Frozen (Deny, any actor, any mode, any phase)
 //	parent not initialized                        → ParentInitializing
-//	parent frozen                                 → Frozen (Deny, any actor, any mode)
-//	controller unknown (user-hash, ambiguous)     → ControllerUnknown (lenient)
+//	controller unknown (a new parent)             → ControllerUnknown (lenient, hop of the parent's trace)
 //	not the parent's controller                   → NewOrigin (new trace)
-//	controller, parent gen != obsGen              → Expected (trace hop)
-//	controller, gen == obsGen (drift):
+//	controller, parent not settled at its spec    → Expected (trace hop)
+//	controller, ungated child kind (Pods)         → SelfHealing (trace hop)
+//	controller, parent settled at its spec (drift):
 //	  matching rejection / malformed rejections   → DriftRejected (Deny in every mode)
 //	  valid approval                              → DriftApproved (trace hop, consume once)
 //	  otherwise                                   → DriftUnapproved (enforce: Deny; log: Allow + warning)
+//
+// The controller is an authenticated user (see controllerid). Whether the
+// parent is settled at its spec comes from Input.Settle (see settle): a
+// rollout that keeps writing children after observedGeneration caught up is
+// expected, and a generation bump that changed only annotations is not a
+// spec change. Approvals name generations; all generations over which the
+// parent kept its current spec name the same intent (approval.Window).
 package decision
 
 import (
@@ -28,6 +36,7 @@ import (
 	"unicode"
 
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/apimachinery/pkg/runtime/schema"
 
 	"github.com/kausality-io/kausality-proxy/intercept/annotations"
 	"github.com/kausality-io/kausality-proxy/intercept/approval"
@@ -154,8 +163,7 @@ func (x *decider) identify() controllerid.Identity {
 	if x.ident != nil {
 		return *x.ident
 	}
-	updaters := controllerid.ParseHashes(x.oldAnn[annotations.Updaters])
-	id := controllerid.Identify(x.in.Parent, x.in.FieldManager, x.userHash, updaters)
+	id := controllerid.Identify(x.in.Parent, x.in.FieldManager, x.userHash)
 	x.ident = &id
 	a := &x.d.Actor
 	a.IsController, a.Determined, a.Method = id.IsController, id.Determined, id.Method
@@ -250,9 +258,12 @@ func (x *decider) decide() {
 	id := x.identify()
 	switch {
 	case !id.Determined:
+		// Typically a new parent's first children, written before its
+		// controller's first status write names it: they carry on the
+		// parent's trace.
 		d.Category = ControllerUnknown
 		d.Reason = id.Reason + " (lenient: no drift check)"
-		x.writeChild(false, false)
+		x.writeChild(false, true)
 		return
 	case !id.IsController:
 		d.Category = NewOrigin
@@ -271,8 +282,43 @@ func (x *decider) decide() {
 		x.pruneApprovals()
 		x.writeChild(true, true)
 		return
+	case x.ungated():
+		d.Category = SelfHealing
+		d.Reason = "the parent is settled, and " + d.Child.Kind + " children are traced, not gated (ungatedChildKinds): its controller replaces them by design"
+		x.writeChild(true, true)
+		return
 	}
 	x.drift()
+}
+
+// ungated reports whether the child's kind is one the configuration leaves
+// ungated: children a controller re-creates by design (a Pod a node drain
+// evicted, a CronJob's next Job), which enforce mode must not hold back.
+func (x *decider) ungated() bool {
+	gk := x.childGroupKind()
+	for _, k := range x.in.UngatedKinds {
+		if k == gk {
+			return true
+		}
+	}
+	return false
+}
+
+func (x *decider) childGroupKind() schema.GroupKind {
+	group, _, found := strings.Cut(x.d.Child.APIVersion, "/")
+	if !found {
+		group = ""
+	}
+	return schema.GroupKind{Group: group, Kind: x.d.Child.Kind}
+}
+
+// window is the range of parent generations that name its current spec.
+func (x *decider) window() approval.Window {
+	w := approval.At(x.d.Parent.Generation)
+	if x.in.Settle != nil {
+		w.From = x.in.Settle.SpecSince
+	}
+	return w
 }
 
 // reconciling: the parent is carrying out a spec change. With settledness
@@ -341,9 +387,12 @@ func (x *decider) drift() {
 	}
 
 	child := approval.Child{APIVersion: d.Child.APIVersion, Kind: d.Child.Kind, Name: d.Child.Name}
-	gen := d.Parent.Generation
-	ev := approval.Evaluate(approvals, rejections, rw != nil, child, gen)
-	genText := "parent generation " + itoa(gen) + " == observedGeneration " + itoa(d.Parent.ObservedGeneration)
+	win := x.window()
+	ev := approval.Evaluate(approvals, rejections, rw != nil, child, win)
+	genText := "parent generation " + itoa(d.Parent.Generation) + " == observedGeneration " + itoa(d.Parent.ObservedGeneration)
+	if x.in.Settle != nil {
+		genText = "the parent " + x.in.Settle.Reason
+	}
 
 	switch ev.Outcome {
 	case approval.Rejected:
@@ -367,7 +416,7 @@ func (x *decider) drift() {
 		return
 	}
 
-	sugg, suggValue := approval.Suggest(approvals, child, x.parent.APIVersion, x.parent.Kind, gen)
+	sugg, suggValue := approval.Suggest(approvals, child, win)
 	d.Suggested = &sugg
 	d.Category = DriftUnapproved
 	enforce := d.Mode == annotations.ModeEnforce
@@ -396,14 +445,14 @@ func (x *decider) pruneApprovals() {
 	if v == "" {
 		return
 	}
-	if nv, pruned, changed := approval.PruneValue(v, x.d.Parent.Generation); changed {
+	if nv, pruned, changed := approval.PruneValue(v, x.window()); changed {
 		x.setApprovalsSideWrite(nv, len(pruned))
 	}
 }
 
 func (x *decider) setApprovalsSideWrite(value string, pruned int) {
 	x.addParentWrite(x.parent, annotations.Approvals, value,
-		"prune "+strconv.Itoa(pruned)+" stale approval(s): parent generation is "+itoa(x.d.Parent.Generation))
+		"prune "+strconv.Itoa(pruned)+" stale approval(s): the parent's spec is at generation "+itoa(x.window().From))
 }
 
 // addParentWrite adds an annotation change for target; value "" removes.
@@ -512,11 +561,9 @@ func (x *decider) statusWrite() {
 	if obj == nil {
 		return
 	}
-	managers, _ := controllerid.ObservedGenerationManagers(in.OldObject)
-	_, setsObsGen := lifecycle.StatusObservedGeneration(in.NewObject)
-	if len(managers) == 0 && !setsObsGen {
-		if v, changed := controllerid.AddHashValue(stored[annotations.Controllers], x.userHash); changed {
-			x.addParentWrite(target, annotations.Controllers, v, "record status writer "+d.Actor.User+" as controller")
+	if advancesObservedGeneration(in.OldObject, in.NewObject) {
+		if v, changed := controllerid.RecordController(stored[annotations.Controllers], x.userHash); changed {
+			x.addParentWrite(target, annotations.Controllers, v, "record "+d.Actor.User+" as controller: its status write advanced observedGeneration")
 		}
 	}
 	if stored[annotations.Phase] != annotations.PhaseInitialized {
@@ -534,6 +581,22 @@ func (x *decider) statusWrite() {
 			x.addParentWrite(target, annotations.ObservedGeneration, g, "record observed generation (no status.observedGeneration)")
 		}
 	}
+}
+
+// advancesObservedGeneration reports whether a status write moves the
+// object's observed generation forward: only its controller does that. A
+// kind that reports none is observed at its generation by every status
+// write (the proxy records it in an annotation).
+func advancesObservedGeneration(old, new *unstructured.Unstructured) bool {
+	if old == nil || new == nil {
+		return false
+	}
+	before, _, known := lifecycle.ObservedGeneration(old)
+	after := old.GetGeneration()
+	if lifecycle.HasStatusObservedGeneration(new) {
+		after, _, _ = lifecycle.ObservedGeneration(new)
+	}
+	return after > 0 && (!known || after > before)
 }
 
 // kausalityDiffers reports whether the kausality annotations of a and b differ.

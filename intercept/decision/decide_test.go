@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/apiserver/pkg/authentication/user"
 
 	"github.com/kausality-io/kausality-proxy/intercept/annotations"
@@ -418,7 +419,7 @@ func TestDecide(t *testing.T) {
 			want: want{result: Allow, category: Expected, mode: annotations.ModeEnforce, modeSource: ModeFromDefault,
 				child: set(annotations.Trace, hopOnParent(ctrlHop)),
 				parentWrites: []SideWrite{{Target: parentRef, AnnotationChanges: *set(annotations.Approvals, "["+otherAlways+"]"),
-					Reasons: []string{"prune 1 stale approval(s): parent generation is 5"}}}},
+					Reasons: []string{"prune 1 stale approval(s): the parent's spec is at generation 5"}}}},
 		},
 		{
 			name: "expected: controller writes keep the stored user annotations",
@@ -487,7 +488,7 @@ func TestDecide(t *testing.T) {
 				child: set(annotations.Trace, hopOnParent(ctrlHop)),
 				parentWrites: []SideWrite{{Target: parentRef,
 					AnnotationChanges: *set(annotations.Approvals, `[{"apiVersion":"apps/v1","kind":"ReplicaSet","name":"web-1","generation":5,"mode":"generation"}]`),
-					Reasons:           []string{"prune 1 stale approval(s): parent generation is 5"}}}},
+					Reasons:           []string{"prune 1 stale approval(s): the parent's spec is at generation 5"}}}},
 		},
 		{
 			name: "drift with always approval",
@@ -503,10 +504,10 @@ func TestDecide(t *testing.T) {
 				setAnn(annotations.Approvals, "["+stale+"]")(in.Parent)
 			},
 			want: want{result: Allow, category: DriftUnapproved, mode: annotations.ModeLog, modeSource: ModeFromDefault, drift: true, report: ReportDetected, traceOrigin: true,
-				warnings: []string{`kausality: drift allowed in log mode: UPDATE of apps/v1 ReplicaSet default/web-1 by the parent's controller field manager "kube-controller-manager" (user system:serviceaccount:kube-system:deployment-controller) changes spec.replicas (1 → 3) while its parent apps/v1 Deployment default/web (generation 5, observedGeneration 5) is reconciled; approve with kausality.io/approvals entry {"apiVersion":"apps/v1","kind":"ReplicaSet","name":"web-1","generation":6,"mode":"once"}`},
+				warnings: []string{`kausality: drift allowed in log mode: UPDATE of apps/v1 ReplicaSet default/web-1 by the parent's controller field manager "kube-controller-manager" (user system:serviceaccount:kube-system:deployment-controller) changes spec.replicas (1 → 3) while its parent apps/v1 Deployment default/web (generation 5, observedGeneration 5) is reconciled; approve with kausality.io/approvals entry {"apiVersion":"apps/v1","kind":"ReplicaSet","name":"web-1","generation":5,"mode":"once"}`},
 				child:    set(annotations.Trace, origin(ctrlHop)),
 				parentWrites: []SideWrite{{Target: parentRef, AnnotationChanges: AnnotationChanges{Remove: []string{annotations.Approvals}},
-					Reasons: []string{"prune 1 stale approval(s): parent generation is 5"}}}},
+					Reasons: []string{"prune 1 stale approval(s): the parent's spec is at generation 5"}}}},
 		},
 		{
 			name: "malformed approvals count as none and say so",
@@ -580,7 +581,7 @@ func TestDecide(t *testing.T) {
 				in.Mode = ModeInputs{Namespace: "enforce", Controller: "enforce", Default: annotations.ModeEnforce}
 			},
 			want: want{result: Allow, category: DriftUnapproved, mode: annotations.ModeLog, modeSource: ModeFromObject, drift: true, report: ReportDetected, traceOrigin: true,
-				warnings: []string{`kausality: drift allowed in log mode: UPDATE of apps/v1 ReplicaSet default/web-1 by the parent's controller field manager "kube-controller-manager" (user system:serviceaccount:kube-system:deployment-controller) changes spec.replicas (1 → 3) while its parent apps/v1 Deployment default/web (generation 5, observedGeneration 5) is reconciled; approve with kausality.io/approvals entry {"apiVersion":"apps/v1","kind":"ReplicaSet","name":"web-1","generation":6,"mode":"once"}`},
+				warnings: []string{`kausality: drift allowed in log mode: UPDATE of apps/v1 ReplicaSet default/web-1 by the parent's controller field manager "kube-controller-manager" (user system:serviceaccount:kube-system:deployment-controller) changes spec.replicas (1 → 3) while its parent apps/v1 Deployment default/web (generation 5, observedGeneration 5) is reconciled; approve with kausality.io/approvals entry {"apiVersion":"apps/v1","kind":"ReplicaSet","name":"web-1","generation":5,"mode":"once"}`},
 				child:    set(annotations.Trace, origin(ctrlHop))},
 		},
 		{
@@ -610,7 +611,7 @@ func TestDecide(t *testing.T) {
 				in.Changes = nil
 			},
 			want: want{result: Allow, category: DriftUnapproved, mode: annotations.ModeLog, modeSource: ModeFromDefault, drift: true, report: ReportDetected, traceOrigin: true,
-				warnings: []string{`kausality: drift allowed in log mode: UPDATE of apps/v1 ReplicaSet default/web-1 by the parent's controller field manager "kube-controller-manager" (user system:serviceaccount:kube-system:deployment-controller) changes its desired state while its parent apps/v1 Deployment default/web (generation 5, observedGeneration 5) is reconciled; approve with kausality.io/approvals entry {"apiVersion":"apps/v1","kind":"ReplicaSet","name":"web-1","generation":6,"mode":"once"}`},
+				warnings: []string{`kausality: drift allowed in log mode: UPDATE of apps/v1 ReplicaSet default/web-1 by the parent's controller field manager "kube-controller-manager" (user system:serviceaccount:kube-system:deployment-controller) changes its desired state while its parent apps/v1 Deployment default/web (generation 5, observedGeneration 5) is reconciled; approve with kausality.io/approvals entry {"apiVersion":"apps/v1","kind":"ReplicaSet","name":"web-1","generation":5,"mode":"once"}`},
 				child:    set(annotations.Trace, origin(ctrlHop))},
 		},
 		{
@@ -647,25 +648,73 @@ func TestDecide(t *testing.T) {
 			want: unapprovedEnforce,
 		},
 		{
-			name: "user hash: the child's single updater is someone else: new origin",
+			name: "a child's single updater never overrides the parent's controllers: drift",
 			in: func(in *Input) {
 				noManagedFields(in.Parent)
 				setAnn(annotations.Controllers, ctrlHash)(in.Parent)
 				in.OldObject = mkChild(1, setAnn(annotations.Updaters, aliceHash))
 				in.NewObject = mkChild(3, setAnn(annotations.Updaters, aliceHash))
 			},
-			want: want{result: Allow, category: NewOrigin, mode: annotations.ModeEnforce, modeSource: ModeFromDefault, traceOrigin: true,
-				child: set(annotations.Trace, origin(ctrlHop), annotations.Updaters, aliceHash+","+ctrlHash)},
+			want: unapprovedEnforce,
 		},
 		{
-			name: "user hash: cannot determine: lenient",
+			name: "the recorded controller is the controller under any field manager",
+			in: func(in *Input) {
+				setAnn(annotations.Controllers, ctrlHash)(in.Parent)
+				in.FieldManager = "renamed-binary"
+			},
+			want: unapprovedEnforce,
+		},
+		{
+			name: "a person sending the controller's field manager is a new origin",
+			in: func(in *Input) {
+				setAnn(annotations.Controllers, ctrlHash)(in.Parent)
+				in.User = &user.DefaultInfo{Name: "alice"}
+			},
+			want: want{result: Allow, category: NewOrigin, mode: annotations.ModeEnforce, modeSource: ModeFromDefault, traceOrigin: true,
+				child: set(annotations.Trace, origin(`{"apiVersion":"apps/v1","kind":"ReplicaSet","name":"web-1","generation":3,"user":"alice","timestamp":"2026-01-24T10:30:00Z"}`),
+					annotations.Updaters, ctrlHash+","+aliceHash)},
+		},
+		{
+			name: "a new parent (no status yet): controller unknown, the child carries on the parent's trace",
 			in: func(in *Input) {
 				noManagedFields(in.Parent)
 				in.OldObject = mkChild(1, setAnn(annotations.Updaters, aliceHash+","+ctrlHash))
 				in.NewObject = mkChild(3, setAnn(annotations.Updaters, aliceHash+","+ctrlHash))
 			},
-			want: want{result: Allow, category: ControllerUnknown, mode: annotations.ModeEnforce, modeSource: ModeFromDefault, traceOrigin: true,
-				child: set(annotations.Trace, origin(ctrlHop))},
+			want: want{result: Allow, category: ControllerUnknown, mode: annotations.ModeEnforce, modeSource: ModeFromDefault,
+				child: set(annotations.Trace, hopOnParent(ctrlHop))},
+		},
+		// --- self-healing -------------------------------------------------------
+		{
+			name: "a controller re-creating an ungated kind under a settled parent: traced, not gated",
+			in: func(in *Input) {
+				in.UngatedKinds = []schema.GroupKind{{Group: "apps", Kind: "ReplicaSet"}}
+			},
+			want: want{result: Allow, category: SelfHealing, mode: annotations.ModeEnforce, modeSource: ModeFromDefault,
+				child: set(annotations.Trace, hopOnParent(ctrlHop))},
+		},
+		{
+			name: "ungated kinds do not make a person's write anything but a new origin, nor lift a freeze",
+			in: func(in *Input) {
+				in.UngatedKinds = []schema.GroupKind{{Group: "apps", Kind: "ReplicaSet"}}
+				setAnn(annotations.Freeze, "true")(in.Parent)
+			},
+			want: want{result: Deny, category: Frozen, mode: annotations.ModeEnforce, modeSource: ModeFromDefault},
+		},
+		// --- approvals across annotation-only generation bumps -------------------
+		{
+			name: "the suggested approval still admits its write after the bump that writing it caused",
+			in: func(in *Input) {
+				in.Parent.SetGeneration(6)
+				setAnn(annotations.Approvals, `[{"apiVersion":"apps/v1","kind":"ReplicaSet","name":"web-1","generation":5,"mode":"once"}]`)(in.Parent)
+				in.Settle = &settle.Facts{AtCurrentSpec: true, Known: true, SpecSince: 5, Reason: "has not changed its spec since it last settled"}
+			},
+			want: want{result: Allow, category: DriftApproved, mode: annotations.ModeEnforce, modeSource: ModeFromDefault, drift: true,
+				approval: &a5once, consume: true, report: ReportResolved,
+				approvalsUpdate: &ApprovalsUpdate{Target: parentRef, ResourceVersion: "100",
+					Old: `[{"apiVersion":"apps/v1","kind":"ReplicaSet","name":"web-1","generation":5,"mode":"once"}]`, New: "", Consumed: a5once},
+				child: set(annotations.Trace, hopOnParent(ctrlHop))},
 		},
 		{
 			name: "user hash: request without field manager falls back to hashes",
@@ -782,14 +831,34 @@ func TestDecideStatusWrite(t *testing.T) {
 				return statusInput(noManagedFields, noObsGen, setAnn(annotations.Controllers, "aaaaa"))
 			},
 			writes: []SideWrite{{Target: parentRef,
-				AnnotationChanges: *set(annotations.Controllers, "aaaaa,"+ctrlHash, annotations.ObservedGeneration, "5"),
-				Reasons:           []string{"record status writer " + ctrlUser + " as controller", "record observed generation (no status.observedGeneration)"}}},
+				AnnotationChanges: *set(annotations.Controllers, ctrlHash+",aaaaa", annotations.ObservedGeneration, "5"),
+				Reasons:           []string{"record " + ctrlUser + " as controller: its status write advanced observedGeneration", "record observed generation (no status.observedGeneration)"}}},
 		},
 		{
-			name: "first status write that sets observedGeneration: managedFields will identify the controller",
+			name: "first status write that sets observedGeneration: its user is the controller",
 			in: func() Input {
 				in := statusInput(noManagedFields, noObsGen)
 				obsGen(5)(in.NewObject)
+				return in
+			},
+			writes: []SideWrite{{Target: parentRef, AnnotationChanges: *set(annotations.Controllers, ctrlHash),
+				Reasons: []string{"record " + ctrlUser + " as controller: its status write advanced observedGeneration"}}},
+		},
+		{
+			name: "a status write advancing observedGeneration puts its user first",
+			in: func() Input {
+				in := statusInput(obsGen(4), setAnn(annotations.Controllers, "aaaaa,"+ctrlHash))
+				obsGen(5)(in.NewObject)
+				return in
+			},
+			writes: []SideWrite{{Target: parentRef, AnnotationChanges: *set(annotations.Controllers, ctrlHash+",aaaaa"),
+				Reasons: []string{"record " + ctrlUser + " as controller: its status write advanced observedGeneration"}}},
+		},
+		{
+			name: "a status write that does not advance observedGeneration records nothing (an autoscaler, a probe)",
+			in: func() Input {
+				in := statusInput(setAnn(annotations.Controllers, "aaaaa"))
+				in.User = &user.DefaultInfo{Name: "hpa"}
 				return in
 			},
 		},
@@ -828,7 +897,7 @@ func TestDecideStatusWrite(t *testing.T) {
 func TestMessages(t *testing.T) {
 	t.Run("unapproved", func(t *testing.T) {
 		d := Decide(base())
-		wantMsg := `kausality: UPDATE of apps/v1 ReplicaSet default/web-1 denied: drift: the parent's controller, field manager "kube-controller-manager" (user system:serviceaccount:kube-system:deployment-controller), changes spec.replicas (1 → 3) while its parent apps/v1 Deployment default/web (generation 5, observedGeneration 5) is reconciled. To allow it once, add {"apiVersion":"apps/v1","kind":"ReplicaSet","name":"web-1","generation":6,"mode":"once"} to the parent's kausality.io/approvals annotation: kubectl annotate -n default deployment.apps/web --overwrite 'kausality.io/approvals=[{"apiVersion":"apps/v1","kind":"ReplicaSet","name":"web-1","generation":6,"mode":"once"}]' (generation 6 because annotating a Deployment bumps its generation).`
+		wantMsg := `kausality: UPDATE of apps/v1 ReplicaSet default/web-1 denied: drift: the parent's controller, field manager "kube-controller-manager" (user system:serviceaccount:kube-system:deployment-controller), changes spec.replicas (1 → 3) while its parent apps/v1 Deployment default/web (generation 5, observedGeneration 5) is reconciled. To allow it once, add {"apiVersion":"apps/v1","kind":"ReplicaSet","name":"web-1","generation":5,"mode":"once"} to the parent's kausality.io/approvals annotation: kubectl annotate -n default deployment.apps/web --overwrite 'kausality.io/approvals=[{"apiVersion":"apps/v1","kind":"ReplicaSet","name":"web-1","generation":5,"mode":"once"}]'.`
 		if d.Message != wantMsg {
 			t.Errorf("message:\n got  %s\n want %s", d.Message, wantMsg)
 		}
@@ -837,11 +906,11 @@ func TestMessages(t *testing.T) {
 			`{"reason":"KausalityController","message":"field manager \"kube-controller-manager\" (user system:serviceaccount:kube-system:deployment-controller)"},` +
 			`{"reason":"KausalityChangedField","message":"1 → 3","field":"spec.replicas"},` +
 			`{"reason":"KausalityUnapproved","message":"no approval for this child at parent generation 5","field":"metadata.annotations[kausality.io/approvals]"},` +
-			`{"reason":"KausalityUnblock","message":"[{\"apiVersion\":\"apps/v1\",\"kind\":\"ReplicaSet\",\"name\":\"web-1\",\"generation\":6,\"mode\":\"once\"}]","field":"metadata.annotations[kausality.io/approvals]"}]`
+			`{"reason":"KausalityUnblock","message":"[{\"apiVersion\":\"apps/v1\",\"kind\":\"ReplicaSet\",\"name\":\"web-1\",\"generation\":5,\"mode\":\"once\"}]","field":"metadata.annotations[kausality.io/approvals]"}]`
 		if got, _ := json.Marshal(d.Causes); string(got) != wantCauses {
 			t.Errorf("causes:\n got  %s\n want %s", got, wantCauses)
 		}
-		if want := (approval.Approval{APIVersion: "apps/v1", Kind: "ReplicaSet", Name: "web-1", Generation: 6, Mode: approval.Once}); d.Suggested == nil || *d.Suggested != want {
+		if want := (approval.Approval{APIVersion: "apps/v1", Kind: "ReplicaSet", Name: "web-1", Generation: 5, Mode: approval.Once}); d.Suggested == nil || *d.Suggested != want {
 			t.Errorf("suggested %+v", d.Suggested)
 		}
 	})
@@ -925,7 +994,7 @@ func TestDecideDetails(t *testing.T) {
 		}
 		wantActor := Actor{User: ctrlUser, UserHash: ctrlHash, FieldManager: kcm, IsController: true, Determined: true,
 			Method: controllerid.MethodManagedFields, ControllerManagers: []string{kcm},
-			Reason: `field manager "kube-controller-manager" owns the parent's status.observedGeneration`}
+			Reason: `no recorded status writer; field manager "kube-controller-manager" owns the parent's status.observedGeneration`}
 		if !reflect.DeepEqual(d.Actor, wantActor) {
 			t.Errorf("actor %+v", d.Actor)
 		}

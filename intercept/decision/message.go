@@ -140,7 +140,7 @@ func (x *decider) rejectedMessage(ev approval.Evaluation) {
 	}
 	d.Message = "kausality: " + string(x.in.Operation) + " of " + d.Child.String() + " denied: drift rejected by its parent " +
 		x.parentText() + ": " + r.Reason + ". The write by the parent's controller, " + x.actorText() + ", " +
-		x.describeWrite() + " although the parent is reconciled. To unblock, " + unblock + "."
+		x.describeWrite() + " although the parent " + x.settledText() + ". To unblock, " + unblock + "."
 	d.Causes = append(x.baseCauses(),
 		metav1.StatusCause{Type: CauseRejected, Field: annotationField(annotations.Rejections), Message: r.Reason},
 		metav1.StatusCause{Type: CauseUnblock, Field: annotationField(annotations.Rejections), Message: unblock},
@@ -151,10 +151,15 @@ func (x *decider) approveHint(sugg approval.Approval, value string) string {
 	entry, _ := json.Marshal(sugg)
 	s := "add " + string(entry) + " to the parent's " + annotations.Approvals + " annotation: " +
 		kubectlAnnotate(x.parent) + " --overwrite '" + annotations.Approvals + "=" + value + "'"
-	if sugg.Generation != x.d.Parent.Generation {
-		s += " (generation " + itoa(sugg.Generation) + " because annotating a " + x.parent.Kind + " bumps its generation)"
-	}
 	return s
+}
+
+// settledText says why the parent counts as done with its spec.
+func (x *decider) settledText() string {
+	if x.in.Settle != nil {
+		return "has settled at its current spec"
+	}
+	return "is reconciled"
 }
 
 func (x *decider) unapprovedMessage(sugg approval.Approval, value string, enforce bool) {
@@ -165,7 +170,7 @@ func (x *decider) unapprovedMessage(sugg approval.Approval, value string, enforc
 	}
 	d.Message = "kausality: " + string(x.in.Operation) + " of " + d.Child.String() + " " + verdict +
 		": drift: the parent's controller, " + x.actorText() + ", " + x.describeWrite() +
-		" while its parent " + x.parentText() + " is reconciled. To allow it once, " + x.approveHint(sugg, value) + "."
+		" while its parent " + x.parentText() + " " + x.settledText() + ". To allow it once, " + x.approveHint(sugg, value) + "."
 	d.Causes = append(x.baseCauses(),
 		metav1.StatusCause{Type: CauseUnapproved, Field: annotationField(annotations.Approvals),
 			Message: "no approval for this child at parent generation " + itoa(d.Parent.Generation)},
@@ -178,5 +183,5 @@ func (x *decider) logModeWarning(sugg approval.Approval) string {
 	entry, _ := json.Marshal(sugg)
 	return "kausality: drift allowed in log mode: " + string(x.in.Operation) + " of " + x.d.Child.String() +
 		" by the parent's controller " + x.actorText() + " " + x.describeWrite() + " while its parent " +
-		x.parentText() + " is reconciled; approve with " + annotations.Approvals + " entry " + string(entry)
+		x.parentText() + " " + x.settledText() + "; approve with " + annotations.Approvals + " entry " + string(entry)
 }

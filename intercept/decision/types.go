@@ -7,6 +7,7 @@ import (
 
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/apiserver/pkg/authentication/user"
 
 	"github.com/kausality-io/kausality-proxy/intercept/annotations"
@@ -57,11 +58,17 @@ const (
 	Frozen Category = "Frozen"
 	// NewOrigin: another actor than the parent's controller.
 	NewOrigin Category = "NewOrigin"
-	// ControllerUnknown: the user-hash method cannot tell who the
-	// controller is; lenient (allowed, no drift check, new trace).
+	// ControllerUnknown: nothing tells who the parent's controller is yet
+	// (a new parent before its first status write); lenient: allowed, no
+	// drift check, a hop of the parent's trace.
 	ControllerUnknown Category = "ControllerUnknown"
-	// Expected: the controller reconciles a changed parent (gen != obsGen).
+	// Expected: the controller carries out a spec change of its parent
+	// (the parent has not settled at its current spec).
 	Expected Category = "Expected"
+	// SelfHealing: the controller writes, under a settled parent, a child
+	// of a kind it replaces by design (Pods, by default); traced, not
+	// gated.
+	SelfHealing Category = "SelfHealing"
 	// DriftApproved: drift with a valid approval.
 	DriftApproved Category = "DriftApproved"
 	// DriftRejected: drift with a matching rejection (or malformed
@@ -193,6 +200,9 @@ type Input struct {
 	// falls back to generation numbers alone: a controller's write is
 	// expected while generation != observedGeneration.
 	Settle *settle.Facts
+	// UngatedKinds are child kinds whose controller writes under a settled
+	// parent are traced but never gated (SelfHealing).
+	UngatedKinds []schema.GroupKind
 }
 
 // ParentInfo describes the parent as seen in the snapshot.

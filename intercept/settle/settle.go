@@ -68,11 +68,26 @@ func Current(obj *unstructured.Unstructured) (bool, string) {
 // forgotten, which makes that parent's next decision lenient.
 const DefaultMaxRemembered = 200000
 
+// entry is what Memory knows of one object.
+type entry struct {
+	// settled is the spec hash the object last settled at ("" = never seen
+	// settled).
+	settled string
+	// current is the spec hash last seen, first seen at generation since.
+	current string
+	since   int64
+	// moved: a spec other than settled was seen after the object settled,
+	// so a return to the settled spec (a rollback) is a change being
+	// carried out, not a settled parent.
+	moved bool
+}
+
 // Memory remembers, per object UID, the spec hash at which the object last
-// settled. After a restart it knows nothing.
+// settled, and since which generation it has had its current spec. After a
+// restart it knows nothing.
 type Memory struct {
-	mu  sync.RWMutex
-	m   map[types.UID]string
+	mu  sync.Mutex
+	m   map[types.UID]*entry
 	max int
 }
 
@@ -82,17 +97,16 @@ func NewMemory(max int) *Memory {
 	if max <= 0 {
 		max = DefaultMaxRemembered
 	}
-	return &Memory{m: map[types.UID]string{}, max: max}
+	return &Memory{m: map[types.UID]*entry{}, max: max}
 }
 
-// Observe remembers obj's spec when obj is settled at it.
+// Observe learns from obj as a cache sees it change.
 func (m *Memory) Observe(obj *unstructured.Unstructured) {
 	if m == nil || obj == nil || obj.GetUID() == "" {
 		return
 	}
-	if ok, _ := Current(obj); ok {
-		m.remember(obj.GetUID(), SpecHash(obj))
-	}
+	current, _ := Current(obj)
+	m.learn(obj.GetUID(), SpecHash(obj), obj.GetGeneration(), current)
 }
 
 // Forget drops what is known of uid (the object was deleted).
@@ -105,26 +119,36 @@ func (m *Memory) Forget(uid types.UID) {
 	m.mu.Unlock()
 }
 
-func (m *Memory) remember(uid types.UID, hash string) {
+// learn records one sighting of an object and returns a copy of its entry.
+func (m *Memory) learn(uid types.UID, hash string, generation int64, current bool) entry {
 	m.mu.Lock()
 	defer m.mu.Unlock()
-	if _, ok := m.m[uid]; !ok && len(m.m) >= m.max {
-		for k := range m.m {
-			delete(m.m, k)
-			break
+	e, ok := m.m[uid]
+	if !ok {
+		if len(m.m) >= m.max {
+			for k := range m.m {
+				delete(m.m, k)
+				break
+			}
+		}
+		e = &entry{current: hash, since: generation}
+		m.m[uid] = e
+	}
+	if e.current != hash {
+		e.current, e.since = hash, generation
+		if e.settled != "" && hash != e.settled {
+			e.moved = true
 		}
 	}
-	m.m[uid] = hash
-}
-
-func (m *Memory) settledAt(uid types.UID) (string, bool) {
-	if m == nil {
-		return "", false
+	if generation > 0 && generation < e.since {
+		// A sighting older than one already seen (a slow cache): the spec
+		// was there earlier.
+		e.since = generation
 	}
-	m.mu.RLock()
-	defer m.mu.RUnlock()
-	h, ok := m.m[uid]
-	return h, ok
+	if current {
+		e.settled, e.moved = hash, false
+	}
+	return *e
 }
 
 // Facts are what a decision needs to know about a parent's intent.
@@ -134,26 +158,33 @@ type Facts struct {
 	AtCurrentSpec bool
 	// Known: the proxy has seen the parent settled (now or before).
 	Known bool
+	// SpecSince is the first generation at which the proxy saw the parent
+	// with its current spec: generations from SpecSince to the parent's
+	// own differ only in metadata (a Deployment bumps its generation when
+	// its annotations change), so they are the same intent.
+	SpecSince int64
 	// Reason says how AtCurrentSpec was decided.
 	Reason string
 }
 
-// Assess returns the facts about parent and remembers its spec if it is
-// settled now.
+// Assess returns the facts about parent and learns from it.
 func (m *Memory) Assess(parent *unstructured.Unstructured) Facts {
-	hash := SpecHash(parent)
 	now, why := Current(parent)
-	if now {
-		m.remember(parent.GetUID(), hash)
-		return Facts{AtCurrentSpec: true, Known: true, Reason: "settled at its current spec (" + why + ")"}
-	}
-	at, known := m.settledAt(parent.GetUID())
+	e := m.learn(parent.GetUID(), SpecHash(parent), parent.GetGeneration(), now)
+	f := Facts{SpecSince: e.since, Known: e.settled != ""}
 	switch {
-	case !known:
-		return Facts{Reason: "not seen settled since the proxy started, and not settled now (" + why + "): lenient"}
-	case at == hash:
-		return Facts{AtCurrentSpec: true, Known: true, Reason: "its spec has not changed since it last settled (now " + why + ")"}
+	case now:
+		f.AtCurrentSpec = true
+		f.Reason = "is settled at its current spec (" + why + ")"
+	case e.settled == "":
+		f.Reason = "has not been seen settled since the proxy started, and is not settled now (" + why + "): lenient"
+	case e.settled == e.current && !e.moved:
+		f.AtCurrentSpec = true
+		f.Reason = "has not changed its spec since it last settled (now " + why + ")"
+	case e.settled == e.current:
+		f.Reason = "returned to a spec it had settled at before, and is carrying it out (" + why + ")"
 	default:
-		return Facts{Known: true, Reason: "its spec changed since it last settled, and the change is being carried out (" + why + ")"}
+		f.Reason = "changed its spec since it last settled, and is carrying the change out (" + why + ")"
 	}
+	return f
 }

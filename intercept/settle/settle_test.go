@@ -88,3 +88,38 @@ func TestSpecHashIgnoresMetadataAndStatus(t *testing.T) {
 }
 
 func typesUID(s string) types.UID { return types.UID(s) }
+
+// A rollback to the spec the parent settled at before, started while a
+// newer spec was still rolling out, is a change being carried out.
+func TestAssessRollbackMidRollout(t *testing.T) {
+	m := NewMemory(0)
+	steps := []struct {
+		name   string
+		parent *unstructured.Unstructured
+		atSpec bool
+	}{
+		{"settled at v1", deployment("v1", 1, 1, 3, 3), true},
+		{"v2 rolling out", deployment("v2", 2, 2, 3, 1), false},
+		{"rolled back to v1 before v2 settled", deployment("v1", 3, 3, 3, 2), false},
+		{"settled at v1 again", deployment("v1", 3, 3, 3, 3), true},
+		{"a person's edit of a child: the controller's revert is drift", deployment("v1", 3, 3, 3, 2), true},
+	}
+	for _, s := range steps {
+		if f := m.Assess(s.parent); f.AtCurrentSpec != s.atSpec {
+			t.Fatalf("%s: AtCurrentSpec %v, want %v (%s)", s.name, f.AtCurrentSpec, s.atSpec, f.Reason)
+		}
+	}
+}
+
+// Annotation-only generation bumps keep the generation the spec was first
+// seen at: an approval written for that generation still names this spec.
+func TestSpecSinceSurvivesAnnotationBumps(t *testing.T) {
+	m := NewMemory(0)
+	m.Observe(deployment("v1", 4, 4, 3, 3))
+	if f := m.Assess(deployment("v1", 6, 4, 3, 3)); f.SpecSince != 4 || !f.AtCurrentSpec {
+		t.Fatalf("after two annotation bumps: %+v, want SpecSince 4 at the current spec", f)
+	}
+	if f := m.Assess(deployment("v2", 7, 6, 3, 3)); f.SpecSince != 7 || f.AtCurrentSpec {
+		t.Fatalf("after a spec change: %+v, want SpecSince 7, not settled", f)
+	}
+}

@@ -60,6 +60,7 @@ lifecycle:
 - apiGroup: apps
   kind: ReplicaSet
   order: [ObservedGenerationCurrent]
+ungatedChildKinds: []
 `
 	setConfig(t, fmt.Sprintf(cfgTemplate, "shadow"))
 	aliceCfg, err := cluster.UserThroughProxy("alice", "system:masters")
@@ -109,9 +110,10 @@ lifecycle:
 		t.Fatalf("shadow report does not show the would-be denials under %s/web: %+v", ns, found)
 	}
 
-	// Replicaset controller enforced: once its ReplicaSet has settled (its
-	// pod is Ready), a Pod deleted behind its back is not recreated,
-	// because that create is drift.
+	// Replicaset controller enforced, with Pods gated (by default they are
+	// traced, not gated): once its ReplicaSet has settled (its pod is
+	// Ready), a Pod deleted behind its back is not recreated, because that
+	// create is drift.
 	readyPods(t, ns)
 	api := testDeployment("api", 1)
 	_, err = alice.AppsV1().Deployments(ns).Create(ctx, api, metav1.CreateOptions{})

@@ -1,6 +1,7 @@
 package intercept
 
 import (
+	"context"
 	"net/http"
 	"time"
 
@@ -71,6 +72,9 @@ type Interceptor struct {
 	// settled remembers the spec each parent last settled at, learned from
 	// the caches and from the parents read for decisions.
 	settled *settle.Memory
+	// watcher and stopBackground are set by Build, which owns the parts.
+	watcher        *config.Watcher
+	stopBackground context.CancelFunc
 }
 
 // New returns an Interceptor. A nil Objects store makes it a pass-through:

@@ -15,16 +15,11 @@ import (
 	"k8s.io/apiserver/pkg/endpoints/request"
 	"k8s.io/apiserver/pkg/server"
 	"k8s.io/apiserver/pkg/server/dynamiccertificates"
-	"k8s.io/client-go/dynamic"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/rest"
 
 	"github.com/kausality-io/kausality-proxy/authn"
 	"github.com/kausality-io/kausality-proxy/intercept"
-	"github.com/kausality-io/kausality-proxy/intercept/annotations"
-	"github.com/kausality-io/kausality-proxy/intercept/config"
-	"github.com/kausality-io/kausality-proxy/intercept/notify"
-	"github.com/kausality-io/kausality-proxy/intercept/objects"
 )
 
 // Config is everything the server needs, resolved from Options.
@@ -47,15 +42,7 @@ type Config struct {
 	// WrapUpstreamTransport wraps the forwarding transport (see Options).
 	WrapUpstreamTransport func(http.RoundTripper) http.RoundTripper
 
-	// Reports sends DriftReports (nil: none).
-	Reports *notify.Sender
-
-	// Settings is the --config file, reloaded while the server runs.
-	Settings *config.Watcher
-
-	// stopBackground ends background work tied to the config (informers).
-	stopBackground context.CancelFunc
-	metrics        *metrics
+	metrics *metrics
 }
 
 // completedConfig is a Config whose defaults Complete has filled in.
@@ -126,37 +113,23 @@ func (o *Options) Config(log *zap.Logger) (*Config, error) {
 		return nil, fmt.Errorf("authentication: %w", err)
 	}
 
-	dyn, err := dynamic.NewForConfig(own)
-	if err != nil {
-		return nil, fmt.Errorf("upstream dynamic client: %w", err)
-	}
-	// Informers of the object store live as long as the server.
-	storeCtx, stopStore := context.WithCancel(context.Background())
-	cfg.stopBackground = stopStore
-	cfg.Settings, err = config.NewWatcher(o.ConfigFile, o.ConfigReloadInterval, log.Named("config"))
-	if err != nil {
-		stopStore()
-		return nil, fmt.Errorf("--config: %w", err)
-	}
 	cfg.metrics = newMetrics()
-	cfg.Reports, err = notify.New(notify.Config{URLs: o.DriftWebhookURLs, Timeout: o.DriftWebhookTimeout,
-		Log: log.Named("driftreports"), Registerer: cfg.metrics.registry})
-	if err != nil {
-		stopStore()
-		return nil, fmt.Errorf("--drift-webhook-url: %w", err)
-	}
-	cfg.Interceptor = intercept.New(intercept.Config{
-		Reports:       cfg.Reports,
-		Objects:       objects.New(storeCtx, client.Discovery(), dyn),
-		Writer:        dyn,
-		Settings:      cfg.Settings.Current,
-		DefaultMode:   annotations.DriftMode(o.DefaultMode),
-		FailurePolicy: intercept.FailurePolicy(o.FailurePolicy),
-		Authorizer:    cfg.Authenticator.Authorizer(),
-		MaxBodyBytes:  o.MaxRequestBodyBytes,
-		Log:           log.Named("intercept"),
-		Metrics:       cfg.metrics.registry,
+	cfg.Interceptor, err = intercept.Build(intercept.Options{
+		ConfigFile:           o.ConfigFile,
+		ConfigReloadInterval: o.ConfigReloadInterval,
+		DriftWebhookURLs:     o.DriftWebhookURLs,
+		DriftWebhookTimeout:  o.DriftWebhookTimeout,
+		DefaultMode:          o.DefaultMode,
+		FailurePolicy:        o.FailurePolicy,
+		MaxBodyBytes:         o.MaxRequestBodyBytes,
+		Client:               own,
+		Authorizer:           cfg.Authenticator.Authorizer(),
+		Log:                  log,
+		Metrics:              cfg.metrics.registry,
 	})
+	if err != nil {
+		return nil, err
+	}
 
 	cfg.MetricsListener = o.MetricsListener
 	if cfg.MetricsListener == nil {
@@ -176,14 +149,8 @@ func (c *Config) Complete() CompletedConfig {
 	if c.Interceptor == nil {
 		c.Interceptor = intercept.New(intercept.Config{})
 	}
-	if c.stopBackground == nil {
-		c.stopBackground = func() {}
-	}
 	if c.metrics == nil {
 		c.metrics = newMetrics()
-	}
-	if c.Settings == nil {
-		c.Settings, _ = config.NewWatcher("", 0, nil)
 	}
 	if c.UpstreamProbeInterval <= 0 {
 		c.UpstreamProbeInterval = 2 * time.Second
@@ -215,9 +182,6 @@ type Server struct {
 	maxMutatingInFlight int
 	shutdownTimeout     time.Duration
 	shuttingDown        atomic.Bool
-	stopBackground      context.CancelFunc
-	settings            *config.Watcher
-	reports             *notify.Sender
 	// drainCtx is cancelled when shutdown starts; long-running requests
 	// end then.
 	drainCtx   context.Context
@@ -261,9 +225,6 @@ func (c CompletedConfig) New() (*Server, error) {
 		requestTimeout:      c.RequestTimeout,
 		maxMutatingInFlight: c.MaxMutatingInFlight,
 		shutdownTimeout:     c.ShutdownTimeout,
-		stopBackground:      c.stopBackground,
-		settings:            c.Settings,
-		reports:             c.Reports,
 	}, nil
 }
 
@@ -277,8 +238,8 @@ func newRequestInfoFactory() *request.RequestInfoFactory {
 // Handler is the serving chain, for tests that serve it themselves.
 func (s *Server) Handler() http.Handler { return s.buildHandler() }
 
-// Settings returns the configuration in force.
-func (s *Server) Settings() *config.Config { return s.settings.Current() }
+// Interceptor is the write path, for tests that look at its configuration.
+func (s *Server) Interceptor() *intercept.Interceptor { return s.interceptor }
 
 // SecureAddr is where the proxy serves TLS.
 func (s *Server) SecureAddr() net.Addr { return s.serving.Listener.Addr() }
@@ -291,11 +252,7 @@ func (s *Server) MetricsAddr() net.Addr { return s.metricsListener.Addr() }
 func (s *Server) Run(ctx context.Context) error {
 	probeCtx, stopProbe := context.WithCancel(context.Background())
 	defer stopProbe()
-	defer s.stopBackground()
-	go s.settings.Run(probeCtx)
-	if s.reports != nil {
-		s.reports.Start(probeCtx)
-	}
+	s.interceptor.Run(probeCtx)
 	go s.probe.run(probeCtx)
 
 	metricsServer := &http.Server{Handler: s.metricsMux(), ReadHeaderTimeout: 10 * time.Second}
@@ -327,10 +284,8 @@ func (s *Server) Run(ctx context.Context) error {
 	<-stoppedCh
 	shutdownCtx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 	defer cancel()
-	if s.reports != nil {
-		// Deliver what is queued, within the same short grace period.
-		_ = s.reports.Shutdown(shutdownCtx)
-	}
+	// Deliver the queued reports within the same short grace period.
+	_ = s.interceptor.Shutdown(shutdownCtx)
 	if err := metricsServer.Shutdown(shutdownCtx); err != nil && !errors.Is(err, http.ErrServerClosed) {
 		return err
 	}

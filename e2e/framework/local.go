@@ -263,13 +263,13 @@ func (l *Local) ControllerManagerLog() (string, error) {
 // SetConfig replaces the proxy's --config file and waits until the running
 // proxy has loaded it. It fails when the proxy keeps the old one.
 func (l *Local) SetConfig(ctx context.Context, content string) error {
-	before := l.Proxy.Settings()
+	before := l.Proxy.Interceptor().Settings()
 	if err := os.WriteFile(l.ConfigPath, []byte(content), 0o600); err != nil {
 		return err
 	}
 	ctx, cancel := context.WithTimeout(ctx, 30*time.Second)
 	defer cancel()
-	for l.Proxy.Settings() == before {
+	for l.Proxy.Interceptor().Settings() == before {
 		select {
 		case <-ctx.Done():
 			return fmt.Errorf("the proxy did not load the new config (invalid? see its log %s)", l.LogPath)

@@ -88,7 +88,9 @@ func TestDriftCustomResources(t *testing.T) {
 		d := wgDecision(t, mark, "gadgets", f.ns, "g")
 		wgExpectDecision(t, d, "Allow", "Expected")
 		wgExpectField(t, d, "isController", true)
-		wgExpectField(t, d, "controllerMethod", "managedFields")
+		// The scripted controller writes its status through the proxy, so
+		// the proxy has recorded its user as the Widget's controller.
+		wgExpectField(t, d, "controllerMethod", "statusWriters")
 		wgExpectField(t, d, "parentGeneration", int(gen))
 		wgExpectField(t, d, "parentObservedGeneration", int(gen-1))
 		hops := traceOf(t, g)

@@ -129,18 +129,39 @@ func (i *Interceptor) sideWrites(writes []decision.SideWrite) {
 	}
 }
 
+// maxSideWriteAttempts bounds the rebase loop of one side write.
+const maxSideWriteAttempts = 5
+
+// applySideWrite writes sw to its target from fresh state, under a
+// resourceVersion precondition: a person's edit that lands in between is
+// rebased on, never overwritten.
 func (i *Interceptor) applySideWrite(ctx context.Context, sw decision.SideWrite) error {
 	ri, err := i.resourceFor(sw.Target)
 	if err != nil {
 		return err
 	}
-	data, err := annotationPatch(sw.Pointers(), "")
-	if err != nil {
-		return err
+	for attempt := 1; ; attempt++ {
+		fresh, err := ri.Get(ctx, sw.Target.Name, metav1.GetOptions{})
+		if apierrors.IsNotFound(err) {
+			return nil
+		}
+		if err != nil {
+			return err
+		}
+		changes := sw.Rebase(fresh.GetAnnotations())
+		if changes.Empty() {
+			return nil
+		}
+		data, err := annotationPatch(changes.Pointers(), fresh.GetResourceVersion())
+		if err != nil {
+			return err
+		}
+		_, err = ri.Patch(ctx, sw.Target.Name, types.MergePatchType, data, metav1.PatchOptions{FieldManager: FieldManager})
+		if err == nil || apierrors.IsNotFound(err) {
+			return nil
+		}
+		if !apierrors.IsConflict(err) || attempt >= maxSideWriteAttempts {
+			return err
+		}
 	}
-	_, err = ri.Patch(ctx, sw.Target.Name, types.MergePatchType, data, metav1.PatchOptions{FieldManager: FieldManager})
-	if apierrors.IsNotFound(err) {
-		return nil
-	}
-	return err
 }

@@ -246,7 +246,11 @@ func (x *decider) decide() {
 	if lc.Phase == lifecycle.Initializing {
 		d.Category = ParentInitializing
 		d.Reason = "parent is initializing (" + lc.Reason + ")"
-		x.writeChild(controller, controller && reconciling)
+		// A new parent's first children are written before its
+		// controller's first status write names it: they carry on the
+		// parent's trace, not start one of their own.
+		unknown := !x.identify().Determined
+		x.writeChild(controller, (controller || unknown) && reconciling)
 		return
 	}
 	// The high-water mark is persisted only from the parent's own status
@@ -451,12 +455,13 @@ func (x *decider) pruneApprovals() {
 }
 
 func (x *decider) setApprovalsSideWrite(value string, pruned int) {
-	x.addParentWrite(x.parent, annotations.Approvals, value,
+	x.addParentWrite(x.parent, annotations.Approvals, x.parAnn[annotations.Approvals], value,
 		"prune "+strconv.Itoa(pruned)+" stale approval(s): the parent's spec is at generation "+itoa(x.window().From))
 }
 
-// addParentWrite adds an annotation change for target; value "" removes.
-func (x *decider) addParentWrite(target ObjectRef, key, value, reason string) {
+// addParentWrite adds an annotation change for target from seen (the
+// value in the snapshot) to value; value "" removes.
+func (x *decider) addParentWrite(target ObjectRef, key, seen, value, reason string) {
 	d := x.d
 	var sw *SideWrite
 	for i := range d.ParentWrites {
@@ -468,6 +473,10 @@ func (x *decider) addParentWrite(target ObjectRef, key, value, reason string) {
 		d.ParentWrites = append(d.ParentWrites, SideWrite{Target: target})
 		sw = &d.ParentWrites[len(d.ParentWrites)-1]
 	}
+	if sw.Seen == nil {
+		sw.Seen = map[string]string{}
+	}
+	sw.Seen[key] = seen
 	if value == "" {
 		sw.Remove = append(sw.Remove, key)
 	} else {
@@ -563,12 +572,12 @@ func (x *decider) statusWrite() {
 	}
 	if advancesObservedGeneration(in.OldObject, in.NewObject) {
 		if v, changed := controllerid.RecordController(stored[annotations.Controllers], x.userHash); changed {
-			x.addParentWrite(target, annotations.Controllers, v, "record "+d.Actor.User+" as controller: its status write advanced observedGeneration")
+			x.addParentWrite(target, annotations.Controllers, stored[annotations.Controllers], v, "record "+d.Actor.User+" as controller: its status write advanced observedGeneration")
 		}
 	}
 	if stored[annotations.Phase] != annotations.PhaseInitialized {
 		if lc := in.Lifecycle.Detect(obj); lc.Phase == lifecycle.Initialized && lc.Persist {
-			x.addParentWrite(target, annotations.Phase, annotations.PhaseInitialized,
+			x.addParentWrite(target, annotations.Phase, stored[annotations.Phase], annotations.PhaseInitialized,
 				"persist lifecycle high-water mark ("+lc.Reason+")")
 		}
 	}
@@ -578,7 +587,7 @@ func (x *decider) statusWrite() {
 			gen = in.OldObject.GetGeneration()
 		}
 		if g := itoa(gen); gen > 0 && stored[annotations.ObservedGeneration] != g {
-			x.addParentWrite(target, annotations.ObservedGeneration, g, "record observed generation (no status.observedGeneration)")
+			x.addParentWrite(target, annotations.ObservedGeneration, stored[annotations.ObservedGeneration], g, "record observed generation (no status.observedGeneration)")
 		}
 	}
 }

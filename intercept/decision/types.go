@@ -263,6 +263,9 @@ type SideWrite struct {
 	AnnotationChanges
 	// Reasons says why ("record controller", "persist phase", ...).
 	Reasons []string `json:"reasons"`
+	// Seen holds, per changed key, the value the decision saw: the write
+	// is redone from fresh state (Rebase) when the target changed since.
+	Seen map[string]string `json:"-"`
 }
 
 // Decision is the outcome of Decide.

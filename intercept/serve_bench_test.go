@@ -66,9 +66,14 @@ func benchParent(name, uid string, generation, observed int64) *unstructured.Uns
 			},
 		},
 		"spec": map[string]interface{}{"replicas": int64(3)},
-		"status": map[string]interface{}{"observedGeneration": observed, "conditions": []interface{}{
-			map[string]interface{}{"type": "Available", "status": "True"},
-		}},
+		// A rolled-out Deployment: kstatus says Current when it has caught
+		// up, so its controller's writes are drift.
+		"status": map[string]interface{}{"observedGeneration": observed,
+			"replicas": int64(3), "updatedReplicas": int64(3), "readyReplicas": int64(3), "availableReplicas": int64(3),
+			"conditions": []interface{}{
+				map[string]interface{}{"type": "Available", "status": "True"},
+				map[string]interface{}{"type": "Progressing", "status": "True", "reason": "NewReplicaSetAvailable"},
+			}},
 	}}
 }
 

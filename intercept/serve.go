@@ -100,16 +100,9 @@ func (i *Interceptor) serveWrite(w http.ResponseWriter, r *http.Request, wr *wri
 	p.data = data
 
 	if err := i.load(r, p); err != nil {
-		var ignored *ignoredError
-		if errors.As(err, &ignored) {
-			// --failure-policy=Ignore: let the write through, say so.
-			p.outcome = "ignored-failure"
-			i.logError(r, p, err)
-			w.Header().Add("Warning", formatWarning("kausality: no drift decision was made (--failure-policy=Ignore): "+ignored.Error()))
-			forward.ServeHTTP(w, r)
-			return
+		if !i.forwardIgnored(w, r, p, err, forward) {
+			fail(err)
 		}
-		fail(err)
 		return
 	}
 	if p.skip() {
@@ -180,6 +173,21 @@ func (i *Interceptor) learnStatus(p *pending) {
 	i.settled.Observe(obj)
 }
 
+// forwardIgnored lets a write through undecided when err is a failure
+// --failure-policy=Ignore covers, and says so to the caller. It reports
+// whether it answered.
+func (i *Interceptor) forwardIgnored(w http.ResponseWriter, r *http.Request, p *pending, err error, forward http.Handler) bool {
+	var ignored *ignoredError
+	if !errors.As(err, &ignored) {
+		return false
+	}
+	p.outcome = "ignored-failure"
+	i.logError(r, p, err)
+	w.Header().Add("Warning", formatWarning("kausality: no drift decision was made (--failure-policy=Ignore): "+ignored.Error()))
+	forward.ServeHTTP(w, r)
+	return true
+}
+
 // refuseUnauthorized answers a write whose caller is not known to be
 // allowed to make it.
 func (i *Interceptor) refuseUnauthorized(w http.ResponseWriter, r *http.Request, p *pending, err error, forward http.Handler, writeError ErrorWriter) {
@@ -219,7 +227,9 @@ func (i *Interceptor) decideAndReserve(w http.ResponseWriter, r *http.Request, p
 	for attempt := 1; ; attempt++ {
 		d, err := i.decideConfirmed(r, p)
 		if err != nil {
-			fail(err)
+			if !i.forwardIgnored(w, r, p, err, forward) {
+				fail(err)
+			}
 			return d, false
 		}
 		if d.Result == decision.Deny {
@@ -258,7 +268,9 @@ func (i *Interceptor) decideAndReserve(w http.ResponseWriter, r *http.Request, p
 		// Someone else changed the parent (maybe took the approval): decide
 		// again from a fresh snapshot.
 		if err := i.refreshParent(r.Context(), p); err != nil {
-			fail(err)
+			if !i.forwardIgnored(w, r, p, err, forward) {
+				fail(err)
+			}
 			return d, false
 		}
 	}

@@ -113,7 +113,21 @@ type benchEnv struct {
 	users     atomic.Int64
 	errors    atomic.Int64
 	infoF     *request.RequestInfoFactory
+	// upstream answers forwarded requests; nil answers 200 with {}.
+	upstream http.HandlerFunc
 }
+
+// serveSetup is what options of newServeEnv may change before the
+// interceptor is built.
+type serveSetup struct {
+	objects []runtime.Object
+	config  intercept.Config
+	// reactors are prepended to the fake dynamic client (the proxy's own
+	// reads and writes), after the initial cache sync.
+	reactors []reactor
+}
+
+type serveOption func(*serveSetup)
 
 func newBenchEnv(b testing.TB, log *zap.Logger) *benchEnv {
 	return newServeEnv(b, log, func(authorizationv1.SubjectAccessReviewSpec) (bool, error) { return true, nil })
@@ -122,7 +136,7 @@ func newBenchEnv(b testing.TB, log *zap.Logger) *benchEnv {
 // newServeEnv is the interception handler over a warm store, with the real
 // cached SubjectAccessReview authorizer over a fake review client whose
 // answers allow gives.
-func newServeEnv(b testing.TB, log *zap.Logger, allow func(authorizationv1.SubjectAccessReviewSpec) (bool, error)) *benchEnv {
+func newServeEnv(b testing.TB, log *zap.Logger, allow func(authorizationv1.SubjectAccessReviewSpec) (bool, error), opts ...serveOption) *benchEnv {
 	b.Helper()
 	ns := &unstructured.Unstructured{Object: map[string]interface{}{
 		"apiVersion": "v1", "kind": "Namespace", "metadata": map[string]interface{}{"name": "apps", "resourceVersion": "1"},
@@ -134,9 +148,13 @@ func newServeEnv(b testing.TB, log *zap.Logger, allow func(authorizationv1.Subje
 		benchChild("web-1", "web", "web-uid", 1),
 		benchChild("stable-1", "stable", "stable-uid", 1),
 	}
+	setup := serveSetup{objects: objs}
+	for _, o := range opts {
+		o(&setup)
+	}
 	dyn := dynamicfake.NewSimpleDynamicClientWithCustomListKinds(runtime.NewScheme(), map[schema.GroupVersionResource]string{
 		deploymentsGVR: "DeploymentList", replicasetsGVR: "ReplicaSetList", namespacesGVR: "NamespaceList",
-	}, objs...)
+	}, setup.objects...)
 	disc := &fakediscovery.FakeDiscovery{Fake: &clienttesting.Fake{Resources: []*metav1.APIResourceList{
 		{GroupVersion: "apps/v1", APIResources: []metav1.APIResource{
 			{Name: "deployments", Namespaced: true, Kind: "Deployment", Verbs: metav1.Verbs{"get", "list", "watch", "update", "patch", "create"}},
@@ -176,8 +194,18 @@ func newServeEnv(b testing.TB, log *zap.Logger, allow func(authorizationv1.Subje
 	if err != nil {
 		b.Fatal(err)
 	}
-	i := intercept.New(intercept.Config{Objects: store, Writer: dyn, Log: log, Authorizer: authenticator.Authorizer()})
+	for _, r := range setup.reactors {
+		dyn.PrependReactor(r.verb, r.resource, r.fn)
+	}
+	cfg := setup.config
+	cfg.Objects, cfg.Writer, cfg.Log, cfg.Authorizer = store, dyn, log, authenticator.Authorizer()
+	i := intercept.New(cfg)
 	forward := http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if env.upstream != nil {
+			env.forwarded.Add(1)
+			env.upstream(w, r)
+			return
+		}
 		_, _ = io.Copy(io.Discard, r.Body)
 		env.forwarded.Add(1)
 		w.Header().Set("Content-Type", "application/json")
@@ -308,4 +336,10 @@ func BenchmarkServeJSONLog(b *testing.B) {
 	enc := zap.NewProductionEncoderConfig()
 	log := zap.New(zapcore.NewCore(zapcore.NewJSONEncoder(enc), zapcore.AddSync(io.Discard), zapcore.InfoLevel))
 	benchmarkServe(b, log, map[string]bool{"UpdateExpected": true, "MergePatchExpected": true})
+}
+
+// reactor answers the proxy's own calls of one verb on one resource.
+type reactor struct {
+	verb, resource string
+	fn             clienttesting.ReactionFunc
 }

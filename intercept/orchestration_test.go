@@ -1,0 +1,180 @@
+package intercept_test
+
+import (
+	"context"
+	"io"
+	"net/http"
+	"net/http/httptest"
+	"strconv"
+	"strings"
+	"testing"
+
+	authorizationv1 "k8s.io/api/authorization/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/runtime/schema"
+	clienttesting "k8s.io/client-go/testing"
+
+	"github.com/kausality-io/kausality-proxy/intercept"
+	"github.com/kausality-io/kausality-proxy/intercept/annotations"
+)
+
+const onceApproval = `[{"apiVersion":"apps/v1","kind":"ReplicaSet","name":"approved-1","generation":5,"mode":"once"}]`
+
+// withApprovedFamily adds a settled Deployment "approved" whose once
+// approval admits one drifting write of its ReplicaSet "approved-1".
+func withApprovedFamily(s *serveSetup) {
+	p := benchParent("approved", "approved-uid", 5, 5)
+	ann := p.GetAnnotations()
+	ann[annotations.Approvals] = onceApproval
+	p.SetAnnotations(ann)
+	s.objects = append(s.objects, p, benchChild("approved-1", "approved", "approved-uid", 1))
+}
+
+func enforce(s *serveSetup) { s.config.DefaultMode = annotations.ModeEnforce }
+
+func ignoreFailures(s *serveSetup) { s.config.FailurePolicy = intercept.FailurePolicyIgnore }
+
+// failing makes the proxy's own calls of verb on resource fail with err,
+// the first times calls (0: always).
+func failing(verb, resource string, times int, err error) serveOption {
+	return func(s *serveSetup) {
+		n := 0
+		s.reactors = append(s.reactors, reactor{verb: verb, resource: resource, fn: func(clienttesting.Action) (bool, runtime.Object, error) {
+			n++
+			if times > 0 && n > times {
+				return false, nil, nil
+			}
+			return true, nil, err
+		}})
+	}
+}
+
+// answering makes kube-apiserver answer the real write with code; dry runs
+// are accepted.
+func answering(code int) http.HandlerFunc {
+	return func(w http.ResponseWriter, r *http.Request) {
+		_, _ = io.Copy(io.Discard, r.Body)
+		w.Header().Set("Content-Type", "application/json")
+		if r.URL.Query().Get("dryRun") != "" {
+			w.WriteHeader(http.StatusOK)
+			_, _ = w.Write([]byte(`{}`))
+			return
+		}
+		w.WriteHeader(code)
+		_, _ = w.Write([]byte(`{"kind":"Status","apiVersion":"v1","code":` + strconv.Itoa(code) + `}`))
+	}
+}
+
+func driftWrite(child, parent, uid string) benchWrite {
+	c := benchChild(child, parent, uid, 3)
+	data, _ := c.MarshalJSON()
+	return benchWrite{name: "drift", method: http.MethodPut, path: "/apis/apps/v1/namespaces/apps/replicasets/" + child,
+		contentType: "application/json", body: data, user: "system:serviceaccount:kube-system:deployment-controller"}
+}
+
+// The orchestration of one write, against a fake upstream: what happens to
+// a once approval around the forwarded write, how a drift verdict from the
+// cache is confirmed, and what the failure policy does when that
+// confirmation cannot be read.
+func TestOrchestration(t *testing.T) {
+	allowAll := func(authorizationv1.SubjectAccessReviewSpec) (bool, error) { return true, nil }
+	unavailable := apierrors.NewServiceUnavailable("etcd is down")
+	cases := []struct {
+		name     string
+		opts     []serveOption
+		upstream http.HandlerFunc
+		write    benchWrite
+		wantCode int
+		// wantApproval: the once approval is on the parent afterwards.
+		wantApproval  bool
+		wantForwarded int64
+		// wantLiveParentReads counts the proxy's GETs of the parent.
+		wantLiveParentReads int
+		wantWarning         string
+	}{
+		{
+			name: "approved: the once approval is taken, the write forwarded",
+			opts: []serveOption{withApprovedFamily, enforce}, upstream: answering(http.StatusOK),
+			write: driftWrite("approved-1", "approved", "approved-uid"), wantCode: http.StatusOK,
+			wantForwarded: 2, wantLiveParentReads: 1,
+		},
+		{
+			name: "a conflict from kube-apiserver left the object unwritten: the approval is put back",
+			opts: []serveOption{withApprovedFamily, enforce}, upstream: answering(http.StatusConflict),
+			write: driftWrite("approved-1", "approved", "approved-uid"), wantCode: http.StatusConflict,
+			wantApproval: true, wantForwarded: 2, wantLiveParentReads: 2,
+		},
+		{
+			name: "an ambiguous failure may have written the object: the approval stays taken",
+			opts: []serveOption{withApprovedFamily, enforce}, upstream: answering(http.StatusInternalServerError),
+			write: driftWrite("approved-1", "approved", "approved-uid"), wantCode: http.StatusInternalServerError,
+			wantForwarded: 2, wantLiveParentReads: 1,
+		},
+		{
+			name: "somebody changed the parent while the approval was reserved: decided again from a fresh read",
+			opts: []serveOption{withApprovedFamily, enforce,
+				failing("patch", "deployments", 1, apierrors.NewConflict(schema.GroupResource{Group: "apps", Resource: "deployments"}, "approved", nil))},
+			upstream: answering(http.StatusOK),
+			write:    driftWrite("approved-1", "approved", "approved-uid"), wantCode: http.StatusOK,
+			wantForwarded: 2, wantLiveParentReads: 2,
+		},
+		{
+			name:  "drift seen in the cache is confirmed with one live read, then denied",
+			opts:  []serveOption{enforce},
+			write: driftWrite("stable-1", "stable", "stable-uid"), wantCode: http.StatusForbidden,
+			wantLiveParentReads: 1,
+		},
+		{
+			name:  "--failure-policy=Fail: the confirmation cannot be read, the write is refused as retryable",
+			opts:  []serveOption{enforce, failing("get", "deployments", 0, unavailable)},
+			write: driftWrite("stable-1", "stable", "stable-uid"), wantCode: http.StatusServiceUnavailable,
+			wantLiveParentReads: 1,
+		},
+		{
+			name:  "--failure-policy=Ignore: the confirmation cannot be read, the write goes through with a warning",
+			opts:  []serveOption{enforce, ignoreFailures, failing("get", "deployments", 0, unavailable)},
+			write: driftWrite("stable-1", "stable", "stable-uid"), wantCode: http.StatusOK,
+			wantForwarded: 1, wantLiveParentReads: 1, wantWarning: "no drift decision was made (--failure-policy=Ignore)",
+		},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			env := newServeEnv(t, nil, allowAll, tc.opts...)
+			env.upstream = tc.upstream
+			env.dyn.ClearActions()
+			rec := httptest.NewRecorder()
+			env.handler.ServeHTTP(rec, env.request(t, tc.write))
+			if rec.Code != tc.wantCode {
+				t.Fatalf("code %d, want %d (error: %v)", rec.Code, tc.wantCode, env.lastError)
+			}
+			if got := env.forwarded.Load(); got != tc.wantForwarded {
+				t.Errorf("forwarded %d requests, want %d (a once approval is preceded by a dry run)", got, tc.wantForwarded)
+			}
+			reads := 0
+			for _, a := range env.dyn.Actions() {
+				if a.GetVerb() == "get" && a.GetResource().Resource == "deployments" {
+					reads++
+				}
+			}
+			if reads != tc.wantLiveParentReads {
+				t.Errorf("%d live reads of the parent, want %d", reads, tc.wantLiveParentReads)
+			}
+			if tc.wantWarning != "" && !strings.Contains(strings.Join(rec.Header().Values("Warning"), "\n"), tc.wantWarning) {
+				t.Errorf("warnings %q lack %q", rec.Header().Values("Warning"), tc.wantWarning)
+			}
+			if tc.write.path != driftWrite("approved-1", "approved", "approved-uid").path {
+				return
+			}
+			parent, err := env.dyn.Resource(deploymentsGVR).Namespace("apps").Get(context.Background(), "approved", metav1.GetOptions{})
+			if err != nil {
+				t.Fatal(err)
+			}
+			has := parent.GetAnnotations()[annotations.Approvals] == onceApproval
+			if has != tc.wantApproval {
+				t.Errorf("approval on the parent afterwards: %v, want %v (annotations %v)", has, tc.wantApproval, parent.GetAnnotations())
+			}
+		})
+	}
+}

@@ -216,7 +216,7 @@ func heartbeat(ctx context.Context, c kubernetes.Interface, name string) error {
 	if err != nil {
 		return err
 	}
-	node.Status = fakeNodeStatus(node, metav1.Time{Time: now.Time})
+	node.Status = fakeNodeStatus(node, metav1.Time(now))
 	_, err = c.CoreV1().Nodes().UpdateStatus(ctx, node, metav1.UpdateOptions{})
 	return err
 }

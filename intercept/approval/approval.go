@@ -227,7 +227,7 @@ func Evaluate(approvals []Approval, rejections []Rejection, rejectionsMalformed 
 	if ev.Outcome != Rejected {
 		idx = FindApproval(approvals, c, w)
 	}
-	if idx >= 0 {
+	if idx >= 0 && idx < len(approvals) {
 		a := approvals[idx]
 		ev.Outcome = Approved
 		ev.Approval = &a

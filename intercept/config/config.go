@@ -51,8 +51,9 @@ type GroupKind struct {
 	Kind     string `yaml:"kind"`
 }
 
-// DefaultUngatedChildKinds: nobody turns on enforce mode if a node drain
-// can no longer bring pods back, or a CronJob can no longer start its Jobs.
+// DefaultUngatedChildKinds are Pods and Jobs: nobody turns on enforce mode
+// if a node drain can no longer bring pods back, or a CronJob can no longer
+// start its Jobs.
 var DefaultUngatedChildKinds = []schema.GroupKind{{Kind: "Pod"}, {Group: "batch", Kind: "Job"}}
 
 // ResourceRules select the intercepted resources.

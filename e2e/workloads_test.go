@@ -20,6 +20,7 @@ import (
 	"k8s.io/apimachinery/pkg/util/rand"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/rest"
+	"k8s.io/client-go/util/retry"
 	"k8s.io/utils/ptr"
 
 	"github.com/kausality-io/kausality-proxy/e2e/framework"
@@ -37,10 +38,10 @@ import (
 // (or complete) and settle, as on a real cluster.
 func readyPods(t *testing.T, ns string) {
 	t.Helper()
+	c := directClient(t)
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan struct{})
 	t.Cleanup(func() { cancel(); <-done })
-	c := directClient(t)
 	go func() {
 		defer close(done)
 		for ctx.Err() == nil {
@@ -163,19 +164,6 @@ func fakeNodes(t *testing.T, n int) fakeNodeSet {
 	}
 	hbCtx, cancel := context.WithCancel(ctx)
 	done := make(chan struct{})
-	t.Cleanup(func() {
-		cancel()
-		<-done
-		for _, name := range set.names {
-			_ = c.CoreV1().Nodes().Delete(ctx, name, metav1.DeleteOptions{})
-			_ = c.CoordinationV1().Leases(corev1.NamespaceNodeLease).Delete(ctx, name, metav1.DeleteOptions{})
-		}
-	})
-	// The first heartbeat is synchronous: the nodes are Ready when
-	// fakeNodes returns.
-	for _, name := range set.names {
-		mustf(t, heartbeat(ctx, c, name), "first heartbeat of fake node %s", name)
-	}
 	go func() {
 		defer close(done)
 		for {
@@ -190,6 +178,21 @@ func fakeNodes(t *testing.T, n int) fakeNodeSet {
 			}
 		}
 	}()
+	t.Cleanup(func() {
+		cancel()
+		<-done
+		for _, name := range set.names {
+			_ = c.CoreV1().Nodes().Delete(ctx, name, metav1.DeleteOptions{})
+			_ = c.CoordinationV1().Leases(corev1.NamespaceNodeLease).Delete(ctx, name, metav1.DeleteOptions{})
+		}
+	})
+	// The first heartbeat is synchronous, so the nodes are Ready when
+	// fakeNodes returns. The node lifecycle controller writes new nodes
+	// too (taints, annotations): a conflict is retried from fresh state.
+	for _, name := range set.names {
+		err := retry.RetryOnConflict(retry.DefaultBackoff, func() error { return heartbeat(ctx, c, name) })
+		mustf(t, err, "first heartbeat of fake node %s", name)
+	}
 	return set
 }
 

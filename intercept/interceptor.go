@@ -9,9 +9,11 @@ import (
 	"go.uber.org/zap"
 	"k8s.io/apiserver/pkg/authorization/authorizer"
 	"k8s.io/client-go/dynamic"
+	"k8s.io/utils/clock"
 
 	"github.com/kausality-io/kausality-proxy/intercept/annotations"
 	"github.com/kausality-io/kausality-proxy/intercept/config"
+	"github.com/kausality-io/kausality-proxy/intercept/decision"
 	"github.com/kausality-io/kausality-proxy/intercept/notify"
 	"github.com/kausality-io/kausality-proxy/intercept/objects"
 	"github.com/kausality-io/kausality-proxy/intercept/settle"
@@ -21,13 +23,14 @@ import (
 // format; intercept only decides which error to send.
 type ErrorWriter func(w http.ResponseWriter, err error)
 
-// FailurePolicy says what happens to a write whose parent cannot be read.
-type FailurePolicy string
+// FailurePolicy says what happens to a write whose parent cannot be read
+// (decision.OnFailure).
+type FailurePolicy = decision.FailurePolicy
 
 // Failure policies.
 const (
-	FailurePolicyFail   FailurePolicy = "Fail"
-	FailurePolicyIgnore FailurePolicy = "Ignore"
+	FailurePolicyFail   = decision.FailurePolicyFail
+	FailurePolicyIgnore = decision.FailurePolicyIgnore
 )
 
 // FieldManager is the field manager of the proxy's own writes (approval
@@ -63,6 +66,9 @@ type Config struct {
 	Metrics prometheus.Registerer
 	// Reports sends DriftReports; nil sends none.
 	Reports *notify.Sender
+	// Clock tells decisions the time (snooze, trace timestamps) and
+	// measures latency; nil is the real clock.
+	Clock clock.PassiveClock
 }
 
 // Interceptor holds what write interception needs across requests.
@@ -95,6 +101,9 @@ func New(cfg Config) *Interceptor {
 	}
 	if cfg.FailurePolicy == "" {
 		cfg.FailurePolicy = FailurePolicyFail
+	}
+	if cfg.Clock == nil {
+		cfg.Clock = clock.RealClock{}
 	}
 	if cfg.SideWriteTimeout <= 0 {
 		cfg.SideWriteTimeout = 10 * time.Second

@@ -3,7 +3,6 @@ package intercept
 import (
 	"net/http"
 	"strings"
-	"time"
 
 	"go.uber.org/zap"
 	"k8s.io/apiserver/pkg/endpoints/request"
@@ -21,7 +20,7 @@ const DecisionMessage = decisionlog.Message
 func (i *Interceptor) recordDecision(p *pending, d *decision.Decision) {
 	line := p.line(d.Actor.User, d.Child.Name)
 	line.Decided = true
-	line.Operation = string(p.w.op)
+	line.Operation = string(p.op)
 	line.DesiredChanged = p.changed
 	line.Decision = string(d.Result)
 	line.Category = string(d.Category)
@@ -85,11 +84,11 @@ func (p *pending) line(user, name string) *decisionlog.Line {
 		Version:      p.w.gvr.Version,
 		Resource:     p.w.gvr.Resource,
 		Subresource:  p.w.info.Subresource,
-		Namespace:    p.w.namespace,
+		Namespace:    p.namespace,
 		Name:         name,
 		Shadow:       p.shadow(),
 		Controller:   p.controllerName(),
 		Outcome:      p.outcome,
-		Latency:      time.Since(p.start),
+		Latency:      p.elapsed(),
 	}
 }

@@ -3,7 +3,6 @@ package intercept
 import (
 	"errors"
 	"strconv"
-	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
@@ -53,7 +52,7 @@ func (m *metrics) observe(p *pending, d *decision.Decision) {
 	}
 	shadow := strconv.FormatBool(p.shadow())
 	m.decisions.WithLabelValues(string(d.Result), string(d.Category), string(d.Mode), p.controllerName(), resource, shadow).Inc()
-	m.latency.WithLabelValues(string(d.Category), shadow).Observe(time.Since(p.start).Seconds())
+	m.latency.WithLabelValues(string(d.Category), shadow).Observe(p.elapsed().Seconds())
 }
 
 func (m *metrics) observeError(p *pending, err error) {

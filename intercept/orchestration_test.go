@@ -121,6 +121,14 @@ func TestOrchestration(t *testing.T) {
 			wantForwarded: 2, wantLiveParentReads: 2,
 		},
 		{
+			name: "the proxy may not write the parent: no conflict to retry, the failure policy answers",
+			opts: []serveOption{withApprovedFamily, enforce,
+				failing("patch", "deployments", 0, apierrors.NewForbidden(schema.GroupResource{Group: "apps", Resource: "deployments"}, "approved", nil))},
+			upstream: answering(http.StatusOK),
+			write:    driftWrite("approved-1", "approved", "approved-uid"), wantCode: http.StatusInternalServerError,
+			wantApproval: true, wantForwarded: 1, wantLiveParentReads: 1,
+		},
+		{
 			name:  "drift seen in the cache is confirmed with one live read, then denied",
 			opts:  []serveOption{enforce},
 			write: driftWrite("stable-1", "stable", "stable-uid"), wantCode: http.StatusForbidden,

@@ -28,7 +28,7 @@ func (i *Interceptor) scaledObject(r *http.Request, p *pending) (*unstructured.U
 		if err != nil {
 			return nil, err
 		}
-		ns := p.w.namespace
+		ns := p.namespace
 		scale, err = patch.Apply(pt, current, p.data, patch.Options{FieldManager: p.w.fieldManager, Kind: scaleKind, Name: p.w.info.Name, Namespace: &ns})
 		if err != nil {
 			return nil, err

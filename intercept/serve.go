@@ -25,6 +25,7 @@ import (
 	"k8s.io/apimachinery/pkg/util/managedfields"
 	"k8s.io/apimachinery/pkg/util/validation/field"
 	"k8s.io/apiserver/pkg/endpoints/request"
+	"k8s.io/utils/clock"
 
 	"github.com/kausality-io/kausality-proxy/intercept/annotations"
 	"github.com/kausality-io/kausality-proxy/intercept/body"
@@ -45,9 +46,18 @@ const maxReservationAttempts = 3
 
 // pending is the state of one intercepted write.
 type pending struct {
-	w          *write
+	// w is the classification: final, never rewritten.
+	w *write
+	// op is the effective operation: an apply or a PUT of an object that
+	// does not exist is a create.
+	op decision.Operation
+	// namespace is the object's: the request's, or "" for cluster-scoped
+	// resources (kube-apiserver's request info names a Namespace object's
+	// own name as its namespace).
+	namespace  string
 	settings   *config.Config
 	controller *config.Controller
+	clock      clock.PassiveClock
 	start      time.Time
 	kind       schema.GroupVersionKind
 	data       []byte
@@ -67,7 +77,7 @@ type pending struct {
 }
 
 func (i *Interceptor) serveWrite(w http.ResponseWriter, r *http.Request, wr *write, forward http.Handler, writeError ErrorWriter) {
-	p := &pending{w: wr, start: time.Now(), settings: i.cfg.Settings()}
+	p := &pending{w: wr, op: wr.op, namespace: wr.namespace, clock: i.cfg.Clock, start: i.cfg.Clock.Now(), settings: i.cfg.Settings()}
 	u, _ := request.UserFrom(r.Context())
 	p.controller = p.settings.ControllerFor(u, wr.fieldManager)
 	fail := func(err error) {
@@ -198,7 +208,7 @@ func (i *Interceptor) refuseUnauthorized(w http.ResponseWriter, r *http.Request,
 		// without the proxy.
 		p.outcome = "shadow:not-authorized"
 		forward.ServeHTTP(w, r)
-	case errors.As(err, &unavailable) && i.cfg.FailurePolicy == FailurePolicyIgnore:
+	case errors.As(err, &unavailable) && decision.OnFailure(i.cfg.FailurePolicy, decision.Unreachable).Forward:
 		p.outcome = "ignored-failure"
 		i.logError(r, p, err)
 		w.Header().Add("Warning", formatWarning("kausality: no drift decision was made (--failure-policy=Ignore): "+err.Error()))
@@ -260,13 +270,20 @@ func (i *Interceptor) decideAndReserve(w http.ResponseWriter, r *http.Request, p
 		if err == nil {
 			return d, true
 		}
-		if !apierrors.IsConflict(err) || attempt >= maxReservationAttempts {
+		switch decision.OnReservationError(reservationError(err), attempt, maxReservationAttempts) {
+		case decision.RefuseRetryable:
 			fail(apierrors.NewConflict(schema.GroupResource{Group: wr.gvr.Group, Resource: wr.gvr.Resource}, wr.info.Name,
-				fmt.Errorf("could not reserve the once approval on %s: %v; retry the write", d.ApprovalsUpdate.Target, err)))
+				fmt.Errorf("could not reserve the once approval on %s: the parent kept changing (%v); retry the write", d.ApprovalsUpdate.Target, err)))
+			return d, false
+		case decision.RefuseAsFailure:
+			err = i.unresolvable(fmt.Errorf("reserving the once approval on %s: %w", d.ApprovalsUpdate.Target, err))
+			if !i.forwardIgnored(w, r, p, err, forward) {
+				fail(err)
+			}
 			return d, false
 		}
-		// Someone else changed the parent (maybe took the approval): decide
-		// again from a fresh snapshot.
+		// Someone else changed the parent (maybe took the approval), or
+		// deleted it: decide again from a fresh snapshot.
 		if err := i.refreshParent(r.Context(), p); err != nil {
 			if !i.forwardIgnored(w, r, p, err, forward) {
 				fail(err)
@@ -274,6 +291,17 @@ func (i *Interceptor) decideAndReserve(w http.ResponseWriter, r *http.Request, p
 			return d, false
 		}
 	}
+}
+
+// reservationError classifies a failed reservation for the decision.
+func reservationError(err error) decision.ReservationError {
+	switch {
+	case apierrors.IsConflict(err):
+		return decision.ReservationConflict
+	case apierrors.IsNotFound(err):
+		return decision.ReservationParentGone
+	}
+	return decision.ReservationFailed
 }
 
 // preflight sends out as a server-side dry run and reports whether
@@ -308,7 +336,7 @@ func (i *Interceptor) report(r *http.Request, p *pending, d *decision.Decision) 
 		return
 	}
 	u, _ := request.UserFrom(r.Context())
-	i.cfg.Reports.Observe(d, notify.Write{Operation: p.w.op, OldObject: p.old, NewObject: p.new,
+	i.cfg.Reports.Observe(d, notify.Write{Operation: p.op, OldObject: p.old, NewObject: p.new,
 		Changes: p.changes, User: u, FieldManager: p.w.fieldManager, DryRun: p.w.dryRun})
 }
 
@@ -319,7 +347,7 @@ func (i *Interceptor) report(r *http.Request, p *pending, d *decision.Decision) 
 // again from that single fresh snapshot.
 func (i *Interceptor) decideConfirmed(r *http.Request, p *pending) (decision.Decision, error) {
 	d := i.decide(r, p)
-	if d.Drift && p.parentSource == string(objects.FromCache) {
+	if decision.NeedsConfirmation(&d, p.parentSource == string(objects.FromCache)) {
 		if err := i.refreshParent(r.Context(), p); err != nil {
 			return d, err
 		}
@@ -443,6 +471,9 @@ func bodyTimeout() error {
 	}}
 }
 
+// elapsed is how long the write has taken so far.
+func (p *pending) elapsed() time.Duration { return p.clock.Since(p.start) }
+
 // shadow reports whether the writer's controller is in shadow mode.
 func (p *pending) shadow() bool {
 	return p.controller != nil && p.controller.Mode == annotations.ModeShadow
@@ -459,7 +490,7 @@ func (p *pending) controllerName() string {
 // skip reports writes that turned out to need no decision.
 func (p *pending) skip() bool {
 	// Deleting what does not exist: the upstream answers 404 itself.
-	return p.w.op == decision.Delete && p.old == nil
+	return p.op == decision.Delete && p.old == nil
 }
 
 // load reads the stored object and computes the effective new one, the
@@ -486,22 +517,34 @@ func (i *Interceptor) load(r *http.Request, p *pending) error {
 	}
 	p.kind = kind
 	if m.Scope.Name() == meta.RESTScopeNameRoot {
-		wr.namespace = ""
+		p.namespace = ""
 	}
 
-	if wr.op != decision.Create {
-		old, err := i.storedObject(ctx, wr, r.Header.Get("Content-Type"), p.data)
+	// A whole object in the body is decoded once, before any read: a body
+	// that cannot be decoded costs no I/O, and its resourceVersion tells
+	// whether the cache is behind.
+	var decoded *unstructured.Unstructured
+	if p.op != decision.Delete && wr.sub != scaleSubresource && wr.verb != "patch" {
+		obj, format, err := body.Decode(r.Header.Get("Content-Type"), p.data, &kind)
+		if err != nil {
+			return err
+		}
+		decoded, p.format = obj, format
+	}
+
+	if p.op != decision.Create {
+		old, err := i.storedObject(ctx, wr, p.namespace, decoded)
 		switch {
 		case apierrors.IsNotFound(err):
 		case err != nil:
-			return i.unresolvable(fmt.Errorf("reading the stored %s %s: %w", kind.Kind, qualifiedName(wr.namespace, wr.info.Name), err))
+			return i.unresolvable(fmt.Errorf("reading the stored %s %s: %w", kind.Kind, qualifiedName(p.namespace, wr.info.Name), err))
 		default:
 			p.old = old
 		}
 	}
 
 	switch {
-	case wr.op == decision.Delete:
+	case p.op == decision.Delete:
 	case wr.sub == scaleSubresource:
 		if p.old == nil {
 			return apierrors.NewNotFound(wr.gvr.GroupResource(), wr.info.Name)
@@ -516,7 +559,7 @@ func (i *Interceptor) load(r *http.Request, p *pending) error {
 			return err
 		}
 		p.patchTy = pt
-		ns := wr.namespace
+		ns := p.namespace
 		// kube-apiserver type-checks the patched object itself; skipping our
 		// copy of that check saves a third of a patch's cost.
 		opts := patch.Options{FieldManager: wr.fieldManager, Kind: kind, Name: wr.info.Name, Namespace: &ns, SkipTypeCheck: true}
@@ -538,24 +581,20 @@ func (i *Interceptor) load(r *http.Request, p *pending) error {
 			return err
 		}
 		if p.old == nil {
-			wr.op = decision.Create // an apply that creates
+			p.op = decision.Create // an apply that creates
 		}
 	default:
-		obj, format, err := body.Decode(r.Header.Get("Content-Type"), p.data, &kind)
-		if err != nil {
-			return err
+		p.new = decoded
+		if p.op == decision.Update && p.old == nil {
+			p.op = decision.Create // create-on-update (PUT of a missing object)
 		}
-		p.new, p.format = obj, format
-		if wr.op == decision.Update && p.old == nil {
-			wr.op = decision.Create // create-on-update (PUT of a missing object)
-		}
-		if p.new.GetNamespace() == "" && wr.namespace != "" {
-			p.new.SetNamespace(wr.namespace)
+		if p.new.GetNamespace() == "" && p.namespace != "" {
+			p.new.SetNamespace(p.namespace)
 		}
 	}
 
 	if wr.sub != statusSubresource {
-		p.changed, p.changes = desiredChange(wr.op, p.old, p.new)
+		p.changed, p.changes = desiredChange(p.op, p.old, p.new)
 	}
 
 	// The parent: the controller owner of the object after the write (of
@@ -567,7 +606,7 @@ func (i *Interceptor) load(r *http.Request, p *pending) error {
 	if err := i.resolveParent(ctx, p, owned); err != nil {
 		return err
 	}
-	if ns := wr.namespace; ns != "" {
+	if ns := p.namespace; ns != "" {
 		nsObj, _, err := i.cfg.Objects.GetShared(ctx, namespacesGVR, "", ns)
 		if err == nil {
 			p.nsMode = nsObj.GetAnnotations()[annotations.Mode]
@@ -577,25 +616,18 @@ func (i *Interceptor) load(r *http.Request, p *pending) error {
 }
 
 // storedObject reads the object the write applies to. An update carries
-// the resourceVersion it was based on; when the cache holds an older one
-// the cache is behind, and a live read gives the real stored object.
-func (i *Interceptor) storedObject(ctx context.Context, wr *write, contentType string, data []byte) (*unstructured.Unstructured, error) {
-	old, source, err := i.cfg.Objects.Get(ctx, wr.gvr, wr.namespace, wr.info.Name)
-	if err != nil || source != "cache" || wr.verb != "update" {
+// the resourceVersion it was based on (in decoded); when the cache holds an
+// older one the cache is behind, and a live read gives the real stored
+// object.
+func (i *Interceptor) storedObject(ctx context.Context, wr *write, namespace string, decoded *unstructured.Unstructured) (*unstructured.Unstructured, error) {
+	old, source, err := i.cfg.Objects.Get(ctx, wr.gvr, namespace, wr.info.Name)
+	if err != nil || source != "cache" || decoded == nil || wr.verb != "update" {
 		return old, err
 	}
-	if rv := resourceVersionOf(contentType, data); rv != "" && rv != old.GetResourceVersion() {
-		return i.cfg.Objects.GetLive(ctx, wr.gvr, wr.namespace, wr.info.Name)
+	if rv := decoded.GetResourceVersion(); rv != "" && rv != old.GetResourceVersion() {
+		return i.cfg.Objects.GetLive(ctx, wr.gvr, namespace, wr.info.Name)
 	}
 	return old, nil
-}
-
-func resourceVersionOf(contentType string, data []byte) string {
-	obj, _, err := body.Decode(contentType, data, nil)
-	if err != nil {
-		return ""
-	}
-	return obj.GetResourceVersion()
 }
 
 func (i *Interceptor) resolveParent(ctx context.Context, p *pending, owned *unstructured.Unstructured) error {
@@ -611,19 +643,19 @@ func (i *Interceptor) resolveParent(ctx context.Context, p *pending, owned *unst
 		return apierrors.NewBadRequest(fmt.Sprintf("the controller ownerReference has an invalid apiVersion %q: %v", ref.APIVersion, err))
 	}
 	// The parent snapshot is only read: no copy of the cached object.
-	parent, source, err := i.cfg.Objects.GetKindShared(ctx, gv.WithKind(ref.Kind), p.w.namespace, ref.Name)
+	parent, source, err := i.cfg.Objects.GetKindShared(ctx, gv.WithKind(ref.Kind), p.namespace, ref.Name)
 	switch {
 	case apierrors.IsNotFound(err):
 		// The parent is gone: garbage collection is cleaning up, which is
 		// allowed like any write under a deleting parent.
-		p.parent = goneParent(ref, p.w.namespace)
+		p.parent = goneParent(ref, p.namespace)
 		p.parentSource = "gone"
 		return nil
 	case err != nil:
 		return i.unresolvable(fmt.Errorf("reading the parent %s %s: %w", ref.Kind, ref.Name, err))
 	}
 	if ref.UID != "" && parent.GetUID() != ref.UID {
-		p.parent = goneParent(ref, p.w.namespace)
+		p.parent = goneParent(ref, p.namespace)
 		p.parentSource = "gone"
 		return nil
 	}
@@ -659,6 +691,11 @@ func (i *Interceptor) refreshParent(ctx context.Context, p *pending) error {
 		ns = ""
 	}
 	fresh, err := i.cfg.Objects.GetLive(ctx, m.Resource, ns, p.parent.GetName())
+	if apierrors.IsNotFound(err) {
+		ref := metav1.OwnerReference{APIVersion: p.parent.GetAPIVersion(), Kind: p.parent.GetKind(), Name: p.parent.GetName(), UID: p.parent.GetUID()}
+		p.parent, p.parentSource = goneParent(&ref, p.namespace), "gone"
+		return nil
+	}
 	if err != nil {
 		return i.unresolvable(fmt.Errorf("re-reading the parent: %w", err))
 	}
@@ -667,16 +704,20 @@ func (i *Interceptor) refreshParent(ctx context.Context, p *pending) error {
 	return nil
 }
 
-// unresolvable applies --failure-policy Fail: the write is refused with a
-// retryable error. (Ignore is handled by the caller of decide.)
+// unresolvable carries out the failure policy for a fact that could not
+// be read: an ignoredError the caller forwards, or the refusal.
 func (i *Interceptor) unresolvable(err error) error {
-	if i.cfg.FailurePolicy == FailurePolicyIgnore {
-		return &ignoredError{err}
-	}
+	kind := decision.Unreadable
 	var status apierrors.APIStatus
 	var netErr net.Error
 	if (errors.As(err, &status) && status.Status().Code == http.StatusServiceUnavailable) || errors.As(err, &netErr) {
-		// The upstream could not be reached: retryable.
+		kind = decision.Unreachable
+	}
+	action := decision.OnFailure(i.cfg.FailurePolicy, kind)
+	switch {
+	case action.Forward:
+		return &ignoredError{err}
+	case action.Code == http.StatusServiceUnavailable:
 		e := apierrors.NewServiceUnavailable(fmt.Sprintf("kausality-proxy cannot decide about this write (--failure-policy=Fail): %v", err))
 		e.ErrStatus.Details = &metav1.StatusDetails{RetryAfterSeconds: 1}
 		return e
@@ -704,7 +745,7 @@ func (e *ignoredError) Error() string { return e.err.Error() }
 func (i *Interceptor) decide(r *http.Request, p *pending) decision.Decision {
 	u, _ := request.UserFrom(r.Context())
 	in := decision.Input{
-		Operation:      p.w.op,
+		Operation:      p.op,
 		OldObject:      p.old,
 		NewObject:      p.new,
 		DesiredChanged: p.changed,
@@ -715,13 +756,14 @@ func (i *Interceptor) decide(r *http.Request, p *pending) decision.Decision {
 		FieldManager:   p.w.fieldManager,
 		Mode:           decision.ModeInputs{Namespace: p.nsMode, Default: i.cfg.DefaultMode},
 		DryRun:         p.w.dryRun,
+		Now:            i.cfg.Clock.Now(),
 		Lifecycle:      p.settings.Lifecycle,
 		UngatedKinds:   p.settings.UngatedChildKinds,
 	}
 	if p.controller != nil && p.controller.Mode != annotations.ModeShadow {
 		in.Mode.Controller = string(p.controller.Mode)
 	}
-	in.Child = decision.ObjectRef{APIVersion: p.kind.GroupVersion().String(), Kind: p.kind.Kind, Namespace: p.w.namespace, Name: p.w.info.Name}
+	in.Child = decision.ObjectRef{APIVersion: p.kind.GroupVersion().String(), Kind: p.kind.Kind, Namespace: p.namespace, Name: p.w.info.Name}
 	if in.Child.Name == "" && p.new != nil {
 		in.Child.Name = p.new.GetName()
 		if in.Child.Name == "" {

@@ -1,0 +1,106 @@
+package decision
+
+// The write path's policies that are not about one write's verdict: what
+// to do when a fact cannot be established, which verdicts must be
+// confirmed against kube-apiserver, and what to do when reserving a once
+// approval fails. They are here, pure, so the orchestration only carries
+// them out.
+
+// FailurePolicy is --failure-policy: what happens to a write when a fact
+// the decision needs (the kind, the stored object, the parent) cannot be
+// read.
+type FailurePolicy string
+
+// Failure policies.
+const (
+	FailurePolicyFail   FailurePolicy = "Fail"
+	FailurePolicyIgnore FailurePolicy = "Ignore"
+)
+
+// FailureKind says why a fact could not be read.
+type FailureKind int
+
+// Failure kinds.
+const (
+	// Unreachable: kube-apiserver could not be reached or answered 503; a
+	// retry may succeed.
+	Unreachable FailureKind = iota
+	// Unreadable: kube-apiserver answered, but the fact cannot be had (an
+	// unmappable kind, a read the proxy may not make).
+	Unreadable
+)
+
+// FailureAction is what to do with a write whose facts are incomplete.
+type FailureAction struct {
+	// Forward: let the write through undecided, with a warning.
+	Forward bool
+	// Code is the status of the refusal when not forwarded: 503 (retry) or
+	// 500.
+	Code int
+}
+
+// OnFailure applies the failure policy.
+func OnFailure(policy FailurePolicy, kind FailureKind) FailureAction {
+	switch {
+	case policy == FailurePolicyIgnore:
+		return FailureAction{Forward: true}
+	case kind == Unreachable:
+		return FailureAction{Code: 503}
+	default:
+		return FailureAction{Code: 500}
+	}
+}
+
+// NeedsConfirmation reports whether d must be decided again from a live
+// read of the parent before it is acted on. The controller reacts to the
+// same watch event as the proxy's cache, and a cache a beat behind shows
+// the parent settled when its spec has just changed: a drift verdict from
+// the cache is confirmed. Other verdicts allow the write whatever the
+// parent's latest state, so they cost no extra round trip.
+func NeedsConfirmation(d *Decision, parentFromCache bool) bool {
+	return d.Drift && parentFromCache
+}
+
+// ReservationError says how reserving a once approval on the parent failed.
+type ReservationError int
+
+// Reservation errors.
+const (
+	// ReservationConflict: the parent changed since it was read (maybe
+	// another write took the approval).
+	ReservationConflict ReservationError = iota
+	// ReservationParentGone: the parent no longer exists.
+	ReservationParentGone
+	// ReservationFailed: anything else (the proxy may not write the
+	// parent, kube-apiserver is down).
+	ReservationFailed
+)
+
+// ReservationAction is what to do after a failed reservation.
+type ReservationAction int
+
+// Reservation actions.
+const (
+	// DecideAgain from a fresh read of the parent.
+	DecideAgain ReservationAction = iota
+	// RefuseRetryable: answer 409, the client retries the write.
+	RefuseRetryable
+	// RefuseAsFailure: the failure policy applies; a retry would meet the
+	// same error, so it is not a conflict.
+	RefuseAsFailure
+)
+
+// OnReservationError decides what follows a failed reservation at attempt
+// (1-based) of at most maxAttempts.
+func OnReservationError(e ReservationError, attempt, maxAttempts int) ReservationAction {
+	switch {
+	case e == ReservationFailed:
+		return RefuseAsFailure
+	case attempt >= maxAttempts:
+		return RefuseRetryable
+	default:
+		// A conflict, or a parent deleted meanwhile (its children are then
+		// cleanup): the fresh snapshot decides.
+		return DecideAgain
+	}
+}

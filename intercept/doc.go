@@ -21,10 +21,16 @@
 // (authorize.go): the proxy reads and writes with credentials stronger than
 // any caller's, so it does nothing for a write kube-apiserver would refuse.
 //
+// One write goes one way: classify (classify.go, final) → gather the facts
+// (facts.go: the body decoded once, the stored object, the parent, the
+// namespace) → decide (the pure decision package, policies included) → act
+// (act.go, parentwrites.go). serve.go orchestrates; Build makes the parts
+// (build.go).
+//
 // Pure logic, no I/O (table-tested on their own): annotations, approval,
 // body, controllerid, decision, decisionlog, desired, lifecycle, patch,
-// rules, trace, shadowreport. I/O: objects (informer caches and live reads with the
-// proxy's credentials), notify (DriftReport delivery), config (the --config
-// file and its watcher), and this package's serve.go and parentwrites.go,
-// which orchestrate them.
+// rules, settle, trace, shadowreport. I/O: objects (informer caches and
+// live reads with the proxy's credentials), notify (DriftReport delivery),
+// config (the --config file and its watcher), and this package's files,
+// which carry out the decisions.
 package intercept

@@ -1,0 +1,81 @@
+// What the proxy answers when a fact cannot be read: the failure policy
+// carried out, kube-apiserver's own not-found, and reservation errors
+// classified for the decision.
+
+package intercept
+
+import (
+	"errors"
+	"fmt"
+	"net"
+	"net/http"
+
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+
+	"github.com/kausality-io/kausality-proxy/intercept/decision"
+)
+
+// forwardIgnored lets a write through undecided when err is a failure
+// --failure-policy=Ignore covers, and says so to the caller. It reports
+// whether it answered.
+func (i *Interceptor) forwardIgnored(w http.ResponseWriter, r *http.Request, p *pending, err error, forward http.Handler) bool {
+	var ignored *ignoredError
+	if !errors.As(err, &ignored) {
+		return false
+	}
+	p.outcome = "ignored-failure"
+	i.logError(r, p, err)
+	w.Header().Add("Warning", formatWarning("kausality: no drift decision was made (--failure-policy=Ignore): "+ignored.Error()))
+	forward.ServeHTTP(w, r)
+	return true
+}
+
+// reservationError classifies a failed reservation for the decision.
+func reservationError(err error) decision.ReservationError {
+	switch {
+	case apierrors.IsConflict(err):
+		return decision.ReservationConflict
+	case apierrors.IsNotFound(err):
+		return decision.ReservationParentGone
+	}
+	return decision.ReservationFailed
+}
+
+// unresolvable carries out the failure policy for a fact that could not
+// be read: an ignoredError the caller forwards, or the refusal.
+func (i *Interceptor) unresolvable(err error) error {
+	kind := decision.Unreadable
+	var status apierrors.APIStatus
+	var netErr net.Error
+	if (errors.As(err, &status) && status.Status().Code == http.StatusServiceUnavailable) || errors.As(err, &netErr) {
+		kind = decision.Unreachable
+	}
+	action := decision.OnFailure(i.cfg.FailurePolicy, kind)
+	switch {
+	case action.Forward:
+		return &ignoredError{err}
+	case action.Code == http.StatusServiceUnavailable:
+		e := apierrors.NewServiceUnavailable(fmt.Sprintf("kausality-proxy cannot decide about this write (--failure-policy=Fail): %v", err))
+		e.ErrStatus.Details = &metav1.StatusDetails{RetryAfterSeconds: 1}
+		return e
+	}
+	return apierrors.NewInternalError(fmt.Errorf("kausality-proxy cannot decide about this write (--failure-policy=Fail): %w", err))
+}
+
+// resourceNotFound is kube-apiserver's answer for a path that names no
+// resource it serves.
+func resourceNotFound() error {
+	return &apierrors.StatusError{ErrStatus: metav1.Status{
+		Status:  metav1.StatusFailure,
+		Code:    http.StatusNotFound,
+		Reason:  metav1.StatusReasonNotFound,
+		Message: "the server could not find the requested resource",
+		Details: &metav1.StatusDetails{},
+	}}
+}
+
+// ignoredError marks a failure that --failure-policy=Ignore lets through.
+type ignoredError struct{ err error }
+
+func (e *ignoredError) Error() string { return e.err.Error() }

@@ -276,8 +276,9 @@ func (h *Harness) setupFixtures(ctx context.Context) error {
 //
 //   - reconciling: generation 2, observedGeneration 1: the controller's
 //     writes are Expected (the hot path of every controller);
-//   - stable: generation == observedGeneration: another actor's writes are
-//     a NewOrigin, the controller's are drift.
+//   - stable: generation == observedGeneration and rolled out (settled at
+//     its spec): another actor's writes are a NewOrigin, the controller's
+//     are drift.
 func (h *Harness) setupParents(ctx context.Context) error {
 	for _, p := range []struct {
 		ns, name string
@@ -301,10 +302,15 @@ func (h *Harness) setupParents(ctx context.Context) error {
 		if p.stable {
 			obs = d.Generation
 		}
+		// A rolled-out Deployment: with its observedGeneration caught up,
+		// kstatus says Current, so the stable parent is settled at its spec.
 		d.Status = appsv1.DeploymentStatus{
 			ObservedGeneration: obs,
 			Conditions: []appsv1.DeploymentCondition{{
 				Type: appsv1.DeploymentAvailable, Status: corev1.ConditionTrue, Reason: "Bench",
+				LastUpdateTime: metav1.Now(), LastTransitionTime: metav1.Now(),
+			}, {
+				Type: appsv1.DeploymentProgressing, Status: corev1.ConditionTrue, Reason: "NewReplicaSetAvailable",
 				LastUpdateTime: metav1.Now(), LastTransitionTime: metav1.Now(),
 			}},
 		}

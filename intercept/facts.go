@@ -131,22 +131,75 @@ func (i *Interceptor) load(r *http.Request, p *pending) error {
 		p.changed, p.changes = desiredChange(p.op, p.old, p.new)
 	}
 
+	// A status write is never gated: it records on the written object
+	// itself, and never fails because a parent cannot be read.
+	if wr.sub == statusSubresource {
+		return nil
+	}
+	// gated: the verdict depends on the parent and the namespace, so a
+	// failure to read them follows the failure policy. A write that
+	// changes no desired state is allowed whatever they say, so it goes
+	// on without them, with a warning.
+	gated := p.changed || p.op != decision.Update
+	bestEffort := func(err error) error {
+		if gated {
+			return err
+		}
+		p.warnings = append(p.warnings, "kausality: "+err.Error()+"; decided without it (this write changes no desired state)")
+		return nil
+	}
+
 	// The parent: the controller owner of the object after the write (of
 	// the stored object for deletes).
 	owned := p.new
 	if owned == nil {
 		owned = p.old
 	}
-	if err := i.resolveParent(ctx, p, owned); err != nil {
-		return err
+	parent, source, err := i.parentOf(ctx, p.namespace, owned)
+	if err != nil {
+		return bestEffort(err)
 	}
+	p.parent, p.parentSource = parent, source
+	// A write that removes or re-points the controller ownerReference is
+	// decided against the owner it leaves too: moving a child away from a
+	// frozen or settled parent is a write under that parent.
+	if p.op == decision.Update && p.old != nil && p.new != nil && controllerMoved(p.old, p.new) {
+		former, source, err := i.parentOf(ctx, p.namespace, p.old)
+		if err != nil {
+			return bestEffort(err)
+		}
+		if source != "gone" {
+			p.formerParent, p.formerParentSource = former, source
+		}
+	}
+
 	if ns := p.namespace; ns != "" {
 		nsObj, _, err := i.cfg.Objects.GetShared(ctx, namespacesGVR, "", ns)
-		if err == nil {
+		switch {
+		case err == nil:
 			p.nsMode = nsObj.GetAnnotations()[annotations.Mode]
+		case apierrors.IsNotFound(err):
+			// Writes into a namespace that does not exist fail upstream.
+		default:
+			// The namespace may say enforce: deciding without it would
+			// fail open.
+			return bestEffort(i.unresolvable(fmt.Errorf("reading the namespace %s: %w", ns, err)))
 		}
 	}
 	return nil
+}
+
+// controllerMoved reports whether a write removes or re-points the
+// controller ownerReference.
+func controllerMoved(old, new *unstructured.Unstructured) bool {
+	before, after := metav1.GetControllerOfNoCopy(old), metav1.GetControllerOfNoCopy(new)
+	switch {
+	case before == nil:
+		return false
+	case after == nil:
+		return true
+	}
+	return before.UID != after.UID || before.Kind != after.Kind || before.Name != after.Name
 }
 
 // storedObject reads the object the write applies to. An update carries
@@ -164,38 +217,34 @@ func (i *Interceptor) storedObject(ctx context.Context, wr *write, namespace str
 	return old, nil
 }
 
-func (i *Interceptor) resolveParent(ctx context.Context, p *pending, owned *unstructured.Unstructured) error {
+// parentOf reads the controller owner of owned (nil when it has none), and
+// where it came from: the cache, a live read, or "gone".
+func (i *Interceptor) parentOf(ctx context.Context, namespace string, owned *unstructured.Unstructured) (*unstructured.Unstructured, string, error) {
 	if owned == nil {
-		return nil
+		return nil, "", nil
 	}
 	ref := metav1.GetControllerOfNoCopy(owned)
 	if ref == nil {
-		return nil
+		return nil, "", nil
 	}
 	gv, err := schema.ParseGroupVersion(ref.APIVersion)
 	if err != nil {
-		return apierrors.NewBadRequest(fmt.Sprintf("the controller ownerReference has an invalid apiVersion %q: %v", ref.APIVersion, err))
+		return nil, "", apierrors.NewBadRequest(fmt.Sprintf("the controller ownerReference has an invalid apiVersion %q: %v", ref.APIVersion, err))
 	}
 	// The parent snapshot is only read: no copy of the cached object.
-	parent, source, err := i.cfg.Objects.GetKindShared(ctx, gv.WithKind(ref.Kind), p.namespace, ref.Name)
+	parent, source, err := i.cfg.Objects.GetKindShared(ctx, gv.WithKind(ref.Kind), namespace, ref.Name)
 	switch {
 	case apierrors.IsNotFound(err):
 		// The parent is gone: garbage collection is cleaning up, which is
 		// allowed like any write under a deleting parent.
-		p.parent = goneParent(ref, p.namespace)
-		p.parentSource = "gone"
-		return nil
+		return goneParent(ref, namespace), "gone", nil
 	case err != nil:
-		return i.unresolvable(fmt.Errorf("reading the parent %s %s: %w", ref.Kind, ref.Name, err))
+		return nil, "", i.unresolvable(fmt.Errorf("reading the parent %s %s: %w", ref.Kind, ref.Name, err))
 	}
 	if ref.UID != "" && parent.GetUID() != ref.UID {
-		p.parent = goneParent(ref, p.namespace)
-		p.parentSource = "gone"
-		return nil
+		return goneParent(ref, namespace), "gone", nil
 	}
-	p.parent = parent
-	p.parentSource = string(source)
-	return nil
+	return parent, string(source), nil
 }
 
 // goneParent stands in for a parent that no longer exists: deleting.
@@ -239,6 +288,18 @@ func (i *Interceptor) refreshParent(ctx context.Context, p *pending) error {
 }
 
 func (i *Interceptor) decide(r *http.Request, p *pending) decision.Decision {
+	d := decision.Decide(i.input(r, p, p.parent, p.parentSource))
+	if p.formerParent != nil {
+		d = decision.UnderBoth(d, decision.Decide(i.input(r, p, p.formerParent, p.formerParentSource)))
+	}
+	if len(p.warnings) > 0 {
+		d.Warnings = append(append([]string(nil), p.warnings...), d.Warnings...)
+	}
+	return d
+}
+
+// input is the decision's input for the write under parent.
+func (i *Interceptor) input(r *http.Request, p *pending, parent *unstructured.Unstructured, parentSource string) decision.Input {
 	u, _ := request.UserFrom(r.Context())
 	in := decision.Input{
 		Operation:      p.op,
@@ -247,7 +308,7 @@ func (i *Interceptor) decide(r *http.Request, p *pending) decision.Decision {
 		DesiredChanged: p.changed,
 		Changes:        p.changes,
 		StatusWrite:    p.w.sub == statusSubresource,
-		Parent:         p.parent,
+		Parent:         parent,
 		User:           u,
 		FieldManager:   p.w.fieldManager,
 		Mode:           decision.ModeInputs{Namespace: p.nsMode, Default: i.cfg.DefaultMode},
@@ -269,11 +330,11 @@ func (i *Interceptor) decide(r *http.Request, p *pending) decision.Decision {
 	if p.shownChanges != nil {
 		in.Changes = p.shownChanges
 	}
-	if p.parent != nil && p.parentSource != "gone" {
-		facts := i.settled.Assess(p.parent)
+	if parent != nil && parentSource != "gone" {
+		facts := i.settled.Assess(parent)
 		in.Settle = &facts
 	}
-	return decision.Decide(in)
+	return in
 }
 
 // desiredChange reports whether the write changes the desired state.

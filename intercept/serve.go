@@ -63,6 +63,12 @@ type pending struct {
 	shownChanges []desired.Change
 	parent       *unstructured.Unstructured
 	parentSource string
+	// formerParent is the controller owner the write moves the child away
+	// from (removing or re-pointing the controller ownerReference).
+	formerParent       *unstructured.Unstructured
+	formerParentSource string
+	// warnings are about facts that could not be read but were not needed.
+	warnings []string
 	nsMode       string
 	outcome      string // what finally happened, for the decision line
 }

@@ -104,3 +104,15 @@ func OnReservationError(e ReservationError, attempt, maxAttempts int) Reservatio
 		return DecideAgain
 	}
 }
+
+// UnderBoth combines the decisions of a write under the parent it ends up
+// with (primary) and under the parent it moves away from (former): the
+// write stands only if it stands under both, so moving a child away from a
+// frozen or settled parent is no way around it.
+func UnderBoth(primary, former Decision) Decision {
+	if former.Result == Deny {
+		return former
+	}
+	primary.Warnings = append(primary.Warnings, former.Warnings...)
+	return primary
+}

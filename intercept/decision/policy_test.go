@@ -58,3 +58,18 @@ func TestOnReservationError(t *testing.T) {
 		}
 	}
 }
+
+func TestUnderBoth(t *testing.T) {
+	allowed := Decision{Result: Allow, Category: NoParent, Warnings: []string{"a"}}
+	frozen := Decision{Result: Deny, Category: Frozen}
+	loggedDrift := Decision{Result: Allow, Category: DriftUnapproved, Warnings: []string{"drift"}}
+	if got := UnderBoth(allowed, frozen); got.Category != Frozen {
+		t.Errorf("a refusal under the former parent must win: %+v", got)
+	}
+	if got := UnderBoth(frozen, allowed); got.Category != Frozen {
+		t.Errorf("a refusal under the new parent must stand: %+v", got)
+	}
+	if got := UnderBoth(allowed, loggedDrift); got.Category != NoParent || len(got.Warnings) != 2 {
+		t.Errorf("allowed under both keeps the primary decision and both warnings: %+v", got)
+	}
+}

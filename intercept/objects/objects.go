@@ -164,6 +164,12 @@ func (s *Store) mayResetDiscovery() bool {
 // ignored.
 func (s *Store) GetKindShared(ctx context.Context, gvk schema.GroupVersionKind, namespace, name string) (*unstructured.Unstructured, Source, error) {
 	m, err := s.Mapping(gvk)
+	if meta.IsNoMatchError(err) {
+		// An ownerReference keeps the version it was written with
+		// (apps/v1beta2, a CRD version since dropped); the object is the
+		// same at any version the group serves for its kind.
+		m, err = s.mapper.RESTMapping(gvk.GroupKind())
+	}
 	if err != nil {
 		return nil, "", err
 	}

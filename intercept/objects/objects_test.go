@@ -114,4 +114,13 @@ func TestStoreMapsKindsThroughDiscovery(t *testing.T) {
 	if _, err := s.Mapping(schema.GroupVersionKind{Group: "ghosts.example.com", Version: "v1", Kind: "Ghost"}); err == nil {
 		t.Fatal("an unserved kind mapped")
 	}
+	// An ownerReference written at a version no longer served names the
+	// same object at the version the group serves.
+	u, _, err = s.GetKindShared(ctx, schema.GroupVersionKind{Group: "apps", Version: "v1beta2", Kind: "Deployment"}, "prod", "web")
+	if err != nil || u.GetName() != "web" {
+		t.Fatalf("parent at an unserved version: %v %v", u, err)
+	}
+	if _, _, err := s.GetKindShared(ctx, schema.GroupVersionKind{Group: "ghosts.example.com", Version: "v1", Kind: "Ghost"}, "prod", "g"); err == nil {
+		t.Fatal("an unserved kind was read")
+	}
 }

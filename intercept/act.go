@@ -8,6 +8,7 @@ import (
 	"bytes"
 	"errors"
 	"fmt"
+	"io"
 	"net/http"
 	"strconv"
 	"strings"
@@ -48,24 +49,31 @@ func (i *Interceptor) learnStatus(p *pending) {
 // kube-apiserver would accept it. When it would not, its answer has been
 // written to w and nothing was changed anywhere.
 func (i *Interceptor) preflight(w http.ResponseWriter, out *http.Request, forward http.Handler, writeError ErrorWriter) bool {
-	dry := out.Clone(out.Context())
-	q := dry.URL.Query()
-	q.Add("dryRun", "All")
-	dry.URL.RawQuery = q.Encode()
-	dry.RequestURI = ""
-	if out.GetBody != nil {
-		b, err := out.GetBody()
-		if err == nil {
-			dry.Body = b
-		}
+	data, err := readAll(out)
+	if err != nil {
+		writeError(w, apierrors.NewInternalError(err))
+		return false
 	}
 	rec := newBufferedResponse(maxPreflightAnswer)
-	forward.ServeHTTP(rec, dry)
+	forward.ServeHTTP(rec, dryRunOf(out, data))
 	if rec.code >= 200 && rec.code < 300 {
 		return true
 	}
 	rec.replay(w, writeError)
 	return false
+}
+
+// readAll reads a replayable request body without consuming it.
+func readAll(r *http.Request) ([]byte, error) {
+	if r.GetBody == nil {
+		return nil, nil
+	}
+	b, err := r.GetBody()
+	if err != nil {
+		return nil, err
+	}
+	defer func() { _ = b.Close() }()
+	return io.ReadAll(b)
 }
 
 // report sends the DriftReport the decision calls for, once the outcome is
@@ -107,26 +115,40 @@ func (i *Interceptor) deny(w http.ResponseWriter, r *http.Request, p *pending, d
 // mutate returns the request to forward: unchanged, or with the child
 // annotation changes the decision asks for written into its body.
 func (i *Interceptor) mutate(r *http.Request, p *pending, d *decision.Decision) (*http.Request, error) {
-	if d.ChildAnnotations.Empty() || p.new == nil || p.w.sub != mainResource {
+	annotate := !d.ChildAnnotations.Empty() && p.new != nil && p.w.sub == mainResource
+	precondition := p.precondition != "" && p.w.sub == mainResource && p.op == decision.Update
+	if !annotate && !precondition {
 		return r, nil
 	}
 	var (
-		data        []byte
+		data        = p.data
 		contentType = r.Header.Get("Content-Type")
 		err         error
 	)
 	if p.w.verb == "patch" {
-		data, err = patch.AddAnnotations(p.patchTy, p.data, d.ChildAnnotations.Pointers(), p.new)
-		if errors.Is(err, patch.ErrNotRewritable) {
-			// Forwarding it would remove every kausality.io annotation,
-			// the object's own mode and the trace included.
-			return nil, apierrors.NewInvalid(p.kind.GroupKind(), p.w.info.Name, field.ErrorList{field.Forbidden(
-				field.NewPath("metadata", "annotations"),
-				"kausality-proxy: this patch replaces metadata.annotations as a whole, which would drop the kausality.io annotations the proxy keeps on this object; patch individual annotation keys instead")})
+		if annotate {
+			data, err = patch.AddAnnotations(p.patchTy, data, d.ChildAnnotations.Pointers(), p.new)
+			if errors.Is(err, patch.ErrNotRewritable) {
+				// Forwarding it would remove every kausality.io annotation,
+				// the object's own mode and the trace included.
+				return nil, apierrors.NewInvalid(p.kind.GroupKind(), p.w.info.Name, field.ErrorList{field.Forbidden(
+					field.NewPath("metadata", "annotations"),
+					"kausality-proxy: this patch replaces metadata.annotations as a whole, which would drop the kausality.io annotations the proxy keeps on this object; patch individual annotation keys instead")})
+			}
+		}
+		if err == nil && precondition {
+			data, _, err = patch.WithResourceVersion(p.patchTy, data, p.precondition)
 		}
 	} else {
-		obj := p.new.DeepCopy()
-		d.ChildAnnotations.Apply(obj)
+		// The client's object, never the dry run's answer: what is
+		// forwarded is what the client sent, plus the proxy's own changes.
+		obj := p.sent.DeepCopy()
+		if annotate {
+			d.ChildAnnotations.Apply(obj)
+		}
+		if precondition && obj.GetResourceVersion() == "" {
+			obj.SetResourceVersion(p.precondition)
+		}
 		data, contentType, err = body.Encode(obj, p.format)
 	}
 	if err != nil {

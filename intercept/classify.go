@@ -18,8 +18,14 @@ const (
 	mainResource subresourceKind = iota
 	// statusSubresource: recorded (controller identity, phase), never gated.
 	statusSubresource
-	// scaleSubresource: a write of spec.replicas of the scaled object.
+	// scaleSubresource: a write of the scaled object's replicas field
+	// (spec.replicas, or a custom resource's specReplicasPath).
 	scaleSubresource
+	// evictionSubresource: a POST of pods/NAME/eviction. It deletes the
+	// pod (after the PodDisruptionBudget check), so it is decided as a
+	// delete of the pod: otherwise a frozen parent's pod could be removed
+	// by asking for it to be evicted.
+	evictionSubresource
 )
 
 // write is a classified, intercepted write.
@@ -35,6 +41,9 @@ type write struct {
 	sub          subresourceKind
 	dryRun       bool
 	fieldManager string
+	// collection: a deletecollection. Every object it would delete is
+	// decided as a delete of that object (collection.go).
+	collection bool
 }
 
 // classify reports whether r is an intercepted write, and what kind.
@@ -56,13 +65,25 @@ func (i *Interceptor) classify(r *http.Request) (*write, bool) {
 		w.op = decision.Update
 	case "delete":
 		w.op = decision.Delete
+	case "deletecollection":
+		// kube-apiserver expands it into deletes server-side, where the
+		// proxy cannot see them: passed through, it would delete what a
+		// single DELETE may not.
+		w.op = decision.Delete
+		w.collection = true
 	default:
-		// Reads, watches and deletecollection pass through.
+		// Reads and watches pass through.
 		return nil, false
 	}
 	switch info.Subresource {
 	case "":
 		w.sub = mainResource
+	case "eviction":
+		if w.op != decision.Create || info.APIGroup != "" || info.Resource != "pods" {
+			return nil, false
+		}
+		w.op = decision.Delete
+		w.sub = evictionSubresource
 	case "status":
 		if w.op == decision.Delete || w.op == decision.Create {
 			return nil, false

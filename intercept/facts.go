@@ -63,7 +63,7 @@ func (i *Interceptor) load(r *http.Request, p *pending) error {
 		if err != nil {
 			return err
 		}
-		decoded, p.format = obj, format
+		decoded, p.format, p.sent = obj, format, obj
 	}
 
 	if p.op != decision.Create {
@@ -313,6 +313,7 @@ func (i *Interceptor) input(r *http.Request, p *pending, parent *unstructured.Un
 		FieldManager:   p.w.fieldManager,
 		Mode:           decision.ModeInputs{Namespace: p.nsMode, Default: i.cfg.DefaultMode},
 		DryRun:         p.w.dryRun,
+		Confirmed:      p.confirmed,
 		Now:            i.cfg.Clock.Now(),
 		Lifecycle:      p.settings.Lifecycle,
 		UngatedKinds:   p.settings.UngatedChildKinds,

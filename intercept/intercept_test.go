@@ -48,6 +48,7 @@ func TestClassify(t *testing.T) {
 		sub                    subresourceKind
 		dryRun                 bool
 		manager                string
+		collection             bool
 	}{
 		{name: "create", method: "POST", path: "/apis/apps/v1/namespaces/prod/replicasets", ua: "kube-controller-manager/v1.35.4 (linux/amd64) kubernetes/abc/system:serviceaccount:kube-system:deployment-controller", intercepted: true, op: decision.Create, manager: "kube-controller-manager"},
 		{name: "update", method: "PUT", path: "/apis/apps/v1/namespaces/prod/replicasets/web", intercepted: true, op: decision.Update},
@@ -61,8 +62,12 @@ func TestClassify(t *testing.T) {
 		{name: "get", method: "GET", path: "/api/v1/namespaces/prod/configmaps/c"},
 		{name: "list", method: "GET", path: "/api/v1/namespaces/prod/configmaps"},
 		{name: "watch", method: "GET", path: "/api/v1/namespaces/prod/configmaps?watch=true"},
-		{name: "deletecollection", method: "DELETE", path: "/api/v1/namespaces/prod/configmaps"},
-		{name: "eviction subresource", method: "POST", path: "/api/v1/namespaces/prod/pods/p/eviction"},
+		{name: "deletecollection: each object it deletes is decided", method: "DELETE", path: "/api/v1/namespaces/prod/configmaps?labelSelector=app%3Dweb", ua: "kubectl", intercepted: true, op: decision.Delete, manager: "kubectl", collection: true},
+		{name: "deletecollection in an excluded namespace", method: "DELETE", path: "/api/v1/namespaces/kube-system/configmaps"},
+		{name: "eviction: a delete of the pod", method: "POST", path: "/api/v1/namespaces/prod/pods/p/eviction", ua: "kubectl", intercepted: true, op: decision.Delete, sub: evictionSubresource, manager: "kubectl"},
+		{name: "eviction dry run", method: "POST", path: "/api/v1/namespaces/prod/pods/p/eviction?dryRun=All", intercepted: true, op: decision.Delete, sub: evictionSubresource, dryRun: true},
+		{name: "eviction is a pods subresource only", method: "POST", path: "/apis/example.com/v1/namespaces/prod/widgets/w/eviction"},
+		{name: "reading an eviction is no write", method: "GET", path: "/api/v1/namespaces/prod/pods/p/eviction"},
 		{name: "binding subresource", method: "POST", path: "/api/v1/namespaces/prod/pods/p/binding"},
 		{name: "token subresource", method: "POST", path: "/api/v1/namespaces/prod/serviceaccounts/sa/token"},
 		{name: "exec", method: "POST", path: "/api/v1/namespaces/prod/pods/p/exec"},
@@ -82,8 +87,8 @@ func TestClassify(t *testing.T) {
 			if !ok {
 				return
 			}
-			if w.op != tc.op || w.sub != tc.sub || w.dryRun != tc.dryRun || w.fieldManager != tc.manager {
-				t.Fatalf("got op=%s sub=%d dryRun=%v manager=%q", w.op, w.sub, w.dryRun, w.fieldManager)
+			if w.op != tc.op || w.sub != tc.sub || w.dryRun != tc.dryRun || w.fieldManager != tc.manager || w.collection != tc.collection {
+				t.Fatalf("got op=%s sub=%d dryRun=%v manager=%q collection=%v", w.op, w.sub, w.dryRun, w.fieldManager, w.collection)
 			}
 		})
 	}
@@ -262,7 +267,7 @@ func TestMutateEveryShape(t *testing.T) {
 		t.Run(tc.name, func(t *testing.T) {
 			r := httptest.NewRequest("PUT", "/api/v1/namespaces/prod/configmaps/c", bytes.NewReader(tc.data))
 			r.Header.Set("Content-Type", tc.contentType)
-			p := &pending{w: &write{verb: tc.verb, sub: mainResource}, data: tc.data, format: tc.format, patchTy: tc.patchType, new: configMap()}
+			p := &pending{w: &write{verb: tc.verb, sub: mainResource}, data: tc.data, format: tc.format, patchTy: tc.patchType, new: configMap(), sent: configMap()}
 			out, err := i.mutate(r, p, d)
 			if err != nil {
 				t.Fatal(err)

@@ -78,6 +78,8 @@ type Interceptor struct {
 	// settled remembers the spec each parent last settled at, learned from
 	// the caches and from the parents read for decisions.
 	settled *settle.Memory
+	// scalePaths remembers where custom resources keep their replicas.
+	scalePaths replicaPaths
 	// watcher and stopBackground are set by Build, which owns the parts.
 	watcher        *config.Watcher
 	stopBackground context.CancelFunc

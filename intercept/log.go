@@ -52,9 +52,7 @@ func (i *Interceptor) recordDecision(p *pending, d *decision.Decision) {
 		line.TraceHops = strings.Count(d.Trace, `"kind"`)
 		line.TraceOrigin = d.TraceOrigin
 	}
-	for _, c := range p.changes {
-		line.ChangedPaths = append(line.ChangedPaths, c.Path)
-	}
+	line.ChangedPaths = decisionlog.ChangedPaths(p.changes)
 	line.Warnings = d.Warnings
 	i.cfg.Log.Info(decisionlog.Message, zap.Inline(line))
 	i.metrics.observe(p, d)

@@ -55,13 +55,12 @@ func failing(verb, resource string, times int, err error) serveOption {
 // are accepted.
 func answering(code int) http.HandlerFunc {
 	return func(w http.ResponseWriter, r *http.Request) {
-		_, _ = io.Copy(io.Discard, r.Body)
-		w.Header().Set("Content-Type", "application/json")
 		if r.URL.Query().Get("dryRun") != "" {
-			w.WriteHeader(http.StatusOK)
-			_, _ = w.Write([]byte(`{}`))
+			echoDryRun(w, r)
 			return
 		}
+		_, _ = io.Copy(io.Discard, r.Body)
+		w.Header().Set("Content-Type", "application/json")
 		w.WriteHeader(code)
 		_, _ = w.Write([]byte(`{"kind":"Status","apiVersion":"v1","code":` + strconv.Itoa(code) + `}`))
 	}
@@ -87,6 +86,9 @@ func TestOrchestration(t *testing.T) {
 		upstream http.HandlerFunc
 		write    benchWrite
 		wantCode int
+		// wantForwarded counts what reached kube-apiserver as the caller:
+		// the dry run confirming a drift verdict, the dry run before a once
+		// approval is reserved, and the write.
 		// wantApproval: the once approval is on the parent afterwards.
 		wantApproval  bool
 		wantForwarded int64
@@ -98,19 +100,19 @@ func TestOrchestration(t *testing.T) {
 			name: "approved: the once approval is taken, the write forwarded",
 			opts: []serveOption{withApprovedFamily, enforce}, upstream: answering(http.StatusOK),
 			write: driftWrite("approved-1", "approved", "approved-uid"), wantCode: http.StatusOK,
-			wantForwarded: 2, wantLiveParentReads: 1,
+			wantForwarded: 3, wantLiveParentReads: 1,
 		},
 		{
 			name: "a conflict from kube-apiserver left the object unwritten: the approval is put back",
 			opts: []serveOption{withApprovedFamily, enforce}, upstream: answering(http.StatusConflict),
 			write: driftWrite("approved-1", "approved", "approved-uid"), wantCode: http.StatusConflict,
-			wantApproval: true, wantForwarded: 2, wantLiveParentReads: 2,
+			wantApproval: true, wantForwarded: 3, wantLiveParentReads: 2,
 		},
 		{
 			name: "an ambiguous failure may have written the object: the approval stays taken",
 			opts: []serveOption{withApprovedFamily, enforce}, upstream: answering(http.StatusInternalServerError),
 			write: driftWrite("approved-1", "approved", "approved-uid"), wantCode: http.StatusInternalServerError,
-			wantForwarded: 2, wantLiveParentReads: 1,
+			wantForwarded: 3, wantLiveParentReads: 1,
 		},
 		{
 			name: "somebody changed the parent while the approval was reserved: decided again from a fresh read",
@@ -118,7 +120,7 @@ func TestOrchestration(t *testing.T) {
 				failing("patch", "deployments", 1, apierrors.NewConflict(schema.GroupResource{Group: "apps", Resource: "deployments"}, "approved", nil))},
 			upstream: answering(http.StatusOK),
 			write:    driftWrite("approved-1", "approved", "approved-uid"), wantCode: http.StatusOK,
-			wantForwarded: 2, wantLiveParentReads: 2,
+			wantForwarded: 3, wantLiveParentReads: 2,
 		},
 		{
 			name: "the proxy may not write the parent: no conflict to retry, the failure policy answers",
@@ -126,25 +128,25 @@ func TestOrchestration(t *testing.T) {
 				failing("patch", "deployments", 0, apierrors.NewForbidden(schema.GroupResource{Group: "apps", Resource: "deployments"}, "approved", nil))},
 			upstream: answering(http.StatusOK),
 			write:    driftWrite("approved-1", "approved", "approved-uid"), wantCode: http.StatusInternalServerError,
-			wantApproval: true, wantForwarded: 1, wantLiveParentReads: 1,
+			wantApproval: true, wantForwarded: 2, wantLiveParentReads: 1,
 		},
 		{
 			name:  "drift seen in the cache is confirmed with one live read, then denied",
 			opts:  []serveOption{enforce},
 			write: driftWrite("stable-1", "stable", "stable-uid"), wantCode: http.StatusForbidden,
-			wantLiveParentReads: 1,
+			wantForwarded: 1, wantLiveParentReads: 1,
 		},
 		{
 			name:  "--failure-policy=Fail: the confirmation cannot be read, the write is refused as retryable",
 			opts:  []serveOption{enforce, failing("get", "deployments", 0, unavailable)},
 			write: driftWrite("stable-1", "stable", "stable-uid"), wantCode: http.StatusServiceUnavailable,
-			wantLiveParentReads: 1,
+			wantForwarded: 1, wantLiveParentReads: 1,
 		},
 		{
 			name:  "--failure-policy=Ignore: the confirmation cannot be read, the write goes through with a warning",
 			opts:  []serveOption{enforce, ignoreFailures, failing("get", "deployments", 0, unavailable)},
 			write: driftWrite("stable-1", "stable", "stable-uid"), wantCode: http.StatusOK,
-			wantForwarded: 1, wantLiveParentReads: 1, wantWarning: "no drift decision was made (--failure-policy=Ignore)",
+			wantForwarded: 2, wantLiveParentReads: 1, wantWarning: "no drift decision was made (--failure-policy=Ignore)",
 		},
 	}
 	for _, tc := range cases {
@@ -158,7 +160,7 @@ func TestOrchestration(t *testing.T) {
 				t.Fatalf("code %d, want %d (error: %v)", rec.Code, tc.wantCode, env.lastError)
 			}
 			if got := env.forwarded.Load(); got != tc.wantForwarded {
-				t.Errorf("forwarded %d requests, want %d (a once approval is preceded by a dry run)", got, tc.wantForwarded)
+				t.Errorf("forwarded %d requests, want %d", got, tc.wantForwarded)
 			}
 			reads := 0
 			for _, a := range env.dyn.Actions() {
@@ -185,4 +187,103 @@ func TestOrchestration(t *testing.T) {
 			}
 		})
 	}
+}
+
+// Verdicts that rest on the proxy's computation are decided again on what
+// kube-apiserver stores and would store.
+func TestVerdictsAreConfirmedWithTheServer(t *testing.T) {
+	allowAll := func(authorizationv1.SubjectAccessReviewSpec) (bool, error) { return true, nil }
+	revert := driftWrite("stable-1", "stable", "stable-uid") // the controller writes replicas 3
+
+	t.Run("a stale cache hides a change: the controller's revert is held", func(t *testing.T) {
+		// A person scaled the ReplicaSet to 5; the cache still says 3, as
+		// the controller's revert does.
+		cached := benchChild("stable-1", "stable", "stable-uid", 3)
+		edited := benchChild("stable-1", "stable", "stable-uid", 5)
+		edited.SetResourceVersion("200")
+		env := newServeEnv(t, nil, allowAll, enforce, func(s *serveSetup) {
+			s.objects[4] = cached
+			s.reactors = append(s.reactors, reactor{verb: "get", resource: "replicasets", fn: func(clienttesting.Action) (bool, runtime.Object, error) {
+				return true, edited.DeepCopy(), nil
+			}})
+		})
+		env.upstream = echoDryRun
+		rec := httptest.NewRecorder()
+		env.handler.ServeHTTP(rec, env.request(t, revert))
+		if rec.Code != http.StatusForbidden {
+			t.Fatalf("code %d, want 403: the revert of a person's edit is drift (error %v)", rec.Code, env.lastError)
+		}
+		if got := env.forwarded.Load(); got != 1 {
+			t.Errorf("forwarded %d, want only the confirming dry run", got)
+		}
+	})
+
+	t.Run("a false change (the server stores what is stored): no drift, forwarded with a precondition", func(t *testing.T) {
+		env := newServeEnv(t, nil, allowAll, enforce)
+		stored, err := env.dyn.Resource(replicasetsGVR).Namespace("apps").Get(context.Background(), "stable-1", metav1.GetOptions{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		var forwardedBody []byte
+		env.upstream = func(w http.ResponseWriter, r *http.Request) {
+			data, _ := io.ReadAll(r.Body)
+			w.Header().Set("Content-Type", "application/json")
+			if r.URL.Query().Get("dryRun") != "" {
+				// Defaulting and canonicalization turn the write into
+				// what is already stored.
+				answer, _ := stored.MarshalJSON()
+				_, _ = w.Write(answer)
+				return
+			}
+			forwardedBody = data
+			_, _ = w.Write([]byte(`{}`))
+		}
+		rec := httptest.NewRecorder()
+		env.handler.ServeHTTP(rec, env.request(t, revert))
+		if rec.Code != http.StatusOK {
+			t.Fatalf("code %d, want 200 (error %v)", rec.Code, env.lastError)
+		}
+		if w := rec.Header().Values("Warning"); len(w) > 0 {
+			t.Errorf("no drift, no warning; got %q", w)
+		}
+		if !strings.Contains(string(forwardedBody), `"resourceVersion":"`+stored.GetResourceVersion()+`"`) {
+			t.Errorf("the forwarded write carries no precondition on resourceVersion %s: %s", stored.GetResourceVersion(), forwardedBody)
+		}
+		if !strings.Contains(string(forwardedBody), `"replicas":3`) {
+			t.Errorf("the forwarded write is not the client's object: %s", forwardedBody)
+		}
+	})
+
+	t.Run("a person's edit between the decision and the write: the write cannot land on it", func(t *testing.T) {
+		env := newServeEnv(t, nil, allowAll, enforce)
+		stored, err := env.dyn.Resource(replicasetsGVR).Namespace("apps").Get(context.Background(), "stable-1", metav1.GetOptions{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		current := stored.GetResourceVersion()
+		env.upstream = func(w http.ResponseWriter, r *http.Request) {
+			data, _ := io.ReadAll(r.Body)
+			w.Header().Set("Content-Type", "application/json")
+			if r.URL.Query().Get("dryRun") != "" {
+				answer, _ := stored.MarshalJSON()
+				_, _ = w.Write(answer)
+				// A person's edit lands right after the decision's facts
+				// were read.
+				current = "edited"
+				return
+			}
+			// kube-apiserver's optimistic concurrency.
+			if !strings.Contains(string(data), `"resourceVersion":"`+current+`"`) {
+				w.WriteHeader(http.StatusConflict)
+				_, _ = w.Write([]byte(`{"kind":"Status","apiVersion":"v1","code":409,"reason":"Conflict"}`))
+				return
+			}
+			_, _ = w.Write([]byte(`{}`))
+		}
+		rec := httptest.NewRecorder()
+		env.handler.ServeHTTP(rec, env.request(t, revert))
+		if rec.Code != http.StatusConflict {
+			t.Fatalf("code %d, want kube-apiserver's 409: the write must not land on a state it was not decided on", rec.Code)
+		}
+	})
 }

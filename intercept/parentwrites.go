@@ -88,13 +88,14 @@ func (i *Interceptor) restoreApproval(upd *decision.ApprovalsUpdate) {
 				log.Error("cannot restore a reserved approval", zap.Error(err))
 				return
 			}
-			current, _ := annotations.ParseApprovals(parent.GetAnnotations()[annotations.Approvals])
-			for _, a := range current {
-				if a == upd.Consumed {
-					return
-				}
+			value, changed, err := upd.Restore(parent.GetAnnotations()[annotations.Approvals])
+			if err != nil {
+				log.Error("cannot restore a reserved approval", zap.Error(err))
+				return
 			}
-			value := annotations.EncodeApprovals(append(current, upd.Consumed))
+			if !changed {
+				return
+			}
 			data, _ := annotationPatch(map[string]*string{annotations.Approvals: &value}, parent.GetResourceVersion())
 			_, err = ri.Patch(ctx, upd.Target.Name, types.MergePatchType, data, metav1.PatchOptions{FieldManager: FieldManager})
 			if err == nil {

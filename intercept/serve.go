@@ -69,6 +69,13 @@ type pending struct {
 	formerParentSource string
 	// warnings are about facts that could not be read but were not needed.
 	warnings []string
+	// sent is the object the client sent (creates and updates).
+	sent *unstructured.Unstructured
+	// confirmed: old and new are kube-apiserver's (a live read and a dry
+	// run), and precondition is the resourceVersion the write was decided
+	// on, which the forwarded write must still find.
+	confirmed    bool
+	precondition string
 	nsMode       string
 	outcome      string // what finally happened, for the decision line
 }
@@ -86,6 +93,10 @@ func (i *Interceptor) serveWrite(w http.ResponseWriter, r *http.Request, wr *wri
 	// Nothing is read, decoded or written for a caller who may not write.
 	if err := i.authorizeWrite(r.Context(), u, wr); err != nil {
 		i.refuseUnauthorized(w, r, p, err, forward, writeError)
+		return
+	}
+	if wr.collection {
+		i.serveCollection(w, r, p, forward, writeError)
 		return
 	}
 
@@ -155,6 +166,7 @@ func (i *Interceptor) serveWrite(w http.ResponseWriter, r *http.Request, wr *wri
 			i.learnStatus(p)
 		}
 		i.sideWrites(d.ParentWrites)
+		i.traceScaled(p, &d)
 		i.report(r, p, &d)
 	}
 	i.recordDecision(p, &d)
@@ -197,7 +209,16 @@ func (i *Interceptor) decideAndReserve(w http.ResponseWriter, r *http.Request, p
 	}
 	preflighted := false
 	for attempt := 1; ; attempt++ {
-		d, err := i.decideConfirmed(r, p)
+		d, err := i.decideConfirmed(r, p, forward)
+		var refused *refusedByServer
+		if errors.As(err, &refused) {
+			// The write itself would be refused the same way; nothing
+			// was changed anywhere.
+			p.outcome = "dry-run-refused"
+			refused.answer.replay(w, writeError)
+			i.recordDecision(p, &d)
+			return d, false
+		}
 		if err != nil {
 			if !i.forwardIgnored(w, r, p, err, forward) {
 				fail(err)
@@ -260,8 +281,14 @@ func (i *Interceptor) decideAndReserve(w http.ResponseWriter, r *http.Request, p
 // beat behind shows the parent as reconciled when its spec has just
 // changed. Drift is rare, so it is confirmed with one live read and decided
 // again from that single fresh snapshot.
-func (i *Interceptor) decideConfirmed(r *http.Request, p *pending) (decision.Decision, error) {
+func (i *Interceptor) decideConfirmed(r *http.Request, p *pending, forward http.Handler) (decision.Decision, error) {
 	d := i.decide(r, p)
+	if d.ConfirmWithServer && p.w.sub == mainResource {
+		if err := i.confirmWithServer(r, p, forward); err != nil {
+			return d, err
+		}
+		d = i.decide(r, p)
+	}
 	if decision.NeedsConfirmation(&d, p.parentSource == string(objects.FromCache)) {
 		if err := i.refreshParent(r.Context(), p); err != nil {
 			return d, err
@@ -306,7 +333,7 @@ func (i *Interceptor) serveShadow(w http.ResponseWriter, r *http.Request, p *pen
 		forward.ServeHTTP(w, r)
 		return
 	}
-	d, decided, err := i.shadowDecision(r, p, data)
+	d, decided, err := i.shadowDecision(r, p, data, forward)
 	restoreBody(r, data)
 	rec := httpx.NewCodeRecorder(w)
 	forward.ServeHTTP(rec, r)
@@ -321,7 +348,7 @@ func (i *Interceptor) serveShadow(w http.ResponseWriter, r *http.Request, p *pen
 
 // shadowDecision decides a shadow write. Nothing that goes wrong here,
 // a panic included, may keep the request from being forwarded.
-func (i *Interceptor) shadowDecision(r *http.Request, p *pending, data []byte) (d decision.Decision, decided bool, err error) {
+func (i *Interceptor) shadowDecision(r *http.Request, p *pending, data []byte, forward http.Handler) (d decision.Decision, decided bool, err error) {
 	defer func() {
 		if rec := recover(); rec != nil {
 			i.cfg.Log.Error("panic while deciding a shadow write", zap.Any("panic", rec), zap.Stack("stack"))
@@ -335,7 +362,13 @@ func (i *Interceptor) shadowDecision(r *http.Request, p *pending, data []byte) (
 	if p.skip() {
 		return d, false, nil
 	}
-	d, err = i.decideConfirmed(r, p)
+	d, err = i.decideConfirmed(r, p, forward)
+	var refused *refusedByServer
+	if errors.As(err, &refused) {
+		// kube-apiserver refuses the write itself: the unconfirmed
+		// decision is what is logged.
+		return d, true, nil
+	}
 	return d, err == nil, err
 }
 

@@ -8,6 +8,7 @@ import (
 	"io"
 	"net/http"
 	"net/http/httptest"
+	"slices"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -125,6 +126,15 @@ type serveSetup struct {
 	// reactors are prepended to the fake dynamic client (the proxy's own
 	// reads and writes), after the initial cache sync.
 	reactors []reactor
+	// resources are served besides Deployments, ReplicaSets and
+	// Namespaces, with the list kind of each.
+	resources []servedResource
+}
+
+type servedResource struct {
+	gvr      schema.GroupVersionResource
+	resource metav1.APIResource
+	listKind string
 }
 
 type serveOption func(*serveSetup)
@@ -152,9 +162,13 @@ func newServeEnv(b testing.TB, log *zap.Logger, allow func(authorizationv1.Subje
 	for _, o := range opts {
 		o(&setup)
 	}
-	dyn := dynamicfake.NewSimpleDynamicClientWithCustomListKinds(runtime.NewScheme(), map[schema.GroupVersionResource]string{
+	listKinds := map[schema.GroupVersionResource]string{
 		deploymentsGVR: "DeploymentList", replicasetsGVR: "ReplicaSetList", namespacesGVR: "NamespaceList",
-	}, setup.objects...)
+	}
+	for _, r := range setup.resources {
+		listKinds[r.gvr] = r.listKind
+	}
+	dyn := dynamicfake.NewSimpleDynamicClientWithCustomListKinds(runtime.NewScheme(), listKinds, setup.objects...)
 	disc := &fakediscovery.FakeDiscovery{Fake: &clienttesting.Fake{Resources: []*metav1.APIResourceList{
 		{GroupVersion: "apps/v1", APIResources: []metav1.APIResource{
 			{Name: "deployments", Namespaced: true, Kind: "Deployment", Verbs: metav1.Verbs{"get", "list", "watch", "update", "patch", "create"}},
@@ -164,6 +178,15 @@ func newServeEnv(b testing.TB, log *zap.Logger, allow func(authorizationv1.Subje
 			{Name: "namespaces", Namespaced: false, Kind: "Namespace", Verbs: metav1.Verbs{"get", "list", "watch"}},
 		}},
 	}}}
+	for _, r := range setup.resources {
+		gv := r.gvr.GroupVersion().String()
+		i := slices.IndexFunc(disc.Resources, func(l *metav1.APIResourceList) bool { return l.GroupVersion == gv })
+		if i < 0 {
+			disc.Resources = append(disc.Resources, &metav1.APIResourceList{GroupVersion: gv})
+			i = len(disc.Resources) - 1
+		}
+		disc.Resources[i].APIResources = append(disc.Resources[i].APIResources, r.resource)
+	}
 	ctx, cancel := context.WithCancel(context.Background())
 	b.Cleanup(cancel)
 	var env *benchEnv
@@ -206,11 +229,8 @@ func newServeEnv(b testing.TB, log *zap.Logger, allow func(authorizationv1.Subje
 			env.upstream(w, r)
 			return
 		}
-		_, _ = io.Copy(io.Discard, r.Body)
 		env.forwarded.Add(1)
-		w.Header().Set("Content-Type", "application/json")
-		w.WriteHeader(http.StatusOK)
-		_, _ = w.Write([]byte(`{}`))
+		echoDryRun(w, r)
 	})
 	env.handler = i.Wrap(forward, func(w http.ResponseWriter, err error) {
 		env.errors.Add(1)
@@ -342,4 +362,18 @@ func BenchmarkServeJSONLog(b *testing.B) {
 type reactor struct {
 	verb, resource string
 	fn             clienttesting.ReactionFunc
+}
+
+// echoDryRun answers like kube-apiserver for the update of a whole object:
+// a dry run answers the object it would store (here: the object sent), a
+// write answers 200.
+func echoDryRun(w http.ResponseWriter, r *http.Request) {
+	data, _ := io.ReadAll(r.Body)
+	w.Header().Set("Content-Type", "application/json")
+	w.WriteHeader(http.StatusOK)
+	if r.URL.Query().Get("dryRun") != "" {
+		_, _ = w.Write(data)
+		return
+	}
+	_, _ = w.Write([]byte(`{}`))
 }

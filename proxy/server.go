@@ -95,6 +95,9 @@ func (o *Options) Config(log *zap.Logger) (*Config, error) {
 	own := rest.CopyConfig(upstream)
 	own.QPS, own.Burst = 200, 400
 	own.UserAgent = "kausality-proxy"
+	if o.WrapOwnTransport != nil {
+		own.Wrap(o.WrapOwnTransport)
+	}
 	client, err := kubernetes.NewForConfig(own)
 	if err != nil {
 		return nil, fmt.Errorf("upstream client: %w", err)

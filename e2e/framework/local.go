@@ -49,6 +49,8 @@ type Local struct {
 	ConfigPath string
 	// Recorder sees every forwarded request it is told to watch.
 	Recorder *Recorder
+	// Watches holds back the proxy's own watch streams (WatchGate).
+	Watches *WatchGate
 	// Reports receives the proxy's DriftReports.
 	Reports *ReportSink
 
@@ -112,6 +114,8 @@ func StartLocal(ctx context.Context, opts LocalOptions) (_ *Local, retErr error)
 	opts2.ConfigReloadInterval = 200 * time.Millisecond
 	l.Recorder = &Recorder{}
 	opts2.WrapUpstreamTransport = l.Recorder.Wrap
+	l.Watches = NewWatchGate()
+	opts2.WrapOwnTransport = l.Watches.Wrap
 	l.Reports = newReportSink()
 	opts2.DriftWebhookURLs = []string{l.Reports.URL()}
 	opts2.ShutdownTimeout = 5 * time.Second

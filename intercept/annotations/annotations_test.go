@@ -69,15 +69,15 @@ func TestParseApprovals(t *testing.T) {
 		{
 			name:     "object instead of array",
 			in:       `{"apiVersion":"v1"}`,
-			warnings: []string{"kausality: malformed annotation kausality.io/approvals: json: cannot unmarshal object into Go value of type []annotations.Approval; treated as no approvals"},
+			warnings: []string{"kausality: malformed annotation kausality.io/approvals: want a JSON array of approvals, got object; treated as no approvals"},
 		},
 		{
-			name: "bad entries dropped",
+			name: "bad entries are no approvals",
 			in:   `[{"apiVersion":"v1","kind":"ConfigMap"},{"apiVersion":"v1","kind":"ConfigMap","name":"a","mode":"forever"},{"apiVersion":"v1","kind":"ConfigMap","name":"b","generation":2}]`,
 			want: []Approval{{APIVersion: "v1", Kind: "ConfigMap", Name: "b", Generation: 2}},
 			warnings: []string{
-				"kausality: malformed annotation kausality.io/approvals: entry 0: apiVersion, kind and name are required; entry ignored",
-				`kausality: malformed annotation kausality.io/approvals: entry 1: unknown mode "forever" (want once, generation or always); entry ignored`,
+				"kausality: malformed annotation kausality.io/approvals: entry 0: apiVersion, kind and name are required; entry ignored (kept as written)",
+				`kausality: malformed annotation kausality.io/approvals: entry 1: unknown mode "forever" (want once, generation or always); entry ignored (kept as written)`,
 			},
 		},
 	}
@@ -109,6 +109,86 @@ func TestEncodeApprovals(t *testing.T) {
 	want := `[{"apiVersion":"apps/v1","kind":"ReplicaSet","name":"r","generation":3,"mode":"once"},{"apiVersion":"v1","kind":"Secret","name":"s","mode":"always"}]`
 	if got != want {
 		t.Errorf("got %s\nwant %s", got, want)
+	}
+}
+
+// Every entry comes back with its raw form, valid or not, so that a
+// rewrite can put back byte for byte what it does not mean to remove.
+func TestParseApprovalEntries(t *testing.T) {
+	const (
+		valid    = `{"apiVersion":"v1","kind":"ConfigMap","name":"a","generation":2}`
+		extra    = `{ "apiVersion": "v1", "kind": "ConfigMap", "name": "b", "mode": "always", "note": "ticket 7" }`
+		noName   = `{"apiVersion":"v1","kind":"ConfigMap"}`
+		badMode  = `{"apiVersion":"v1","kind":"ConfigMap","name":"c","mode":"forever"}`
+		badType  = `{"apiVersion":"v1","kind":"ConfigMap","name":"d","generation":"3"}`
+		notObj   = `"approve everything"`
+		nullItem = `null`
+	)
+	tests := []struct {
+		name     string
+		in       string
+		ok       bool
+		raws     []string
+		valid    []bool
+		warnings int
+	}{
+		{name: "empty", in: "", ok: true},
+		{name: "null", in: "null", ok: true},
+		{name: "empty array", in: "[]", ok: true},
+		{name: "broken JSON", in: "[" + valid + ",{", warnings: 1},
+		{name: "object", in: valid, warnings: 1},
+		{name: "valid entries keep their bytes, unknown fields and spacing included", in: "[" + valid + ",  " + extra + "\n]", ok: true,
+			raws: []string{valid, extra}, valid: []bool{true, true}},
+		{name: "invalid entries are kept in place", in: "[" + noName + "," + valid + "," + badMode + "," + badType + "," + notObj + "," + nullItem + "]", ok: true,
+			raws: []string{noName, valid, badMode, badType, notObj, nullItem}, valid: []bool{false, true, false, false, false, false}, warnings: 5},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			entries, ws, ok := ParseApprovalEntries(tt.in)
+			if ok != tt.ok || len(ws) != tt.warnings || len(entries) != len(tt.raws) {
+				t.Fatalf("ok %v, %d warnings %v, %d entries; want ok %v, %d warnings, %d entries", ok, len(ws), ws, len(entries), tt.ok, tt.warnings, len(tt.raws))
+			}
+			for i, e := range entries {
+				if string(e.Raw) != tt.raws[i] || e.Valid != tt.valid[i] {
+					t.Errorf("entry %d: raw %s valid %v, want %s %v", i, e.Raw, e.Valid, tt.raws[i], tt.valid[i])
+				}
+				if !e.Valid && e.Approval != (Approval{}) {
+					t.Errorf("entry %d: an invalid entry carries an approval %+v", i, e.Approval)
+				}
+			}
+		})
+	}
+}
+
+func TestEncodeApprovalEntries(t *testing.T) {
+	const (
+		odd   = `{"apiVersion":"v1","kind":"ConfigMap","mode":"forever"}`
+		noted = `{ "apiVersion": "v1", "kind": "Secret", "name": "s", "mode": "always", "note": "ticket 7" }`
+	)
+	own := Approval{APIVersion: "apps/v1", Kind: "ReplicaSet", Name: "r", Generation: 3, Mode: ApprovalOnce}
+	tests := []struct {
+		name string
+		in   []ApprovalEntry
+		want string
+	}{
+		{"nothing removes the annotation", nil, ""},
+		{"entries as written, in order", []ApprovalEntry{{Raw: []byte(odd)}, {Raw: []byte(noted), Valid: true}},
+			"[" + odd + "," + noted + "]"},
+		{"an entry without a raw form is encoded", []ApprovalEntry{{Raw: []byte(odd)}, {Approval: own, Valid: true}, NewApprovalEntry(own)},
+			"[" + odd + `,{"apiVersion":"apps/v1","kind":"ReplicaSet","name":"r","generation":3,"mode":"once"},{"apiVersion":"apps/v1","kind":"ReplicaSet","name":"r","generation":3,"mode":"once"}]`},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			if got := EncodeApprovalEntries(tt.in); got != tt.want {
+				t.Errorf("got  %s\nwant %s", got, tt.want)
+			}
+		})
+	}
+	// Parsing and encoding a value in compact form gives it back.
+	v := "[" + odd + "," + noted + "]"
+	entries, _, _ := ParseApprovalEntries(v)
+	if got := EncodeApprovalEntries(entries); got != v {
+		t.Errorf("round trip: got %s, want %s", got, v)
 	}
 }
 

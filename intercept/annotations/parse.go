@@ -167,35 +167,103 @@ const (
 	ModeShadow DriftMode = "shadow"
 )
 
-// ParseApprovals parses kausality.io/approvals. An empty value is no
-// approvals. Broken JSON is no approvals plus a warning. Entries without
-// apiVersion/kind/name or with an unknown mode are dropped, with a warning.
-func ParseApprovals(v string) ([]Approval, []Warning) {
+// ApprovalEntry is one entry of kausality.io/approvals as written on the
+// parent. People write these by hand and tools add fields of their own, so
+// the proxy, which rewrites the annotation when it consumes or prunes
+// approvals, writes every entry it keeps back as Raw: an entry it cannot
+// read is not its to delete, and a field it does not know is not its to
+// drop.
+type ApprovalEntry struct {
+	// Raw is the entry's JSON exactly as written.
+	Raw json.RawMessage
+	// Approval is the decoded entry; meaningful only when Valid.
+	Approval Approval
+	// Valid: the entry decoded, names apiVersion, kind and name, and has a
+	// known mode. Only valid entries approve, are pruned or are consumed.
+	Valid bool
+}
+
+// NewApprovalEntry is the entry of an approval the proxy writes itself.
+func NewApprovalEntry(a Approval) ApprovalEntry {
+	raw, _ := json.Marshal(a) // cannot fail: strings and an integer
+	return ApprovalEntry{Raw: raw, Approval: a, Valid: true}
+}
+
+// ParseApprovalEntries parses kausality.io/approvals entry by entry. An
+// entry that cannot be decoded, lacks apiVersion, kind or name, or has an
+// unknown mode is returned invalid with its raw form, plus a warning.
+// ok is false when the value as a whole is not a JSON array (broken JSON,
+// an object): then it holds no approvals, and since nobody can tell its
+// entries apart, it must never be rewritten. An empty value is no entries.
+func ParseApprovalEntries(v string) (entries []ApprovalEntry, warnings []Warning, ok bool) {
 	if strings.TrimSpace(v) == "" {
-		return nil, nil
+		return nil, nil, true
 	}
-	var list []Approval
-	if err := json.Unmarshal([]byte(v), &list); err != nil {
-		return nil, []Warning{{Annotation: Approvals, Err: err, Effect: "treated as no approvals"}}
-	}
-	var warnings []Warning
-	out := list[:0]
-	for i, a := range list {
-		switch {
-		case a.APIVersion == "" || a.Kind == "" || a.Name == "":
-			warnings = append(warnings, Warning{Annotation: Approvals,
-				Err:    fmt.Errorf("entry %d: apiVersion, kind and name are required", i),
-				Effect: "entry ignored"})
-			continue
-		case a.Mode != "" && a.Mode != ApprovalOnce && a.Mode != ApprovalGeneration && a.Mode != ApprovalAlways:
-			warnings = append(warnings, Warning{Annotation: Approvals,
-				Err:    fmt.Errorf("entry %d: unknown mode %q (want once, generation or always)", i, a.Mode),
-				Effect: "entry ignored"})
-			continue
+	var raws []json.RawMessage
+	if err := json.Unmarshal([]byte(v), &raws); err != nil {
+		var typeErr *json.UnmarshalTypeError
+		if errors.As(err, &typeErr) {
+			err = fmt.Errorf("want a JSON array of approvals, got %s", typeErr.Value)
 		}
-		out = append(out, a)
+		return nil, []Warning{{Annotation: Approvals, Err: err, Effect: "treated as no approvals"}}, false
+	}
+	entries = make([]ApprovalEntry, len(raws))
+	for i, raw := range raws {
+		e := ApprovalEntry{Raw: raw}
+		err := json.Unmarshal(raw, &e.Approval)
+		a := e.Approval
+		switch {
+		case err != nil:
+			err = fmt.Errorf("entry %d: %w", i, err)
+		case a.APIVersion == "" || a.Kind == "" || a.Name == "":
+			err = fmt.Errorf("entry %d: apiVersion, kind and name are required", i)
+		case a.Mode != "" && a.Mode != ApprovalOnce && a.Mode != ApprovalGeneration && a.Mode != ApprovalAlways:
+			err = fmt.Errorf("entry %d: unknown mode %q (want once, generation or always)", i, a.Mode)
+		}
+		if err != nil {
+			e.Approval = Approval{}
+			warnings = append(warnings, Warning{Annotation: Approvals, Err: err, Effect: "entry ignored (kept as written)"})
+		} else {
+			e.Valid = true
+		}
+		entries[i] = e
+	}
+	return entries, warnings, true
+}
+
+// ParseApprovals returns the valid approvals of kausality.io/approvals,
+// with the warnings of ParseApprovalEntries. Code that rewrites the
+// annotation must use ParseApprovalEntries, which keeps the others.
+func ParseApprovals(v string) ([]Approval, []Warning) {
+	entries, warnings, _ := ParseApprovalEntries(v)
+	var out []Approval
+	for _, e := range entries {
+		if e.Valid {
+			out = append(out, e.Approval)
+		}
 	}
 	return out, warnings
+}
+
+// EncodeApprovalEntries renders entries as a JSON array, each entry as
+// written. An empty list renders as "" (remove the annotation).
+func EncodeApprovalEntries(list []ApprovalEntry) string {
+	if len(list) == 0 {
+		return ""
+	}
+	var b strings.Builder
+	b.WriteByte('[')
+	for i, e := range list {
+		if i > 0 {
+			b.WriteByte(',')
+		}
+		if len(e.Raw) == 0 {
+			e = NewApprovalEntry(e.Approval)
+		}
+		b.Write(e.Raw)
+	}
+	b.WriteByte(']')
+	return b.String()
 }
 
 // EncodeApprovals renders approvals as compact JSON. An empty list

@@ -27,6 +27,11 @@ type Approval = annotations.Approval
 // Rejection is an entry of kausality.io/rejections.
 type Rejection = annotations.Rejection
 
+// Entry is an entry of kausality.io/approvals as written: rewrites keep
+// every entry they do not remove exactly as written, including entries the
+// proxy cannot read.
+type Entry = annotations.ApprovalEntry
+
 // Mode is an approval mode.
 type Mode = annotations.ApprovalMode
 
@@ -120,13 +125,14 @@ func FindRejection(list []Rejection, c Child, w Window) (Rejection, bool) {
 }
 
 // FindApproval returns the index of the valid approval matching child, or
-// -1. When several match, one that needs no consumption is preferred
-// (always, then generation, then once), so a once approval is kept for when
-// it is the only one left.
-func FindApproval(list []Approval, c Child, w Window) int {
+// -1; entries the proxy cannot read never match. When several match, one
+// that needs no consumption is preferred (always, then generation, then
+// once), so a once approval is kept for when it is the only one left.
+func FindApproval(list []Entry, c Child, w Window) int {
 	best, bestRank := -1, 0
-	for i, a := range list {
-		if !MatchesApproval(a, c) || !Valid(a, w) {
+	for i, e := range list {
+		a := e.Approval
+		if !e.Valid || !MatchesApproval(a, c) || !Valid(a, w) {
 			continue
 		}
 		rank := 1
@@ -143,13 +149,15 @@ func FindApproval(list []Approval, c Child, w Window) int {
 	return best
 }
 
-// Prune drops stale approvals. kept aliases a new slice; list is unchanged.
-func Prune(list []Approval, w Window) (kept, pruned []Approval) {
-	for _, a := range list {
-		if Stale(a, w) {
-			pruned = append(pruned, a)
+// Prune drops stale approvals. Entries the proxy cannot read are kept: it
+// cannot tell whether they are stale. kept is a new slice; list is
+// unchanged.
+func Prune(list []Entry, w Window) (kept []Entry, pruned []Approval) {
+	for _, e := range list {
+		if e.Valid && Stale(e.Approval, w) {
+			pruned = append(pruned, e.Approval)
 		} else {
-			kept = append(kept, a)
+			kept = append(kept, e)
 		}
 	}
 	return kept, pruned
@@ -157,17 +165,18 @@ func Prune(list []Approval, w Window) (kept, pruned []Approval) {
 
 // Consume removes the entry at index used (a once approval) from list and
 // prunes stale entries. It returns the new kausality.io/approvals value (""
-// means remove the annotation) and the pruned entries.
-func Consume(list []Approval, used int, w Window) (value string, pruned []Approval) {
-	rest := make([]Approval, 0, len(list))
-	for i, a := range list {
+// means remove the annotation), every other entry as written, and the
+// pruned entries.
+func Consume(list []Entry, used int, w Window) (value string, pruned []Approval) {
+	rest := make([]Entry, 0, len(list))
+	for i, e := range list {
 		if i == used {
 			continue
 		}
-		rest = append(rest, a)
+		rest = append(rest, e)
 	}
 	kept, pruned := Prune(rest, w)
-	return annotations.EncodeApprovals(kept), pruned
+	return annotations.EncodeApprovalEntries(kept), pruned
 }
 
 // Outcome is the result of Evaluate.
@@ -194,6 +203,9 @@ type Evaluation struct {
 	RejectionsMalformed bool
 	// Approval is set when Approved.
 	Approval *Approval
+	// ApprovalRaw is the approving entry as written, so that a consumed
+	// once approval can be put back as it was.
+	ApprovalRaw []byte
 	// Consume: the approval is a once approval and must be consumed.
 	Consume bool
 	// ApprovalsChanged: the approvals annotation must be rewritten to
@@ -208,7 +220,7 @@ type Evaluation struct {
 // Evaluate applies rejections (first), then approvals, to child at the
 // parent generation. rejectionsMalformed makes every child rejected.
 // Pruning is always computed; it only happens if the write goes through.
-func Evaluate(approvals []Approval, rejections []Rejection, rejectionsMalformed bool, c Child, w Window) Evaluation {
+func Evaluate(approvals []Entry, rejections []Rejection, rejectionsMalformed bool, c Child, w Window) Evaluation {
 	var ev Evaluation
 	switch {
 	case rejectionsMalformed:
@@ -228,9 +240,9 @@ func Evaluate(approvals []Approval, rejections []Rejection, rejectionsMalformed 
 		idx = FindApproval(approvals, c, w)
 	}
 	if idx >= 0 && idx < len(approvals) {
-		a := approvals[idx]
+		a := approvals[idx].Approval
 		ev.Outcome = Approved
-		ev.Approval = &a
+		ev.Approval, ev.ApprovalRaw = &a, approvals[idx].Raw
 		ev.Consume = a.EffectiveMode() == Once
 	}
 	if ev.Consume {
@@ -239,33 +251,34 @@ func Evaluate(approvals []Approval, rejections []Rejection, rejectionsMalformed 
 	} else {
 		kept, pruned := Prune(approvals, w)
 		if len(pruned) > 0 {
-			ev.NewApprovals, ev.Pruned, ev.ApprovalsChanged = annotations.EncodeApprovals(kept), pruned, true
+			ev.NewApprovals, ev.Pruned, ev.ApprovalsChanged = annotations.EncodeApprovalEntries(kept), pruned, true
 		}
 	}
 	return ev
 }
 
 // PruneValue parses an approvals annotation value and returns the pruned
-// value when something is stale. Malformed values are left alone.
+// value when something is stale; every other entry stays as written. A
+// value that is not a JSON array is left alone.
 func PruneValue(value string, w Window) (newValue string, pruned []Approval, changed bool) {
-	list, warnings := annotations.ParseApprovals(value)
-	if len(warnings) > 0 {
+	list, _, ok := annotations.ParseApprovalEntries(value)
+	if !ok {
 		return value, nil, false
 	}
 	kept, pruned := Prune(list, w)
 	if len(pruned) == 0 {
 		return value, nil, false
 	}
-	return annotations.EncodeApprovals(kept), pruned, true
+	return annotations.EncodeApprovalEntries(kept), pruned, true
 }
 
 // Suggest returns the once approval that would unblock child, and the full
 // approvals annotation value with it added to the currently valid
-// (non-stale) approvals. It names the parent's generation now: the bump
-// that writing it causes on some kinds stays in the window.
-func Suggest(current []Approval, c Child, w Window) (Approval, string) {
+// (non-stale) entries, as written. It names the parent's generation now:
+// the bump that writing it causes on some kinds stays in the window.
+func Suggest(current []Entry, c Child, w Window) (Approval, string) {
 	a := Approval{APIVersion: c.APIVersion, Kind: c.Kind, Name: c.Name, Generation: w.To, Mode: Once}
 	kept, _ := Prune(current, w)
-	all := append(append(make([]Approval, 0, len(kept)+1), kept...), a)
-	return a, annotations.EncodeApprovals(all)
+	all := append(append(make([]Entry, 0, len(kept)+1), kept...), annotations.NewApprovalEntry(a))
+	return a, annotations.EncodeApprovalEntries(all)
 }

@@ -3,9 +3,23 @@ package approval
 import (
 	"reflect"
 	"testing"
+
+	"github.com/kausality-io/kausality-proxy/intercept/annotations"
 )
 
 var rs = Child{APIVersion: "apps/v1", Kind: "ReplicaSet", Name: "web-1"}
+
+// entries are approvals as the proxy would write them.
+func entries(list ...Approval) []Entry {
+	var out []Entry
+	for _, a := range list {
+		out = append(out, annotations.NewApprovalEntry(a))
+	}
+	return out
+}
+
+// raw is the raw form of a as entries writes it.
+func raw(a Approval) []byte { return annotations.NewApprovalEntry(a).Raw }
 
 func TestMatches(t *testing.T) {
 	tests := []struct {
@@ -77,14 +91,14 @@ func TestFindApprovalPrefersNonConsuming(t *testing.T) {
 		{APIVersion: "apps/v1", Kind: "ReplicaSet", Name: "web-1", Generation: 5, Mode: Generation},
 		{APIVersion: "apps/v1", Kind: "ReplicaSet", Name: "other", Mode: Always},
 	}
-	if got := FindApproval(list, rs, At(5)); got != 1 {
+	if got := FindApproval(entries(list...), rs, At(5)); got != 1 {
 		t.Errorf("got %d, want 1 (generation beats once)", got)
 	}
 	list = append(list, Approval{APIVersion: "apps/v1", Kind: "ReplicaSet", Name: "*", Mode: Always})
-	if got := FindApproval(list, rs, At(5)); got != 3 {
+	if got := FindApproval(entries(list...), rs, At(5)); got != 3 {
 		t.Errorf("got %d, want 3 (always beats generation)", got)
 	}
-	if got := FindApproval(list[:1], rs, At(6)); got != -1 {
+	if got := FindApproval(entries(list[:1]...), rs, At(6)); got != -1 {
 		t.Errorf("stale once approval matched: %d", got)
 	}
 }
@@ -161,7 +175,10 @@ func TestEvaluate(t *testing.T) {
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			got := Evaluate(tt.approvals, tt.rejections, tt.malformed, rs, At(5))
+			got := Evaluate(entries(tt.approvals...), tt.rejections, tt.malformed, rs, At(5))
+			if tt.want.Approval != nil {
+				tt.want.ApprovalRaw = raw(*tt.want.Approval)
+			}
 			if !reflect.DeepEqual(got, tt.want) {
 				t.Errorf("got  %+v\nwant %+v", got, tt.want)
 			}
@@ -172,7 +189,7 @@ func TestEvaluate(t *testing.T) {
 func TestConsumeKeepsOtherOnce(t *testing.T) {
 	a := Approval{APIVersion: "apps/v1", Kind: "ReplicaSet", Name: "web-1", Generation: 5}
 	b := Approval{APIVersion: "apps/v1", Kind: "ReplicaSet", Name: "web-1", Generation: 5}
-	v, pruned := Consume([]Approval{a, b}, 0, At(5))
+	v, pruned := Consume(entries(a, b), 0, At(5))
 	if v != `[{"apiVersion":"apps/v1","kind":"ReplicaSet","name":"web-1","generation":5}]` || pruned != nil {
 		t.Errorf("got %s %v", v, pruned)
 	}
@@ -192,12 +209,105 @@ func TestPruneValue(t *testing.T) {
 	}
 }
 
+// What a person wrote but the proxy cannot read, and every entry it keeps,
+// survive its rewrites byte for byte and in place: consuming, pruning and
+// the value a denial suggests only take out the entries they mean to.
+func TestRewritesKeepEntriesAsWritten(t *testing.T) {
+	const (
+		once5     = `{"apiVersion":"apps/v1","kind":"ReplicaSet","name":"web-1","generation":5,"mode":"once"}`
+		stale3    = `{"apiVersion":"v1","kind":"ConfigMap","name":"c","generation":3}`
+		noName    = `{"apiVersion":"apps/v1","kind":"ReplicaSet","generation":5}`
+		badMode   = `{"apiVersion":"apps/v1","kind":"ReplicaSet","name":"web-1","generation":5,"mode":"twice"}`
+		badType   = `{"apiVersion":"apps/v1","kind":"ReplicaSet","name":"web-1","generation":"5"}`
+		oldBad    = `{"apiVersion":"v1","kind":"ConfigMap","name":"c","generation":1,"mode":"sometimes"}`
+		noted     = `{ "apiVersion": "v1", "kind": "Secret", "name": "s", "mode": "always", "note": "INC-7" }`
+		notObject = `42`
+	)
+	list := func(entries ...string) string {
+		out := "["
+		for i, e := range entries {
+			if i > 0 {
+				out += ","
+			}
+			out += e
+		}
+		return out + "]"
+	}
+	tests := []struct {
+		name      string
+		value     string
+		evaluated string // NewApprovals of Evaluate for rs at generation 5
+		pruned    string // PruneValue at generation 5
+		suggested string // the value a denial at generation 6 suggests
+	}{
+		{
+			name:      "consumed once between unparsable entries",
+			value:     list(noName, once5, badMode, notObject),
+			evaluated: list(noName, badMode, notObject),
+			pruned:    list(noName, once5, badMode, notObject),
+			suggested: list(noName, badMode, notObject, `{"apiVersion":"apps/v1","kind":"ReplicaSet","name":"web-1","generation":6,"mode":"once"}`),
+		},
+		{
+			name:      "stale entry pruned, an unparsable one for an old generation kept",
+			value:     list(stale3, oldBad, noted, once5),
+			evaluated: list(oldBad, noted),
+			pruned:    list(oldBad, noted, once5),
+			suggested: list(oldBad, noted, `{"apiVersion":"apps/v1","kind":"ReplicaSet","name":"web-1","generation":6,"mode":"once"}`),
+		},
+		{
+			name:      "an entry of the wrong type never approves and is kept",
+			value:     list(badType, stale3),
+			evaluated: list(badType),
+			pruned:    list(badType),
+			suggested: list(badType, `{"apiVersion":"apps/v1","kind":"ReplicaSet","name":"web-1","generation":6,"mode":"once"}`),
+		},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			parsed, _, ok := annotations.ParseApprovalEntries(tt.value)
+			if !ok {
+				t.Fatalf("%s does not parse", tt.value)
+			}
+			ev := Evaluate(parsed, nil, false, rs, At(5))
+			if ev.NewApprovals != tt.evaluated {
+				t.Errorf("after the write:\n got  %s\n want %s", ev.NewApprovals, tt.evaluated)
+			}
+			if ev.Consume && string(ev.ApprovalRaw) != once5 {
+				t.Errorf("the consumed entry as written: %s", ev.ApprovalRaw)
+			}
+			if nv, _, _ := PruneValue(tt.value, At(5)); nv != tt.pruned {
+				t.Errorf("pruned:\n got  %s\n want %s", nv, tt.pruned)
+			}
+			if _, v := Suggest(parsed, rs, At(6)); v != tt.suggested {
+				t.Errorf("suggested:\n got  %s\n want %s", v, tt.suggested)
+			}
+		})
+	}
+}
+
+// A value that is not a JSON array holds no approvals and is never
+// rewritten: nobody can tell its entries apart.
+func TestBrokenValueIsNeverRewritten(t *testing.T) {
+	for _, v := range []string{
+		`[{"apiVersion":"v1","kind":"ConfigMap","name":"c","generation":3},{broken`,
+		`{"apiVersion":"v1","kind":"ConfigMap","name":"c","generation":3}`,
+	} {
+		if nv, pruned, changed := PruneValue(v, At(9)); changed || nv != v || pruned != nil {
+			t.Errorf("PruneValue(%s) = %q %v %v", v, nv, pruned, changed)
+		}
+		parsed, _, _ := annotations.ParseApprovalEntries(v)
+		if ev := Evaluate(parsed, nil, false, rs, At(9)); ev.ApprovalsChanged || ev.Outcome != NotApproved {
+			t.Errorf("Evaluate(%s) = %+v", v, ev)
+		}
+	}
+}
+
 func TestSuggest(t *testing.T) {
 	cur := []Approval{
 		{APIVersion: "v1", Kind: "ConfigMap", Name: "old", Generation: 2},
 		{APIVersion: "v1", Kind: "Secret", Name: "s", Mode: Always},
 	}
-	a, v := Suggest(cur, rs, At(5))
+	a, v := Suggest(entries(cur...), rs, At(5))
 	if want := (Approval{APIVersion: "apps/v1", Kind: "ReplicaSet", Name: "web-1", Generation: 5, Mode: Once}); a != want {
 		t.Errorf("suggestion %+v", a)
 	}
@@ -212,12 +322,12 @@ func TestSuggest(t *testing.T) {
 func TestWindowSpansAnnotationBumps(t *testing.T) {
 	sugg, _ := Suggest(nil, rs, At(5))
 	afterWrite := Window{From: 5, To: 6}
-	ev := Evaluate([]Approval{sugg}, nil, false, rs, afterWrite)
+	ev := Evaluate(entries(sugg), nil, false, rs, afterWrite)
 	if ev.Outcome != Approved || !ev.Consume || ev.NewApprovals != "" {
 		t.Fatalf("the suggested approval after the bump it caused: %+v", ev)
 	}
 	afterSpecChange := Window{From: 7, To: 7}
-	if ev := Evaluate([]Approval{sugg}, nil, false, rs, afterSpecChange); ev.Outcome != NotApproved || len(ev.Pruned) != 1 {
+	if ev := Evaluate(entries(sugg), nil, false, rs, afterSpecChange); ev.Outcome != NotApproved || len(ev.Pruned) != 1 {
 		t.Fatalf("after the spec moved on the approval must be stale: %+v", ev)
 	}
 	for _, w := range []Window{{}, {From: 9, To: 5}} {

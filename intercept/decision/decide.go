@@ -60,6 +60,28 @@ type decider struct {
 
 // Decide decides one intercepted write.
 func Decide(in Input) Decision {
+	d := decideOnce(in)
+	if in.Update() && !in.Confirmed {
+		d.ConfirmWithServer = d.Drift || d.Category == NoDesiredChange && wouldBeHeld(in)
+	}
+	return d
+}
+
+// wouldBeHeld reports whether a write that changes no desired state (by
+// the proxy's computation) would be drift or frozen if it did: under a
+// stale cache, or with defaulting the proxy does not do, the computation
+// may be wrong, and the verdict is then about an object kube-apiserver
+// would not store.
+func wouldBeHeld(in Input) bool {
+	if in.Parent == nil || in.StatusWrite {
+		return false
+	}
+	in.DesiredChanged = true
+	h := decideOnce(in)
+	return h.Drift || h.Category == Frozen
+}
+
+func decideOnce(in Input) Decision {
 	d := Decision{Result: Allow}
 	x := &decider{in: in, d: &d, now: in.Now}
 	if x.now.IsZero() {
@@ -376,7 +398,7 @@ func (x *decider) drift() {
 	d := x.d
 	d.Drift = true
 	parentObj := "parent " + x.parent.String()
-	approvals, aw := annotations.ParseApprovals(x.parAnn[annotations.Approvals])
+	approvals, aw, _ := annotations.ParseApprovalEntries(x.parAnn[annotations.Approvals])
 	x.warns(aw, parentObj)
 	rejections, rw := annotations.ParseRejections(x.parAnn[annotations.Rejections])
 	if rw != nil {
@@ -411,7 +433,7 @@ func (x *decider) drift() {
 		if ev.Consume {
 			d.ConsumeOnce = true
 			d.ApprovalsUpdate = &ApprovalsUpdate{Target: x.parent, ResourceVersion: d.Parent.ResourceVersion,
-				Old: x.parAnn[annotations.Approvals], New: ev.NewApprovals, Consumed: *ev.Approval, Pruned: ev.Pruned}
+				Old: x.parAnn[annotations.Approvals], New: ev.NewApprovals, Consumed: *ev.Approval, ConsumedRaw: ev.ApprovalRaw, Pruned: ev.Pruned}
 		} else if ev.ApprovalsChanged {
 			x.setApprovalsSideWrite(ev.NewApprovals, len(ev.Pruned))
 		}
@@ -443,7 +465,8 @@ func (x *decider) drift() {
 }
 
 // pruneApprovals schedules removal of stale approvals (Expected path).
-// Malformed approvals are left alone here; the drift path warns about them.
+// Entries it cannot read stay as written, and a value that is not a JSON
+// array is left alone; the drift path warns about both.
 func (x *decider) pruneApprovals() {
 	v := x.parAnn[annotations.Approvals]
 	if v == "" {

@@ -189,6 +189,19 @@ func js(v interface{}) string {
 	return string(b)
 }
 
+// withConsumedRaw sets u.ConsumedRaw to the consumed entry as written in
+// u.Old: that is the form a refused write puts back.
+func withConsumedRaw(u ApprovalsUpdate) *ApprovalsUpdate {
+	entries, _, _ := annotations.ParseApprovalEntries(u.Old)
+	for _, e := range entries {
+		if e.Valid && e.Approval == u.Consumed {
+			u.ConsumedRaw = e.Raw
+			break
+		}
+	}
+	return &u
+}
+
 func check(t *testing.T, d Decision, w want) {
 	t.Helper()
 	eq := func(field string, got, want interface{}) {
@@ -205,6 +218,9 @@ func check(t *testing.T, d Decision, w want) {
 	eq("approval", d.Approval, w.approval)
 	eq("rejection", d.Rejection, w.rejection)
 	eq("consumeOnce", d.ConsumeOnce, w.consume)
+	if u := w.approvalsUpdate; u != nil && u.ConsumedRaw == nil {
+		w.approvalsUpdate = withConsumedRaw(*u)
+	}
 	eq("approvalsUpdate", d.ApprovalsUpdate, w.approvalsUpdate)
 	eq("snoozed", d.Snooze.Snoozed, w.snoozed)
 	eq("report", d.Report, w.report)
@@ -241,6 +257,7 @@ func TestDecide(t *testing.T) {
 	aAlways := approval.Approval{APIVersion: "apps/v1", Kind: "ReplicaSet", Name: "web-1", Mode: approval.Always}
 	stale := `{"apiVersion":"v1","kind":"ConfigMap","name":"cfg","generation":4,"mode":"once"}`
 	otherAlways := `{"apiVersion":"v1","kind":"Secret","name":"s","mode":"always"}`
+	unreadable := `{ "apiVersion": "apps/v1", "kind": "ReplicaSet", "name": "web-1", "generation": 5, "mode": "twice" }`
 	rej := approval.Rejection{APIVersion: "apps/v1", Kind: "ReplicaSet", Name: "web-1", Reason: "needs SRE review"}
 	parentWithAnn := func(kv ...string) func(in *Input) {
 		return func(in *Input) {
@@ -446,6 +463,17 @@ func TestDecide(t *testing.T) {
 					Reasons: []string{"prune 1 stale approval(s): the parent's spec is at generation 5"}}}},
 		},
 		{
+			name: "expected: pruning keeps what the proxy cannot read, as written",
+			in: func(in *Input) {
+				obsGen(4)(in.Parent)
+				setAnn(annotations.Approvals, "["+unreadable+","+stale+","+otherAlways+"]")(in.Parent)
+			},
+			want: want{result: Allow, category: Expected, mode: annotations.ModeEnforce, modeSource: ModeFromDefault,
+				child: set(annotations.Trace, hopOnParent(ctrlHop)),
+				parentWrites: []SideWrite{{Target: parentRef, AnnotationChanges: *set(annotations.Approvals, "["+unreadable+","+otherAlways+"]"),
+					Reasons: []string{"prune 1 stale approval(s): the parent's spec is at generation 5"}}}},
+		},
+		{
 			name: "expected: controller writes keep the stored user annotations",
 			in: func(in *Input) {
 				obsGen(4)(in.Parent)
@@ -497,6 +525,19 @@ func TestDecide(t *testing.T) {
 					New:      "[" + otherAlways + "]",
 					Consumed: approval.Approval{APIVersion: "apps/v1", Kind: "ReplicaSet", Name: "web-1", Generation: 5},
 					Pruned:   []approval.Approval{{APIVersion: "v1", Kind: "ConfigMap", Name: "cfg", Generation: 4, Mode: approval.Once}}},
+				child: set(annotations.Trace, hopOnParent(ctrlHop))},
+		},
+		{
+			name: "drift with once approval: consumption keeps what the proxy cannot read, as written",
+			in:   parentWithAnn(annotations.Approvals, "["+unreadable+`,{"apiVersion":"apps/v1","kind":"ReplicaSet","name":"web-1","generation":5}]`),
+			want: want{result: Allow, category: DriftApproved, mode: annotations.ModeEnforce, modeSource: ModeFromDefault, drift: true,
+				approval: &approval.Approval{APIVersion: "apps/v1", Kind: "ReplicaSet", Name: "web-1", Generation: 5},
+				consume:  true, report: ReportResolved,
+				warnings: []string{`kausality: malformed annotation kausality.io/approvals on parent apps/v1 Deployment default/web: entry 0: unknown mode "twice" (want once, generation or always); entry ignored (kept as written)`},
+				approvalsUpdate: &ApprovalsUpdate{Target: parentRef, ResourceVersion: "100",
+					Old:      "[" + unreadable + `,{"apiVersion":"apps/v1","kind":"ReplicaSet","name":"web-1","generation":5}]`,
+					New:      "[" + unreadable + "]",
+					Consumed: approval.Approval{APIVersion: "apps/v1", Kind: "ReplicaSet", Name: "web-1", Generation: 5}},
 				child: set(annotations.Trace, hopOnParent(ctrlHop))},
 		},
 		{

@@ -9,6 +9,7 @@ import (
 
 	"github.com/kausality-io/kausality-proxy/intercept/annotations"
 	"github.com/kausality-io/kausality-proxy/intercept/approval"
+	"github.com/kausality-io/kausality-proxy/intercept/desired"
 )
 
 const (
@@ -18,9 +19,24 @@ const (
 	maxCauseChanges = 50
 )
 
+// shownChanges are the changes messages and warnings may show. A Secret's
+// values never are, whoever the caller and whatever built the changes:
+// warnings reach the caller and the decision log, and the log is read by
+// people who may not read Secrets.
+func (x *decider) shownChanges() []desired.Change {
+	if x.d.Child.APIVersion != "v1" || x.d.Child.Kind != "Secret" {
+		return x.in.Changes
+	}
+	out := make([]desired.Change, len(x.in.Changes))
+	for i, c := range x.in.Changes {
+		out[i] = desired.Change{Path: c.Path}
+	}
+	return out
+}
+
 // describeWrite renders what the write does to the desired state.
 func (x *decider) describeWrite() string {
-	ch := x.in.Changes
+	ch := x.shownChanges()
 	if len(ch) == 0 {
 		switch x.in.Operation {
 		case Create:
@@ -92,16 +108,17 @@ func annotationField(key string) string { return "metadata.annotations[" + key +
 // baseCauses lists parent, child, actor and changed fields.
 func (x *decider) baseCauses() []metav1.StatusCause {
 	d := x.d
-	causes := make([]metav1.StatusCause, 0, 4+len(x.in.Changes))
+	changes := x.shownChanges()
+	causes := make([]metav1.StatusCause, 0, 4+len(changes))
 	causes = append(causes,
 		metav1.StatusCause{Type: CauseParent, Field: "metadata.ownerReferences", Message: x.parentText()},
 		metav1.StatusCause{Type: CauseChild, Message: string(x.in.Operation) + " " + d.Child.String()},
 		metav1.StatusCause{Type: CauseController, Message: x.actorText()},
 	)
-	for i, c := range x.in.Changes {
+	for i, c := range changes {
 		if i == maxCauseChanges {
 			causes = append(causes, metav1.StatusCause{Type: CauseChangedField,
-				Message: strconv.Itoa(len(x.in.Changes)-maxCauseChanges) + " more changed fields"})
+				Message: strconv.Itoa(len(changes)-maxCauseChanges) + " more changed fields"})
 			break
 		}
 		msg := "changed"

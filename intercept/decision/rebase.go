@@ -10,8 +10,9 @@ import (
 // resourceVersion precondition and rebases on every conflict, so a
 // person's edit made since the decision is never overwritten:
 //   - a key nobody touched since the decision gets the decided value;
-//   - approvals lose only the entries the decision pruned or consumed, and
-//     are left alone while a person's edit makes them unparsable;
+//   - approvals lose only the entries the decision pruned or consumed;
+//     every other entry stays as written, and a value a person's edit left
+//     unparsable as a whole is left alone;
 //   - controllers get the decided writer put first on the fresh record;
 //   - other keys (phase, observed generation) get the decided value.
 func (sw SideWrite) Rebase(fresh map[string]string) AnnotationChanges {
@@ -54,34 +55,36 @@ func (sw SideWrite) Rebase(fresh map[string]string) AnnotationChanges {
 }
 
 // withoutDropped removes from the approvals now the entries that the
-// decision dropped going from seen to decided. ok is false when now cannot
-// be parsed: then nothing is written.
+// decision dropped going from seen to decided, matched as written; every
+// other entry, a person's new one or one the proxy cannot read, stays as
+// written. ok is false when now is not a JSON array: then nothing is
+// written.
 func withoutDropped(now, seen, decided string) (string, bool) {
-	current, warnings := annotations.ParseApprovals(now)
-	if len(warnings) > 0 {
+	current, _, ok := annotations.ParseApprovalEntries(now)
+	if !ok {
 		return now, false
 	}
-	before, _ := annotations.ParseApprovals(seen)
-	after, _ := annotations.ParseApprovals(decided)
-	dropped := map[annotations.Approval]int{}
-	for _, a := range before {
-		dropped[a]++
+	before, _, _ := annotations.ParseApprovalEntries(seen)
+	after, _, _ := annotations.ParseApprovalEntries(decided)
+	dropped := map[string]int{}
+	for _, e := range before {
+		dropped[string(e.Raw)]++
 	}
-	for _, a := range after {
-		if dropped[a] > 0 {
-			dropped[a]--
+	for _, e := range after {
+		if dropped[string(e.Raw)] > 0 {
+			dropped[string(e.Raw)]--
 		}
 	}
-	kept := make([]annotations.Approval, 0, len(current))
-	for _, a := range current {
-		if dropped[a] > 0 {
-			dropped[a]--
+	kept := make([]annotations.ApprovalEntry, 0, len(current))
+	for _, e := range current {
+		if dropped[string(e.Raw)] > 0 {
+			dropped[string(e.Raw)]--
 			continue
 		}
-		kept = append(kept, a)
+		kept = append(kept, e)
 	}
 	if len(kept) == len(current) {
 		return now, true
 	}
-	return annotations.EncodeApprovals(kept), true
+	return annotations.EncodeApprovalEntries(kept), true
 }

@@ -2,6 +2,7 @@ package decision
 
 import (
 	"encoding/json"
+	"errors"
 	"strings"
 	"time"
 
@@ -200,10 +201,18 @@ type Input struct {
 	// falls back to generation numbers alone: a controller's write is
 	// expected while generation != observedGeneration.
 	Settle *settle.Facts
+	// Confirmed: OldObject and NewObject are what kube-apiserver stores
+	// and would store (a live read and a server-side dry run), not the
+	// proxy's computation.
+	Confirmed bool
 	// UngatedKinds are child kinds whose controller writes under a settled
 	// parent are traced but never gated (SelfHealing).
 	UngatedKinds []schema.GroupKind
 }
+
+// Update reports whether the write updates a stored object (create and
+// delete verdicts do not rest on a computed object).
+func (in *Input) Update() bool { return in.Operation == Update }
 
 // ParentInfo describes the parent as seen in the snapshot.
 type ParentInfo struct {
@@ -251,9 +260,34 @@ type ApprovalsUpdate struct {
 	ResourceVersion string    `json:"resourceVersion,omitempty"`
 	Old             string    `json:"old"`
 	// New is the new value; "" means remove the annotation.
-	New      string              `json:"new"`
-	Consumed approval.Approval   `json:"consumed"`
-	Pruned   []approval.Approval `json:"pruned,omitempty"`
+	New      string            `json:"new"`
+	Consumed approval.Approval `json:"consumed"`
+	// ConsumedRaw is the consumed entry as written; Restore puts it back
+	// in that form.
+	ConsumedRaw json.RawMessage     `json:"-"`
+	Pruned      []approval.Approval `json:"pruned,omitempty"`
+}
+
+// Restore returns the approvals value current with the consumed entry put
+// back, as written, after the write it was reserved for was refused.
+// Every other entry stays as written. changed is false when the entry is
+// back already. A current value that is not a JSON array is an error: it
+// is never rewritten, and the approval stays taken.
+func (u *ApprovalsUpdate) Restore(current string) (value string, changed bool, err error) {
+	entries, _, ok := annotations.ParseApprovalEntries(current)
+	if !ok {
+		return current, false, errors.New("the parent's " + annotations.Approvals + " annotation is not a JSON array")
+	}
+	for _, e := range entries {
+		if e.Valid && e.Approval == u.Consumed {
+			return current, false, nil
+		}
+	}
+	back := annotations.NewApprovalEntry(u.Consumed)
+	if len(u.ConsumedRaw) > 0 {
+		back.Raw = u.ConsumedRaw
+	}
+	return annotations.EncodeApprovalEntries(append(entries, back)), true, nil
 }
 
 // SideWrite is an annotation patch of another object, done by the proxy
@@ -274,9 +308,14 @@ type Decision struct {
 	Category Category `json:"category"`
 	// Reason is a one-line summary for logs.
 	Reason string `json:"reason"`
-	// Drift: the controller writes while its parent is reconciled (gen ==
-	// obsGen), whatever the outcome.
+	// Drift: the controller writes while its parent is settled at its
+	// spec, whatever the outcome.
 	Drift bool `json:"drift"`
+	// ConfirmWithServer: the verdict rests on the object the proxy computed
+	// (the cached object with the write applied). It must be decided again
+	// on what kube-apiserver will store (a live read of the object and a
+	// server-side dry run of the same write) before it is acted on.
+	ConfirmWithServer bool `json:"confirmWithServer,omitempty"`
 
 	Mode       annotations.DriftMode `json:"mode,omitempty"`
 	ModeSource ModeSource            `json:"modeSource,omitempty"`

@@ -8,6 +8,8 @@ import (
 	"time"
 
 	"go.uber.org/zap/zapcore"
+
+	"github.com/kausality-io/kausality-proxy/intercept/desired"
 )
 
 // Message is the msg of every decision line, so that tools can select them
@@ -71,9 +73,13 @@ type Line struct {
 	TraceHops   int  `json:"traceHops,omitempty"`
 	TraceOrigin bool `json:"traceOrigin,omitempty"`
 
+	// ChangedPaths are the paths of the changed fields (ChangedPaths),
+	// never their values: for a Secret they name its keys only.
 	ChangedPaths []string `json:"changedPaths,omitempty"`
-	Warnings     []string `json:"warnings,omitempty"`
-	Error        string   `json:"error,omitempty"`
+	// Warnings are the decision's; those built from the changes show no
+	// value of a Secret (see decision's shownChanges).
+	Warnings []string `json:"warnings,omitempty"`
+	Error    string   `json:"error,omitempty"`
 }
 
 // MarshalLogObject writes the line as zap fields.
@@ -145,6 +151,20 @@ func (l *Line) MarshalLogObject(enc zapcore.ObjectEncoder) error {
 		enc.AddString("error", l.Error)
 	}
 	return nil
+}
+
+// ChangedPaths are the paths of changes, for Line.ChangedPaths. The values
+// stay out of the log: the decision line is read by people and tools that
+// may not read the objects, Secrets least of all.
+func ChangedPaths(changes []desired.Change) []string {
+	if len(changes) == 0 {
+		return nil
+	}
+	out := make([]string, len(changes))
+	for i, c := range changes {
+		out[i] = c.Path
+	}
+	return out
 }
 
 type stringArray []string

@@ -4,10 +4,13 @@ import (
 	"bytes"
 	"encoding/json"
 	"reflect"
+	"strings"
 	"testing"
 
 	"go.uber.org/zap"
 	"go.uber.org/zap/zapcore"
+
+	"github.com/kausality-io/kausality-proxy/intercept/desired"
 )
 
 // What the proxy writes is what tools read back: a line logged through zap's
@@ -57,6 +60,42 @@ func TestLineRoundTripsThroughTheJSONLog(t *testing.T) {
 			want.Decided, want.HasTrace, want.Latency = false, false, 0
 			if !reflect.DeepEqual(got, want) {
 				t.Fatalf("read back\n%+v\nwant\n%+v", got, want)
+			}
+		})
+	}
+}
+
+// The line names what changed, never to what: a Secret's keys, not its
+// data, whatever the changes carry.
+func TestChangedPathsCarryNoValues(t *testing.T) {
+	tests := []struct {
+		name    string
+		changes []desired.Change
+		want    []string
+	}{
+		{"none", nil, nil},
+		{"a Secret's keys", []desired.Change{
+			{Path: "data.password", Old: `"aHVudGVyMg=="`, New: `"c3dvcmRmaXNo"`},
+			{Path: `stringData["tls.key"]`, Old: "<unset>", New: `"-----BEGIN PRIVATE KEY-----"`},
+		}, []string{"data.password", `stringData["tls.key"]`}},
+		{"spec fields", []desired.Change{{Path: "spec.image", Old: `"registry/app:v17"`, New: `"registry/app:v18"`}, {Path: "spec.template"}},
+			[]string{"spec.image", "spec.template"}},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			got := ChangedPaths(tt.changes)
+			if !reflect.DeepEqual(got, tt.want) {
+				t.Fatalf("got %q, want %q", got, tt.want)
+			}
+			var buf bytes.Buffer
+			log := zap.New(zapcore.NewCore(zapcore.NewJSONEncoder(zap.NewProductionEncoderConfig()), zapcore.AddSync(&buf), zapcore.InfoLevel))
+			log.Info(Message, zap.Inline(&Line{Decided: true, ChangedPaths: got}))
+			for _, c := range tt.changes {
+				for _, v := range []string{c.Old, c.New} {
+					if v != "" && v != "<unset>" && strings.Contains(buf.String(), v) {
+						t.Errorf("the line carries the value %s: %s", v, buf.String())
+					}
+				}
 			}
 		})
 	}

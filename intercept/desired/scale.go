@@ -127,3 +127,38 @@ func parsePath(p string) ([]string, error) {
 	}
 	return strings.Split(p[1:], "."), nil
 }
+
+// CRDSpecReplicasPath reads, from a CustomResourceDefinition (as an
+// unstructured apiextensions.k8s.io/v1 object), where the scale subresource
+// of version keeps its replicas. scalable is false when that version is not
+// served with a scale subresource (kube-apiserver then serves no /scale).
+// Each version has its own subresources, so the version of the request
+// decides, not the storage version.
+func CRDSpecReplicasPath(crd *unstructured.Unstructured, version string) (path string, scalable bool, err error) {
+	versions, _, err := unstructured.NestedSlice(crd.Object, "spec", "versions")
+	if err != nil {
+		return "", false, fmt.Errorf("CustomResourceDefinition %s: spec.versions: %w", crd.GetName(), err)
+	}
+	for _, v := range versions {
+		m, ok := v.(map[string]interface{})
+		if !ok || m["name"] != version {
+			continue
+		}
+		scale, found, err := unstructured.NestedMap(m, "subresources", "scale")
+		if err != nil {
+			return "", false, fmt.Errorf("CustomResourceDefinition %s version %s: subresources.scale: %w", crd.GetName(), version, err)
+		}
+		if !found || scale == nil {
+			return "", false, nil
+		}
+		p, _ := scale["specReplicasPath"].(string)
+		if p == "" {
+			return "", false, fmt.Errorf("CustomResourceDefinition %s version %s: the scale subresource has no specReplicasPath", crd.GetName(), version)
+		}
+		if _, err := parsePath(p); err != nil {
+			return "", false, err
+		}
+		return p, true, nil
+	}
+	return "", false, nil
+}

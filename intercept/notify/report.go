@@ -193,6 +193,7 @@ type Write struct {
 // from the parent, the child and w.Changes. The objects are referenced,
 // not copied: they are serialized by Sender.Enqueue (and only if the report
 // is actually queued), so they must not be modified before that returns.
+// A Secret's values are redacted (redactSecrets), in copies.
 func FromDecision(d *decision.Decision, w Write) DriftReport {
 	r := DriftReport{APIVersion: APIVersion, Kind: Kind}
 	s := &r.Spec
@@ -231,6 +232,7 @@ func FromDecision(d *decision.Decision, w Write) DriftReport {
 		s.Request.User = d.Actor.User
 	}
 	s.Changes = w.Changes
+	redactSecrets(s)
 	if s.Phase == PhaseDetected {
 		s.ID = ID(s.Parent.Ref(), s.Child.Ref(), s.Changes)
 	}

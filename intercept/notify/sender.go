@@ -292,12 +292,14 @@ func (s *Sender) Resolved(r DriftReport) Result {
 
 // Enqueue queues r by its phase without blocking. A Detected report without
 // an id gets ID(parent, child, changes). The objects of r are serialized
-// here, and only if r is queued.
+// here, and only if r is queued. Whoever built r, a Secret's values never
+// leave: they are redacted first.
 func (s *Sender) Enqueue(r DriftReport) Result {
 	if !s.Enabled() {
 		return Disabled
 	}
 	r.APIVersion, r.Kind = APIVersion, Kind
+	redactSecrets(&r.Spec)
 	switch r.Spec.Phase {
 	case PhaseDetected:
 		return s.detected(r)

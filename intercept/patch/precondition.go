@@ -1,0 +1,112 @@
+package patch
+
+import (
+	"bytes"
+	"encoding/json"
+	"fmt"
+
+	"github.com/fxamacker/cbor/v2"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/types"
+)
+
+// WithResourceVersion rewrites patch so that kube-apiserver applies it only
+// to the object at resourceVersion: a patched object whose
+// metadata.resourceVersion differs from the stored one is a conflict
+// (409), so the write cannot land on a state other than the one it was
+// decided on. A patch that names a resourceVersion itself keeps its own
+// (the client's precondition). ok is false when the patch cannot carry one
+// without changing what it does (a merge patch that sets metadata to
+// null); it is then returned unchanged.
+//
+//   - merge and strategic merge patch: metadata.resourceVersion is set;
+//     every other byte is the client's.
+//   - JSON patch: an "add" of /metadata/resourceVersion is appended.
+//   - apply (YAML or CBOR): the apply configuration names the
+//     resourceVersion, which server-side apply treats as a precondition.
+func WithResourceVersion(patchType types.PatchType, patch []byte, resourceVersion string) (out []byte, ok bool, err error) {
+	if resourceVersion == "" {
+		return patch, false, nil
+	}
+	switch patchType {
+	case types.MergePatchType, types.StrategicMergePatchType:
+		return mergeWithResourceVersion(patch, resourceVersion)
+	case types.JSONPatchType:
+		return jsonPatchWithResourceVersion(patch, resourceVersion)
+	case types.ApplyYAMLPatchType, types.ApplyCBORPatchType:
+		return applyWithResourceVersion(patchType, patch, resourceVersion)
+	}
+	return nil, false, unsupportedPatchType(SupportedPatchTypes)
+}
+
+func mergeWithResourceVersion(patch []byte, rv string) ([]byte, bool, error) {
+	var top map[string]json.RawMessage
+	if err := json.Unmarshal(patch, &top); err != nil || top == nil {
+		return nil, false, apierrors.NewBadRequest(fmt.Sprintf("the merge patch is not a JSON object: %v", errOrNull(err)))
+	}
+	meta := map[string]json.RawMessage{}
+	if raw, ok := top["metadata"]; ok {
+		if isNull(raw) {
+			return patch, false, nil
+		}
+		if err := json.Unmarshal(raw, &meta); err != nil {
+			return nil, false, apierrors.NewBadRequest(fmt.Sprintf("the merge patch has a metadata that is not an object: %v", err))
+		}
+	}
+	if _, own := meta["resourceVersion"]; own {
+		return patch, false, nil
+	}
+	meta["resourceVersion"] = rawJSON(rv)
+	top["metadata"] = rawJSON(meta)
+	b, err := json.Marshal(top)
+	if err != nil {
+		return nil, false, internalError(err)
+	}
+	return b, true, nil
+}
+
+func jsonPatchWithResourceVersion(patch []byte, rv string) ([]byte, bool, error) {
+	var ops []map[string]json.RawMessage
+	if err := json.Unmarshal(patch, &ops); err != nil {
+		return nil, false, apierrors.NewBadRequest(fmt.Sprintf("the JSON patch is not an array of operations: %v", err))
+	}
+	for _, op := range ops {
+		var path string
+		_ = json.Unmarshal(op["path"], &path)
+		if path == "/metadata/resourceVersion" || path == "/metadata" {
+			return patch, false, nil
+		}
+	}
+	ops = append(ops, map[string]json.RawMessage{"op": rawJSON("add"), "path": rawJSON("/metadata/resourceVersion"), "value": rawJSON(rv)})
+	b, err := json.Marshal(ops)
+	if err != nil {
+		return nil, false, internalError(err)
+	}
+	return b, true, nil
+}
+
+func applyWithResourceVersion(patchType types.PatchType, patch []byte, rv string) ([]byte, bool, error) {
+	applied, err := decodeApplyConfiguration(patchType, patch)
+	if err != nil {
+		return nil, false, err
+	}
+	if applied.GetResourceVersion() != "" {
+		return patch, false, nil
+	}
+	applied.SetResourceVersion(rv)
+	if patchType == types.ApplyCBORPatchType {
+		b, err := cbor.Marshal(applied.Object)
+		if err != nil {
+			return nil, false, internalError(err)
+		}
+		if bytes.HasPrefix(patch, selfDescribedCBOR) {
+			b = append(append([]byte{}, selfDescribedCBOR...), b...)
+		}
+		return b, true, nil
+	}
+	b, err := json.Marshal(applied.Object)
+	if err != nil {
+		return nil, false, internalError(err)
+	}
+	return b, true, nil
+}

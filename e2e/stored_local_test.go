@@ -41,7 +41,9 @@ func TestStoredStaleCacheRevertIsHeld(t *testing.T) {
 	mark := wgMark(t)
 	_, err = f.gadgets(f.ctrl).Patch(ctx, "g", types.MergePatchType, []byte(`{"spec":{"value":"a"}}`), metav1.PatchOptions{FieldManager: wgManager})
 	wgStatus(t, err, 403, "the controller's revert against a stale cache")
-	wgExpectDecision(t, wgDecision(t, mark, "gadgets", f.ns, "g"), "Deny", "DriftUnapproved")
+	d := wgDecision(t, mark, "gadgets", f.ns, "g")
+	wgExpectDecision(t, d, "Deny", "DriftUnapproved")
+	wgExpectField(t, d, "confirmed", true)
 	release()
 	if v := f.gadgetValue("g"); v != "b" {
 		t.Fatalf("the revert went through: spec.value %q", v)

@@ -27,6 +27,7 @@ func (i *Interceptor) recordDecision(p *pending, d *decision.Decision) {
 	line.Reason = d.Reason
 	line.Drift = d.Drift
 	line.DryRun = p.w.dryRun
+	line.Confirmed = p.confirmed
 	line.WouldDeny = p.shadow() && d.Result == decision.Deny
 	line.Snoozed = d.Snooze.Snoozed
 	line.Mode, line.ModeSource = string(d.Mode), string(d.ModeSource)

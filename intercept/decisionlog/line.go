@@ -44,11 +44,14 @@ type Line struct {
 	Reason         string `json:"reason,omitempty"`
 	Drift          bool   `json:"drift,omitempty"`
 	DryRun         bool   `json:"dryRun,omitempty"`
-	Shadow         bool   `json:"shadow"`
-	WouldDeny      bool   `json:"wouldDeny,omitempty"`
-	Controller     string `json:"controller"`
-	Snoozed        bool   `json:"snoozed,omitempty"`
-	Outcome        string `json:"outcome"`
+	// Confirmed: the verdict was decided on kube-apiserver's own result
+	// (a live read and a dry run), not on the proxy's computation.
+	Confirmed  bool   `json:"confirmed,omitempty"`
+	Shadow     bool   `json:"shadow"`
+	WouldDeny  bool   `json:"wouldDeny,omitempty"`
+	Controller string `json:"controller"`
+	Snoozed    bool   `json:"snoozed,omitempty"`
+	Outcome    string `json:"outcome"`
 	// Latency is in seconds in the JSON log.
 	Latency time.Duration `json:"-"`
 
@@ -105,6 +108,7 @@ func (l *Line) MarshalLogObject(enc zapcore.ObjectEncoder) error {
 		enc.AddString("reason", l.Reason)
 		enc.AddBool("drift", l.Drift)
 		enc.AddBool("dryRun", l.DryRun)
+		enc.AddBool("confirmed", l.Confirmed)
 	}
 	enc.AddBool("shadow", l.Shadow)
 	if l.Decided {

@@ -28,8 +28,8 @@ func TestLineRoundTripsThroughTheJSONLog(t *testing.T) {
 			Controller: "deployments", Outcome: "denied", Mode: "enforce", ModeSource: "namespace",
 			Parent: "apps/v1 Deployment ns/web", ParentGeneration: 3, ParentObservedGeneration: 3, LifecyclePhase: "Initialized",
 			ParentSource: "live", IsController: true, ControllerDetermined: true, ControllerMethod: "managedFields",
-			HasTrace: true, TraceHops: 2, ChangedPaths: []string{"spec.replicas"}, Warnings: []string{"w"},
-		}, present: []string{"parentGeneration", "traceHops", "changedPaths", "wouldDeny"}, absent: []string{"error", "approval"}},
+			HasTrace: true, TraceHops: 2, ChangedPaths: []string{"spec.replicas"}, Warnings: []string{"w"}, Confirmed: true,
+		}, present: []string{"parentGeneration", "traceHops", "changedPaths", "wouldDeny", "confirmed"}, absent: []string{"error", "approval"}},
 		"an error before deciding": {line: Line{User: "u", Verb: "patch", Decision: DecisionError, Outcome: "error", Error: "boom"},
 			present: []string{"error"}, absent: []string{"category", "parent", "operation", "traceHops", "mode"}},
 	}

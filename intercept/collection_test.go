@@ -14,6 +14,8 @@ import (
 	"sync"
 	"testing"
 
+	"go.uber.org/zap"
+	"go.uber.org/zap/zaptest/observer"
 	authorizationv1 "k8s.io/api/authorization/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -22,7 +24,9 @@ import (
 	"k8s.io/apimachinery/pkg/runtime/schema"
 	clienttesting "k8s.io/client-go/testing"
 
+	"github.com/kausality-io/kausality-proxy/intercept"
 	"github.com/kausality-io/kausality-proxy/intercept/annotations"
+	"github.com/kausality-io/kausality-proxy/intercept/config"
 )
 
 const (
@@ -100,8 +104,8 @@ func TestDeleteCollection(t *testing.T) {
 		// or, with wantHeldCount, some of them.
 		wantHeld      []string
 		wantHeldCount int
-		wantMessage []string
-		wantWarning string
+		wantMessage   []string
+		wantWarning   string
 		// wantNoList: the proxy listed nothing.
 		wantNoList bool
 	}{
@@ -141,7 +145,7 @@ func TestDeleteCollection(t *testing.T) {
 		{
 			name: "a refusal names ten objects and counts the others",
 			opts: []serveOption{enforce, withFrozenFamily(13)}, by: person, path: rsPath + "?labelSelector=app%3Dfrozen",
-			wantCode: http.StatusForbidden,
+			wantCode:      http.StatusForbidden,
 			wantHeldCount: 10, wantMessage: []string{"13 of the 13 objects", ", and 3 more."},
 		},
 		{
@@ -474,5 +478,42 @@ func TestEviction(t *testing.T) {
 				}
 			}
 		})
+	}
+}
+
+// A shadow controller's deletecollection is decided object by object and
+// logged, and goes upstream exactly as it came.
+func TestDeleteCollectionShadow(t *testing.T) {
+	cfg, err := config.Parse([]byte("apiVersion: kausality.io/v1alpha1\nkind: ProxyConfiguration\ncontrollers:\n- name: ops\n  match:\n    user: alice\n  mode: shadow\n"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	core, logs := observer.New(zap.InfoLevel)
+	var (
+		mu   sync.Mutex
+		sent []forwardedRequest
+	)
+	env := newServeEnv(t, zap.New(core), func(authorizationv1.SubjectAccessReviewSpec) (bool, error) { return true, nil },
+		enforce, withFrozenFamily(2), func(s *serveSetup) { s.config.Settings = func() *config.Config { return cfg } })
+	env.upstream = recording(http.StatusOK, &sent, &mu)
+	r := env.request(t, benchWrite{method: http.MethodDelete, path: rsPath + "?labelSelector=app%3Dfrozen", user: "alice"})
+	r.Header.Set("User-Agent", kubectlUA)
+	rec := httptest.NewRecorder()
+	env.handler.ServeHTTP(rec, r)
+	if rec.Code != http.StatusOK || len(sent) != 1 {
+		t.Fatalf("code %d, %d forwarded (error %v)", rec.Code, len(sent), env.lastError)
+	}
+	if got := strings.Join(sent[0].query["resourceVersion"], ""); got != "" {
+		t.Errorf("the shadow request was changed: resourceVersion %q", got)
+	}
+	wouldDeny := 0
+	for _, e := range logs.FilterMessage(intercept.DecisionMessage).All() {
+		fields := e.ContextMap()
+		if fields["verb"] == "deletecollection" && fields["wouldDeny"] == true && fields["category"] == "Frozen" && fields["outcome"] == "shadow:200" {
+			wouldDeny++
+		}
+	}
+	if wouldDeny != 2 {
+		t.Errorf("%d wouldDeny Frozen lines, want one per ReplicaSet: %v", wouldDeny, logs.All())
 	}
 }

@@ -9,10 +9,12 @@
 package intercept
 
 import (
+	"encoding/json"
 	"fmt"
 	"net/http"
 
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 )
 
@@ -28,15 +30,31 @@ func (e *refusedByServer) Error() string {
 	return fmt.Sprintf("kube-apiserver refused a dry run of this write with %d", e.answer.code)
 }
 
-// dryRunOf is req as a server-side dry run, with body data.
-func dryRunOf(req *http.Request, data []byte) *http.Request {
+// dryRunOf is req as a server-side dry run, with body data. The dryRun
+// goes where kube-apiserver reads it: a DELETE with a body takes its
+// options from the body alone (a dryRun in the query next to a body is
+// ignored, and the "dry run" would delete).
+func dryRunOf(req *http.Request, data []byte) (*http.Request, error) {
 	dry := req.Clone(req.Context())
-	q := dry.URL.Query()
-	q.Set("dryRun", "All")
-	dry.URL.RawQuery = q.Encode()
 	dry.RequestURI = ""
+	if req.Method == http.MethodDelete && len(data) > 0 {
+		opts, err := deleteOptionsOf(req, data)
+		if err != nil {
+			return nil, err
+		}
+		opts.DryRun = []string{metav1.DryRunAll}
+		opts.TypeMeta = metav1.TypeMeta{APIVersion: metav1.SchemeGroupVersion.String(), Kind: "DeleteOptions"}
+		if data, err = json.Marshal(opts); err != nil {
+			return nil, apierrors.NewInternalError(err)
+		}
+		dry.Header.Set("Content-Type", "application/json")
+	} else {
+		q := dry.URL.Query()
+		q.Set("dryRun", metav1.DryRunAll)
+		dry.URL.RawQuery = q.Encode()
+	}
 	restoreBody(dry, data)
-	return dry
+	return dry, nil
 }
 
 // confirmWithServer replaces the computed facts of an update with
@@ -54,7 +72,10 @@ func (i *Interceptor) confirmWithServer(r *http.Request, p *pending, forward htt
 	if err != nil {
 		return i.unresolvable(fmt.Errorf("reading the stored %s %s: %w", p.kind.Kind, qualifiedName(p.namespace, p.w.info.Name), err))
 	}
-	dry := dryRunOf(r, p.data)
+	dry, err := dryRunOf(r, p.data)
+	if err != nil {
+		return err
+	}
 	// The answer is read here, whatever the caller accepts.
 	dry.Header.Set("Accept", "application/json")
 	answer := newBufferedResponse(maxConfirmAnswer)

@@ -8,11 +8,17 @@
 //   - create, update, patch and delete of resources the rules target;
 //   - status-subresource writes, only to record controller identity and the
 //     lifecycle phase on the written object (never denied);
-//   - /scale writes, as writes of spec.replicas of the scaled object;
-//   - not intercepted, forwarded untouched: deletecollection (the apiserver
-//     expands it server-side; gating it would need a list per request),
-//     every other subresource (eviction, binding, token, ephemeralcontainers,
-//     resize, ...), and reads.
+//   - /scale writes, as writes of the scaled object's replicas field
+//     (spec.replicas, or a custom resource's specReplicasPath); the trace
+//     lands on the scaled object in a follow-up patch (scale.go);
+//   - deletecollection, as a DELETE of every object it would delete (the
+//     proxy lists them with the request's selectors); one that may not be
+//     deleted refuses the whole request, which is never narrowed to the
+//     rest: its success would say that everything matching is gone
+//     (collection.go);
+//   - pods/eviction, as a DELETE of the pod;
+//   - not intercepted, forwarded untouched: every other subresource
+//     (binding, token, ephemeralcontainers, resize, ...), and reads.
 //
 // dryRun=All is decided like any write, the decision is returned in Warning
 // headers, and nothing is consumed, written or reported.

@@ -312,3 +312,64 @@ func TestMutateEveryShape(t *testing.T) {
 func schemaGR(group, resource string) schema.GroupResource {
 	return schema.GroupResource{Group: group, Resource: resource}
 }
+
+// A dry run must be one where kube-apiserver reads it: a DELETE with a body
+// takes its options from the body alone.
+func TestDryRunGoesWhereKubeAPIServerReadsIt(t *testing.T) {
+	cases := []struct {
+		name, method, contentType, body string
+		wantQuery                       bool
+		wantBody                        string
+	}{
+		{"update: in the query", "PUT", "application/json", `{"kind":"ConfigMap"}`, true, `{"kind":"ConfigMap"}`},
+		{"delete without a body: in the query", "DELETE", "", "", true, ""},
+		{"delete with a body: in the body", "DELETE", "application/json", `{"kind":"DeleteOptions","apiVersion":"v1","propagationPolicy":"Foreground"}`, false,
+			`{"kind":"DeleteOptions","apiVersion":"meta.k8s.io/v1","propagationPolicy":"Foreground","dryRun":["All"]}`},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			r := httptest.NewRequest(tc.method, "/api/v1/namespaces/prod/configmaps/c", bytes.NewReader([]byte(tc.body)))
+			if tc.contentType != "" {
+				r.Header.Set("Content-Type", tc.contentType)
+			}
+			dry, err := dryRunOf(r, []byte(tc.body))
+			if err != nil {
+				t.Fatal(err)
+			}
+			if got := dry.URL.Query().Get("dryRun") == "All"; got != tc.wantQuery {
+				t.Errorf("dryRun in the query: %v, want %v", got, tc.wantQuery)
+			}
+			got, _ := io.ReadAll(dry.Body)
+			if string(got) != tc.wantBody {
+				t.Errorf("body %s, want %s", got, tc.wantBody)
+			}
+		})
+	}
+}
+
+func TestDeleteDryRunFromTheBody(t *testing.T) {
+	cases := []struct {
+		name, method string
+		sub          subresourceKind
+		body         string
+		want         bool
+	}{
+		{"delete options with dryRun", "DELETE", mainResource, `{"kind":"DeleteOptions","apiVersion":"v1","dryRun":["All"]}`, true},
+		{"delete options without", "DELETE", mainResource, `{"kind":"DeleteOptions","apiVersion":"v1"}`, false},
+		{"no body", "DELETE", mainResource, ``, false},
+		{"an eviction asking for a dry run (kubectl drain --dry-run=server)", "POST", evictionSubresource,
+			`{"apiVersion":"policy/v1","kind":"Eviction","metadata":{"name":"p"},"deleteOptions":{"dryRun":["All"]}}`, true},
+		{"a plain eviction", "POST", evictionSubresource, `{"apiVersion":"policy/v1","kind":"Eviction","metadata":{"name":"p"}}`, false},
+		{"an update's body is not delete options", "PUT", mainResource, `{"dryRun":["All"]}`, false},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			r := httptest.NewRequest(tc.method, "/api/v1/namespaces/prod/pods/p", bytes.NewReader([]byte(tc.body)))
+			r.Header.Set("Content-Type", "application/json")
+			got, err := deleteDryRun(r, &write{sub: tc.sub}, []byte(tc.body))
+			if err != nil || got != tc.want {
+				t.Errorf("got %v, %v; want %v", got, err, tc.want)
+			}
+		})
+	}
+}

@@ -5,11 +5,13 @@ package intercept
 
 import (
 	"bytes"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
 	"net/http"
 	"os"
+	"slices"
 	"strconv"
 	"time"
 
@@ -69,4 +71,32 @@ func restoreBody(r *http.Request, data []byte) {
 	r.ContentLength = int64(len(data))
 	r.GetBody = func() (io.ReadCloser, error) { return io.NopCloser(bytes.NewReader(data)), nil }
 	r.Header.Set("Content-Length", strconv.Itoa(len(data)))
+}
+
+// deleteDryRun reports whether the body of a delete or an eviction asks for
+// a dry run: kube-apiserver takes a delete's options from its body when it
+// has one (kubectl drain --dry-run=server sends them in the Eviction).
+func deleteDryRun(r *http.Request, wr *write, data []byte) (bool, error) {
+	if len(data) == 0 {
+		return false, nil
+	}
+	switch {
+	case wr.sub == evictionSubresource:
+		var eviction struct {
+			DeleteOptions *metav1.DeleteOptions `json:"deleteOptions"`
+		}
+		// An eviction that is not JSON is decoded by kube-apiserver, which
+		// answers for it; its dryRun cannot be read here.
+		if json.Unmarshal(data, &eviction) != nil || eviction.DeleteOptions == nil {
+			return false, nil
+		}
+		return slices.Contains(eviction.DeleteOptions.DryRun, metav1.DryRunAll), nil
+	case r.Method == http.MethodDelete:
+		opts, err := deleteOptionsOf(r, data)
+		if err != nil {
+			return false, err
+		}
+		return slices.Contains(opts.DryRun, metav1.DryRunAll), nil
+	}
+	return false, nil
 }

@@ -116,6 +116,19 @@ func (i *Interceptor) serveWrite(w http.ResponseWriter, r *http.Request, wr *wri
 		return
 	}
 	p.data = data
+	bodyDryRun, err := deleteDryRun(r, wr, data)
+	if err != nil {
+		fail(err)
+		return
+	}
+	if bodyDryRun && !wr.dryRun {
+		// kube-apiserver reads a delete's options from its body: a dry run
+		// there is as much a dry run as one in the query, and must consume
+		// nothing.
+		dry := *wr
+		dry.dryRun = true
+		wr, p.w = &dry, &dry
+	}
 
 	if err := i.load(r, p); err != nil {
 		if !i.forwardIgnored(w, r, p, err, forward) {
@@ -171,7 +184,7 @@ func (i *Interceptor) serveWrite(w http.ResponseWriter, r *http.Request, wr *wri
 			i.learnStatus(p)
 		}
 		i.sideWrites(d.ParentWrites)
-		_ = i.traceScaled
+		i.traceScaled(p, &d)
 		i.report(r, p, &d)
 	}
 	i.recordDecision(p, &d)

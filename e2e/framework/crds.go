@@ -28,6 +28,8 @@ var (
 	WidgetGVR = schema.GroupVersionResource{Group: TestGroup, Version: TestVersion, Resource: "widgets"}
 	// GadgetGVR is the namespaced child resource.
 	GadgetGVR = schema.GroupVersionResource{Group: TestGroup, Version: TestVersion, Resource: "gadgets"}
+	// SprocketGVR is a namespaced child resource with a scale subresource.
+	SprocketGVR = schema.GroupVersionResource{Group: TestGroup, Version: TestVersion, Resource: "sprockets"}
 )
 
 // WidgetCRD is a cluster-scoped kind with spec.size/spec.color and a status
@@ -92,6 +94,39 @@ func GadgetCRD() *apiextensionsv1.CustomResourceDefinition {
 						"spec": {Type: "object", Properties: map[string]apiextensionsv1.JSONSchemaProps{
 							"value":    {Type: "string"},
 							"replicas": {Type: "integer"},
+						}},
+					},
+				}},
+			}},
+		},
+	}
+}
+
+// SprocketCRD is a namespaced kind whose scale subresource keeps its
+// replicas at spec.size, not spec.replicas (which it also has, meaning
+// something else), with a status subresource.
+func SprocketCRD() *apiextensionsv1.CustomResourceDefinition {
+	return &apiextensionsv1.CustomResourceDefinition{
+		ObjectMeta: metav1.ObjectMeta{Name: "sprockets." + TestGroup},
+		Spec: apiextensionsv1.CustomResourceDefinitionSpec{
+			Group: TestGroup,
+			Names: apiextensionsv1.CustomResourceDefinitionNames{Plural: "sprockets", Singular: "sprocket", Kind: "Sprocket", ListKind: "SprocketList"},
+			Scope: apiextensionsv1.NamespaceScoped,
+			Versions: []apiextensionsv1.CustomResourceDefinitionVersion{{
+				Name: TestVersion, Served: true, Storage: true,
+				Subresources: &apiextensionsv1.CustomResourceSubresources{
+					Status: &apiextensionsv1.CustomResourceSubresourceStatus{},
+					Scale:  &apiextensionsv1.CustomResourceSubresourceScale{SpecReplicasPath: ".spec.size", StatusReplicasPath: ".status.size"},
+				},
+				Schema: &apiextensionsv1.CustomResourceValidation{OpenAPIV3Schema: &apiextensionsv1.JSONSchemaProps{
+					Type: "object",
+					Properties: map[string]apiextensionsv1.JSONSchemaProps{
+						"spec": {Type: "object", Properties: map[string]apiextensionsv1.JSONSchemaProps{
+							"size":     {Type: "integer", Format: "int32"},
+							"replicas": {Type: "integer"},
+						}},
+						"status": {Type: "object", Properties: map[string]apiextensionsv1.JSONSchemaProps{
+							"size": {Type: "integer", Format: "int32"},
 						}},
 					},
 				}},

@@ -27,33 +27,16 @@ import (
 	"github.com/kausality-io/kausality-proxy/intercept/patch"
 )
 
-// load reads the stored object and computes the effective new one, the
-// desired-state change and the parent snapshot.
+// load gathers the facts of the write: its kind, the stored object, the
+// effective new object, the desired-state change, the parent and the
+// namespace.
 func (i *Interceptor) load(r *http.Request, p *pending) error {
 	ctx := r.Context()
 	wr := p.w
-	kind, err := i.cfg.Objects.KindFor(wr.gvr)
-	if meta.IsNoMatchError(err) {
-		return resourceNotFound()
+	if err := i.resolveKind(p); err != nil {
+		return err
 	}
-	if err != nil {
-		return i.unresolvable(fmt.Errorf("resolving the kind of %s: %w", wr.gvr, err))
-	}
-	m, err := i.cfg.Objects.Mapping(kind)
-	if err != nil {
-		return i.unresolvable(fmt.Errorf("resolving the resource of %s: %w", kind, err))
-	}
-	// Discovery matches resource names in any case; kube-apiserver serves
-	// only the canonical spelling. Anything else is not a resource, and
-	// must not become a cache of its own.
-	if m.Resource != wr.gvr {
-		return resourceNotFound()
-	}
-	p.kind = kind
-	if m.Scope.Name() == meta.RESTScopeNameRoot {
-		p.namespace = ""
-	}
-
+	kind := p.kind
 	// A whole object in the body is decoded once, before any read: a body
 	// that cannot be decoded costs no I/O, and its resourceVersion tells
 	// whether the cache is behind.
@@ -77,6 +60,47 @@ func (i *Interceptor) load(r *http.Request, p *pending) error {
 		}
 	}
 
+	if err := i.effectiveObject(r, p, decoded); err != nil {
+		return err
+	}
+	if wr.sub != statusSubresource {
+		p.changed, p.changes = desiredChange(p.op, p.old, p.new)
+	}
+	return i.readSurroundings(ctx, p)
+}
+
+// resolveKind maps the request's resource to its kind and scope.
+func (i *Interceptor) resolveKind(p *pending) error {
+	wr := p.w
+	kind, err := i.cfg.Objects.KindFor(wr.gvr)
+	if meta.IsNoMatchError(err) {
+		return resourceNotFound()
+	}
+	if err != nil {
+		return i.unresolvable(fmt.Errorf("resolving the kind of %s: %w", wr.gvr, err))
+	}
+	m, err := i.cfg.Objects.Mapping(kind)
+	if err != nil {
+		return i.unresolvable(fmt.Errorf("resolving the resource of %s: %w", kind, err))
+	}
+	// Discovery matches resource names in any case; kube-apiserver serves
+	// only the canonical spelling. Anything else is not a resource, and
+	// must not become a cache of its own.
+	if m.Resource != wr.gvr {
+		return resourceNotFound()
+	}
+	p.kind = kind
+	if m.Scope.Name() == meta.RESTScopeNameRoot {
+		p.namespace = ""
+	}
+	return nil
+}
+
+// effectiveObject computes the object the write produces from the stored
+// one: the decoded body, the patched stored object, or the scaled one.
+func (i *Interceptor) effectiveObject(r *http.Request, p *pending, decoded *unstructured.Unstructured) error {
+	wr := p.w
+	var err error
 	switch {
 	case p.op == decision.Delete:
 	case wr.sub == scaleSubresource:
@@ -88,35 +112,7 @@ func (i *Interceptor) load(r *http.Request, p *pending) error {
 			return err
 		}
 	case wr.verb == "patch":
-		pt, err := patch.TypeFor(r.Header.Get("Content-Type"))
-		if err != nil {
-			return err
-		}
-		p.patchTy = pt
-		ns := p.namespace
-		// kube-apiserver type-checks the patched object itself; skipping our
-		// copy of that check saves a third of a patch's cost.
-		opts := patch.Options{FieldManager: wr.fieldManager, Kind: kind, Name: wr.info.Name, Namespace: &ns, SkipTypeCheck: true}
-		if pt == types.ApplyYAMLPatchType || pt == types.ApplyCBORPatchType {
-			opts.TypeConverter = builtinTC()
-		}
-		if f := r.URL.Query()["force"]; len(f) > 0 {
-			// kube-apiserver's query conversion: anything but 0, false or
-			// no (any case) is true, and the first value counts.
-			if err := runtime.Convert_Slice_string_To_Pointer_bool(&f, &opts.Force, nil); err != nil {
-				return apierrors.NewBadRequest(fmt.Sprintf("the force parameter: %v", err))
-			}
-		}
-		if r.URL.Query().Get("fieldManager") == "" && pt != types.ApplyYAMLPatchType && pt != types.ApplyCBORPatchType {
-			opts.FieldManager = ""
-		}
-		p.new, err = patch.Apply(pt, p.old, p.data, opts)
-		if err != nil {
-			return err
-		}
-		if p.old == nil {
-			p.op = decision.Create // an apply that creates
-		}
+		return i.patched(r, p)
 	default:
 		p.new = decoded
 		if p.op == decision.Update && p.old == nil {
@@ -126,11 +122,50 @@ func (i *Interceptor) load(r *http.Request, p *pending) error {
 			p.new.SetNamespace(p.namespace)
 		}
 	}
+	return nil
+}
 
-	if wr.sub != statusSubresource {
-		p.changed, p.changes = desiredChange(p.op, p.old, p.new)
+// patched applies the request's patch to the stored object.
+func (i *Interceptor) patched(r *http.Request, p *pending) error {
+	wr := p.w
+	kind := p.kind
+	pt, err := patch.TypeFor(r.Header.Get("Content-Type"))
+	if err != nil {
+		return err
 	}
+	p.patchTy = pt
+	ns := p.namespace
+	// kube-apiserver type-checks the patched object itself; skipping our
+	// copy of that check saves a third of a patch's cost.
+	opts := patch.Options{FieldManager: wr.fieldManager, Kind: kind, Name: wr.info.Name, Namespace: &ns, SkipTypeCheck: true}
+	if pt == types.ApplyYAMLPatchType || pt == types.ApplyCBORPatchType {
+		opts.TypeConverter = builtinTC()
+	}
+	if f := r.URL.Query()["force"]; len(f) > 0 {
+		// kube-apiserver's query conversion: anything but 0, false or
+		// no (any case) is true, and the first value counts.
+		if err := runtime.Convert_Slice_string_To_Pointer_bool(&f, &opts.Force, nil); err != nil {
+			return apierrors.NewBadRequest(fmt.Sprintf("the force parameter: %v", err))
+		}
+	}
+	if r.URL.Query().Get("fieldManager") == "" && pt != types.ApplyYAMLPatchType && pt != types.ApplyCBORPatchType {
+		opts.FieldManager = ""
+	}
+	p.new, err = patch.Apply(pt, p.old, p.data, opts)
+	if err != nil {
+		return err
+	}
+	if p.old == nil {
+		p.op = decision.Create // an apply that creates
+	}
+	return nil
+}
 
+// readSurroundings reads what the decision needs besides the object: the
+// parent (and the one the write moves the child away from) and the
+// namespace.
+func (i *Interceptor) readSurroundings(ctx context.Context, p *pending) error {
+	wr := p.w
 	// A status write is never gated: it records on the written object
 	// itself, and never fails because a parent cannot be read.
 	if wr.sub == statusSubresource {

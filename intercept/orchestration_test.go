@@ -287,3 +287,47 @@ func TestVerdictsAreConfirmedWithTheServer(t *testing.T) {
 		}
 	})
 }
+
+// A denial names the fields a write would change; their stored values only
+// to a caller who may read the object: a caller allowed to write but not to
+// read learns nothing stored from a frozen parent's refusal.
+func TestDenialsShowStoredValuesOnlyToReaders(t *testing.T) {
+	frozen := func(s *serveSetup) {
+		p := s.objects[2].(interface {
+			GetAnnotations() map[string]string
+			SetAnnotations(map[string]string)
+		})
+		ann := p.GetAnnotations()
+		ann[annotations.Freeze] = "true"
+		p.SetAnnotations(ann)
+	}
+	for _, tc := range []struct {
+		name       string
+		mayRead    bool
+		wantValues bool
+	}{
+		{"a caller who may read the object sees old and new values", true, true},
+		{"a caller who may only write sees the paths", false, false},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			allow := func(s authorizationv1.SubjectAccessReviewSpec) (bool, error) {
+				return s.ResourceAttributes.Verb != "get" || tc.mayRead, nil
+			}
+			env := newServeEnv(t, nil, allow, frozen)
+			write := driftWrite("stable-1", "stable", "stable-uid")
+			write.user = "alice"
+			rec := httptest.NewRecorder()
+			env.handler.ServeHTTP(rec, env.request(t, write))
+			if rec.Code != http.StatusForbidden {
+				t.Fatalf("code %d, want 403 (frozen)", rec.Code)
+			}
+			msg := env.lastError.Error()
+			if !strings.Contains(msg, "spec.replicas") {
+				t.Errorf("the denial does not name the field: %s", msg)
+			}
+			if got := strings.Contains(msg, "1 → 3"); got != tc.wantValues {
+				t.Errorf("stored values shown: %v, want %v: %s", got, tc.wantValues, msg)
+			}
+		})
+	}
+}

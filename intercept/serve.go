@@ -313,10 +313,11 @@ func (i *Interceptor) decideConfirmed(r *http.Request, p *pending, forward http.
 		}
 		d = i.decide(r, p)
 	}
-	if d.Drift && p.shownChanges == nil && len(p.changes) > 0 {
-		// A drift message lists the changed fields with their stored and
-		// new values. The stored ones are shown only to a caller who may
-		// read the object, and never for a Secret.
+	if (d.Drift || d.Result == decision.Deny) && p.shownChanges == nil && len(p.changes) > 0 {
+		// Drift and denial messages (frozen, rejected) list the changed
+		// fields with their stored and new values. The stored ones are
+		// shown only to a caller who may read the object, and never for a
+		// Secret.
 		p.shownChanges = p.changes
 		u, _ := request.UserFrom(r.Context())
 		if p.kind.GroupKind() == (schema.GroupKind{Kind: "Secret"}) || !i.mayRead(r.Context(), u, p.w) {

@@ -101,17 +101,6 @@ func TestParseApprovals(t *testing.T) {
 	}
 }
 
-func TestEncodeApprovals(t *testing.T) {
-	if got := EncodeApprovals(nil); got != "" {
-		t.Errorf("empty = %q", got)
-	}
-	got := EncodeApprovals([]Approval{{APIVersion: "apps/v1", Kind: "ReplicaSet", Name: "r", Generation: 3, Mode: ApprovalOnce}, {APIVersion: "v1", Kind: "Secret", Name: "s", Mode: ApprovalAlways}})
-	want := `[{"apiVersion":"apps/v1","kind":"ReplicaSet","name":"r","generation":3,"mode":"once"},{"apiVersion":"v1","kind":"Secret","name":"s","mode":"always"}]`
-	if got != want {
-		t.Errorf("got %s\nwant %s", got, want)
-	}
-}
-
 // Every entry comes back with its raw form, valid or not, so that a
 // rewrite can put back byte for byte what it does not mean to remove.
 func TestParseApprovalEntries(t *testing.T) {

@@ -266,19 +266,6 @@ func EncodeApprovalEntries(list []ApprovalEntry) string {
 	return b.String()
 }
 
-// EncodeApprovals renders approvals as compact JSON. An empty list
-// renders as "" (remove the annotation).
-func EncodeApprovals(list []Approval) string {
-	if len(list) == 0 {
-		return ""
-	}
-	b, err := json.Marshal(list)
-	if err != nil { // cannot happen for these types
-		return ""
-	}
-	return string(b)
-}
-
 // ParseRejections parses kausality.io/rejections. Broken JSON returns a
 // warning; the caller must then treat every child as rejected.
 func ParseRejections(v string) ([]Rejection, *Warning) {

@@ -7,13 +7,13 @@ import (
 	"testing"
 	"time"
 
-	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/types"
 	utilrand "k8s.io/apimachinery/pkg/util/rand"
+	"k8s.io/client-go/util/retry"
 	"k8s.io/utils/ptr"
 )
 
@@ -141,8 +141,17 @@ func TestStoredStatusWriteUnderAnUnreadableParent(t *testing.T) {
 	mustf(t, err, "creating a Deployment owned by an unserved kind")
 	alice := intentPerson(t, "alice")
 
-	created.Status = appsv1.DeploymentStatus{ObservedGeneration: created.Generation}
-	_, err = alice.AppsV1().Deployments(ns).UpdateStatus(ctx, created, metav1.UpdateOptions{})
+	// kube-controller-manager's deployment controller writes the status
+	// too: retry on its conflicts from fresh state.
+	err = retry.RetryOnConflict(retry.DefaultRetry, func() error {
+		current, err := alice.AppsV1().Deployments(ns).Get(ctx, created.Name, metav1.GetOptions{})
+		if err != nil {
+			return err
+		}
+		current.Status.ObservedGeneration = current.Generation
+		_, err = alice.AppsV1().Deployments(ns).UpdateStatus(ctx, current, metav1.UpdateOptions{})
+		return err
+	})
 	mustf(t, err, "a status write under an unreadable parent succeeds")
 
 	_, err = alice.AppsV1().Deployments(ns).Patch(ctx, "orphan", types.MergePatchType, []byte(`{"spec":{"replicas":2}}`), metav1.PatchOptions{})

@@ -71,7 +71,7 @@ func TestChainUpgradesOnlyStreamingRequests(t *testing.T) {
 		{"portforward", http.MethodGet, "/api/v1/namespaces/ns/pods/p/portforward", http.StatusSwitchingProtocols, true},
 		{"service proxy", http.MethodGet, "/api/v1/namespaces/ns/services/s/proxy/ws", http.StatusSwitchingProtocols, true},
 		{"websocket watch", http.MethodGet, "/api/v1/namespaces/ns/pods?watch=true", http.StatusSwitchingProtocols, true},
-		{"eviction", http.MethodPost, "/api/v1/namespaces/ns/pods/p/eviction", http.StatusOK, false},
+		{"binding", http.MethodPost, "/api/v1/namespaces/ns/pods/p/binding", http.StatusOK, false},
 		{"create", http.MethodPost, "/apis/rbac.authorization.k8s.io/v1/clusterrolebindings/x/status", http.StatusOK, false},
 		{"get", http.MethodGet, "/api/v1/namespaces/ns/pods/p/log", http.StatusOK, false},
 		{"non-resource", http.MethodGet, "/version", http.StatusOK, false},
@@ -122,7 +122,7 @@ func TestChainLimitsMutatingRequestsInFlight(t *testing.T) {
 	wg.Add(1)
 	go func() {
 		defer wg.Done()
-		resp, body := do(http.MethodPost, "/api/v1/namespaces/ns/pods/slow/eviction") // held by the upstream
+		resp, body := do(http.MethodPost, "/api/v1/namespaces/ns/pods/slow/binding") // held by the upstream
 		if resp != nil {
 			t.Logf("slow: %d %s", resp.StatusCode, body)
 		}
@@ -138,7 +138,7 @@ func TestChainLimitsMutatingRequestsInFlight(t *testing.T) {
 		}
 		time.Sleep(10 * time.Millisecond)
 	}
-	resp, body := do(http.MethodPost, "/api/v1/namespaces/ns/pods/other/eviction")
+	resp, body := do(http.MethodPost, "/api/v1/namespaces/ns/pods/other/binding")
 	if resp != nil {
 		wantStatus(t, resp, body, http.StatusTooManyRequests, "--max-mutating-requests-inflight")
 		if resp.Header.Get("Retry-After") != "1" {

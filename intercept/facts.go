@@ -337,21 +337,22 @@ func (i *Interceptor) decide(r *http.Request, p *pending) decision.Decision {
 func (i *Interceptor) input(r *http.Request, p *pending, parent *unstructured.Unstructured, parentSource string) decision.Input {
 	u, _ := request.UserFrom(r.Context())
 	in := decision.Input{
-		Operation:      p.op,
-		OldObject:      p.old,
-		NewObject:      p.new,
-		DesiredChanged: p.changed,
-		Changes:        p.changes,
-		StatusWrite:    p.w.sub == statusSubresource,
-		Parent:         parent,
-		User:           u,
-		FieldManager:   p.w.fieldManager,
-		Mode:           decision.ModeInputs{Namespace: p.nsMode, Default: i.cfg.DefaultMode},
-		DryRun:         p.w.dryRun,
-		Confirmed:      p.confirmed,
-		Now:            i.cfg.Clock.Now(),
-		Lifecycle:      p.settings.Lifecycle,
-		UngatedKinds:   p.settings.UngatedChildKinds,
+		Operation:         p.op,
+		OldObject:         p.old,
+		NewObject:         p.new,
+		DesiredChanged:    p.changed,
+		Changes:           p.changes,
+		StatusWrite:       p.w.sub == statusSubresource,
+		Parent:            parent,
+		User:              u,
+		FieldManager:      p.w.fieldManager,
+		Mode:              decision.ModeInputs{Namespace: p.nsMode, Default: i.cfg.DefaultMode},
+		DryRun:            p.w.dryRun,
+		Confirmed:         p.confirmed,
+		NoChangeIsCertain: p.noChangeIsCertain(),
+		Now:               i.cfg.Clock.Now(),
+		Lifecycle:         p.settings.Lifecycle,
+		UngatedKinds:      p.settings.UngatedChildKinds,
 	}
 	if p.controller != nil && p.controller.Mode != annotations.ModeShadow {
 		in.Mode.Controller = string(p.controller.Mode)
@@ -371,6 +372,18 @@ func (i *Interceptor) input(r *http.Request, p *pending, parent *unstructured.Un
 		in.Settle = &facts
 	}
 	return in
+}
+
+// noChangeIsCertain: a stale stored object cannot hide a desired-state
+// change of this write (see decision.Input.NoChangeIsCertain).
+func (p *pending) noChangeIsCertain() bool {
+	switch {
+	case p.w.verb == "patch" && p.w.sub == mainResource:
+		return patch.OnlyMetadata(p.patchTy, p.data)
+	case p.w.verb == "update" && p.sent != nil && p.old != nil:
+		return p.sent.GetResourceVersion() != "" && p.sent.GetResourceVersion() == p.old.GetResourceVersion()
+	}
+	return false
 }
 
 // desiredChange reports whether the write changes the desired state.

@@ -12,6 +12,7 @@ import (
 	authorizationv1 "k8s.io/api/authorization/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/runtime/schema"
 	clienttesting "k8s.io/client-go/testing"
@@ -197,7 +198,13 @@ func TestVerdictsAreConfirmedWithTheServer(t *testing.T) {
 
 	t.Run("a stale cache hides a change: the controller's revert is held", func(t *testing.T) {
 		// A person scaled the ReplicaSet to 5; the cache still says 3, as
-		// the controller's revert does.
+		// the controller's revert does. The revert is an unconditional
+		// update (no resourceVersion): kube-apiserver would apply it to
+		// whatever is stored.
+		revert := revert
+		unconditional := benchChild("stable-1", "stable", "stable-uid", 3)
+		unstructured.RemoveNestedField(unconditional.Object, "metadata", "resourceVersion")
+		revert.body, _ = unconditional.MarshalJSON()
 		cached := benchChild("stable-1", "stable", "stable-uid", 3)
 		edited := benchChild("stable-1", "stable", "stable-uid", 5)
 		edited.SetResourceVersion("200")
@@ -327,6 +334,40 @@ func TestDenialsShowStoredValuesOnlyToReaders(t *testing.T) {
 			}
 			if got := strings.Contains(msg, "1 → 3"); got != tc.wantValues {
 				t.Errorf("stored values shown: %v, want %v: %s", got, tc.wantValues, msg)
+			}
+		})
+	}
+}
+
+// A verdict of "no desired change" that a stale cache cannot have got
+// wrong costs nothing extra: a PUT bound by its resourceVersion, or a patch
+// of metadata only.
+func TestCertainVerdictsAreNotConfirmed(t *testing.T) {
+	allowAll := func(authorizationv1.SubjectAccessReviewSpec) (bool, error) { return true, nil }
+	labels := benchWrite{name: "labels", method: http.MethodPatch, path: "/apis/apps/v1/namespaces/apps/replicasets/stable-1",
+		contentType: "application/merge-patch+json", body: []byte(`{"metadata":{"labels":{"seen":"yes"}}}`),
+		user: "system:serviceaccount:kube-system:deployment-controller"}
+	bound := benchChild("stable-1", "stable", "stable-uid", 1) // what is stored, with its resourceVersion
+	bound.SetLabels(map[string]string{"seen": "yes"})
+	data, _ := bound.MarshalJSON()
+	put := benchWrite{name: "put", method: http.MethodPut, path: "/apis/apps/v1/namespaces/apps/replicasets/stable-1",
+		contentType: "application/json", body: data, user: "system:serviceaccount:kube-system:deployment-controller"}
+	for _, w := range []benchWrite{labels, put} {
+		t.Run(w.name, func(t *testing.T) {
+			env := newServeEnv(t, nil, allowAll, enforce)
+			env.dyn.ClearActions()
+			rec := httptest.NewRecorder()
+			env.handler.ServeHTTP(rec, env.request(t, w))
+			if rec.Code != http.StatusOK {
+				t.Fatalf("code %d (error %v)", rec.Code, env.lastError)
+			}
+			if n := env.forwarded.Load(); n != 1 {
+				t.Errorf("forwarded %d, want the write alone", n)
+			}
+			for _, a := range env.dyn.Actions() {
+				if a.GetVerb() == "get" {
+					t.Errorf("a live read of %s for a verdict a stale cache cannot get wrong", a.GetResource().Resource)
+				}
 			}
 		})
 	}

@@ -62,7 +62,7 @@ type decider struct {
 func Decide(in Input) Decision {
 	d := decideOnce(in)
 	if in.Update() && !in.Confirmed {
-		d.ConfirmWithServer = d.Drift || d.Category == NoDesiredChange && wouldBeHeld(in)
+		d.ConfirmWithServer = d.Drift || d.Category == NoDesiredChange && !in.NoChangeIsCertain && wouldBeHeld(in)
 	}
 	return d
 }

@@ -1139,3 +1139,38 @@ func BenchmarkDecide(b *testing.B) {
 		})
 	}
 }
+
+// Which verdicts rest on the proxy's computation and must be confirmed with
+// kube-apiserver before they are acted on.
+func TestConfirmWithServer(t *testing.T) {
+	noChange := func(in *Input) { in.DesiredChanged, in.Changes, in.NewObject = false, nil, mkChild(1) }
+	tests := []struct {
+		name string
+		in   func(*Input)
+		want bool
+	}{
+		{"drift", func(*Input) {}, true},
+		{"drift, already confirmed", func(in *Input) { in.Confirmed = true }, false},
+		{"no change by the controller under a settled parent: a stale cache could hide one", noChange, true},
+		{"no change that a stale cache cannot hide", func(in *Input) { noChange(in); in.NoChangeIsCertain = true }, false},
+		{"drift even when a no-change verdict would be certain", func(in *Input) { in.NoChangeIsCertain = true }, true},
+		{"no change by another actor: never held", func(in *Input) { noChange(in); alice(in) }, false},
+		{"no change under a frozen parent: a hidden change would be held", func(in *Input) {
+			noChange(in)
+			alice(in)
+			setAnn(annotations.Freeze, "true")(in.Parent)
+		}, true},
+		{"expected", func(in *Input) { obsGen(4)(in.Parent) }, false},
+		{"create", func(in *Input) { in.Operation, in.OldObject = Create, nil }, false},
+		{"status write", func(in *Input) { in.StatusWrite = true }, false},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			in := base()
+			tt.in(&in)
+			if got := Decide(in).ConfirmWithServer; got != tt.want {
+				t.Errorf("ConfirmWithServer = %v, want %v", got, tt.want)
+			}
+		})
+	}
+}

@@ -201,6 +201,12 @@ type Input struct {
 	// falls back to generation numbers alone: a controller's write is
 	// expected while generation != observedGeneration.
 	Settle *settle.Facts
+	// NoChangeIsCertain: if the proxy finds no desired-state change, a
+	// stale copy of the object cannot be hiding one: a PUT that carries
+	// the resourceVersion of the object it was computed on (kube-apiserver
+	// refuses it on any other), or a patch that touches only metadata and
+	// status. Such a verdict needs no confirmation.
+	NoChangeIsCertain bool
 	// Confirmed: OldObject and NewObject are what kube-apiserver stores
 	// and would store (a live read and a server-side dry run), not the
 	// proxy's computation.

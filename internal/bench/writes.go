@@ -232,8 +232,8 @@ func (h *Harness) writes(ctx context.Context) ([]Row, *pools, error) {
 	// kube-apiserver: these rows show what that costs.
 	notes := map[string]string{
 		"UPDATE ReplicaSet (JSON)": "drift: confirmed with a live GET of the child, a dry run of the write and a live GET of the parent, by design",
-		"PATCH merge-patch, labels only": "no desired change by the controller under a settled parent: confirmed with a live GET of the child and a dry run, " +
-			"because a stale cache could hide a change; the write carries the resourceVersion it was decided on",
+		"PATCH merge-patch, labels only": "no desired change by the controller under a settled parent, and a patch of metadata only: " +
+			"no stale cache can hide a change, so nothing is confirmed (an unconditional write would be: a live GET and a dry run)",
 	}
 	for _, w := range h.writeOps(scDrift, p) {
 		note, ok := notes[w.name]

@@ -93,14 +93,9 @@ func (i *Interceptor) serveCollection(w http.ResponseWriter, r *http.Request, p 
 		}
 	}
 
-	data, tooLarge, err := readBody(w, r, i.cfg.MaxBodyBytes)
+	data, err := i.readInterceptedBody(w, r)
 	if err != nil {
 		fail(err)
-		return
-	}
-	if tooLarge {
-		fail(apierrors.NewRequestEntityTooLargeError(fmt.Sprintf(
-			"the body of this intercepted write exceeds the proxy's limit of %d bytes (--max-request-body-bytes)", i.cfg.MaxBodyBytes)))
 		return
 	}
 	p.data = data
@@ -148,7 +143,7 @@ func (i *Interceptor) serveCollection(w http.ResponseWriter, r *http.Request, p 
 	}
 
 	out := c.request(r, data)
-	reserved, proceed := i.reserveCollection(w, r, p, c, out, opts, forward, writeError)
+	reserved, proceed := i.reserveCollection(w, r, p, c, out, forward, writeError)
 	if !proceed {
 		return
 	}
@@ -337,7 +332,7 @@ func (c *collection) request(r *http.Request, data []byte) *http.Request {
 // re-decides that object from a fresh read of its parent. It reports false
 // when it has answered the request, and then holds no reservation.
 func (i *Interceptor) reserveCollection(w http.ResponseWriter, r *http.Request, p *pending, c *collection, out *http.Request,
-	opts *metav1.DeleteOptions, forward http.Handler, writeError ErrorWriter) ([]*decision.ApprovalsUpdate, bool) {
+	forward http.Handler, writeError ErrorWriter) ([]*decision.ApprovalsUpdate, bool) {
 	if p.w.dryRun {
 		return nil, true
 	}
@@ -366,7 +361,7 @@ func (i *Interceptor) reserveCollection(w http.ResponseWriter, r *http.Request, 
 				break
 			}
 			if !preflighted {
-				if !i.preflightCollection(w, out, opts, forward, writeError) {
+				if !i.preflight(w, out, forward, writeError) {
 					for _, m := range c.members {
 						m.p.outcome = "dry-run-refused"
 						i.recordDecision(m.p, &m.d)
@@ -397,40 +392,6 @@ func (i *Interceptor) reserveCollection(w http.ResponseWriter, r *http.Request, 
 		}
 	}
 	return reserved, true
-}
-
-// preflightCollection sends out as a server-side dry run and reports
-// whether kube-apiserver would accept it; when it would not, its answer
-// has been written to w. The dryRun goes where kube-apiserver reads it:
-// into the body's DeleteOptions when there is a body (a dryRun in the query
-// next to a body is ignored, and the "dry run" would delete).
-func (i *Interceptor) preflightCollection(w http.ResponseWriter, out *http.Request, opts *metav1.DeleteOptions, forward http.Handler, writeError ErrorWriter) bool {
-	dry := out.Clone(out.Context())
-	dry.RequestURI = ""
-	var data []byte
-	if out.ContentLength > 0 {
-		o := opts.DeepCopy()
-		o.DryRun = []string{metav1.DryRunAll}
-		o.TypeMeta = metav1.TypeMeta{APIVersion: metav1.SchemeGroupVersion.String(), Kind: "DeleteOptions"}
-		var err error
-		if data, err = json.Marshal(o); err != nil {
-			writeError(w, apierrors.NewInternalError(err))
-			return false
-		}
-		dry.Header.Set("Content-Type", "application/json")
-	} else {
-		q := dry.URL.Query()
-		q.Set("dryRun", metav1.DryRunAll)
-		dry.URL.RawQuery = q.Encode()
-	}
-	restoreBody(dry, data)
-	rec := newBufferedResponse(maxPreflightAnswer)
-	forward.ServeHTTP(rec, dry)
-	if rec.code >= 200 && rec.code < 300 {
-		return true
-	}
-	rec.replay(w, writeError)
-	return false
 }
 
 // refuseCollection answers 403: the request deletes nothing, and says

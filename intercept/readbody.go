@@ -100,3 +100,17 @@ func deleteDryRun(r *http.Request, wr *write, data []byte) (bool, error) {
 	}
 	return false, nil
 }
+
+// readInterceptedBody reads the body of a write the proxy decides: the
+// whole of it, or a 413 when it is larger than --max-request-body-bytes.
+func (i *Interceptor) readInterceptedBody(w http.ResponseWriter, r *http.Request) ([]byte, error) {
+	data, tooLarge, err := readBody(w, r, i.cfg.MaxBodyBytes)
+	if err != nil {
+		return nil, err
+	}
+	if tooLarge {
+		return nil, apierrors.NewRequestEntityTooLargeError(fmt.Sprintf(
+			"the body of this intercepted write exceeds the proxy's limit of %d bytes (--max-request-body-bytes)", i.cfg.MaxBodyBytes))
+	}
+	return data, nil
+}

@@ -105,14 +105,9 @@ func (i *Interceptor) serveWrite(w http.ResponseWriter, r *http.Request, wr *wri
 		return
 	}
 
-	data, tooLarge, err := readBody(w, r, i.cfg.MaxBodyBytes)
+	data, err := i.readInterceptedBody(w, r)
 	if err != nil {
 		fail(err)
-		return
-	}
-	if tooLarge {
-		fail(apierrors.NewRequestEntityTooLargeError(fmt.Sprintf(
-			"the body of this intercepted write exceeds the proxy's limit of %d bytes (--max-request-body-bytes)", i.cfg.MaxBodyBytes)))
 		return
 	}
 	p.data = data

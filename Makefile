@@ -16,6 +16,16 @@ help: ## Show this help.
 build: ## Build bin/kausality-proxy (static).
 	CGO_ENABLED=0 $(GO) build -trimpath -ldflags '$(LDFLAGS)' -o $(BIN)/kausality-proxy ./cmd/kausality-proxy
 
+.PHONY: plugin
+plugin: ## Build the kubectl plugin bin/kubectl-kausality (`kubectl kausality` once bin/ is on PATH).
+	CGO_ENABLED=0 $(GO) build -trimpath -ldflags '$(LDFLAGS)' -o $(BIN)/kubectl-kausality ./cmd/kubectl-kausality
+
+.PHONY: install-plugin
+install-plugin: ## go install the kubectl plugin into $(go env GOBIN) (default ~/go/bin), which must be on PATH.
+	CGO_ENABLED=0 $(GO) install -trimpath -ldflags '$(LDFLAGS)' ./cmd/kubectl-kausality
+	@gobin=$$($(GO) env GOBIN); [ -n "$$gobin" ] || gobin=$$($(GO) env GOPATH)/bin; \
+	echo "installed $$gobin/kubectl-kausality; with $$gobin on PATH, run: kubectl kausality --help"
+
 .PHONY: testbin
 testbin: ## Build etcd, kube-apiserver, kube-controller-manager and kubectl from pinned modules into bin/ (skipped when current).
 	bash hack/testbin/build.sh $(BIN)
@@ -72,6 +82,17 @@ docker-build: ## Build the container image $(IMG) from the Dockerfile (needs Doc
 .PHONY: manifests
 manifests: testbin ## Print the default install (manifests/, rendered by kubectl's built-in kustomize).
 	@$(BIN)/kubectl kustomize manifests/
+
+FUZZTIME ?= 30s
+FUZZ_TARGETS := ./intercept/body:FuzzDecode ./intercept/patch:FuzzApply ./intercept/annotations:FuzzParseAnnotations ./intercept/trace:FuzzExtend ./intercept:FuzzClassify
+
+.PHONY: fuzz
+fuzz: ## Run every fuzz target for FUZZTIME each (default 30s); crashers land in the package's testdata/fuzz.
+	@for t in $(FUZZ_TARGETS); do \
+		pkg=$${t%%:*}; name=$${t##*:}; \
+		echo "fuzz $$pkg $$name ($(FUZZTIME))"; \
+		$(GO) test -run '^$$' -fuzz "^$$name$$" -fuzztime $(FUZZTIME) $$pkg || exit 1; \
+	done
 
 .PHONY: test-deploy
 test-deploy: testbin ## Test the deployment artifacts only: manifests (server dry-run, RBAC sufficiency), kubeconfig and certs subcommands, static binary.

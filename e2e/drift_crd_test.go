@@ -550,17 +550,22 @@ func TestDriftCustomResources(t *testing.T) {
 			}
 			return nil
 		})
+		// A write decided as approved may still be refused before it is
+		// forwarded (its dry run meets the winner's write); only the
+		// outcome says which write used the approval.
 		approved := 0
 		for _, d := range lines {
 			if d.Str("decision") == "Allow" {
 				if d.Str("category") != "DriftApproved" {
 					t.Errorf("allowed as %s: %v", d.Str("category"), d)
 				}
-				approved++
+				if strings.HasPrefix(d.Str("outcome"), "forwarded:2") {
+					approved++
+				}
 			}
 		}
 		if approved != 1 {
-			t.Errorf("%d writes were allowed, want exactly 1", approved)
+			t.Errorf("%d writes went through as approved, want exactly 1", approved)
 		}
 	})
 

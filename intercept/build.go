@@ -69,7 +69,10 @@ func Build(o Options) (*Interceptor, error) {
 	}
 	// Informers live as long as the interceptor, not a request.
 	background, stop := context.WithCancel(context.Background())
+	policies := NewPolicies(dyn, o.Log.Named("approvalpolicies"))
+	policies.Run(background)
 	i := New(Config{
+		Policies:      policies,
 		Reports:       reports,
 		Objects:       objects.New(background, disc, dyn),
 		Writer:        dyn,

@@ -35,8 +35,9 @@
 //
 // Pure logic, no I/O (table-tested on their own): annotations, approval,
 // body, controllerid, decision, decisionlog, desired, lifecycle, patch,
-// rules, settle, trace, shadowreport. I/O: objects (informer caches and
-// live reads with the proxy's credentials), notify (DriftReport delivery),
-// config (the --config file and its watcher), and this package's files,
-// which carry out the decisions.
+// policy, rules, settle, trace, shadowreport. I/O: objects (informer caches
+// and live reads with the proxy's credentials), notify (DriftReport
+// delivery), config (the --config file and its watcher), and this
+// package's files, which carry out the decisions (policies.go watches the
+// approval policies and writes their status).
 package intercept

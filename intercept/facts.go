@@ -354,6 +354,9 @@ func (i *Interceptor) input(r *http.Request, p *pending, parent *unstructured.Un
 		Lifecycle:         p.settings.Lifecycle,
 		UngatedKinds:      p.settings.UngatedChildKinds,
 	}
+	if i.cfg.Policies != nil && u != nil && parent != nil {
+		in.Policies = i.cfg.Policies.For(u.GetName())
+	}
 	if p.controller != nil && p.controller.Mode != annotations.ModeShadow {
 		in.Mode.Controller = string(p.controller.Mode)
 	}

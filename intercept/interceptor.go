@@ -66,6 +66,9 @@ type Config struct {
 	Metrics prometheus.Registerer
 	// Reports sends DriftReports; nil sends none.
 	Reports *notify.Sender
+	// Policies gives decisions the writer's approval policies; nil means
+	// none.
+	Policies PolicySource
 	// Clock tells decisions the time (snooze, trace timestamps) and
 	// measures latency; nil is the real clock.
 	Clock clock.PassiveClock

@@ -48,6 +48,15 @@ func (i *Interceptor) recordDecision(p *pending, d *decision.Decision) {
 	if d.Rejection != nil {
 		line.Rejection = d.Rejection.Kind + "/" + d.Rejection.Name
 	}
+	switch {
+	case d.Policy != nil:
+		line.Policy = d.Policy.String()
+	case d.Drift:
+		line.Policy = decisionlog.PolicyNone
+	}
+	if len(d.PolicyProblems) > 0 && i.cfg.Policies != nil {
+		i.cfg.Policies.Report(d.PolicyProblems)
+	}
 	if d.Trace != "" {
 		line.HasTrace = true
 		line.TraceHops = strings.Count(d.Trace, `"kind"`)

@@ -2,7 +2,11 @@ package framework
 
 import (
 	"context"
+	"errors"
 	"fmt"
+	"os"
+	"path/filepath"
+	goruntime "runtime"
 	"time"
 
 	apiextensionsv1 "k8s.io/apiextensions-apiserver/pkg/apis/apiextensions/v1"
@@ -13,6 +17,7 @@ import (
 	"k8s.io/apimachinery/pkg/util/wait"
 	"k8s.io/client-go/discovery"
 	"k8s.io/client-go/rest"
+	"sigs.k8s.io/yaml"
 )
 
 // The test API group of the custom-resource scenarios: a cluster-scoped
@@ -133,6 +138,29 @@ func SprocketCRD() *apiextensionsv1.CustomResourceDefinition {
 			}},
 		},
 	}
+}
+
+// PolicyCRDs are the proxy's own ApprovalPolicy and ClusterApprovalPolicy
+// CRDs, read from the manifests the deployment uses.
+func PolicyCRDs() ([]*apiextensionsv1.CustomResourceDefinition, error) {
+	_, here, _, ok := goruntime.Caller(0)
+	if !ok {
+		return nil, errors.New("cannot locate the e2e framework's source")
+	}
+	dir := filepath.Join(filepath.Dir(here), "..", "..", "manifests", "base", "crds")
+	var out []*apiextensionsv1.CustomResourceDefinition
+	for _, f := range []string{"kausality.io_approvalpolicies.yaml", "kausality.io_clusterapprovalpolicies.yaml"} {
+		data, err := os.ReadFile(filepath.Join(dir, f))
+		if err != nil {
+			return nil, err
+		}
+		crd := &apiextensionsv1.CustomResourceDefinition{}
+		if err := yaml.UnmarshalStrict(data, crd); err != nil {
+			return nil, fmt.Errorf("%s: %w", f, err)
+		}
+		out = append(out, crd)
+	}
+	return out, nil
 }
 
 // InstallCRDs creates the CRDs with cfg (an existing one is left as is),

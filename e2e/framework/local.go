@@ -74,6 +74,15 @@ func StartLocal(ctx context.Context, opts LocalOptions) (_ *Local, retErr error)
 			l.Stop()
 		}
 	}()
+	// The proxy's own API is there before the proxy starts, as a
+	// deployment installs it, so its policy informers sync at once.
+	policyCRDs, err := PolicyCRDs()
+	if err != nil {
+		return nil, err
+	}
+	if err := InstallCRDs(ctx, cp.AdminConfig, policyCRDs...); err != nil {
+		return nil, err
+	}
 
 	apiserver, err := url.Parse(cp.Host)
 	if err != nil {

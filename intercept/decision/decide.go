@@ -19,6 +19,7 @@
 //	controller, parent settled at its spec (drift):
 //	  matching rejection / malformed rejections   → DriftRejected (Deny in every mode)
 //	  valid approval                              → DriftApproved (trace hop, consume once)
+//	  a rule of the writer's ApprovalPolicies     → DriftApprovedByPolicy (trace hop)
 //	  otherwise                                   → DriftUnapproved (enforce: Deny; log: Allow + warning)
 //
 // The controller is an authenticated user (see controllerid). Whether the
@@ -42,6 +43,7 @@ import (
 	"github.com/kausality-io/kausality-proxy/intercept/approval"
 	"github.com/kausality-io/kausality-proxy/intercept/controllerid"
 	"github.com/kausality-io/kausality-proxy/intercept/lifecycle"
+	"github.com/kausality-io/kausality-proxy/intercept/policy"
 	"github.com/kausality-io/kausality-proxy/intercept/trace"
 )
 
@@ -294,6 +296,9 @@ func (x *decider) decide() {
 	case !id.IsController:
 		d.Category = NewOrigin
 		d.Reason = "not the parent's controller: " + id.Reason
+		if hit := x.matchPolicies(true); hit != nil {
+			d.Reason += "; matches " + hit.String() + " (newOrigins)"
+		}
 		x.writeChild(false, false)
 		return
 	case reconciling:
@@ -415,6 +420,9 @@ func (x *decider) drift() {
 	child := approval.Child{APIVersion: d.Child.APIVersion, Kind: d.Child.Kind, Name: d.Child.Name}
 	win := x.window()
 	ev := approval.Evaluate(approvals, rejections, rw != nil, child, win)
+	// Policies are matched whatever the annotations say, so that a
+	// rejection's message can say which policy it overrode.
+	hit := x.matchPolicies(false)
 	genText := "parent generation " + itoa(d.Parent.Generation) + " == observedGeneration " + itoa(d.Parent.ObservedGeneration)
 	if x.in.Settle != nil {
 		genText = "the parent " + x.in.Settle.Reason
@@ -442,6 +450,17 @@ func (x *decider) drift() {
 		return
 	}
 
+	if hit != nil {
+		d.Category, d.Policy = DriftApprovedByPolicy, hit
+		d.Reason = "drift approved by " + hit.String() + " (" + genText + ")"
+		if ev.ApprovalsChanged {
+			x.setApprovalsSideWrite(ev.NewApprovals, len(ev.Pruned))
+		}
+		d.Report = ReportResolved
+		x.writeChild(true, true)
+		return
+	}
+
 	sugg, suggValue := approval.Suggest(approvals, child, win)
 	d.Suggested = &sugg
 	d.Category = DriftUnapproved
@@ -452,16 +471,52 @@ func (x *decider) drift() {
 	}
 	if enforce {
 		d.Result = Deny
-		d.Reason = "drift without approval (" + genText + "), enforce mode (" + string(d.ModeSource) + ")"
+		d.Reason = "drift without approval (" + genText + "; " + x.noPolicyText() + "), enforce mode (" + string(d.ModeSource) + ")"
 		return
 	}
-	d.Reason = "drift without approval (" + genText + "), allowed in log mode (" + string(d.ModeSource) + ")"
+	d.Reason = "drift without approval (" + genText + "; " + x.noPolicyText() + "), allowed in log mode (" + string(d.ModeSource) + ")"
 	d.Warnings = append(d.Warnings, x.logModeWarning(sugg))
 	if ev.ApprovalsChanged {
 		x.setApprovalsSideWrite(ev.NewApprovals, len(ev.Pruned))
 	}
 	// Unapproved drift starts a new causal chain at this write.
 	x.writeChild(true, false)
+}
+
+// matchPolicies matches the write against the writer's approval
+// policies, and records what was tried and what went wrong.
+func (x *decider) matchPolicies(newOrigin bool) *policy.Hit {
+	in, d := x.in, x.d
+	if len(in.Policies) == 0 {
+		return nil
+	}
+	req := policy.Request{APIVersion: d.Child.APIVersion, Kind: d.Child.Kind, Namespace: d.Child.Namespace, Name: d.Child.Name,
+		Now: x.now, NewOrigin: newOrigin}
+	if in.OldObject != nil {
+		req.Old = in.OldObject.Object
+	}
+	if in.NewObject != nil {
+		req.New = in.NewObject.Object
+	}
+	res := policy.Evaluate(in.Policies, req)
+	d.PoliciesEvaluated, d.PolicyProblems = res.Evaluated, res.Problems
+	if res.Hit != nil {
+		d.Policy = res.Hit
+	}
+	return res.Hit
+}
+
+// noPolicyText says that no approval policy matched.
+func (x *decider) noPolicyText() string {
+	n := len(x.d.PoliciesEvaluated)
+	if n == 0 {
+		return "no ApprovalPolicy applies to " + x.d.Actor.User
+	}
+	names := make([]string, n)
+	for i, r := range x.d.PoliciesEvaluated {
+		names[i] = r.String()
+	}
+	return "no rule of " + strings.Join(names, ", ") + " matched"
 }
 
 // pruneApprovals schedules removal of stale approvals (Expected path).

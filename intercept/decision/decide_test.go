@@ -962,7 +962,7 @@ func TestDecideStatusWrite(t *testing.T) {
 func TestMessages(t *testing.T) {
 	t.Run("unapproved", func(t *testing.T) {
 		d := Decide(base())
-		wantMsg := `kausality: UPDATE of apps/v1 ReplicaSet default/web-1 denied: drift: the parent's controller, field manager "kube-controller-manager" (user system:serviceaccount:kube-system:deployment-controller), changes spec.replicas (1 → 3) while its parent apps/v1 Deployment default/web (generation 5, observedGeneration 5) is reconciled. To allow it once, add {"apiVersion":"apps/v1","kind":"ReplicaSet","name":"web-1","generation":5,"mode":"once"} to the parent's kausality.io/approvals annotation: kubectl annotate -n default deployment.apps/web --overwrite 'kausality.io/approvals=[{"apiVersion":"apps/v1","kind":"ReplicaSet","name":"web-1","generation":5,"mode":"once"}]'.`
+		wantMsg := `kausality: UPDATE of apps/v1 ReplicaSet default/web-1 denied: drift: the parent's controller, field manager "kube-controller-manager" (user system:serviceaccount:kube-system:deployment-controller), changes spec.replicas (1 → 3) while its parent apps/v1 Deployment default/web (generation 5, observedGeneration 5) is reconciled. No ApprovalPolicy applies to system:serviceaccount:kube-system:deployment-controller. To allow it once, add {"apiVersion":"apps/v1","kind":"ReplicaSet","name":"web-1","generation":5,"mode":"once"} to the parent's kausality.io/approvals annotation: kubectl annotate -n default deployment.apps/web --overwrite 'kausality.io/approvals=[{"apiVersion":"apps/v1","kind":"ReplicaSet","name":"web-1","generation":5,"mode":"once"}]'.`
 		if d.Message != wantMsg {
 			t.Errorf("message:\n got  %s\n want %s", d.Message, wantMsg)
 		}
@@ -971,6 +971,7 @@ func TestMessages(t *testing.T) {
 			`{"reason":"KausalityController","message":"field manager \"kube-controller-manager\" (user system:serviceaccount:kube-system:deployment-controller)"},` +
 			`{"reason":"KausalityChangedField","message":"1 → 3","field":"spec.replicas"},` +
 			`{"reason":"KausalityUnapproved","message":"no approval for this child at parent generation 5","field":"metadata.annotations[kausality.io/approvals]"},` +
+			`{"reason":"KausalityPolicy","message":"no ApprovalPolicy applies to system:serviceaccount:kube-system:deployment-controller"},` +
 			`{"reason":"KausalityUnblock","message":"[{\"apiVersion\":\"apps/v1\",\"kind\":\"ReplicaSet\",\"name\":\"web-1\",\"generation\":5,\"mode\":\"once\"}]","field":"metadata.annotations[kausality.io/approvals]"}]`
 		if got, _ := json.Marshal(d.Causes); string(got) != wantCauses {
 			t.Errorf("causes:\n got  %s\n want %s", got, wantCauses)
@@ -987,7 +988,7 @@ func TestMessages(t *testing.T) {
 		setAnn(annotations.Approvals, `[{"apiVersion":"v1","kind":"Secret","name":"s","mode":"always"}]`)(in.Parent)
 		in.Changes = []desired.Change{{Path: "spec.a", Old: "x", New: "y"}, {Path: "spec.b"}}
 		d := Decide(in)
-		wantMsg := `kausality: UPDATE of apps/v1 ReplicaSet default/web-1 denied: drift: the parent's controller, field manager "kube-controller-manager" (user system:serviceaccount:kube-system:deployment-controller), changes spec.a (x → y), spec.b while its parent example.com/v1 Cluster default/web (generation 5, observedGeneration 5) is reconciled. To allow it once, add {"apiVersion":"apps/v1","kind":"ReplicaSet","name":"web-1","generation":5,"mode":"once"} to the parent's kausality.io/approvals annotation: kubectl annotate -n default cluster.example.com/web --overwrite 'kausality.io/approvals=[{"apiVersion":"v1","kind":"Secret","name":"s","mode":"always"},{"apiVersion":"apps/v1","kind":"ReplicaSet","name":"web-1","generation":5,"mode":"once"}]'.`
+		wantMsg := `kausality: UPDATE of apps/v1 ReplicaSet default/web-1 denied: drift: the parent's controller, field manager "kube-controller-manager" (user system:serviceaccount:kube-system:deployment-controller), changes spec.a (x → y), spec.b while its parent example.com/v1 Cluster default/web (generation 5, observedGeneration 5) is reconciled. No ApprovalPolicy applies to system:serviceaccount:kube-system:deployment-controller. To allow it once, add {"apiVersion":"apps/v1","kind":"ReplicaSet","name":"web-1","generation":5,"mode":"once"} to the parent's kausality.io/approvals annotation: kubectl annotate -n default cluster.example.com/web --overwrite 'kausality.io/approvals=[{"apiVersion":"v1","kind":"Secret","name":"s","mode":"always"},{"apiVersion":"apps/v1","kind":"ReplicaSet","name":"web-1","generation":5,"mode":"once"}]'.`
 		if d.Message != wantMsg {
 			t.Errorf("message:\n got  %s\n want %s", d.Message, wantMsg)
 		}
@@ -1041,7 +1042,7 @@ func TestMessages(t *testing.T) {
 		if !strings.Contains(d.Message, "changes spec.f0, spec.f1, spec.f2, spec.f3, spec.f4, spec.f5, spec.f6, spec.f7, spec.f8, spec.f9, and 3 more while") {
 			t.Errorf("message %s", d.Message)
 		}
-		if n := len(d.Causes); n != 3+13+2 {
+		if n := len(d.Causes); n != 3+13+3 {
 			t.Errorf("%d causes", n)
 		}
 	})
@@ -1066,7 +1067,7 @@ func TestDecideDetails(t *testing.T) {
 		if d.Child != rsRef {
 			t.Errorf("child %+v", d.Child)
 		}
-		if d.Reason != "drift without approval (parent generation 5 == observedGeneration 5), enforce mode (default)" {
+		if d.Reason != "drift without approval (parent generation 5 == observedGeneration 5; no ApprovalPolicy applies to system:serviceaccount:kube-system:deployment-controller), enforce mode (default)" {
 			t.Errorf("reason %q", d.Reason)
 		}
 	})

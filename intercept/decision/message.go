@@ -157,11 +157,14 @@ func (x *decider) rejectedMessage(ev approval.Evaluation) {
 	}
 	d.Message = "kausality: " + string(x.in.Operation) + " of " + d.Child.String() + " denied: drift rejected by its parent " +
 		x.parentText() + ": " + r.Reason + ". The write by the parent's controller, " + x.actorText() + ", " +
-		x.describeWrite() + " although the parent " + x.settledText() + ". To unblock, " + unblock + "."
+		x.describeWrite() + " although the parent " + x.settledText() + "." + x.policyText(true) + " To unblock, " + unblock + "."
 	d.Causes = append(x.baseCauses(),
 		metav1.StatusCause{Type: CauseRejected, Field: annotationField(annotations.Rejections), Message: r.Reason},
 		metav1.StatusCause{Type: CauseUnblock, Field: annotationField(annotations.Rejections), Message: unblock},
 	)
+	if d.Policy != nil {
+		d.Causes = append(d.Causes, metav1.StatusCause{Type: CausePolicy, Message: d.Policy.String() + " matches; the rejection wins"})
+	}
 }
 
 func (x *decider) approveHint(sugg approval.Approval, value string) string {
@@ -187,10 +190,12 @@ func (x *decider) unapprovedMessage(sugg approval.Approval, value string, enforc
 	}
 	d.Message = "kausality: " + string(x.in.Operation) + " of " + d.Child.String() + " " + verdict +
 		": drift: the parent's controller, " + x.actorText() + ", " + x.describeWrite() +
-		" while its parent " + x.parentText() + " " + x.settledText() + ". To allow it once, " + x.approveHint(sugg, value) + "."
+		" while its parent " + x.parentText() + " " + x.settledText() + "." + x.policyText(false) +
+		" To allow it once, " + x.approveHint(sugg, value) + "."
 	d.Causes = append(x.baseCauses(),
 		metav1.StatusCause{Type: CauseUnapproved, Field: annotationField(annotations.Approvals),
 			Message: "no approval for this child at parent generation " + itoa(d.Parent.Generation)},
+		metav1.StatusCause{Type: CausePolicy, Message: x.noPolicyText()},
 		metav1.StatusCause{Type: CauseUnblock, Field: annotationField(annotations.Approvals), Message: value},
 	)
 }
@@ -201,4 +206,23 @@ func (x *decider) logModeWarning(sugg approval.Approval) string {
 	return "kausality: drift allowed in log mode: " + string(x.in.Operation) + " of " + x.d.Child.String() +
 		" by the parent's controller " + x.actorText() + " " + x.describeWrite() + " while its parent " +
 		x.parentText() + " " + x.settledText() + "; approve with " + annotations.Approvals + " entry " + string(entry)
+}
+
+// policyText is the sentence about approval policies in a drift message:
+// which rule matched (and lost to a rejection), or that none did.
+func (x *decider) policyText(rejected bool) string {
+	if rejected {
+		if p := x.d.Policy; p != nil {
+			return " " + p.String() + " matches this write, but a rejection wins over approval policies."
+		}
+		return ""
+	}
+	return " " + upperFirst(x.noPolicyText()) + "."
+}
+
+func upperFirst(s string) string {
+	if s == "" || s[0] < 'a' || s[0] > 'z' {
+		return s
+	}
+	return string(s[0]-'a'+'A') + s[1:]
 }

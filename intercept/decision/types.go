@@ -16,6 +16,7 @@ import (
 	"github.com/kausality-io/kausality-proxy/intercept/controllerid"
 	"github.com/kausality-io/kausality-proxy/intercept/desired"
 	"github.com/kausality-io/kausality-proxy/intercept/lifecycle"
+	"github.com/kausality-io/kausality-proxy/intercept/policy"
 	"github.com/kausality-io/kausality-proxy/intercept/settle"
 )
 
@@ -72,6 +73,10 @@ const (
 	SelfHealing Category = "SelfHealing"
 	// DriftApproved: drift with a valid approval.
 	DriftApproved Category = "DriftApproved"
+	// DriftApprovedByPolicy: drift without an approval annotation that a
+	// rule of an ApprovalPolicy (or ClusterApprovalPolicy) of the writer
+	// matches.
+	DriftApprovedByPolicy Category = "DriftApprovedByPolicy"
 	// DriftRejected: drift with a matching rejection (or malformed
 	// rejections). Denied in every mode.
 	DriftRejected Category = "DriftRejected"
@@ -214,6 +219,10 @@ type Input struct {
 	// UngatedKinds are child kinds whose controller writes under a settled
 	// parent are traced but never gated (SelfHealing).
 	UngatedKinds []schema.GroupKind
+	// Policies are the compiled approval policies that apply to the
+	// writer, in the order they are tried (see policy). Compiled ahead,
+	// from informer caches: matching them does no I/O.
+	Policies []*policy.Compiled
 }
 
 // Update reports whether the write updates a stored object (create and
@@ -336,6 +345,16 @@ type Decision struct {
 	Rejection *approval.Rejection `json:"rejection,omitempty"`
 	// Freeze is the parent's freeze (Frozen).
 	Freeze *annotations.FreezeInfo `json:"freeze,omitempty"`
+	// Policy is the ApprovalPolicy rule that approved drift
+	// (DriftApprovedByPolicy), or that a new origin matched (a rule with
+	// newOrigins; the write is allowed anyway).
+	Policy *policy.Hit `json:"policy,omitempty"`
+	// PoliciesEvaluated names the policies tried for drift or a new
+	// origin.
+	PoliciesEvaluated []policy.Ref `json:"policiesEvaluated,omitempty"`
+	// PolicyProblems are policy evaluations that exceeded the cost limit,
+	// for the policies' status.
+	PolicyProblems []policy.EvalProblem `json:"-"`
 	// Suggested is the approval that would allow this drift.
 	Suggested *approval.Approval `json:"suggested,omitempty"`
 
@@ -387,6 +406,9 @@ const (
 	CauseFrozen       metav1.CauseType = "KausalityFrozen"
 	CauseRejected     metav1.CauseType = "KausalityRejected"
 	CauseUnapproved   metav1.CauseType = "KausalityUnapproved"
+	// CausePolicy: Message names the ApprovalPolicy rule that matched, or
+	// says that none did.
+	CausePolicy metav1.CauseType = "KausalityPolicy"
 	// CauseUnblock: Field names the parent annotation, Message the action
 	// or the full value to set.
 	CauseUnblock metav1.CauseType = "KausalityUnblock"

@@ -16,6 +16,10 @@ import (
 // from the proxy's log.
 const Message = "kausality decision"
 
+// PolicyNone is the policy field of a drift line no ApprovalPolicy rule
+// matched.
+const PolicyNone = "none"
+
 // DecisionError is the Decision of a write the proxy answered with an error
 // of its own before deciding.
 const DecisionError = "Error"
@@ -71,6 +75,9 @@ type Line struct {
 	Approval     string `json:"approval,omitempty"`
 	ApprovalMode string `json:"approvalMode,omitempty"`
 	Rejection    string `json:"rejection,omitempty"`
+	// Policy names the ApprovalPolicy rule that matched ("ApprovalPolicy
+	// ns/name rule 0"), or is PolicyNone for drift no rule matched.
+	Policy string `json:"policy,omitempty"`
 
 	HasTrace    bool `json:"-"`
 	TraceHops   int  `json:"traceHops,omitempty"`
@@ -140,6 +147,9 @@ func (l *Line) MarshalLogObject(enc zapcore.ObjectEncoder) error {
 	}
 	if l.Rejection != "" {
 		enc.AddString("rejection", l.Rejection)
+	}
+	if l.Policy != "" {
+		enc.AddString("policy", l.Policy)
 	}
 	if l.HasTrace {
 		enc.AddInt("traceHops", l.TraceHops)

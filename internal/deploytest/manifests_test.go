@@ -158,6 +158,7 @@ func TestManifestsShape(t *testing.T) {
 		{"Deployment", "kausality-proxy"}, {"Service", "kausality-proxy"}, {"PodDisruptionBudget", "kausality-proxy"},
 		{"ConfigMap", kubeconfigCMName}, {"ConfigMap", configCMName}, {"Job", "kausality-proxy-certgen"},
 		{"CustomResourceDefinition", "approvalpolicies.kausality.io"},
+		{"CustomResourceDefinition", "clusterapprovalpolicies.kausality.io"},
 	} {
 		find(t, objs, want.kind, want.name)
 	}

@@ -87,8 +87,12 @@ var proxyReads = map[string][]string{
 	"resource.k8s.io":              {"deviceclasses", "resourceclaims", "resourceclaimtemplates", "resourceslices"},
 	"scheduling.k8s.io":            {"priorityclasses"},
 	"storage.k8s.io":               {"csidrivers", "csinodes", "csistoragecapacities", "storageclasses", "volumeattachments", "volumeattributesclasses"},
-	"kausality.io":                 {"approvalpolicies"},
+	"kausality.io":                 {"approvalpolicies", "clusterapprovalpolicies"},
 }
+
+// policyStatusWrites are the status subresources the proxy writes: the
+// conditions of the approval policies.
+var policyStatusWrites = []string{"approvalpolicies/status", "clusterapprovalpolicies/status"}
 
 // parentPatches are the built-in parent kinds whose annotations the proxy
 // patches.
@@ -112,6 +116,7 @@ func expectedRoles() map[string][]string {
 	for g, rs := range proxyReads {
 		core = append(core, atoms(read, g, rs...)...)
 	}
+	core = append(core, atoms([]string{"update"}, "kausality.io", policyStatusWrites...)...)
 	var parents []string
 	for g, rs := range parentPatches {
 		parents = append(parents, atoms([]string{"patch"}, g, rs...)...)
@@ -484,6 +489,9 @@ func TestRBACNotBroaderThanListed(t *testing.T) {
 		{verb: "get", resource: "namespaces", name: "default"},
 		{verb: "patch", group: "apps", resource: "deployments", namespace: "team-a", name: "web"},
 		{verb: "patch", group: "batch", resource: "cronjobs", namespace: "team-a", name: "nightly"},
+		{verb: "watch", group: "kausality.io", resource: "clusterapprovalpolicies"},
+		{verb: "update", group: "kausality.io", resource: "approvalpolicies", subresource: "status", namespace: "team-a", name: "p"},
+		{verb: "update", group: "kausality.io", resource: "clusterapprovalpolicies", subresource: "status", name: "p"},
 	} {
 		if !allowed(t, admin, proxyUser, saGroups, a) {
 			t.Errorf("the proxy may not %s; the manifests must allow it", a)
@@ -503,6 +511,10 @@ func TestRBACNotBroaderThanListed(t *testing.T) {
 		{verb: "patch", group: "apps", resource: "deployments", subresource: "status", namespace: "team-a", name: "web"},
 		{verb: "patch", group: "apps", resource: "deployments", subresource: "scale", namespace: "team-a", name: "web"},
 		{verb: "patch", group: "kausality.io", resource: "approvalpolicies", namespace: "team-a", name: "p"},
+		{verb: "update", group: "kausality.io", resource: "approvalpolicies", namespace: "team-a", name: "p"},
+		{verb: "patch", group: "kausality.io", resource: "approvalpolicies", subresource: "status", namespace: "team-a", name: "p"},
+		{verb: "update", group: "kausality.io", resource: "clusterapprovalpolicies", name: "p"},
+		{verb: "create", group: "kausality.io", resource: "clusterapprovalpolicies"},
 		{verb: "create", resource: "secrets", namespace: installNamespace},
 		{verb: "create", group: "rbac.authorization.k8s.io", resource: "clusterrolebindings"},
 		{verb: "escalate", group: "rbac.authorization.k8s.io", resource: "clusterroles", name: "cluster-admin"},

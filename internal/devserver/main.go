@@ -58,7 +58,9 @@ func run() error {
 	var cp *testenv.ControlPlane
 	if opts.UpstreamKubeconfig == "" {
 		log.Info("no --upstream-kubeconfig: starting an embedded control plane from ./bin")
-		cp, err = testenv.Start(ctx, testenv.Options{})
+		// The proxy watches its own policy kinds: the embedded cluster has
+		// them, as an installation from manifests/ does.
+		cp, err = testenv.Start(ctx, testenv.Options{CRDDirectories: []string{filepath.Join("manifests", "base", "crds")}})
 		if err != nil {
 			return err
 		}

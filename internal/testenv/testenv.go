@@ -145,6 +145,9 @@ type Options struct {
 	// StartTimeout bounds how long etcd and kube-apiserver may each take to
 	// become healthy. Defaults to 60s (the machines this runs on are small).
 	StartTimeout time.Duration
+	// CRDDirectories hold CustomResourceDefinitions (YAML) installed once
+	// kube-apiserver is up, such as the proxy's own policy kinds.
+	CRDDirectories []string
 }
 
 // ControlPlane is a running etcd + kube-apiserver (and any controller
@@ -278,6 +281,8 @@ func Start(ctx context.Context, opts Options) (_ *ControlPlane, retErr error) {
 		},
 		ControlPlaneStartTimeout: startTimeout,
 		ControlPlaneStopTimeout:  defaultStopTimeout,
+		CRDDirectoryPaths:        opts.CRDDirectories,
+		ErrorIfCRDPathMissing:    len(opts.CRDDirectories) > 0,
 	}
 	cfg, err := cp.Env.Start()
 	if err != nil {

@@ -1,0 +1,21 @@
+// Command kubectl-kausality is the kubectl plugin `kubectl kausality`: it
+// explains kausality-proxy's drift decisions (why, trace) and edits the
+// parent annotations that steer them (approve, reject, freeze, unfreeze,
+// snooze, unsnooze). Put it on PATH and kubectl finds it.
+//
+// Exit codes: 0 success, 1 error.
+package main
+
+import (
+	"fmt"
+	"os"
+
+	"github.com/kausality-io/kausality-proxy/internal/kubectlplugin"
+)
+
+func main() {
+	if err := kubectlplugin.NewCommand(os.Stdout).Execute(); err != nil {
+		fmt.Fprintln(os.Stderr, "error:", err)
+		os.Exit(1)
+	}
+}

@@ -1,0 +1,366 @@
+package kubectlplugin
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"time"
+
+	"github.com/spf13/cobra"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/client-go/tools/clientcmd"
+	"sigs.k8s.io/yaml"
+
+	"github.com/kausality-io/kausality-proxy/intercept/annotations"
+	"github.com/kausality-io/kausality-proxy/intercept/config"
+	"github.com/kausality-io/kausality-proxy/intercept/decision"
+	"github.com/kausality-io/kausality-proxy/intercept/trace"
+)
+
+// options are the flags every command shares.
+type options struct {
+	out         io.Writer
+	loading     *clientcmd.ClientConfigLoadingRules
+	overrides   *clientcmd.ConfigOverrides
+	output      string
+	defaultMode string
+	now         func() time.Time
+}
+
+// NewCommand returns `kubectl kausality` writing to out. Errors are
+// returned, not printed: main prints them and exits 1.
+func NewCommand(out io.Writer) *cobra.Command {
+	o := &options{
+		out:         out,
+		loading:     clientcmd.NewDefaultClientConfigLoadingRules(),
+		overrides:   &clientcmd.ConfigOverrides{},
+		defaultMode: string(annotations.ModeLog),
+		now:         time.Now,
+	}
+	cmd := &cobra.Command{
+		Use:   "kubectl-kausality",
+		Short: "Explain and steer kausality-proxy's drift decisions",
+		Long: `kubectl kausality explains what kausality-proxy decides about a child object's
+writes and edits the parent annotations that steer it: approvals,
+rejections, freeze and snooze. It works against kube-apiserver directly or
+through the proxy.
+
+Exit codes: 0 success, 1 error (nothing was written).`,
+		SilenceUsage:  true,
+		SilenceErrors: true,
+		Annotations:   map[string]string{cobra.CommandDisplayNameAnnotation: "kubectl kausality"},
+	}
+	pf := cmd.PersistentFlags()
+	pf.StringVar(&o.loading.ExplicitPath, "kubeconfig", "", "Path to the kubeconfig file.")
+	clientcmd.BindOverrideFlags(o.overrides, pf, clientcmd.RecommendedConfigOverrideFlags(""))
+	pf.StringVarP(&o.output, "output", "o", "", "Output format: json or yaml (default: text).")
+	cmd.AddCommand(o.whyCommand(), o.traceCommand(), o.approveCommand(), o.rejectCommand(),
+		o.freezeCommand(), o.unfreezeCommand(), o.snoozeCommand(), o.unsnoozeCommand())
+	return cmd
+}
+
+func (o *options) cluster() (*cluster, error) {
+	switch o.output {
+	case "", "json", "yaml":
+	default:
+		return nil, fmt.Errorf("--output must be json or yaml, not %q", o.output)
+	}
+	return newCluster(clientcmd.NewNonInteractiveDeferredLoadingClientConfig(o.loading, o.overrides))
+}
+
+// print writes v as JSON or YAML when asked, else calls text.
+func (o *options) print(v any, text func(io.Writer)) error {
+	switch o.output {
+	case "json":
+		b, err := json.MarshalIndent(v, "", "  ")
+		if err != nil {
+			return err
+		}
+		_, err = fmt.Fprintf(o.out, "%s\n", b)
+		return err
+	case "yaml":
+		b, err := yaml.Marshal(v)
+		if err != nil {
+			return err
+		}
+		_, err = o.out.Write(b)
+		return err
+	}
+	text(o.out)
+	return nil
+}
+
+func (o *options) whyCommand() *cobra.Command {
+	var controller, fieldManager string
+	cmd := &cobra.Command{
+		Use:   "why KIND/NAME",
+		Short: "Explain what the proxy decides about a controller's write of this child, and what would unblock it",
+		Long: `why shows the child's parent, the parent's lifecycle phase and settledness,
+who the parent's controller is and how that is known, the drift mode and
+where it comes from, the approvals, rejections, freeze and snooze that
+apply, the trace, and what the proxy would decide for a desired-state write
+of the child by its controller now (computed with the proxy's own decision
+engine), with what would unblock it.
+
+The plugin cannot see the proxy's memory of where each parent last settled;
+when the parent does not look settled now, why also says what the proxy
+decides if it remembers the parent settled at its current spec.`,
+		Args: cobra.ExactArgs(1),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			mode, set, w := annotations.ParseMode(o.defaultMode)
+			if !set || w != nil {
+				return fmt.Errorf("--default-mode must be log or enforce, not %q", o.defaultMode)
+			}
+			c, err := o.cluster()
+			if err != nil {
+				return err
+			}
+			ctx := cmd.Context()
+			t, err := c.resolve(args[0])
+			if err != nil {
+				return err
+			}
+			child, err := c.get(ctx, t)
+			if err != nil {
+				return err
+			}
+			f := Facts{Child: child, DefaultMode: mode, Controller: controller, FieldManager: fieldManager,
+				UngatedKinds: config.DefaultUngatedChildKinds, Now: o.now(),
+				PoliciesFor: func(user string) ([]*unstructured.Unstructured, error) { return c.policiesFor(ctx, user) }}
+			nsMode, nsOK := c.namespaceMode(ctx, child.GetNamespace(), annotations.Mode)
+			f.NamespaceMode, f.NamespaceUnknown = nsMode, !nsOK
+			if pt, ok, err := c.parentOf(child); err != nil {
+				f.ParentError = err.Error()
+			} else if ok {
+				if f.Parent, err = c.get(ctx, pt); err != nil {
+					f.Parent, f.ParentError = nil, err.Error()
+				}
+			}
+			ex := Explain(f)
+			return o.print(ex, func(w io.Writer) { RenderWhy(w, ex, args[0]) })
+		},
+	}
+	cmd.Flags().StringVar(&controller, "controller", "", "The controller's user name, when the plugin cannot find it (the proxy records only hashes).")
+	cmd.Flags().StringVar(&fieldManager, "field-manager", "", "The controller's field manager (default: the owner of the parent's status.observedGeneration).")
+	cmd.Flags().StringVar(&o.defaultMode, "default-mode", o.defaultMode, "The proxy's --default-mode (log or enforce), which the plugin cannot read.")
+	return cmd
+}
+
+func (o *options) traceCommand() *cobra.Command {
+	return &cobra.Command{
+		Use:   "trace KIND/NAME",
+		Short: "Print the causal chain (kausality.io/trace) of an object as a tree",
+		Args:  cobra.ExactArgs(1),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			c, err := o.cluster()
+			if err != nil {
+				return err
+			}
+			t, err := c.resolve(args[0])
+			if err != nil {
+				return err
+			}
+			obj, err := c.get(cmd.Context(), t)
+			if err != nil {
+				return err
+			}
+			tr, err := trace.Parse(obj.GetAnnotations()[annotations.Trace])
+			if err != nil {
+				return fmt.Errorf("%s has a malformed %s: %w", t, annotations.Trace, err)
+			}
+			ref := decision.RefOf(obj)
+			return o.print(struct {
+				Object decision.ObjectRef `json:"object"`
+				Trace  trace.Trace        `json:"trace"`
+			}{ref, tr}, func(w io.Writer) { RenderTrace(w, ref, tr) })
+		},
+	}
+}
+
+// result is what an editing command did.
+type result struct {
+	Target decision.ObjectRef `json:"target"`
+	User   string             `json:"user"`
+	At     time.Time          `json:"at"`
+	Edit   Edit               `json:"edit"`
+}
+
+func (o *options) printResult(r result) error {
+	return o.print(r, func(w io.Writer) {
+		verb := "updated"
+		if r.Edit.Unchanged {
+			verb = "unchanged"
+		}
+		fmt.Fprintf(w, "%s %s: %s (by %s at %s)\n", r.Target, verb, r.Edit.Summary, orUnknown(r.User), r.At.UTC().Format(time.RFC3339))
+	})
+}
+
+func orUnknown(s string) string {
+	if s == "" {
+		return "an unknown user"
+	}
+	return s
+}
+
+// editParentOf runs an edit of the child's parent.
+func (o *options) editParentOf(ctx context.Context, arg string, compute func(child, parent *unstructured.Unstructured, st Stamp) (Edit, error)) error {
+	c, err := o.cluster()
+	if err != nil {
+		return err
+	}
+	t, err := c.resolve(arg)
+	if err != nil {
+		return err
+	}
+	child, err := c.get(ctx, t)
+	if err != nil {
+		return err
+	}
+	pt, ok, err := c.parentOf(child)
+	if err != nil {
+		return err
+	}
+	if !ok {
+		return fmt.Errorf("%s has no controller ownerReference: the proxy never holds its writes as drift, there is nothing to approve or reject", t)
+	}
+	st := Stamp{User: c.whoami(ctx), At: o.now()}
+	edit, parent, err := c.update(ctx, pt, func(p *unstructured.Unstructured) (Edit, error) { return compute(child, p, st) })
+	if err != nil {
+		return err
+	}
+	return o.printResult(result{Target: decision.RefOf(parent), User: st.User, At: st.At, Edit: edit})
+}
+
+// editObject runs an edit of the named object itself (a parent).
+func (o *options) editObject(ctx context.Context, arg string, compute func(obj *unstructured.Unstructured, st Stamp) (Edit, error)) error {
+	c, err := o.cluster()
+	if err != nil {
+		return err
+	}
+	t, err := c.resolve(arg)
+	if err != nil {
+		return err
+	}
+	st := Stamp{User: c.whoami(ctx), At: o.now()}
+	edit, obj, err := c.update(ctx, t, func(p *unstructured.Unstructured) (Edit, error) { return compute(p, st) })
+	if err != nil {
+		return err
+	}
+	return o.printResult(result{Target: decision.RefOf(obj), User: st.User, At: st.At, Edit: edit})
+}
+
+func (o *options) approveCommand() *cobra.Command {
+	var mode string
+	cmd := &cobra.Command{
+		Use:   "approve KIND/NAME",
+		Short: "Approve the controller's drift of this child on its parent (kausality.io/approvals)",
+		Long: `approve adds to the child's parent the approval the proxy suggests in its
+denial: apiVersion, kind and name of the child, and for once and generation
+approvals the parent's current generation. once admits one write,
+generation every write while the parent keeps its spec, always every write.
+Entries already there are kept as written; a concurrent edit is never lost.`,
+		Args: cobra.ExactArgs(1),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			m := annotations.ApprovalMode(mode)
+			if m != annotations.ApprovalOnce && m != annotations.ApprovalGeneration && m != annotations.ApprovalAlways {
+				return fmt.Errorf("--mode must be once, generation or always, not %q", mode)
+			}
+			return o.editParentOf(cmd.Context(), args[0], func(child, parent *unstructured.Unstructured, st Stamp) (Edit, error) {
+				a := annotations.Approval{APIVersion: child.GetAPIVersion(), Kind: child.GetKind(), Name: child.GetName(), Mode: m}
+				if m != annotations.ApprovalAlways {
+					a.Generation = parent.GetGeneration()
+				}
+				return AddApproval(parent.GetAnnotations()[annotations.Approvals], a, st)
+			})
+		},
+	}
+	cmd.Flags().StringVar(&mode, "mode", string(annotations.ApprovalOnce), "once, generation or always.")
+	return cmd
+}
+
+func (o *options) rejectCommand() *cobra.Command {
+	var reason string
+	var thisGeneration bool
+	cmd := &cobra.Command{
+		Use:   "reject KIND/NAME --reason TEXT",
+		Short: "Reject the controller's drift of this child on its parent (kausality.io/rejections); beats any approval",
+		Args:  cobra.ExactArgs(1),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			return o.editParentOf(cmd.Context(), args[0], func(child, parent *unstructured.Unstructured, st Stamp) (Edit, error) {
+				r := annotations.Rejection{APIVersion: child.GetAPIVersion(), Kind: child.GetKind(), Name: child.GetName(), Reason: reason}
+				if thisGeneration {
+					r.Generation = parent.GetGeneration()
+				}
+				return AddRejection(parent.GetAnnotations()[annotations.Rejections], r, st)
+			})
+		},
+	}
+	cmd.Flags().StringVar(&reason, "reason", "", "Why (shown in every denial). Required.")
+	cmd.Flags().BoolVar(&thisGeneration, "this-generation", false, "Reject only while the parent keeps its current spec (default: until removed).")
+	return cmd
+}
+
+func (o *options) freezeCommand() *cobra.Command {
+	var reason string
+	cmd := &cobra.Command{
+		Use:   "freeze PARENT --reason TEXT",
+		Short: "Freeze a parent: every desired-state write of its children is denied (kausality.io/freeze)",
+		Args:  cobra.ExactArgs(1),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			return o.editObject(cmd.Context(), args[0], func(p *unstructured.Unstructured, st Stamp) (Edit, error) {
+				return SetFreeze(p.GetAnnotations()[annotations.Freeze], reason, st)
+			})
+		},
+	}
+	cmd.Flags().StringVar(&reason, "reason", "", "Why (shown in every denial). Required.")
+	return cmd
+}
+
+func (o *options) unfreezeCommand() *cobra.Command {
+	return &cobra.Command{
+		Use:   "unfreeze PARENT",
+		Short: "Lift a parent's freeze",
+		Args:  cobra.ExactArgs(1),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			return o.editObject(cmd.Context(), args[0], func(p *unstructured.Unstructured, _ Stamp) (Edit, error) {
+				return Unfreeze(p.GetAnnotations()[annotations.Freeze]), nil
+			})
+		},
+	}
+}
+
+func (o *options) snoozeCommand() *cobra.Command {
+	var d time.Duration
+	var message string
+	cmd := &cobra.Command{
+		Use:   "snooze PARENT --for DURATION",
+		Short: "Suppress drift notifications of a parent for a while (kausality.io/snooze-until); decisions are unchanged",
+		Args:  cobra.ExactArgs(1),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			if d <= 0 {
+				return errors.New("--for is required and must be positive (for example --for 2h)")
+			}
+			return o.editObject(cmd.Context(), args[0], func(_ *unstructured.Unstructured, st Stamp) (Edit, error) {
+				return SetSnooze(d, message, st)
+			})
+		},
+	}
+	cmd.Flags().DurationVar(&d, "for", 0, "How long, for example 2h.")
+	cmd.Flags().StringVar(&message, "reason", "", "Why (recorded with the snooze).")
+	return cmd
+}
+
+func (o *options) unsnoozeCommand() *cobra.Command {
+	return &cobra.Command{
+		Use:   "unsnooze PARENT",
+		Short: "End a parent's snooze",
+		Args:  cobra.ExactArgs(1),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			return o.editObject(cmd.Context(), args[0], func(p *unstructured.Unstructured, _ Stamp) (Edit, error) {
+				return Unsnooze(p.GetAnnotations()), nil
+			})
+		},
+	}
+}

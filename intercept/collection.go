@@ -579,13 +579,8 @@ func deleteOptionsOf(r *http.Request, data []byte) (*metav1.DeleteOptions, error
 // came. Whatever goes wrong while deciding is logged, never returned.
 func (i *Interceptor) serveCollectionShadow(w http.ResponseWriter, r *http.Request, p *pending, forward http.Handler) {
 	p.outcome = "shadow"
-	data, tooLarge, err := readBody(w, r, i.cfg.MaxBodyBytes)
-	if err != nil || tooLarge {
-		if err == nil {
-			err = fmt.Errorf("body larger than %d bytes: not decided", i.cfg.MaxBodyBytes)
-		}
-		i.logError(r, p, err)
-		forward.ServeHTTP(w, r)
+	data, ok := i.readShadowBody(w, r, p, forward)
+	if !ok {
 		return
 	}
 	c, err := i.shadowCollection(r, p, data, forward)

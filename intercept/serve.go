@@ -338,13 +338,8 @@ func withoutValues(changes []desired.Change) []desired.Change {
 // side write. Whatever goes wrong while deciding is logged, never returned.
 func (i *Interceptor) serveShadow(w http.ResponseWriter, r *http.Request, p *pending, forward http.Handler) {
 	p.outcome = "shadow"
-	data, tooLarge, err := readBody(w, r, i.cfg.MaxBodyBytes)
-	if err != nil || tooLarge {
-		if err == nil {
-			err = fmt.Errorf("body larger than %d bytes: not decided", i.cfg.MaxBodyBytes)
-		}
-		i.logError(r, p, err)
-		forward.ServeHTTP(w, r)
+	data, ok := i.readShadowBody(w, r, p, forward)
+	if !ok {
 		return
 	}
 	d, decided, err := i.shadowDecision(r, p, data, forward)

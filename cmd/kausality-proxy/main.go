@@ -53,7 +53,7 @@ untouched and decides about writes: expected, drift or a new causal origin.`,
 	}
 	opts.AddFlags(cmd.Flags())
 	cmd.AddCommand(newShadowReportCommand())
-	cmd.AddCommand(newKubeconfigCommand(), newCertsCommand())
+	cmd.AddCommand(newKubeconfigCommand(), newCertsCommand(), newBackendCommand())
 	cmd.Flags().StringVar(&logLevel, "log-level", logLevel, "Log level: debug, info, warn or error.")
 	return cmd
 }

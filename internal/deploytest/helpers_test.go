@@ -25,6 +25,7 @@ import (
 var entryPoints = []string{
 	"manifests",
 	"manifests/overlays/cert-manager",
+	"manifests/overlays/log-backend",
 	"manifests/examples/repoint-controller",
 }
 

@@ -2,6 +2,7 @@ package deploytest
 
 import (
 	"context"
+	"net/url"
 	"os/exec"
 	"slices"
 	"strconv"
@@ -63,8 +64,8 @@ spec:
 
 // `kubectl apply -k DIR --dry-run=server` succeeds, without a single
 // warning (deprecations, PodSecurity "restricted" violations), for every
-// entry point: the default install, the cert-manager overlay and the
-// repoint example. It runs on a fresh control plane of its own, so nothing
+// entry point: the default install, the cert-manager and log-backend
+// overlays and the repoint example. It runs on a fresh control plane of its own, so nothing
 // is applied for real before.
 //
 // A server-side dry run does not create anything, so namespaced objects
@@ -347,6 +348,105 @@ func TestManifestsShape(t *testing.T) {
 	if mountPath == "" || kubeconfigEnv != mountPath+"/kubeconfig" {
 		t.Errorf("repointed controller: KUBECONFIG=%q, kubeconfig ConfigMap mounted at %q", kubeconfigEnv, mountPath)
 	}
+}
+
+// The log-backend overlay is the default install plus a receiver, and the
+// proxy's --drift-webhook-url reaches it: Service name and port, target
+// port, the receiver's --listen. The receiver's args are accepted by the
+// binary itself.
+func TestLogBackendOverlay(t *testing.T) {
+	_, base := render(t, "manifests")
+	_, objs := render(t, "manifests/overlays/log-backend")
+	if len(objs) != len(base)+2 {
+		t.Errorf("%d objects, want the default install's %d plus a Deployment and a Service", len(objs), len(base))
+	}
+
+	var baseProxy, proxyD, backend appsv1.Deployment
+	convert(t, find(t, base, "Deployment", "kausality-proxy"), &baseProxy)
+	convert(t, find(t, objs, "Deployment", "kausality-proxy"), &proxyD)
+	convert(t, find(t, objs, "Deployment", "kausality-proxy-log-backend"), &backend)
+	var svc corev1.Service
+	convert(t, find(t, objs, "Service", "kausality-proxy-log-backend"), &svc)
+
+	baseArgs, args := baseProxy.Spec.Template.Spec.Containers[0].Args, proxyD.Spec.Template.Spec.Containers[0].Args
+	if len(args) != len(baseArgs)+1 || !slices.Equal(args[:len(baseArgs)], baseArgs) {
+		t.Errorf("proxy args %v, want the base args %v and the webhook URL", args, baseArgs)
+	}
+	opts := parseProxyArgs(t, args)
+	if len(opts.DriftWebhookURLs) != 1 {
+		t.Fatalf("--drift-webhook-url %v, want the log backend only", opts.DriftWebhookURLs)
+	}
+	u, err := url.Parse(opts.DriftWebhookURLs[0])
+	mustf(t, err, "--drift-webhook-url")
+	if u.Scheme != "http" || u.Hostname() != svc.Name+"."+svc.Namespace+".svc" || u.Path != "/" {
+		t.Errorf("--drift-webhook-url %s does not name the Service %s/%s", u, svc.Namespace, svc.Name)
+	}
+	var svcPort *corev1.ServicePort
+	for i := range svc.Spec.Ports {
+		if strconv.Itoa(int(svc.Spec.Ports[i].Port)) == u.Port() {
+			svcPort = &svc.Spec.Ports[i]
+		}
+	}
+	if svcPort == nil {
+		t.Fatalf("the Service has no port %s: %+v", u.Port(), svc.Spec.Ports)
+	}
+
+	pod := backend.Spec.Template.Spec
+	sel := labels.SelectorFromSet(svc.Spec.Selector)
+	if !sel.Matches(labels.Set(backend.Spec.Template.Labels)) || sel.Matches(labels.Set(proxyD.Spec.Template.Labels)) {
+		t.Errorf("Service selector %v must select the receiver's pods and not the proxy's", svc.Spec.Selector)
+	}
+	// Neither the proxy's Service, PDB nor anti-affinity may count the
+	// receiver's pods as proxies.
+	var proxySvc corev1.Service
+	convert(t, find(t, objs, "Service", "kausality-proxy"), &proxySvc)
+	var pdb policyv1.PodDisruptionBudget
+	convert(t, find(t, objs, "PodDisruptionBudget", "kausality-proxy"), &pdb)
+	pdbSel, err := metav1.LabelSelectorAsSelector(pdb.Spec.Selector)
+	mustf(t, err, "pdb selector")
+	if labels.SelectorFromSet(proxySvc.Spec.Selector).Matches(labels.Set(backend.Spec.Template.Labels)) || pdbSel.Matches(labels.Set(backend.Spec.Template.Labels)) {
+		t.Error("the proxy's Service or PDB selects the receiver's pods")
+	}
+
+	if len(pod.Containers) != 1 {
+		t.Fatalf("%d containers, want the receiver alone", len(pod.Containers))
+	}
+	c := pod.Containers[0]
+	if c.Image != proxyD.Spec.Template.Spec.Containers[0].Image {
+		t.Errorf("receiver image %s, want the proxy's %s", c.Image, proxyD.Spec.Template.Spec.Containers[0].Image)
+	}
+	if len(c.Args) < 2 || c.Args[0] != "backend" || c.Args[1] != "log" {
+		t.Fatalf("receiver args %v, want backend log ...", c.Args)
+	}
+	fs := pflag.NewFlagSet("backend log", pflag.ContinueOnError)
+	listen := fs.String("listen", ":8080", "")
+	fs.ParseErrorsAllowlist.UnknownFlags = true
+	mustf(t, fs.Parse(c.Args[2:]), "receiver args")
+	var containerPort int32
+	for _, p := range c.Ports {
+		if p.Name == svcPort.TargetPort.String() || p.ContainerPort == svcPort.TargetPort.IntVal {
+			containerPort = p.ContainerPort
+		}
+	}
+	if containerPort == 0 || *listen != ":"+strconv.Itoa(int(containerPort)) {
+		t.Errorf("Service port %d -> %s, container ports %+v, --listen %s: they do not meet", svcPort.Port, svcPort.TargetPort.String(), c.Ports, *listen)
+	}
+	for _, probe := range []*corev1.Probe{c.LivenessProbe, c.ReadinessProbe} {
+		if probe == nil || probe.HTTPGet == nil || probe.HTTPGet.Path != "/healthz" || probe.HTTPGet.Port.String() != "http" {
+			t.Errorf("probe %+v, want GET /healthz on the http port", probe)
+		}
+	}
+	if pod.AutomountServiceAccountToken == nil || *pod.AutomountServiceAccountToken {
+		t.Error("the receiver calls no API: it must not mount a service-account token")
+	}
+	if sc := c.SecurityContext; sc == nil || sc.AllowPrivilegeEscalation == nil || *sc.AllowPrivilegeEscalation ||
+		sc.ReadOnlyRootFilesystem == nil || !*sc.ReadOnlyRootFilesystem || sc.Capabilities == nil || !slices.Equal(sc.Capabilities.Drop, []corev1.Capability{"ALL"}) {
+		t.Errorf("container securityContext %+v is not restricted", sc)
+	}
+
+	// The binary accepts the args (flags are parsed before --help).
+	out, err := exec.Command(proxyBinary(t), append(slices.Clone(c.Args), "--help")...).CombinedOutput()
+	mustf(t, err, "kausality-proxy %v --help:\n%s", c.Args, out)
 }
 
 // parseProxyArgs parses args with the proxy's own flag set (plus the root

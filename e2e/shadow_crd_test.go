@@ -35,9 +35,10 @@ kind: ProxyConfiguration
 controllers:
 - name: widget-controller
   match:
+    serviceAccount: %s/%s
     fieldManager: %s
   mode: shadow
-`, wgManager))
+`, wgControllerNS, wgControllerSA, wgManager))
 
 	mark := wgMark(t)
 	_, err = f.setValue("g", "b", false)

@@ -70,7 +70,10 @@ type Controller struct {
 	Mode  annotations.DriftMode `yaml:"mode"`
 }
 
-// Match selects writes. Set exactly one field.
+// Match selects writes: by exactly one of user, serviceAccount and group,
+// optionally narrowed by fieldManager. A field manager is whatever string
+// the client sends, so it never selects a controller on its own: a writer
+// could otherwise pick its own mode by naming another's manager.
 type Match struct {
 	// User is an exact user name.
 	User string `yaml:"user"`
@@ -78,7 +81,7 @@ type Match struct {
 	ServiceAccount string `yaml:"serviceAccount"`
 	// Group matches any of the user's groups.
 	Group string `yaml:"group"`
-	// FieldManager is the effective field manager.
+	// FieldManager, when set, also requires this effective field manager.
 	FieldManager string `yaml:"fieldManager"`
 }
 
@@ -121,6 +124,9 @@ func (c *Config) ControllerFor(u user.Info, fieldManager string) *Controller {
 }
 
 func (m Match) matches(u user.Info, fieldManager string) bool {
+	if m.FieldManager != "" && fieldManager != m.FieldManager {
+		return false
+	}
 	switch {
 	case m.User != "":
 		return u.GetName() == m.User
@@ -134,8 +140,6 @@ func (m Match) matches(u user.Info, fieldManager string) bool {
 			}
 		}
 		return false
-	case m.FieldManager != "":
-		return fieldManager == m.FieldManager
 	}
 	return false
 }
@@ -213,13 +217,13 @@ func Parse(data []byte) (*Config, error) {
 			fail(path+".mode", "must be shadow, log or enforce, not %q", c.Mode)
 		}
 		set := 0
-		for _, v := range []string{c.Match.User, c.Match.ServiceAccount, c.Match.Group, c.Match.FieldManager} {
+		for _, v := range []string{c.Match.User, c.Match.ServiceAccount, c.Match.Group} {
 			if v != "" {
 				set++
 			}
 		}
 		if set != 1 {
-			fail(path+".match", "set exactly one of user, serviceAccount, group, fieldManager")
+			fail(path+".match", "set exactly one of user, serviceAccount, group (fieldManager only narrows one of them: a client chooses its field manager freely)")
 		}
 		if sa := c.Match.ServiceAccount; sa != "" {
 			if ns, name, ok := strings.Cut(sa, "/"); !ok || ns == "" || name == "" || strings.Contains(name, "/") {

@@ -38,6 +38,7 @@ controllers:
   mode: log
 - name: argo
   match:
+    serviceAccount: argocd/argocd-application-controller
     fieldManager: argocd-controller
   mode: enforce
 lifecycle:
@@ -75,7 +76,11 @@ func TestParseValid(t *testing.T) {
 		{&user.DefaultInfo{Name: "system:serviceaccount:kube-system:deployment-controller"}, "kube-controller-manager", "deployment-controller"},
 		{&user.DefaultInfo{Name: "system:serviceaccount:kube-system:replicaset-controller"}, "kube-controller-manager", "replicaset-controller"},
 		{&user.DefaultInfo{Name: "jane", Groups: []string{"devs", "platform-team"}}, "kubectl", "platform"},
-		{&user.DefaultInfo{Name: "argo"}, "argocd-controller", "argo"},
+		{&user.DefaultInfo{Name: "system:serviceaccount:argocd:argocd-application-controller"}, "argocd-controller", "argo"},
+		// The field manager narrows the service account; alone it selects
+		// nothing: anybody can send any manager string.
+		{&user.DefaultInfo{Name: "system:serviceaccount:argocd:argocd-application-controller"}, "kubectl", ""},
+		{&user.DefaultInfo{Name: "bob"}, "argocd-controller", ""},
 		{&user.DefaultInfo{Name: "bob"}, "kubectl", ""},
 	}
 	for _, m := range matches {
@@ -104,7 +109,9 @@ func TestParseErrorsNameLineAndField(t *testing.T) {
 		{"unknown field", "apiVersion: kausality.io/v1alpha1\nkind: ProxyConfiguration\ncontrolers: []\n",
 			"line 3: field controlers not found in type config.File"},
 		{"two matchers", "apiVersion: kausality.io/v1alpha1\nkind: ProxyConfiguration\ncontrollers:\n- name: a\n  match:\n    user: x\n    group: y\n  mode: log\n",
-			"line 5: controllers[0].match: set exactly one of user, serviceAccount, group, fieldManager"},
+			"line 5: controllers[0].match: set exactly one of user, serviceAccount, group (fieldManager only narrows one of them: a client chooses its field manager freely)"},
+		{"a field manager alone", "apiVersion: kausality.io/v1alpha1\nkind: ProxyConfiguration\ncontrollers:\n- name: a\n  match:\n    fieldManager: argocd\n  mode: log\n",
+			"line 5: controllers[0].match: set exactly one of user, serviceAccount, group (fieldManager only narrows one of them: a client chooses its field manager freely)"},
 		{"bad service account", "apiVersion: kausality.io/v1alpha1\nkind: ProxyConfiguration\ncontrollers:\n- name: a\n  match:\n    serviceAccount: justname\n  mode: log\n",
 			`line 6: controllers[0].match.serviceAccount: must be namespace/name, not "justname"`},
 		{"missing name", "apiVersion: kausality.io/v1alpha1\nkind: ProxyConfiguration\ncontrollers:\n- match:\n    user: x\n  mode: log\n",

@@ -302,50 +302,48 @@ func (o *options) rejectCommand() *cobra.Command {
 	return cmd
 }
 
-func (o *options) freezeCommand() *cobra.Command {
-	var reason string
-	cmd := &cobra.Command{
-		Use:   "freeze PARENT --reason TEXT",
-		Short: "Freeze a parent: every desired-state write of its children is denied (kausality.io/freeze)",
+// parentCommand is a command that edits the named parent's annotations.
+func (o *options) parentCommand(use, short string, edit func(p *unstructured.Unstructured, st Stamp) (Edit, error)) *cobra.Command {
+	return &cobra.Command{
+		Use:   use,
+		Short: short,
 		Args:  cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
-			return o.editObject(cmd.Context(), args[0], func(p *unstructured.Unstructured, st Stamp) (Edit, error) {
-				return SetFreeze(p.GetAnnotations()[annotations.Freeze], reason, st)
-			})
+			return o.editObject(cmd.Context(), args[0], edit)
 		},
 	}
+}
+
+func (o *options) freezeCommand() *cobra.Command {
+	var reason string
+	cmd := o.parentCommand("freeze PARENT --reason TEXT", "Freeze a parent: every desired-state write of its children is denied (kausality.io/freeze)",
+		func(p *unstructured.Unstructured, st Stamp) (Edit, error) {
+			return SetFreeze(p.GetAnnotations()[annotations.Freeze], reason, st)
+		})
 	cmd.Flags().StringVar(&reason, "reason", "", "Why (shown in every denial). Required.")
 	return cmd
 }
 
 func (o *options) unfreezeCommand() *cobra.Command {
-	return &cobra.Command{
-		Use:   "unfreeze PARENT",
-		Short: "Lift a parent's freeze",
-		Args:  cobra.ExactArgs(1),
-		RunE: func(cmd *cobra.Command, args []string) error {
-			return o.editObject(cmd.Context(), args[0], func(p *unstructured.Unstructured, _ Stamp) (Edit, error) {
-				return Unfreeze(p.GetAnnotations()[annotations.Freeze]), nil
-			})
-		},
-	}
+	return o.parentCommand("unfreeze PARENT", "Lift a parent's freeze",
+		func(p *unstructured.Unstructured, _ Stamp) (Edit, error) {
+			return Unfreeze(p.GetAnnotations()[annotations.Freeze]), nil
+		})
 }
 
 func (o *options) snoozeCommand() *cobra.Command {
 	var d time.Duration
 	var message string
-	cmd := &cobra.Command{
-		Use:   "snooze PARENT --for DURATION",
-		Short: "Suppress drift notifications of a parent for a while (kausality.io/snooze-until); decisions are unchanged",
-		Args:  cobra.ExactArgs(1),
-		RunE: func(cmd *cobra.Command, args []string) error {
-			if d <= 0 {
-				return errors.New("--for is required and must be positive (for example --for 2h)")
-			}
-			return o.editObject(cmd.Context(), args[0], func(_ *unstructured.Unstructured, st Stamp) (Edit, error) {
-				return SetSnooze(d, message, st)
-			})
-		},
+	cmd := o.parentCommand("snooze PARENT --for DURATION",
+		"Suppress drift notifications of a parent for a while (kausality.io/snooze-until); decisions are unchanged",
+		func(_ *unstructured.Unstructured, st Stamp) (Edit, error) {
+			return SetSnooze(d, message, st)
+		})
+	cmd.PreRunE = func(*cobra.Command, []string) error {
+		if d <= 0 {
+			return errors.New("--for is required and must be positive (for example --for 2h)")
+		}
+		return nil
 	}
 	cmd.Flags().DurationVar(&d, "for", 0, "How long, for example 2h.")
 	cmd.Flags().StringVar(&message, "reason", "", "Why (recorded with the snooze).")
@@ -353,14 +351,8 @@ func (o *options) snoozeCommand() *cobra.Command {
 }
 
 func (o *options) unsnoozeCommand() *cobra.Command {
-	return &cobra.Command{
-		Use:   "unsnooze PARENT",
-		Short: "End a parent's snooze",
-		Args:  cobra.ExactArgs(1),
-		RunE: func(cmd *cobra.Command, args []string) error {
-			return o.editObject(cmd.Context(), args[0], func(p *unstructured.Unstructured, _ Stamp) (Edit, error) {
-				return Unsnooze(p.GetAnnotations()), nil
-			})
-		},
-	}
+	return o.parentCommand("unsnooze PARENT", "End a parent's snooze",
+		func(p *unstructured.Unstructured, _ Stamp) (Edit, error) {
+			return Unsnooze(p.GetAnnotations()), nil
+		})
 }

@@ -206,11 +206,7 @@ func orUnknown(s string) string {
 
 // editParentOf runs an edit of the child's parent.
 func (o *options) editParentOf(ctx context.Context, arg string, compute func(child, parent *unstructured.Unstructured, st Stamp) (Edit, error)) error {
-	c, err := o.cluster()
-	if err != nil {
-		return err
-	}
-	t, err := c.resolve(arg)
+	c, t, err := o.resolve(arg)
 	if err != nil {
 		return err
 	}
@@ -225,24 +221,31 @@ func (o *options) editParentOf(ctx context.Context, arg string, compute func(chi
 	if !ok {
 		return fmt.Errorf("%s has no controller ownerReference: the proxy never holds its writes as drift, there is nothing to approve or reject", t)
 	}
-	st := Stamp{User: c.whoami(ctx), At: o.now()}
-	edit, parent, err := c.update(ctx, pt, func(p *unstructured.Unstructured) (Edit, error) { return compute(child, p, st) })
-	if err != nil {
-		return err
-	}
-	return o.printResult(result{Target: decision.RefOf(parent), User: st.User, At: st.At, Edit: edit})
+	return o.applyEdit(ctx, c, pt, func(p *unstructured.Unstructured, st Stamp) (Edit, error) { return compute(child, p, st) })
 }
 
 // editObject runs an edit of the named object itself (a parent).
 func (o *options) editObject(ctx context.Context, arg string, compute func(obj *unstructured.Unstructured, st Stamp) (Edit, error)) error {
+	c, t, err := o.resolve(arg)
+	if err != nil {
+		return err
+	}
+	return o.applyEdit(ctx, c, t, compute)
+}
+
+// resolve connects and resolves KIND/NAME.
+func (o *options) resolve(arg string) (*cluster, target, error) {
 	c, err := o.cluster()
 	if err != nil {
-		return err
+		return nil, target{}, err
 	}
 	t, err := c.resolve(arg)
-	if err != nil {
-		return err
-	}
+	return c, t, err
+}
+
+// applyEdit writes compute's edit of t, stamped with who and when, and
+// prints what was written.
+func (o *options) applyEdit(ctx context.Context, c *cluster, t target, compute func(obj *unstructured.Unstructured, st Stamp) (Edit, error)) error {
 	st := Stamp{User: c.whoami(ctx), At: o.now()}
 	edit, obj, err := c.update(ctx, t, func(p *unstructured.Unstructured) (Edit, error) { return compute(p, st) })
 	if err != nil {

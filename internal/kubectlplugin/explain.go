@@ -11,6 +11,7 @@ package kubectlplugin
 
 import (
 	"encoding/json"
+	"slices"
 	"strings"
 	"time"
 
@@ -270,7 +271,7 @@ func Explain(f Facts) Explanation {
 	ex.Mode = modeView(d, f)
 	ex.Verdict = verdictOf(d, "settledness as the parent reports it now (settle.Current)")
 	for _, w := range d.Warnings {
-		if !contains(ex.Warnings, w) {
+		if !slices.Contains(ex.Warnings, w) {
 			ex.Warnings = append(ex.Warnings, w)
 		}
 	}
@@ -318,7 +319,7 @@ func identifyController(f Facts) (*ControllerView, *unstructured.Unstructured) {
 				}
 			}
 		case len(managers) > 0:
-			if sa, ok := conventionalControllers[p.GetKind()]; ok && contains(managers, "kube-controller-manager") {
+			if sa, ok := conventionalControllers[p.GetKind()]; ok && slices.Contains(managers, "kube-controller-manager") {
 				name = "system:serviceaccount:kube-system:" + sa
 			}
 		}
@@ -356,7 +357,7 @@ func identifyController(f Facts) (*ControllerView, *unstructured.Unstructured) {
 func candidates(f Facts) []string {
 	var out []string
 	add := func(n string) {
-		if n != "" && !contains(out, n) {
+		if n != "" && !slices.Contains(out, n) {
 			out = append(out, n)
 		}
 	}
@@ -465,13 +466,4 @@ func rejectionView(raw json.RawMessage, r annotations.Rejection, c approval.Chil
 		v.Note = "for another generation of the parent"
 	}
 	return v
-}
-
-func contains(list []string, s string) bool {
-	for _, x := range list {
-		if x == s {
-			return true
-		}
-	}
-	return false
 }

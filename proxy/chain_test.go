@@ -94,9 +94,17 @@ func (f *fakeUpstream) serve(w http.ResponseWriter, r *http.Request) {
 	}
 	if strings.HasPrefix(r.URL.Path, "/apis/kausality.io/") {
 		// The proxy's own watches of its approval policies run from its
-		// start, whoever calls; they are not a caller's traffic.
+		// start, whoever calls; they are not a caller's traffic. An empty
+		// list, then a watch that stays open with no events, as on a
+		// cluster without policies.
 		w.Header().Set("Content-Type", "application/json")
-		_, _ = w.Write([]byte(`{"kind":"List","apiVersion":"v1","metadata":{"resourceVersion":"1"},"items":[]}`))
+		if r.URL.Query().Get("watch") != "true" {
+			_, _ = w.Write([]byte(`{"kind":"List","apiVersion":"v1","metadata":{"resourceVersion":"1"},"items":[]}`))
+			return
+		}
+		w.WriteHeader(http.StatusOK)
+		_ = http.NewResponseController(w).Flush()
+		<-r.Context().Done()
 		return
 	}
 	f.mu.Lock()
@@ -124,7 +132,7 @@ func (f *fakeUpstream) serve(w http.ResponseWriter, r *http.Request) {
 		// request timeout has passed.
 		w.Header().Set("Content-Type", "application/json")
 		_, _ = io.WriteString(w, `{"type":"ADDED","object":{"kind":"ConfigMap","apiVersion":"v1","metadata":{"name":"a"}}}`+"\n")
-		http.NewResponseController(w).Flush()
+		_ = http.NewResponseController(w).Flush()
 		if r.URL.Query().Get("hold") == "true" {
 			<-r.Context().Done() // until the proxy goes away
 			return

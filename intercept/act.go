@@ -85,12 +85,12 @@ func readAll(r *http.Request) ([]byte, error) {
 // known: after a denial, or after the upstream accepted the write (a
 // reserved once approval is only really used then).
 func (i *Interceptor) report(r *http.Request, p *pending, d *decision.Decision) {
-	if i.cfg.Reports == nil {
+	if i.cfg.Drifts == nil {
 		return
 	}
 	u, _ := request.UserFrom(r.Context())
-	i.cfg.Reports.Observe(d, notify.Write{Operation: p.op, OldObject: p.old, NewObject: p.new,
-		Changes: p.changes, User: u, FieldManager: p.w.fieldManager, DryRun: p.w.dryRun})
+	i.cfg.Drifts.Observe(d, notify.Write{Operation: p.op, OldObject: p.old, NewObject: p.new,
+		Changes: p.changes, User: u, FieldManager: p.w.fieldManager, DryRun: p.w.dryRun}, p.parent)
 }
 
 func (i *Interceptor) deny(w http.ResponseWriter, r *http.Request, p *pending, d *decision.Decision, writeError ErrorWriter) {

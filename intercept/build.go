@@ -3,6 +3,7 @@ package intercept
 import (
 	"context"
 	"fmt"
+	"net/http"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -10,10 +11,13 @@ import (
 	"k8s.io/apiserver/pkg/authorization/authorizer"
 	"k8s.io/client-go/discovery"
 	"k8s.io/client-go/dynamic"
+	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/rest"
 
 	"github.com/kausality-io/kausality-proxy/intercept/annotations"
 	"github.com/kausality-io/kausality-proxy/intercept/config"
+	"github.com/kausality-io/kausality-proxy/intercept/drifts"
+	"github.com/kausality-io/kausality-proxy/intercept/escalation"
 	"github.com/kausality-io/kausality-proxy/intercept/notify"
 	"github.com/kausality-io/kausality-proxy/intercept/objects"
 )
@@ -31,9 +35,12 @@ type Options struct {
 	// DriftWebhookTimeout.
 	DriftWebhookURLs    []string
 	DriftWebhookTimeout time.Duration
-	DefaultMode         string
-	FailurePolicy       string
-	MaxBodyBytes        int64
+	// Drifts says where open drifts are kept and how people hear of them
+	// besides the webhooks.
+	Drifts        DriftOptions
+	DefaultMode   string
+	FailurePolicy string
+	MaxBodyBytes  int64
 	// Client holds the proxy's own credentials: informers, live reads and
 	// the proxy's writes to parents use them, never a caller's.
 	Client *rest.Config
@@ -42,6 +49,32 @@ type Options struct {
 	Log        *zap.Logger
 	// Metrics receives the write path's and the report sender's metrics.
 	Metrics prometheus.Registerer
+}
+
+// DriftOptions configure the drift records, the election of the replica
+// that sends the reports, and the Slack escalation.
+type DriftOptions struct {
+	// Namespace holds the drift records and the sender's Lease: the
+	// proxy's own namespace.
+	Namespace string
+	// SlackChannel, when set, escalates each drift to this channel.
+	SlackChannel string
+	// SlackCredentialsDir holds the mounted Secret with the files
+	// bot-token and signing-secret.
+	SlackCredentialsDir string
+	// SlackAPIURL replaces Slack's API endpoint (tests).
+	SlackAPIURL string
+	// Identity names this replica in the Lease ("" = host name and a
+	// random suffix).
+	Identity string
+	// Timings of the sender election, the delivery backoff and the
+	// periodic recheck of open drifts; zero values are the defaults.
+	LeaseDuration, RenewDeadline, RetryPeriod, BackoffMax, Recheck time.Duration
+}
+
+// enabled: someone is to hear of drifts.
+func (o DriftOptions) enabled(receivers []string) bool {
+	return len(receivers) > 0 || o.SlackChannel != ""
 }
 
 // Build returns an Interceptor with its own parts. Run starts their
@@ -62,19 +95,20 @@ func Build(o Options) (*Interceptor, error) {
 	if err != nil {
 		return nil, fmt.Errorf("--config: %w", err)
 	}
-	reports, err := notify.New(notify.Config{URLs: o.DriftWebhookURLs, Timeout: o.DriftWebhookTimeout,
-		Log: o.Log.Named("driftreports"), Registerer: o.Metrics})
-	if err != nil {
-		return nil, fmt.Errorf("--drift-webhook-url: %w", err)
-	}
 	// Informers live as long as the interceptor, not a request.
 	background, stop := context.WithCancel(context.Background())
+	store := objects.New(background, disc, dyn)
+	ledger, slackHandler, err := buildDrifts(o, store, dyn)
+	if err != nil {
+		stop()
+		return nil, err
+	}
 	policies := NewPolicies(dyn, o.Log.Named("approvalpolicies"))
 	policies.Run(background)
 	i := New(Config{
 		Policies:      policies,
-		Reports:       reports,
-		Objects:       objects.New(background, disc, dyn),
+		Drifts:        ledger,
+		Objects:       store,
 		Writer:        dyn,
 		Settings:      settings.Current,
 		DefaultMode:   annotations.DriftMode(o.DefaultMode),
@@ -84,11 +118,64 @@ func Build(o Options) (*Interceptor, error) {
 		Log:           o.Log.Named("intercept"),
 		Metrics:       o.Metrics,
 	})
-	i.watcher, i.stopBackground = settings, stop
+	i.watcher, i.stopBackground, i.slackInteractions = settings, stop, slackHandler
 	return i, nil
 }
 
-// Run starts the config watcher and the report sender; they stop when ctx
+// buildDrifts makes the drift ledger and, with a Slack channel, the
+// escalation and its interaction endpoint. Nobody to tell: no ledger.
+func buildDrifts(o Options, store *objects.Store, dyn dynamic.Interface) (*drifts.Ledger, http.Handler, error) {
+	d := o.Drifts
+	if !d.enabled(o.DriftWebhookURLs) {
+		return nil, nil, nil
+	}
+	client, err := kubernetes.NewForConfig(o.Client)
+	if err != nil {
+		return nil, nil, fmt.Errorf("upstream client: %w", err)
+	}
+	lo := drifts.Options{
+		Client: client, Namespace: d.Namespace, Identity: d.Identity, Objects: store,
+		Receivers: o.DriftWebhookURLs, Timeout: o.DriftWebhookTimeout,
+		Backoff:       notify.Backoff{Max: d.BackoffMax},
+		LeaseDuration: d.LeaseDuration, RenewDeadline: d.RenewDeadline, RetryPeriod: d.RetryPeriod, Recheck: d.Recheck,
+		Log: o.Log, Registerer: o.Metrics,
+	}
+	var handler http.Handler
+	if d.SlackChannel != "" {
+		if d.SlackCredentialsDir == "" {
+			return nil, nil, fmt.Errorf("--slack-channel needs --slack-credentials-dir: the bot token and the signing secret come from a mounted Secret")
+		}
+		token, secret, err := escalation.LoadCredentials(d.SlackCredentialsDir)
+		if err != nil {
+			return nil, nil, fmt.Errorf("--slack-credentials-dir: %w", err)
+		}
+		esc, err := escalation.New(escalation.Config{
+			BotToken: token, SigningSecret: secret, Channel: d.SlackChannel, APIURL: d.SlackAPIURL,
+			Parents: escalation.NewDynamicParentEditor(dyn, store.RESTMapper()),
+			Log:     o.Log.Named("slack"),
+		})
+		if err != nil {
+			return nil, nil, fmt.Errorf("slack escalation: %w", err)
+		}
+		lo.Escalator, handler = esc, esc.InteractionHandler()
+	}
+	ledger, err := drifts.New(lo)
+	if err != nil {
+		return nil, nil, fmt.Errorf("--drift-webhook-url: %w", err)
+	}
+	return ledger, handler, nil
+}
+
+// SlackInteractions is the endpoint Slack posts button clicks to; nil
+// without Slack escalation.
+func (i *Interceptor) SlackInteractions() http.Handler {
+	if i == nil {
+		return nil
+	}
+	return i.slackInteractions
+}
+
+// Run starts the config watcher and the drift ledger; they stop when ctx
 // is done.
 func (i *Interceptor) Run(ctx context.Context) {
 	if i == nil {
@@ -97,12 +184,10 @@ func (i *Interceptor) Run(ctx context.Context) {
 	if i.watcher != nil {
 		go i.watcher.Run(ctx)
 	}
-	if i.cfg.Reports != nil {
-		i.cfg.Reports.Start(ctx)
-	}
+	i.cfg.Drifts.Run(ctx)
 }
 
-// Shutdown delivers the queued reports within ctx and stops the caches.
+// Shutdown records the drifts taken within ctx and stops the caches.
 func (i *Interceptor) Shutdown(ctx context.Context) error {
 	if i == nil {
 		return nil
@@ -112,10 +197,7 @@ func (i *Interceptor) Shutdown(ctx context.Context) error {
 			i.stopBackground()
 		}
 	}()
-	if i.cfg.Reports != nil {
-		return i.cfg.Reports.Shutdown(ctx)
-	}
-	return nil
+	return i.cfg.Drifts.Shutdown(ctx)
 }
 
 // Settings returns the configuration in force.

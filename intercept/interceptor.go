@@ -14,7 +14,7 @@ import (
 	"github.com/kausality-io/kausality-proxy/intercept/annotations"
 	"github.com/kausality-io/kausality-proxy/intercept/config"
 	"github.com/kausality-io/kausality-proxy/intercept/decision"
-	"github.com/kausality-io/kausality-proxy/intercept/notify"
+	"github.com/kausality-io/kausality-proxy/intercept/drifts"
 	"github.com/kausality-io/kausality-proxy/intercept/objects"
 	"github.com/kausality-io/kausality-proxy/intercept/settle"
 )
@@ -64,8 +64,9 @@ type Config struct {
 	SideWriteTimeout time.Duration
 	// Metrics receives the write path's metrics; nil registers nowhere.
 	Metrics prometheus.Registerer
-	// Reports sends DriftReports; nil sends none.
-	Reports *notify.Sender
+	// Drifts records the drifts found, for the DriftReports and the
+	// escalation; nil records none.
+	Drifts *drifts.Ledger
 	// Policies gives decisions the writer's approval policies; nil means
 	// none.
 	Policies PolicySource
@@ -86,6 +87,9 @@ type Interceptor struct {
 	// watcher and stopBackground are set by Build, which owns the parts.
 	watcher        *config.Watcher
 	stopBackground context.CancelFunc
+	// slackInteractions is the Slack button endpoint (Build; nil without
+	// Slack).
+	slackInteractions http.Handler
 }
 
 // New returns an Interceptor. A nil Objects store makes it a pass-through:
@@ -115,7 +119,7 @@ func New(cfg Config) *Interceptor {
 	}
 	i := &Interceptor{cfg: cfg, metrics: newMetrics(cfg.Metrics), settled: settle.NewMemory(0)}
 	if cfg.Objects != nil {
-		cfg.Objects.SetObserver(i.settled)
+		cfg.Objects.AddObserver(i.settled)
 	}
 	return i
 }

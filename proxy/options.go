@@ -4,14 +4,16 @@ import (
 	"fmt"
 	"net"
 	"net/http"
+	"os"
 	"time"
 
 	"github.com/spf13/pflag"
 	genericoptions "k8s.io/apiserver/pkg/server/options"
-
-	"github.com/kausality-io/kausality-proxy/authn"
 	"k8s.io/client-go/rest"
 	"k8s.io/client-go/tools/clientcmd"
+
+	"github.com/kausality-io/kausality-proxy/authn"
+	"github.com/kausality-io/kausality-proxy/intercept"
 )
 
 // Options are what the command line (or a test) says. They are turned into a
@@ -45,6 +47,14 @@ type Options struct {
 	// each delivery attempt.
 	DriftWebhookURLs    []string
 	DriftWebhookTimeout time.Duration
+	// Drifts: where open drifts are kept (the proxy's namespace) and the
+	// Slack escalation.
+	Drifts intercept.DriftOptions
+	// SlackInteractionsBindAddress serves the endpoint Slack posts button
+	// clicks to (plain HTTP, behind the ingress that terminates TLS).
+	SlackInteractionsBindAddress string
+	// SlackInteractionsListener, when set, is used instead.
+	SlackInteractionsListener net.Listener
 
 	MetricsBindAddress string
 	// MetricsListener, when set, is used instead of MetricsBindAddress.
@@ -87,10 +97,12 @@ func NewOptions() *Options {
 		ShutdownTimeout:      60 * time.Second,
 		MaxRequestBodyBytes:  3 * 1024 * 1024,
 		// kube-apiserver's default for --max-mutating-requests-inflight.
-		MaxMutatingRequestsInFlight: 200,
-		UpstreamProbeInterval:       2 * time.Second,
-		ConfigReloadInterval:        2 * time.Second,
-		DriftWebhookTimeout:         10 * time.Second,
+		MaxMutatingRequestsInFlight:  200,
+		UpstreamProbeInterval:        2 * time.Second,
+		ConfigReloadInterval:         2 * time.Second,
+		DriftWebhookTimeout:          10 * time.Second,
+		Drifts:                       intercept.DriftOptions{Namespace: defaultNamespace()},
+		SlackInteractionsBindAddress: ":8090",
 	}
 }
 
@@ -115,6 +127,13 @@ func (o *Options) AddFlags(fs *pflag.FlagSet) {
 	fs.DurationVar(&o.ConfigReloadInterval, "config-reload-interval", o.ConfigReloadInterval, "How often --config is checked for changes.")
 	fs.StringSliceVar(&o.DriftWebhookURLs, "drift-webhook-url", o.DriftWebhookURLs, "Endpoint that receives DriftReports (kausality.io/v1alpha1) as JSON POSTs; repeatable. Delivery is asynchronous with a bounded queue and retries, and never blocks a write.")
 	fs.DurationVar(&o.DriftWebhookTimeout, "drift-webhook-timeout", o.DriftWebhookTimeout, "Timeout of one DriftReport delivery attempt.")
+	fs.StringVar(&o.Drifts.Namespace, "drift-namespace", o.Drifts.Namespace,
+		"Namespace of the open-drift records (ConfigMaps) and of the Lease that elects the one replica sending DriftReports. Default: $POD_NAMESPACE, else kausality-system.")
+	fs.StringVar(&o.Drifts.SlackChannel, "slack-channel", o.Drifts.SlackChannel, "Slack channel each drift is escalated to, with Approve, Reject and Snooze buttons. Empty: no Slack.")
+	fs.StringVar(&o.Drifts.SlackCredentialsDir, "slack-credentials-dir", o.Drifts.SlackCredentialsDir,
+		"Directory of the mounted Secret holding the Slack files bot-token and signing-secret (never flags).")
+	fs.StringVar(&o.SlackInteractionsBindAddress, "slack-interactions-bind-address", o.SlackInteractionsBindAddress,
+		"Address of the Slack interaction endpoint (plain HTTP, POST /slack/interactions), served only with --slack-channel. Requests must carry Slack's signature.")
 	fs.StringVar(&o.MetricsBindAddress, "metrics-bind-address", o.MetricsBindAddress, "Address for /metrics, /healthz, /readyz and /livez (plain HTTP).")
 	fs.DurationVar(&o.RequestTimeout, "request-timeout", o.RequestTimeout, "Upper bound for requests that are not long-running (watch, exec, attach, port-forward, logs and proxy are exempt).")
 	fs.DurationVar(&o.ShutdownTimeout, "shutdown-timeout", o.ShutdownTimeout, "How long in-flight requests may drain on shutdown.")
@@ -171,4 +190,13 @@ func (o *Options) upstreamRESTConfig() (*rest.Config, error) {
 		return nil, fmt.Errorf("loading --upstream-kubeconfig %s: %w", o.UpstreamKubeconfig, err)
 	}
 	return cfg, nil
+}
+
+// defaultNamespace is the namespace the proxy runs in, from the downward
+// API's POD_NAMESPACE, else the manifests' namespace.
+func defaultNamespace() string {
+	if ns := os.Getenv("POD_NAMESPACE"); ns != "" {
+		return ns
+	}
+	return "kausality-system"
 }

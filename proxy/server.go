@@ -31,6 +31,9 @@ type Config struct {
 	Interceptor     *intercept.Interceptor
 	Log             *zap.Logger
 	MetricsListener net.Listener
+	// SlackListener serves the Slack interaction endpoint; nil without
+	// Slack escalation.
+	SlackListener net.Listener
 
 	RequestTimeout        time.Duration
 	ShutdownTimeout       time.Duration
@@ -122,6 +125,7 @@ func (o *Options) Config(log *zap.Logger) (*Config, error) {
 		ConfigReloadInterval: o.ConfigReloadInterval,
 		DriftWebhookURLs:     o.DriftWebhookURLs,
 		DriftWebhookTimeout:  o.DriftWebhookTimeout,
+		Drifts:               o.Drifts,
 		DefaultMode:          o.DefaultMode,
 		FailurePolicy:        o.FailurePolicy,
 		MaxBodyBytes:         o.MaxRequestBodyBytes,
@@ -134,6 +138,14 @@ func (o *Options) Config(log *zap.Logger) (*Config, error) {
 		return nil, err
 	}
 
+	if cfg.Interceptor.SlackInteractions() != nil {
+		cfg.SlackListener = o.SlackInteractionsListener
+		if cfg.SlackListener == nil {
+			if cfg.SlackListener, err = net.Listen("tcp", o.SlackInteractionsBindAddress); err != nil {
+				return nil, fmt.Errorf("--slack-interactions-bind-address: %w", err)
+			}
+		}
+	}
 	cfg.MetricsListener = o.MetricsListener
 	if cfg.MetricsListener == nil {
 		cfg.MetricsListener, err = net.Listen("tcp", o.MetricsBindAddress)
@@ -171,6 +183,7 @@ func (c *Config) Complete() CompletedConfig {
 type Server struct {
 	serving         *server.SecureServingInfo
 	metricsListener net.Listener
+	slackListener   net.Listener
 	log             *zap.Logger
 
 	upstream      *upstream
@@ -217,6 +230,7 @@ func (c CompletedConfig) New() (*Server, error) {
 		startDrain:          startDrain,
 		serving:             c.Serving,
 		metricsListener:     c.MetricsListener,
+		slackListener:       c.SlackListener,
 		log:                 c.Log,
 		upstream:            up,
 		authenticator:       c.Authenticator,
@@ -247,6 +261,36 @@ func (s *Server) Interceptor() *intercept.Interceptor { return s.interceptor }
 // SecureAddr is where the proxy serves TLS.
 func (s *Server) SecureAddr() net.Addr { return s.serving.Listener.Addr() }
 
+// SlackAddr is where Slack's button clicks are served (nil without Slack).
+func (s *Server) SlackAddr() net.Addr {
+	if s.slackListener == nil {
+		return nil
+	}
+	return s.slackListener.Addr()
+}
+
+// serveSlack serves the Slack interaction endpoint, if there is one. It is
+// outside the authenticating chain: Slack cannot present cluster
+// credentials. Every request must carry Slack's signature instead, which
+// the handler checks before reading anything else.
+func (s *Server) serveSlack() *http.Server {
+	h := s.interceptor.SlackInteractions()
+	if h == nil || s.slackListener == nil {
+		return nil
+	}
+	mux := http.NewServeMux()
+	mux.Handle("POST /slack/interactions", h)
+	srv := &http.Server{Handler: mux, ReadHeaderTimeout: 10 * time.Second, ReadTimeout: 30 * time.Second,
+		WriteTimeout: 30 * time.Second, IdleTimeout: 2 * time.Minute, MaxHeaderBytes: 64 << 10}
+	go func() {
+		if err := srv.Serve(s.slackListener); err != nil && !errors.Is(err, http.ErrServerClosed) {
+			s.log.Error("the Slack interaction endpoint stopped", zap.Error(err))
+		}
+	}()
+	s.log.Info("serving Slack interactions", zap.String("address", s.slackListener.Addr().String()))
+	return srv
+}
+
 // MetricsAddr is where /metrics and the health endpoints are served.
 func (s *Server) MetricsAddr() net.Addr { return s.metricsListener.Addr() }
 
@@ -261,6 +305,7 @@ func (s *Server) Run(ctx context.Context) error {
 	metricsServer := &http.Server{Handler: s.metricsMux(), ReadHeaderTimeout: 10 * time.Second}
 	metricsDone := make(chan error, 1)
 	go func() { metricsDone <- metricsServer.Serve(s.metricsListener) }()
+	slackServer := s.serveSlack()
 
 	stopCh := make(chan struct{})
 	stoppedCh, listenerStoppedCh, err := s.serving.Serve(s.buildHandler(), s.shutdownTimeout, stopCh)
@@ -289,6 +334,9 @@ func (s *Server) Run(ctx context.Context) error {
 	defer cancel()
 	// Deliver the queued reports within the same short grace period.
 	_ = s.interceptor.Shutdown(shutdownCtx)
+	if slackServer != nil {
+		_ = slackServer.Shutdown(shutdownCtx)
+	}
 	if err := metricsServer.Shutdown(shutdownCtx); err != nil && !errors.Is(err, http.ErrServerClosed) {
 		return err
 	}

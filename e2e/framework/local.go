@@ -12,9 +12,14 @@ import (
 
 	"go.uber.org/zap"
 	"go.uber.org/zap/zapcore"
+	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	auditv1 "k8s.io/apiserver/pkg/apis/audit/v1"
+	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/rest"
 
+	"github.com/kausality-io/kausality-proxy/intercept"
 	"github.com/kausality-io/kausality-proxy/intercept/notify"
 	"github.com/kausality-io/kausality-proxy/internal/testenv"
 	"github.com/kausality-io/kausality-proxy/proxy"
@@ -127,6 +132,12 @@ func StartLocal(ctx context.Context, opts LocalOptions) (_ *Local, retErr error)
 	opts2.WrapOwnTransport = l.Watches.Wrap
 	l.Reports = newReportSink()
 	opts2.DriftWebhookURLs = []string{l.Reports.URL()}
+	// The drift records live in the proxy's namespace, as deployed. The
+	// timings are short so that a test sees a new sender within seconds.
+	if err := ensureNamespace(ctx, cp.AdminClient(), DriftNamespace); err != nil {
+		return nil, err
+	}
+	opts2.Drifts = DriftTimings(DriftNamespace)
 	opts2.ShutdownTimeout = 5 * time.Second
 	if opts.Customize != nil {
 		opts.Customize(opts2)
@@ -290,4 +301,23 @@ func (l *Local) SetConfig(ctx context.Context, content string) error {
 		}
 	}
 	return nil
+}
+
+// DriftNamespace holds the local proxy's drift records and sender Lease.
+const DriftNamespace = "kausality-system"
+
+// DriftTimings are the drift options of local proxies: the sender Lease
+// and the delivery backoff are short, so that tests see a new sender, and
+// a receiver that comes back, within seconds.
+func DriftTimings(namespace string) intercept.DriftOptions {
+	return intercept.DriftOptions{Namespace: namespace, LeaseDuration: 4 * time.Second, RenewDeadline: 3 * time.Second,
+		RetryPeriod: 500 * time.Millisecond, BackoffMax: 2 * time.Second, Recheck: 2 * time.Second}
+}
+
+func ensureNamespace(ctx context.Context, client kubernetes.Interface, name string) error {
+	_, err := client.CoreV1().Namespaces().Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: name}}, metav1.CreateOptions{})
+	if apierrors.IsAlreadyExists(err) {
+		return nil
+	}
+	return err
 }

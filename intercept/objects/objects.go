@@ -62,7 +62,7 @@ type Store struct {
 	mu        sync.Mutex
 	informers map[schema.GroupVersionResource]informers.GenericInformer
 	lastReset time.Time
-	observer  Observer
+	observers []Observer
 }
 
 // Observer sees every object the caches hold as it changes, and the UIDs of
@@ -72,22 +72,18 @@ type Observer interface {
 	Forget(uid types.UID)
 }
 
-// SetObserver registers o with every cache, present and future.
-func (s *Store) SetObserver(o Observer) {
+// AddObserver registers o with every cache, present and future.
+func (s *Store) AddObserver(o Observer) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	s.observer = o
+	s.observers = append(s.observers, o)
 	for _, inf := range s.informers {
-		s.observe(inf)
+		observe(inf, o)
 	}
 }
 
-// observe registers the observer with inf. Under s.mu.
-func (s *Store) observe(inf informers.GenericInformer) {
-	if s.observer == nil {
-		return
-	}
-	o := s.observer
+// observe registers o with inf.
+func observe(inf informers.GenericInformer, o Observer) {
 	_, _ = inf.Informer().AddEventHandler(cache.ResourceEventHandlerFuncs{
 		AddFunc: func(obj interface{}) {
 			if u, ok := obj.(*unstructured.Unstructured); ok {
@@ -121,6 +117,9 @@ func New(ctx context.Context, disc discovery.DiscoveryInterface, dyn dynamic.Int
 		informers:    map[schema.GroupVersionResource]informers.GenericInformer{},
 	}
 }
+
+// RESTMapper is the store's discovery-backed mapper.
+func (s *Store) RESTMapper() meta.RESTMapper { return s.mapper }
 
 // Mapping resolves a kind to its resource and scope through discovery (no
 // guessing plurals). An unknown kind refreshes discovery, at most once per
@@ -263,7 +262,9 @@ func (s *Store) informerFor(gvr schema.GroupVersionResource) informers.GenericIn
 	inf := dynamicinformer.NewFilteredDynamicInformer(s.dynamic, gvr, metav1.NamespaceAll, s.resync,
 		cache.Indexers{cache.NamespaceIndex: cache.MetaNamespaceIndexFunc}, nil)
 	s.informers[gvr] = inf
-	s.observe(inf)
+	for _, o := range s.observers {
+		observe(inf, o)
+	}
 	go inf.Informer().RunWithContext(s.ctx)
 	return inf
 }

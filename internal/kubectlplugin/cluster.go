@@ -21,6 +21,7 @@ import (
 	"k8s.io/client-go/tools/clientcmd"
 	"k8s.io/client-go/util/retry"
 
+	"github.com/kausality-io/kausality-proxy/intercept/annotations"
 	"github.com/kausality-io/kausality-proxy/intercept/policy"
 )
 
@@ -173,8 +174,8 @@ func (c *cluster) whoami(ctx context.Context) string {
 // update applies the edit that compute derives from the object as read,
 // with a resourceVersion precondition, and recomputes it from a fresh read
 // after a conflict: a concurrent edit of the same annotation is never lost.
-func (c *cluster) update(ctx context.Context, t target, compute func(obj *unstructured.Unstructured) (Edit, error)) (Edit, *unstructured.Unstructured, error) {
-	var edit Edit
+func (c *cluster) update(ctx context.Context, t target, compute func(obj *unstructured.Unstructured) (annotations.Edit, error)) (annotations.Edit, *unstructured.Unstructured, error) {
+	var edit annotations.Edit
 	var out *unstructured.Unstructured
 	err := retry.RetryOnConflict(retry.DefaultRetry, func() error {
 		obj, err := c.get(ctx, t)

@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"strings"
 	"time"
 
 	"github.com/spf13/cobra"
@@ -184,7 +185,7 @@ type result struct {
 	Target decision.ObjectRef `json:"target"`
 	User   string             `json:"user"`
 	At     time.Time          `json:"at"`
-	Edit   Edit               `json:"edit"`
+	Edit   annotations.Edit   `json:"edit"`
 }
 
 func (o *options) printResult(r result) error {
@@ -205,7 +206,7 @@ func orUnknown(s string) string {
 }
 
 // editParentOf runs an edit of the child's parent.
-func (o *options) editParentOf(ctx context.Context, arg string, compute func(child, parent *unstructured.Unstructured, st Stamp) (Edit, error)) error {
+func (o *options) editParentOf(ctx context.Context, arg string, compute func(child, parent *unstructured.Unstructured, st annotations.Stamp) (annotations.Edit, error)) error {
 	c, t, err := o.resolve(arg)
 	if err != nil {
 		return err
@@ -221,11 +222,13 @@ func (o *options) editParentOf(ctx context.Context, arg string, compute func(chi
 	if !ok {
 		return fmt.Errorf("%s has no controller ownerReference: the proxy never holds its writes as drift, there is nothing to approve or reject", t)
 	}
-	return o.applyEdit(ctx, c, pt, func(p *unstructured.Unstructured, st Stamp) (Edit, error) { return compute(child, p, st) })
+	return o.applyEdit(ctx, c, pt, func(p *unstructured.Unstructured, st annotations.Stamp) (annotations.Edit, error) {
+		return compute(child, p, st)
+	})
 }
 
 // editObject runs an edit of the named object itself (a parent).
-func (o *options) editObject(ctx context.Context, arg string, compute func(obj *unstructured.Unstructured, st Stamp) (Edit, error)) error {
+func (o *options) editObject(ctx context.Context, arg string, compute func(obj *unstructured.Unstructured, st annotations.Stamp) (annotations.Edit, error)) error {
 	c, t, err := o.resolve(arg)
 	if err != nil {
 		return err
@@ -245,9 +248,9 @@ func (o *options) resolve(arg string) (*cluster, target, error) {
 
 // applyEdit writes compute's edit of t, stamped with who and when, and
 // prints what was written.
-func (o *options) applyEdit(ctx context.Context, c *cluster, t target, compute func(obj *unstructured.Unstructured, st Stamp) (Edit, error)) error {
-	st := Stamp{User: c.whoami(ctx), At: o.now()}
-	edit, obj, err := c.update(ctx, t, func(p *unstructured.Unstructured) (Edit, error) { return compute(p, st) })
+func (o *options) applyEdit(ctx context.Context, c *cluster, t target, compute func(obj *unstructured.Unstructured, st annotations.Stamp) (annotations.Edit, error)) error {
+	st := annotations.Stamp{User: c.whoami(ctx), At: o.now()}
+	edit, obj, err := c.update(ctx, t, func(p *unstructured.Unstructured) (annotations.Edit, error) { return compute(p, st) })
 	if err != nil {
 		return err
 	}
@@ -270,12 +273,12 @@ Entries already there are kept as written; a concurrent edit is never lost.`,
 			if m != annotations.ApprovalOnce && m != annotations.ApprovalGeneration && m != annotations.ApprovalAlways {
 				return fmt.Errorf("--mode must be once, generation or always, not %q", mode)
 			}
-			return o.editParentOf(cmd.Context(), args[0], func(child, parent *unstructured.Unstructured, st Stamp) (Edit, error) {
+			return o.editParentOf(cmd.Context(), args[0], func(child, parent *unstructured.Unstructured, st annotations.Stamp) (annotations.Edit, error) {
 				a := annotations.Approval{APIVersion: child.GetAPIVersion(), Kind: child.GetKind(), Name: child.GetName(), Mode: m}
 				if m != annotations.ApprovalAlways {
 					a.Generation = parent.GetGeneration()
 				}
-				return AddApproval(parent.GetAnnotations()[annotations.Approvals], a, st)
+				return annotations.AddApproval(parent.GetAnnotations()[annotations.Approvals], a, st)
 			})
 		},
 	}
@@ -291,22 +294,23 @@ func (o *options) rejectCommand() *cobra.Command {
 		Short: "Reject the controller's drift of this child on its parent (kausality.io/rejections); beats any approval",
 		Args:  cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
-			return o.editParentOf(cmd.Context(), args[0], func(child, parent *unstructured.Unstructured, st Stamp) (Edit, error) {
+			return o.editParentOf(cmd.Context(), args[0], func(child, parent *unstructured.Unstructured, st annotations.Stamp) (annotations.Edit, error) {
 				r := annotations.Rejection{APIVersion: child.GetAPIVersion(), Kind: child.GetKind(), Name: child.GetName(), Reason: reason}
 				if thisGeneration {
 					r.Generation = parent.GetGeneration()
 				}
-				return AddRejection(parent.GetAnnotations()[annotations.Rejections], r, st)
+				return annotations.AddRejection(parent.GetAnnotations()[annotations.Rejections], r, st)
 			})
 		},
 	}
+	cmd.PreRunE = requireReason(&reason)
 	cmd.Flags().StringVar(&reason, "reason", "", "Why (shown in every denial). Required.")
 	cmd.Flags().BoolVar(&thisGeneration, "this-generation", false, "Reject only while the parent keeps its current spec (default: until removed).")
 	return cmd
 }
 
 // parentCommand is a command that edits the named parent's annotations.
-func (o *options) parentCommand(use, short string, edit func(p *unstructured.Unstructured, st Stamp) (Edit, error)) *cobra.Command {
+func (o *options) parentCommand(use, short string, edit func(p *unstructured.Unstructured, st annotations.Stamp) (annotations.Edit, error)) *cobra.Command {
 	return &cobra.Command{
 		Use:   use,
 		Short: short,
@@ -320,17 +324,29 @@ func (o *options) parentCommand(use, short string, edit func(p *unstructured.Uns
 func (o *options) freezeCommand() *cobra.Command {
 	var reason string
 	cmd := o.parentCommand("freeze PARENT --reason TEXT", "Freeze a parent: every desired-state write of its children is denied (kausality.io/freeze)",
-		func(p *unstructured.Unstructured, st Stamp) (Edit, error) {
-			return SetFreeze(p.GetAnnotations()[annotations.Freeze], reason, st)
+		func(p *unstructured.Unstructured, st annotations.Stamp) (annotations.Edit, error) {
+			return annotations.SetFreeze(p.GetAnnotations()[annotations.Freeze], reason, st)
 		})
+	cmd.PreRunE = requireReason(&reason)
 	cmd.Flags().StringVar(&reason, "reason", "", "Why (shown in every denial). Required.")
 	return cmd
 }
 
+// requireReason fails a command before it connects when --reason is
+// missing: the proxy shows the reason in every denial it causes.
+func requireReason(reason *string) func(*cobra.Command, []string) error {
+	return func(*cobra.Command, []string) error {
+		if strings.TrimSpace(*reason) == "" {
+			return errors.New("--reason is required: the proxy shows it in every denial")
+		}
+		return nil
+	}
+}
+
 func (o *options) unfreezeCommand() *cobra.Command {
 	return o.parentCommand("unfreeze PARENT", "Lift a parent's freeze",
-		func(p *unstructured.Unstructured, _ Stamp) (Edit, error) {
-			return Unfreeze(p.GetAnnotations()[annotations.Freeze]), nil
+		func(p *unstructured.Unstructured, _ annotations.Stamp) (annotations.Edit, error) {
+			return annotations.Unfreeze(p.GetAnnotations()[annotations.Freeze]), nil
 		})
 }
 
@@ -339,8 +355,8 @@ func (o *options) snoozeCommand() *cobra.Command {
 	var message string
 	cmd := o.parentCommand("snooze PARENT --for DURATION",
 		"Suppress drift notifications of a parent for a while (kausality.io/snooze-until); decisions are unchanged",
-		func(_ *unstructured.Unstructured, st Stamp) (Edit, error) {
-			return SetSnooze(d, message, st)
+		func(_ *unstructured.Unstructured, st annotations.Stamp) (annotations.Edit, error) {
+			return annotations.SetSnooze(d, message, st)
 		})
 	cmd.PreRunE = func(*cobra.Command, []string) error {
 		if d <= 0 {
@@ -355,7 +371,7 @@ func (o *options) snoozeCommand() *cobra.Command {
 
 func (o *options) unsnoozeCommand() *cobra.Command {
 	return o.parentCommand("unsnooze PARENT", "End a parent's snooze",
-		func(p *unstructured.Unstructured, _ Stamp) (Edit, error) {
-			return Unsnooze(p.GetAnnotations()), nil
+		func(p *unstructured.Unstructured, _ annotations.Stamp) (annotations.Edit, error) {
+			return annotations.Unsnooze(p.GetAnnotations()), nil
 		})
 }

@@ -193,7 +193,7 @@ func TestWhyVerdicts(t *testing.T) {
 		t.Fatalf("unblock %+v", v.Unblock)
 	}
 	// What `approve` writes admits exactly that write.
-	e, err := AddApproval("", *v.Suggested, Stamp{User: "carol", At: now})
+	e, err := annotations.AddApproval("", *v.Suggested, annotations.Stamp{User: "carol", At: now})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -1,16 +1,14 @@
-package kubectlplugin
+package annotations
 
 import (
 	"strings"
 	"testing"
 	"time"
-
-	"github.com/kausality-io/kausality-proxy/intercept/annotations"
 )
 
 func TestAddApproval(t *testing.T) {
 	st := Stamp{User: "carol", At: time.Date(2026, 3, 1, 12, 0, 0, 0, time.UTC)}
-	a := annotations.Approval{APIVersion: "apps/v1", Kind: "ReplicaSet", Name: "web-6d4", Generation: 4, Mode: annotations.ApprovalOnce}
+	a := Approval{APIVersion: "apps/v1", Kind: "ReplicaSet", Name: "web-6d4", Generation: 4, Mode: ApprovalOnce}
 	const added = `{"apiVersion":"apps/v1","kind":"ReplicaSet","name":"web-6d4","generation":4,"mode":"once","user":"carol","at":"2026-03-01T12:00:00Z"}`
 	const odd = `{ "kind": "broken", "note": "kept" }`
 	tests := []struct {
@@ -35,7 +33,7 @@ func TestAddApproval(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			if e.Unchanged != tt.unchanged || (!tt.unchanged && e.Set[annotations.Approvals] != tt.want) {
+			if e.Unchanged != tt.unchanged || (!tt.unchanged && e.Set[Approvals] != tt.want) {
 				t.Errorf("got %+v, want %s", e, tt.want)
 			}
 		})
@@ -44,19 +42,19 @@ func TestAddApproval(t *testing.T) {
 
 func TestAddRejection(t *testing.T) {
 	st := Stamp{User: "dave", At: time.Date(2026, 3, 1, 12, 0, 0, 0, time.UTC)}
-	r := annotations.Rejection{APIVersion: "apps/v1", Kind: "ReplicaSet", Name: "web-6d4", Reason: "needs review"}
+	r := Rejection{APIVersion: "apps/v1", Kind: "ReplicaSet", Name: "web-6d4", Reason: "needs review"}
 	e, err := AddRejection(`[{"apiVersion":"v1","kind":"ConfigMap","name":"c","reason":"x","ticket":"OPS-1"}]`, r, st)
 	if err != nil {
 		t.Fatal(err)
 	}
 	want := `[{"apiVersion":"v1","kind":"ConfigMap","name":"c","reason":"x","ticket":"OPS-1"},{"apiVersion":"apps/v1","kind":"ReplicaSet","name":"web-6d4","reason":"needs review","user":"dave","at":"2026-03-01T12:00:00Z"}]`
-	if got := e.Set[annotations.Rejections]; got != want {
+	if got := e.Set[Rejections]; got != want {
 		t.Errorf("got  %s\nwant %s", got, want)
 	}
 	if _, err := AddRejection(`[{"reason":`, r, st); err == nil {
 		t.Error("a malformed rejections value was rewritten")
 	}
-	if _, err := AddRejection("", annotations.Rejection{Name: "x"}, st); err == nil {
+	if _, err := AddRejection("", Rejection{Name: "x"}, st); err == nil {
 		t.Error("a rejection without a reason was accepted")
 	}
 	if e, _ := AddRejection(want, r, st); !e.Unchanged {
@@ -70,7 +68,7 @@ func TestFreezeAndSnooze(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if got, want := e.Set[annotations.Freeze], `{"user":"carol","reason":"incident 42","at":"2026-03-01T12:00:00Z"}`; got != want {
+	if got, want := e.Set[Freeze], `{"user":"carol","reason":"incident 42","at":"2026-03-01T12:00:00Z"}`; got != want {
 		t.Errorf("freeze %s, want %s", got, want)
 	}
 	if _, err := SetFreeze("", " ", st); err == nil {
@@ -79,7 +77,7 @@ func TestFreezeAndSnooze(t *testing.T) {
 	if u := Unfreeze(""); !u.Unchanged {
 		t.Errorf("unfreeze of an unfrozen parent: %+v", u)
 	}
-	if u := Unfreeze("true"); len(u.Remove) != 1 || u.Remove[0] != annotations.Freeze {
+	if u := Unfreeze("true"); len(u.Remove) != 1 || u.Remove[0] != Freeze {
 		t.Errorf("unfreeze: %+v", u)
 	}
 
@@ -87,7 +85,7 @@ func TestFreezeAndSnooze(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if s.Set[annotations.SnoozeUntil] != "2026-03-01T14:00:00Z" || s.Set[annotations.Snooze] != `{"expiry":"2026-03-01T14:00:00Z","user":"carol","message":"known"}` {
+	if s.Set[SnoozeUntil] != "2026-03-01T14:00:00Z" || s.Set[Snooze] != `{"expiry":"2026-03-01T14:00:00Z","user":"carol","message":"known"}` {
 		t.Errorf("snooze %+v", s.Set)
 	}
 	if _, err := SetSnooze(0, "", st); err == nil {

@@ -1,13 +1,12 @@
-package kubectlplugin
+package annotations
 
 import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"maps"
 	"strings"
 	"time"
-
-	"github.com/kausality-io/kausality-proxy/intercept/annotations"
 )
 
 // Stamp is who made an edit and when; it goes into the entry, where the
@@ -20,8 +19,10 @@ type Stamp struct {
 func (s Stamp) at() string { return s.At.UTC().Format(time.RFC3339) }
 
 // Edit is a change of one parent's annotations: Set values (validated) and
-// Remove keys. Computed from the parent as read, so that a retry after a
-// conflict recomputes it from the new state.
+// Remove keys. It is computed from the parent as read, so that a retry
+// after a conflict recomputes it from the new state. Every tool that
+// answers drift (the kubectl plugin, chat buttons) computes its edits here,
+// so that all of them write the formats the proxy reads.
 type Edit struct {
 	Set    map[string]string `json:"set,omitempty"`
 	Remove []string          `json:"remove,omitempty"`
@@ -30,9 +31,26 @@ type Edit struct {
 	Summary   string `json:"summary"`
 }
 
+// Apply returns a copy of ann with the edit applied; ann is not changed.
+// An unchanged edit returns ann itself.
+func (e Edit) Apply(ann map[string]string) map[string]string {
+	if e.Unchanged {
+		return ann
+	}
+	out := maps.Clone(ann)
+	if out == nil {
+		out = make(map[string]string, len(e.Set))
+	}
+	maps.Copy(out, e.Set)
+	for _, k := range e.Remove {
+		delete(out, k)
+	}
+	return out
+}
+
 // stampedApproval is an approvals entry with who added it and when.
 type stampedApproval struct {
-	annotations.Approval
+	Approval
 	User string `json:"user,omitempty"`
 	At   string `json:"at,omitempty"`
 }
@@ -41,10 +59,10 @@ type stampedApproval struct {
 // already there stays as written, those the proxy cannot read included. An
 // equal valid entry makes it a no-op, so a retried command never admits
 // two writes with one intent.
-func AddApproval(current string, a annotations.Approval, st Stamp) (Edit, error) {
-	entries, _, ok := annotations.ParseApprovalEntries(current)
+func AddApproval(current string, a Approval, st Stamp) (Edit, error) {
+	entries, _, ok := ParseApprovalEntries(current)
 	if !ok {
-		return Edit{}, fmt.Errorf("the parent's %s is not a JSON array (the proxy reads it as no approvals); fix or remove it first: %q", annotations.Approvals, current)
+		return Edit{}, fmt.Errorf("the parent's %s is not a JSON array (the proxy reads it as no approvals); fix or remove it first: %q", Approvals, current)
 	}
 	for _, e := range entries {
 		if e.Valid && sameApproval(e.Approval, a) {
@@ -55,51 +73,51 @@ func AddApproval(current string, a annotations.Approval, st Stamp) (Edit, error)
 	if err != nil {
 		return Edit{}, err
 	}
-	value := annotations.EncodeApprovalEntries(append(entries, annotations.ApprovalEntry{Raw: raw, Approval: a, Valid: true}))
+	value := EncodeApprovalEntries(append(entries, ApprovalEntry{Raw: raw, Approval: a, Valid: true}))
 	if err := checkApprovals(value, a, len(entries)+1); err != nil {
 		return Edit{}, err
 	}
-	return Edit{Set: map[string]string{annotations.Approvals: value}, Summary: "added approval " + string(raw)}, nil
+	return Edit{Set: map[string]string{Approvals: value}, Summary: "added approval " + string(raw)}, nil
 }
 
 // sameApproval compares as the proxy reads: no mode is once.
-func sameApproval(x, y annotations.Approval) bool {
+func sameApproval(x, y Approval) bool {
 	x.Mode, y.Mode = x.EffectiveMode(), y.EffectiveMode()
 	return x == y
 }
 
 // checkApprovals reads value as the proxy does: n entries, the last one a
 // valid approval equal to want.
-func checkApprovals(value string, want annotations.Approval, n int) error {
-	entries, _, ok := annotations.ParseApprovalEntries(value)
+func checkApprovals(value string, want Approval, n int) error {
+	entries, _, ok := ParseApprovalEntries(value)
 	if !ok || len(entries) != n || !entries[n-1].Valid || entries[n-1].Approval != want {
-		return fmt.Errorf("internal error: the proxy would not read %s=%s as intended", annotations.Approvals, value)
+		return fmt.Errorf("internal error: the proxy would not read %s=%s as intended", Approvals, value)
 	}
 	return nil
 }
 
 type stampedRejection struct {
-	annotations.Rejection
+	Rejection
 	User string `json:"user,omitempty"`
 	At   string `json:"at,omitempty"`
 }
 
 // AddRejection returns the rejections value with r appended, every entry
 // already there as written.
-func AddRejection(current string, r annotations.Rejection, st Stamp) (Edit, error) {
+func AddRejection(current string, r Rejection, st Stamp) (Edit, error) {
 	if strings.TrimSpace(r.Reason) == "" {
-		return Edit{}, errors.New("a rejection needs a reason (--reason): the proxy shows it in the denial")
+		return Edit{}, errors.New("a rejection needs a reason: the proxy shows it in the denial")
 	}
 	var raws []json.RawMessage
 	if strings.TrimSpace(current) != "" {
-		if _, w := annotations.ParseRejections(current); w != nil {
-			return Edit{}, fmt.Errorf("the parent's %s is malformed (the proxy rejects every child until it is fixed): %s", annotations.Rejections, w)
+		if _, w := ParseRejections(current); w != nil {
+			return Edit{}, fmt.Errorf("the parent's %s is malformed (the proxy rejects every child until it is fixed): %s", Rejections, w)
 		}
 		if err := json.Unmarshal([]byte(current), &raws); err != nil {
 			return Edit{}, err
 		}
 	}
-	existing, _ := annotations.ParseRejections(current)
+	existing, _ := ParseRejections(current)
 	for i, e := range existing {
 		if e == r {
 			return Edit{Unchanged: true, Summary: "already rejected: " + string(raws[i])}, nil
@@ -110,11 +128,11 @@ func AddRejection(current string, r annotations.Rejection, st Stamp) (Edit, erro
 		return Edit{}, err
 	}
 	value := encodeRaws(append(raws, raw))
-	list, w := annotations.ParseRejections(value)
+	list, w := ParseRejections(value)
 	if w != nil || len(list) != len(raws)+1 || list[len(list)-1] != r {
-		return Edit{}, fmt.Errorf("internal error: the proxy would not read %s=%s as intended", annotations.Rejections, value)
+		return Edit{}, fmt.Errorf("internal error: the proxy would not read %s=%s as intended", Rejections, value)
 	}
-	return Edit{Set: map[string]string{annotations.Rejections: value}, Summary: "added rejection " + string(raw)}, nil
+	return Edit{Set: map[string]string{Rejections: value}, Summary: "added rejection " + string(raw)}, nil
 }
 
 func encodeRaws(raws []json.RawMessage) string {
@@ -133,21 +151,21 @@ func encodeRaws(raws []json.RawMessage) string {
 // SetFreeze returns the freeze value {"user","reason","at"}.
 func SetFreeze(current, reason string, st Stamp) (Edit, error) {
 	if strings.TrimSpace(reason) == "" {
-		return Edit{}, errors.New("a freeze needs a reason (--reason): the proxy shows it in every denial")
+		return Edit{}, errors.New("a freeze needs a reason: the proxy shows it in every denial")
 	}
-	raw, err := json.Marshal(annotations.FreezeInfo{User: st.User, Reason: reason, At: st.at()})
+	raw, err := json.Marshal(FreezeInfo{User: st.User, Reason: reason, At: st.at()})
 	if err != nil {
 		return Edit{}, err
 	}
 	value := string(raw)
-	if f, w := annotations.ParseFreeze(value); f == nil || w != nil || f.Malformed || f.Reason != reason {
-		return Edit{}, fmt.Errorf("internal error: the proxy would not read %s=%s as intended", annotations.Freeze, value)
+	if f, w := ParseFreeze(value); f == nil || w != nil || f.Malformed || f.Reason != reason {
+		return Edit{}, fmt.Errorf("internal error: the proxy would not read %s=%s as intended", Freeze, value)
 	}
 	summary := "froze: " + value
-	if old, _ := annotations.ParseFreeze(current); old != nil {
+	if old, _ := ParseFreeze(current); old != nil {
 		summary += " (was " + old.String() + ")"
 	}
-	return Edit{Set: map[string]string{annotations.Freeze: value}, Summary: summary}, nil
+	return Edit{Set: map[string]string{Freeze: value}, Summary: summary}, nil
 }
 
 // Unfreeze removes the freeze.
@@ -155,15 +173,16 @@ func Unfreeze(current string) Edit {
 	if strings.TrimSpace(current) == "" {
 		return Edit{Unchanged: true, Summary: "not frozen"}
 	}
-	return Edit{Remove: []string{annotations.Freeze}, Summary: "unfroze (was " + current + ")"}
+	return Edit{Remove: []string{Freeze}, Summary: "unfroze (was " + current + ")"}
 }
 
-// SetSnooze snoozes notifications for d: kausality.io/snooze-until, which
-// the proxy reads first, and kausality.io/snooze with the same expiry,
-// which has room for who snoozed and why.
+// SetSnooze snoozes notifications for d from st.At:
+// kausality.io/snooze-until, which the proxy reads first, and
+// kausality.io/snooze with the same expiry, which has room for who snoozed
+// and why.
 func SetSnooze(d time.Duration, message string, st Stamp) (Edit, error) {
 	if d <= 0 {
-		return Edit{}, errors.New("--for must be positive")
+		return Edit{}, fmt.Errorf("a snooze must last a positive duration, not %s", d)
 	}
 	until := st.At.Add(d).UTC().Truncate(time.Second)
 	untilText := until.Format(time.RFC3339)
@@ -175,11 +194,11 @@ func SetSnooze(d time.Duration, message string, st Stamp) (Edit, error) {
 	if err != nil {
 		return Edit{}, err
 	}
-	set := map[string]string{annotations.SnoozeUntil: untilText, annotations.Snooze: string(raw)}
-	s, w := annotations.ParseSnooze(set)
-	alone, w2 := annotations.ParseSnooze(map[string]string{annotations.Snooze: string(raw)})
+	set := map[string]string{SnoozeUntil: untilText, Snooze: string(raw)}
+	s, w := ParseSnooze(set)
+	alone, w2 := ParseSnooze(map[string]string{Snooze: string(raw)})
 	if s == nil || w != nil || !s.Until.Equal(until) || alone == nil || w2 != nil || !alone.Until.Equal(until) {
-		return Edit{}, fmt.Errorf("internal error: the proxy would not read %s=%s as intended", annotations.SnoozeUntil, untilText)
+		return Edit{}, fmt.Errorf("internal error: the proxy would not read %s=%s as intended", SnoozeUntil, untilText)
 	}
 	return Edit{Set: set, Summary: "snoozed drift notifications until " + untilText}, nil
 }
@@ -187,7 +206,7 @@ func SetSnooze(d time.Duration, message string, st Stamp) (Edit, error) {
 // Unsnooze removes both snooze annotations.
 func Unsnooze(ann map[string]string) Edit {
 	var rm []string
-	for _, k := range []string{annotations.SnoozeUntil, annotations.Snooze} {
+	for _, k := range []string{SnoozeUntil, Snooze} {
 		if _, ok := ann[k]; ok {
 			rm = append(rm, k)
 		}

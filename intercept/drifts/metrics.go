@@ -1,0 +1,84 @@
+package drifts
+
+import (
+	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/kausality-io/kausality-proxy/intercept/notify"
+)
+
+// Outcomes of recording a drift.
+const (
+	resultCreated      = "created"
+	resultDeduplicated = "deduplicated"
+	resultReopened     = "reopened"
+)
+
+// Why a drift or a report was dropped.
+const (
+	dropQueueFull    = "queue_full"
+	dropStoreFull    = "store_full"
+	dropRecordFailed = "record_failed"
+	dropShutdown     = "shutdown"
+	dropExpired      = "expired"
+	dropUnreadable   = "unreadable_record"
+)
+
+// metrics of the ledger. Labels never carry URLs (they may hold tokens),
+// ids or object names.
+type metrics struct {
+	recorded    *prometheus.CounterVec
+	dropped     *prometheus.CounterVec
+	sent        *prometheus.CounterVec
+	retries     *prometheus.CounterVec
+	resolved    *prometheus.CounterVec
+	escalations *prometheus.CounterVec
+	suppressed  prometheus.Counter
+	leader      prometheus.Gauge
+}
+
+func newMetrics() *metrics {
+	m := &metrics{
+		recorded: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "kausality_proxy_driftreports_recorded_total",
+			Help: "Detected drifts this replica took to the cluster's drift records, by result (created, deduplicated, reopened)."}, []string{"result"}),
+		dropped: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "kausality_proxy_driftreports_dropped_total",
+			Help: "Drifts or reports given up, by reason (queue_full, store_full, record_failed, shutdown, expired, unreadable_record)."}, []string{"reason"}),
+		sent: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "kausality_proxy_driftreports_sent_total",
+			Help: "DriftReport deliveries acknowledged with 2xx, by phase."}, []string{"phase"}),
+		retries: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "kausality_proxy_driftreports_retries_total",
+			Help: "Failed DriftReport delivery attempts that will be retried with backoff, by phase."}, []string{"phase"}),
+		resolved: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "kausality_proxy_driftreports_resolved_total",
+			Help: "Drifts found to have ended, by reason."}, []string{"reason"}),
+		escalations: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "kausality_proxy_escalations_total",
+			Help: "Escalation messages posted, marked resolved, or failed (retried)."}, []string{"result"}),
+		suppressed: prometheus.NewCounter(prometheus.CounterOpts{Name: "kausality_proxy_driftreports_snoozed_total",
+			Help: "Drifts that ended while their parent was snoozed, before anyone was told: never sent."}),
+		leader: prometheus.NewGauge(prometheus.GaugeOpts{Name: "kausality_proxy_driftreports_sender",
+			Help: "1 while this replica holds the lease and sends DriftReports, 0 otherwise."}),
+	}
+	for _, r := range []string{resultCreated, resultDeduplicated, resultReopened} {
+		m.recorded.WithLabelValues(r)
+	}
+	for _, r := range []string{dropQueueFull, dropStoreFull, dropRecordFailed, dropShutdown, dropExpired, dropUnreadable} {
+		m.dropped.WithLabelValues(r)
+	}
+	for _, p := range []notify.Phase{notify.PhaseDetected, notify.PhaseResolved} {
+		m.sent.WithLabelValues(string(p))
+		m.retries.WithLabelValues(string(p))
+	}
+	return m
+}
+
+func (m *metrics) register(reg prometheus.Registerer, l *Ledger) error {
+	cs := []prometheus.Collector{m.recorded, m.dropped, m.sent, m.retries, m.resolved, m.escalations, m.suppressed, m.leader,
+		prometheus.NewGaugeFunc(prometheus.GaugeOpts{
+			Name: "kausality_proxy_driftreports_records",
+			Help: "Drift records in the cluster: open drifts, and resolved ones whose reports are not all out.",
+		}, func() float64 { return float64(len(l.records.GetStore().ListKeys())) }),
+	}
+	for _, c := range cs {
+		if err := reg.Register(c); err != nil {
+			return err
+		}
+	}
+	return nil
+}

@@ -1,6 +1,7 @@
 package annotations
 
 import (
+	"maps"
 	"strings"
 	"testing"
 	"time"
@@ -93,5 +94,32 @@ func TestFreezeAndSnooze(t *testing.T) {
 	}
 	if u := Unsnooze(s.Set); len(u.Remove) != 2 {
 		t.Errorf("unsnooze %+v", u)
+	}
+}
+
+func TestEditApply(t *testing.T) {
+	ann := map[string]string{"keep": "1", Freeze: "true", Approvals: "[]"}
+	tests := []struct {
+		name string
+		edit Edit
+		want map[string]string
+	}{
+		{"set and remove", Edit{Set: map[string]string{Approvals: "[x]"}, Remove: []string{Freeze}}, map[string]string{"keep": "1", Approvals: "[x]"}},
+		{"unchanged", Edit{Unchanged: true, Set: map[string]string{"keep": "2"}}, ann},
+		{"remove a key that is not there", Edit{Remove: []string{Snooze}}, ann},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			got := tt.edit.Apply(ann)
+			if !maps.Equal(got, tt.want) {
+				t.Errorf("got %v, want %v", got, tt.want)
+			}
+			if len(ann) != 3 || ann[Freeze] != "true" || ann[Approvals] != "[]" {
+				t.Errorf("the input was changed: %v", ann)
+			}
+		})
+	}
+	if got := (Edit{Set: map[string]string{Freeze: "true"}}).Apply(nil); got[Freeze] != "true" {
+		t.Errorf("apply to no annotations: %v", got)
 	}
 }

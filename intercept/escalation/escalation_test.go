@@ -2,6 +2,7 @@ package escalation
 
 import (
 	"context"
+	"encoding/json"
 	"os"
 	"path/filepath"
 	"reflect"
@@ -95,7 +96,11 @@ func TestPost(t *testing.T) {
 			}
 			var ids, labels []string
 			for _, el := range actions.Elements {
-				ids, labels = append(ids, el.ActionID), append(labels, el.Text.Text)
+				var label struct{ Text string }
+				if err := json.Unmarshal(el.Text, &label); err != nil {
+					t.Fatal(err)
+				}
+				ids, labels = append(ids, el.ActionID), append(labels, label.Text)
 				v, err := decodeButtonValue(el.Value)
 				if err != nil {
 					t.Fatalf("button %s: %v", el.ActionID, err)

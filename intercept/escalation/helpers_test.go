@@ -46,9 +46,8 @@ type block struct {
 	Elements []struct {
 		ActionID string `json:"action_id"`
 		Value    string `json:"value"`
-		Text     struct {
-			Text string `json:"text"`
-		} `json:"text"`
+		// Text is a button's label object, or a context element's text.
+		Text json.RawMessage `json:"text"`
 	} `json:"elements"`
 }
 
@@ -251,10 +250,12 @@ func sign(secret string, ts int64, body string) string {
 func clickBody(t *testing.T, posted slackCall, actionID string) string {
 	t.Helper()
 	var value string
-	if a := posted.actions(t); a != nil {
-		for _, el := range a.Elements {
-			if el.ActionID == actionID {
-				value = el.Value
+	if posted.Form.Get("blocks") != "" {
+		if a := posted.actions(t); a != nil {
+			for _, el := range a.Elements {
+				if el.ActionID == actionID {
+					value = el.Value
+				}
 			}
 		}
 	}

@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"strconv"
 	"strings"
 	"time"
 	"unicode/utf8"
@@ -135,9 +136,13 @@ func detectedBlocks(r notify.DriftReport) []slack.Block {
 	blocks := append([]slack.Block{plainHeader(header)}, describe(r)...)
 	value, err := buttonValueOf(r).encode()
 	if err != nil {
+		namespace := ""
+		if s.Child.Namespace != "" {
+			namespace = " -n " + s.Child.Namespace
+		}
 		return append(blocks, contextBlock(fmt.Sprintf(
-			"The references are too long for buttons; answer with `kubectl kausality approve %s/%s` or `reject` in namespace `%s`.",
-			code(s.Child.Kind), code(s.Child.Name), code(s.Child.Namespace))))
+			"The references are too long for buttons; answer with `kubectl kausality approve%s %s/%s` (or `kubectl kausality reject`).",
+			code(namespace), code(s.Child.Kind), code(s.Child.Name))))
 	}
 	return append(blocks, actionsBlock(value))
 }
@@ -365,8 +370,13 @@ func clickedBlocks(original []slack.Block, v buttonValue, outcome string, keepBu
 		}
 	}
 	// The ids only need to be unique within the message: count on from
-	// the outcomes it has.
-	next := len(outcomes)
+	// the highest it has.
+	next := 0
+	for _, b := range outcomes {
+		if n, err := strconv.Atoi(strings.TrimPrefix(b.ID(), outcomeBlockIDPrefix)); err == nil && n >= next {
+			next = n + 1
+		}
+	}
 	if len(outcomes) >= maxOutcomes {
 		outcomes = outcomes[len(outcomes)-maxOutcomes+1:]
 	}

@@ -1,0 +1,292 @@
+package escalation
+
+import (
+	"context"
+	"fmt"
+	"net/http"
+	"net/http/httptest"
+	"strings"
+	"testing"
+
+	"github.com/slack-go/slack"
+
+	"github.com/kausality-io/kausality-proxy/intercept/annotations"
+	"github.com/kausality-io/kausality-proxy/intercept/decision"
+)
+
+// postedMessage posts the test drift and returns the call, so that clicks
+// carry what Slack would send back.
+func postedMessage(t *testing.T, e *Escalator, api *fakeSlack) slackCall {
+	t.Helper()
+	if _, err := e.Post(context.Background(), testReport()); err != nil {
+		t.Fatal(err)
+	}
+	calls := api.recorded()
+	api.reset()
+	return calls[0]
+}
+
+func TestClick(t *testing.T) {
+	const stamp = `"user":"slack:U0CAROL/carol","at":"2026-03-01T12:00:00Z"`
+	tests := []struct {
+		name     string
+		action   string
+		parentAt int64
+		// noMessage: Slack did not send the message back.
+		noMessage bool
+		want      map[string]string
+		outcome   string
+		buttons   bool
+	}{
+		{
+			name: "approve once", action: ActionApproveOnce, parentAt: 5,
+			want:    map[string]string{annotations.Approvals: `[{"apiVersion":"apps/v1","kind":"ReplicaSet","name":"web-6d4","generation":5,"mode":"once",` + stamp + `}]`},
+			outcome: "<@U0CAROL> approved the next write (once)",
+		},
+		{
+			name: "approve for this generation", action: ActionApproveGeneration, parentAt: 5,
+			want:    map[string]string{annotations.Approvals: `[{"apiVersion":"apps/v1","kind":"ReplicaSet","name":"web-6d4","generation":5,"mode":"generation",` + stamp + `}]`},
+			outcome: "<@U0CAROL> approved the writes while the parent is at generation 5",
+		},
+		{
+			name: "reject", action: ActionReject, parentAt: 5,
+			want: map[string]string{annotations.Rejections: `[{"apiVersion":"apps/v1","kind":"ReplicaSet","name":"web-6d4",` +
+				`"reason":"rejected in Slack by slack:U0CAROL/carol",` + stamp + `}]`},
+			outcome: "<@U0CAROL> rejected the drift",
+		},
+		{
+			name: "snooze keeps the buttons", action: ActionSnooze, parentAt: 5,
+			want: map[string]string{
+				annotations.SnoozeUntil: "2026-03-01T13:00:00Z",
+				annotations.Snooze:      `{"expiry":"2026-03-01T13:00:00Z","user":"slack:U0CAROL/carol","message":"snoozed in Slack (drift 0123456789abcdef)"}`,
+			},
+			outcome: "<@U0CAROL> snoozed the notifications of the parent for an hour", buttons: true,
+		},
+		{
+			name: "an approval after the parent's spec changed writes nothing", action: ActionApproveOnce, parentAt: 6,
+			outcome: "<@U0CAROL> tried to approve, but nothing was written: the parent's spec changed since the drift (generation 5, now 6)", buttons: true,
+		},
+		{
+			name: "without the message sent back, a short one stands in", action: ActionApproveOnce, parentAt: 5, noMessage: true,
+			want:    map[string]string{annotations.Approvals: `[{"apiVersion":"apps/v1","kind":"ReplicaSet","name":"web-6d4","generation":5,"mode":"once",` + stamp + `}]`},
+			outcome: "<@U0CAROL> approved the next write (once)",
+		},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			api := newFakeSlack(t)
+			parents := &fakeEditor{parent: testParent(tt.parentAt)}
+			e := newTestEscalator(t, api, parents)
+			posted := postedMessage(t, e, api)
+			if tt.noMessage {
+				posted.Form.Del("blocks")
+			}
+			w := httptest.NewRecorder()
+			e.InteractionHandler().ServeHTTP(w, signedRequest(clickBody(t, posted, tt.action), testNow.Unix(), testSecret))
+			e.Wait()
+			if w.Code != http.StatusOK {
+				t.Fatalf("status %d: %s", w.Code, w.Body)
+			}
+			if len(parents.refs) != 1 || parents.refs[0] != (decision.ObjectRef{APIVersion: "apps/v1", Kind: "Deployment", Namespace: "shop", Name: "web"}) {
+				t.Errorf("edited %+v", parents.refs)
+			}
+			got := parents.annotations()
+			if len(got) != len(tt.want) {
+				t.Errorf("annotations %v, want %v", got, tt.want)
+			}
+			for k, v := range tt.want {
+				if got[k] != v {
+					t.Errorf("%s\n got %s\nwant %s", k, got[k], v)
+				}
+			}
+			calls := api.recorded()
+			if len(calls) != 1 || calls[0].Method != "chat.update" {
+				t.Fatalf("slack calls %+v", calls)
+			}
+			c := calls[0]
+			if c.Form.Get("channel") != testChannel || c.Form.Get("ts") != testTS {
+				t.Errorf("updated %s %s", c.Form.Get("channel"), c.Form.Get("ts"))
+			}
+			text := c.text(t)
+			if !strings.Contains(text, tt.outcome) {
+				t.Errorf("update lacks %q:\n%s", tt.outcome, text)
+			}
+			if !tt.noMessage && !strings.Contains(text, "spec.replicas: 3 → 5") {
+				t.Errorf("the update lost the drift:\n%s", text)
+			}
+			if has := c.actions(t) != nil; has != tt.buttons {
+				t.Errorf("buttons kept: %v, want %v", has, tt.buttons)
+			}
+		})
+	}
+}
+
+func TestClickRefused(t *testing.T) {
+	const path = "/slack/interactions"
+	now := testNow.Unix()
+	good := func(t *testing.T, posted slackCall) string { return clickBody(t, posted, ActionApproveOnce) }
+	tests := []struct {
+		name    string
+		request func(t *testing.T, posted slackCall) *http.Request
+		status  int
+	}{
+		{"wrong secret", func(t *testing.T, p slackCall) *http.Request {
+			return signedRequest(good(t, p), now, "another-secret")
+		}, http.StatusUnauthorized},
+		{"body changed after signing", func(t *testing.T, p slackCall) *http.Request {
+			r := signedRequest(good(t, p), now, testSecret)
+			return withBody(r, strings.Replace(good(t, p), "approve_once", "approve_generation", 1))
+		}, http.StatusUnauthorized},
+		{"no signature", func(t *testing.T, p slackCall) *http.Request {
+			r := signedRequest(good(t, p), now, testSecret)
+			r.Header.Del(signatureHeader)
+			return r
+		}, http.StatusUnauthorized},
+		{"no timestamp", func(t *testing.T, p slackCall) *http.Request {
+			r := signedRequest(good(t, p), now, testSecret)
+			r.Header.Del(timestampHeader)
+			return r
+		}, http.StatusUnauthorized},
+		{"not v0", func(t *testing.T, p slackCall) *http.Request {
+			r := signedRequest(good(t, p), now, testSecret)
+			r.Header.Set(signatureHeader, strings.Replace(r.Header.Get(signatureHeader), "v0=", "v1=", 1))
+			return r
+		}, http.StatusUnauthorized},
+		{"timestamp too old", func(t *testing.T, p slackCall) *http.Request {
+			return signedRequest(good(t, p), now-6*60, testSecret)
+		}, http.StatusUnauthorized},
+		{"timestamp too far ahead", func(t *testing.T, p slackCall) *http.Request {
+			return signedRequest(good(t, p), now+6*60, testSecret)
+		}, http.StatusUnauthorized},
+		{"oversized body", func(t *testing.T, p slackCall) *http.Request {
+			return signedRequest("payload="+strings.Repeat("x", maxInteractionBody), now, testSecret)
+		}, http.StatusRequestEntityTooLarge},
+		{"unknown action", func(t *testing.T, p slackCall) *http.Request {
+			return signedRequest(clickBody(t, p, "kausality_delete_everything"), now, testSecret)
+		}, http.StatusBadRequest},
+		{"not a block action", func(t *testing.T, p slackCall) *http.Request {
+			return signedRequest(strings.Replace(good(t, p), "block_actions", "view_submission", 1), now, testSecret)
+		}, http.StatusBadRequest},
+		{"no payload", func(*testing.T, slackCall) *http.Request {
+			return signedRequest("token=x", now, testSecret)
+		}, http.StatusBadRequest},
+		{"GET", func(*testing.T, slackCall) *http.Request {
+			return httptest.NewRequest(http.MethodGet, path, nil)
+		}, http.StatusMethodNotAllowed},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			api := newFakeSlack(t)
+			parents := &fakeEditor{parent: testParent(5)}
+			e := newTestEscalator(t, api, parents)
+			posted := postedMessage(t, e, api)
+			w := httptest.NewRecorder()
+			e.InteractionHandler().ServeHTTP(w, tt.request(t, posted))
+			e.Wait()
+			if w.Code != tt.status {
+				t.Errorf("status %d, want %d: %s", w.Code, tt.status, w.Body)
+			}
+			if n := parents.callCount(); n != 0 {
+				t.Errorf("parent edited %d times", n)
+			}
+			if len(parents.annotations()) != 0 {
+				t.Errorf("annotations %v", parents.annotations())
+			}
+			if calls := api.recorded(); len(calls) != 0 {
+				t.Errorf("slack called: %+v", calls)
+			}
+		})
+	}
+}
+
+func TestClickReplayed(t *testing.T) {
+	tests := []struct {
+		name   string
+		replay func(first *http.Request, body string) *http.Request
+	}{
+		{"the same request", func(first *http.Request, body string) *http.Request {
+			return withBody(first, body)
+		}},
+		{"the signature in upper case", func(first *http.Request, body string) *http.Request {
+			r := withBody(first, body)
+			r.Header.Set(signatureHeader, "v0="+strings.ToUpper(strings.TrimPrefix(first.Header.Get(signatureHeader), "v0=")))
+			return r
+		}},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			api := newFakeSlack(t)
+			parents := &fakeEditor{parent: testParent(5)}
+			e := newTestEscalator(t, api, parents)
+			body := clickBody(t, postedMessage(t, e, api), ActionSnooze)
+			first := signedRequest(body, testNow.Unix(), testSecret)
+			w := httptest.NewRecorder()
+			e.InteractionHandler().ServeHTTP(w, first)
+			e.Wait()
+			if w.Code != http.StatusOK {
+				t.Fatalf("first: status %d", w.Code)
+			}
+			before, calls := parents.callCount(), len(api.recorded())
+			w = httptest.NewRecorder()
+			e.InteractionHandler().ServeHTTP(w, tt.replay(first, body))
+			e.Wait()
+			if w.Code != http.StatusUnauthorized {
+				t.Errorf("replay: status %d, want 401", w.Code)
+			}
+			if parents.callCount() != before || len(api.recorded()) != calls {
+				t.Error("the replay changed something")
+			}
+		})
+	}
+}
+
+func TestReplayMemoryIsBounded(t *testing.T) {
+	m := newReplayMemory(2)
+	later := testNow.Add(signatureWindow)
+	for _, sig := range []string{"a", "b"} {
+		if err := m.firstUse(sig, later, testNow); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := m.firstUse("c", later, testNow); err != errTooManyRequests {
+		t.Errorf("full memory: %v, want errTooManyRequests", err)
+	}
+	// Once the first two leave the window, they make room.
+	if err := m.firstUse("c", later.Add(signatureWindow), later.Add(1)); err != nil {
+		t.Errorf("after the window: %v", err)
+	}
+	if len(m.until) != 1 {
+		t.Errorf("remembered %d", len(m.until))
+	}
+}
+
+func withBody(r *http.Request, body string) *http.Request {
+	c := httptest.NewRequest(r.Method, r.URL.Path, strings.NewReader(body))
+	c.Header = r.Header.Clone()
+	return c
+}
+
+func TestOutcomesStayBounded(t *testing.T) {
+	v := buttonValueOf(testReport())
+	var blocks []slack.Block
+	for i := range 3 * maxOutcomes {
+		blocks = clickedBlocks(blocks, v, fmt.Sprintf("click %d", i), true)
+	}
+	ids := map[string]bool{}
+	outcomes := 0
+	for _, b := range blocks {
+		if ids[b.ID()] && b.ID() != "" {
+			t.Errorf("block id %s twice", b.ID())
+		}
+		ids[b.ID()] = true
+		if strings.HasPrefix(b.ID(), outcomeBlockIDPrefix) {
+			outcomes++
+		}
+	}
+	if outcomes != maxOutcomes {
+		t.Errorf("%d outcomes, want %d", outcomes, maxOutcomes)
+	}
+	if last := blocks[len(blocks)-1]; last.ID() != actionsBlockID {
+		t.Errorf("the buttons are not last: %s", last.ID())
+	}
+}

@@ -184,21 +184,7 @@ func StartLocal(ctx context.Context, opts LocalOptions) (_ *Local, retErr error)
 	return l, nil
 }
 
-func (l *Local) waitReady(ctx context.Context) error {
-	ctx, cancel := context.WithTimeout(ctx, 60*time.Second)
-	defer cancel()
-	for {
-		resp, err := httpGet(ctx, l.MetricsURL+"/readyz")
-		if err == nil && resp == 200 {
-			return nil
-		}
-		select {
-		case <-ctx.Done():
-			return fmt.Errorf("proxy did not become ready: last /readyz %d, %v", resp, err)
-		case <-time.After(200 * time.Millisecond):
-		}
-	}
-}
+func (l *Local) waitReady(ctx context.Context) error { return waitReady(ctx, l.MetricsURL) }
 
 // Stop tears everything down in reverse order.
 func (l *Local) Stop() {

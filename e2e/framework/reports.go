@@ -6,6 +6,7 @@ import (
 	"net/http"
 	"net/http/httptest"
 	"sync"
+	"sync/atomic"
 
 	"github.com/kausality-io/kausality-proxy/intercept/notify"
 )
@@ -13,13 +14,23 @@ import (
 // ReportSink is a DriftReport endpoint the proxy delivers to.
 type ReportSink struct {
 	srv     *httptest.Server
+	down    atomic.Bool
+	refused atomic.Int64
 	mu      sync.Mutex
 	reports []notify.DriftReport
 }
 
+// NewReportSink starts a DriftReport endpoint; Close stops it.
+func NewReportSink() *ReportSink { return newReportSink() }
+
 func newReportSink() *ReportSink {
 	s := &ReportSink{}
 	s.srv = httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if s.down.Load() {
+			s.refused.Add(1)
+			http.Error(w, "receiver down", http.StatusServiceUnavailable)
+			return
+		}
 		data, _ := io.ReadAll(r.Body)
 		var rep notify.DriftReport
 		if err := json.Unmarshal(data, &rep); err != nil {
@@ -48,6 +59,20 @@ func (s *ReportSink) For(namespace, childName string) []notify.DriftReport {
 		}
 	}
 	return out
+}
+
+// SetDown makes the endpoint answer 503 to everything (down) or accept
+// reports again.
+func (s *ReportSink) SetDown(down bool) { s.down.Store(down) }
+
+// Refused counts the deliveries answered 503 while down.
+func (s *ReportSink) Refused() int64 { return s.refused.Load() }
+
+// All returns every report received, in arrival order.
+func (s *ReportSink) All() []notify.DriftReport {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return append([]notify.DriftReport(nil), s.reports...)
 }
 
 // Close stops the endpoint.

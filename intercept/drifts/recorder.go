@@ -96,12 +96,12 @@ func (l *Ledger) record(ctx context.Context) {
 	for {
 		select {
 		case rec := <-l.intake:
-			l.create(ctx, rec)
+			l.create(ctx, rec, 0)
 		case <-l.closed:
 			for {
 				select {
 				case rec := <-l.intake:
-					l.create(ctx, rec)
+					l.create(ctx, rec, 0)
 				default:
 					return
 				}
@@ -123,7 +123,7 @@ func (l *Ledger) record(ctx context.Context) {
 // that see the same drift, one creates it; the others find it there. A
 // drift that comes back while its record still says resolved (the Resolved
 // report may not be out yet) is reopened.
-func (l *Ledger) create(ctx context.Context, rec *Record) {
+func (l *Ledger) create(ctx context.Context, rec *Record, attempt int) {
 	if len(l.records.GetStore().ListKeys()) >= l.o.MaxRecords {
 		l.drop(dropStoreFull, rec)
 		return
@@ -172,9 +172,9 @@ func (l *Ledger) create(ctx context.Context, rec *Record) {
 		return nil
 	})
 	switch {
-	case apierrors.IsNotFound(err):
+	case apierrors.IsNotFound(err) && attempt == 0:
 		// Deleted after delivery in the meantime: record it anew.
-		l.create(ctx, rec)
+		l.create(ctx, rec, attempt+1)
 	case err != nil:
 		l.log.Warn("cannot reopen a drift record", zap.String("id", rec.ID()), zap.Error(err))
 		l.drop(dropRecordFailed, rec)

@@ -1,0 +1,313 @@
+//go:build !kind
+
+package e2e
+
+import (
+	"context"
+	"fmt"
+	"io"
+	"net/http"
+	"strings"
+	"testing"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+
+	"github.com/kausality-io/kausality-proxy/e2e/framework"
+	"github.com/kausality-io/kausality-proxy/intercept/drifts"
+	"github.com/kausality-io/kausality-proxy/intercept/notify"
+)
+
+// driftRig is a Widget whose Gadget g the scripted controller drifts
+// through proxy replicas of their own: their own drift records namespace,
+// Lease and receiver, so that what a test sees is only its own drift.
+type driftRig struct {
+	t        *testing.T
+	f        *wgFamily
+	recordNS string
+	sink     *framework.ReportSink
+	opts     framework.ReplicaOptions
+	replicas []*framework.Replica
+	ctrls    []*wgActor
+}
+
+func newDriftRig(t *testing.T, prefix string, replicas int, customize func(*framework.ReplicaOptions)) *driftRig {
+	t.Helper()
+	rig := &driftRig{t: t, f: newWGFamily(t, prefix, "enforce"), sink: framework.NewReportSink()}
+	t.Cleanup(rig.sink.Close)
+	rig.recordNS = newNamespace(t, "drift-records")
+	rig.opts = framework.ReplicaOptions{Receivers: []string{rig.sink.URL()}, Drifts: framework.DriftTimings(rig.recordNS)}
+	if customize != nil {
+		customize(&rig.opts)
+	}
+	for range replicas {
+		rig.start()
+	}
+	_, err := rig.f.createGadget("g", "v1", false)
+	mustf(t, err, "the controller creates Gadget g while its Widget initializes")
+	rig.f.initialize()
+	return rig
+}
+
+// start adds a replica.
+func (rig *driftRig) start() *framework.Replica {
+	rig.t.Helper()
+	o := rig.opts
+	o.Name = fmt.Sprintf("%s-%d", rig.recordNS, len(rig.replicas))
+	r, err := env.StartReplica(context.Background(), o)
+	mustf(rig.t, err, "starting proxy replica %s", o.Name)
+	rig.t.Cleanup(r.Stop)
+	rig.replicas = append(rig.replicas, r)
+	rig.ctrls = append(rig.ctrls, wgNewActor(rig.t, r.Through(rig.f.ctrl.cfg), wgControllerUser))
+	return r
+}
+
+// drift is the controller writing value to g through replica i: denied,
+// the Widget being settled and the write unapproved.
+func (rig *driftRig) drift(i int, value string) {
+	rig.t.Helper()
+	_, err := rig.f.writeGadget(rig.ctrls[i], "g", false, func(g *unstructured.Unstructured) {
+		_ = unstructured.SetNestedField(g.Object, value, "spec", "value")
+	})
+	wgDenied(rig.t, err, rig.f, "Gadget", "g", wgAnnApprovals)
+}
+
+// reports returns what the receiver got about g, by phase.
+func (rig *driftRig) reports(phase notify.Phase) []notify.DriftReport {
+	var out []notify.DriftReport
+	for _, r := range rig.sink.For(rig.f.ns, "g") {
+		if r.Spec.Phase == phase {
+			out = append(out, r)
+		}
+	}
+	return out
+}
+
+// detected waits for the Detected report of g and returns it.
+func (rig *driftRig) detected(within time.Duration) notify.DriftReport {
+	rig.t.Helper()
+	eventually(rig.t, within, "the Detected report of Gadget g", func() error {
+		if len(rig.reports(notify.PhaseDetected)) == 0 {
+			return fmt.Errorf("none yet (%d reports in all)", len(rig.sink.All()))
+		}
+		return nil
+	})
+	return rig.reports(notify.PhaseDetected)[0]
+}
+
+// resolved waits for the Resolved report of g and checks it closes det.
+func (rig *driftRig) resolved(det notify.DriftReport, reason string) {
+	rig.t.Helper()
+	eventually(rig.t, 20*time.Second, "the Resolved report of Gadget g ("+reason+")", func() error {
+		res := rig.reports(notify.PhaseResolved)
+		if len(res) == 0 {
+			return fmt.Errorf("none yet")
+		}
+		if len(res) > 1 || res[0].Spec.ID != det.Spec.ID || res[0].Spec.Reason != reason {
+			return fmt.Errorf("Resolved reports %+v, want one with id %s and reason %s", res, det.Spec.ID, reason)
+		}
+		return nil
+	})
+}
+
+// records returns the drift records of the rig.
+func (rig *driftRig) records() []corev1.ConfigMap {
+	rig.t.Helper()
+	list, err := directClient(rig.t).CoreV1().ConfigMaps(rig.recordNS).List(context.Background(),
+		metav1.ListOptions{LabelSelector: drifts.ComponentLabel + "=drift-record"})
+	mustf(rig.t, err, "listing drift records")
+	return list.Items
+}
+
+// metric returns the value of a gauge or counter line of a replica.
+func replicaMetric(t *testing.T, r *framework.Replica, line string) string {
+	t.Helper()
+	resp, err := http.Get(r.MetricsURL + "/metrics")
+	mustf(t, err, "metrics of %s", r.Name)
+	defer func() { _ = resp.Body.Close() }()
+	body, _ := io.ReadAll(resp.Body)
+	for _, l := range strings.Split(string(body), "\n") {
+		if strings.HasPrefix(l, line+" ") {
+			return strings.TrimPrefix(l, line+" ")
+		}
+	}
+	return ""
+}
+
+func TestDriftReportsOnceAcrossReplicas(t *testing.T) {
+	rig := newDriftRig(t, "dr-once", 2, nil)
+	// The controller retries its drift through both replicas, as it would
+	// behind a Service: each replica detects it.
+	for i := range 6 {
+		rig.drift(i%2, "drifted")
+	}
+	det := rig.detected(30 * time.Second)
+	if det.Spec.Parent.Kind != "Widget" || det.Spec.Parent.Name != rig.f.widget || det.Spec.Request.User != wgControllerUser || len(det.Spec.Changes) == 0 {
+		t.Fatalf("Detected report %+v", det.Spec)
+	}
+	// The record says the receiver has it: the sender is done with the
+	// Detected phase, so any second report would already be there.
+	eventually(t, 20*time.Second, "the record notes the delivery", func() error {
+		recs := rig.records()
+		if len(recs) != 1 {
+			return fmt.Errorf("%d records", len(recs))
+		}
+		if !strings.Contains(recs[0].Data["state"], `"Detected"`) {
+			return fmt.Errorf("state %s", recs[0].Data["state"])
+		}
+		return nil
+	})
+	for range 4 {
+		rig.drift(0, "drifted")
+		rig.drift(1, "drifted")
+	}
+	time.Sleep(3 * time.Second) // several sender periods: room for a duplicate to show
+	if got := rig.reports(notify.PhaseDetected); len(got) != 1 {
+		t.Fatalf("%d Detected reports for one drift seen by two replicas: %+v", len(got), got)
+	}
+	senders := 0
+	for _, r := range rig.replicas {
+		if replicaMetric(t, r, "kausality_proxy_driftreports_sender") == "1" {
+			senders++
+		}
+	}
+	if senders != 1 {
+		t.Errorf("%d replicas send DriftReports, want exactly 1", senders)
+	}
+}
+
+func TestDriftReportsResolvedFromWatches(t *testing.T) {
+	t.Run("an approval added with kubectl", func(t *testing.T) {
+		rig := newDriftRig(t, "dr-appr", 1, nil)
+		rig.drift(0, "drifted")
+		det := rig.detected(30 * time.Second)
+		approvals := fmt.Sprintf(`[{"apiVersion":%q,"kind":"Gadget","name":"g","generation":%d,"mode":"once"}]`,
+			wgAPIVersion, det.Spec.Parent.Generation)
+		k := newKubectl(t, cluster.Direct())
+		k.run("", "annotate", "widgets."+framework.TestGroup, rig.f.widget, wgAnnApprovals+"="+approvals)
+		rig.resolved(det, notify.ReasonApproved)
+		// No controller write came in between: the once approval is unused.
+		if got := rig.f.getWidget().GetAnnotations()[wgAnnApprovals]; got != approvals {
+			t.Fatalf("the approval was consumed or changed before the controller wrote: %s", got)
+		}
+		if v := rig.f.gadgetValue("g"); v == "drifted" {
+			t.Fatal("the drift went through")
+		}
+	})
+	t.Run("a spec change of the parent", func(t *testing.T) {
+		rig := newDriftRig(t, "dr-spec", 1, nil)
+		rig.drift(0, "drifted")
+		det := rig.detected(30 * time.Second)
+		rig.f.bumpSpec()
+		rig.resolved(det, notify.ReasonParentChanged)
+	})
+	t.Run("the child deleted", func(t *testing.T) {
+		rig := newDriftRig(t, "dr-del", 1, nil)
+		rig.drift(0, "drifted")
+		det := rig.detected(30 * time.Second)
+		err := rig.f.admin.Resource(framework.GadgetGVR).Namespace(rig.f.ns).Delete(context.Background(), "g", metav1.DeleteOptions{})
+		mustf(t, err, "deleting Gadget g")
+		rig.resolved(det, notify.ReasonChildDeleted)
+		eventually(t, 20*time.Second, "the delivered record is deleted", func() error {
+			if n := len(rig.records()); n != 0 {
+				return fmt.Errorf("%d records left", n)
+			}
+			return nil
+		})
+	})
+	t.Run("a newer drift of the pair", func(t *testing.T) {
+		rig := newDriftRig(t, "dr-sup", 1, nil)
+		rig.drift(0, "first")
+		det := rig.detected(30 * time.Second)
+		time.Sleep(time.Second) // a later detection time
+		rig.drift(0, "second")
+		rig.resolved(det, drifts.ReasonSuperseded)
+		eventually(t, 20*time.Second, "the newer drift is reported", func() error {
+			if n := len(rig.reports(notify.PhaseDetected)); n != 2 {
+				return fmt.Errorf("%d Detected reports", n)
+			}
+			return nil
+		})
+	})
+}
+
+func TestDriftReportsReachAReceiverThatWasDown(t *testing.T) {
+	rig := newDriftRig(t, "dr-down", 1, nil)
+	rig.sink.SetDown(true)
+	rig.drift(0, "drifted")
+	downFor := 30 * time.Second
+	deadline := time.Now().Add(downFor)
+	eventually(t, downFor, "the sender tries the receiver while it is down", func() error {
+		if rig.sink.Refused() == 0 {
+			return fmt.Errorf("no attempt yet")
+		}
+		return nil
+	})
+	time.Sleep(time.Until(deadline))
+	if n := len(rig.sink.All()); n != 0 {
+		t.Fatalf("a down receiver got %d reports", n)
+	}
+	tries := rig.sink.Refused()
+	rig.sink.SetDown(false)
+	rig.detected(30 * time.Second)
+	if tries < 3 {
+		t.Errorf("only %d delivery attempts in %s: the sender gave up instead of retrying", tries, downFor)
+	}
+}
+
+func TestDriftReportsSurviveAProxyRestart(t *testing.T) {
+	rig := newDriftRig(t, "dr-restart", 1, nil)
+	rig.drift(0, "drifted")
+	det := rig.detected(30 * time.Second)
+	rig.replicas[0].Stop()
+	// While no proxy runs, someone approves the drift.
+	rig.f.annotateWidget(map[string]*string{wgAnnApprovals: ptrTo(fmt.Sprintf(
+		`[{"apiVersion":%q,"kind":"Gadget","name":"g","generation":%d,"mode":"generation"}]`, wgAPIVersion, det.Spec.Parent.Generation))})
+	if n := len(rig.reports(notify.PhaseResolved)); n != 0 {
+		t.Fatalf("%d Resolved reports with no proxy running", n)
+	}
+	rig.start()
+	rig.resolved(det, notify.ReasonApproved)
+}
+
+func TestDriftReportsHonourSnooze(t *testing.T) {
+	slack := newFakeSlack(t)
+	rig := newDriftRig(t, "dr-snooze", 1, func(o *framework.ReplicaOptions) { slack.configure(t, &o.Drifts) })
+	rig.f.annotateWidget(map[string]*string{wgAnnSnooze: ptrTo(time.Now().Add(time.Hour).UTC().Format(time.RFC3339))})
+	rig.f.settleGadget("g", "Deny/DriftUnapproved")
+	// Still denied in enforce mode.
+	rig.drift(0, "drifted")
+	// A drift of another Widget through the same replica is reported and
+	// escalated: the pipeline is live while the snoozed one stays quiet.
+	other := newWGFamily(t, "dr-awake", "enforce")
+	_, err := other.createGadget("g", "v1", false)
+	mustf(t, err, "creating the other Gadget")
+	other.initialize()
+	_, err = other.writeGadget(wgNewActor(t, rig.replicas[0].Through(other.ctrl.cfg), wgControllerUser), "g", false,
+		func(g *unstructured.Unstructured) {
+			_ = unstructured.SetNestedField(g.Object, "drifted", "spec", "value")
+		})
+	wgDenied(t, err, other, "Gadget", "g", wgAnnApprovals)
+	eventually(t, 30*time.Second, "the other drift is reported and escalated", func() error {
+		if len(rig.sink.For(other.ns, "g")) == 0 {
+			return fmt.Errorf("not reported")
+		}
+		if len(slack.posted()) == 0 {
+			return fmt.Errorf("not escalated")
+		}
+		return nil
+	})
+	time.Sleep(3 * time.Second)
+	if got := rig.sink.For(rig.f.ns, "g"); len(got) != 0 {
+		t.Errorf("a snoozed parent's drift was reported: %+v", got)
+	}
+	for _, m := range slack.posted() {
+		if strings.Contains(m.text, rig.f.widget) {
+			t.Errorf("a snoozed parent's drift was escalated: %s", m.text)
+		}
+	}
+}
+
+func ptrTo(s string) *string { return &s }

@@ -26,6 +26,7 @@ var entryPoints = []string{
 	"manifests",
 	"manifests/overlays/cert-manager",
 	"manifests/overlays/log-backend",
+	"manifests/overlays/slack",
 	"manifests/examples/repoint-controller",
 }
 

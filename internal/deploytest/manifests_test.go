@@ -2,6 +2,7 @@ package deploytest
 
 import (
 	"context"
+	"net"
 	"net/url"
 	"os/exec"
 	"slices"
@@ -22,6 +23,7 @@ import (
 	"k8s.io/client-go/tools/clientcmd"
 	certutil "k8s.io/client-go/util/cert"
 
+	"github.com/kausality-io/kausality-proxy/intercept/escalation"
 	"github.com/kausality-io/kausality-proxy/internal/testenv"
 	"github.com/kausality-io/kausality-proxy/proxy"
 )
@@ -462,4 +464,74 @@ func parseProxyArgs(t *testing.T, args []string) *proxy.Options {
 		t.Fatalf("the Deployment passes positional arguments %v", fs.Args())
 	}
 	return opts
+}
+
+// The Slack overlay is the default install plus the escalation: the proxy
+// names a channel, reads its credentials from the mounted Secret's files
+// (the files the proxy looks for), serves the interaction endpoint on the
+// port its Service targets, and the args are the proxy's own flags.
+func TestSlackOverlay(t *testing.T) {
+	_, base := render(t, "manifests")
+	_, objs := render(t, "manifests/overlays/slack")
+	if len(objs) != len(base)+2 {
+		t.Errorf("%d objects, want the default install's %d plus a Secret and a Service", len(objs), len(base))
+	}
+	var baseProxy, proxyD appsv1.Deployment
+	convert(t, find(t, base, "Deployment", "kausality-proxy"), &baseProxy)
+	convert(t, find(t, objs, "Deployment", "kausality-proxy"), &proxyD)
+	var secret corev1.Secret
+	convert(t, find(t, objs, "Secret", "kausality-proxy-slack"), &secret)
+	var svc corev1.Service
+	convert(t, find(t, objs, "Service", "kausality-proxy-slack"), &svc)
+
+	c := proxyD.Spec.Template.Spec.Containers[0]
+	baseArgs := baseProxy.Spec.Template.Spec.Containers[0].Args
+	if !slices.Equal(c.Args[:len(baseArgs)], baseArgs) {
+		t.Errorf("proxy args %v, want the base args %v first", c.Args, baseArgs)
+	}
+	opts := parseProxyArgs(t, c.Args)
+	if opts.Drifts.SlackChannel == "" || opts.Drifts.SlackCredentialsDir == "" {
+		t.Fatalf("--slack-channel %q, --slack-credentials-dir %q", opts.Drifts.SlackChannel, opts.Drifts.SlackCredentialsDir)
+	}
+	var mount *corev1.VolumeMount
+	for i := range c.VolumeMounts {
+		if c.VolumeMounts[i].MountPath == opts.Drifts.SlackCredentialsDir {
+			mount = &c.VolumeMounts[i]
+		}
+	}
+	if mount == nil || !mount.ReadOnly {
+		t.Fatalf("nothing is mounted read-only at --slack-credentials-dir %s: %+v", opts.Drifts.SlackCredentialsDir, c.VolumeMounts)
+	}
+	var fromSecret bool
+	for _, v := range proxyD.Spec.Template.Spec.Volumes {
+		fromSecret = fromSecret || (v.Name == mount.Name && v.Secret != nil && v.Secret.SecretName == secret.Name)
+	}
+	if !fromSecret {
+		t.Errorf("the volume %s is not the Secret %s", mount.Name, secret.Name)
+	}
+	for _, key := range []string{escalation.BotTokenFile, escalation.SigningSecretFile} {
+		if _, ok := secret.StringData[key]; !ok {
+			t.Errorf("the Secret has no %s", key)
+		}
+	}
+	for _, a := range c.Args {
+		if strings.Contains(a, "xoxb") || strings.Contains(a, secret.StringData[escalation.SigningSecretFile]) {
+			t.Errorf("a credential is passed as a flag: %s", a)
+		}
+	}
+
+	_, port, err := net.SplitHostPort(opts.SlackInteractionsBindAddress)
+	mustf(t, err, "--slack-interactions-bind-address")
+	var containerPort *corev1.ContainerPort
+	for i := range c.Ports {
+		if c.Ports[i].Name == svc.Spec.Ports[0].TargetPort.String() {
+			containerPort = &c.Ports[i]
+		}
+	}
+	if len(svc.Spec.Ports) != 1 || containerPort == nil || strconv.Itoa(int(containerPort.ContainerPort)) != port {
+		t.Errorf("Service ports %+v, container ports %+v, --slack-interactions-bind-address %s: they do not meet", svc.Spec.Ports, c.Ports, opts.SlackInteractionsBindAddress)
+	}
+	if !labels.SelectorFromSet(svc.Spec.Selector).Matches(labels.Set(proxyD.Spec.Template.Labels)) {
+		t.Errorf("Service selector %v does not select the proxy", svc.Spec.Selector)
+	}
 }

@@ -127,6 +127,14 @@ func expectedRoles() map[string][]string {
 		"ClusterRole/kausality-proxy":                 core,
 		"ClusterRole/kausality-proxy-extensions":      nil, // aggregated
 		"ClusterRole/kausality-proxy-builtin-parents": parents,
+		"Role/kausality-system/kausality-proxy-drifts": {
+			"create coordination.k8s.io/leases",
+			"create core/configmaps",
+			"delete core/configmaps",
+			"get coordination.k8s.io/leases#kausality-proxy-driftreports",
+			"update coordination.k8s.io/leases#kausality-proxy-driftreports",
+			"update core/configmaps",
+		},
 		"Role/kausality-system/kausality-proxy-certgen": {
 			"create core/secrets",
 			"get core/configmaps#kausality-proxy-kubeconfig",
@@ -140,9 +148,9 @@ func expectedRoles() map[string][]string {
 // The manifests' roles grant exactly the permissions listed in
 // expectedRoles, no `*` anywhere, and are bound to nothing but the two
 // service accounts. The cert-manager overlay only narrows the certgen Role;
-// the log-backend overlay adds no RBAC.
+// the log-backend and Slack overlays add no RBAC.
 func TestRBACRulesExactly(t *testing.T) {
-	for _, dir := range []string{"manifests", "manifests/overlays/cert-manager", "manifests/overlays/log-backend"} {
+	for _, dir := range []string{"manifests", "manifests/overlays/cert-manager", "manifests/overlays/log-backend", "manifests/overlays/slack"} {
 		t.Run(dir, func(t *testing.T) {
 			_, objs := render(t, dir)
 			want := expectedRoles()
@@ -182,7 +190,7 @@ func TestRBACRulesExactly(t *testing.T) {
 					var b rbacv1.RoleBinding // same shape
 					convert(t, o, &b)
 					wantSA := map[string]string{
-						"kausality-proxy": proxySA, "kausality-proxy-extensions": proxySA, "kausality-proxy-certgen": certgenSA,
+						"kausality-proxy": proxySA, "kausality-proxy-extensions": proxySA, "kausality-proxy-drifts": proxySA, "kausality-proxy-certgen": certgenSA,
 					}[b.RoleRef.Name]
 					if len(b.Subjects) != 1 || b.Subjects[0].Kind != "ServiceAccount" || b.Subjects[0].Namespace != installNamespace ||
 						b.Subjects[0].Name != wantSA || wantSA == "" {
@@ -493,6 +501,10 @@ func TestRBACNotBroaderThanListed(t *testing.T) {
 		{verb: "watch", group: "kausality.io", resource: "clusterapprovalpolicies"},
 		{verb: "update", group: "kausality.io", resource: "approvalpolicies", subresource: "status", namespace: "team-a", name: "p"},
 		{verb: "update", group: "kausality.io", resource: "clusterapprovalpolicies", subresource: "status", name: "p"},
+		{verb: "create", resource: "configmaps", namespace: installNamespace},
+		{verb: "update", resource: "configmaps", namespace: installNamespace, name: "kausality-drift-0123456789abcdef"},
+		{verb: "delete", resource: "configmaps", namespace: installNamespace, name: "kausality-drift-0123456789abcdef"},
+		{verb: "update", group: "coordination.k8s.io", resource: "leases", namespace: installNamespace, name: "kausality-proxy-driftreports"},
 	} {
 		if !allowed(t, admin, proxyUser, saGroups, a) {
 			t.Errorf("the proxy may not %s; the manifests must allow it", a)
@@ -517,6 +529,12 @@ func TestRBACNotBroaderThanListed(t *testing.T) {
 		{verb: "update", group: "kausality.io", resource: "clusterapprovalpolicies", name: "p"},
 		{verb: "create", group: "kausality.io", resource: "clusterapprovalpolicies"},
 		{verb: "create", resource: "secrets", namespace: installNamespace},
+		// Drift records and the sender Lease only in the proxy's namespace.
+		{verb: "create", resource: "configmaps", namespace: "team-a"},
+		{verb: "update", resource: "configmaps", namespace: "team-a", name: "cfg"},
+		{verb: "delete", resource: "configmaps", namespace: "team-a", name: "cfg"},
+		{verb: "update", group: "coordination.k8s.io", resource: "leases", namespace: installNamespace, name: "other-controller"},
+		{verb: "update", group: "coordination.k8s.io", resource: "leases", namespace: "kube-system", name: "kausality-proxy-driftreports"},
 		{verb: "create", group: "rbac.authorization.k8s.io", resource: "clusterrolebindings"},
 		{verb: "escalate", group: "rbac.authorization.k8s.io", resource: "clusterroles", name: "cluster-admin"},
 		{verb: "bind", group: "rbac.authorization.k8s.io", resource: "clusterroles", name: "cluster-admin"},

@@ -98,7 +98,7 @@ func Build(o Options) (*Interceptor, error) {
 	// Informers live as long as the interceptor, not a request.
 	background, stop := context.WithCancel(context.Background())
 	store := objects.New(background, disc, dyn)
-	ledger, slackHandler, err := buildDrifts(o, store, dyn)
+	ledger, slack, err := buildDrifts(o, store, dyn)
 	if err != nil {
 		stop()
 		return nil, err
@@ -118,13 +118,13 @@ func Build(o Options) (*Interceptor, error) {
 		Log:           o.Log.Named("intercept"),
 		Metrics:       o.Metrics,
 	})
-	i.watcher, i.stopBackground, i.slackInteractions = settings, stop, slackHandler
+	i.watcher, i.stopBackground, i.slack = settings, stop, slack
 	return i, nil
 }
 
 // buildDrifts makes the drift ledger and, with a Slack channel, the
 // escalation and its interaction endpoint. Nobody to tell: no ledger.
-func buildDrifts(o Options, store *objects.Store, dyn dynamic.Interface) (*drifts.Ledger, http.Handler, error) {
+func buildDrifts(o Options, store *objects.Store, dyn dynamic.Interface) (*drifts.Ledger, *escalation.Escalator, error) {
 	d := o.Drifts
 	if !d.enabled(o.DriftWebhookURLs) {
 		return nil, nil, nil
@@ -140,7 +140,7 @@ func buildDrifts(o Options, store *objects.Store, dyn dynamic.Interface) (*drift
 		LeaseDuration: d.LeaseDuration, RenewDeadline: d.RenewDeadline, RetryPeriod: d.RetryPeriod, Recheck: d.Recheck,
 		Log: o.Log, Registerer: o.Metrics,
 	}
-	var handler http.Handler
+	var esc *escalation.Escalator
 	if d.SlackChannel != "" {
 		if d.SlackCredentialsDir == "" {
 			return nil, nil, fmt.Errorf("--slack-channel needs --slack-credentials-dir: the bot token and the signing secret come from a mounted Secret")
@@ -149,7 +149,7 @@ func buildDrifts(o Options, store *objects.Store, dyn dynamic.Interface) (*drift
 		if err != nil {
 			return nil, nil, fmt.Errorf("--slack-credentials-dir: %w", err)
 		}
-		esc, err := escalation.New(escalation.Config{
+		esc, err = escalation.New(escalation.Config{
 			BotToken: token, SigningSecret: secret, Channel: d.SlackChannel, APIURL: d.SlackAPIURL,
 			Parents: escalation.NewDynamicParentEditor(dyn, store.RESTMapper()),
 			Log:     o.Log.Named("slack"),
@@ -157,22 +157,22 @@ func buildDrifts(o Options, store *objects.Store, dyn dynamic.Interface) (*drift
 		if err != nil {
 			return nil, nil, fmt.Errorf("slack escalation: %w", err)
 		}
-		lo.Escalator, handler = esc, esc.InteractionHandler()
+		lo.Escalator = esc
 	}
 	ledger, err := drifts.New(lo)
 	if err != nil {
 		return nil, nil, fmt.Errorf("--drift-webhook-url: %w", err)
 	}
-	return ledger, handler, nil
+	return ledger, esc, nil
 }
 
 // SlackInteractions is the endpoint Slack posts button clicks to; nil
 // without Slack escalation.
 func (i *Interceptor) SlackInteractions() http.Handler {
-	if i == nil {
+	if i == nil || i.slack == nil {
 		return nil
 	}
-	return i.slackInteractions
+	return i.slack.InteractionHandler()
 }
 
 // Run starts the config watcher and the drift ledger; they stop when ctx
@@ -197,6 +197,15 @@ func (i *Interceptor) Shutdown(ctx context.Context) error {
 			i.stopBackground()
 		}
 	}()
+	if i.slack != nil {
+		// Clicks already answered 200 are applied before the process ends.
+		done := make(chan struct{})
+		go func() { i.slack.Wait(); close(done) }()
+		select {
+		case <-done:
+		case <-ctx.Done():
+		}
+	}
 	return i.cfg.Drifts.Shutdown(ctx)
 }
 

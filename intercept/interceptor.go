@@ -15,6 +15,7 @@ import (
 	"github.com/kausality-io/kausality-proxy/intercept/config"
 	"github.com/kausality-io/kausality-proxy/intercept/decision"
 	"github.com/kausality-io/kausality-proxy/intercept/drifts"
+	"github.com/kausality-io/kausality-proxy/intercept/escalation"
 	"github.com/kausality-io/kausality-proxy/intercept/objects"
 	"github.com/kausality-io/kausality-proxy/intercept/settle"
 )
@@ -87,9 +88,9 @@ type Interceptor struct {
 	// watcher and stopBackground are set by Build, which owns the parts.
 	watcher        *config.Watcher
 	stopBackground context.CancelFunc
-	// slackInteractions is the Slack button endpoint (Build; nil without
-	// Slack).
-	slackInteractions http.Handler
+	// slack escalates drift and serves the clicks on its buttons (Build;
+	// nil without Slack).
+	slack *escalation.Escalator
 }
 
 // New returns an Interceptor. A nil Objects store makes it a pass-through:

@@ -21,6 +21,7 @@ const (
 	dropShutdown     = "shutdown"
 	dropExpired      = "expired"
 	dropUnreadable   = "unreadable_record"
+	dropRejected     = "rejected"
 )
 
 // metrics of the ledger. Labels never carry URLs (they may hold tokens),
@@ -41,7 +42,7 @@ func newMetrics() *metrics {
 		recorded: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "kausality_proxy_driftreports_recorded_total",
 			Help: "Detected drifts this replica took to the cluster's drift records, by result (created, deduplicated, reopened)."}, []string{"result"}),
 		dropped: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "kausality_proxy_driftreports_dropped_total",
-			Help: "Drifts or reports given up, by reason (queue_full, store_full, record_failed, shutdown, expired, unreadable_record)."}, []string{"reason"}),
+			Help: "Drifts or reports given up, by reason (queue_full, store_full, record_failed, shutdown, expired, unreadable_record, rejected: a receiver answered 4xx)."}, []string{"reason"}),
 		sent: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "kausality_proxy_driftreports_sent_total",
 			Help: "DriftReport deliveries acknowledged with 2xx, by phase."}, []string{"phase"}),
 		retries: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "kausality_proxy_driftreports_retries_total",
@@ -58,7 +59,7 @@ func newMetrics() *metrics {
 	for _, r := range []string{resultCreated, resultDeduplicated, resultReopened} {
 		m.recorded.WithLabelValues(r)
 	}
-	for _, r := range []string{dropQueueFull, dropStoreFull, dropRecordFailed, dropShutdown, dropExpired, dropUnreadable} {
+	for _, r := range []string{dropQueueFull, dropStoreFull, dropRecordFailed, dropShutdown, dropExpired, dropUnreadable, dropRejected} {
 		m.dropped.WithLabelValues(r)
 	}
 	for _, p := range []notify.Phase{notify.PhaseDetected, notify.PhaseResolved} {

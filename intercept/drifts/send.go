@@ -191,6 +191,15 @@ func (l *Ledger) deliver(ctx context.Context, rec *Record) (changed bool, retryA
 				*body = l.body(rec, phase)
 			}
 			ra, err := notify.Post(ctx, l.client, url, *body, l.o.Timeout)
+			var de *notify.DeliveryError
+			if errors.As(err, &de) && !de.Retryable {
+				// The receiver's final answer: another attempt would get
+				// the same. The phase counts as done for it.
+				l.m.dropped.WithLabelValues(dropRejected).Inc()
+				l.log.Warn("DriftReport rejected by a receiver; not retried", zap.String("id", rec.ID()),
+					zap.String("phase", string(phase)), zap.String("receiver", key), zap.Int("code", de.Code))
+				err = nil
+			}
 			if err != nil {
 				l.m.retries.WithLabelValues(string(phase)).Inc()
 				l.log.Info("DriftReport delivery failed; it will be retried", zap.String("id", rec.ID()),

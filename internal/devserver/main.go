@@ -13,6 +13,10 @@ import (
 	"path/filepath"
 	"syscall"
 
+	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+
 	"github.com/go-logr/zapr"
 	"github.com/spf13/pflag"
 	"go.uber.org/zap"
@@ -67,6 +71,13 @@ func run() error {
 		defer func() { _ = cp.Stop() }()
 		opts.UpstreamConfig = cp.AdminConfig
 		opts.ClientCAFile = cp.ClientCAFile
+		// The open-drift records live in the proxy's namespace, which an
+		// installation from manifests/ creates.
+		_, err = cp.AdminClient().CoreV1().Namespaces().Create(ctx,
+			&corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: opts.Drifts.Namespace}}, metav1.CreateOptions{})
+		if err != nil && !apierrors.IsAlreadyExists(err) {
+			return fmt.Errorf("creating the namespace %s: %w", opts.Drifts.Namespace, err)
+		}
 	}
 
 	srv, err := proxy.NewServer(opts, log)

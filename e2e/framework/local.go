@@ -130,14 +130,9 @@ func StartLocal(ctx context.Context, opts LocalOptions) (_ *Local, retErr error)
 	opts2.WrapUpstreamTransport = l.Recorder.Wrap
 	l.Watches = NewWatchGate()
 	opts2.WrapOwnTransport = l.Watches.Wrap
-	l.Reports = newReportSink()
-	opts2.DriftWebhookURLs = []string{l.Reports.URL()}
-	// The drift records live in the proxy's namespace, as deployed. The
-	// timings are short so that a test sees a new sender within seconds.
-	if err := ensureNamespace(ctx, cp.AdminClient(), DriftNamespace); err != nil {
+	if err := l.reportTo(ctx, opts2); err != nil {
 		return nil, err
 	}
-	opts2.Drifts = DriftTimings(DriftNamespace)
 	opts2.ShutdownTimeout = 5 * time.Second
 	if opts.Customize != nil {
 		opts.Customize(opts2)
@@ -287,6 +282,15 @@ func (l *Local) SetConfig(ctx context.Context, content string) error {
 		}
 	}
 	return nil
+}
+
+// reportTo makes the proxy report drift to l.Reports, keeping its drift
+// records in DriftNamespace, as deployed.
+func (l *Local) reportTo(ctx context.Context, opts *proxy.Options) error {
+	l.Reports = newReportSink()
+	opts.DriftWebhookURLs = []string{l.Reports.URL()}
+	opts.Drifts = DriftTimings(DriftNamespace)
+	return ensureNamespace(ctx, l.CP.AdminClient(), DriftNamespace)
 }
 
 // DriftNamespace holds the local proxy's drift records and sender Lease.

@@ -141,7 +141,8 @@ func (r *Replica) Stop() {
 	}
 	r.stop()
 	select {
-	case <-r.done:
+	case err := <-r.done:
+		_ = err // Run has logged why it ended
 	case <-time.After(30 * time.Second):
 	}
 }

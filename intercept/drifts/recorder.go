@@ -36,7 +36,7 @@ func (l *Ledger) Observe(d *decision.Decision, w notify.Write, parent *unstructu
 	}
 	r := notify.FromDecision(d, w)
 	name := RecordName(r.Spec.ID)
-	if existing := l.cached(name); existing != nil && existing.State.Resolved == nil {
+	if st, ok := l.cachedState(name); ok && st.Resolved == nil {
 		l.m.recorded.WithLabelValues(resultDeduplicated).Inc()
 		return
 	}
@@ -72,21 +72,23 @@ func rawify(sp *notify.DriftReportSpec) error {
 	return nil
 }
 
-// cached returns the record named name as the informer holds it.
-func (l *Ledger) cached(name string) *Record {
+// cachedState returns the state of the record named name as the informer
+// holds it. Only the state is decoded: this runs on the write path for
+// every retry of a denied drift, and the report may be large.
+func (l *Ledger) cachedState(name string) (State, bool) {
 	obj, exists, err := l.records.GetStore().GetByKey(l.o.Namespace + "/" + name)
 	if err != nil || !exists {
-		return nil
+		return State{}, false
 	}
 	cm, ok := obj.(*corev1.ConfigMap)
 	if !ok {
-		return nil
+		return State{}, false
 	}
-	r, err := decode(cm)
-	if err != nil {
-		return nil
+	var st State
+	if err := json.Unmarshal([]byte(cm.Data[stateKey]), &st); err != nil {
+		return State{}, false
 	}
-	return r
+	return st, true
 }
 
 // record writes queued drifts to the cluster until Shutdown, then drains

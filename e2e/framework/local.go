@@ -210,9 +210,15 @@ func (l *Local) Direct() *rest.Config { return rest.CopyConfig(l.CP.AdminConfig)
 
 // ThroughProxy points cfg's credentials at the proxy.
 func (l *Local) ThroughProxy(cfg *rest.Config) *rest.Config {
+	return pointAt(cfg, l.ProxyURL, l.ProxyCAData)
+}
+
+// pointAt returns cfg's credentials aimed at a proxy serving url with a
+// certificate signed by caData.
+func pointAt(cfg *rest.Config, url string, caData []byte) *rest.Config {
 	out := rest.CopyConfig(cfg)
-	out.Host = l.ProxyURL
-	out.TLSClientConfig.CAData = l.ProxyCAData
+	out.Host = url
+	out.TLSClientConfig.CAData = caData
 	out.TLSClientConfig.CAFile = ""
 	out.TLSClientConfig.ServerName = ""
 	return out

@@ -125,14 +125,7 @@ func (l *Local) StartReplica(ctx context.Context, o ReplicaOptions) (*Replica, e
 }
 
 // Through points cfg's credentials at the replica.
-func (r *Replica) Through(cfg *rest.Config) *rest.Config {
-	out := rest.CopyConfig(cfg)
-	out.Host = r.URL
-	out.TLSClientConfig.CAData = r.CAData
-	out.TLSClientConfig.CAFile = ""
-	out.TLSClientConfig.ServerName = ""
-	return out
-}
+func (r *Replica) Through(cfg *rest.Config) *rest.Config { return pointAt(cfg, r.URL, r.CAData) }
 
 // Stop shuts the replica down gracefully (it gives up its Lease).
 func (r *Replica) Stop() {

@@ -101,11 +101,14 @@ func (i *Interceptor) classify(r *http.Request) (*write, bool) {
 		return nil, false
 	}
 	q := r.URL.Query()
-	for _, v := range q["dryRun"] {
-		if v == "All" {
-			w.dryRun = true
-		}
-	}
+	// Any dryRun parameter makes a write that changes nothing: kube-apiserver
+	// runs it as a dry run when every value is "All", and refuses it (422)
+	// otherwise. Treating only "All" as a dry run would let a write that is
+	// refused anyway (dryRun=all, dryRun=All&dryRun=) reserve a once
+	// approval that nothing then uses. A single DELETE takes its options
+	// from its body when it has one, and the query counts only without it:
+	// that is decided once the body is read (deleteDryRun).
+	w.dryRun = len(q["dryRun"]) > 0 && info.Verb != "delete"
 	// Without a fieldManager parameter kube-apiserver derives the manager
 	// from the User-Agent ("kube-controller-manager/v1.35.4 ..." gives
 	// "kube-controller-manager").

@@ -18,7 +18,6 @@ import (
 	"mime"
 	"net/http"
 	"net/url"
-	"slices"
 	"strconv"
 	"strings"
 
@@ -106,8 +105,9 @@ func (i *Interceptor) serveCollection(w http.ResponseWriter, r *http.Request, p 
 	}
 	// kube-apiserver reads the options of a deletecollection from its body
 	// when it has one, and from the query only when it has none: a dryRun
-	// in the body counts, one in the query next to a body does not.
-	if dry := slices.Contains(opts.DryRun, metav1.DryRunAll); dry != p.w.dryRun {
+	// in the body counts, one in the query next to a body does not. Any
+	// value counts, as in classify: one other than All is refused.
+	if dry := len(opts.DryRun) > 0; dry != p.w.dryRun {
 		wr := *p.w
 		wr.dryRun = dry
 		p.w = &wr

@@ -180,6 +180,12 @@ func TestDeleteCollection(t *testing.T) {
 			wantCode: http.StatusOK, wantForward: 1, wantWarning: "kausality dry-run: Allow (DriftApproved)",
 		},
 		{
+			name: "a dryRun other than All is refused by kube-apiserver, so it is a dry run too and consumes nothing",
+			opts: []serveOption{enforce, withApprovedFamily}, by: controller, path: rsPath + "?labelSelector=app%3Dapproved",
+			body:     `{"kind":"DeleteOptions","apiVersion":"v1","dryRun":["all"]}`,
+			wantCode: http.StatusOK, wantForward: 1, wantWarning: "kausality dry-run: Allow (DriftApproved)",
+		},
+		{
 			name: "a dryRun in the query next to a body is no dry run: the once approval is taken",
 			opts: []serveOption{enforce, withApprovedFamily}, by: controller, path: rsPath + "?labelSelector=app%3Dapproved&dryRun=All",
 			body:     `{"kind":"DeleteOptions","apiVersion":"v1"}`,

@@ -11,6 +11,7 @@ import (
 	"net/http"
 
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	"github.com/kausality-io/kausality-proxy/intercept/decision"
@@ -55,12 +56,35 @@ func (i *Interceptor) unresolvable(err error) error {
 	switch {
 	case action.Forward:
 		return &ignoredError{err}
+	case meta.IsNoMatchError(err):
+		return unservedParentKind(err)
 	case action.Code == http.StatusServiceUnavailable:
 		e := apierrors.NewServiceUnavailable(fmt.Sprintf("kausality-proxy cannot decide about this write (--failure-policy=Fail): %v", err))
 		e.ErrStatus.Details = &metav1.StatusDetails{RetryAfterSeconds: 1}
 		return e
 	}
 	return apierrors.NewInternalError(fmt.Errorf("kausality-proxy cannot decide about this write (--failure-policy=Fail): %w", err))
+}
+
+// unservedParentKind refuses a write whose parent is of a kind that
+// kube-apiserver does not serve (discovery was refreshed for the lookup, or
+// moments before). That is no failure of the proxy's: the ownerReference is
+// misspelled, or the kind's CustomResourceDefinition is gone, and the
+// caller, not the proxy's operator, can do something about it.
+func unservedParentKind(err error) error {
+	return &apierrors.StatusError{ErrStatus: metav1.Status{
+		Status: metav1.StatusFailure,
+		Code:   http.StatusUnprocessableEntity,
+		Reason: metav1.StatusReasonInvalid,
+		Message: fmt.Sprintf("kausality-proxy cannot decide about this write (--failure-policy=Fail): %v. "+
+			"The controller ownerReference names a kind that kube-apiserver does not serve: correct its apiVersion and kind, or, "+
+			"if the kind's CustomResourceDefinition was removed, remove the ownerReference; if the kind was installed moments ago, retry", err),
+		Details: &metav1.StatusDetails{Causes: []metav1.StatusCause{{
+			Type:    metav1.CauseTypeFieldValueNotSupported,
+			Field:   "metadata.ownerReferences",
+			Message: "the controller owner's kind is not served by kube-apiserver",
+		}}},
+	}}
 }
 
 // resourceNotFound is kube-apiserver's answer for a path that names no

@@ -11,7 +11,6 @@ import (
 	"io"
 	"net/http"
 	"os"
-	"slices"
 	"strconv"
 	"time"
 
@@ -66,21 +65,36 @@ func bodyTimeout() error {
 	}}
 }
 
+// restoreBody makes data the body of r. The body is then in hand, so an
+// "Expect: 100-continue" of the caller's is dropped: passed upstream it
+// makes kube-apiserver answer "100 Continue" first, which the reverse proxy
+// relays as the first status of every answer the proxy reads or relays for
+// this write (a dry run taken for refused, a real answer for its interim
+// status).
 func restoreBody(r *http.Request, data []byte) {
+	r.Header.Del("Expect")
 	r.Body = io.NopCloser(bytes.NewReader(data))
 	r.ContentLength = int64(len(data))
 	r.GetBody = func() (io.ReadCloser, error) { return io.NopCloser(bytes.NewReader(data)), nil }
 	r.Header.Set("Content-Length", strconv.Itoa(len(data)))
 }
 
-// deleteDryRun reports whether the body of a delete or an eviction asks for
-// a dry run: kube-apiserver takes a delete's options from its body when it
-// has one (kubectl drain --dry-run=server sends them in the Eviction).
+// deleteDryRun reports whether the options of a delete or an eviction make
+// it a dry run. kube-apiserver takes a DELETE's options from its body when
+// it has one, and from the query only when it has none; an eviction's come
+// from its body (kubectl drain --dry-run=server sends them there) as well
+// as from the query. As in classify, any dryRun value counts: a value other
+// than "All" is refused by kube-apiserver, so the write changes nothing.
 func deleteDryRun(r *http.Request, wr *write, data []byte) (bool, error) {
-	if len(data) == 0 {
-		return false, nil
-	}
 	switch {
+	case r.Method == http.MethodDelete && wr.sub == mainResource:
+		opts, err := deleteOptionsOf(r, data)
+		if err != nil {
+			return false, err
+		}
+		return len(opts.DryRun) > 0, nil
+	case len(data) == 0:
+		return false, nil
 	case wr.sub == evictionSubresource:
 		var eviction struct {
 			DeleteOptions *metav1.DeleteOptions `json:"deleteOptions"`
@@ -90,13 +104,7 @@ func deleteDryRun(r *http.Request, wr *write, data []byte) (bool, error) {
 		if json.Unmarshal(data, &eviction) != nil || eviction.DeleteOptions == nil {
 			return false, nil
 		}
-		return slices.Contains(eviction.DeleteOptions.DryRun, metav1.DryRunAll), nil
-	case r.Method == http.MethodDelete:
-		opts, err := deleteOptionsOf(r, data)
-		if err != nil {
-			return false, err
-		}
-		return slices.Contains(opts.DryRun, metav1.DryRunAll), nil
+		return len(eviction.DeleteOptions.DryRun) > 0, nil
 	}
 	return false, nil
 }

@@ -102,8 +102,13 @@ func (f *fakeUpstream) serve(w http.ResponseWriter, r *http.Request) {
 			_, _ = w.Write([]byte(`{"kind":"List","apiVersion":"v1","metadata":{"resourceVersion":"1"},"items":[]}`))
 			return
 		}
-		w.WriteHeader(http.StatusOK)
-		_ = http.NewResponseController(w).Flush()
+		if r.URL.Query().Get("sendInitialEvents") == "true" {
+			// The proxy is ready only once these caches synced.
+			writeInitialEventsEnd(w, r)
+		} else {
+			w.WriteHeader(http.StatusOK)
+			_ = http.NewResponseController(w).Flush()
+		}
 		<-r.Context().Done()
 		return
 	}
@@ -119,6 +124,9 @@ func (f *fakeUpstream) serve(w http.ResponseWriter, r *http.Request) {
 		}
 		w.Header().Set("Content-Type", "application/json")
 		_, _ = io.WriteString(w, `{"kind":"ConfigMap","apiVersion":"v1","metadata":{"name":"slow"}}`)
+	case strings.HasPrefix(r.URL.Path, "/api/v1/namespaces/ns/pods/redirect/"):
+		// An upgrade kube-apiserver answers with a redirect.
+		http.Redirect(w, r, "https://elsewhere.invalid/exec", http.StatusFound)
 	case r.Header.Get("Upgrade") != "":
 		conn, buf, err := http.NewResponseController(w).Hijack()
 		if err != nil {

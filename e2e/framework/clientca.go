@@ -35,7 +35,6 @@ func (l *Local) ClientCA() (*testpki.CA, error) {
 	if !field.IsValid() || field.Kind() != reflect.Pointer || field.IsNil() {
 		return nil, fmt.Errorf("envtest's authenticator %s has no CA field", v.Type())
 	}
-	//nolint:gosec // a test reads envtest's private CA; nothing else can sign trusted client certificates
 	tiny := reflect.NewAt(field.Type(), unsafe.Pointer(field.UnsafeAddr())).Elem().Elem()
 	pair := tiny.FieldByName("CA")
 	if !pair.IsValid() {

@@ -1,0 +1,38 @@
+package intercept
+
+import (
+	"errors"
+	"fmt"
+	"net/http"
+	"strings"
+	"testing"
+
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/api/meta"
+	"k8s.io/apimachinery/pkg/runtime/schema"
+)
+
+// A parent whose kind kube-apiserver does not serve is a fault of the
+// ownerReference, not of the proxy: the refusal is a 422 that says what to
+// fix, not a 500. --failure-policy=Ignore still forwards the write.
+func TestUnservedParentKindIsTheCallersToFix(t *testing.T) {
+	noMatch := fmt.Errorf("reading the parent Nothing x: %w", &meta.NoKindMatchError{
+		GroupKind: schema.GroupKind{Group: "nothing.example.com", Kind: "Nothing"}, SearchedVersions: []string{"v1"},
+	})
+	err := New(Config{FailurePolicy: FailurePolicyFail}).unresolvable(noMatch)
+	var status apierrors.APIStatus
+	if !errors.As(err, &status) {
+		t.Fatalf("%v is not a Status", err)
+	}
+	s := status.Status()
+	if s.Code != http.StatusUnprocessableEntity || !strings.Contains(s.Message, "ownerReference") || !strings.Contains(s.Message, "nothing.example.com") {
+		t.Fatalf("status %d %q", s.Code, s.Message)
+	}
+	if s.Details == nil || len(s.Details.Causes) != 1 || s.Details.Causes[0].Field != "metadata.ownerReferences" {
+		t.Fatalf("causes %+v", s.Details)
+	}
+	var ignored *ignoredError
+	if !errors.As(New(Config{FailurePolicy: FailurePolicyIgnore}).unresolvable(noMatch), &ignored) {
+		t.Fatal("--failure-policy=Ignore no longer forwards")
+	}
+}

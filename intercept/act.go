@@ -196,7 +196,8 @@ func newBufferedResponse(limit int) *bufferedResponse {
 func (b *bufferedResponse) Header() http.Header { return b.header }
 
 func (b *bufferedResponse) WriteHeader(code int) {
-	if b.code == 0 {
+	// An informational 1xx is not the answer; the final status follows.
+	if b.code == 0 && (code < 100 || code >= 200) {
 		b.code = code
 	}
 }

@@ -28,9 +28,10 @@ func NewCodeRecorder(w http.ResponseWriter) *CodeRecorder { return &CodeRecorder
 // Code is the status code written, 0 when nothing was written yet.
 func (c *CodeRecorder) Code() int { return c.code }
 
-// WriteHeader records the first code.
+// WriteHeader records the first final code: an informational 1xx (such
+// as the 100 Continue a caller's Expect draws) is passed on, not recorded.
 func (c *CodeRecorder) WriteHeader(code int) {
-	if c.code == 0 {
+	if c.code == 0 && (code < 100 || code >= 200) {
 		c.record(code)
 	}
 	c.ResponseWriter.WriteHeader(code)

@@ -18,6 +18,14 @@ func TestCodeRecorder(t *testing.T) {
 			w.WriteHeader(http.StatusCreated)
 			w.WriteHeader(http.StatusConflict)
 		}, http.StatusCreated},
+		{"an informational 100 is not the answer", func(w http.ResponseWriter) {
+			w.WriteHeader(http.StatusContinue)
+			w.WriteHeader(http.StatusUnprocessableEntity)
+		}, http.StatusUnprocessableEntity},
+		{"an informational 103 before an implicit 200", func(w http.ResponseWriter) {
+			w.WriteHeader(http.StatusEarlyHints)
+			_, _ = w.Write([]byte("ok"))
+		}, http.StatusOK},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -27,7 +35,10 @@ func TestCodeRecorder(t *testing.T) {
 			var clientHadHeader bool
 			rec.BeforeHeader = func(code int) {
 				seen = append(seen, code)
-				clientHadHeader = client.Code != http.StatusOK || len(client.Body.Bytes()) > 0 || client.Flushed
+				// An informational header may have gone out before; the
+				// final one must not have.
+				final := client.Code >= 200 && client.Code != http.StatusOK
+				clientHadHeader = final || len(client.Body.Bytes()) > 0 || client.Flushed
 			}
 			tt.serve(rec)
 			if rec.Code() != tt.want || len(seen) != 1 || seen[0] != tt.want {

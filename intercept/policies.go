@@ -63,6 +63,8 @@ type Policies struct {
 	// exceeded holds, per policy UID, the cost-limit problems of its
 	// current generation: they stay in its status until its spec changes.
 	exceeded map[types.UID]exceededAt
+	// unserved says which policy kinds kube-apiserver does not serve.
+	unserved unservedKinds
 }
 
 type exceededAt struct {
@@ -136,6 +138,7 @@ func (p *Policies) Run(ctx context.Context) {
 	// A policy met first by a write would otherwise pay for building the
 	// CEL environment on the write path.
 	go policy.Warm()
+	p.trackUnserved()
 	go p.namespaced.Informer().RunWithContext(ctx)
 	go p.cluster.Informer().RunWithContext(ctx)
 	go func() {

@@ -91,7 +91,7 @@ func newUpstream(cfg *rest.Config, log *zap.Logger, wrap func(http.RoundTripper)
 		Rewrite:        up.rewrite,
 		Transport:      transport,
 		FlushInterval:  -1, // watch and log streams must reach the caller as they happen
-		ModifyResponse: rejectRedirects,
+		ModifyResponse: forwardResponse,
 		ErrorHandler:   up.writeUpstreamError,
 		ErrorLog:       zap.NewStdLog(log.Named("reverseproxy")),
 		BufferPool:     newBufferPool(32 * 1024),

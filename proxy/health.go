@@ -113,6 +113,14 @@ func (s *Server) metricsMux() http.Handler {
 			_, _ = fmt.Fprintf(w, "upstream: %v", err)
 			return
 		}
+		// A replica that took traffic before its approval-policy caches
+		// synced would deny drift a policy approves: ready means it
+		// decides as every other replica does.
+		if err := s.interceptor.Ready(); err != nil {
+			w.WriteHeader(http.StatusServiceUnavailable)
+			_, _ = fmt.Fprintf(w, "caches: %v", err)
+			return
+		}
 		_, _ = io.WriteString(w, "ok")
 	})
 	mux.Handle("/metrics", promhttp.HandlerFor(s.metrics.registry, promhttp.HandlerOpts{}))

@@ -76,6 +76,8 @@ type entry struct {
 	// current is the spec hash last seen, first seen at generation since.
 	current string
 	since   int64
+	// newest is the highest generation seen.
+	newest int64
 	// moved: a spec other than settled was seen after the object settled,
 	// so a return to the settled spec (a rollback) is a change being
 	// carried out, not a settled parent.
@@ -134,6 +136,15 @@ func (m *Memory) learn(uid types.UID, hash string, generation int64, current boo
 		e = &entry{current: hash, since: generation}
 		m.m[uid] = e
 	}
+	if generation > 0 && generation < e.newest && hash != e.current {
+		// A spec older than one already seen, delivered late by a cache
+		// that trails (an informer's backlog, or a decision reading the
+		// cached parent): it tells nothing about the object now, and
+		// taking it would undo a settlement learned since, such as one
+		// from a status write the proxy forwarded itself.
+		return *e
+	}
+	e.newest = max(e.newest, generation)
 	if e.current != hash {
 		e.current, e.since = hash, generation
 		if e.settled != "" && hash != e.settled {

@@ -123,3 +123,30 @@ func TestSpecSinceSurvivesAnnotationBumps(t *testing.T) {
 		t.Fatalf("after a spec change: %+v, want SpecSince 7, not settled", f)
 	}
 }
+
+// A cache that trails delivers the parent as it was before its last spec
+// change after the proxy has learned (from a status write it forwarded)
+// that the parent settled at the new spec. The late sighting must not make
+// the memory believe the parent is carrying out a change again: the
+// controller's next write under the stale cached parent would pass as
+// expected when it is drift.
+func TestLateSightingOfAnOlderSpecKeepsTheSettlement(t *testing.T) {
+	m := NewMemory(0)
+	before := deployment("v1", 1, 1, 3, 3)
+	m.Observe(before)
+	bumped := deployment("v2", 2, 1, 3, 3)
+	m.Observe(bumped)
+	m.Observe(deployment("v2", 2, 2, 3, 3)) // the status write the proxy forwarded
+	m.Observe(before)                       // the informer's backlog
+	if f := m.Assess(bumped); !f.AtCurrentSpec || f.SpecSince != 2 {
+		t.Fatalf("the stale cached parent after a late sighting of v1: %+v, want settled at v2 since generation 2", f)
+	}
+	// A late sighting of the current spec still teaches when it was first
+	// seen.
+	m2 := NewMemory(0)
+	m2.Observe(deployment("v1", 5, 5, 3, 3))
+	m2.Observe(deployment("v1", 3, 3, 3, 3))
+	if f := m2.Assess(deployment("v1", 5, 5, 3, 3)); f.SpecSince != 3 {
+		t.Fatalf("SpecSince %d after a late sighting of the same spec, want 3", f.SpecSince)
+	}
+}

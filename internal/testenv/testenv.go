@@ -191,6 +191,9 @@ type ControlPlane struct {
 	kcmSeq      int
 	stopped     bool
 	adminClient kubernetes.Interface
+	// restartedAPIServer is the kube-apiserver RestartAPIServer started, if
+	// any; envtest's Stop does not know it.
+	restartedAPIServer *apiServerProcess
 }
 
 // Start starts etcd and kube-apiserver from BinDir() using envtest. It fails
@@ -355,6 +358,9 @@ func (cp *ControlPlane) Stop() error {
 		if err := kcm.Stop(); err != nil {
 			errs = append(errs, err)
 		}
+	}
+	if err := cp.stopRestartedAPIServer(); err != nil {
+		errs = append(errs, err)
 	}
 	if cp.Env != nil {
 		if err := cp.Env.Stop(); err != nil {

@@ -1,0 +1,65 @@
+package proxy
+
+import (
+	"bytes"
+	"fmt"
+	"io"
+	"net/http"
+
+	"k8s.io/apiserver/pkg/endpoints/request"
+)
+
+// maxBufferedAnswer bounds the answer to a write that is read whole before
+// any of it is passed on; a larger one (a deletecollection's list) streams.
+const maxBufferedAnswer = 8 << 20
+
+// forwardResponse checks an upstream answer before ReverseProxy sends any
+// of it to the caller: an error makes the caller get a Status instead.
+func forwardResponse(resp *http.Response) error {
+	if err := rejectRedirects(resp); err != nil {
+		return err
+	}
+	return readWriteAnswer(resp)
+}
+
+// readWriteAnswer reads the answer to a write whole before its status line
+// is passed on. Streamed, an answer that breaks off half-way (kube-apiserver
+// killed, the connection cut) can only be passed on broken: the caller's
+// HTTP/2 stream is reset, and it learns nothing but a transport error. Read
+// first, the caller gets a 502 Status that says what happened, like every
+// other failure the proxy reports. Reads (watches, logs) stream as before,
+// and so does the proxy subresource, whose answers are not the API's.
+func readWriteAnswer(resp *http.Response) error {
+	req := resp.Request
+	if req == nil {
+		return nil
+	}
+	switch req.Method {
+	case http.MethodGet, http.MethodHead, http.MethodOptions:
+		return nil
+	}
+	if info, ok := request.RequestInfoFrom(req.Context()); ok && info.Subresource == "proxy" {
+		return nil
+	}
+	if resp.ContentLength > maxBufferedAnswer {
+		return nil
+	}
+	read, err := io.ReadAll(io.LimitReader(resp.Body, maxBufferedAnswer+1))
+	if err != nil {
+		_ = resp.Body.Close()
+		return fmt.Errorf("its answer to this %s broke off after %d bytes, and the write may have been applied (read the object before retrying): %w",
+			req.Method, len(read), err)
+	}
+	if len(read) > maxBufferedAnswer {
+		rest := resp.Body
+		resp.Body = struct {
+			io.Reader
+			io.Closer
+		}{io.MultiReader(bytes.NewReader(read), rest), rest}
+		return nil
+	}
+	_ = resp.Body.Close()
+	resp.Body = io.NopCloser(bytes.NewReader(read))
+	resp.ContentLength = int64(len(read))
+	return nil
+}

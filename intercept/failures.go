@@ -68,14 +68,15 @@ func (i *Interceptor) unresolvable(err error) error {
 
 // unservedParentKind refuses a write whose parent is of a kind that
 // kube-apiserver does not serve (discovery was refreshed for the lookup, or
-// moments before). That is no failure of the proxy's: the ownerReference is
-// misspelled, or the kind's CustomResourceDefinition is gone, and the
-// caller, not the proxy's operator, can do something about it.
+// moments before). The parent cannot be read, so --failure-policy=Fail
+// answers 500 as for any unreadable parent, but the message says what the
+// caller can fix: the ownerReference is misspelled, or the kind's
+// CustomResourceDefinition is gone.
 func unservedParentKind(err error) error {
 	return &apierrors.StatusError{ErrStatus: metav1.Status{
 		Status: metav1.StatusFailure,
-		Code:   http.StatusUnprocessableEntity,
-		Reason: metav1.StatusReasonInvalid,
+		Code:   http.StatusInternalServerError,
+		Reason: metav1.StatusReasonInternalError,
 		Message: fmt.Sprintf("kausality-proxy cannot decide about this write (--failure-policy=Fail): %v. "+
 			"The controller ownerReference names a kind that kube-apiserver does not serve: correct its apiVersion and kind, or, "+
 			"if the kind's CustomResourceDefinition was removed, remove the ownerReference; if the kind was installed moments ago, retry", err),

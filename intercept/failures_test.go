@@ -12,9 +12,10 @@ import (
 	"k8s.io/apimachinery/pkg/runtime/schema"
 )
 
-// A parent whose kind kube-apiserver does not serve is a fault of the
-// ownerReference, not of the proxy: the refusal is a 422 that says what to
-// fix, not a 500. --failure-policy=Ignore still forwards the write.
+// A parent whose kind kube-apiserver does not serve cannot be read: with
+// --failure-policy=Fail the write gets the 500 of any unreadable parent,
+// with a message that says what to fix in the ownerReference.
+// --failure-policy=Ignore still forwards the write.
 func TestUnservedParentKindIsTheCallersToFix(t *testing.T) {
 	noMatch := fmt.Errorf("reading the parent Nothing x: %w", &meta.NoKindMatchError{
 		GroupKind: schema.GroupKind{Group: "nothing.example.com", Kind: "Nothing"}, SearchedVersions: []string{"v1"},
@@ -25,7 +26,7 @@ func TestUnservedParentKindIsTheCallersToFix(t *testing.T) {
 		t.Fatalf("%v is not a Status", err)
 	}
 	s := status.Status()
-	if s.Code != http.StatusUnprocessableEntity || !strings.Contains(s.Message, "ownerReference") || !strings.Contains(s.Message, "nothing.example.com") {
+	if s.Code != http.StatusInternalServerError || !strings.Contains(s.Message, "ownerReference") || !strings.Contains(s.Message, "nothing.example.com") {
 		t.Fatalf("status %d %q", s.Code, s.Message)
 	}
 	if s.Details == nil || len(s.Details.Causes) != 1 || s.Details.Causes[0].Field != "metadata.ownerReferences" {

@@ -11,6 +11,7 @@ import (
 	"testing"
 	"time"
 
+	autoscalingv1 "k8s.io/api/autoscaling/v1"
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
@@ -121,11 +122,12 @@ func (rig *driftRig) records() []corev1.ConfigMap {
 	return list.Items
 }
 
-// metric returns the value of a gauge or counter line of a replica.
-func replicaMetric(t *testing.T, r *framework.Replica, line string) string {
+// metricValue returns the value of a gauge or counter line served at a
+// metrics address.
+func metricValue(t *testing.T, metricsURL, line string) string {
 	t.Helper()
-	resp, err := http.Get(r.MetricsURL + "/metrics")
-	mustf(t, err, "metrics of %s", r.Name)
+	resp, err := http.Get(metricsURL + "/metrics")
+	mustf(t, err, "metrics at %s", metricsURL)
 	defer func() { _ = resp.Body.Close() }()
 	body, _ := io.ReadAll(resp.Body)
 	for _, l := range strings.Split(string(body), "\n") {
@@ -169,7 +171,7 @@ func TestDriftReportsOnceAcrossReplicas(t *testing.T) {
 	}
 	senders := 0
 	for _, r := range rig.replicas {
-		if replicaMetric(t, r, "kausality_proxy_driftreports_sender") == "1" {
+		if metricValue(t, r.MetricsURL, "kausality_proxy_driftreports_sender") == "1" {
 			senders++
 		}
 	}
@@ -311,3 +313,78 @@ func TestDriftReportsHonourSnooze(t *testing.T) {
 }
 
 func ptrTo(s string) *string { return &s }
+
+// kube-controller-manager's deployment controller drifts a ReplicaSet
+// through the main proxy while a second replica shares its records, Lease
+// and receiver, as two replicas of a Deployment do: the drift is reported
+// once, and an approval added with kubectl resolves it under the same id.
+func TestDriftReportsWithControllerManager(t *testing.T) {
+	ctx := context.Background()
+	peer, err := env.StartReplica(ctx, framework.ReplicaOptions{Receivers: []string{env.Reports.URL()},
+		Drifts: framework.DriftTimings(framework.DriftNamespace)})
+	mustf(t, err, "starting a second replica next to the main proxy")
+	t.Cleanup(peer.Stop)
+
+	ns := namespaceWithMode(t, "dr-kcm", "enforce")
+	aliceCfg, err := cluster.UserThroughProxy("alice", "system:masters")
+	mustf(t, err, "alice")
+	alice := clientFor(t, aliceCfg)
+	_, rsName := stableDeployment(t, alice, ns, "web")
+	bobCfg, err := cluster.UserThroughProxy("bob", "system:masters")
+	mustf(t, err, "bob")
+	_, err = clientFor(t, peer.Through(bobCfg)).AppsV1().ReplicaSets(ns).UpdateScale(ctx, rsName,
+		&autoscalingv1.Scale{ObjectMeta: metav1.ObjectMeta{Name: rsName, Namespace: ns}, Spec: autoscalingv1.ScaleSpec{Replicas: 2}}, metav1.UpdateOptions{})
+	mustf(t, err, "bob scales the ReplicaSet through the second replica")
+
+	detected := func() []notify.DriftReport {
+		var out []notify.DriftReport
+		for _, r := range env.Reports.For(ns, rsName) {
+			if r.Spec.Phase == notify.PhaseDetected {
+				out = append(out, r)
+			}
+		}
+		return out
+	}
+	eventually(t, 60*time.Second, "the deployment controller's revert is reported", func() error {
+		if len(detected()) == 0 {
+			return fmt.Errorf("no Detected report yet")
+		}
+		return nil
+	})
+	// The controller keeps retrying; the drift stays one report.
+	eventually(t, 60*time.Second, "more denied retries of the controller", func() error {
+		if n := countDecisions(decisionsFor(t, "replicasets", ns, rsName), deploymentController, "Deny", "DriftUnapproved"); n < 3 {
+			return fmt.Errorf("%d denials", n)
+		}
+		return nil
+	})
+	det := detected()
+	if len(det) != 1 || det[0].Spec.Request.User != deploymentController || det[0].Spec.Parent.Kind != "Deployment" {
+		t.Fatalf("Detected reports %+v, want one by %s", det, deploymentController)
+	}
+	senders := 0
+	for _, url := range []string{env.MetricsURL, peer.MetricsURL} {
+		if metricValue(t, url, "kausality_proxy_driftreports_sender") == "1" {
+			senders++
+		}
+	}
+	if senders != 1 {
+		t.Errorf("%d of the two replicas send DriftReports, want 1", senders)
+	}
+
+	d, err := alice.AppsV1().Deployments(ns).Get(ctx, "web", metav1.GetOptions{})
+	mustf(t, err, "the Deployment")
+	approval := fmt.Sprintf(`[{"apiVersion":"apps/v1","kind":"ReplicaSet","name":%q,"generation":%d,"mode":"generation"}]`, rsName, d.Generation)
+	newKubectl(t, cluster.Direct()).run("", "-n", ns, "annotate", "deployment", "web", "kausality.io/approvals="+approval)
+	eventually(t, 30*time.Second, "the approval resolves the drift under its id", func() error {
+		for _, r := range env.Reports.For(ns, rsName) {
+			if r.Spec.Phase == notify.PhaseResolved {
+				if r.Spec.ID != det[0].Spec.ID || r.Spec.Reason != notify.ReasonApproved {
+					return fmt.Errorf("Resolved %+v", r.Spec)
+				}
+				return nil
+			}
+		}
+		return fmt.Errorf("no Resolved report yet")
+	})
+}

@@ -7,6 +7,7 @@ import (
 	"os"
 	"path/filepath"
 	goruntime "runtime"
+	"strings"
 	"time"
 
 	apiextensionsv1 "k8s.io/apiextensions-apiserver/pkg/apis/apiextensions/v1"
@@ -37,10 +38,43 @@ var (
 	SprocketGVR = schema.GroupVersionResource{Group: TestGroup, Version: TestVersion, Resource: "sprockets"}
 )
 
-// WidgetCRD is a cluster-scoped kind with spec.size/spec.color and a status
-// subresource holding observedGeneration and conditions.
-func WidgetCRD() *apiextensionsv1.CustomResourceDefinition {
-	conditions := apiextensionsv1.JSONSchemaProps{
+// TestKind describes a custom resource kind of the scenarios.
+type TestKind struct {
+	Group, Version, Kind, Plural string
+	Scope                        apiextensionsv1.ResourceScope
+	// Spec holds the properties of spec.
+	Spec map[string]apiextensionsv1.JSONSchemaProps
+	// Status adds a status subresource with observedGeneration and
+	// conditions, as a controller reports them.
+	Status bool
+}
+
+// CRD returns the CustomResourceDefinition of k.
+func (k TestKind) CRD() *apiextensionsv1.CustomResourceDefinition {
+	props := map[string]apiextensionsv1.JSONSchemaProps{"spec": {Type: "object", Properties: k.Spec}}
+	version := apiextensionsv1.CustomResourceDefinitionVersion{Name: k.Version, Served: true, Storage: true}
+	if k.Status {
+		props["status"] = apiextensionsv1.JSONSchemaProps{Type: "object", Properties: map[string]apiextensionsv1.JSONSchemaProps{
+			"observedGeneration": {Type: "integer", Format: "int64"},
+			"conditions":         conditionsSchema(),
+		}}
+		version.Subresources = &apiextensionsv1.CustomResourceSubresources{Status: &apiextensionsv1.CustomResourceSubresourceStatus{}}
+	}
+	version.Schema = &apiextensionsv1.CustomResourceValidation{OpenAPIV3Schema: &apiextensionsv1.JSONSchemaProps{Type: "object", Properties: props}}
+	return &apiextensionsv1.CustomResourceDefinition{
+		ObjectMeta: metav1.ObjectMeta{Name: k.Plural + "." + k.Group},
+		Spec: apiextensionsv1.CustomResourceDefinitionSpec{
+			Group:    k.Group,
+			Names:    apiextensionsv1.CustomResourceDefinitionNames{Plural: k.Plural, Singular: strings.ToLower(k.Kind), Kind: k.Kind, ListKind: k.Kind + "List"},
+			Scope:    k.Scope,
+			Versions: []apiextensionsv1.CustomResourceDefinitionVersion{version},
+		},
+	}
+}
+
+// conditionsSchema is status.conditions as kstatus reads them.
+func conditionsSchema() apiextensionsv1.JSONSchemaProps {
+	return apiextensionsv1.JSONSchemaProps{
 		Type: "array",
 		Items: &apiextensionsv1.JSONSchemaPropsOrArray{Schema: &apiextensionsv1.JSONSchemaProps{
 			Type:     "object",
@@ -55,56 +89,20 @@ func WidgetCRD() *apiextensionsv1.CustomResourceDefinition {
 			},
 		}},
 	}
-	return &apiextensionsv1.CustomResourceDefinition{
-		ObjectMeta: metav1.ObjectMeta{Name: "widgets." + TestGroup},
-		Spec: apiextensionsv1.CustomResourceDefinitionSpec{
-			Group: TestGroup,
-			Names: apiextensionsv1.CustomResourceDefinitionNames{Plural: "widgets", Singular: "widget", Kind: "Widget", ListKind: "WidgetList"},
-			Scope: apiextensionsv1.ClusterScoped,
-			Versions: []apiextensionsv1.CustomResourceDefinitionVersion{{
-				Name: TestVersion, Served: true, Storage: true,
-				Subresources: &apiextensionsv1.CustomResourceSubresources{Status: &apiextensionsv1.CustomResourceSubresourceStatus{}},
-				Schema: &apiextensionsv1.CustomResourceValidation{OpenAPIV3Schema: &apiextensionsv1.JSONSchemaProps{
-					Type: "object",
-					Properties: map[string]apiextensionsv1.JSONSchemaProps{
-						"spec": {Type: "object", Properties: map[string]apiextensionsv1.JSONSchemaProps{
-							"size":  {Type: "integer"},
-							"color": {Type: "string"},
-						}},
-						"status": {Type: "object", Properties: map[string]apiextensionsv1.JSONSchemaProps{
-							"observedGeneration": {Type: "integer", Format: "int64"},
-							"conditions":         conditions,
-						}},
-					},
-				}},
-			}},
-		},
-	}
+}
+
+// WidgetCRD is a cluster-scoped kind with spec.size/spec.color and a status
+// subresource holding observedGeneration and conditions.
+func WidgetCRD() *apiextensionsv1.CustomResourceDefinition {
+	return TestKind{Group: TestGroup, Version: TestVersion, Kind: "Widget", Plural: "widgets", Scope: apiextensionsv1.ClusterScoped,
+		Spec: map[string]apiextensionsv1.JSONSchemaProps{"size": {Type: "integer"}, "color": {Type: "string"}}, Status: true}.CRD()
 }
 
 // GadgetCRD is a namespaced kind with spec.value/spec.replicas and no
 // subresources.
 func GadgetCRD() *apiextensionsv1.CustomResourceDefinition {
-	return &apiextensionsv1.CustomResourceDefinition{
-		ObjectMeta: metav1.ObjectMeta{Name: "gadgets." + TestGroup},
-		Spec: apiextensionsv1.CustomResourceDefinitionSpec{
-			Group: TestGroup,
-			Names: apiextensionsv1.CustomResourceDefinitionNames{Plural: "gadgets", Singular: "gadget", Kind: "Gadget", ListKind: "GadgetList"},
-			Scope: apiextensionsv1.NamespaceScoped,
-			Versions: []apiextensionsv1.CustomResourceDefinitionVersion{{
-				Name: TestVersion, Served: true, Storage: true,
-				Schema: &apiextensionsv1.CustomResourceValidation{OpenAPIV3Schema: &apiextensionsv1.JSONSchemaProps{
-					Type: "object",
-					Properties: map[string]apiextensionsv1.JSONSchemaProps{
-						"spec": {Type: "object", Properties: map[string]apiextensionsv1.JSONSchemaProps{
-							"value":    {Type: "string"},
-							"replicas": {Type: "integer"},
-						}},
-					},
-				}},
-			}},
-		},
-	}
+	return TestKind{Group: TestGroup, Version: TestVersion, Kind: "Gadget", Plural: "gadgets", Scope: apiextensionsv1.NamespaceScoped,
+		Spec: map[string]apiextensionsv1.JSONSchemaProps{"value": {Type: "string"}, "replicas": {Type: "integer"}}}.CRD()
 }
 
 // SprocketCRD is a namespaced kind whose scale subresource keeps its

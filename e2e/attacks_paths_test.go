@@ -108,12 +108,8 @@ func TestAttackPathTricks(t *testing.T) {
 // refuses. Nothing is written, and no once approval is used up by a write
 // that was never going to land.
 func TestAttackDuplicateQueryParameters(t *testing.T) {
-	f := newWGFamily(t, "atk-query", "enforce")
-	_, err := f.createGadget("g", "a", false)
-	mustf(t, err, "create Gadget")
-	f.initialize()
-	approval := fmt.Sprintf(`[{"apiVersion":%q,"kind":"Gadget","name":"g","generation":1,"mode":"once"}]`, wgAPIVersion)
-	f.annotateWidget(map[string]*string{wgAnnApprovals: &approval})
+	f := newOnceApprovedGadget(t, "atk-query")
+	approval := f.getWidget().GetAnnotations()[wgAnnApprovals]
 	f.settleGadget("g", "Allow/DriftApproved")
 	header := http.Header{"Authorization": {"Bearer " + f.ctrl.cfg.BearerToken}}
 	path := fmt.Sprintf("/apis/%s/namespaces/%s/gadgets/g", wgAPIVersion, f.ns)

@@ -215,12 +215,7 @@ func TestIdentityWithWhiteSpaceIsRefused(t *testing.T) {
 // caller gets the real answer, and a once approval admits exactly one
 // write however the writes are sent.
 func TestOnceApprovalThroughTheUpgradePathIsUsedOnce(t *testing.T) {
-	f := newWGFamily(t, "wg-upgrade", "enforce")
-	_, err := f.createGadget("g", "a", false)
-	mustf(t, err, "create Gadget")
-	f.initialize()
-	approval := fmt.Sprintf(`[{"apiVersion":%q,"kind":"Gadget","name":"g","generation":1,"mode":"once"}]`, wgAPIVersion)
-	f.annotateWidget(map[string]*string{wgAnnApprovals: &approval})
+	f := newOnceApprovedGadget(t, "wg-upgrade")
 	f.settleGadget("g", "Allow/DriftApproved")
 
 	c := rawClient(t, nil)
@@ -251,12 +246,7 @@ func TestOnceApprovalThroughTheUpgradePathIsUsedOnce(t *testing.T) {
 // parent: no approval is reserved, restored or consumed, and the parent's
 // resourceVersion (and a Deployment's generation) does not move.
 func TestUnauthorizedWriteTouchesNoApproval(t *testing.T) {
-	f := newWGFamily(t, "wg-nobody", "enforce")
-	_, err := f.createGadget("g", "a", false)
-	mustf(t, err, "create Gadget")
-	f.initialize()
-	approval := fmt.Sprintf(`[{"apiVersion":%q,"kind":"Gadget","name":"g","generation":1,"mode":"once"}]`, wgAPIVersion)
-	f.annotateWidget(map[string]*string{wgAnnApprovals: &approval})
+	f := newOnceApprovedGadget(t, "wg-nobody")
 	f.settleGadget("g", "Allow/DriftApproved")
 	before := f.getWidget().GetResourceVersion()
 
@@ -276,7 +266,7 @@ func TestUnauthorizedWriteTouchesNoApproval(t *testing.T) {
 		t.Fatalf("approvals %v, want the once approval untouched", got)
 	}
 	// The approval still admits the controller's write.
-	_, err = f.setValue("g", "b", false)
+	_, err := f.setValue("g", "b", false)
 	mustf(t, err, "the controller's approved write")
 }
 

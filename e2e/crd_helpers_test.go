@@ -201,6 +201,19 @@ func newWGFamily(t *testing.T, prefix, mode string) *wgFamily {
 	return f
 }
 
+// newOnceApprovedGadget is a settled Widget in enforce mode with Gadget g
+// (value a) and a once approval for one drift of g at generation 1.
+func newOnceApprovedGadget(t *testing.T, prefix string) *wgFamily {
+	t.Helper()
+	f := newWGFamily(t, prefix, "enforce")
+	_, err := f.createGadget("g", "a", false)
+	mustf(t, err, "create Gadget")
+	f.initialize()
+	approval := fmt.Sprintf(`[{"apiVersion":%q,"kind":"Gadget","name":"g","generation":1,"mode":"once"}]`, wgAPIVersion)
+	f.annotateWidget(map[string]*string{wgAnnApprovals: &approval})
+	return f
+}
+
 func (f *wgFamily) getWidget() *unstructured.Unstructured {
 	f.t.Helper()
 	w, err := f.admin.Resource(framework.WidgetGVR).Get(context.Background(), f.widget, metav1.GetOptions{})

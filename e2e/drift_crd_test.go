@@ -214,12 +214,7 @@ func TestDriftCustomResources(t *testing.T) {
 		})
 
 		t.Run("once is never taken for a write the upstream refuses", func(t *testing.T) {
-			f := newWGFamily(t, "wg-restore", "enforce")
-			_, err := f.createGadget("g", "a", false)
-			mustf(t, err, "create Gadget")
-			f.initialize()
-			approval := fmt.Sprintf(`[{"apiVersion":%q,"kind":"Gadget","name":"g","generation":1,"mode":"once"}]`, wgAPIVersion)
-			f.annotateWidget(map[string]*string{wgAnnApprovals: &approval})
+			f := newOnceApprovedGadget(t, "wg-restore")
 			f.settleGadget("g", "Allow/DriftApproved")
 
 			// The controller writes from a stale read: kube-apiserver
@@ -493,12 +488,8 @@ func TestDriftCustomResources(t *testing.T) {
 
 	t.Run("once approval is used exactly once", func(t *testing.T) {
 		const n = 8
-		f := newWGFamily(t, "wg-race", "enforce")
-		_, err := f.createGadget("g", "a", false)
-		mustf(t, err, "create Gadget")
-		f.initialize()
-		approval := fmt.Sprintf(`[{"apiVersion":%q,"kind":"Gadget","name":"g","generation":1,"mode":"once"}]`, wgAPIVersion)
-		f.annotateWidget(map[string]*string{wgAnnApprovals: &approval})
+		f := newOnceApprovedGadget(t, "wg-race")
+		approval := f.getWidget().GetAnnotations()[wgAnnApprovals]
 		// A dry-run sees the approval and does not use it up.
 		f.settleGadget("g", "Allow/DriftApproved")
 		if got := f.getWidget().GetAnnotations()[wgAnnApprovals]; got != approval {

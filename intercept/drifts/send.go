@@ -49,10 +49,16 @@ func (l *Ledger) reconcile(ctx context.Context, name string) (time.Duration, err
 		return 0, l.delete(ctx, cm.Name, cm.ResourceVersion)
 	}
 	now := l.o.Clock.Now()
+	var readErr error
 	if rec.State.Resolved == nil {
 		done, err := l.checkResolution(ctx, rec, now)
-		if done || err != nil {
+		if done {
 			return 0, err
+		}
+		// An object that cannot be read now must not hold back the
+		// reports: deliver, and look again later.
+		if readErr = err; err != nil {
+			l.log.Info("cannot tell whether a drift has ended; retrying", zap.String("id", rec.ID()), zap.Error(err))
 		}
 	}
 	if now.Sub(rec.State.DetectedAt.Time) > l.o.MaxAge {
@@ -76,7 +82,7 @@ func (l *Ledger) reconcile(ctx context.Context, name string) (time.Duration, err
 	if failed {
 		return retryAfter, errDelivery
 	}
-	return 0, nil
+	return 0, readErr
 }
 
 // checkResolution reads the drift's objects and records its end, if it

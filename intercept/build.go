@@ -161,7 +161,7 @@ func buildDrifts(o Options, store *objects.Store, dyn dynamic.Interface) (*drift
 	}
 	ledger, err := drifts.New(lo)
 	if err != nil {
-		return nil, nil, fmt.Errorf("--drift-webhook-url: %w", err)
+		return nil, nil, fmt.Errorf("drift reports: %w", err)
 	}
 	return ledger, esc, nil
 }

@@ -114,6 +114,8 @@ type Ledger struct {
 	client  *http.Client
 	records cache.SharedIndexInformer
 	factory informers.SharedInformerFactory
+	// election elects the replica that sends.
+	election leaderelection.LeaderElectionConfig
 
 	intake    chan *Record
 	closeOnce sync.Once
@@ -171,6 +173,26 @@ func New(o Options) (*Ledger, error) {
 		UpdateFunc: func(_, obj interface{}) { l.recordChanged(obj, false) },
 		DeleteFunc: func(obj interface{}) { l.recordChanged(obj, true) },
 	})
+	lock := &resourcelock.LeaseLock{
+		LeaseMeta:  metav1.ObjectMeta{Namespace: l.o.Namespace, Name: l.o.LeaseName},
+		Client:     l.o.Client.CoordinationV1(),
+		LockConfig: resourcelock.ResourceLockConfig{Identity: l.o.Identity},
+	}
+	l.election = leaderelection.LeaderElectionConfig{
+		Lock:            lock,
+		LeaseDuration:   l.o.LeaseDuration,
+		RenewDeadline:   l.o.RenewDeadline,
+		RetryPeriod:     l.o.RetryPeriod,
+		ReleaseOnCancel: true,
+		Name:            l.o.LeaseName,
+		Callbacks: leaderelection.LeaderCallbacks{
+			OnStartedLeading: l.lead,
+			OnStoppedLeading: func() {},
+		},
+	}
+	if _, err := leaderelection.NewLeaderElector(l.election); err != nil {
+		return nil, fmt.Errorf("the election of the replica that sends DriftReports: %w", err)
+	}
 	o.Objects.AddObserver(objectEvents{l})
 	return l, nil
 }
@@ -222,30 +244,15 @@ func (l *Ledger) Run(ctx context.Context) {
 	}
 	l.factory.Start(ctx.Done())
 	go l.record(ctx)
-	lock := &resourcelock.LeaseLock{
-		LeaseMeta:  metav1.ObjectMeta{Namespace: l.o.Namespace, Name: l.o.LeaseName},
-		Client:     l.o.Client.CoordinationV1(),
-		LockConfig: resourcelock.ResourceLockConfig{Identity: l.o.Identity},
-	}
-	elector, err := leaderelection.NewLeaderElector(leaderelection.LeaderElectionConfig{
-		Lock:            lock,
-		LeaseDuration:   l.o.LeaseDuration,
-		RenewDeadline:   l.o.RenewDeadline,
-		RetryPeriod:     l.o.RetryPeriod,
-		ReleaseOnCancel: true,
-		Name:            l.o.LeaseName,
-		Callbacks: leaderelection.LeaderCallbacks{
-			OnStartedLeading: l.lead,
-			OnStoppedLeading: func() {},
-		},
-	})
-	if err != nil {
-		l.log.Error("DriftReports cannot be sent: the sender election is misconfigured", zap.Error(err))
-		return
-	}
 	go func() {
-		// Run returns when leadership is lost; stand again until ctx is done.
+		// A term ends when the Lease is lost; stand again, with a fresh
+		// elector, until ctx is done.
 		for ctx.Err() == nil {
+			elector, err := leaderelection.NewLeaderElector(l.election)
+			if err != nil {
+				l.log.Error("DriftReports cannot be sent: the sender election is misconfigured", zap.Error(err))
+				return
+			}
 			elector.Run(ctx)
 		}
 	}()

@@ -44,7 +44,13 @@ func readWriteAnswer(resp *http.Response) error {
 	if resp.ContentLength > maxBufferedAnswer {
 		return nil
 	}
-	read, err := io.ReadAll(io.LimitReader(resp.Body, maxBufferedAnswer+1))
+	// Sized once when the length is known, as it is for most answers.
+	var buf bytes.Buffer
+	if resp.ContentLength > 0 {
+		buf.Grow(int(resp.ContentLength) + bytes.MinRead)
+	}
+	_, err := buf.ReadFrom(io.LimitReader(resp.Body, maxBufferedAnswer+1))
+	read := buf.Bytes()
 	if err != nil {
 		_ = resp.Body.Close()
 		return fmt.Errorf("its answer to this %s broke off after %d bytes, and the write may have been applied (read the object before retrying): %w",

@@ -44,6 +44,15 @@ type attacker struct {
 	token string
 }
 
+// rawAuthHeader is the header line a raw HTTP/1.1 request of a token
+// identity carries; a certificate identity authenticates in the handshake.
+func (a attacker) rawAuthHeader() string {
+	if a.token == "" {
+		return ""
+	}
+	return "Authorization: Bearer " + a.token + "\r\n"
+}
+
 func (a attacker) kind() string {
 	if a.cert != nil {
 		return "cert"

@@ -87,10 +87,7 @@ func TestAttackFailedUpgradeConnectionReuse(t *testing.T) {
 			n++
 			name := fmt.Sprintf("%s-%d", marker, n)
 			t.Run(who.kind()+"/"+tc.name, func(t *testing.T) {
-				auth := ""
-				if who.token != "" {
-					auth = "Authorization: Bearer " + who.token + "\r\n"
-				}
+				auth := who.rawAuthHeader()
 				upgrade := "POST /api/v1/namespaces/" + f.ns + "/pods/" + tc.pod + "/exec?command=sh&stdin=true&stdout=true HTTP/1.1\r\nHost: " + host + "\r\n" + auth +
 					"Connection: Upgrade\r\nUpgrade: SPDY/3.1\r\nX-Stream-Protocol-Version: v4.channel.k8s.io\r\nContent-Length: 0\r\n\r\n"
 				smuggled := escalationRequest(name, who.user, host, "")
@@ -194,10 +191,8 @@ func TestAttackRequestSmuggling(t *testing.T) {
 			n++
 			name := fmt.Sprintf("%s-%d", marker, n)
 			t.Run(who.kind()+"/"+tc.name, func(t *testing.T) {
-				auth := ""
-				want := tc.wantCert
+				auth, want := who.rawAuthHeader(), tc.wantCert
 				if who.token != "" {
-					auth = "Authorization: Bearer " + who.token + "\r\n"
 					want = tc.wantToken
 				}
 				cfg, err := framework.TLSConfig(cluster.ProxyEndpoint().CAData, who.cert)

@@ -12,14 +12,16 @@ import (
 type FuzzTarget struct {
 	Package  string `json:"package"`
 	Name     string `json:"name"`
-	Duration string `json:"duration"`
+	// Budget is what the target was given: an execution count such as
+	// "140000x", or a duration when FUZZTIME overrode it.
+	Budget string `json:"budget"`
 	// Elapsed and Execs are from the target's last progress line.
 	Elapsed string `json:"elapsed"`
 	Execs   int64  `json:"execs"`
 }
 
 var (
-	// `make fuzz` announces each target: "fuzz ./intercept/body FuzzDecode (30s)".
+	// `make fuzz` announces each target: "fuzz ./intercept/body FuzzDecode (140000x)".
 	fuzzStart = regexp.MustCompile(`^fuzz (\S+) (\S+) \(([^)]*)\)$`)
 	// go test -fuzz reports progress: "fuzz: elapsed: 30s, execs: 123456 (4115/sec), ...".
 	fuzzProgress = regexp.MustCompile(`^fuzz: elapsed: ([^,]+), execs: (\d+)`)
@@ -34,7 +36,7 @@ func ParseFuzz(r io.Reader) ([]FuzzTarget, error) {
 	for sc.Scan() {
 		line := strings.TrimSpace(sc.Text())
 		if m := fuzzStart.FindStringSubmatch(line); m != nil {
-			out = append(out, FuzzTarget{Package: m[1], Name: m[2], Duration: m[3]})
+			out = append(out, FuzzTarget{Package: m[1], Name: m[2], Budget: m[3]})
 			continue
 		}
 		if m := fuzzProgress.FindStringSubmatch(line); m != nil && len(out) > 0 {

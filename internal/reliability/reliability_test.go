@@ -6,7 +6,7 @@ import (
 )
 
 func TestParseFuzz(t *testing.T) {
-	out := `fuzz ./intercept/body FuzzDecode (30s)
+	out := `fuzz ./intercept/body FuzzDecode (140000x)
 fuzz: elapsed: 0s, gathering baseline coverage: 0/120 completed
 fuzz: elapsed: 3s, execs: 10234 (3411/sec), new interesting: 2 (total: 122)
 fuzz: elapsed: 30s, execs: 98765 (3300/sec), new interesting: 5 (total: 125)
@@ -23,7 +23,7 @@ fuzz: elapsed: 31s, execs: 5 (0/sec), new interesting: 0 (total: 7)
 	if len(got) != 2 {
 		t.Fatalf("targets %+v, want 2", got)
 	}
-	if got[0].Package != "./intercept/body" || got[0].Name != "FuzzDecode" || got[0].Execs != 98765 || got[0].Elapsed != "30s" || got[0].Duration != "30s" {
+	if got[0].Package != "./intercept/body" || got[0].Name != "FuzzDecode" || got[0].Execs != 98765 || got[0].Elapsed != "30s" || got[0].Budget != "140000x" {
 		t.Errorf("first target %+v", got[0])
 	}
 	if got[1].Name != "FuzzClassify" || got[1].Execs != 5 {

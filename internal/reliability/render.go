@@ -71,7 +71,8 @@ func Render(in Input) []byte {
 
 	p("## How to run\n\n")
 	p("```sh\nmake test-hardening\n```\n\n")
-	p("It runs `make fuzz` (every fuzz target for `FUZZTIME`, default 30s each), then\n")
+	p("It runs `make fuzz` (every fuzz target for a fixed number of executions,\n")
+	p("about 30s each on 2 cores; `FUZZTIME` overrides the budgets), then\n")
 	p("the hardening suite (`go test -tags hardening ./e2e/hardening/`, which builds\n")
 	p("the binary itself and needs the control-plane binaries of `make testbin`),\n")
 	p("then writes this file. The suite's files carry the `hardening` build tag, so\n")
@@ -195,19 +196,20 @@ func renderSlow(b *bytes.Buffer, attacks []Attack) {
 func renderFuzz(b *bytes.Buffer, targets []FuzzTarget) {
 	p := func(format string, args ...any) { fmt.Fprintf(b, format, args...) }
 	p("## Fuzzing (`make fuzz`)\n\n")
-	p("Each target runs for `FUZZTIME`; crashers would land in the package's\n")
+	p("Each target runs for its execution budget (a count, so that the run's end\n")
+	p("is never mistaken for a failure); crashers would land in the package's\n")
 	p("`testdata/fuzz` and fail the run.\n\n")
 	if len(targets) == 0 {
 		p("Not run in the last run.\n\n")
 		return
 	}
-	p("| package | target | time | executions |\n|---|---|---|---|\n")
+	p("| package | target | budget | time | executions |\n|---|---|---|---|---|\n")
 	var total int64
 	for _, t := range targets {
-		p("| `%s` | `%s` | %s | %d |\n", t.Package, t.Name, t.Elapsed, t.Execs)
+		p("| `%s` | `%s` | %s | %s | %d |\n", t.Package, t.Name, t.Budget, t.Elapsed, t.Execs)
 		total += t.Execs
 	}
-	p("| | total | | %d |\n\n", total)
+	p("| | total | | | %d |\n\n", total)
 }
 
 // issuesSection returns the "Issues found and fixed" section of the

@@ -10,8 +10,8 @@ import (
 
 // FuzzTarget is one target of `make fuzz` and what its run did.
 type FuzzTarget struct {
-	Package  string `json:"package"`
-	Name     string `json:"name"`
+	Package string `json:"package"`
+	Name    string `json:"name"`
 	// Budget is what the target was given: an execution count such as
 	// "140000x", or a duration when FUZZTIME overrode it.
 	Budget string `json:"budget"`

@@ -11,6 +11,7 @@ import (
 	"testing"
 
 	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/runtime"
@@ -275,9 +276,25 @@ func TestBadInputOwnerReferences(t *testing.T) {
 		mustf(t, err, "creating it straight in kube-apiserver, which accepts it")
 		_, err = f.ctrl.kube.CoreV1().ConfigMaps(f.ns).Patch(ctx, name, types.MergePatchType, []byte(`{"data":{"k":"b"}}`), metav1.PatchOptions{FieldManager: wgManager})
 		unserved("the patch", err)
-		unserved("the delete", f.ctrl.kube.CoreV1().ConfigMaps(f.ns).Delete(ctx, name, metav1.DeleteOptions{}))
 		if after := f.getCM(name); after.ResourceVersion != stored.ResourceVersion {
 			t.Fatalf("the ConfigMap changed: resourceVersion %s → %s", stored.ResourceVersion, after.ResourceVersion)
+		}
+
+		// No object of an unserved kind exists (removing a kind's
+		// CustomResourceDefinition removes its objects): cleaning up after
+		// it is allowed, as the refusal's message suggests.
+		moved := cm.DeepCopy()
+		moved.Name = name + "-moved"
+		_, err = directClient(t).CoreV1().ConfigMaps(f.ns).Create(ctx, moved, metav1.CreateOptions{})
+		mustf(t, err, "a second orphan, straight in kube-apiserver")
+		_, err = f.ctrl.kube.CoreV1().ConfigMaps(f.ns).Patch(ctx, moved.Name, types.JSONPatchType, []byte(`[{"op":"remove","path":"/metadata/ownerReferences"}]`), metav1.PatchOptions{FieldManager: wgManager})
+		mustf(t, err, "removing the ownerReference to the unserved kind")
+		if refs := f.getCM(moved.Name).OwnerReferences; len(refs) != 0 {
+			t.Fatalf("the ownerReference is still there: %v", refs)
+		}
+		mustf(t, f.ctrl.kube.CoreV1().ConfigMaps(f.ns).Delete(ctx, name, metav1.DeleteOptions{}), "deleting the orphan")
+		if _, err := directClient(t).CoreV1().ConfigMaps(f.ns).Get(ctx, name, metav1.GetOptions{}); !apierrors.IsNotFound(err) {
+			t.Fatalf("the orphan is still there after its delete: %v", err)
 		}
 	})
 }

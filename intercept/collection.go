@@ -18,6 +18,7 @@ import (
 	"mime"
 	"net/http"
 	"net/url"
+	"slices"
 	"strconv"
 	"strings"
 
@@ -149,16 +150,27 @@ func (i *Interceptor) serveCollection(w http.ResponseWriter, r *http.Request, p 
 	}
 	addCollectionWarnings(w, c, p.w.dryRun)
 
-	rec := httpx.NewCodeRecorder(w)
-	forward.ServeHTTP(rec, out)
-	code := rec.Code()
-	succeeded := code >= 200 && code < 300
-	// As for one write: only a conflict is certain to have deleted nothing.
-	if code == http.StatusConflict {
-		for _, upd := range reserved {
-			i.restoreApproval(upd)
+	// As for one write, each reserved approval is settled by the answer,
+	// or by what is still stored when the answer does not say.
+	var reservations []reservedWrite
+	for _, m := range c.members {
+		if slices.Contains(reserved, m.d.ApprovalsUpdate) {
+			reservations = append(reservations, reservedWriteOf(m.p, m.d.ApprovalsUpdate))
 		}
 	}
+	settle := func(code int) {
+		for _, rw := range reservations {
+			i.settleReservation(rw, code)
+		}
+	}
+	rec := httpx.NewCodeRecorder(w)
+	rec.BeforeHeader = settle
+	forward.ServeHTTP(rec, out)
+	code := rec.Code()
+	if code == 0 {
+		settle(0)
+	}
+	succeeded := code >= 200 && code < 300
 	var parentWrites []decision.SideWrite
 	for _, m := range c.members {
 		m.p.outcome = "forwarded:" + strconv.Itoa(code)
@@ -268,7 +280,7 @@ func (i *Interceptor) collectionMember(r *http.Request, p *pending, c *collectio
 	if c.recall(m) {
 		return m, nil
 	}
-	parent, source, err := i.parentOf(r.Context(), p.namespace, obj)
+	parent, source, err := i.parentOf(r.Context(), p.namespace, obj, true)
 	if err != nil {
 		return nil, err
 	}

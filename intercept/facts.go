@@ -190,7 +190,7 @@ func (i *Interceptor) readSurroundings(ctx context.Context, p *pending) error {
 	if owned == nil {
 		owned = p.old
 	}
-	parent, source, err := i.parentOf(ctx, p.namespace, owned)
+	parent, source, err := i.parentOf(ctx, p.namespace, owned, p.op == decision.Delete)
 	if err != nil {
 		return bestEffort(err)
 	}
@@ -199,7 +199,7 @@ func (i *Interceptor) readSurroundings(ctx context.Context, p *pending) error {
 	// decided against the owner it leaves too: moving a child away from a
 	// frozen or settled parent is a write under that parent.
 	if p.op == decision.Update && p.old != nil && p.new != nil && controllerMoved(p.old, p.new) {
-		former, source, err := i.parentOf(ctx, p.namespace, p.old)
+		former, source, err := i.parentOf(ctx, p.namespace, p.old, true)
 		if err != nil {
 			return bestEffort(err)
 		}
@@ -254,7 +254,7 @@ func (i *Interceptor) storedObject(ctx context.Context, wr *write, namespace str
 
 // parentOf reads the controller owner of owned (nil when it has none), and
 // where it came from: the cache, a live read, or "gone".
-func (i *Interceptor) parentOf(ctx context.Context, namespace string, owned *unstructured.Unstructured) (*unstructured.Unstructured, string, error) {
+func (i *Interceptor) parentOf(ctx context.Context, namespace string, owned *unstructured.Unstructured, unservedIsGone bool) (*unstructured.Unstructured, string, error) {
 	if owned == nil {
 		return nil, "", nil
 	}
@@ -272,6 +272,13 @@ func (i *Interceptor) parentOf(ctx context.Context, namespace string, owned *uns
 	case apierrors.IsNotFound(err):
 		// The parent is gone: garbage collection is cleaning up, which is
 		// allowed like any write under a deleting parent.
+		return goneParent(ref, namespace), "gone", nil
+	case unservedIsGone && meta.IsNoMatchError(err):
+		// Its kind is not served even after a fresh discovery: removing a
+		// CustomResourceDefinition removes every object of its kind, so
+		// no such parent exists. Deleting an orphan, or moving a child
+		// away from it, is cleanup; a write that keeps the reference is
+		// refused with a message that says how to fix it.
 		return goneParent(ref, namespace), "gone", nil
 	case err != nil:
 		return nil, "", i.unresolvable(fmt.Errorf("reading the parent %s %s: %w", ref.Kind, ref.Name, err))

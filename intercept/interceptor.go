@@ -91,6 +91,8 @@ type Interceptor struct {
 	// slack escalates drift and serves the clicks on its buttons (Build;
 	// nil without Slack).
 	slack *escalation.Escalator
+	// settling bounds the reservations settled in the background.
+	settling chan struct{}
 }
 
 // New returns an Interceptor. A nil Objects store makes it a pass-through:
@@ -118,7 +120,8 @@ func New(cfg Config) *Interceptor {
 	if cfg.SideWriteTimeout <= 0 {
 		cfg.SideWriteTimeout = 10 * time.Second
 	}
-	i := &Interceptor{cfg: cfg, metrics: newMetrics(cfg.Metrics), settled: settle.NewMemory(0)}
+	i := &Interceptor{cfg: cfg, metrics: newMetrics(cfg.Metrics), settled: settle.NewMemory(0),
+		settling: make(chan struct{}, maxSettlingReservations)}
 	if cfg.Objects != nil {
 		cfg.Objects.AddObserver(i.settled)
 	}

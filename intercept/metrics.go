@@ -18,6 +18,9 @@ type metrics struct {
 	decisions *prometheus.CounterVec
 	latency   *prometheus.HistogramVec
 	errors    *prometheus.CounterVec
+	// reservations counts once approvals reserved for a write by what
+	// became of them.
+	reservations *prometheus.CounterVec
 }
 
 func newMetrics(reg prometheus.Registerer) *metrics {
@@ -35,9 +38,13 @@ func newMetrics(reg prometheus.Registerer) *metrics {
 			Name: "kausality_proxy_intercept_errors_total",
 			Help: "Intercepted writes the proxy answered with an error of its own (bad body, unreadable parent, ...), by HTTP code.",
 		}, []string{"code", "shadow"}),
+		reservations: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "kausality_proxy_once_approvals_total",
+			Help: "Once approvals reserved for a write, by outcome: used (the write was applied), restored (it was not, and the approval is back on the parent), kept (the write got no clear answer and may have been applied), unsettled (kube-apiserver could not be read in time to tell), restore-failed.",
+		}, []string{"outcome"}),
 	}
 	if reg != nil {
-		reg.MustRegister(m.decisions, m.latency, m.errors)
+		reg.MustRegister(m.decisions, m.latency, m.errors, m.reservations)
 	}
 	return m
 }
@@ -65,4 +72,11 @@ func (m *metrics) observeError(p *pending, err error) {
 		code = strconv.Itoa(int(status.Status().Code))
 	}
 	m.errors.WithLabelValues(code, strconv.FormatBool(p.shadow())).Inc()
+}
+
+func (m *metrics) reservation(outcome string) {
+	if m == nil {
+		return
+	}
+	m.reservations.WithLabelValues(outcome).Inc()
 }

@@ -7,7 +7,9 @@ import (
 	"net/http/httptest"
 	"strconv"
 	"strings"
+	"sync/atomic"
 	"testing"
+	"time"
 
 	authorizationv1 "k8s.io/api/authorization/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
@@ -110,10 +112,16 @@ func TestOrchestration(t *testing.T) {
 			wantApproval: true, wantForwarded: 3, wantLiveParentReads: 2,
 		},
 		{
-			name: "an ambiguous failure may have written the object: the approval stays taken",
+			name: "an admission refusal left the object unwritten: the approval is put back",
+			opts: []serveOption{withApprovedFamily, enforce}, upstream: answering(http.StatusUnprocessableEntity),
+			write: driftWrite("approved-1", "approved", "approved-uid"), wantCode: http.StatusUnprocessableEntity,
+			wantApproval: true, wantForwarded: 3, wantLiveParentReads: 2,
+		},
+		{
+			name: "an answer that does not say, and the object is stored as it was: the approval is put back",
 			opts: []serveOption{withApprovedFamily, enforce}, upstream: answering(http.StatusInternalServerError),
 			write: driftWrite("approved-1", "approved", "approved-uid"), wantCode: http.StatusInternalServerError,
-			wantForwarded: 3, wantLiveParentReads: 1,
+			wantApproval: true, wantForwarded: 3, wantLiveParentReads: 2,
 		},
 		{
 			name: "somebody changed the parent while the approval was reserved: decided again from a fresh read",
@@ -188,6 +196,91 @@ func TestOrchestration(t *testing.T) {
 			}
 		})
 	}
+}
+
+// A once approval whose write got an answer that does not say whether it
+// was applied is settled by what kube-apiserver stores: spent when the
+// object changed, put back when it did not, and when kube-apiserver cannot
+// be read at once, in the background as soon as it can.
+func TestReservedApprovalWithoutAClearAnswer(t *testing.T) {
+	allowAll := func(authorizationv1.SubjectAccessReviewSpec) (bool, error) { return true, nil }
+	write := driftWrite("approved-1", "approved", "approved-uid")
+	approvalOnParent := func(t *testing.T, env *benchEnv) bool {
+		t.Helper()
+		parent, err := env.dyn.Resource(deploymentsGVR).Namespace("apps").Get(context.Background(), "approved", metav1.GetOptions{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return parent.GetAnnotations()[annotations.Approvals] == onceApproval
+	}
+	// landing stores the write (a new resourceVersion) before the answer
+	// is lost.
+	landing := func(env *benchEnv, code int) http.HandlerFunc {
+		return func(w http.ResponseWriter, r *http.Request) {
+			if r.URL.Query().Get("dryRun") == "" {
+				rs := env.dyn.Resource(replicasetsGVR).Namespace("apps")
+				child, err := rs.Get(r.Context(), "approved-1", metav1.GetOptions{})
+				if err == nil {
+					child.SetResourceVersion("201")
+					_, err = rs.Update(r.Context(), child, metav1.UpdateOptions{})
+				}
+				if err != nil {
+					t.Errorf("storing the write: %v", err)
+				}
+			}
+			answering(code)(w, r)
+		}
+	}
+
+	t.Run("the object changed: the write may have landed, the approval stays spent", func(t *testing.T) {
+		env := newServeEnv(t, nil, allowAll, withApprovedFamily, enforce)
+		env.upstream = landing(env, http.StatusGatewayTimeout)
+		rec := httptest.NewRecorder()
+		env.handler.ServeHTTP(rec, env.request(t, write))
+		if rec.Code != http.StatusGatewayTimeout {
+			t.Fatalf("code %d, want 504 (error: %v)", rec.Code, env.lastError)
+		}
+		if approvalOnParent(t, env) {
+			t.Errorf("the approval is back on the parent, though its write may have been applied")
+		}
+	})
+
+	t.Run("kube-apiserver cannot be read at once: the approval is put back once it can", func(t *testing.T) {
+		var down atomic.Int32
+		failWhileDown := func(s *serveSetup) {
+			s.reactors = append(s.reactors, reactor{verb: "get", resource: "replicasets", fn: func(clienttesting.Action) (bool, runtime.Object, error) {
+				if down.Load() > 0 {
+					down.Add(-1)
+					return true, nil, apierrors.NewServiceUnavailable("kube-apiserver is restarting")
+				}
+				return false, nil, nil
+			}})
+		}
+		env := newServeEnv(t, nil, allowAll, withApprovedFamily, enforce, failWhileDown)
+		env.upstream = func(w http.ResponseWriter, r *http.Request) {
+			if r.URL.Query().Get("dryRun") == "" {
+				// The write is lost with kube-apiserver, which stays
+				// unreadable for the next two reads.
+				down.Store(2)
+			}
+			answering(http.StatusServiceUnavailable)(w, r)
+		}
+		rec := httptest.NewRecorder()
+		env.handler.ServeHTTP(rec, env.request(t, write))
+		if rec.Code != http.StatusServiceUnavailable {
+			t.Fatalf("code %d, want 503 (error: %v)", rec.Code, env.lastError)
+		}
+		deadline := time.Now().Add(time.Minute)
+		for !approvalOnParent(t, env) {
+			if time.Now().After(deadline) {
+				t.Fatalf("the approval was not put back in a minute, though the write was never stored")
+			}
+			time.Sleep(50 * time.Millisecond)
+		}
+		if n := down.Load(); n != 0 {
+			t.Errorf("put back before kube-apiserver could be read (%d failing reads left)", n)
+		}
+	})
 }
 
 // Verdicts that rest on the proxy's computation are decided again on what

@@ -67,47 +67,46 @@ func (i *Interceptor) reserveApproval(ctx context.Context, upd *decision.Approva
 	return err
 }
 
-// restoreApproval puts a reserved once approval back after the upstream
-// refused the write it was reserved for. It merges into the parent's
-// current approvals, so edits made in between are kept. It is done before
-// the caller gets its answer: a client that retries at once must find the
-// approval back in place.
-func (i *Interceptor) restoreApproval(upd *decision.ApprovalsUpdate) {
-	func() {
-		ctx, cancel := context.WithTimeout(context.Background(), i.cfg.SideWriteTimeout)
-		defer cancel()
-		log := i.cfg.Log.With(zap.String("parent", upd.Target.String()), zap.String("approval", upd.Consumed.Name))
-		ri, err := i.resourceFor(upd.Target)
+// restoreApproval puts a reserved once approval back after the write it
+// was reserved for was not applied. It merges into the parent's current
+// approvals, so edits made in between are kept. It reports whether the
+// approval is back on the parent.
+func (i *Interceptor) restoreApproval(upd *decision.ApprovalsUpdate) bool {
+	ctx, cancel := context.WithTimeout(context.Background(), i.cfg.SideWriteTimeout)
+	defer cancel()
+	log := i.cfg.Log.With(zap.String("parent", upd.Target.String()), zap.String("approval", upd.Consumed.Name))
+	ri, err := i.resourceFor(upd.Target)
+	if err != nil {
+		log.Error("cannot restore a reserved approval", zap.Error(err))
+		return false
+	}
+	for attempt := 0; attempt < 5; attempt++ {
+		parent, err := ri.Get(ctx, upd.Target.Name, metav1.GetOptions{})
 		if err != nil {
 			log.Error("cannot restore a reserved approval", zap.Error(err))
-			return
+			return false
 		}
-		for attempt := 0; attempt < 5; attempt++ {
-			parent, err := ri.Get(ctx, upd.Target.Name, metav1.GetOptions{})
-			if err != nil {
-				log.Error("cannot restore a reserved approval", zap.Error(err))
-				return
-			}
-			value, changed, err := upd.Restore(parent.GetAnnotations()[annotations.Approvals])
-			if err != nil {
-				log.Error("cannot restore a reserved approval", zap.Error(err))
-				return
-			}
-			if !changed {
-				return
-			}
-			data, _ := annotationPatch(map[string]*string{annotations.Approvals: &value}, parent.GetResourceVersion())
-			_, err = ri.Patch(ctx, upd.Target.Name, types.MergePatchType, data, metav1.PatchOptions{FieldManager: FieldManager})
-			if err == nil {
-				log.Info("restored a once approval after the upstream refused the write")
-				return
-			}
-			if !apierrors.IsConflict(err) {
-				log.Error("cannot restore a reserved approval", zap.Error(err))
-				return
-			}
+		value, changed, err := upd.Restore(parent.GetAnnotations()[annotations.Approvals])
+		if err != nil {
+			log.Error("cannot restore a reserved approval", zap.Error(err))
+			return false
 		}
-	}()
+		if !changed {
+			return true
+		}
+		data, _ := annotationPatch(map[string]*string{annotations.Approvals: &value}, parent.GetResourceVersion())
+		_, err = ri.Patch(ctx, upd.Target.Name, types.MergePatchType, data, metav1.PatchOptions{FieldManager: FieldManager})
+		if err == nil {
+			log.Info("restored a once approval: the write it was reserved for was not applied")
+			return true
+		}
+		if !apierrors.IsConflict(err) {
+			log.Error("cannot restore a reserved approval", zap.Error(err))
+			return false
+		}
+	}
+	log.Error("cannot restore a reserved approval: the parent kept changing")
+	return false
 }
 
 // sideWrites records controller identity and the lifecycle phase on

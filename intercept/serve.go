@@ -145,7 +145,7 @@ func (i *Interceptor) serveWrite(w http.ResponseWriter, r *http.Request, wr *wri
 	out, err := i.mutate(r, p, &d)
 	if err != nil {
 		if reserved {
-			i.restoreApproval(d.ApprovalsUpdate)
+			i.restoreReservation(reservedWriteOf(p, d.ApprovalsUpdate), "the write could not be prepared")
 		}
 		fail(err)
 		return
@@ -159,19 +159,16 @@ func (i *Interceptor) serveWrite(w http.ResponseWriter, r *http.Request, wr *wri
 
 	rec := httpx.NewCodeRecorder(w)
 	if reserved {
-		// Only a conflict is certain to have left the object unwritten, and
-		// a conflict is what a write that passed its dry run meets in a
-		// race. Anything else (a broken connection, a timeout, a 5xx) may
-		// have been applied: putting the approval back could let it admit
-		// a second write. It is put back before the client hears of the
-		// conflict, so a retry finds it.
-		rec.BeforeHeader = func(code int) {
-			if code == http.StatusConflict {
-				i.restoreApproval(d.ApprovalsUpdate)
-			}
-		}
+		// Settled before the client hears the answer: a client that
+		// retries at once finds the approval back when it is put back.
+		reservation := reservedWriteOf(p, d.ApprovalsUpdate)
+		rec.BeforeHeader = func(code int) { i.settleReservation(reservation, code) }
 	}
 	forward.ServeHTTP(rec, out)
+	if reserved && rec.Code() == 0 {
+		// No answer was written at all: it does not say either.
+		i.settleReservation(reservedWriteOf(p, d.ApprovalsUpdate), 0)
+	}
 	succeeded := rec.Code() >= 200 && rec.Code() < 300
 	p.outcome = "forwarded:" + strconv.Itoa(rec.Code())
 	if succeeded && !wr.dryRun {

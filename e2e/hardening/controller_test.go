@@ -316,6 +316,30 @@ func (c *controller) approvalPresent(ctx context.Context, name string) (bool, er
 	return present, err
 }
 
+// approvalSettleWait is how long an approval spent by a write without a
+// clear answer may take to come back: the proxy retries the read of the
+// object with backoff (at most 15s apart) while kube-apiserver restarts or
+// the replica is cut off from it.
+const approvalSettleWait = 90 * time.Second
+
+// approvalReturns waits for the once approval of Tally name to be put back
+// on the Rig, and reports whether it was.
+func (c *controller) approvalReturns(ctx context.Context, name string) (bool, error) {
+	deadline := time.Now().Add(approvalSettleWait)
+	for time.Now().Before(deadline) {
+		present, err := c.approvalPresent(ctx, name)
+		if err != nil || present {
+			return present, err
+		}
+		select {
+		case <-ctx.Done():
+			return false, ctx.Err()
+		case <-time.After(500 * time.Millisecond):
+		}
+	}
+	return false, nil
+}
+
 // approved makes the drift write the once approval admits, until an
 // attempt consumed it. After each attempt the approval must be gone
 // exactly when the write was accepted (or may have been applied).
@@ -329,6 +353,14 @@ func (c *controller) approved(ctx context.Context, name string) error {
 		present, err := c.approvalPresent(ctx, name)
 		if err != nil {
 			return err
+		}
+		if !present && (e.outcome == failed || e.outcome == broken) {
+			// An answer that does not say whether the write landed: the
+			// proxy settles the approval from what is stored, in the
+			// background while kube-apiserver cannot be read.
+			if present, err = c.approvalReturns(ctx, name); err != nil {
+				return err
+			}
 		}
 		e.approvalConsumed = !present
 		switch {

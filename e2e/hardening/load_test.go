@@ -295,9 +295,16 @@ func verifyLedger(ctx context.Context, t *testing.T, ctls []*controller, l *ledg
 		if e.kind == kindApproved && e.approvalConsumed {
 			fig.ApprovalsConsumed++
 			if !e.applied {
-				if e.outcome == failed || e.outcome == broken {
+				switch {
+				case killed.reaches(e, approvalSettleWait):
+					// The replica died between reserving the approval
+					// and settling it: nothing is left to put it back.
+					fig.ApprovalsLostWithReplica++
+				case e.outcome == failed || e.outcome == broken:
 					fig.ApprovalsSpentByFailedWrites++
-				} else {
+					bad.add("the once approval of hardening-c%02d/%s was spent by write %s, which got no clear answer (%s %d) and is not in etcd, and the replica lived to put it back",
+						e.controller, e.tally, e.marker, e.outcome, e.code)
+				default:
 					bad.add("the once approval of hardening-c%02d/%s was consumed by write %s, which is not in etcd (%s %d)", e.controller, e.tally, e.marker, e.outcome, e.code)
 				}
 			}
@@ -456,6 +463,14 @@ func (k *killWindow) set(replica int, from, to time.Time) {
 	k.mu.Lock()
 	defer k.mu.Unlock()
 	k.replica, k.from, k.to = replica, from, to
+}
+
+// reaches reports whether the window began before e's replica could have
+// finished with e: within settle after e's answer.
+func (k *killWindow) reaches(e *entry, settle time.Duration) bool {
+	k.mu.Lock()
+	defer k.mu.Unlock()
+	return !k.from.IsZero() && e.replica == k.replica && !e.end.Add(settle).Before(k.from) && (k.to.IsZero() || !e.start.After(k.to))
 }
 
 // covers reports whether e overlapped the window.

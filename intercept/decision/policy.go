@@ -105,6 +105,64 @@ func OnReservationError(e ReservationError, attempt, maxAttempts int) Reservatio
 	}
 }
 
+// ReservedApprovalAction is what becomes of a reserved once approval when
+// kube-apiserver has answered the write it was reserved for.
+type ReservedApprovalAction int
+
+// Reserved approval actions.
+const (
+	// ApprovalUsed: the write was applied; the approval is spent.
+	ApprovalUsed ReservedApprovalAction = iota
+	// ApprovalRestore: kube-apiserver refused the write, so nothing was
+	// stored; the approval goes back.
+	ApprovalRestore
+	// ApprovalCheckStored: the answer does not say whether the write was
+	// applied (a 5xx, a broken connection, a timeout); what kube-apiserver
+	// stores decides (WriteNotApplied).
+	ApprovalCheckStored
+)
+
+// OnWriteAnswer decides the fate of a reserved once approval from the code
+// the write it was reserved for was answered with. kube-apiserver answers
+// 4xx only for a write it did not store (a conflict, an admission
+// refusal, a throttled request); a 5xx or no answer at all may come after
+// the object was stored.
+func OnWriteAnswer(code int) ReservedApprovalAction {
+	switch {
+	case code >= 200 && code < 300:
+		return ApprovalUsed
+	case code >= 400 && code < 500:
+		return ApprovalRestore
+	default:
+		return ApprovalCheckStored
+	}
+}
+
+// StoredState is what kube-apiserver stores under a write's object name.
+type StoredState struct {
+	Exists          bool
+	UID             string
+	ResourceVersion string
+}
+
+// WriteNotApplied reports whether a write of op whose answer did not say
+// (see ApprovalCheckStored) was certainly not applied: kube-apiserver still
+// stores exactly what the proxy read before it forwarded the write. Every
+// change of the resourceVersion could be that write, and a create without
+// a name cannot be looked for, so anything else counts as applied and the
+// approval stays spent: an approval admits at most one write.
+func WriteNotApplied(op Operation, before, after StoredState) bool {
+	switch op {
+	case Create:
+		return !before.Exists && !after.Exists
+	case Update, Delete:
+		return before.Exists && after.Exists && before.ResourceVersion != "" &&
+			after.UID == before.UID && after.ResourceVersion == before.ResourceVersion
+	default:
+		return false
+	}
+}
+
 // UnderBoth combines the decisions of a write under the parent it ends up
 // with (primary) and under the parent it moves away from (former): the
 // write stands only if it stands under both, so moving a child away from a

@@ -59,6 +59,58 @@ func TestOnReservationError(t *testing.T) {
 	}
 }
 
+func TestOnWriteAnswer(t *testing.T) {
+	tests := []struct {
+		code int
+		want ReservedApprovalAction
+	}{
+		{200, ApprovalUsed},
+		{201, ApprovalUsed},
+		{409, ApprovalRestore},
+		{422, ApprovalRestore},
+		{403, ApprovalRestore},
+		{429, ApprovalRestore},
+		{500, ApprovalCheckStored},
+		{502, ApprovalCheckStored},
+		{503, ApprovalCheckStored},
+		{504, ApprovalCheckStored},
+		{0, ApprovalCheckStored},
+	}
+	for _, tt := range tests {
+		if got := OnWriteAnswer(tt.code); got != tt.want {
+			t.Errorf("OnWriteAnswer(%d) = %v, want %v", tt.code, got, tt.want)
+		}
+	}
+}
+
+func TestWriteNotApplied(t *testing.T) {
+	stored := func(uid, rv string) StoredState { return StoredState{Exists: true, UID: uid, ResourceVersion: rv} }
+	absent := StoredState{}
+	tests := []struct {
+		name          string
+		op            Operation
+		before, after StoredState
+		want          bool
+	}{
+		{"update: the object is as it was read", Update, stored("u1", "10"), stored("u1", "10"), true},
+		{"update: a new resourceVersion may be the write", Update, stored("u1", "10"), stored("u1", "11"), false},
+		{"update: the object was replaced under its name", Update, stored("u1", "10"), stored("u2", "10"), false},
+		{"update: the object is gone", Update, stored("u1", "10"), absent, false},
+		{"update: nothing known of the object before", Update, StoredState{Exists: true, UID: "u1"}, StoredState{Exists: true, UID: "u1"}, false},
+		{"delete: the object is still there as it was read", Delete, stored("u1", "10"), stored("u1", "10"), true},
+		{"delete: the object is gone", Delete, stored("u1", "10"), absent, false},
+		{"delete: deletion started (a finalizer holds it)", Delete, stored("u1", "10"), stored("u1", "12"), false},
+		{"create: still absent", Create, absent, absent, true},
+		{"create: the object exists now", Create, absent, stored("u1", "10"), false},
+		{"unknown operation", Operation("CONNECT"), stored("u1", "10"), stored("u1", "10"), false},
+	}
+	for _, tt := range tests {
+		if got := WriteNotApplied(tt.op, tt.before, tt.after); got != tt.want {
+			t.Errorf("%s: %v, want %v", tt.name, got, tt.want)
+		}
+	}
+}
+
 func TestUnderBoth(t *testing.T) {
 	allowed := Decision{Result: Allow, Category: NoParent, Warnings: []string{"a"}}
 	frozen := Decision{Result: Deny, Category: Frozen}

@@ -55,12 +55,14 @@ type Load struct {
 	// answer was a 5xx or no answer at all.
 	UncertainApplied    int `json:"uncertainApplied"`
 	UncertainNotApplied int `json:"uncertainNotApplied"`
-	// ApprovalsConsumed once approvals were consumed, each by its write;
+	// ApprovalsConsumed once approvals were consumed, each by its write.
 	// ApprovalsSpentByFailedWrites of them by a write whose answer was a
-	// 5xx or none, and which was not applied (the proxy keeps a once
-	// approval at most once, never twice).
+	// 5xx or none and which was not applied, though the replica lived to
+	// settle it (must be 0); ApprovalsLostWithReplica by such a write
+	// through a replica killed before it could.
 	ApprovalsConsumed            int   `json:"approvalsConsumed"`
 	ApprovalsSpentByFailedWrites int   `json:"approvalsSpentByFailedWrites"`
+	ApprovalsLostWithReplica     int   `json:"approvalsLostWithReplica"`
 	TalliesCreated               int   `json:"talliesCreated"`
 	TracesChecked                int   `json:"tracesChecked"`
 	WatchEvents                  int64 `json:"watchEvents"`

@@ -1,0 +1,143 @@
+//go:build !kind
+
+package e2e
+
+import (
+	"context"
+	"encoding/json"
+	"encoding/pem"
+	"errors"
+	"net/http"
+	"net/http/httptest"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	admissionv1 "k8s.io/api/admission/v1"
+	admissionregistrationv1 "k8s.io/api/admissionregistration/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/utils/ptr"
+
+	"github.com/kausality-io/kausality-proxy/e2e/framework"
+)
+
+// A once approval is not spent by a write kube-apiserver could not finish.
+// A validating webhook admits dry runs and breaks off on real writes, so
+// the approved write passes the proxy's dry run, is forwarded, and is
+// answered 500 by kube-apiserver with nothing stored: the approval must be
+// back on the parent when the controller hears the 500, and admit the
+// write once the webhook is gone.
+func TestOnceApprovalSurvivesAWriteKubeAPIServerCouldNotFinish(t *testing.T) {
+	f := newOnceApprovedGadget(t, "wg-5xx")
+	f.settleGadget("g", "Allow/DriftApproved")
+
+	var broken atomic.Int64
+	hook := httptest.NewTLSServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		var review admissionv1.AdmissionReview
+		if err := json.NewDecoder(r.Body).Decode(&review); err != nil || review.Request == nil {
+			http.Error(w, "not an AdmissionReview", http.StatusBadRequest)
+			return
+		}
+		if !ptr.Deref(review.Request.DryRun, false) {
+			broken.Add(1)
+			panic(http.ErrAbortHandler)
+		}
+		review.Response = &admissionv1.AdmissionResponse{UID: review.Request.UID, Allowed: true}
+		review.Request = nil
+		_ = json.NewEncoder(w).Encode(&review)
+	}))
+	t.Cleanup(hook.Close)
+	caBundle := pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: hook.Certificate().Raw})
+
+	hooks := directClient(t).AdmissionregistrationV1().ValidatingWebhookConfigurations()
+	ctx := context.Background()
+	config := &admissionregistrationv1.ValidatingWebhookConfiguration{
+		ObjectMeta: metav1.ObjectMeta{Name: f.ns + "-breaks-writes"},
+		Webhooks: []admissionregistrationv1.ValidatingWebhook{{
+			Name:                    "breaks-writes.e2e.kausality.io",
+			ClientConfig:            admissionregistrationv1.WebhookClientConfig{URL: ptr.To(hook.URL + "/validate"), CABundle: caBundle},
+			Rules:                   []admissionregistrationv1.RuleWithOperations{gadgetWrites()},
+			NamespaceSelector:       &metav1.LabelSelector{MatchLabels: map[string]string{"kubernetes.io/metadata.name": f.ns}},
+			FailurePolicy:           ptr.To(admissionregistrationv1.Fail),
+			SideEffects:             ptr.To(admissionregistrationv1.SideEffectClassNone),
+			AdmissionReviewVersions: []string{"v1"},
+			TimeoutSeconds:          ptr.To[int32](5),
+		}},
+	}
+	_, err := hooks.Create(ctx, config, metav1.CreateOptions{})
+	mustf(t, err, "create the webhook")
+	removeHook := func() { _ = hooks.Delete(ctx, config.Name, metav1.DeleteOptions{}) }
+	t.Cleanup(removeHook)
+	// kube-apiserver picks the webhook up from its own informer: a probe
+	// Gadget the webhook breaks says it is in force.
+	waitForProbe(t, f, func(err error) bool { return err != nil && broken.Load() > 0 }, "the webhook to be in force")
+
+	before := broken.Load()
+	_, err = f.setValue("g", "b", false)
+	var status apierrors.APIStatus
+	if !errors.As(err, &status) || status.Status().Code < 500 {
+		t.Fatalf("the approved write with the webhook breaking off: %v, want kube-apiserver's 5xx", err)
+	}
+	if broken.Load() == before {
+		t.Fatalf("the write never reached the webhook (so never kube-apiserver's storage path): %v", err)
+	}
+	if v := f.gadgetValue("g"); v != "a" {
+		t.Fatalf("kube-apiserver stored the write it answered %d: value %q", status.Status().Code, v)
+	}
+	// Put back before the controller heard the 500: no waiting here.
+	if got := wgApprovals(t, f.getWidget().GetAnnotations()[wgAnnApprovals]); len(got) != 1 {
+		t.Fatalf("the once approval was spent by a write kube-apiserver did not store: approvals %v", got)
+	}
+
+	removeHook()
+	waitForProbe(t, f, func(err error) bool { return err == nil }, "the webhook to be gone")
+	_, err = f.setValue("g", "b", false)
+	mustf(t, err, "the approved write once the webhook is gone")
+	if v := f.gadgetValue("g"); v != "b" {
+		t.Fatalf("the approved write was not stored: value %q", v)
+	}
+	if got := wgApprovals(t, f.getWidget().GetAnnotations()[wgAnnApprovals]); len(got) != 0 {
+		t.Fatalf("the once approval is still there after the write it admitted: %v", got)
+	}
+}
+
+// gadgetWrites is the webhook rule for creates and updates of Gadgets.
+func gadgetWrites() admissionregistrationv1.RuleWithOperations {
+	return admissionregistrationv1.RuleWithOperations{
+		Operations: []admissionregistrationv1.OperationType{admissionregistrationv1.Create, admissionregistrationv1.Update},
+		Rule: admissionregistrationv1.Rule{
+			APIGroups:   []string{framework.GadgetGVR.Group},
+			APIVersions: []string{framework.GadgetGVR.Version},
+			Resources:   []string{framework.GadgetGVR.Resource},
+		},
+	}
+}
+
+// waitForProbe creates (and deletes) probe Gadgets directly in f's
+// namespace until done accepts the create's error.
+func waitForProbe(t *testing.T, f *wgFamily, done func(error) bool, what string) {
+	t.Helper()
+	ctx := context.Background()
+	gadgets := f.admin.Resource(framework.GadgetGVR).Namespace(f.ns)
+	deadline := time.Now().Add(time.Minute)
+	for {
+		probe := &unstructured.Unstructured{Object: map[string]any{
+			"apiVersion": wgAPIVersion, "kind": "Gadget",
+			"metadata": map[string]any{"generateName": "probe-"},
+			"spec":     map[string]any{"value": "probe"},
+		}}
+		created, err := gadgets.Create(ctx, probe, metav1.CreateOptions{})
+		if err == nil {
+			_ = gadgets.Delete(ctx, created.GetName(), metav1.DeleteOptions{})
+		}
+		if done(err) {
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("waited a minute for %s (last probe: %v)", what, err)
+		}
+		time.Sleep(200 * time.Millisecond)
+	}
+}

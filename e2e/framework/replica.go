@@ -29,6 +29,11 @@ type ReplicaOptions struct {
 	Drifts intercept.DriftOptions
 	// Config is its --config content (BaseConfig if empty).
 	Config string
+	// Upstream is host:port it reaches kube-apiserver at, such as a
+	// Relay's address; "" is kube-apiserver's own.
+	Upstream string
+	// NoWaitReady returns as soon as it serves, ready or not.
+	NoWaitReady bool
 }
 
 // Replica is a kausality-proxy running in-process next to the main one,
@@ -61,6 +66,10 @@ func (l *Local) StartReplica(ctx context.Context, o ReplicaOptions) (*Replica, e
 	dir := filepath.Join(l.CP.WorkDir, "replica-"+o.Name)
 	if err := os.MkdirAll(dir, 0o700); err != nil {
 		return nil, err
+	}
+	if o.Upstream != "" {
+		identity = rest.CopyConfig(identity)
+		identity.Host = "https://" + o.Upstream
 	}
 	opts := proxy.NewOptions()
 	opts.UpstreamConfig = identity
@@ -116,6 +125,9 @@ func (l *Local) StartReplica(ctx context.Context, o ReplicaOptions) (*Replica, e
 	if r.CAData, err = os.ReadFile(filepath.Join(opts.SecureServing.ServerCert.CertDirectory, opts.SecureServing.ServerCert.PairName+".crt")); err != nil {
 		r.Stop()
 		return nil, fmt.Errorf("reading the replica's self-signed certificate: %w", err)
+	}
+	if o.NoWaitReady {
+		return r, nil
 	}
 	if err := waitReady(ctx, r.MetricsURL); err != nil {
 		r.Stop()

@@ -96,10 +96,25 @@ func TestBadInputBodies(t *testing.T) {
 			400, metav1.StatusReasonBadRequest, []string{"depth"}},
 		{"100k levels of YAML flow sequences", http.MethodPut, gadget, "application/yaml", deepYAML,
 			400, metav1.StatusReasonBadRequest, []string{"YAML"}},
+		{"a merge patch that is a JSON array, custom resource", http.MethodPatch, gadget, "application/merge-patch+json", `[{"spec":{"value":"b"}}]`,
+			400, metav1.StatusReasonBadRequest, []string{"must be a JSON object, got an array"}},
+		{"a merge patch that is a JSON array, built-in kind", http.MethodPatch, configMap, "application/merge-patch+json", `[{"data":{"k":"b"}}]`,
+			400, metav1.StatusReasonBadRequest, []string{"must be a JSON object, got an array"}},
+	}
+	// Cases kube-apiserver itself is asked too: its code must be the same.
+	sameAsDirect := map[string]bool{
+		"a merge patch that is a JSON array, custom resource": true,
+		"a merge patch that is a JSON array, built-in kind":   true,
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
 			before := f.storedVersions(t)
+			if sameAsDirect[tc.name] {
+				direct, directBody := sendRaw(t, directHTTPClient(t, nil), directURL(), tc.method, tc.path, tc.contentType, []byte(tc.body), header)
+				if int32(direct) != tc.code {
+					t.Fatalf("kube-apiserver itself answers %d, the case expects %d: %.400s", direct, tc.code, directBody)
+				}
+			}
 			code, body := sendRaw(t, rawClient(t, nil), cluster.ProxyEndpoint().URL, tc.method, tc.path, tc.contentType, []byte(tc.body), header)
 			if int32(code) != tc.code {
 				t.Fatalf("code %d, want %d: %.400s", code, tc.code, body)

@@ -460,9 +460,10 @@ func applyMerge(current *unstructured.Unstructured, patch []byte, opts Options) 
 	case p == nil:
 		return nil, apierrors.NewBadRequest("the merge patch is not a valid JSON document: a merge patch must be a JSON object, got null")
 	case !ok:
-		// RFC 7386: a patch that is not an object replaces the target,
-		// which then is no object.
-		return nil, invalidPatch(current, fmt.Sprintf("the patch turns the object into %s", body.Describe(p)))
+		// RFC 7386 lets a patch that is not an object replace the target;
+		// kube-apiserver decodes a merge patch into an object first, for
+		// every kind, and refuses anything else as a bad request.
+		return nil, apierrors.NewBadRequest(fmt.Sprintf("error decoding patch: a merge patch must be a JSON object, got %s", body.Describe(p)))
 	}
 	result := current.DeepCopy()
 	mergeObject(result.Object, pm)

@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"net/http"
+	"os"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -20,6 +21,7 @@ import (
 	"github.com/kausality-io/kausality-proxy/intercept/escalation"
 	"github.com/kausality-io/kausality-proxy/intercept/notify"
 	"github.com/kausality-io/kausality-proxy/intercept/objects"
+	"github.com/kausality-io/kausality-proxy/intercept/reservations"
 )
 
 // Options are what the proxy's flags say about writes. Build makes the
@@ -49,6 +51,9 @@ type Options struct {
 	Log        *zap.Logger
 	// Metrics receives the write path's and the report sender's metrics.
 	Metrics prometheus.Registerer
+	// ReservationOrphanAge is when a once-approval reservation whose
+	// replica has not settled it is settled by another (0: the default).
+	ReservationOrphanAge time.Duration
 }
 
 // DriftOptions configure the drift records, the election of the replica
@@ -98,25 +103,35 @@ func Build(o Options) (*Interceptor, error) {
 	// Informers live as long as the interceptor, not a request.
 	background, stop := context.WithCancel(context.Background())
 	store := objects.New(background, disc, dyn)
-	ledger, slack, err := buildDrifts(o, store, dyn)
+	client, err := kubernetes.NewForConfig(o.Client)
+	if err != nil {
+		stop()
+		return nil, fmt.Errorf("upstream client: %w", err)
+	}
+	ledger, slack, err := buildDrifts(o, store, dyn, client)
 	if err != nil {
 		stop()
 		return nil, err
 	}
 	policies := NewPolicies(dyn, o.Log.Named("approvalpolicies"))
 	policies.Run(background)
+	// Reservations are kept next to the drift records, in the proxy's
+	// own namespace.
+	reserved := reservations.New(client.CoreV1(), o.Drifts.Namespace, replicaIdentity(o.Drifts.Identity), nil)
 	i := New(Config{
-		Policies:      policies,
-		Drifts:        ledger,
-		Objects:       store,
-		Writer:        dyn,
-		Settings:      settings.Current,
-		DefaultMode:   annotations.DriftMode(o.DefaultMode),
-		FailurePolicy: FailurePolicy(o.FailurePolicy),
-		Authorizer:    o.Authorizer,
-		MaxBodyBytes:  o.MaxBodyBytes,
-		Log:           o.Log.Named("intercept"),
-		Metrics:       o.Metrics,
+		Reservations:         reserved,
+		ReservationOrphanAge: o.ReservationOrphanAge,
+		Policies:             policies,
+		Drifts:               ledger,
+		Objects:              store,
+		Writer:               dyn,
+		Settings:             settings.Current,
+		DefaultMode:          annotations.DriftMode(o.DefaultMode),
+		FailurePolicy:        FailurePolicy(o.FailurePolicy),
+		Authorizer:           o.Authorizer,
+		MaxBodyBytes:         o.MaxBodyBytes,
+		Log:                  o.Log.Named("intercept"),
+		Metrics:              o.Metrics,
 	})
 	i.watcher, i.stopBackground, i.slack = settings, stop, slack
 	return i, nil
@@ -124,14 +139,10 @@ func Build(o Options) (*Interceptor, error) {
 
 // buildDrifts makes the drift ledger and, with a Slack channel, the
 // escalation and its interaction endpoint. Nobody to tell: no ledger.
-func buildDrifts(o Options, store *objects.Store, dyn dynamic.Interface) (*drifts.Ledger, *escalation.Escalator, error) {
+func buildDrifts(o Options, store *objects.Store, dyn dynamic.Interface, client kubernetes.Interface) (*drifts.Ledger, *escalation.Escalator, error) {
 	d := o.Drifts
 	if !d.enabled(o.DriftWebhookURLs) {
 		return nil, nil, nil
-	}
-	client, err := kubernetes.NewForConfig(o.Client)
-	if err != nil {
-		return nil, nil, fmt.Errorf("upstream client: %w", err)
 	}
 	lo := drifts.Options{
 		Client: client, Namespace: d.Namespace, Identity: d.Identity, Objects: store,
@@ -175,8 +186,8 @@ func (i *Interceptor) SlackInteractions() http.Handler {
 	return i.slack.InteractionHandler()
 }
 
-// Run starts the config watcher and the drift ledger; they stop when ctx
-// is done.
+// Run starts the config watcher, the settlement of orphaned approval
+// reservations and the drift ledger; they stop when ctx is done.
 func (i *Interceptor) Run(ctx context.Context) {
 	if i == nil {
 		return
@@ -184,7 +195,20 @@ func (i *Interceptor) Run(ctx context.Context) {
 	if i.watcher != nil {
 		go i.watcher.Run(ctx)
 	}
+	go i.settleOrphanedReservations(ctx)
 	i.cfg.Drifts.Run(ctx)
+}
+
+// replicaIdentity names this replica in the records it writes: identity,
+// or the host name (the pod's name).
+func replicaIdentity(identity string) string {
+	if identity != "" {
+		return identity
+	}
+	if host, err := os.Hostname(); err == nil {
+		return host
+	}
+	return "unknown"
 }
 
 // Shutdown records the drifts taken within ctx and stops the caches.

@@ -350,8 +350,11 @@ func (i *Interceptor) reserveCollection(w http.ResponseWriter, r *http.Request, 
 	}
 	var reserved []*decision.ApprovalsUpdate
 	stop := func(err error) ([]*decision.ApprovalsUpdate, bool) {
-		for _, upd := range reserved {
-			i.restoreApproval(upd)
+		for _, m := range c.members {
+			if slices.Contains(reserved, m.d.ApprovalsUpdate) {
+				// Nothing was forwarded: as good as a refusal.
+				i.settleReservation(reservedWriteOf(m.p, m.d.ApprovalsUpdate), http.StatusBadRequest)
+			}
 		}
 		if err != nil && !i.forwardIgnored(w, r, p, err, forward) {
 			p.outcome = "error"
@@ -382,7 +385,7 @@ func (i *Interceptor) reserveCollection(w http.ResponseWriter, r *http.Request, 
 				}
 				preflighted = true
 			}
-			err := i.reserveApproval(r.Context(), upd)
+			err := i.reserve(r.Context(), m.p, upd)
 			if err == nil {
 				reserved = append(reserved, upd)
 				break

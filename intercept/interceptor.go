@@ -17,6 +17,7 @@ import (
 	"github.com/kausality-io/kausality-proxy/intercept/drifts"
 	"github.com/kausality-io/kausality-proxy/intercept/escalation"
 	"github.com/kausality-io/kausality-proxy/intercept/objects"
+	"github.com/kausality-io/kausality-proxy/intercept/reservations"
 	"github.com/kausality-io/kausality-proxy/intercept/settle"
 )
 
@@ -74,6 +75,13 @@ type Config struct {
 	// Clock tells decisions the time (snooze, trace timestamps) and
 	// measures latency; nil is the real clock.
 	Clock clock.PassiveClock
+	// Reservations records each once approval reserved for a write until
+	// the write's outcome is settled; nil records none (a replica that
+	// dies mid-write then takes the approval with it).
+	Reservations *reservations.Store
+	// ReservationOrphanAge is when a reservation its replica has not
+	// settled is settled by this one; 0 is DefaultReservationOrphanAge.
+	ReservationOrphanAge time.Duration
 }
 
 // Interceptor holds what write interception needs across requests.
@@ -119,6 +127,9 @@ func New(cfg Config) *Interceptor {
 	}
 	if cfg.SideWriteTimeout <= 0 {
 		cfg.SideWriteTimeout = 10 * time.Second
+	}
+	if cfg.ReservationOrphanAge <= 0 {
+		cfg.ReservationOrphanAge = DefaultReservationOrphanAge
 	}
 	i := &Interceptor{cfg: cfg, metrics: newMetrics(cfg.Metrics), settled: settle.NewMemory(0),
 		settling: make(chan struct{}, maxSettlingReservations)}

@@ -26,6 +26,7 @@ import (
 	"github.com/kausality-io/kausality-proxy/intercept/decision"
 	"github.com/kausality-io/kausality-proxy/intercept/desired"
 	"github.com/kausality-io/kausality-proxy/intercept/objects"
+	"github.com/kausality-io/kausality-proxy/intercept/reservations"
 	"github.com/kausality-io/kausality-proxy/internal/httpx"
 )
 
@@ -76,8 +77,10 @@ type pending struct {
 	// on, which the forwarded write must still find.
 	confirmed    bool
 	precondition string
-	nsMode       string
-	outcome      string // what finally happened, for the decision line
+	// reservation records the once approval reserved for the write.
+	reservation *reservations.Record
+	nsMode      string
+	outcome     string // what finally happened, for the decision line
 }
 
 func (i *Interceptor) serveWrite(w http.ResponseWriter, r *http.Request, wr *write, forward http.Handler, writeError ErrorWriter) {
@@ -145,7 +148,7 @@ func (i *Interceptor) serveWrite(w http.ResponseWriter, r *http.Request, wr *wri
 	out, err := i.mutate(r, p, &d)
 	if err != nil {
 		if reserved {
-			i.restoreReservation(reservedWriteOf(p, d.ApprovalsUpdate), "the write could not be prepared")
+			i.settleReservation(reservedWriteOf(p, d.ApprovalsUpdate), http.StatusBadRequest)
 		}
 		fail(err)
 		return
@@ -259,7 +262,7 @@ func (i *Interceptor) decideAndReserve(w http.ResponseWriter, r *http.Request, p
 			}
 			preflighted = true
 		}
-		err = i.reserveApproval(r.Context(), d.ApprovalsUpdate)
+		err = i.reserve(r.Context(), p, d.ApprovalsUpdate)
 		if err == nil {
 			return d, true
 		}

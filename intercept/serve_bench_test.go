@@ -116,6 +116,8 @@ type benchEnv struct {
 	infoF     *request.RequestInfoFactory
 	// upstream answers forwarded requests; nil answers 200 with {}.
 	upstream http.HandlerFunc
+	// interceptor is the Interceptor behind handler.
+	interceptor *intercept.Interceptor
 }
 
 // serveSetup is what options of newServeEnv may change before the
@@ -223,6 +225,7 @@ func newServeEnv(b testing.TB, log *zap.Logger, allow func(authorizationv1.Subje
 	cfg := setup.config
 	cfg.Objects, cfg.Writer, cfg.Log, cfg.Authorizer = store, dyn, log, authenticator.Authorizer()
 	i := intercept.New(cfg)
+	env.interceptor = i
 	forward := http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		if env.upstream != nil {
 			env.forwarded.Add(1)

@@ -50,6 +50,10 @@ type Options struct {
 	// Drifts: where open drifts are kept (the proxy's namespace) and the
 	// Slack escalation.
 	Drifts intercept.DriftOptions
+	// ApprovalReservationOrphanAge is when a once approval reserved by a
+	// replica that has not settled it (it died mid-write) is settled by
+	// another replica.
+	ApprovalReservationOrphanAge time.Duration
 	// SlackInteractionsBindAddress serves the endpoint Slack posts button
 	// clicks to (plain HTTP, behind the ingress that terminates TLS).
 	SlackInteractionsBindAddress string
@@ -101,6 +105,7 @@ func NewOptions() *Options {
 		UpstreamProbeInterval:        2 * time.Second,
 		ConfigReloadInterval:         2 * time.Second,
 		DriftWebhookTimeout:          10 * time.Second,
+		ApprovalReservationOrphanAge: intercept.DefaultReservationOrphanAge,
 		Drifts:                       intercept.DriftOptions{Namespace: defaultNamespace()},
 		SlackInteractionsBindAddress: ":8090",
 	}
@@ -128,7 +133,9 @@ func (o *Options) AddFlags(fs *pflag.FlagSet) {
 	fs.StringSliceVar(&o.DriftWebhookURLs, "drift-webhook-url", o.DriftWebhookURLs, "Endpoint that receives DriftReports (kausality.io/v1alpha1) as JSON POSTs; repeatable. Delivery is asynchronous with a bounded queue and retries, and never blocks a write.")
 	fs.DurationVar(&o.DriftWebhookTimeout, "drift-webhook-timeout", o.DriftWebhookTimeout, "Timeout of one DriftReport delivery attempt.")
 	fs.StringVar(&o.Drifts.Namespace, "drift-namespace", o.Drifts.Namespace,
-		"Namespace of the open-drift records (ConfigMaps) and of the Lease that elects the one replica sending DriftReports. Default: $POD_NAMESPACE, else kausality-system.")
+		"Namespace of the open-drift records and of the once-approval reservation records (ConfigMaps), and of the Lease that elects the one replica sending DriftReports. Default: $POD_NAMESPACE, else kausality-system.")
+	fs.DurationVar(&o.ApprovalReservationOrphanAge, "approval-reservation-orphan-age", o.ApprovalReservationOrphanAge,
+		"When a once approval reserved for a write by a replica that has not settled it (it died mid-write) is settled by another replica, from what kube-apiserver stores. Keep it above the time kube-apiserver may still finish a write (its --request-timeout). At least 30s.")
 	fs.StringVar(&o.Drifts.SlackChannel, "slack-channel", o.Drifts.SlackChannel, "Slack channel each drift is escalated to, with Approve, Reject and Snooze buttons. Empty: no Slack.")
 	fs.StringVar(&o.Drifts.SlackCredentialsDir, "slack-credentials-dir", o.Drifts.SlackCredentialsDir,
 		"Directory of the mounted Secret holding the Slack files bot-token and signing-secret (never flags).")
@@ -167,6 +174,9 @@ func (o *Options) Validate() []error {
 	}
 	if o.MaxRequestBodyBytes <= 0 {
 		errs = append(errs, fmt.Errorf("--max-request-body-bytes must be positive"))
+	}
+	if o.ApprovalReservationOrphanAge < 30*time.Second {
+		errs = append(errs, fmt.Errorf("--approval-reservation-orphan-age must be at least 30s, not %s: a shorter one could put an approval back while its write is still in flight", o.ApprovalReservationOrphanAge))
 	}
 	if o.MetricsBindAddress == "" && o.MetricsListener == nil {
 		errs = append(errs, fmt.Errorf("--metrics-bind-address must be set: probes need /readyz"))

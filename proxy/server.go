@@ -126,6 +126,7 @@ func (o *Options) Config(log *zap.Logger) (*Config, error) {
 		DriftWebhookURLs:     o.DriftWebhookURLs,
 		DriftWebhookTimeout:  o.DriftWebhookTimeout,
 		Drifts:               o.Drifts,
+		ReservationOrphanAge: o.ApprovalReservationOrphanAge,
 		DefaultMode:          o.DefaultMode,
 		FailurePolicy:        o.FailurePolicy,
 		MaxBodyBytes:         o.MaxRequestBodyBytes,

@@ -140,9 +140,9 @@ func OnWriteAnswer(code int) ReservedApprovalAction {
 
 // StoredState is what kube-apiserver stores under a write's object name.
 type StoredState struct {
-	Exists          bool
-	UID             string
-	ResourceVersion string
+	Exists          bool   `json:"exists"`
+	UID             string `json:"uid,omitempty"`
+	ResourceVersion string `json:"resourceVersion,omitempty"`
 }
 
 // WriteNotApplied reports whether a write of op whose answer did not say

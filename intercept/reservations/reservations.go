@@ -1,0 +1,154 @@
+// Package reservations keeps, in the cluster, a record of each once
+// approval the proxy has taken off a parent for a write whose outcome it
+// has not settled yet. The replica that reserved the approval settles it
+// when kube-apiserver answers (spent, or put back); a replica that dies in
+// between leaves its record behind, and any replica settles it later from
+// what kube-apiserver stores. So a person's approval is not lost with a
+// replica.
+//
+// A record is a ConfigMap in the proxy's namespace. Whoever settles a
+// record first claims it, by deleting it with a resourceVersion
+// precondition, and only then acts: two replicas never both put the same
+// approval back.
+package reservations
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/labels"
+	"k8s.io/apimachinery/pkg/runtime/schema"
+	corev1client "k8s.io/client-go/kubernetes/typed/core/v1"
+	"k8s.io/utils/clock"
+
+	"github.com/kausality-io/kausality-proxy/intercept/approval"
+	"github.com/kausality-io/kausality-proxy/intercept/decision"
+)
+
+const (
+	managedByLabel = "app.kubernetes.io/managed-by"
+	managedBy      = "kausality-proxy"
+	componentLabel = "app.kubernetes.io/component"
+	component      = "approval-reservation"
+	dataKey        = "reservation"
+	namePrefix     = "kausality-reservation-"
+)
+
+// Reservation is a once approval taken off its parent for one write, and
+// what is needed to settle it without the replica that took it.
+type Reservation struct {
+	// Parent carries the approvals annotation the approval was taken from.
+	Parent      decision.ObjectRef `json:"parent"`
+	Approval    approval.Approval  `json:"approval"`
+	ApprovalRaw json.RawMessage    `json:"approvalRaw,omitempty"`
+	// The write: its operation and object, and the object as stored
+	// before the write was forwarded.
+	Operation decision.Operation   `json:"operation"`
+	Group     string               `json:"group,omitempty"`
+	Version   string               `json:"version"`
+	Resource  string               `json:"resource"`
+	Namespace string               `json:"namespace,omitempty"`
+	Name      string               `json:"name"`
+	Before    decision.StoredState `json:"before"`
+	// Replica reserved the approval, at Reserved.
+	Replica  string    `json:"replica"`
+	Reserved time.Time `json:"reserved"`
+}
+
+// GVR is the written object's resource.
+func (r *Reservation) GVR() schema.GroupVersionResource {
+	return schema.GroupVersionResource{Group: r.Group, Version: r.Version, Resource: r.Resource}
+}
+
+// Update is the approvals update that puts the approval back.
+func (r *Reservation) Update() *decision.ApprovalsUpdate {
+	return &decision.ApprovalsUpdate{Target: r.Parent, Consumed: r.Approval, ConsumedRaw: r.ApprovalRaw}
+}
+
+// Record is a stored Reservation.
+type Record struct {
+	Reservation
+	name, resourceVersion string
+}
+
+// ID names the record (its ConfigMap).
+func (r *Record) ID() string { return r.name }
+
+// Store keeps the records of one namespace.
+type Store struct {
+	configMaps corev1client.ConfigMapInterface
+	replica    string
+	clock      clock.PassiveClock
+}
+
+// New returns a Store of the records in namespace; replica names this
+// replica in the records it opens.
+func New(client corev1client.ConfigMapsGetter, namespace, replica string, c clock.PassiveClock) *Store {
+	if c == nil {
+		c = clock.RealClock{}
+	}
+	return &Store{configMaps: client.ConfigMaps(namespace), replica: replica, clock: c}
+}
+
+// Open records r before its approval is taken off the parent.
+func (s *Store) Open(ctx context.Context, r Reservation) (*Record, error) {
+	r.Replica, r.Reserved = s.replica, s.clock.Now().UTC()
+	data, err := json.Marshal(r)
+	if err != nil {
+		return nil, err
+	}
+	cm := &corev1.ConfigMap{
+		ObjectMeta: metav1.ObjectMeta{GenerateName: namePrefix, Labels: map[string]string{managedByLabel: managedBy, componentLabel: component}},
+		Data:       map[string]string{dataKey: string(data)},
+	}
+	created, err := s.configMaps.Create(ctx, cm, metav1.CreateOptions{FieldManager: managedBy})
+	if err != nil {
+		return nil, fmt.Errorf("recording the reservation of a once approval on %s: %w", r.Parent, err)
+	}
+	return &Record{Reservation: r, name: created.Name, resourceVersion: created.ResourceVersion}, nil
+}
+
+// Claim deletes rec so that its settlement is this caller's. It reports
+// false when somebody else settled it first.
+func (s *Store) Claim(ctx context.Context, rec *Record) (bool, error) {
+	err := s.configMaps.Delete(ctx, rec.name, metav1.DeleteOptions{Preconditions: &metav1.Preconditions{ResourceVersion: &rec.resourceVersion}})
+	switch {
+	case err == nil:
+		return true, nil
+	case apierrors.IsNotFound(err), apierrors.IsConflict(err):
+		return false, nil
+	default:
+		return false, err
+	}
+}
+
+// Orphans lists the records reserved longer than olderThan ago: their
+// replicas died, or gave up settling them. Records that cannot be read
+// are returned with an empty Reservation and broken set.
+func (s *Store) Orphans(ctx context.Context, olderThan time.Duration) (orphans []*Record, broken []*Record, err error) {
+	selector := labels.SelectorFromSet(labels.Set{managedByLabel: managedBy, componentLabel: component}).String()
+	list, err := s.configMaps.List(ctx, metav1.ListOptions{LabelSelector: selector})
+	if err != nil {
+		return nil, nil, err
+	}
+	now := s.clock.Now()
+	for i := range list.Items {
+		cm := &list.Items[i]
+		rec := &Record{name: cm.Name, resourceVersion: cm.ResourceVersion}
+		if err := json.Unmarshal([]byte(cm.Data[dataKey]), &rec.Reservation); err != nil || rec.Reserved.IsZero() {
+			if now.Sub(cm.CreationTimestamp.Time) > olderThan {
+				broken = append(broken, rec)
+			}
+			continue
+		}
+		if now.Sub(rec.Reserved) > olderThan {
+			orphans = append(orphans, rec)
+		}
+	}
+	return orphans, broken, nil
+}

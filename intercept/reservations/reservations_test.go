@@ -1,0 +1,117 @@
+package reservations
+
+import (
+	"context"
+	"fmt"
+	"testing"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/client-go/kubernetes/fake"
+	clienttesting "k8s.io/client-go/testing"
+	clocktesting "k8s.io/utils/clock/testing"
+
+	"github.com/kausality-io/kausality-proxy/intercept/approval"
+	"github.com/kausality-io/kausality-proxy/intercept/decision"
+)
+
+func reservation() Reservation {
+	return Reservation{
+		Parent:    decision.ObjectRef{APIVersion: "apps/v1", Kind: "Deployment", Namespace: "apps", Name: "web"},
+		Approval:  approval.Approval{APIVersion: "apps/v1", Kind: "ReplicaSet", Name: "web-1", Generation: 5, Mode: approval.Once},
+		Operation: decision.Update, Group: "apps", Version: "v1", Resource: "replicasets", Namespace: "apps", Name: "web-1",
+		Before: decision.StoredState{Exists: true, UID: "rs-uid", ResourceVersion: "200"},
+	}
+}
+
+// newClient is a fake clientset that names objects created with a
+// generateName, as kube-apiserver does.
+func newClient() *fake.Clientset {
+	client := fake.NewClientset()
+	n := 0
+	client.PrependReactor("create", "configmaps", func(a clienttesting.Action) (bool, runtime.Object, error) {
+		cm := a.(clienttesting.CreateAction).GetObject().(*corev1.ConfigMap)
+		if cm.Name == "" && cm.GenerateName != "" {
+			n++
+			cm.Name = fmt.Sprintf("%s%05d", cm.GenerateName, n)
+		}
+		return false, nil, nil
+	})
+	return client
+}
+
+func TestOpenClaim(t *testing.T) {
+	ctx := context.Background()
+	client := newClient()
+	clock := clocktesting.NewFakePassiveClock(time.Date(2026, 11, 24, 12, 0, 0, 0, time.UTC))
+	s := New(client.CoreV1(), "kausality-system", "replica-a", clock)
+
+	rec, err := s.Open(ctx, reservation())
+	if err != nil {
+		t.Fatal(err)
+	}
+	list, err := client.CoreV1().ConfigMaps("kausality-system").List(ctx, metav1.ListOptions{LabelSelector: "app.kubernetes.io/component=approval-reservation"})
+	if err != nil || len(list.Items) != 1 {
+		t.Fatalf("records after Open: %v %v", list, err)
+	}
+	if rec.Replica != "replica-a" || !rec.Reserved.Equal(clock.Now()) {
+		t.Errorf("the record does not say who reserved when: %+v", rec.Reservation)
+	}
+	if got := rec.Update(); got.Target != rec.Parent || got.Consumed != rec.Approval {
+		t.Errorf("Update() = %+v, does not put back the reserved approval", got)
+	}
+
+	claimed, err := s.Claim(ctx, rec)
+	if err != nil || !claimed {
+		t.Fatalf("first claim: %v %v", claimed, err)
+	}
+	claimed, err = s.Claim(ctx, rec)
+	if err != nil || claimed {
+		t.Fatalf("second claim of the same record: %v %v, want false (settled already)", claimed, err)
+	}
+}
+
+func TestOrphans(t *testing.T) {
+	ctx := context.Background()
+	client := newClient()
+	start := time.Date(2026, 11, 24, 12, 0, 0, 0, time.UTC)
+	clock := clocktesting.NewFakePassiveClock(start)
+	s := New(client.CoreV1(), "kausality-system", "replica-a", clock)
+
+	old, err := s.Open(ctx, reservation())
+	if err != nil {
+		t.Fatal(err)
+	}
+	clock.SetTime(start.Add(5 * time.Minute))
+	if _, err := s.Open(ctx, reservation()); err != nil {
+		t.Fatal(err)
+	}
+	brokenCM := &corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Name: "kausality-reservation-broken",
+		Labels:            map[string]string{managedByLabel: managedBy, componentLabel: component},
+		CreationTimestamp: metav1.NewTime(start)}, Data: map[string]string{dataKey: "{not json"}}
+	if _, err := client.CoreV1().ConfigMaps("kausality-system").Create(ctx, brokenCM, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	// Someone else's ConfigMap is never touched.
+	other := &corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Name: "unrelated", CreationTimestamp: metav1.NewTime(start)}}
+	if _, err := client.CoreV1().ConfigMaps("kausality-system").Create(ctx, other, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+
+	clock.SetTime(start.Add(7 * time.Minute))
+	orphans, broken, err := s.Orphans(ctx, 6*time.Minute)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(orphans) != 1 || orphans[0].ID() != old.ID() || orphans[0].Before != old.Before {
+		t.Errorf("orphans older than 6m: %+v, want only the first record", orphans)
+	}
+	if len(broken) != 1 || broken[0].ID() != "kausality-reservation-broken" {
+		t.Errorf("broken records: %+v", broken)
+	}
+	if claimed, err := s.Claim(ctx, orphans[0]); err != nil || !claimed {
+		t.Errorf("claiming the orphan: %v %v", claimed, err)
+	}
+}

@@ -1,0 +1,311 @@
+// What becomes of a reserved once approval when kube-apiserver has
+// answered the write it was reserved for: it is spent by an applied write,
+// put back after a refusal, and when the answer does not say (a 5xx, a
+// broken connection, kube-apiserver restarting), what kube-apiserver
+// stores decides. A write that provably did not land must not cost the
+// person's approval; one that may have landed must not leave it usable.
+// Each reservation is recorded in the cluster first (package
+// reservations), so that one whose replica died is settled by another.
+
+package intercept
+
+import (
+	"context"
+	"time"
+
+	"go.uber.org/zap"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/runtime/schema"
+	"k8s.io/apimachinery/pkg/util/wait"
+
+	"github.com/kausality-io/kausality-proxy/intercept/decision"
+	"github.com/kausality-io/kausality-proxy/intercept/reservations"
+)
+
+const (
+	// reservationSettleWindow bounds how long the replica that reserved an
+	// approval keeps trying to read what kube-apiserver stores after an
+	// answer that did not say whether the write landed. After it, the
+	// record is left to the orphan settlement.
+	reservationSettleWindow = 5 * time.Minute
+	// DefaultReservationOrphanAge is when a reservation whose replica has
+	// not settled it is settled by any replica: longer than its own
+	// replica keeps trying, and than any write can be in flight.
+	DefaultReservationOrphanAge = reservationSettleWindow + time.Minute
+	// reservationOrphanInterval is how often orphans are looked for (at
+	// most; a third of the orphan age when that is shorter).
+	reservationOrphanInterval = 30 * time.Second
+	// reservationMaxAge is when an orphan whose object cannot be read is
+	// given up.
+	reservationMaxAge = 24 * time.Hour
+	// maxSettlingReservations bounds the settlements waiting for
+	// kube-apiserver in the background.
+	maxSettlingReservations = 256
+	// reservationFirstCheckTimeout bounds the read made before the caller
+	// gets its answer: an unreachable kube-apiserver must not hold the
+	// answer for long, the background retries take over.
+	reservationFirstCheckTimeout = 2 * time.Second
+)
+
+// Outcomes of a reserved once approval, the values of the metric's label.
+const (
+	reservationUsed          = "used"
+	reservationRestored      = "restored"
+	reservationKept          = "kept"
+	reservationUnsettled     = "unsettled"
+	reservationRestoreFailed = "restore-failed"
+	reservationNotRecorded   = "not-recorded"
+)
+
+// reservedWrite is a write a once approval was reserved for, with what the
+// proxy read of its object before forwarding it.
+type reservedWrite struct {
+	approval  *decision.ApprovalsUpdate
+	op        decision.Operation
+	gvr       schema.GroupVersionResource
+	namespace string
+	// name is "" for a create that only has a generateName: there is
+	// nothing to look for.
+	name   string
+	before decision.StoredState
+	// record is the reservation's record in the cluster; nil when it
+	// could not be written (then a replica that dies takes the approval
+	// with it).
+	record *reservations.Record
+}
+
+// reservedWriteOf describes the write p for the settlement of upd.
+func reservedWriteOf(p *pending, upd *decision.ApprovalsUpdate) reservedWrite {
+	rw := reservedWrite{approval: upd, op: p.op, gvr: p.w.gvr, namespace: p.namespace, name: p.w.info.Name, record: p.reservation}
+	if rw.name == "" && p.sent != nil {
+		rw.name = p.sent.GetName()
+	}
+	if p.op != decision.Create && p.old != nil {
+		rw.before = decision.StoredState{Exists: true, UID: string(p.old.GetUID()), ResourceVersion: p.old.GetResourceVersion()}
+	}
+	return rw
+}
+
+// reservedWriteFrom is the write of an orphaned record.
+func reservedWriteFrom(rec *reservations.Record) reservedWrite {
+	return reservedWrite{approval: rec.Update(), op: rec.Operation, gvr: rec.GVR(), namespace: rec.Namespace, name: rec.Name,
+		before: rec.Before, record: rec}
+}
+
+// reserve records the reservation of upd for p's write, then takes the
+// approval off the parent.
+func (i *Interceptor) reserve(ctx context.Context, p *pending, upd *decision.ApprovalsUpdate) error {
+	rw := reservedWriteOf(p, upd)
+	var rec *reservations.Record
+	if i.cfg.Reservations != nil {
+		var err error
+		rec, err = i.cfg.Reservations.Open(ctx, reservations.Reservation{
+			Parent: upd.Target, Approval: upd.Consumed, ApprovalRaw: upd.ConsumedRaw, Operation: rw.op,
+			Group: rw.gvr.Group, Version: rw.gvr.Version, Resource: rw.gvr.Resource, Namespace: rw.namespace, Name: rw.name, Before: rw.before,
+		})
+		if err != nil {
+			i.metrics.reservation(reservationNotRecorded)
+			i.reservationLog(rw).Warn("the reservation of a once approval is not recorded: if this replica dies before the write is answered, the approval is lost", zap.Error(err))
+		}
+	}
+	if err := i.reserveApproval(ctx, upd); err != nil {
+		if rec != nil {
+			if _, cerr := i.cfg.Reservations.Claim(ctx, rec); cerr != nil {
+				i.reservationLog(rw).Info("cannot remove the record of a reservation that did not happen; it is settled later", zap.Error(cerr))
+			}
+		}
+		return err
+	}
+	p.reservation = rec
+	return nil
+}
+
+// settleReservation carries out what kube-apiserver's answer code means
+// for the approval reserved for rw. A refusal restores the approval before
+// the caller hears of it, so a client that retries at once finds it. An
+// answer that does not say is settled by a read of the stored object, in
+// the background when kube-apiserver cannot be read now.
+func (i *Interceptor) settleReservation(rw reservedWrite, code int) {
+	switch decision.OnWriteAnswer(code) {
+	case decision.ApprovalUsed:
+		// The record only tells an orphan settlement what to check; the
+		// caller need not wait for it to go.
+		go func() {
+			ctx, cancel := context.WithTimeout(context.Background(), i.cfg.SideWriteTimeout)
+			defer cancel()
+			i.finish(ctx, rw, reservationUsed, "")
+		}()
+	case decision.ApprovalRestore:
+		ctx, cancel := context.WithTimeout(context.Background(), i.cfg.SideWriteTimeout)
+		settled := i.finish(ctx, rw, reservationRestored, "kube-apiserver refused the write")
+		cancel()
+		if !settled {
+			// Its record could not be claimed: what is stored decides
+			// once kube-apiserver answers again (the object is unchanged).
+			i.settleLater(rw)
+		}
+	case decision.ApprovalCheckStored:
+		ctx, cancel := context.WithTimeout(context.Background(), min(reservationFirstCheckTimeout, i.cfg.SideWriteTimeout))
+		settled := i.checkStored(ctx, rw)
+		cancel()
+		if !settled {
+			i.settleLater(rw)
+		}
+	}
+}
+
+// settleLater settles rw in the background, from what kube-apiserver
+// stores once it can be read.
+func (i *Interceptor) settleLater(rw reservedWrite) {
+	select {
+	case i.settling <- struct{}{}:
+		go func() {
+			defer func() { <-i.settling }()
+			i.checkStoredUntilSettled(rw)
+		}()
+	default:
+		i.unsettled(rw, "too many reservations are waiting for kube-apiserver")
+	}
+}
+
+// checkStored reads the object rw wrote and settles the approval from it.
+// It reports false when it could not.
+func (i *Interceptor) checkStored(ctx context.Context, rw reservedWrite) bool {
+	if rw.name == "" {
+		i.reservationLog(rw).Warn("a once approval stays spent: the write it was reserved for got no clear answer, and a create without a name cannot be looked for")
+		return i.finish(ctx, rw, reservationKept, "")
+	}
+	live, err := i.cfg.Objects.GetLive(ctx, rw.gvr, rw.namespace, rw.name)
+	after := decision.StoredState{}
+	switch {
+	case apierrors.IsNotFound(err):
+	case err != nil:
+		i.reservationLog(rw).Info("cannot read the object of a write with no clear answer yet", zap.Error(err))
+		return false
+	default:
+		after = decision.StoredState{Exists: true, UID: string(live.GetUID()), ResourceVersion: live.GetResourceVersion()}
+	}
+	if decision.WriteNotApplied(rw.op, rw.before, after) {
+		return i.finish(ctx, rw, reservationRestored, "the write got no clear answer, and kube-apiserver still stores the object as it was")
+	}
+	i.reservationLog(rw).Warn("a once approval stays spent: the write it was reserved for got no clear answer, and the object changed, maybe by that write",
+		zap.String("resourceVersionBefore", rw.before.ResourceVersion), zap.String("resourceVersionAfter", after.ResourceVersion))
+	return i.finish(ctx, rw, reservationKept, "")
+}
+
+// finish settles rw with outcome (reservationUsed, reservationKept or
+// reservationRestored, for which why says why): it first claims rw's
+// record, so that nobody else settles it too. It reports false when the
+// record could not be claimed for now.
+func (i *Interceptor) finish(ctx context.Context, rw reservedWrite, outcome, why string) bool {
+	if rw.record != nil {
+		claimed, err := i.cfg.Reservations.Claim(ctx, rw.record)
+		if err != nil {
+			i.reservationLog(rw).Info("cannot claim the record of a reserved approval yet", zap.Error(err))
+			return false
+		}
+		if !claimed {
+			// Another replica settled it, from the same facts.
+			return true
+		}
+	}
+	if outcome == reservationRestored {
+		i.restoreReservation(rw, why)
+		return true
+	}
+	i.metrics.reservation(outcome)
+	return true
+}
+
+// checkStoredUntilSettled retries checkStored with backoff while
+// kube-apiserver cannot be read, for at most reservationSettleWindow; then
+// the record is left to the orphan settlement.
+func (i *Interceptor) checkStoredUntilSettled(rw reservedWrite) {
+	ctx, cancel := context.WithTimeout(context.Background(), reservationSettleWindow)
+	defer cancel()
+	backoff := wait.Backoff{Duration: 500 * time.Millisecond, Factor: 2, Jitter: 0.2, Steps: 1 << 20, Cap: 15 * time.Second}
+	err := wait.ExponentialBackoffWithContext(ctx, backoff, func(ctx context.Context) (bool, error) {
+		readCtx, readCancel := context.WithTimeout(ctx, i.cfg.SideWriteTimeout)
+		defer readCancel()
+		return i.checkStored(readCtx, rw), nil
+	})
+	if err != nil {
+		i.unsettled(rw, "kube-apiserver could not be read for "+reservationSettleWindow.String())
+	}
+}
+
+func (i *Interceptor) restoreReservation(rw reservedWrite, why string) {
+	if i.restoreApproval(rw.approval) {
+		i.metrics.reservation(reservationRestored)
+		i.reservationLog(rw).Info("a reserved once approval is back on its parent: " + why)
+		return
+	}
+	i.metrics.reservation(reservationRestoreFailed)
+}
+
+func (i *Interceptor) unsettled(rw reservedWrite, why string) {
+	i.metrics.reservation(reservationUnsettled)
+	if rw.record != nil {
+		i.reservationLog(rw).Warn("a reserved once approval is not settled yet: " + why + "; its record " + rw.record.ID() +
+			" is settled by the next look for orphaned reservations")
+		return
+	}
+	i.reservationLog(rw).Error("a once approval stays spent, though its write may not have landed: " + why +
+		"; if the object does not show the approved change, approve it again")
+}
+
+func (i *Interceptor) reservationLog(rw reservedWrite) *zap.Logger {
+	log := i.cfg.Log.With(zap.String("parent", rw.approval.Target.String()), zap.String("approval", rw.approval.Consumed.Name),
+		zap.String("resource", rw.gvr.String()), zap.String("namespace", rw.namespace), zap.String("name", rw.name))
+	if rw.record != nil {
+		log = log.With(zap.String("record", rw.record.ID()), zap.String("reservedBy", rw.record.Replica))
+	}
+	return log
+}
+
+// settleOrphanedReservations settles, every reservationOrphanInterval, the
+// reservations whose replica has not settled them within
+// ReservationOrphanAge: it died, or could not read kube-apiserver for that
+// long. Each is settled from what kube-apiserver stores, as an unclear
+// answer is.
+func (i *Interceptor) settleOrphanedReservations(ctx context.Context) {
+	if i.cfg.Reservations == nil {
+		return
+	}
+	interval := min(reservationOrphanInterval, i.cfg.ReservationOrphanAge/3)
+	// The first look is an interval after the start: nothing started
+	// moments ago can be an orphan yet.
+	select {
+	case <-ctx.Done():
+		return
+	case <-time.After(interval):
+	}
+	wait.JitterUntilWithContext(ctx, i.settleOrphans, interval, 0.2, true)
+}
+
+// settleOrphans settles the reservations older than ReservationOrphanAge.
+func (i *Interceptor) settleOrphans(ctx context.Context) {
+	orphans, broken, err := i.cfg.Reservations.Orphans(ctx, i.cfg.ReservationOrphanAge)
+	if err != nil {
+		i.cfg.Log.Info("cannot look for orphaned approval reservations", zap.Error(err))
+		return
+	}
+	for _, rec := range broken {
+		if ok, _ := i.cfg.Reservations.Claim(ctx, rec); ok {
+			i.cfg.Log.Error("removed an approval reservation record that cannot be read", zap.String("record", rec.ID()))
+		}
+	}
+	for _, rec := range orphans {
+		rw := reservedWriteFrom(rec)
+		readCtx, cancel := context.WithTimeout(ctx, i.cfg.SideWriteTimeout)
+		settled := i.checkStored(readCtx, rw)
+		cancel()
+		if !settled && i.cfg.Clock.Since(rec.Reserved) > reservationMaxAge {
+			if ok, _ := i.cfg.Reservations.Claim(ctx, rec); ok {
+				i.metrics.reservation(reservationUnsettled)
+				i.reservationLog(rw).Error("gave up settling a reserved once approval: its object could not be read for " + reservationMaxAge.String() +
+					"; if the object does not show the approved change, approve it again")
+			}
+		}
+	}
+}

@@ -1,0 +1,165 @@
+package intercept_test
+
+import (
+	"context"
+	"fmt"
+	"net/http"
+	"net/http/httptest"
+	"testing"
+	"time"
+
+	authorizationv1 "k8s.io/api/authorization/v1"
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/types"
+	kubefake "k8s.io/client-go/kubernetes/fake"
+	clienttesting "k8s.io/client-go/testing"
+	clocktesting "k8s.io/utils/clock/testing"
+
+	"github.com/kausality-io/kausality-proxy/intercept"
+	"github.com/kausality-io/kausality-proxy/intercept/annotations"
+	"github.com/kausality-io/kausality-proxy/intercept/approval"
+	"github.com/kausality-io/kausality-proxy/intercept/decision"
+	"github.com/kausality-io/kausality-proxy/intercept/reservations"
+)
+
+const recordNamespace = "kausality-system"
+
+// recordsClient is a fake clientset for reservation records that names
+// objects created with a generateName, as kube-apiserver does.
+func recordsClient() *kubefake.Clientset {
+	client := kubefake.NewClientset()
+	n := 0
+	client.PrependReactor("create", "configmaps", func(a clienttesting.Action) (bool, runtime.Object, error) {
+		cm := a.(clienttesting.CreateAction).GetObject().(*corev1.ConfigMap)
+		if cm.Name == "" {
+			n++
+			cm.Name = fmt.Sprintf("%s%05d", cm.GenerateName, n)
+		}
+		return false, nil, nil
+	})
+	return client
+}
+
+func recordCount(t *testing.T, client *kubefake.Clientset) int {
+	t.Helper()
+	list, err := client.CoreV1().ConfigMaps(recordNamespace).List(context.Background(), metav1.ListOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return len(list.Items)
+}
+
+// Each reserved once approval is recorded in the cluster until its write
+// is settled, so that another replica settles the reservation of one that
+// died mid-write from what kube-apiserver stores.
+func TestReservationRecords(t *testing.T) {
+	allowAll := func(authorizationv1.SubjectAccessReviewSpec) (bool, error) { return true, nil }
+	start := time.Date(2026, 11, 24, 12, 0, 0, 0, time.UTC)
+	withRecords := func(client *kubefake.Clientset, clock *clocktesting.FakePassiveClock) serveOption {
+		return func(s *serveSetup) {
+			s.config.Reservations = reservations.New(client.CoreV1(), recordNamespace, "this-replica", clock)
+		}
+	}
+	approvalOnParent := func(t *testing.T, env *benchEnv) bool {
+		t.Helper()
+		parent, err := env.dyn.Resource(deploymentsGVR).Namespace("apps").Get(context.Background(), "approved", metav1.GetOptions{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		entries, _, _ := annotations.ParseApprovalEntries(parent.GetAnnotations()[annotations.Approvals])
+		return len(entries) == 1 && entries[0].Valid && entries[0].Approval.Name == "approved-1"
+	}
+
+	t.Run("an applied write leaves no record", func(t *testing.T) {
+		client := recordsClient()
+		env := newServeEnv(t, nil, allowAll, withApprovedFamily, enforce, withRecords(client, clocktesting.NewFakePassiveClock(start)))
+		creates := 0
+		client.PrependReactor("create", "configmaps", func(clienttesting.Action) (bool, runtime.Object, error) {
+			creates++
+			return false, nil, nil
+		})
+		rec := httptest.NewRecorder()
+		env.handler.ServeHTTP(rec, env.request(t, driftWrite("approved-1", "approved", "approved-uid")))
+		if rec.Code != http.StatusOK {
+			t.Fatalf("code %d (error %v)", rec.Code, env.lastError)
+		}
+		if creates != 1 {
+			t.Errorf("%d records created, want 1 before the approval was reserved", creates)
+		}
+		for deadline := time.Now().Add(30 * time.Second); recordCount(t, client) != 0; time.Sleep(20 * time.Millisecond) {
+			if time.Now().After(deadline) {
+				t.Fatalf("the record of a settled reservation is still there")
+			}
+		}
+	})
+
+	// A replica died after it took the approval off the parent for a write
+	// of approved-1, whose object was then stored at resourceVersion 200.
+	orphan := func(t *testing.T, client *kubefake.Clientset, clock *clocktesting.FakePassiveClock, env *benchEnv) {
+		t.Helper()
+		dead := reservations.New(client.CoreV1(), recordNamespace, "dead-replica", clock)
+		_, err := dead.Open(context.Background(), reservations.Reservation{
+			Parent:    decision.ObjectRef{APIVersion: "apps/v1", Kind: "Deployment", Namespace: "apps", Name: "approved"},
+			Approval:  approval.Approval{APIVersion: "apps/v1", Kind: "ReplicaSet", Name: "approved-1", Generation: 5, Mode: approval.Once},
+			Operation: decision.Update, Group: "apps", Version: "v1", Resource: "replicasets", Namespace: "apps", Name: "approved-1",
+			Before: decision.StoredState{Exists: true, UID: "approved-1-uid", ResourceVersion: "200"},
+		})
+		if err != nil {
+			t.Fatal(err)
+		}
+		_, err = env.dyn.Resource(deploymentsGVR).Namespace("apps").Patch(context.Background(), "approved", types.MergePatchType,
+			[]byte(`{"metadata":{"annotations":{"kausality.io/approvals":null}}}`), metav1.PatchOptions{})
+		if err != nil {
+			t.Fatal(err)
+		}
+	}
+
+	t.Run("its write did not land: another replica puts the approval back, once it is an orphan", func(t *testing.T) {
+		client := recordsClient()
+		clock := clocktesting.NewFakePassiveClock(start)
+		env := newServeEnv(t, nil, allowAll, withApprovedFamily, enforce, withRecords(client, clock))
+		orphan(t, client, clock, env)
+
+		clock.SetTime(start.Add(time.Minute))
+		intercept.SettleOrphans(context.Background(), env.interceptor)
+		if approvalOnParent(t, env) || recordCount(t, client) != 1 {
+			t.Fatalf("a reservation one minute old was settled: its replica may still be settling it")
+		}
+
+		clock.SetTime(start.Add(intercept.DefaultReservationOrphanAge + time.Second))
+		intercept.SettleOrphans(context.Background(), env.interceptor)
+		if !approvalOnParent(t, env) {
+			t.Errorf("the approval is not back, though the write it was reserved for never landed")
+		}
+		if n := recordCount(t, client); n != 0 {
+			t.Errorf("%d records left after the settlement", n)
+		}
+	})
+
+	t.Run("the object changed: the approval stays spent", func(t *testing.T) {
+		client := recordsClient()
+		clock := clocktesting.NewFakePassiveClock(start)
+		env := newServeEnv(t, nil, allowAll, withApprovedFamily, enforce, withRecords(client, clock))
+		orphan(t, client, clock, env)
+		rs := env.dyn.Resource(replicasetsGVR).Namespace("apps")
+		child, err := rs.Get(context.Background(), "approved-1", metav1.GetOptions{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		child.SetResourceVersion("201")
+		if _, err := rs.Update(context.Background(), child, metav1.UpdateOptions{}); err != nil {
+			t.Fatal(err)
+		}
+
+		clock.SetTime(start.Add(intercept.DefaultReservationOrphanAge + time.Second))
+		intercept.SettleOrphans(context.Background(), env.interceptor)
+		if approvalOnParent(t, env) {
+			t.Errorf("the approval is back, though the write it was reserved for may have landed")
+		}
+		if n := recordCount(t, client); n != 0 {
+			t.Errorf("%d records left after the settlement", n)
+		}
+	})
+}

@@ -4,11 +4,9 @@ package e2e
 
 import (
 	"context"
-	"encoding/json"
-	"encoding/pem"
 	"errors"
+	"fmt"
 	"net/http"
-	"net/http/httptest"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -34,42 +32,17 @@ func TestOnceApprovalSurvivesAWriteKubeAPIServerCouldNotFinish(t *testing.T) {
 	f.settleGadget("g", "Allow/DriftApproved")
 
 	var broken atomic.Int64
-	hook := httptest.NewTLSServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		var review admissionv1.AdmissionReview
-		if err := json.NewDecoder(r.Body).Decode(&review); err != nil || review.Request == nil {
-			http.Error(w, "not an AdmissionReview", http.StatusBadRequest)
-			return
-		}
-		if !ptr.Deref(review.Request.DryRun, false) {
-			broken.Add(1)
-			panic(http.ErrAbortHandler)
-		}
-		review.Response = &admissionv1.AdmissionResponse{UID: review.Request.UID, Allowed: true}
-		review.Request = nil
-		_ = json.NewEncoder(w).Encode(&review)
-	}))
+	hook, err := framework.StartAdmissionHook(context.Background(), directClient(t), f.ns+"-breaks-writes", f.ns, 5,
+		[]admissionregistrationv1.RuleWithOperations{gadgetWrites()},
+		func(req *admissionv1.AdmissionRequest) *admissionv1.AdmissionResponse {
+			if !ptr.Deref(req.DryRun, false) {
+				broken.Add(1)
+				panic(http.ErrAbortHandler)
+			}
+			return framework.Allowed()
+		})
+	mustf(t, err, "the webhook")
 	t.Cleanup(hook.Close)
-	caBundle := pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: hook.Certificate().Raw})
-
-	hooks := directClient(t).AdmissionregistrationV1().ValidatingWebhookConfigurations()
-	ctx := context.Background()
-	config := &admissionregistrationv1.ValidatingWebhookConfiguration{
-		ObjectMeta: metav1.ObjectMeta{Name: f.ns + "-breaks-writes"},
-		Webhooks: []admissionregistrationv1.ValidatingWebhook{{
-			Name:                    "breaks-writes.e2e.kausality.io",
-			ClientConfig:            admissionregistrationv1.WebhookClientConfig{URL: ptr.To(hook.URL + "/validate"), CABundle: caBundle},
-			Rules:                   []admissionregistrationv1.RuleWithOperations{gadgetWrites()},
-			NamespaceSelector:       &metav1.LabelSelector{MatchLabels: map[string]string{"kubernetes.io/metadata.name": f.ns}},
-			FailurePolicy:           ptr.To(admissionregistrationv1.Fail),
-			SideEffects:             ptr.To(admissionregistrationv1.SideEffectClassNone),
-			AdmissionReviewVersions: []string{"v1"},
-			TimeoutSeconds:          ptr.To[int32](5),
-		}},
-	}
-	_, err := hooks.Create(ctx, config, metav1.CreateOptions{})
-	mustf(t, err, "create the webhook")
-	removeHook := func() { _ = hooks.Delete(ctx, config.Name, metav1.DeleteOptions{}) }
-	t.Cleanup(removeHook)
 	// kube-apiserver picks the webhook up from its own informer: a probe
 	// Gadget the webhook breaks says it is in force.
 	waitForProbe(t, f, func(err error) bool { return err != nil && broken.Load() > 0 }, "the webhook to be in force")
@@ -91,7 +64,7 @@ func TestOnceApprovalSurvivesAWriteKubeAPIServerCouldNotFinish(t *testing.T) {
 		t.Fatalf("the once approval was spent by a write kube-apiserver did not store: approvals %v", got)
 	}
 
-	removeHook()
+	hook.Remove()
 	waitForProbe(t, f, func(err error) bool { return err == nil }, "the webhook to be gone")
 	_, err = f.setValue("g", "b", false)
 	mustf(t, err, "the approved write once the webhook is gone")
@@ -101,6 +74,19 @@ func TestOnceApprovalSurvivesAWriteKubeAPIServerCouldNotFinish(t *testing.T) {
 	if got := wgApprovals(t, f.getWidget().GetAnnotations()[wgAnnApprovals]); len(got) != 0 {
 		t.Fatalf("the once approval is still there after the write it admitted: %v", got)
 	}
+	// Both reservations were recorded, and both records went with their
+	// settlement.
+	eventually(t, 30*time.Second, "no approval reservation records left", func() error {
+		list, err := directClient(t).CoreV1().ConfigMaps(framework.DriftNamespace).List(context.Background(),
+			metav1.ListOptions{LabelSelector: "app.kubernetes.io/component=approval-reservation"})
+		if err != nil {
+			return err
+		}
+		if len(list.Items) != 0 {
+			return fmt.Errorf("%d records", len(list.Items))
+		}
+		return nil
+	})
 }
 
 // gadgetWrites is the webhook rule for creates and updates of Gadgets.

@@ -319,7 +319,9 @@ func (c *controller) approvalPresent(ctx context.Context, name string) (bool, er
 // approvalSettleWait is how long an approval spent by a write without a
 // clear answer may take to come back: the proxy retries the read of the
 // object with backoff (at most 15s apart) while kube-apiserver restarts or
-// the replica is cut off from it.
+// the replica is cut off from it, and when the replica was killed, the
+// other one settles its record once it is older than 30s (looking every
+// 10s).
 const approvalSettleWait = 90 * time.Second
 
 // approvalReturns waits for the once approval of Tally name to be put back

@@ -298,8 +298,11 @@ func verifyLedger(ctx context.Context, t *testing.T, ctls []*controller, l *ledg
 				switch {
 				case killed.reaches(e, approvalSettleWait):
 					// The replica died between reserving the approval
-					// and settling it: nothing is left to put it back.
+					// and settling it: the other replica settles its
+					// record once it is an orphan.
 					fig.ApprovalsLostWithReplica++
+					bad.add("the once approval of hardening-c%02d/%s was spent by write %s through the killed %s, which is not in etcd, and no replica put it back",
+						e.controller, e.tally, e.marker, env.replicas[e.replica].name)
 				case e.outcome == failed || e.outcome == broken:
 					fig.ApprovalsSpentByFailedWrites++
 					bad.add("the once approval of hardening-c%02d/%s was spent by write %s, which got no clear answer (%s %d) and is not in etcd, and the replica lived to put it back",

@@ -23,6 +23,7 @@ import (
 	"testing"
 	"time"
 
+	corev1 "k8s.io/api/core/v1"
 	rbacv1 "k8s.io/api/rbac/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -49,6 +50,10 @@ var env struct {
 	admin    dynamic.Interface
 	figures  reliability.Figures
 }
+
+// recordNamespace is the replicas' namespace: their approval
+// reservation records are kept there.
+const recordNamespace = "kausality-system"
 
 func TestMain(m *testing.M) {
 	code, err := run(m)
@@ -98,6 +103,11 @@ func run(m *testing.M) (int, error) {
 		return 1, err
 	}
 
+	// The replicas record once-approval reservations in their namespace.
+	ns := &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: recordNamespace}}
+	if _, err := cp.AdminClient().CoreV1().Namespaces().Create(ctx, ns, metav1.CreateOptions{}); err != nil {
+		return 1, err
+	}
 	if env.binary, err = buildProxy(ctx); err != nil {
 		return 1, err
 	}

@@ -89,6 +89,8 @@ func newReplica(name string, identity *rest.Config) (*replica, error) {
 			"--default-mode=enforce",
 			"--metrics-bind-address=" + fmt.Sprintf("127.0.0.1:%d", metricsPort),
 			"--shutdown-timeout=5s",
+			"--drift-namespace=" + recordNamespace,
+			"--approval-reservation-orphan-age=30s",
 		},
 	}
 	return r, nil

@@ -58,8 +58,9 @@ type Load struct {
 	// ApprovalsConsumed once approvals were consumed, each by its write.
 	// ApprovalsSpentByFailedWrites of them by a write whose answer was a
 	// 5xx or none and which was not applied, though the replica lived to
-	// settle it (must be 0); ApprovalsLostWithReplica by such a write
-	// through a replica killed before it could.
+	// settle it, and ApprovalsLostWithReplica through a replica killed
+	// before it could, whose record no other replica settled (both must
+	// be 0).
 	ApprovalsConsumed            int   `json:"approvalsConsumed"`
 	ApprovalsSpentByFailedWrites int   `json:"approvalsSpentByFailedWrites"`
 	ApprovalsLostWithReplica     int   `json:"approvalsLostWithReplica"`

@@ -117,7 +117,7 @@ func renderLoad(b *bytes.Buffer, l *Load) {
 	p("| accepted writes lost / applied twice / refused but applied | %d / %d / %d |\n", l.Lost, l.Duplicated, l.RefusedButApplied)
 	p("| writes answered 5xx or not at all: applied / not applied | %d / %d |\n", l.UncertainApplied, l.UncertainNotApplied)
 	p("| children created / traces checked | %d / %d |\n", l.TalliesCreated, l.TracesChecked)
-	p("| once approvals consumed / spent by a write that was not applied: replica alive (must be 0) / replica killed | %d / %d / %d |\n",
+	p("| once approvals consumed / spent by a write that was not applied: replica alive / replica killed (both must be 0) | %d / %d / %d |\n",
 		l.ApprovalsConsumed, l.ApprovalsSpentByFailedWrites, l.ApprovalsLostWithReplica)
 	p("| watches held / events received / re-watches / re-lists | %d / %d / %d / %d |\n", l.Watches, l.WatchEvents, l.WatchRewatches, l.WatchRelists)
 	p("| memory per open watch | %.1f KiB (RSS of both replicas: %d KiB before the watches, %d KiB with them) |\n",

@@ -85,6 +85,9 @@ func TestOnceApprovalSurvivesAWriteKubeAPIServerCouldNotFinish(t *testing.T) {
 		if len(list.Items) != 0 {
 			return fmt.Errorf("%d records", len(list.Items))
 		}
+		if stamps := f.getWidget().GetAnnotations()["kausality.io/reservations"]; stamps != "" {
+			return fmt.Errorf("the Widget still names reservations %q", stamps)
+		}
 		return nil
 	})
 }

@@ -7,6 +7,7 @@ package intercept
 import (
 	"context"
 	"encoding/json"
+	"errors"
 
 	"go.uber.org/zap"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
@@ -48,18 +49,25 @@ func annotationPatch(set map[string]*string, resourceVersion string) ([]byte, er
 }
 
 // reserveApproval takes a once approval off the parent before the write is
-// forwarded. The resourceVersion precondition makes it exactly-once: of two
-// concurrent writes that both saw the approval, only one patch succeeds.
-func (i *Interceptor) reserveApproval(ctx context.Context, upd *decision.ApprovalsUpdate) error {
+// forwarded, and names the reservation's record (recordID, "" without one)
+// on the parent in the same patch. The resourceVersion precondition makes
+// it exactly-once: of two concurrent writes that both saw the approval,
+// only one patch succeeds. stamps is the parent's Reservations value in
+// the snapshot the precondition names.
+func (i *Interceptor) reserveApproval(ctx context.Context, upd *decision.ApprovalsUpdate, recordID, stamps string) error {
 	ri, err := i.resourceFor(upd.Target)
 	if err != nil {
 		return err
 	}
-	var value *string
+	set := map[string]*string{annotations.Approvals: nil}
 	if upd.New != "" {
-		value = &upd.New
+		set[annotations.Approvals] = &upd.New
 	}
-	data, err := annotationPatch(map[string]*string{annotations.Approvals: value}, upd.ResourceVersion)
+	if recordID != "" {
+		stamped := annotations.AddReservation(stamps, recordID)
+		set[annotations.Reservations] = &stamped
+	}
+	data, err := annotationPatch(set, upd.ResourceVersion)
 	if err != nil {
 		return err
 	}
@@ -68,13 +76,16 @@ func (i *Interceptor) reserveApproval(ctx context.Context, upd *decision.Approva
 }
 
 // restoreApproval puts a reserved once approval back after the write it
-// was reserved for was not applied. It merges into the parent's current
-// approvals, so edits made in between are kept. It reports whether the
-// approval is back on the parent.
-func (i *Interceptor) restoreApproval(upd *decision.ApprovalsUpdate) bool {
+// was reserved for was not applied, and takes the reservation's record
+// (recordID, "" without one) off the parent. It merges into the parent's
+// current approvals, so edits made in between are kept. With
+// requireStamp, the approval goes back only if the parent still names the
+// record: a record is trusted only as far as its parent vouches for it. It
+// reports whether the approval is back on the parent.
+func (i *Interceptor) restoreApproval(upd *decision.ApprovalsUpdate, recordID string, requireStamp bool) bool {
 	ctx, cancel := context.WithTimeout(context.Background(), i.cfg.SideWriteTimeout)
 	defer cancel()
-	log := i.cfg.Log.With(zap.String("parent", upd.Target.String()), zap.String("approval", upd.Consumed.Name))
+	log := i.cfg.Log.With(zap.String("parent", upd.Target.String()), zap.String("approval", upd.Consumed.Name), zap.String("record", recordID))
 	ri, err := i.resourceFor(upd.Target)
 	if err != nil {
 		log.Error("cannot restore a reserved approval", zap.Error(err))
@@ -86,18 +97,32 @@ func (i *Interceptor) restoreApproval(upd *decision.ApprovalsUpdate) bool {
 			log.Error("cannot restore a reserved approval", zap.Error(err))
 			return false
 		}
-		value, changed, err := upd.Restore(parent.GetAnnotations()[annotations.Approvals])
+		current := parent.GetAnnotations()
+		set := map[string]*string{}
+		if recordID != "" {
+			rest, named := annotations.RemoveReservation(current[annotations.Reservations], recordID)
+			if !named && requireStamp {
+				log.Warn("a reservation record was not honoured: its parent does not name it (settled already, or not written by the proxy)")
+				return false
+			}
+			if named {
+				set[annotations.Reservations] = nilIfEmpty(rest)
+			}
+		}
+		value, changed, err := upd.Restore(current[annotations.Approvals])
 		if err != nil {
 			log.Error("cannot restore a reserved approval", zap.Error(err))
 			return false
 		}
-		if !changed {
+		if changed {
+			set[annotations.Approvals] = &value
+		}
+		if len(set) == 0 {
 			return true
 		}
-		data, _ := annotationPatch(map[string]*string{annotations.Approvals: &value}, parent.GetResourceVersion())
+		data, _ := annotationPatch(set, parent.GetResourceVersion())
 		_, err = ri.Patch(ctx, upd.Target.Name, types.MergePatchType, data, metav1.PatchOptions{FieldManager: FieldManager})
 		if err == nil {
-			log.Info("restored a once approval: the write it was reserved for was not applied")
 			return true
 		}
 		if !apierrors.IsConflict(err) {
@@ -107,6 +132,41 @@ func (i *Interceptor) restoreApproval(upd *decision.ApprovalsUpdate) bool {
 	}
 	log.Error("cannot restore a reserved approval: the parent kept changing")
 	return false
+}
+
+// unstamp takes a settled reservation's record off its parent. A name
+// left behind only costs a few bytes: it names no record any more.
+func (i *Interceptor) unstamp(ctx context.Context, target decision.ObjectRef, recordID string) error {
+	ri, err := i.resourceFor(target)
+	if err != nil {
+		return err
+	}
+	for attempt := 0; attempt < 5; attempt++ {
+		parent, err := ri.Get(ctx, target.Name, metav1.GetOptions{})
+		if apierrors.IsNotFound(err) {
+			return nil
+		}
+		if err != nil {
+			return err
+		}
+		rest, named := annotations.RemoveReservation(parent.GetAnnotations()[annotations.Reservations], recordID)
+		if !named {
+			return nil
+		}
+		data, _ := annotationPatch(map[string]*string{annotations.Reservations: nilIfEmpty(rest)}, parent.GetResourceVersion())
+		_, err = ri.Patch(ctx, target.Name, types.MergePatchType, data, metav1.PatchOptions{FieldManager: FieldManager})
+		if !apierrors.IsConflict(err) {
+			return err
+		}
+	}
+	return errors.New("the parent kept changing")
+}
+
+func nilIfEmpty(s string) *string {
+	if s == "" {
+		return nil
+	}
+	return &s
 }
 
 // sideWrites records controller identity and the lifecycle phase on

@@ -18,6 +18,7 @@ import (
 	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/apimachinery/pkg/util/wait"
 
+	"github.com/kausality-io/kausality-proxy/intercept/annotations"
 	"github.com/kausality-io/kausality-proxy/intercept/decision"
 	"github.com/kausality-io/kausality-proxy/intercept/reservations"
 )
@@ -72,6 +73,9 @@ type reservedWrite struct {
 	// could not be written (then a replica that dies takes the approval
 	// with it).
 	record *reservations.Record
+	// orphan: the record was found, not written by this process; it is
+	// honoured only while its parent names it.
+	orphan bool
 }
 
 // reservedWriteOf describes the write p for the settlement of upd.
@@ -89,7 +93,7 @@ func reservedWriteOf(p *pending, upd *decision.ApprovalsUpdate) reservedWrite {
 // reservedWriteFrom is the write of an orphaned record.
 func reservedWriteFrom(rec *reservations.Record) reservedWrite {
 	return reservedWrite{approval: rec.Update(), op: rec.Operation, gvr: rec.GVR(), namespace: rec.Namespace, name: rec.Name,
-		before: rec.Before, record: rec}
+		before: rec.Before, record: rec, orphan: true}
 }
 
 // reserve records the reservation of upd for p's write, then takes the
@@ -108,7 +112,14 @@ func (i *Interceptor) reserve(ctx context.Context, p *pending, upd *decision.App
 			i.reservationLog(rw).Warn("the reservation of a once approval is not recorded: if this replica dies before the write is answered, the approval is lost", zap.Error(err))
 		}
 	}
-	if err := i.reserveApproval(ctx, upd); err != nil {
+	recordID, stamps := "", ""
+	if rec != nil {
+		recordID = rec.ID()
+	}
+	if p.parent != nil {
+		stamps = p.parent.GetAnnotations()[annotations.Reservations]
+	}
+	if err := i.reserveApproval(ctx, upd, recordID, stamps); err != nil {
 		if rec != nil {
 			if _, cerr := i.cfg.Reservations.Claim(ctx, rec); cerr != nil {
 				i.reservationLog(rw).Info("cannot remove the record of a reservation that did not happen; it is settled later", zap.Error(cerr))
@@ -214,6 +225,11 @@ func (i *Interceptor) finish(ctx context.Context, rw reservedWrite, outcome, why
 		return true
 	}
 	i.metrics.reservation(outcome)
+	if rw.record != nil {
+		if err := i.unstamp(ctx, rw.approval.Target, rw.record.ID()); err != nil {
+			i.reservationLog(rw).Info("cannot take a settled reservation's name off its parent", zap.Error(err))
+		}
+	}
 	return true
 }
 
@@ -235,7 +251,11 @@ func (i *Interceptor) checkStoredUntilSettled(rw reservedWrite) {
 }
 
 func (i *Interceptor) restoreReservation(rw reservedWrite, why string) {
-	if i.restoreApproval(rw.approval) {
+	recordID := ""
+	if rw.record != nil {
+		recordID = rw.record.ID()
+	}
+	if i.restoreApproval(rw.approval, recordID, rw.orphan) {
 		i.metrics.reservation(reservationRestored)
 		i.reservationLog(rw).Info("a reserved once approval is back on its parent: " + why)
 		return

@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"net/http"
 	"net/http/httptest"
+	"strings"
 	"testing"
 	"time"
 
@@ -88,19 +89,31 @@ func TestReservationRecords(t *testing.T) {
 		if creates != 1 {
 			t.Errorf("%d records created, want 1 before the approval was reserved", creates)
 		}
-		for deadline := time.Now().Add(30 * time.Second); recordCount(t, client) != 0; time.Sleep(20 * time.Millisecond) {
+		stamped := false
+		for _, a := range env.dyn.Actions() {
+			if p, ok := a.(clienttesting.PatchAction); ok && a.GetResource() == deploymentsGVR &&
+				strings.Contains(string(p.GetPatch()), `"kausality.io/reservations":"kausality-reservation-`) {
+				stamped = true
+			}
+		}
+		if !stamped {
+			t.Errorf("the reservation did not name its record on the parent")
+		}
+		for deadline := time.Now().Add(30 * time.Second); recordCount(t, client) != 0 || reservationStamps(t, env) != ""; time.Sleep(20 * time.Millisecond) {
 			if time.Now().After(deadline) {
-				t.Fatalf("the record of a settled reservation is still there")
+				t.Fatalf("the settled reservation is still recorded (%d records, the parent names %q)", recordCount(t, client), reservationStamps(t, env))
 			}
 		}
 	})
 
 	// A replica died after it took the approval off the parent for a write
 	// of approved-1, whose object was then stored at resourceVersion 200.
-	orphan := func(t *testing.T, client *kubefake.Clientset, clock *clocktesting.FakePassiveClock, env *benchEnv) {
+	// stamped: the parent names the record, as the proxy's reservation
+	// does; a record it does not name was not written with it.
+	orphan := func(t *testing.T, client *kubefake.Clientset, clock *clocktesting.FakePassiveClock, env *benchEnv, stamped bool) {
 		t.Helper()
 		dead := reservations.New(client.CoreV1(), recordNamespace, "dead-replica", clock)
-		_, err := dead.Open(context.Background(), reservations.Reservation{
+		rec, err := dead.Open(context.Background(), reservations.Reservation{
 			Parent:    decision.ObjectRef{APIVersion: "apps/v1", Kind: "Deployment", Namespace: "apps", Name: "approved"},
 			Approval:  approval.Approval{APIVersion: "apps/v1", Kind: "ReplicaSet", Name: "approved-1", Generation: 5, Mode: approval.Once},
 			Operation: decision.Update, Group: "apps", Version: "v1", Resource: "replicasets", Namespace: "apps", Name: "approved-1",
@@ -109,8 +122,12 @@ func TestReservationRecords(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
+		stamp := "null"
+		if stamped {
+			stamp = `"` + rec.ID() + `"`
+		}
 		_, err = env.dyn.Resource(deploymentsGVR).Namespace("apps").Patch(context.Background(), "approved", types.MergePatchType,
-			[]byte(`{"metadata":{"annotations":{"kausality.io/approvals":null}}}`), metav1.PatchOptions{})
+			[]byte(`{"metadata":{"annotations":{"kausality.io/approvals":null,"kausality.io/reservations":`+stamp+`}}}`), metav1.PatchOptions{})
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -120,7 +137,7 @@ func TestReservationRecords(t *testing.T) {
 		client := recordsClient()
 		clock := clocktesting.NewFakePassiveClock(start)
 		env := newServeEnv(t, nil, allowAll, withApprovedFamily, enforce, withRecords(client, clock))
-		orphan(t, client, clock, env)
+		orphan(t, client, clock, env, true)
 
 		clock.SetTime(start.Add(time.Minute))
 		intercept.SettleOrphans(context.Background(), env.interceptor)
@@ -133,6 +150,9 @@ func TestReservationRecords(t *testing.T) {
 		if !approvalOnParent(t, env) {
 			t.Errorf("the approval is not back, though the write it was reserved for never landed")
 		}
+		if stamps := reservationStamps(t, env); stamps != "" {
+			t.Errorf("the parent still names settled reservations: %q", stamps)
+		}
 		if n := recordCount(t, client); n != 0 {
 			t.Errorf("%d records left after the settlement", n)
 		}
@@ -142,7 +162,7 @@ func TestReservationRecords(t *testing.T) {
 		client := recordsClient()
 		clock := clocktesting.NewFakePassiveClock(start)
 		env := newServeEnv(t, nil, allowAll, withApprovedFamily, enforce, withRecords(client, clock))
-		orphan(t, client, clock, env)
+		orphan(t, client, clock, env, true)
 		rs := env.dyn.Resource(replicasetsGVR).Namespace("apps")
 		child, err := rs.Get(context.Background(), "approved-1", metav1.GetOptions{})
 		if err != nil {
@@ -161,5 +181,35 @@ func TestReservationRecords(t *testing.T) {
 		if n := recordCount(t, client); n != 0 {
 			t.Errorf("%d records left after the settlement", n)
 		}
+		if stamps := reservationStamps(t, env); stamps != "" {
+			t.Errorf("the parent still names settled reservations: %q", stamps)
+		}
 	})
+
+	t.Run("a record its parent does not name puts nothing back", func(t *testing.T) {
+		// Whoever may create ConfigMaps in the proxy's namespace, but not
+		// write the parent, cannot approve drift with a record.
+		client := recordsClient()
+		clock := clocktesting.NewFakePassiveClock(start)
+		env := newServeEnv(t, nil, allowAll, withApprovedFamily, enforce, withRecords(client, clock))
+		orphan(t, client, clock, env, false)
+
+		clock.SetTime(start.Add(intercept.DefaultReservationOrphanAge + time.Second))
+		intercept.SettleOrphans(context.Background(), env.interceptor)
+		if approvalOnParent(t, env) {
+			t.Errorf("a record the parent does not name put an approval on it")
+		}
+		if n := recordCount(t, client); n != 0 {
+			t.Errorf("%d records left: an unvouched record is removed", n)
+		}
+	})
+}
+
+func reservationStamps(t *testing.T, env *benchEnv) string {
+	t.Helper()
+	parent, err := env.dyn.Resource(deploymentsGVR).Namespace("apps").Get(context.Background(), "approved", metav1.GetOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return parent.GetAnnotations()[annotations.Reservations]
 }

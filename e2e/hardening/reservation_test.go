@@ -160,6 +160,13 @@ func TestReservedApprovalOfAKilledReplicaComesBack(t *testing.T) {
 	if len(records.Items) != 0 {
 		t.Errorf("%d reservation records left after the settlement", len(records.Items))
 	}
+	rig, err := env.admin.Resource(rigGVR).Namespace(ctl.ns).Get(ctx, "rig", metav1.GetOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if stamps := rig.GetAnnotations()["kausality.io/reservations"]; stamps != "" {
+		t.Errorf("the Rig still names settled reservations: %q", stamps)
+	}
 
 	// The controller's retry, through the surviving replica, gets its write.
 	hook.Remove()

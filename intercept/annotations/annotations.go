@@ -66,6 +66,12 @@ const (
 	// ObservedGeneration on a parent without status.observedGeneration: the
 	// generation seen by the last status write.
 	ObservedGeneration = "kausality.io/observedGeneration"
+	// Reservations on a parent: comma-separated names of the records of
+	// the once approvals the proxy has taken off it for writes not yet
+	// settled. A record is only honoured while its parent names it, so a
+	// record nobody who may write the parent wrote cannot put an approval
+	// there.
+	Reservations = "kausality.io/reservations"
 	// LegacyInitialized is the first design's high-water mark
 	// (`kausality.io/initialized: "true"`). It is honoured when read and
 	// treated as a system annotation; it is never written.
@@ -98,4 +104,43 @@ func TraceLabel(key string) string {
 		return key[len(TraceLabelPrefix):]
 	}
 	return ""
+}
+
+// AddReservation returns the Reservations value with id added.
+func AddReservation(value, id string) string {
+	if HasReservation(value, id) {
+		return value
+	}
+	if value == "" {
+		return id
+	}
+	return value + "," + id
+}
+
+// HasReservation reports whether the Reservations value names id.
+func HasReservation(value, id string) bool {
+	for _, v := range strings.Split(value, ",") {
+		if strings.TrimSpace(v) == id && id != "" {
+			return true
+		}
+	}
+	return false
+}
+
+// RemoveReservation returns the Reservations value without id, and
+// whether it named id.
+func RemoveReservation(value, id string) (string, bool) {
+	var keep []string
+	found := false
+	for _, v := range strings.Split(value, ",") {
+		v = strings.TrimSpace(v)
+		switch {
+		case v == "":
+		case v == id:
+			found = true
+		default:
+			keep = append(keep, v)
+		}
+	}
+	return strings.Join(keep, ","), found
 }

@@ -341,3 +341,26 @@ func TestWarningWithObject(t *testing.T) {
 		t.Errorf("got %q", got)
 	}
 }
+
+func TestReservations(t *testing.T) {
+	v := AddReservation("", "kausality-reservation-a")
+	v = AddReservation(v, "kausality-reservation-b")
+	v = AddReservation(v, "kausality-reservation-a")
+	if v != "kausality-reservation-a,kausality-reservation-b" {
+		t.Fatalf("after adding a, b and a again: %q", v)
+	}
+	if !HasReservation(v, "kausality-reservation-b") || HasReservation(v, "kausality-reservation-c") || HasReservation(v, "") {
+		t.Errorf("HasReservation of %q is wrong", v)
+	}
+	rest, found := RemoveReservation(v, "kausality-reservation-a")
+	if !found || rest != "kausality-reservation-b" {
+		t.Errorf("removing a: %q %v", rest, found)
+	}
+	rest, found = RemoveReservation(rest, "kausality-reservation-a")
+	if found || rest != "kausality-reservation-b" {
+		t.Errorf("removing a again: %q %v", rest, found)
+	}
+	if rest, found = RemoveReservation(" kausality-reservation-b ,", "kausality-reservation-b"); !found || rest != "" {
+		t.Errorf("removing the last one: %q %v", rest, found)
+	}
+}

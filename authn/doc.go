@@ -152,8 +152,15 @@ read under the request's deadline; mutating requests are limited in flight
 (429 with Retry-After); only canonical resource names reach the caches,
 whose number is bounded, and Secrets are never cached. A once approval is
 reserved on the parent only after a server-side dry run as the caller shows
-that kube-apiserver will accept the write, and is put back only after a
-409, the one answer that proves the write was not applied.
+that kube-apiserver will accept the write. It is put back only when the
+write provably did not land: kube-apiserver refused it (4xx), or, after an
+answer that does not say, the object is stored exactly as it was read. A
+reservation is recorded in a ConfigMap of the proxy's namespace, so another
+replica can settle it when its own died; such a record is data anyone with
+write access to that namespace could forge, so it is honoured only while
+the parent names it in kausality.io/reservations, which the reservation's
+own patch wrote: a forged record cannot put an approval on a parent its
+author may not write.
 
 # Identity values must survive the header
 

@@ -133,10 +133,9 @@ func RemoveReservation(value, id string) (string, bool) {
 	var keep []string
 	found := false
 	for _, v := range strings.Split(value, ",") {
-		v = strings.TrimSpace(v)
-		switch {
-		case v == "":
-		case v == id:
+		switch v = strings.TrimSpace(v); v {
+		case "":
+		case id:
 			found = true
 		default:
 			keep = append(keep, v)

@@ -82,6 +82,18 @@ type entry struct {
 	// so a return to the settled spec (a rollback) is a change being
 	// carried out, not a settled parent.
 	moved bool
+	// seen is the view of the object at resourceVersion seen.rv: the same
+	// version of an object is assessed again on every write under it.
+	seen view
+}
+
+// view is what one version of an object says: its spec hash, and whether
+// it is Current (why: kstatus's message).
+type view struct {
+	rv      string
+	hash    string
+	current bool
+	why     string
 }
 
 // Memory remembers, per object UID, the spec hash at which the object last
@@ -107,8 +119,27 @@ func (m *Memory) Observe(obj *unstructured.Unstructured) {
 	if m == nil || obj == nil || obj.GetUID() == "" {
 		return
 	}
-	current, _ := Current(obj)
-	m.learn(obj.GetUID(), SpecHash(obj), obj.GetGeneration(), current)
+	v := m.view(obj)
+	m.learn(obj.GetUID(), v, obj.GetGeneration())
+}
+
+// view computes what obj says, or takes it from the last time this
+// version of obj was seen: a resourceVersion names one content.
+func (m *Memory) view(obj *unstructured.Unstructured) view {
+	uid, rv := obj.GetUID(), obj.GetResourceVersion()
+	if rv != "" {
+		m.mu.Lock()
+		e, ok := m.m[uid]
+		if ok && e.seen.rv == rv {
+			v := e.seen
+			m.mu.Unlock()
+			return v
+		}
+		m.mu.Unlock()
+	}
+	v := view{rv: rv, hash: SpecHash(obj)}
+	v.current, v.why = Current(obj)
+	return v
 }
 
 // Forget drops what is known of uid (the object was deleted).
@@ -121,8 +152,10 @@ func (m *Memory) Forget(uid types.UID) {
 	m.mu.Unlock()
 }
 
-// learn records one sighting of an object and returns a copy of its entry.
-func (m *Memory) learn(uid types.UID, hash string, generation int64, current bool) entry {
+// learn records one sighting of an object, whose version says v, and
+// returns a copy of its entry.
+func (m *Memory) learn(uid types.UID, v view, generation int64) entry {
+	hash, current := v.hash, v.current
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	e, ok := m.m[uid]
@@ -135,6 +168,9 @@ func (m *Memory) learn(uid types.UID, hash string, generation int64, current boo
 		}
 		e = &entry{current: hash, since: generation}
 		m.m[uid] = e
+	}
+	if v.rv != "" {
+		e.seen = v
 	}
 	if generation > 0 && generation < e.newest && hash != e.current {
 		// A spec older than one already seen, delivered late by a cache
@@ -180,8 +216,9 @@ type Facts struct {
 
 // Assess returns the facts about parent and learns from it.
 func (m *Memory) Assess(parent *unstructured.Unstructured) Facts {
-	now, why := Current(parent)
-	e := m.learn(parent.GetUID(), SpecHash(parent), parent.GetGeneration(), now)
+	v := m.view(parent)
+	now, why := v.current, v.why
+	e := m.learn(parent.GetUID(), v, parent.GetGeneration())
 	f := Facts{SpecSince: e.since, Known: e.settled != ""}
 	switch {
 	case now:

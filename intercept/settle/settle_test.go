@@ -1,6 +1,7 @@
 package settle
 
 import (
+	"strconv"
 	"testing"
 
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
@@ -46,6 +47,19 @@ func TestAssessFollowsARollout(t *testing.T) {
 		f := m.Assess(s.parent)
 		if f.AtCurrentSpec != s.atSpec {
 			t.Fatalf("%s: AtCurrentSpec %v, want %v (%s)", s.name, f.AtCurrentSpec, s.atSpec, f.Reason)
+		}
+	}
+
+	// With resourceVersions, each version's view is computed once and
+	// reused for every write under it, never for another version.
+	m = NewMemory(0)
+	for i, s := range steps {
+		s.parent.SetResourceVersion(strconv.Itoa(i + 1))
+		for range 2 {
+			f := m.Assess(s.parent)
+			if f.AtCurrentSpec != s.atSpec {
+				t.Fatalf("%s (resourceVersion %d): AtCurrentSpec %v, want %v (%s)", s.name, i+1, f.AtCurrentSpec, s.atSpec, f.Reason)
+			}
 		}
 	}
 }

@@ -325,13 +325,19 @@ func (c *controller) approvalPresent(ctx context.Context, name string) (bool, er
 const approvalSettleWait = 90 * time.Second
 
 // approvalReturns waits for the once approval of Tally name to be put back
-// on the Rig, and reports whether it was.
-func (c *controller) approvalReturns(ctx context.Context, name string) (bool, error) {
+// on the Rig, and reports whether it was. A write that landed (its marker
+// is in the Tally) spent the approval: there is nothing to wait for.
+func (c *controller) approvalReturns(ctx context.Context, name, marker string) (bool, error) {
 	deadline := time.Now().Add(approvalSettleWait)
 	for time.Now().Before(deadline) {
 		present, err := c.approvalPresent(ctx, name)
 		if err != nil || present {
 			return present, err
+		}
+		if tally, err := env.admin.Resource(tallyGVR).Namespace(c.ns).Get(ctx, name, metav1.GetOptions{}); err == nil {
+			if landed, _, _ := unstructured.NestedBool(tally.Object, "spec", "keys", marker); landed {
+				return false, nil
+			}
 		}
 		select {
 		case <-ctx.Done():
@@ -360,7 +366,7 @@ func (c *controller) approved(ctx context.Context, name string) error {
 			// An answer that does not say whether the write landed: the
 			// proxy settles the approval from what is stored, in the
 			// background while kube-apiserver cannot be read.
-			if present, err = c.approvalReturns(ctx, name); err != nil {
+			if present, err = c.approvalReturns(ctx, name, e.marker); err != nil {
 				return err
 			}
 		}

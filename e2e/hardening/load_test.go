@@ -257,6 +257,23 @@ func verifyLedger(ctx context.Context, t *testing.T, ctls []*controller, l *ledg
 			bad.add("marker %s is in etcd, but no write of the ledger carried it", marker)
 		}
 	}
+	// Every round's approval was spent by its write: none may come back
+	// later (a settlement that put back the approval of a write that
+	// landed).
+	for _, c := range ctls {
+		if err := poll(ctx, 30*time.Second, func() error {
+			rig, err := env.admin.Resource(rigGVR).Namespace(c.ns).Get(ctx, "rig", metav1.GetOptions{})
+			if err != nil {
+				return err
+			}
+			if v := rig.GetAnnotations()["kausality.io/approvals"]; v != "" && v != "[]" {
+				return fmt.Errorf("approvals %s", v)
+			}
+			return nil
+		}); err != nil {
+			bad.add("%s/rig still carries once approvals after every round spent its own: %v", c.ns, err)
+		}
+	}
 	outcomes := map[[2]string]int{}
 	for _, e := range l.all() {
 		outcomes[[2]string{string(e.kind), e.outcome.String()}]++

@@ -117,7 +117,7 @@ func Build(o Options) (*Interceptor, error) {
 	policies.Run(background)
 	// Reservations are kept next to the drift records, in the proxy's
 	// own namespace.
-	reserved := reservations.New(client.CoreV1(), o.Drifts.Namespace, replicaIdentity(o.Drifts.Identity), nil)
+	reserved := reservations.New(client, o.Drifts.Namespace, replicaIdentity(o.Drifts.Identity), nil)
 	i := New(Config{
 		Reservations:         reserved,
 		ReservationOrphanAge: o.ReservationOrphanAge,

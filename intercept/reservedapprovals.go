@@ -293,23 +293,20 @@ func (i *Interceptor) settleOrphanedReservations(ctx context.Context) {
 		return
 	}
 	interval := min(reservationOrphanInterval, i.cfg.ReservationOrphanAge/3)
-	// The first look is an interval after the start: nothing started
-	// moments ago can be an orphan yet.
+	// The watch starts an interval after the proxy: nothing reserved
+	// moments ago can be an orphan yet, and a start costs no request.
 	select {
 	case <-ctx.Done():
 		return
 	case <-time.After(interval):
 	}
+	i.cfg.Reservations.Run(ctx)
 	wait.JitterUntilWithContext(ctx, i.settleOrphans, interval, 0.2, true)
 }
 
 // settleOrphans settles the reservations older than ReservationOrphanAge.
 func (i *Interceptor) settleOrphans(ctx context.Context) {
-	orphans, broken, err := i.cfg.Reservations.Orphans(ctx, i.cfg.ReservationOrphanAge)
-	if err != nil {
-		i.cfg.Log.Info("cannot look for orphaned approval reservations", zap.Error(err))
-		return
-	}
+	orphans, broken := i.cfg.Reservations.Orphans(i.cfg.ReservationOrphanAge)
 	for _, rec := range broken {
 		if ok, _ := i.cfg.Reservations.Claim(ctx, rec); ok {
 			i.cfg.Log.Error("removed an approval reservation record that cannot be read", zap.String("record", rec.ID()))

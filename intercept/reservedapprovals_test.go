@@ -16,6 +16,7 @@ import (
 	"k8s.io/apimachinery/pkg/types"
 	kubefake "k8s.io/client-go/kubernetes/fake"
 	clienttesting "k8s.io/client-go/testing"
+	"k8s.io/client-go/tools/cache"
 	clocktesting "k8s.io/utils/clock/testing"
 
 	"github.com/kausality-io/kausality-proxy/intercept"
@@ -58,9 +59,31 @@ func recordCount(t *testing.T, client *kubefake.Clientset) int {
 func TestReservationRecords(t *testing.T) {
 	allowAll := func(authorizationv1.SubjectAccessReviewSpec) (bool, error) { return true, nil }
 	start := time.Date(2026, 11, 24, 12, 0, 0, 0, time.UTC)
-	withRecords := func(client *kubefake.Clientset, clock *clocktesting.FakePassiveClock) serveOption {
+	// withRecords gives the interceptor a store of records, watching them.
+	withRecords := func(t *testing.T, client *kubefake.Clientset, clock *clocktesting.FakePassiveClock) serveOption {
 		return func(s *serveSetup) {
-			s.config.Reservations = reservations.New(client.CoreV1(), recordNamespace, "this-replica", clock)
+			store := reservations.New(client, recordNamespace, "this-replica", clock)
+			ctx, cancel := context.WithCancel(context.Background())
+			t.Cleanup(cancel)
+			store.Run(ctx)
+			if !cache.WaitForCacheSync(ctx.Done(), store.HasSynced) {
+				t.Fatal("the watch of the records did not sync")
+			}
+			s.config.Reservations = store
+		}
+	}
+	// seen waits until the watch of the records shows one as older than
+	// a second.
+	seen := func(t *testing.T, env *benchEnv) {
+		t.Helper()
+		store := env.interceptor.Reservations()
+		for deadline := time.Now().Add(10 * time.Second); ; time.Sleep(10 * time.Millisecond) {
+			if orphans, _ := store.Orphans(time.Second); len(orphans) > 0 {
+				return
+			}
+			if time.Now().After(deadline) {
+				t.Fatal("the watch of the records never showed the record")
+			}
 		}
 	}
 	approvalOnParent := func(t *testing.T, env *benchEnv) bool {
@@ -75,7 +98,7 @@ func TestReservationRecords(t *testing.T) {
 
 	t.Run("an applied write leaves no record", func(t *testing.T) {
 		client := recordsClient()
-		env := newServeEnv(t, nil, allowAll, withApprovedFamily, enforce, withRecords(client, clocktesting.NewFakePassiveClock(start)))
+		env := newServeEnv(t, nil, allowAll, withApprovedFamily, enforce, withRecords(t, client, clocktesting.NewFakePassiveClock(start)))
 		creates := 0
 		client.PrependReactor("create", "configmaps", func(clienttesting.Action) (bool, runtime.Object, error) {
 			creates++
@@ -112,7 +135,7 @@ func TestReservationRecords(t *testing.T) {
 	// does; a record it does not name was not written with it.
 	orphan := func(t *testing.T, client *kubefake.Clientset, clock *clocktesting.FakePassiveClock, env *benchEnv, stamped bool) {
 		t.Helper()
-		dead := reservations.New(client.CoreV1(), recordNamespace, "dead-replica", clock)
+		dead := reservations.New(client, recordNamespace, "dead-replica", clock)
 		rec, err := dead.Open(context.Background(), reservations.Reservation{
 			Parent:    decision.ObjectRef{APIVersion: "apps/v1", Kind: "Deployment", Namespace: "apps", Name: "approved"},
 			Approval:  approval.Approval{APIVersion: "apps/v1", Kind: "ReplicaSet", Name: "approved-1", Generation: 5, Mode: approval.Once},
@@ -136,10 +159,11 @@ func TestReservationRecords(t *testing.T) {
 	t.Run("its write did not land: another replica puts the approval back, once it is an orphan", func(t *testing.T) {
 		client := recordsClient()
 		clock := clocktesting.NewFakePassiveClock(start)
-		env := newServeEnv(t, nil, allowAll, withApprovedFamily, enforce, withRecords(client, clock))
+		env := newServeEnv(t, nil, allowAll, withApprovedFamily, enforce, withRecords(t, client, clock))
 		orphan(t, client, clock, env, true)
 
 		clock.SetTime(start.Add(time.Minute))
+		seen(t, env)
 		intercept.SettleOrphans(context.Background(), env.interceptor)
 		if approvalOnParent(t, env) || recordCount(t, client) != 1 {
 			t.Fatalf("a reservation one minute old was settled: its replica may still be settling it")
@@ -161,7 +185,7 @@ func TestReservationRecords(t *testing.T) {
 	t.Run("the object changed: the approval stays spent", func(t *testing.T) {
 		client := recordsClient()
 		clock := clocktesting.NewFakePassiveClock(start)
-		env := newServeEnv(t, nil, allowAll, withApprovedFamily, enforce, withRecords(client, clock))
+		env := newServeEnv(t, nil, allowAll, withApprovedFamily, enforce, withRecords(t, client, clock))
 		orphan(t, client, clock, env, true)
 		rs := env.dyn.Resource(replicasetsGVR).Namespace("apps")
 		child, err := rs.Get(context.Background(), "approved-1", metav1.GetOptions{})
@@ -174,6 +198,7 @@ func TestReservationRecords(t *testing.T) {
 		}
 
 		clock.SetTime(start.Add(intercept.DefaultReservationOrphanAge + time.Second))
+		seen(t, env)
 		intercept.SettleOrphans(context.Background(), env.interceptor)
 		if approvalOnParent(t, env) {
 			t.Errorf("the approval is back, though the write it was reserved for may have landed")
@@ -191,10 +216,11 @@ func TestReservationRecords(t *testing.T) {
 		// write the parent, cannot approve drift with a record.
 		client := recordsClient()
 		clock := clocktesting.NewFakePassiveClock(start)
-		env := newServeEnv(t, nil, allowAll, withApprovedFamily, enforce, withRecords(client, clock))
+		env := newServeEnv(t, nil, allowAll, withApprovedFamily, enforce, withRecords(t, client, clock))
 		orphan(t, client, clock, env, false)
 
 		clock.SetTime(start.Add(intercept.DefaultReservationOrphanAge + time.Second))
+		seen(t, env)
 		intercept.SettleOrphans(context.Background(), env.interceptor)
 		if approvalOnParent(t, env) {
 			t.Errorf("a record the parent does not name put an approval on it")

@@ -23,7 +23,10 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/labels"
 	"k8s.io/apimachinery/pkg/runtime/schema"
+	"k8s.io/client-go/informers"
+	"k8s.io/client-go/kubernetes"
 	corev1client "k8s.io/client-go/kubernetes/typed/core/v1"
+	"k8s.io/client-go/tools/cache"
 	"k8s.io/utils/clock"
 
 	"github.com/kausality-io/kausality-proxy/intercept/approval"
@@ -84,16 +87,30 @@ type Store struct {
 	configMaps corev1client.ConfigMapInterface
 	replica    string
 	clock      clock.PassiveClock
+	// records watches the records, so that looking for orphans costs no
+	// request.
+	factory informers.SharedInformerFactory
+	records cache.SharedIndexInformer
 }
 
 // New returns a Store of the records in namespace; replica names this
-// replica in the records it opens.
-func New(client corev1client.ConfigMapsGetter, namespace, replica string, c clock.PassiveClock) *Store {
+// replica in the records it opens. Run starts the watch Orphans reads.
+func New(client kubernetes.Interface, namespace, replica string, c clock.PassiveClock) *Store {
 	if c == nil {
 		c = clock.RealClock{}
 	}
-	return &Store{configMaps: client.ConfigMaps(namespace), replica: replica, clock: c}
+	selector := labels.SelectorFromSet(labels.Set{managedByLabel: managedBy, componentLabel: component}).String()
+	factory := informers.NewSharedInformerFactoryWithOptions(client, 0, informers.WithNamespace(namespace),
+		informers.WithTweakListOptions(func(lo *metav1.ListOptions) { lo.LabelSelector = selector }))
+	return &Store{configMaps: client.CoreV1().ConfigMaps(namespace), replica: replica, clock: c,
+		factory: factory, records: factory.Core().V1().ConfigMaps().Informer()}
 }
+
+// Run watches the records until ctx is done.
+func (s *Store) Run(ctx context.Context) { s.factory.Start(ctx.Done()) }
+
+// HasSynced reports whether the watch of the records has listed them.
+func (s *Store) HasSynced() bool { return s.records.HasSynced() }
 
 // Open records r before its approval is taken off the parent.
 func (s *Store) Open(ctx context.Context, r Reservation) (*Record, error) {
@@ -127,18 +144,20 @@ func (s *Store) Claim(ctx context.Context, rec *Record) (bool, error) {
 	}
 }
 
-// Orphans lists the records reserved longer than olderThan ago: their
-// replicas died, or gave up settling them. Records that cannot be read
-// are returned with an empty Reservation and broken set.
-func (s *Store) Orphans(ctx context.Context, olderThan time.Duration) (orphans []*Record, broken []*Record, err error) {
-	selector := labels.SelectorFromSet(labels.Set{managedByLabel: managedBy, componentLabel: component}).String()
-	list, err := s.configMaps.List(ctx, metav1.ListOptions{LabelSelector: selector})
-	if err != nil {
-		return nil, nil, err
+// Orphans lists the records reserved longer than olderThan ago, as the
+// watch has them: their replicas died, or gave up settling them. Records
+// that cannot be read are returned in broken. Until the watch has listed
+// the records, there are none.
+func (s *Store) Orphans(olderThan time.Duration) (orphans []*Record, broken []*Record) {
+	if !s.records.HasSynced() {
+		return nil, nil
 	}
 	now := s.clock.Now()
-	for i := range list.Items {
-		cm := &list.Items[i]
+	for _, obj := range s.records.GetStore().List() {
+		cm, ok := obj.(*corev1.ConfigMap)
+		if !ok {
+			continue
+		}
 		rec := &Record{name: cm.Name, resourceVersion: cm.ResourceVersion}
 		if err := json.Unmarshal([]byte(cm.Data[dataKey]), &rec.Reservation); err != nil || rec.Reserved.IsZero() {
 			if now.Sub(cm.CreationTimestamp.Time) > olderThan {
@@ -150,5 +169,5 @@ func (s *Store) Orphans(ctx context.Context, olderThan time.Duration) (orphans [
 			orphans = append(orphans, rec)
 		}
 	}
-	return orphans, broken, nil
+	return orphans, broken
 }

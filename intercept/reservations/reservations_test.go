@@ -11,6 +11,7 @@ import (
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/client-go/kubernetes/fake"
 	clienttesting "k8s.io/client-go/testing"
+	"k8s.io/client-go/tools/cache"
 	clocktesting "k8s.io/utils/clock/testing"
 
 	"github.com/kausality-io/kausality-proxy/intercept/approval"
@@ -46,7 +47,7 @@ func TestOpenClaim(t *testing.T) {
 	ctx := context.Background()
 	client := newClient()
 	clock := clocktesting.NewFakePassiveClock(time.Date(2026, 11, 24, 12, 0, 0, 0, time.UTC))
-	s := New(client.CoreV1(), "kausality-system", "replica-a", clock)
+	s := New(client, "kausality-system", "replica-a", clock)
 
 	rec, err := s.Open(ctx, reservation())
 	if err != nil {
@@ -78,7 +79,16 @@ func TestOrphans(t *testing.T) {
 	client := newClient()
 	start := time.Date(2026, 11, 24, 12, 0, 0, 0, time.UTC)
 	clock := clocktesting.NewFakePassiveClock(start)
-	s := New(client.CoreV1(), "kausality-system", "replica-a", clock)
+	s := New(client, "kausality-system", "replica-a", clock)
+	if orphans, broken := s.Orphans(0); orphans != nil || broken != nil {
+		t.Fatalf("orphans before the watch listed the records: %v %v", orphans, broken)
+	}
+	runCtx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	s.Run(runCtx)
+	if !cache.WaitForCacheSync(runCtx.Done(), s.HasSynced) {
+		t.Fatal("the watch of the records did not sync")
+	}
 
 	old, err := s.Open(ctx, reservation())
 	if err != nil {
@@ -101,9 +111,12 @@ func TestOrphans(t *testing.T) {
 	}
 
 	clock.SetTime(start.Add(7 * time.Minute))
-	orphans, broken, err := s.Orphans(ctx, 6*time.Minute)
-	if err != nil {
-		t.Fatal(err)
+	var orphans, broken []*Record
+	for deadline := time.Now().Add(10 * time.Second); len(orphans)+len(broken) < 2; time.Sleep(10 * time.Millisecond) {
+		if time.Now().After(deadline) {
+			t.Fatalf("the watch never showed the old and the broken record: %v %v", orphans, broken)
+		}
+		orphans, broken = s.Orphans(6 * time.Minute)
 	}
 	if len(orphans) != 1 || orphans[0].ID() != old.ID() || orphans[0].Before != old.Before {
 		t.Errorf("orphans older than 6m: %+v, want only the first record", orphans)

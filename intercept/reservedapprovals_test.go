@@ -156,79 +156,58 @@ func TestReservationRecords(t *testing.T) {
 		}
 	}
 
-	t.Run("its write did not land: another replica puts the approval back, once it is an orphan", func(t *testing.T) {
-		client := recordsClient()
-		clock := clocktesting.NewFakePassiveClock(start)
-		env := newServeEnv(t, nil, allowAll, withApprovedFamily, enforce, withRecords(t, client, clock))
-		orphan(t, client, clock, env, true)
-
-		clock.SetTime(start.Add(time.Minute))
-		seen(t, env)
-		intercept.SettleOrphans(context.Background(), env.interceptor)
-		if approvalOnParent(t, env) || recordCount(t, client) != 1 {
-			t.Fatalf("a reservation one minute old was settled: its replica may still be settling it")
-		}
-
-		clock.SetTime(start.Add(intercept.DefaultReservationOrphanAge + time.Second))
-		intercept.SettleOrphans(context.Background(), env.interceptor)
-		if !approvalOnParent(t, env) {
-			t.Errorf("the approval is not back, though the write it was reserved for never landed")
-		}
-		if stamps := reservationStamps(t, env); stamps != "" {
-			t.Errorf("the parent still names settled reservations: %q", stamps)
-		}
-		if n := recordCount(t, client); n != 0 {
-			t.Errorf("%d records left after the settlement", n)
-		}
-	})
-
-	t.Run("the object changed: the approval stays spent", func(t *testing.T) {
-		client := recordsClient()
-		clock := clocktesting.NewFakePassiveClock(start)
-		env := newServeEnv(t, nil, allowAll, withApprovedFamily, enforce, withRecords(t, client, clock))
-		orphan(t, client, clock, env, true)
-		rs := env.dyn.Resource(replicasetsGVR).Namespace("apps")
-		child, err := rs.Get(context.Background(), "approved-1", metav1.GetOptions{})
-		if err != nil {
-			t.Fatal(err)
-		}
-		child.SetResourceVersion("201")
-		if _, err := rs.Update(context.Background(), child, metav1.UpdateOptions{}); err != nil {
-			t.Fatal(err)
-		}
-
-		clock.SetTime(start.Add(intercept.DefaultReservationOrphanAge + time.Second))
-		seen(t, env)
-		intercept.SettleOrphans(context.Background(), env.interceptor)
-		if approvalOnParent(t, env) {
-			t.Errorf("the approval is back, though the write it was reserved for may have landed")
-		}
-		if n := recordCount(t, client); n != 0 {
-			t.Errorf("%d records left after the settlement", n)
-		}
-		if stamps := reservationStamps(t, env); stamps != "" {
-			t.Errorf("the parent still names settled reservations: %q", stamps)
-		}
-	})
-
-	t.Run("a record its parent does not name puts nothing back", func(t *testing.T) {
+	orphans := []struct {
+		name string
+		// stamped: the parent names the record; changed: the object was
+		// written after the record was made.
+		stamped, changed bool
+		wantApproval     bool
+	}{
+		{"its write did not land: another replica puts the approval back, once it is an orphan", true, false, true},
+		{"the object changed: the approval stays spent", true, true, false},
 		// Whoever may create ConfigMaps in the proxy's namespace, but not
 		// write the parent, cannot approve drift with a record.
-		client := recordsClient()
-		clock := clocktesting.NewFakePassiveClock(start)
-		env := newServeEnv(t, nil, allowAll, withApprovedFamily, enforce, withRecords(t, client, clock))
-		orphan(t, client, clock, env, false)
+		{"a record its parent does not name puts nothing back", false, false, false},
+	}
+	for _, tc := range orphans {
+		t.Run(tc.name, func(t *testing.T) {
+			client := recordsClient()
+			clock := clocktesting.NewFakePassiveClock(start)
+			env := newServeEnv(t, nil, allowAll, withApprovedFamily, enforce, withRecords(t, client, clock))
+			orphan(t, client, clock, env, tc.stamped)
+			if tc.changed {
+				rs := env.dyn.Resource(replicasetsGVR).Namespace("apps")
+				child, err := rs.Get(context.Background(), "approved-1", metav1.GetOptions{})
+				if err != nil {
+					t.Fatal(err)
+				}
+				child.SetResourceVersion("201")
+				if _, err := rs.Update(context.Background(), child, metav1.UpdateOptions{}); err != nil {
+					t.Fatal(err)
+				}
+			}
 
-		clock.SetTime(start.Add(intercept.DefaultReservationOrphanAge + time.Second))
-		seen(t, env)
-		intercept.SettleOrphans(context.Background(), env.interceptor)
-		if approvalOnParent(t, env) {
-			t.Errorf("a record the parent does not name put an approval on it")
-		}
-		if n := recordCount(t, client); n != 0 {
-			t.Errorf("%d records left: an unvouched record is removed", n)
-		}
-	})
+			// Not yet an orphan: its replica may still be settling it.
+			clock.SetTime(start.Add(time.Minute))
+			seen(t, env)
+			intercept.SettleOrphans(context.Background(), env.interceptor)
+			if approvalOnParent(t, env) || recordCount(t, client) != 1 {
+				t.Fatalf("a reservation one minute old was settled")
+			}
+
+			clock.SetTime(start.Add(intercept.DefaultReservationOrphanAge + time.Second))
+			intercept.SettleOrphans(context.Background(), env.interceptor)
+			if got := approvalOnParent(t, env); got != tc.wantApproval {
+				t.Errorf("approval on the parent after the settlement: %v, want %v", got, tc.wantApproval)
+			}
+			if n := recordCount(t, client); n != 0 {
+				t.Errorf("%d records left after the settlement", n)
+			}
+			if stamps := reservationStamps(t, env); stamps != "" {
+				t.Errorf("the parent still names settled reservations: %q", stamps)
+			}
+		})
+	}
 }
 
 func reservationStamps(t *testing.T, env *benchEnv) string {

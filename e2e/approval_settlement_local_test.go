@@ -7,6 +7,7 @@ import (
 	"errors"
 	"fmt"
 	"net/http"
+	"strings"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -16,6 +17,7 @@ import (
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/utils/ptr"
 
 	"github.com/kausality-io/kausality-proxy/e2e/framework"
@@ -90,6 +92,15 @@ func TestOnceApprovalSurvivesAWriteKubeAPIServerCouldNotFinish(t *testing.T) {
 		}
 		return nil
 	})
+
+	// kausality.io/reservations is the proxy's alone: a person's write
+	// through the proxy cannot name a record on the parent.
+	_, err = f.alice.dyn.Resource(framework.WidgetGVR).Patch(context.Background(), f.widget, types.MergePatchType,
+		[]byte(`{"metadata":{"annotations":{"kausality.io/reservations":"kausality-reservation-forged"}}}`), metav1.PatchOptions{})
+	mustf(t, err, "alice's patch of the Widget's annotations")
+	if stamps := f.getWidget().GetAnnotations()["kausality.io/reservations"]; strings.Contains(stamps, "forged") {
+		t.Fatalf("a person's write named a reservation record on the parent: %q", stamps)
+	}
 }
 
 // gadgetWrites is the webhook rule for creates and updates of Gadgets.

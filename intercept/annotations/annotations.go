@@ -91,7 +91,7 @@ func IsKausality(key string) bool { return strings.HasPrefix(key, Prefix) }
 // taken from a write request).
 func IsSystem(key string) bool {
 	switch key {
-	case Trace, Updaters, Controllers, Phase, ObservedGeneration, LegacyInitialized:
+	case Trace, Updaters, Controllers, Phase, ObservedGeneration, LegacyInitialized, Reservations:
 		return true
 	}
 	return false

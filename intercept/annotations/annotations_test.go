@@ -18,6 +18,7 @@ func TestClassification(t *testing.T) {
 		{Phase, true, true, ""},
 		{ObservedGeneration, true, true, ""},
 		{LegacyInitialized, true, true, ""},
+		{Reservations, true, true, ""},
 		{Approvals, true, false, ""},
 		{Rejections, true, false, ""},
 		{Freeze, true, false, ""},

@@ -18,7 +18,6 @@ import (
 	"mime"
 	"net/http"
 	"net/url"
-	"slices"
 	"strconv"
 	"strings"
 
@@ -152,14 +151,8 @@ func (i *Interceptor) serveCollection(w http.ResponseWriter, r *http.Request, p 
 
 	// As for one write, each reserved approval is settled by the answer,
 	// or by what is still stored when the answer does not say.
-	var reservations []reservedWrite
-	for _, m := range c.members {
-		if slices.Contains(reserved, m.d.ApprovalsUpdate) {
-			reservations = append(reservations, reservedWriteOf(m.p, m.d.ApprovalsUpdate))
-		}
-	}
 	settle := func(code int) {
-		for _, rw := range reservations {
+		for _, rw := range reserved {
 			i.settleReservation(rw, code)
 		}
 	}
@@ -344,17 +337,14 @@ func (c *collection) request(r *http.Request, data []byte) *http.Request {
 // re-decides that object from a fresh read of its parent. It reports false
 // when it has answered the request, and then holds no reservation.
 func (i *Interceptor) reserveCollection(w http.ResponseWriter, r *http.Request, p *pending, c *collection, out *http.Request,
-	forward http.Handler, writeError ErrorWriter) ([]*decision.ApprovalsUpdate, bool) {
+	forward http.Handler, writeError ErrorWriter) ([]reservedWrite, bool) {
 	if p.w.dryRun {
 		return nil, true
 	}
-	var reserved []*decision.ApprovalsUpdate
-	stop := func(err error) ([]*decision.ApprovalsUpdate, bool) {
-		for _, m := range c.members {
-			if slices.Contains(reserved, m.d.ApprovalsUpdate) {
-				// Nothing was forwarded: as good as a refusal.
-				i.settleReservation(reservedWriteOf(m.p, m.d.ApprovalsUpdate), http.StatusBadRequest)
-			}
+	var reserved []reservedWrite
+	stop := func(err error) ([]reservedWrite, bool) {
+		for _, rw := range reserved {
+			i.giveBack(rw, "the deletecollection was not forwarded")
 		}
 		if err != nil && !i.forwardIgnored(w, r, p, err, forward) {
 			p.outcome = "error"
@@ -387,7 +377,7 @@ func (i *Interceptor) reserveCollection(w http.ResponseWriter, r *http.Request, 
 			}
 			err := i.reserve(r.Context(), m.p, upd)
 			if err == nil {
-				reserved = append(reserved, upd)
+				reserved = append(reserved, reservedWriteOf(m.p, upd))
 				break
 			}
 			switch decision.OnReservationError(reservationError(err), attempt, maxReservationAttempts) {

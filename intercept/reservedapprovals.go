@@ -147,14 +147,7 @@ func (i *Interceptor) settleReservation(rw reservedWrite, code int) {
 			i.finish(ctx, rw, reservationUsed, "")
 		}()
 	case decision.ApprovalRestore:
-		ctx, cancel := context.WithTimeout(context.Background(), i.cfg.SideWriteTimeout)
-		settled := i.finish(ctx, rw, reservationRestored, "kube-apiserver refused the write")
-		cancel()
-		if !settled {
-			// Its record could not be claimed: what is stored decides
-			// once kube-apiserver answers again (the object is unchanged).
-			i.settleLater(rw)
-		}
+		i.giveBack(rw, "kube-apiserver refused the write")
 	case decision.ApprovalCheckStored:
 		ctx, cancel := context.WithTimeout(context.Background(), min(reservationFirstCheckTimeout, i.cfg.SideWriteTimeout))
 		settled := i.checkStored(ctx, rw)
@@ -162,6 +155,19 @@ func (i *Interceptor) settleReservation(rw reservedWrite, code int) {
 		if !settled {
 			i.settleLater(rw)
 		}
+	}
+}
+
+// giveBack puts the approval reserved for rw back: its write was not
+// stored (refused, or never forwarded, as why says).
+func (i *Interceptor) giveBack(rw reservedWrite, why string) {
+	ctx, cancel := context.WithTimeout(context.Background(), i.cfg.SideWriteTimeout)
+	settled := i.finish(ctx, rw, reservationRestored, why)
+	cancel()
+	if !settled {
+		// Its record could not be claimed: what is stored decides once
+		// kube-apiserver answers again (the object is unchanged).
+		i.settleLater(rw)
 	}
 }
 

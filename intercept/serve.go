@@ -148,7 +148,7 @@ func (i *Interceptor) serveWrite(w http.ResponseWriter, r *http.Request, wr *wri
 	out, err := i.mutate(r, p, &d)
 	if err != nil {
 		if reserved {
-			i.settleReservation(reservedWriteOf(p, d.ApprovalsUpdate), http.StatusBadRequest)
+			i.giveBack(reservedWriteOf(p, d.ApprovalsUpdate), "the write could not be prepared")
 		}
 		fail(err)
 		return

@@ -155,7 +155,10 @@ func (s *Store) Orphans(olderThan time.Duration) (orphans []*Record, broken []*R
 	now := s.clock.Now()
 	for _, obj := range s.records.GetStore().List() {
 		cm, ok := obj.(*corev1.ConfigMap)
-		if !ok {
+		if !ok || cm.Labels[componentLabel] != component || cm.Labels[managedByLabel] != managedBy {
+			// Only records: a watch that does not filter by label (a
+			// fake clientset's) must not make others' ConfigMaps look
+			// like broken records.
 			continue
 		}
 		rec := &Record{name: cm.Name, resourceVersion: cm.ResourceVersion}

@@ -45,11 +45,18 @@ func TestWorkloadFidelity(t *testing.T) {
 		{kind: "DaemonSet", run: runDaemonSet(nodes), gatedDrift: daemonSetPodDeleted(nodes), plannedDrifts: 1},
 		{kind: "Job", run: runJob},
 		{kind: "CronJob", run: runCronJob},
+		{kind: "Deployment, revisionHistoryLimit 1", slug: "deploy-history", run: runDeploymentHistory, plannedDrifts: 1},
+		{kind: "StatefulSet, revisionHistoryLimit 1", slug: "sts-history", run: runStatefulSetHistory},
+		{kind: "DaemonSet, revisionHistoryLimit 1", slug: "ds-history", run: runDaemonSetHistory(nodes)},
 	}
 	for _, w := range workloads {
 		// The namespaces outlive the phases: the second one continues
 		// where the first left the workload.
-		w.ns = namespaceWithMode(t, "fidelity-"+strings.ToLower(w.kind), "enforce")
+		slug := w.slug
+		if slug == "" {
+			slug = strings.ToLower(w.kind)
+		}
+		w.ns = namespaceWithMode(t, "fidelity-"+slug, "enforce")
 		w.alice, w.aliceCfg, w.bob = clientFor(t, aliceCfg), aliceCfg, clientFor(t, bobCfg)
 		w.admin = directClient(t)
 		readyPods(t, w.ns)

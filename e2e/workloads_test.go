@@ -282,6 +282,8 @@ const (
 // report.
 type workload struct {
 	kind string
+	// slug names the namespace when kind is not a valid name.
+	slug string
 	ns   string
 	// alice makes the changes a person makes; bob is the person who edits a
 	// child behind the controller's back. Both talk to the proxy.

@@ -24,6 +24,7 @@ import (
 	"github.com/kausality-io/kausality-proxy/intercept/body"
 	"github.com/kausality-io/kausality-proxy/intercept/decision"
 	"github.com/kausality-io/kausality-proxy/intercept/desired"
+	"github.com/kausality-io/kausality-proxy/intercept/history"
 	"github.com/kausality-io/kausality-proxy/intercept/patch"
 )
 
@@ -377,11 +378,32 @@ func (i *Interceptor) input(r *http.Request, p *pending, parent *unstructured.Un
 	if p.shownChanges != nil {
 		in.Changes = p.shownChanges
 	}
+	in.OwnedRevisions = i.ownedRevisions(r.Context(), p, parent)
 	if parent != nil && parentSource != "gone" {
 		facts := i.settled.Assess(parent)
 		in.Settle = &facts
 	}
 	return in
+}
+
+// ownedRevisions lists the revisions the parent controls when the write
+// deletes one of them: only then can it be history pruning. A list that
+// fails leaves the write to be decided as any other delete.
+func (i *Interceptor) ownedRevisions(ctx context.Context, p *pending, parent *unstructured.Unstructured) []history.Revision {
+	if p.op != decision.Delete || parent == nil || p.old == nil || !history.Kept(parent.GroupVersionKind().GroupKind(), p.kind.GroupKind()) {
+		return nil
+	}
+	objs, err := i.cfg.Objects.Owned(ctx, p.w.gvr, p.namespace, parent.GetUID())
+	if err != nil {
+		return nil
+	}
+	revs := make([]history.Revision, 0, len(objs))
+	for _, o := range objs {
+		if r, ok := history.RevisionOf(o); ok {
+			revs = append(revs, r)
+		}
+	}
+	return revs
 }
 
 // noChangeIsCertain: a stale stored object cannot hide a desired-state

@@ -39,8 +39,8 @@ type File struct {
 	Lifecycle          []Lifecycle    `yaml:"lifecycle"`
 	// UngatedChildKinds are child kinds that controllers replace by design
 	// (a Pod a drain evicted, a CronJob's next Job): their controller
-	// writes under a settled parent are traced but not gated. Absent: Pods
-	// and Jobs. An empty list gates every kind.
+	// writes under a settled parent are traced but not gated. Absent:
+	// DefaultUngatedChildKinds. An empty list gates every kind.
 	UngatedChildKinds *[]GroupKind `yaml:"ungatedChildKinds"`
 }
 
@@ -51,10 +51,19 @@ type GroupKind struct {
 	Kind     string `yaml:"kind"`
 }
 
-// DefaultUngatedChildKinds are Pods and Jobs: nobody turns on enforce mode
-// if a node drain can no longer bring pods back, or a CronJob can no longer
-// start its Jobs.
-var DefaultUngatedChildKinds = []schema.GroupKind{{Kind: "Pod"}, {Group: "batch", Kind: "Job"}}
+// DefaultUngatedChildKinds are the attempts that well-known controllers
+// create by design under a settled parent, on a timer or after a failure:
+// Pods and Jobs, and cert-manager's CertificateRequests (a renewal) with
+// the ACME Orders and Challenges that carry them out. Nobody turns on
+// enforce mode if a node drain can no longer bring pods back, a CronJob can
+// no longer start its Jobs, or certificates silently stop renewing.
+var DefaultUngatedChildKinds = []schema.GroupKind{
+	{Kind: "Pod"},
+	{Group: "batch", Kind: "Job"},
+	{Group: "cert-manager.io", Kind: "CertificateRequest"},
+	{Group: "acme.cert-manager.io", Kind: "Order"},
+	{Group: "acme.cert-manager.io", Kind: "Challenge"},
+}
 
 // ResourceRules select the intercepted resources.
 type ResourceRules struct {

@@ -15,6 +15,8 @@
 //	controller unknown (a new parent)             → ControllerUnknown (lenient, hop of the parent's trace)
 //	not the parent's controller                   → NewOrigin (new trace)
 //	controller, parent not settled at its spec    → Expected (trace hop)
+//	controller deletes a retired revision beyond
+//	  the parent's revisionHistoryLimit           → HistoryPruned (see history)
 //	controller, ungated child kind (Pods)         → SelfHealing (trace hop)
 //	controller, parent settled at its spec (drift):
 //	  matching rejection / malformed rejections   → DriftRejected (Deny in every mode)
@@ -42,6 +44,7 @@ import (
 	"github.com/kausality-io/kausality-proxy/intercept/annotations"
 	"github.com/kausality-io/kausality-proxy/intercept/approval"
 	"github.com/kausality-io/kausality-proxy/intercept/controllerid"
+	"github.com/kausality-io/kausality-proxy/intercept/history"
 	"github.com/kausality-io/kausality-proxy/intercept/lifecycle"
 	"github.com/kausality-io/kausality-proxy/intercept/policy"
 	"github.com/kausality-io/kausality-proxy/intercept/trace"
@@ -313,6 +316,8 @@ func (x *decider) decide() {
 		x.pruneApprovals()
 		x.writeChild(true, true)
 		return
+	case in.Operation == Delete && x.prunesHistory():
+		return
 	case x.ungated():
 		d.Category = SelfHealing
 		d.Reason = "the parent is settled, and " + d.Child.Kind + " children are traced, not gated (ungatedChildKinds): its controller replaces them by design"
@@ -320,6 +325,19 @@ func (x *decider) decide() {
 		return
 	}
 	x.drift()
+}
+
+// prunesHistory reports, and decides, a controller's delete of a retired
+// revision beyond its parent's revisionHistoryLimit: the parent's spec
+// asks for it, so it is not drift even though the parent has settled.
+func (x *decider) prunesHistory() bool {
+	ok, why := history.Pruning(x.in.Parent, x.in.OldObject, x.in.OwnedRevisions)
+	if !ok {
+		return false
+	}
+	x.d.Category = HistoryPruned
+	x.d.Reason = "the parent is settled, and its controller prunes revision history: " + why
+	return true
 }
 
 // ungated reports whether the child's kind is one the configuration leaves

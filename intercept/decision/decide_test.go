@@ -15,6 +15,7 @@ import (
 	"github.com/kausality-io/kausality-proxy/intercept/approval"
 	"github.com/kausality-io/kausality-proxy/intercept/controllerid"
 	"github.com/kausality-io/kausality-proxy/intercept/desired"
+	"github.com/kausality-io/kausality-proxy/intercept/history"
 	"github.com/kausality-io/kausality-proxy/intercept/settle"
 )
 
@@ -151,6 +152,21 @@ func base() Input {
 		Mode:           ModeInputs{Default: annotations.ModeEnforce},
 		Now:            now,
 	}
+}
+
+// pruneInput: the controller deletes ReplicaSet web-1 (revision 1, scaled
+// down) of a Deployment at revision 3 with the given revisionHistoryLimit,
+// which also owns web-2 (retired) and web-3 (current).
+func pruneInput(in *Input, limit int64) {
+	in.Operation = Delete
+	in.NewObject = nil
+	in.Changes = nil
+	in.OldObject = mkChild(0, func(u *unstructured.Unstructured) {
+		_ = unstructured.SetNestedField(u.Object, map[string]interface{}{"replicas": int64(0), "observedGeneration": int64(2)}, "status")
+	})
+	setAnn(history.RevisionAnnotation, "3")(in.Parent)
+	_ = unstructured.SetNestedField(in.Parent.Object, limit, "spec", "revisionHistoryLimit")
+	in.OwnedRevisions = []history.Revision{{Name: "web-1", Number: 1}, {Name: "web-2", Number: 2}, {Name: "web-3", Number: 3}}
 }
 
 func alice(in *Input) {
@@ -763,6 +779,29 @@ func TestDecide(t *testing.T) {
 			name: "ungated kinds do not make a person's write anything but a new origin, nor lift a freeze",
 			in: func(in *Input) {
 				in.UngatedKinds = []schema.GroupKind{{Group: "apps", Kind: "ReplicaSet"}}
+				setAnn(annotations.Freeze, "true")(in.Parent)
+			},
+			want: want{result: Deny, category: Frozen, mode: annotations.ModeEnforce, modeSource: ModeFromDefault},
+		},
+		// --- revision history ----------------------------------------------------
+		{
+			name: "the controller prunes a scaled-down ReplicaSet beyond revisionHistoryLimit: carried out, not drift",
+			in: func(in *Input) {
+				pruneInput(in, 1)
+			},
+			want: want{result: Allow, category: HistoryPruned, mode: annotations.ModeEnforce, modeSource: ModeFromDefault},
+		},
+		{
+			name: "the same delete within revisionHistoryLimit is drift",
+			in: func(in *Input) {
+				pruneInput(in, 3)
+			},
+			want: want{result: Deny, category: DriftUnapproved, mode: annotations.ModeEnforce, modeSource: ModeFromDefault, drift: true, report: ReportDetected},
+		},
+		{
+			name: "a frozen parent holds history pruning too",
+			in: func(in *Input) {
+				pruneInput(in, 1)
 				setAnn(annotations.Freeze, "true")(in.Parent)
 			},
 			want: want{result: Deny, category: Frozen, mode: annotations.ModeEnforce, modeSource: ModeFromDefault},

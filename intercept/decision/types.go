@@ -15,6 +15,7 @@ import (
 	"github.com/kausality-io/kausality-proxy/intercept/approval"
 	"github.com/kausality-io/kausality-proxy/intercept/controllerid"
 	"github.com/kausality-io/kausality-proxy/intercept/desired"
+	"github.com/kausality-io/kausality-proxy/intercept/history"
 	"github.com/kausality-io/kausality-proxy/intercept/lifecycle"
 	"github.com/kausality-io/kausality-proxy/intercept/policy"
 	"github.com/kausality-io/kausality-proxy/intercept/settle"
@@ -67,6 +68,11 @@ const (
 	// Expected: the controller carries out a spec change of its parent
 	// (the parent has not settled at its current spec).
 	Expected Category = "Expected"
+	// HistoryPruned: the controller deletes, under a settled parent, a
+	// retired revision (a scaled-down ReplicaSet, a ControllerRevision)
+	// beyond the parent's revisionHistoryLimit: it carries out that spec
+	// field.
+	HistoryPruned Category = "HistoryPruned"
 	// SelfHealing: the controller writes, under a settled parent, a child
 	// of a kind it replaces by design (Pods, by default); traced, not
 	// gated.
@@ -219,6 +225,11 @@ type Input struct {
 	// UngatedKinds are child kinds whose controller writes under a settled
 	// parent are traced but never gated (SelfHealing).
 	UngatedKinds []schema.GroupKind
+	// OwnedRevisions are the revisions of the child's kind that the
+	// parent controls (nil when not gathered): on a DELETE of a
+	// ReplicaSet or ControllerRevision they tell history pruning from
+	// drift (see intercept/history).
+	OwnedRevisions []history.Revision
 	// Policies are the compiled approval policies that apply to the
 	// writer, in the order they are tried (see policy). Compiled ahead,
 	// from informer caches: matching them does no I/O.

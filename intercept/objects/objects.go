@@ -13,6 +13,7 @@ import (
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/apimachinery/pkg/labels"
 	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/discovery"
@@ -221,6 +222,44 @@ func (s *Store) GetLive(ctx context.Context, gvr schema.GroupVersionResource, na
 		ri = s.dynamic.Resource(gvr).Namespace(namespace)
 	}
 	return ri.Get(ctx, name, metav1.GetOptions{})
+}
+
+// maxOwnedListed bounds a live list of owned objects, for the rare write
+// that needs one before its cache has synced.
+const maxOwnedListed = 1000
+
+// Owned lists the objects of gvr in namespace whose controller is owner,
+// from the cache when it has synced, else live (at most maxOwnedListed
+// objects of the namespace are looked at). The objects are shared and must
+// not be modified.
+func (s *Store) Owned(ctx context.Context, gvr schema.GroupVersionResource, namespace string, owner types.UID) ([]*unstructured.Unstructured, error) {
+	var all []*unstructured.Unstructured
+	if inf := s.informerFor(gvr); inf != nil && inf.Informer().HasSynced() {
+		objs, err := inf.Lister().ByNamespace(namespace).List(labels.Everything())
+		if err != nil {
+			return nil, err
+		}
+		for _, o := range objs {
+			if u, ok := o.(*unstructured.Unstructured); ok {
+				all = append(all, u)
+			}
+		}
+	} else {
+		list, err := s.dynamic.Resource(gvr).Namespace(namespace).List(ctx, metav1.ListOptions{Limit: maxOwnedListed})
+		if err != nil {
+			return nil, err
+		}
+		for i := range list.Items {
+			all = append(all, &list.Items[i])
+		}
+	}
+	var owned []*unstructured.Unstructured
+	for _, u := range all {
+		if ref := metav1.GetControllerOfNoCopy(u); ref != nil && ref.UID == owner {
+			owned = append(owned, u)
+		}
+	}
+	return owned, nil
 }
 
 // Synced reports whether the informer for gvr has synced (it is started if

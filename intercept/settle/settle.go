@@ -18,6 +18,7 @@ import (
 	"crypto/sha256"
 	"encoding/hex"
 	"encoding/json"
+	"strconv"
 	"sync"
 
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
@@ -57,11 +58,39 @@ func Current(obj *unstructured.Unstructured) (bool, string) {
 	if og, found, err := unstructured.NestedInt64(obj.Object, "status", "observedGeneration"); err == nil && found && og != obj.GetGeneration() {
 		return false, "observedGeneration behind generation"
 	}
+	if cond, og, behind := conditionBehind(obj); behind {
+		return false, "the " + cond + " condition observed generation " + strconv.FormatInt(og, 10) + ", behind generation " + strconv.FormatInt(obj.GetGeneration(), 10)
+	}
 	res, err := status.Compute(obj)
 	if err != nil {
 		return false, "status cannot be computed: " + err.Error()
 	}
 	return res.Status == status.CurrentStatus, string(res.Status) + ": " + res.Message
+}
+
+// generationConditions are the conditions whose observedGeneration
+// operators report instead of status.observedGeneration (Crossplane's
+// Synced and Ready, and the Ready of many kubebuilder operators). kstatus
+// reads only their status, so a Ready=True written for the previous spec
+// would otherwise count as settled at the new one.
+var generationConditions = map[string]bool{"Ready": true, "Synced": true}
+
+// conditionBehind reports the first generation condition whose
+// observedGeneration is behind obj's generation.
+func conditionBehind(obj *unstructured.Unstructured) (condition string, observed int64, behind bool) {
+	conds, _, _ := unstructured.NestedSlice(obj.Object, "status", "conditions")
+	for _, c := range conds {
+		m, _ := c.(map[string]interface{})
+		t, _ := m["type"].(string)
+		if !generationConditions[t] {
+			continue
+		}
+		og, found, err := unstructured.NestedInt64(m, "observedGeneration")
+		if err == nil && found && og < obj.GetGeneration() {
+			return t, og, true
+		}
+	}
+	return "", 0, false
 }
 
 // DefaultMaxRemembered bounds Memory: past it, an arbitrary entry is

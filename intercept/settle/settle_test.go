@@ -164,3 +164,42 @@ func TestLateSightingOfAnOlderSpecKeepsTheSettlement(t *testing.T) {
 		t.Fatalf("SpecSince %d after a late sighting of the same spec, want 3", f.SpecSince)
 	}
 }
+
+// customResource is a kind kstatus judges by its conditions alone.
+func customResource(generation int64, conditions ...map[string]interface{}) *unstructured.Unstructured {
+	conds := make([]interface{}, 0, len(conditions))
+	for _, c := range conditions {
+		conds = append(conds, c)
+	}
+	u := &unstructured.Unstructured{Object: map[string]interface{}{
+		"apiVersion": "example.io/v1", "kind": "Widget",
+		"spec":   map[string]interface{}{"size": int64(generation)},
+		"status": map[string]interface{}{"conditions": conds},
+	}}
+	u.SetGeneration(generation)
+	return u
+}
+
+func TestCurrentReadsTheObservedGenerationOfConditions(t *testing.T) {
+	ready := func(og int64) map[string]interface{} {
+		return map[string]interface{}{"type": "Ready", "status": "True", "observedGeneration": og}
+	}
+	tests := []struct {
+		name string
+		obj  *unstructured.Unstructured
+		want bool
+	}{
+		{"Ready at the current generation", customResource(3, ready(3)), true},
+		{"Ready for the previous spec", customResource(3, ready(2)), false},
+		{"Synced behind while Ready is current", customResource(3, ready(3), map[string]interface{}{"type": "Synced", "status": "True", "observedGeneration": int64(2)}), false},
+		{"Ready without an observed generation", customResource(3, map[string]interface{}{"type": "Ready", "status": "True"}), true},
+		{"another condition's observed generation does not count", customResource(3, ready(3), map[string]interface{}{"type": "Available", "status": "True", "observedGeneration": int64(1)}), true},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			if got, why := Current(tc.obj); got != tc.want {
+				t.Fatalf("Current = %v (%s), want %v", got, why, tc.want)
+			}
+		})
+	}
+}

@@ -31,9 +31,10 @@ func CallerFrom(ctx context.Context) (*authn.Caller, bool) {
 
 // buildHandler composes the serving chain, outermost first:
 //
-//	early answer close → panic recovery → request info → metrics → upgrade restriction →
-//	authentication → impersonation → max mutating in flight →
-//	request deadline → write interception → upstream
+//	early answer close → panic recovery → request info → metrics →
+//	upgrade restriction → authentication → impersonation →
+//	max mutating in flight → request deadline → write interception →
+//	upstream
 //
 // Nothing before authentication talks to the upstream, so a request that
 // fails authentication or impersonation sends zero bytes upstream. The

@@ -19,6 +19,7 @@ import (
 
 	"golang.org/x/net/http2"
 	corev1 "k8s.io/api/core/v1"
+	rbacv1 "k8s.io/api/rbac/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	utilrand "k8s.io/apimachinery/pkg/util/rand"
@@ -113,26 +114,8 @@ func TestAttackSlowBodyWithoutCredentials(t *testing.T) {
 		}
 	})
 	t.Run("HTTP/2", func(t *testing.T) {
-		cfg, err := framework.TLSConfig(env.ProxyCAData, nil, "h2")
-		mustf(t, err, "TLS config")
-		tr := &http2.Transport{TLSClientConfig: cfg}
-		defer tr.CloseIdleConnections()
-		pr, pw := io.Pipe()
-		defer pw.Close()
-		go func() {
-			_, _ = io.WriteString(pw, body[:1])
-			trickleBody(pipeConn{pw}, body[1:], time.Second)
-		}()
-		ctx, cancel := context.WithTimeout(context.Background(), answerWait)
-		defer cancel()
-		req, err := http.NewRequestWithContext(ctx, http.MethodPost, "https://"+proxyAddr(t)+path, pr)
-		mustf(t, err, "request")
-		req.ContentLength = int64(len(body))
-		resp, err := tr.RoundTrip(req)
-		mustf(t, err, "no answer while the body is still coming")
-		defer resp.Body.Close()
-		if resp.StatusCode != http.StatusUnauthorized {
-			t.Errorf("got %d, want 401", resp.StatusCode)
+		if code, data := slowHTTP2Post(t, nil, path, body); code != http.StatusUnauthorized {
+			t.Errorf("got %d %s, want 401", code, data)
 		}
 	})
 	if got := env.Recorder.Requests(marker); len(got) != 0 {
@@ -182,66 +165,89 @@ func TestAttackSlowBodiesHoldGoroutines(t *testing.T) {
 }
 
 // TestAttackSlowBodyAuthenticatedWrite: a caller with credentials sends a
-// write whose body trickles in. The body must arrive within the request's
-// bound (here its ?timeout=): after it, the caller gets a 504 Status and
-// the connection ends; the write never happens.
+// write whose body trickles in, one the proxy decides (a ConfigMap) and one
+// it forwards as it comes (a TokenRequest). The body must arrive within the
+// request's bound (here its ?timeout=): after it, the caller gets a 504
+// Status and, over HTTP/1.1, the connection ends; the write never happens.
 func TestAttackSlowBodyAuthenticatedWrite(t *testing.T) {
-	f := newAttackFixture(t)
+	f := newAttackFixture(t, rbacv1.PolicyRule{APIGroups: []string{""}, Resources: []string{"serviceaccounts/token"}, Verbs: []string{"create"}})
 	name := "atk-slowwrite-" + utilrand.String(5)
-	path := "/api/v1/namespaces/" + f.ns + "/configmaps?timeout=2s"
+	decided := "/api/v1/namespaces/" + f.ns + "/configmaps?timeout=2s"
+	forwarded := "/api/v1/namespaces/" + f.ns + "/serviceaccounts/mallory/token?timeout=2s"
 	body := fmt.Sprintf(slowBody, name)
+	tokenBody := `{"apiVersion":"authentication.k8s.io/v1","kind":"TokenRequest","spec":{"audiences":["` + strings.Repeat("a", 100) + `"]}}`
 
-	t.Run("HTTP/1.1, certificate", func(t *testing.T) {
-		conn, rest := slowConn(t, f.cert.cert, path, "", body)
-		go trickleBody(conn, rest, time.Second)
-		resp, status, closed := readAnswer(t, conn)
-		if resp.StatusCode != http.StatusGatewayTimeout || status.Reason != metav1.StatusReasonTimeout {
-			t.Errorf("got %d %s %q, want 504 Timeout", resp.StatusCode, status.Reason, status.Message)
-		}
-		if !closed {
-			t.Error("the proxy kept the connection open for the rest of the body")
-		}
-	})
-	t.Run("HTTP/1.1, token", func(t *testing.T) {
-		conn, rest := slowConn(t, nil, path, f.token.rawAuthHeader(), body)
-		go trickleBody(conn, rest, time.Second)
-		resp, status, closed := readAnswer(t, conn)
-		if resp.StatusCode != http.StatusGatewayTimeout || status.Reason != metav1.StatusReasonTimeout {
-			t.Errorf("got %d %s %q, want 504 Timeout", resp.StatusCode, status.Reason, status.Message)
-		}
-		if !closed {
-			t.Error("the proxy kept the connection open for the rest of the body")
-		}
-	})
-	t.Run("HTTP/2, certificate", func(t *testing.T) {
-		cfg, err := framework.TLSConfig(env.ProxyCAData, f.cert.cert, "h2")
-		mustf(t, err, "TLS config")
-		tr := &http2.Transport{TLSClientConfig: cfg}
-		defer tr.CloseIdleConnections()
-		pr, pw := io.Pipe()
-		defer pw.Close()
-		go func() {
-			_, _ = io.WriteString(pw, body[:1])
-			trickleBody(pipeConn{pw}, body[1:], time.Second)
-		}()
-		ctx, cancel := context.WithTimeout(context.Background(), answerWait)
-		defer cancel()
-		req, err := http.NewRequestWithContext(ctx, http.MethodPost, "https://"+proxyAddr(t)+path, pr)
-		mustf(t, err, "request")
-		req.ContentLength = int64(len(body))
-		req.Header.Set("Content-Type", "application/json")
-		resp, err := tr.RoundTrip(req)
-		mustf(t, err, "no answer while the body is still coming")
-		defer resp.Body.Close()
-		if resp.StatusCode != http.StatusGatewayTimeout {
-			data, _ := io.ReadAll(resp.Body)
-			t.Errorf("got %d %s, want 504", resp.StatusCode, data)
-		}
-	})
+	for _, tc := range []struct {
+		name, path, body string
+		h2               bool
+		token            bool
+	}{
+		{"decided, HTTP/1.1, certificate", decided, body, false, false},
+		{"decided, HTTP/1.1, token", decided, body, false, true},
+		{"decided, HTTP/2, certificate", decided, body, true, false},
+		{"forwarded, HTTP/1.1, certificate", forwarded, tokenBody, false, false},
+		{"forwarded, HTTP/2, certificate", forwarded, tokenBody, true, false},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			var cert *tls.Certificate
+			authHeader := ""
+			if tc.token {
+				authHeader = f.token.rawAuthHeader()
+			} else {
+				cert = f.cert.cert
+			}
+			if tc.h2 {
+				code, data := slowHTTP2Post(t, cert, tc.path, tc.body)
+				var status metav1.Status
+				if code != http.StatusGatewayTimeout || json.Unmarshal(data, &status) != nil || status.Reason != metav1.StatusReasonTimeout {
+					t.Errorf("got %d %s, want a 504 Timeout Status", code, data)
+				}
+				return
+			}
+			conn, rest := slowConn(t, cert, tc.path, authHeader, tc.body)
+			go trickleBody(conn, rest, time.Second)
+			resp, status, closed := readAnswer(t, conn)
+			if resp.StatusCode != http.StatusGatewayTimeout || status.Reason != metav1.StatusReasonTimeout {
+				t.Errorf("got %d %s %q, want 504 Timeout", resp.StatusCode, status.Reason, status.Message)
+			}
+			if !closed {
+				t.Error("the proxy kept the connection open for the rest of the body")
+			}
+		})
+	}
 	_, err := directClient(t).CoreV1().ConfigMaps(f.ns).Get(context.Background(), name, metav1.GetOptions{})
 	if !apierrors.IsNotFound(err) {
 		t.Errorf("the write whose body was cut off was applied (or cannot be read): %v", err)
 	}
+}
+
+// slowHTTP2Post POSTs body to path over HTTP/2, presenting cert when not
+// nil, sending the body a byte a second, and returns the answer, which
+// must come within answerWait.
+func slowHTTP2Post(t *testing.T, cert *tls.Certificate, path, body string) (int, []byte) {
+	t.Helper()
+	cfg, err := framework.TLSConfig(env.ProxyCAData, cert, "h2")
+	mustf(t, err, "TLS config")
+	tr := &http2.Transport{TLSClientConfig: cfg}
+	defer tr.CloseIdleConnections()
+	pr, pw := io.Pipe()
+	// Closing the pipe ends the trickle once the answer is in.
+	defer pw.Close()
+	go func() {
+		_, _ = io.WriteString(pw, body[:1])
+		trickleBody(pipeConn{pw}, body[1:], time.Second)
+	}()
+	ctx, cancel := context.WithTimeout(context.Background(), answerWait)
+	defer cancel()
+	req, err := http.NewRequestWithContext(ctx, http.MethodPost, "https://"+proxyAddr(t)+path, pr)
+	mustf(t, err, "request")
+	req.ContentLength = int64(len(body))
+	req.Header.Set("Content-Type", "application/json")
+	resp, err := tr.RoundTrip(req)
+	mustf(t, err, "no answer while the body is still coming")
+	defer resp.Body.Close()
+	data, _ := io.ReadAll(resp.Body)
+	return resp.StatusCode, data
 }
 
 // TestWatchOutlivesTheRequestBound: the bound on request bodies and

@@ -3,12 +3,14 @@ package proxy
 import (
 	"context"
 	"errors"
+	"fmt"
 	"io"
 	"net/http"
 	"os"
 	"sync/atomic"
 	"time"
 
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apiserver/pkg/endpoints/request"
 
@@ -70,6 +72,12 @@ func withRequestDeadline(next http.Handler, longRunning request.LongRunningReque
 	})
 }
 
+// errBodyDeadline marks a body read that ran into the request's read
+// deadline: the transport that forwards the body returns it, and the
+// caller then learns that its body was too slow, not that the upstream
+// failed.
+var errBodyDeadline = errors.New("the request body did not arrive before the request's deadline")
+
 // deadlineBody notes that a read ran into the read deadline.
 type deadlineBody struct {
 	io.ReadCloser
@@ -80,11 +88,12 @@ func (b *deadlineBody) Read(p []byte) (int, error) {
 	n, err := b.ReadCloser.Read(p)
 	if errors.Is(err, os.ErrDeadlineExceeded) {
 		b.cutOff.Store(true)
+		err = fmt.Errorf("%w: %w", errBodyDeadline, err)
 	}
 	return n, err
 }
 
-func bodyTimeout() error {
+func bodyTimeout() *apierrors.StatusError {
 	err := statusError(http.StatusGatewayTimeout, metav1.StatusReasonTimeout,
 		"the request body did not arrive within the proxy's --request-timeout (or the request's shorter ?timeout=), so the request was cut off before kube-apiserver could act on it; send the body at once")
 	err.ErrStatus.Details = &metav1.StatusDetails{RetryAfterSeconds: 1}

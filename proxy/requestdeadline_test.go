@@ -4,11 +4,14 @@ import (
 	"bufio"
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"io"
 	"net"
 	"net/http"
 	"net/http/httptest"
+	"net/url"
+	"os"
 	"strings"
 	"testing"
 	"time"
@@ -87,5 +90,20 @@ func TestRequestDeadlineBoundsTheBody(t *testing.T) {
 				t.Errorf("the connection is kept for a body still coming: %v", resp.Header)
 			}
 		})
+	}
+}
+
+// A forwarded body cut off by its deadline comes back from the transport
+// as an error; the caller must learn that its body was late, not that
+// kube-apiserver failed.
+func TestUpstreamErrorOfALateBody(t *testing.T) {
+	up := &upstream{url: &url.URL{Scheme: "https", Host: "kube-apiserver:6443"}}
+	r := httptest.NewRequest(http.MethodPost, "/api/v1/namespaces/default/serviceaccounts/sa/token", nil)
+	late := fmt.Errorf("http2: request body: %w", fmt.Errorf("%w: %w", errBodyDeadline, os.ErrDeadlineExceeded))
+	if got := up.classify(r, late).ErrStatus; got.Code != http.StatusGatewayTimeout || got.Reason != metav1.StatusReasonTimeout {
+		t.Errorf("a late body is answered %d %s, want 504 Timeout", got.Code, got.Reason)
+	}
+	if got := up.classify(r, errors.New("connection reset by peer")).ErrStatus; got.Code == http.StatusGatewayTimeout {
+		t.Errorf("an upstream failure is answered as a late body: %d", got.Code)
 	}
 }

@@ -79,7 +79,8 @@ func readAnswer(t *testing.T, conn net.Conn) (*http.Response, metav1.Status, boo
 	data, _ := io.ReadAll(resp.Body)
 	_ = resp.Body.Close()
 	var status metav1.Status
-	if err := json.Unmarshal(data, &status); err != nil || status.Kind != "Status" {
+	// kube-apiserver's own timeout answers carry no kind.
+	if err := json.Unmarshal(data, &status); err != nil || status.Status != metav1.StatusFailure {
 		t.Errorf("the answer %d is not a Status: %q", resp.StatusCode, data)
 	}
 	_ = conn.SetReadDeadline(time.Now().Add(answerWait))
@@ -142,7 +143,7 @@ func TestAttackSlowBodiesHoldGoroutines(t *testing.T) {
 	marker := "atk-slowconns-" + utilrand.String(5)
 	path := "/api/v1/namespaces/" + marker + "/configmaps"
 	body := fmt.Sprintf(slowBody, marker)
-	base := runtime.NumGoroutine()
+	base := servingHTTP1()
 	var open []net.Conn
 	for range conns {
 		conn, _ := slowConn(t, nil, path, "", body)
@@ -151,8 +152,8 @@ func TestAttackSlowBodiesHoldGoroutines(t *testing.T) {
 	// The clients keep their connections open and send nothing more: only
 	// the proxy can end them.
 	eventually(t, 2*answerWait, fmt.Sprintf("the goroutines of %d slow connections are gone", conns), func() error {
-		if n := runtime.NumGoroutine(); n > base+conns/3 {
-			return fmt.Errorf("%d goroutines, %d before the attack", n, base)
+		if n := servingHTTP1(); n > base+conns/10 {
+			return fmt.Errorf("%d goroutines serve HTTP/1.1 connections, %d before the attack (%d goroutines in all)", n, base, runtime.NumGoroutine())
 		}
 		return nil
 	})
@@ -162,6 +163,21 @@ func TestAttackSlowBodiesHoldGoroutines(t *testing.T) {
 			t.Fatalf("connection %d: got %d, closed %v; want 401 and closed", i, resp.StatusCode, closed)
 		}
 	}
+}
+
+// servingHTTP1 counts the goroutines of this process that serve an
+// HTTP/1.1 connection. The whole count moves with the controller manager's
+// watches through the proxy (HTTP/2), which this one leaves out.
+func servingHTTP1() int {
+	buf := make([]byte, 64<<20)
+	buf = buf[:runtime.Stack(buf, true)]
+	n := 0
+	for _, g := range strings.Split(string(buf), "\n\n") {
+		if strings.Contains(g, "net/http.(*conn).serve(") && !strings.Contains(g, "http2") {
+			n++
+		}
+	}
+	return n
 }
 
 // TestAttackSlowBodyAuthenticatedWrite: a caller with credentials sends a

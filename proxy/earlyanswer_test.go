@@ -62,6 +62,13 @@ func TestEarlyAnswerClose(t *testing.T) {
 			w.WriteHeader(http.StatusCreated)
 		}, 2, "{}", false},
 		{"answered without reading a body that had fully arrived", unauthorized, 2, "{}", true},
+		{"answered while another goroutine still reads the body", func(w http.ResponseWriter, r *http.Request) {
+			// As the reverse proxy's transport does when kube-apiserver
+			// answers before the body is through.
+			go func() { _, _ = io.Copy(io.Discard, r.Body) }()
+			time.Sleep(50 * time.Millisecond)
+			unauthorized(w, r)
+		}, 100, "{", true},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {

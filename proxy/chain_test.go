@@ -15,6 +15,7 @@ import (
 	"slices"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -579,5 +580,52 @@ func TestChainReadyWithTrailingSlashUpstream(t *testing.T) {
 			t.Fatalf("/readyz never became ready (last %v)", err)
 		}
 		time.Sleep(20 * time.Millisecond)
+	}
+}
+
+// As kube-apiserver does, an HTTP/2 connection carries no more than the one
+// request of a caller without credentials (the server sends GOAWAY), while
+// an authenticated caller keeps its connection.
+func TestChainEndsUnauthenticatedHTTP2Connections(t *testing.T) {
+	f := startChain(t)
+	for _, tc := range []struct {
+		name      string
+		token     string
+		wantDials int
+	}{
+		{"without credentials", "", 2},
+		{"authenticated", goodToken, 1},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			var dials atomic.Int32
+			tr := &http.Transport{TLSClientConfig: &tls.Config{RootCAs: f.pool}, ForceAttemptHTTP2: true}
+			tr.DialContext = func(ctx context.Context, network, addr string) (net.Conn, error) {
+				dials.Add(1)
+				return (&net.Dialer{}).DialContext(ctx, network, addr)
+			}
+			defer tr.CloseIdleConnections()
+			c := &http.Client{Timeout: 10 * time.Second, Transport: tr}
+			for range 2 {
+				req, _ := http.NewRequest(http.MethodGet, f.url+"/api/v1/namespaces/ns/configmaps", nil)
+				if tc.token != "" {
+					req.Header.Set("Authorization", "Bearer "+tc.token)
+				}
+				resp, err := c.Do(req)
+				if err != nil {
+					t.Fatal(err)
+				}
+				_, _ = io.Copy(io.Discard, resp.Body)
+				resp.Body.Close()
+				if resp.ProtoMajor != 2 {
+					t.Fatalf("served over %s", resp.Proto)
+				}
+				// Let the GOAWAY arrive before the next request picks a
+				// connection.
+				time.Sleep(200 * time.Millisecond)
+			}
+			if got := int(dials.Load()); got != tc.wantDials {
+				t.Errorf("%d connections for two requests, want %d", got, tc.wantDials)
+			}
+		})
 	}
 }

@@ -5,9 +5,15 @@
 //
 // The chain (handler.go), outermost first:
 //
-//	panic recovery → request info → metrics → upgrade restriction →
-//	authentication → impersonation → max mutating in flight →
-//	request deadline → write interception → upstream
+//	early answer close → panic recovery → request info → metrics →
+//	upgrade restriction → authentication → impersonation →
+//	max mutating in flight → request deadline → write interception →
+//	upstream
+//
+// An answer written before the request body has arrived (a refusal, a
+// timeout) goes out at once and ends the connection, so that a client
+// trickling its body holds nothing; the request deadline bounds the body
+// of every request that is not long-running.
 //
 // Who the caller is and how that identity is presented upstream is the authn
 // package's business; what happens to a write is the intercept package's.

@@ -227,6 +227,8 @@ func (up *upstream) classify(r *http.Request, err error) *apierrors.StatusError 
 	switch {
 	case errors.Is(err, errUpstreamRedirect):
 		return statusError(http.StatusBadGateway, metav1.StatusReasonInternalError, err.Error())
+	case errors.Is(err, errBodyDeadline):
+		return bodyTimeout()
 	case errors.Is(err, context.DeadlineExceeded) || r.Context().Err() == context.DeadlineExceeded:
 		return statusError(http.StatusGatewayTimeout, metav1.StatusReasonTimeout,
 			"the request did not complete within the proxy's --request-timeout; retry, or use a watch for long-running reads")

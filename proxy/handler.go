@@ -10,6 +10,7 @@ import (
 	"go.uber.org/zap"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/util/sets"
+	"k8s.io/apiserver/pkg/authentication/user"
 	genericapifilters "k8s.io/apiserver/pkg/endpoints/filters"
 	"k8s.io/apiserver/pkg/endpoints/request"
 	genericfilters "k8s.io/apiserver/pkg/server/filters"
@@ -30,9 +31,10 @@ func CallerFrom(ctx context.Context) (*authn.Caller, bool) {
 
 // buildHandler composes the serving chain, outermost first:
 //
-//	panic recovery → request info → metrics → upgrade restriction →
-//	authentication → impersonation → max mutating in flight →
-//	request deadline → write interception → upstream
+//	early answer close → panic recovery → request info → metrics →
+//	upgrade restriction → authentication → impersonation →
+//	max mutating in flight → request deadline → write interception →
+//	upstream
 //
 // Nothing before authentication talks to the upstream, so a request that
 // fails authentication or impersonation sends zero bytes upstream. The
@@ -48,6 +50,7 @@ func (s *Server) buildHandler() http.Handler {
 	h = withMetrics(h, s.metrics, s.longRunning)
 	h = genericapifilters.WithRequestInfo(h, s.requestInfo)
 	h = withPanicRecovery(h, s.log)
+	h = withEarlyAnswerClose(h)
 	return h
 }
 
@@ -64,13 +67,29 @@ func withAuthentication(next http.Handler, a *authn.Authenticator, m *metrics, l
 		if err != nil {
 			m.authFailures.Inc()
 			log.Debug("authentication failed", zap.String("path", r.URL.Path), zap.String("remote", r.RemoteAddr), zap.Error(err))
+			limitUnauthenticatedHTTP2(w, r)
 			WriteStatus(w, err)
 			return
+		}
+		if caller.User.GetName() == user.Anonymous {
+			limitUnauthenticatedHTTP2(w, r)
 		}
 		ctx := context.WithValue(r.Context(), callerKey{}, caller)
 		ctx = request.WithUser(ctx, caller.User)
 		next.ServeHTTP(w, r.WithContext(ctx))
 	})
+}
+
+// limitUnauthenticatedHTTP2 ends an HTTP/2 connection after this request
+// (a GOAWAY, then the connection closes) when its caller did not
+// authenticate, as kube-apiserver does: HTTP/2 lets one connection carry
+// many cheap streams, which nobody without credentials should get to keep
+// open. HTTP/1.1 answers end the connection when their body is left
+// unread (withEarlyAnswerClose).
+func limitUnauthenticatedHTTP2(w http.ResponseWriter, r *http.Request) {
+	if r.ProtoMajor == 2 {
+		w.Header().Set("Connection", "close")
+	}
 }
 
 // withImpersonation resolves caller-supplied Impersonate-* headers into the
@@ -98,37 +117,6 @@ func withImpersonation(next http.Handler, a *authn.Authenticator, m *metrics) ht
 	})
 }
 
-// withRequestDeadline bounds requests that are not long-running. A shorter
-// ?timeout= from the client wins, as it does in kube-apiserver.
-// Long-running requests have no deadline, but they end when the server
-// starts shutting down (draining is done): a watch never becomes idle, and
-// its client simply re-establishes it against another replica.
-//
-//nolint:revive // draining is the server's lifetime, not a request context; filters take the next handler first
-func withRequestDeadline(next http.Handler, longRunning request.LongRunningRequestCheck, limit time.Duration, draining context.Context) http.Handler {
-	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		info, ok := request.RequestInfoFrom(r.Context())
-		if !ok || longRunning(r, info) {
-			ctx, cancel := context.WithCancel(r.Context())
-			defer cancel()
-			stop := context.AfterFunc(draining, cancel)
-			defer stop()
-			next.ServeHTTP(w, r.WithContext(ctx))
-			return
-		}
-		timeout := limit
-		if v := r.URL.Query().Get("timeout"); v != "" {
-			if d, err := time.ParseDuration(v); err == nil && d > 0 && d < timeout {
-				// leave the upstream room to answer its own timeout first
-				timeout = d + time.Second
-			}
-		}
-		ctx, cancel := context.WithTimeout(r.Context(), timeout)
-		defer cancel()
-		next.ServeHTTP(w, r.WithContext(ctx))
-	})
-}
-
 func withPanicRecovery(next http.Handler, log *zap.Logger) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		defer func() {
@@ -151,20 +139,20 @@ func withMetrics(next http.Handler, m *metrics, longRunning request.LongRunningR
 		m.inflight.Inc()
 		defer m.inflight.Dec()
 		next.ServeHTTP(rec, r)
-		verb, resource := "unknown", ""
-		if info, ok := request.RequestInfoFrom(r.Context()); ok {
-			verb, resource = info.Verb, info.Resource
-			if info.Subresource != "" {
-				resource += "/" + info.Subresource
-			}
-			resource = m.resources.value(resource)
-			if longRunning(r, info) {
-				verb = "long-running:" + verb
-			}
-		}
 		code := rec.Code()
 		if code == 0 {
 			code = http.StatusOK
+		}
+		verb, resource := "unknown", ""
+		if info, ok := request.RequestInfoFrom(r.Context()); ok {
+			verb, resource = metricVerb(info.Verb), info.Resource
+			if info.Subresource != "" {
+				resource += "/" + info.Subresource
+			}
+			resource = m.resources.value(resource, code < http.StatusBadRequest)
+			if longRunning(r, info) {
+				verb = "long-running:" + verb
+			}
 		}
 		m.requests.WithLabelValues(verb, resource, strconv.Itoa(code)).Inc()
 		m.duration.WithLabelValues(verb).Observe(time.Since(start).Seconds())

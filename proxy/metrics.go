@@ -3,6 +3,8 @@ package proxy
 import (
 	"sync"
 
+	"k8s.io/apimachinery/pkg/util/sets"
+
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/collectors"
 )
@@ -60,13 +62,16 @@ func newMetrics() *metrics {
 	return m
 }
 
-// maxResourceLabels bounds the distinct values of the resource label. The
-// resource comes from the request path, which any caller chooses; without a
-// bound every made-up resource name would add series for good.
+// maxResourceLabels bounds the distinct values of the resource label, in
+// case a caller finds many resources that kube-apiserver does serve.
 const maxResourceLabels = 512
 
-// boundedLabels admits the first n distinct values and maps the rest to
-// "other".
+// boundedLabels holds the label values admitted so far; any other value is
+// "other". The resource comes from the request path, which any caller
+// chooses, authenticated or not: a value is admitted only from a request
+// kube-apiserver served (an answer below 400), which only a resource that
+// exists gets, and only up to n values. An error to a known resource (a
+// 409, a 401 without credentials) keeps its label.
 type boundedLabels struct {
 	mu   sync.Mutex
 	n    int
@@ -77,15 +82,31 @@ func newBoundedLabels(n int) *boundedLabels {
 	return &boundedLabels{n: n, seen: map[string]struct{}{}}
 }
 
-func (b *boundedLabels) value(v string) string {
+func (b *boundedLabels) value(v string, admit bool) string {
+	if v == "" {
+		return v
+	}
 	b.mu.Lock()
 	defer b.mu.Unlock()
 	if _, ok := b.seen[v]; ok {
 		return v
 	}
-	if len(b.seen) >= b.n {
+	if !admit || len(b.seen) >= b.n {
 		return "other"
 	}
 	b.seen[v] = struct{}{}
 	return v
+}
+
+// metricVerbs are the verbs RequestInfo gives resource requests, and the
+// lower-cased methods it gives other paths. Go's server accepts any token
+// as a method, and RequestInfo passes an unknown one on as the verb.
+var metricVerbs = sets.New("get", "list", "watch", "create", "update", "patch", "delete", "deletecollection",
+	"post", "put", "head", "options")
+
+func metricVerb(verb string) string {
+	if metricVerbs.Has(verb) {
+		return verb
+	}
+	return "other"
 }

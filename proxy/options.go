@@ -142,7 +142,7 @@ func (o *Options) AddFlags(fs *pflag.FlagSet) {
 	fs.StringVar(&o.SlackInteractionsBindAddress, "slack-interactions-bind-address", o.SlackInteractionsBindAddress,
 		"Address of the Slack interaction endpoint (plain HTTP, POST /slack/interactions), served only with --slack-channel. Requests must carry Slack's signature.")
 	fs.StringVar(&o.MetricsBindAddress, "metrics-bind-address", o.MetricsBindAddress, "Address for /metrics, /healthz, /readyz and /livez (plain HTTP).")
-	fs.DurationVar(&o.RequestTimeout, "request-timeout", o.RequestTimeout, "Upper bound for requests that are not long-running (watch, exec, attach, port-forward, logs and proxy are exempt).")
+	fs.DurationVar(&o.RequestTimeout, "request-timeout", o.RequestTimeout, "Upper bound for requests that are not long-running (watch, exec, attach, port-forward, logs and proxy are exempt), their request body included: a body that has not arrived by then is cut off with a 504.")
 	fs.DurationVar(&o.ShutdownTimeout, "shutdown-timeout", o.ShutdownTimeout, "How long in-flight requests may drain on shutdown.")
 	fs.Int64Var(&o.MaxRequestBodyBytes, "max-request-body-bytes", o.MaxRequestBodyBytes, "Largest body of an intercepted write; larger ones get 413.")
 	fs.IntVar(&o.MaxMutatingRequestsInFlight, "max-mutating-requests-inflight", o.MaxMutatingRequestsInFlight,

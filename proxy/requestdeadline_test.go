@@ -1,0 +1,109 @@
+package proxy
+
+import (
+	"bufio"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"net/http/httptest"
+	"net/url"
+	"os"
+	"strings"
+	"testing"
+	"time"
+
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	genericapifilters "k8s.io/apiserver/pkg/endpoints/filters"
+)
+
+// trickle sends a request header announcing len(body) bytes, then the body
+// a byte every gap, and returns the answer with when it came.
+func trickle(t *testing.T, url, method, path, body string, gap time.Duration) (*http.Response, []byte, time.Duration) {
+	t.Helper()
+	conn, err := net.Dial("tcp", strings.TrimPrefix(url, "http://"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = conn.Close() })
+	start := time.Now()
+	fmt.Fprintf(conn, "%s %s HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\nContent-Length: %d\r\n\r\n", method, path, len(body))
+	go func() {
+		for i := range len(body) {
+			time.Sleep(gap)
+			if _, err := conn.Write([]byte{body[i]}); err != nil {
+				return
+			}
+		}
+	}()
+	_ = conn.SetReadDeadline(time.Now().Add(30 * time.Second))
+	resp, err := http.ReadResponse(bufio.NewReader(conn), nil)
+	if err != nil {
+		t.Fatalf("no answer: %v", err)
+	}
+	data, _ := io.ReadAll(resp.Body)
+	return resp, data, time.Since(start)
+}
+
+func TestRequestDeadlineBoundsTheBody(t *testing.T) {
+	const bound = 500 * time.Millisecond
+	// Like the reverse proxy, the inner handler answers nobody when reading
+	// the body fails.
+	readAll := http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if _, err := io.ReadAll(r.Body); err != nil {
+			return
+		}
+		w.WriteHeader(http.StatusCreated)
+	})
+	tests := []struct {
+		name, method, path string
+		body               string
+		gap                time.Duration
+		want               int
+	}{
+		{"a write whose body trickles in is cut off", http.MethodPost, "/api/v1/namespaces/default/configmaps", strings.Repeat("x", 40), 100 * time.Millisecond, http.StatusGatewayTimeout},
+		{"a shorter ?timeout= cuts off sooner", http.MethodPost, "/api/v1/namespaces/default/configmaps?timeout=100ms", strings.Repeat("x", 40), 50 * time.Millisecond, http.StatusGatewayTimeout},
+		{"a write whose body arrives in time", http.MethodPost, "/api/v1/namespaces/default/configmaps", "{}", 10 * time.Millisecond, http.StatusCreated},
+		{"a long-running request is exempt", http.MethodPost, "/api/v1/namespaces/default/pods/p/exec", strings.Repeat("x", 12), 100 * time.Millisecond, http.StatusCreated},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			h := withRequestDeadline(readAll, newLongRunningCheck(), bound, context.Background())
+			h = genericapifilters.WithRequestInfo(h, newRequestInfoFactory())
+			srv := httptest.NewServer(withEarlyAnswerClose(h))
+			t.Cleanup(srv.Close)
+			resp, data, took := trickle(t, srv.URL, tt.method, tt.path, tt.body, tt.gap)
+			if resp.StatusCode != tt.want {
+				t.Fatalf("got %d %s after %s, want %d", resp.StatusCode, data, took, tt.want)
+			}
+			if tt.want != http.StatusGatewayTimeout {
+				return
+			}
+			var status metav1.Status
+			if err := json.Unmarshal(data, &status); err != nil || status.Reason != metav1.StatusReasonTimeout {
+				t.Errorf("answer is not a Timeout Status: %s (%v)", data, err)
+			}
+			if !resp.Close {
+				t.Errorf("the connection is kept for a body still coming: %v", resp.Header)
+			}
+		})
+	}
+}
+
+// A forwarded body cut off by its deadline comes back from the transport
+// as an error; the caller must learn that its body was late, not that
+// kube-apiserver failed.
+func TestUpstreamErrorOfALateBody(t *testing.T) {
+	up := &upstream{url: &url.URL{Scheme: "https", Host: "kube-apiserver:6443"}}
+	r := httptest.NewRequest(http.MethodPost, "/api/v1/namespaces/default/serviceaccounts/sa/token", nil)
+	late := fmt.Errorf("http2: request body: %w", fmt.Errorf("%w: %w", errBodyDeadline, os.ErrDeadlineExceeded))
+	if got := up.classify(r, late).ErrStatus; got.Code != http.StatusGatewayTimeout || got.Reason != metav1.StatusReasonTimeout {
+		t.Errorf("a late body is answered %d %s, want 504 Timeout", got.Code, got.Reason)
+	}
+	if got := up.classify(r, errors.New("connection reset by peer")).ErrStatus; got.Code == http.StatusGatewayTimeout {
+		t.Errorf("an upstream failure is answered as a late body: %d", got.Code)
+	}
+}

@@ -132,8 +132,10 @@ func TestReservationRecords(t *testing.T) {
 	// A replica died after it took the approval off the parent for a write
 	// of approved-1, whose object was then stored at resourceVersion 200.
 	// stamped: the parent names the record, as the proxy's reservation
-	// does; a record it does not name was not written with it.
-	orphan := func(t *testing.T, client *kubefake.Clientset, clock *clocktesting.FakePassiveClock, env *benchEnv, stamped bool) {
+	// does; a record it does not name was not written with it. forged:
+	// somebody rewrote the record after the parent vouched for it, to an
+	// approval of every write.
+	orphan := func(t *testing.T, client *kubefake.Clientset, clock *clocktesting.FakePassiveClock, env *benchEnv, stamped, forged bool) {
 		t.Helper()
 		dead := reservations.New(client, recordNamespace, "dead-replica", clock)
 		rec, err := dead.Open(context.Background(), reservations.Reservation{
@@ -147,7 +149,20 @@ func TestReservationRecords(t *testing.T) {
 		}
 		stamp := "null"
 		if stamped {
-			stamp = `"` + rec.ID() + `"`
+			stamp = `"` + annotations.AddReservation("", rec.ID(), rec.Digest()) + `"`
+		}
+		if forged {
+			cm, err := client.CoreV1().ConfigMaps(recordNamespace).Get(context.Background(), rec.ID(), metav1.GetOptions{})
+			if err != nil {
+				t.Fatal(err)
+			}
+			cm.Data["reservation"] = strings.Replace(cm.Data["reservation"], `"mode":"once"`, `"mode":"always"`, 1)
+			if !strings.Contains(cm.Data["reservation"], `"mode":"always"`) {
+				t.Fatalf("the forgery did not take: %s", cm.Data["reservation"])
+			}
+			if _, err := client.CoreV1().ConfigMaps(recordNamespace).Update(context.Background(), cm, metav1.UpdateOptions{}); err != nil {
+				t.Fatal(err)
+			}
 		}
 		_, err = env.dyn.Resource(deploymentsGVR).Namespace("apps").Patch(context.Background(), "approved", types.MergePatchType,
 			[]byte(`{"metadata":{"annotations":{"kausality.io/approvals":null,"kausality.io/reservations":`+stamp+`}}}`), metav1.PatchOptions{})
@@ -159,22 +174,24 @@ func TestReservationRecords(t *testing.T) {
 	orphans := []struct {
 		name string
 		// stamped: the parent names the record; changed: the object was
-		// written after the record was made.
-		stamped, changed bool
-		wantApproval     bool
+		// written after the record was made; forged: the record was
+		// rewritten after the parent vouched for it.
+		stamped, changed, forged bool
+		wantApproval             bool
 	}{
-		{"its write did not land: another replica puts the approval back, once it is an orphan", true, false, true},
-		{"the object changed: the approval stays spent", true, true, false},
+		{"its write did not land: another replica puts the approval back, once it is an orphan", true, false, false, true},
+		{"the object changed: the approval stays spent", true, true, false, false},
 		// Whoever may create ConfigMaps in the proxy's namespace, but not
 		// write the parent, cannot approve drift with a record.
-		{"a record its parent does not name puts nothing back", false, false, false},
+		{"a record its parent does not name puts nothing back", false, false, false, false},
+		{"a record rewritten after its parent vouched for it puts nothing back", true, false, true, false},
 	}
 	for _, tc := range orphans {
 		t.Run(tc.name, func(t *testing.T) {
 			client := recordsClient()
 			clock := clocktesting.NewFakePassiveClock(start)
 			env := newServeEnv(t, nil, allowAll, withApprovedFamily, enforce, withRecords(t, client, clock))
-			orphan(t, client, clock, env, tc.stamped)
+			orphan(t, client, clock, env, tc.stamped, tc.forged)
 			if tc.changed {
 				rs := env.dyn.Resource(replicasetsGVR).Namespace("apps")
 				child, err := rs.Get(context.Background(), "approved-1", metav1.GetOptions{})
@@ -190,6 +207,14 @@ func TestReservationRecords(t *testing.T) {
 			// Not yet an orphan: its replica may still be settling it.
 			clock.SetTime(start.Add(time.Minute))
 			seen(t, env)
+			for deadline := time.Now().Add(10 * time.Second); tc.forged; time.Sleep(10 * time.Millisecond) {
+				if orphans, _ := env.interceptor.Reservations().Orphans(time.Second); len(orphans) == 1 && orphans[0].Approval.Mode == approval.Always {
+					break
+				}
+				if time.Now().After(deadline) {
+					t.Fatal("the watch of the records never showed the forgery")
+				}
+			}
 			intercept.SettleOrphans(context.Background(), env.interceptor)
 			if approvalOnParent(t, env) || recordCount(t, client) != 1 {
 				t.Fatalf("a reservation one minute old was settled")

@@ -4,6 +4,8 @@ package e2e
 
 import (
 	"context"
+	"crypto/sha256"
+	"encoding/hex"
 	"encoding/json"
 	"fmt"
 	"strings"
@@ -16,6 +18,7 @@ import (
 	rbacv1 "k8s.io/api/rbac/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
 	utilrand "k8s.io/apimachinery/pkg/util/rand"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/utils/ptr"
@@ -180,6 +183,16 @@ func TestAttackForgedReservationRecordApprovesEveryWrite(t *testing.T) {
 		Data: map[string]string{"reservation": string(reservation)},
 	}, metav1.CreateOptions{})
 	mustf(t, err, "mallory creates a reservation record")
+	// Vouching for a record on the parent is the proxy's alone: not even
+	// a person who may write the Widget can do it through the proxy.
+	sum := sha256.Sum256(reservation)
+	vouch, _ := json.Marshal(map[string]any{"metadata": map[string]any{"annotations": map[string]any{
+		"kausality.io/reservations": name + "=" + hex.EncodeToString(sum[:])}}})
+	_, err = f.alice.dyn.Resource(framework.WidgetGVR).Patch(ctx, f.widget, types.MergePatchType, vouch, metav1.PatchOptions{})
+	mustf(t, err, "alice's patch of the Widget's annotations")
+	if stamps := f.getWidget().GetAnnotations()["kausality.io/reservations"]; strings.Contains(stamps, name) {
+		t.Fatalf("a write through the proxy vouched for a reservation record on the parent: %q", stamps)
+	}
 
 	// Settled when gone: a replica claimed it and did not honour it.
 	eventually(t, 2*reservationOrphanAge+time.Minute, "the forged record is settled", func() error {

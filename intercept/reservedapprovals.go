@@ -15,6 +15,7 @@ import (
 
 	"go.uber.org/zap"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/apimachinery/pkg/util/wait"
 
@@ -320,6 +321,10 @@ func (i *Interceptor) settleOrphans(ctx context.Context) {
 	for _, rec := range orphans {
 		rw := reservedWriteFrom(rec)
 		readCtx, cancel := context.WithTimeout(ctx, i.cfg.SideWriteTimeout)
+		if !i.vouchedFor(readCtx, rw) {
+			cancel()
+			continue
+		}
 		settled := i.checkStored(readCtx, rw)
 		cancel()
 		if !settled && i.cfg.Clock.Since(rec.Reserved) > reservationMaxAge {
@@ -330,4 +335,46 @@ func (i *Interceptor) settleOrphans(ctx context.Context) {
 			}
 		}
 	}
+}
+
+// vouchedFor reports whether the parent of the orphaned record rw vouches
+// for exactly what the record holds, so that no forged record makes the
+// proxy read or write anything on its say-so. A record its parent does not
+// vouch for is removed: it was forged, rewritten, or is left from a
+// reservation that never took the approval off; its parent being gone,
+// the approval has nowhere to go back to. It reports false also when the
+// parent cannot be read now; the next look retries.
+func (i *Interceptor) vouchedFor(ctx context.Context, rw reservedWrite) bool {
+	log := i.reservationLog(rw)
+	ri, err := i.resourceFor(rw.approval.Target)
+	if err != nil {
+		log.Info("cannot read the parent of an orphaned reservation", zap.Error(err))
+		return false
+	}
+	parent, err := ri.Get(ctx, rw.approval.Target.Name, metav1.GetOptions{})
+	switch {
+	case apierrors.IsNotFound(err):
+		log.Info("an orphaned reservation is dropped: its parent is gone")
+	case err != nil:
+		log.Info("cannot read the parent of an orphaned reservation yet", zap.Error(err))
+		return false
+	default:
+		digest, named := annotations.ReservationDigest(parent.GetAnnotations()[annotations.Reservations], rw.record.ID())
+		switch {
+		case named && digest == rw.record.Digest():
+			return true
+		case named:
+			log.Error("a reservation record is not what the proxy wrote when it took the approval off the parent: somebody who may write ConfigMaps in the proxy's namespace forged it; "+
+				"it is removed and the approval stays spent, approve again if the write is still wanted",
+				zap.String("vouchedDigest", digest), zap.String("recordDigest", rw.record.Digest()))
+		default:
+			log.Warn("a reservation record its parent does not name is removed: settled already, its reservation never made, or not written by the proxy")
+		}
+	}
+	if claim, err := i.cfg.Reservations.Claim(ctx, rw.record); err == nil && claim != reservations.Lost {
+		if err := i.unstamp(ctx, rw.approval.Target, rw.record.ID()); err != nil {
+			log.Info("cannot take a removed reservation's name off its parent", zap.Error(err))
+		}
+	}
+	return false
 }

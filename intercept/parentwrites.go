@@ -19,6 +19,7 @@ import (
 
 	"github.com/kausality-io/kausality-proxy/intercept/annotations"
 	"github.com/kausality-io/kausality-proxy/intercept/decision"
+	"github.com/kausality-io/kausality-proxy/intercept/reservations"
 )
 
 // resourceFor maps a reference to its resource client.
@@ -49,12 +50,12 @@ func annotationPatch(set map[string]*string, resourceVersion string) ([]byte, er
 }
 
 // reserveApproval takes a once approval off the parent before the write is
-// forwarded, and names the reservation's record (recordID, "" without one)
-// on the parent in the same patch. The resourceVersion precondition makes
-// it exactly-once: of two concurrent writes that both saw the approval,
-// only one patch succeeds. stamps is the parent's Reservations value in
-// the snapshot the precondition names.
-func (i *Interceptor) reserveApproval(ctx context.Context, upd *decision.ApprovalsUpdate, recordID, stamps string) error {
+// forwarded, and in the same patch vouches on the parent for the
+// reservation's record (nil without one) by its name and digest. The
+// resourceVersion precondition makes it exactly-once: of two concurrent
+// writes that both saw the approval, only one patch succeeds. stamps is
+// the parent's Reservations value in the snapshot the precondition names.
+func (i *Interceptor) reserveApproval(ctx context.Context, upd *decision.ApprovalsUpdate, rec *reservations.Record, stamps string) error {
 	ri, err := i.resourceFor(upd.Target)
 	if err != nil {
 		return err
@@ -63,8 +64,8 @@ func (i *Interceptor) reserveApproval(ctx context.Context, upd *decision.Approva
 	if upd.New != "" {
 		set[annotations.Approvals] = &upd.New
 	}
-	if recordID != "" {
-		stamped := annotations.AddReservation(stamps, recordID)
+	if rec != nil {
+		stamped := annotations.AddReservation(stamps, rec.ID(), rec.Digest())
 		set[annotations.Reservations] = &stamped
 	}
 	data, err := annotationPatch(set, upd.ResourceVersion)
@@ -77,14 +78,18 @@ func (i *Interceptor) reserveApproval(ctx context.Context, upd *decision.Approva
 
 // restoreApproval puts a reserved once approval back after the write it
 // was reserved for was not applied, and takes the reservation's record
-// (recordID, "" without one) off the parent. It merges into the parent's
-// current approvals, so edits made in between are kept. With
-// requireStamp, the approval goes back only if the parent still names the
-// record: a record is trusted only as far as its parent vouches for it. It
-// reports whether the approval is back on the parent.
-func (i *Interceptor) restoreApproval(upd *decision.ApprovalsUpdate, recordID string, requireStamp bool) bool {
+// (nil without one) off the parent. It merges into the parent's current
+// approvals, so edits made in between are kept. For an orphaned record,
+// the approval goes back only if the parent still vouches for exactly
+// the record's content: a record is trusted only as far as its parent
+// vouches for it. It reports whether the approval is back on the parent.
+func (i *Interceptor) restoreApproval(upd *decision.ApprovalsUpdate, rec *reservations.Record, orphan bool) bool {
 	ctx, cancel := context.WithTimeout(context.Background(), i.cfg.SideWriteTimeout)
 	defer cancel()
+	recordID := ""
+	if rec != nil {
+		recordID = rec.ID()
+	}
 	log := i.cfg.Log.With(zap.String("parent", upd.Target.String()), zap.String("approval", upd.Consumed.Name), zap.String("record", recordID))
 	ri, err := i.resourceFor(upd.Target)
 	if err != nil {
@@ -99,13 +104,24 @@ func (i *Interceptor) restoreApproval(upd *decision.ApprovalsUpdate, recordID st
 		}
 		current := parent.GetAnnotations()
 		set := map[string]*string{}
-		if recordID != "" {
-			rest, named := annotations.RemoveReservation(current[annotations.Reservations], recordID)
-			if !named && requireStamp {
+		if rec != nil {
+			digest, named := annotations.ReservationDigest(current[annotations.Reservations], recordID)
+			if !named && orphan {
 				log.Warn("a reservation record was not honoured: its parent does not name it (settled already, or not written by the proxy)")
 				return false
 			}
+			if named && orphan && digest != rec.Digest() {
+				log.Error("a reservation record was not honoured: it is not what the proxy wrote when it took the approval off the parent, "+
+					"somebody who may write ConfigMaps in the proxy's namespace forged it; the approval stays spent, approve again if the write is still wanted",
+					zap.String("vouchedDigest", digest), zap.String("recordDigest", rec.Digest()))
+				// The record it names is gone with the claim.
+				if err := i.unstamp(ctx, upd.Target, recordID); err != nil {
+					log.Info("cannot take a forged reservation's name off its parent", zap.Error(err))
+				}
+				return false
+			}
 			if named {
+				rest, _ := annotations.RemoveReservation(current[annotations.Reservations], recordID)
 				set[annotations.Reservations] = nilIfEmpty(rest)
 			}
 		}

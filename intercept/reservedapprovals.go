@@ -15,6 +15,7 @@ import (
 
 	"go.uber.org/zap"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/apimachinery/pkg/util/wait"
 
@@ -74,7 +75,7 @@ type reservedWrite struct {
 	// with it).
 	record *reservations.Record
 	// orphan: the record was found, not written by this process; it is
-	// honoured only while its parent names it.
+	// honoured only while its parent vouches for its content.
 	orphan bool
 }
 
@@ -112,14 +113,11 @@ func (i *Interceptor) reserve(ctx context.Context, p *pending, upd *decision.App
 			i.reservationLog(rw).Warn("the reservation of a once approval is not recorded: if this replica dies before the write is answered, the approval is lost", zap.Error(err))
 		}
 	}
-	recordID, stamps := "", ""
-	if rec != nil {
-		recordID = rec.ID()
-	}
+	stamps := ""
 	if p.parent != nil {
 		stamps = p.parent.GetAnnotations()[annotations.Reservations]
 	}
-	if err := i.reserveApproval(ctx, upd, recordID, stamps); err != nil {
+	if err := i.reserveApproval(ctx, upd, rec, stamps); err != nil {
 		if rec != nil {
 			if _, cerr := i.cfg.Reservations.Claim(ctx, rec); cerr != nil {
 				i.reservationLog(rw).Info("cannot remove the record of a reservation that did not happen; it is settled later", zap.Error(cerr))
@@ -216,14 +214,20 @@ func (i *Interceptor) checkStored(ctx context.Context, rw reservedWrite) bool {
 // record could not be claimed for now.
 func (i *Interceptor) finish(ctx context.Context, rw reservedWrite, outcome, why string) bool {
 	if rw.record != nil {
-		claimed, err := i.cfg.Reservations.Claim(ctx, rw.record)
+		claim, err := i.cfg.Reservations.Claim(ctx, rw.record)
 		if err != nil {
 			i.reservationLog(rw).Info("cannot claim the record of a reserved approval yet", zap.Error(err))
 			return false
 		}
-		if !claimed {
+		switch claim {
+		case reservations.Lost:
 			// Another replica settled it, from the same facts.
 			return true
+		case reservations.Rewritten:
+			// Settled from what this process wrote, or, for an orphan,
+			// from what its parent vouches for: never from the forgery.
+			i.reservationLog(rw).Error("somebody other than the proxy rewrote a reservation record; the rewritten record is removed and the reservation is settled from the record as the proxy wrote it; " +
+				"find who may write ConfigMaps in the proxy's namespace")
 		}
 	}
 	if outcome == reservationRestored {
@@ -257,11 +261,7 @@ func (i *Interceptor) checkStoredUntilSettled(rw reservedWrite) {
 }
 
 func (i *Interceptor) restoreReservation(rw reservedWrite, why string) {
-	recordID := ""
-	if rw.record != nil {
-		recordID = rw.record.ID()
-	}
-	if i.restoreApproval(rw.approval, recordID, rw.orphan) {
+	if i.restoreApproval(rw.approval, rw.record, rw.orphan) {
 		i.metrics.reservation(reservationRestored)
 		i.reservationLog(rw).Info("a reserved once approval is back on its parent: " + why)
 		return
@@ -314,21 +314,67 @@ func (i *Interceptor) settleOrphanedReservations(ctx context.Context) {
 func (i *Interceptor) settleOrphans(ctx context.Context) {
 	orphans, broken := i.cfg.Reservations.Orphans(i.cfg.ReservationOrphanAge)
 	for _, rec := range broken {
-		if ok, _ := i.cfg.Reservations.Claim(ctx, rec); ok {
+		if claim, _ := i.cfg.Reservations.Claim(ctx, rec); claim != reservations.Lost {
 			i.cfg.Log.Error("removed an approval reservation record that cannot be read", zap.String("record", rec.ID()))
 		}
 	}
 	for _, rec := range orphans {
 		rw := reservedWriteFrom(rec)
 		readCtx, cancel := context.WithTimeout(ctx, i.cfg.SideWriteTimeout)
+		if !i.vouchedFor(readCtx, rw) {
+			cancel()
+			continue
+		}
 		settled := i.checkStored(readCtx, rw)
 		cancel()
 		if !settled && i.cfg.Clock.Since(rec.Reserved) > reservationMaxAge {
-			if ok, _ := i.cfg.Reservations.Claim(ctx, rec); ok {
+			if claim, _ := i.cfg.Reservations.Claim(ctx, rec); claim != reservations.Lost {
 				i.metrics.reservation(reservationUnsettled)
 				i.reservationLog(rw).Error("gave up settling a reserved once approval: its object could not be read for " + reservationMaxAge.String() +
 					"; if the object does not show the approved change, approve it again")
 			}
 		}
 	}
+}
+
+// vouchedFor reports whether the parent of the orphaned record rw vouches
+// for exactly what the record holds, so that no forged record makes the
+// proxy read or write anything on its say-so. A record its parent does not
+// vouch for is removed: it was forged, rewritten, or is left from a
+// reservation that never took the approval off; its parent being gone,
+// the approval has nowhere to go back to. It reports false also when the
+// parent cannot be read now; the next look retries.
+func (i *Interceptor) vouchedFor(ctx context.Context, rw reservedWrite) bool {
+	log := i.reservationLog(rw)
+	ri, err := i.resourceFor(rw.approval.Target)
+	if err != nil {
+		log.Info("cannot read the parent of an orphaned reservation", zap.Error(err))
+		return false
+	}
+	parent, err := ri.Get(ctx, rw.approval.Target.Name, metav1.GetOptions{})
+	switch {
+	case apierrors.IsNotFound(err):
+		log.Info("an orphaned reservation is dropped: its parent is gone")
+	case err != nil:
+		log.Info("cannot read the parent of an orphaned reservation yet", zap.Error(err))
+		return false
+	default:
+		digest, named := annotations.ReservationDigest(parent.GetAnnotations()[annotations.Reservations], rw.record.ID())
+		switch {
+		case named && digest == rw.record.Digest():
+			return true
+		case named:
+			log.Error("a reservation record is not what the proxy wrote when it took the approval off the parent: somebody who may write ConfigMaps in the proxy's namespace forged it; "+
+				"it is removed and the approval stays spent, approve again if the write is still wanted",
+				zap.String("vouchedDigest", digest), zap.String("recordDigest", rw.record.Digest()))
+		default:
+			log.Warn("a reservation record its parent does not name is removed: settled already, its reservation never made, or not written by the proxy")
+		}
+	}
+	if claim, err := i.cfg.Reservations.Claim(ctx, rw.record); err == nil && claim != reservations.Lost {
+		if err := i.unstamp(ctx, rw.approval.Target, rw.record.ID()); err != nil {
+			log.Info("cannot take a removed reservation's name off its parent", zap.Error(err))
+		}
+	}
+	return false
 }

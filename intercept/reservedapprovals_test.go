@@ -2,15 +2,19 @@ package intercept_test
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"net/http"
 	"net/http/httptest"
+	"strconv"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
 	authorizationv1 "k8s.io/api/authorization/v1"
 	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/types"
@@ -132,8 +136,10 @@ func TestReservationRecords(t *testing.T) {
 	// A replica died after it took the approval off the parent for a write
 	// of approved-1, whose object was then stored at resourceVersion 200.
 	// stamped: the parent names the record, as the proxy's reservation
-	// does; a record it does not name was not written with it.
-	orphan := func(t *testing.T, client *kubefake.Clientset, clock *clocktesting.FakePassiveClock, env *benchEnv, stamped bool) {
+	// does; a record it does not name was not written with it. forged:
+	// somebody rewrote the record after the parent vouched for it, to an
+	// approval of every write.
+	orphan := func(t *testing.T, client *kubefake.Clientset, clock *clocktesting.FakePassiveClock, env *benchEnv, stamped, forged bool) {
 		t.Helper()
 		dead := reservations.New(client, recordNamespace, "dead-replica", clock)
 		rec, err := dead.Open(context.Background(), reservations.Reservation{
@@ -147,7 +153,20 @@ func TestReservationRecords(t *testing.T) {
 		}
 		stamp := "null"
 		if stamped {
-			stamp = `"` + rec.ID() + `"`
+			stamp = `"` + annotations.AddReservation("", rec.ID(), rec.Digest()) + `"`
+		}
+		if forged {
+			cm, err := client.CoreV1().ConfigMaps(recordNamespace).Get(context.Background(), rec.ID(), metav1.GetOptions{})
+			if err != nil {
+				t.Fatal(err)
+			}
+			cm.Data["reservation"] = strings.Replace(cm.Data["reservation"], `"mode":"once"`, `"mode":"always"`, 1)
+			if !strings.Contains(cm.Data["reservation"], `"mode":"always"`) {
+				t.Fatalf("the forgery did not take: %s", cm.Data["reservation"])
+			}
+			if _, err := client.CoreV1().ConfigMaps(recordNamespace).Update(context.Background(), cm, metav1.UpdateOptions{}); err != nil {
+				t.Fatal(err)
+			}
 		}
 		_, err = env.dyn.Resource(deploymentsGVR).Namespace("apps").Patch(context.Background(), "approved", types.MergePatchType,
 			[]byte(`{"metadata":{"annotations":{"kausality.io/approvals":null,"kausality.io/reservations":`+stamp+`}}}`), metav1.PatchOptions{})
@@ -159,22 +178,24 @@ func TestReservationRecords(t *testing.T) {
 	orphans := []struct {
 		name string
 		// stamped: the parent names the record; changed: the object was
-		// written after the record was made.
-		stamped, changed bool
-		wantApproval     bool
+		// written after the record was made; forged: the record was
+		// rewritten after the parent vouched for it.
+		stamped, changed, forged bool
+		wantApproval             bool
 	}{
-		{"its write did not land: another replica puts the approval back, once it is an orphan", true, false, true},
-		{"the object changed: the approval stays spent", true, true, false},
+		{"its write did not land: another replica puts the approval back, once it is an orphan", true, false, false, true},
+		{"the object changed: the approval stays spent", true, true, false, false},
 		// Whoever may create ConfigMaps in the proxy's namespace, but not
 		// write the parent, cannot approve drift with a record.
-		{"a record its parent does not name puts nothing back", false, false, false},
+		{"a record its parent does not name puts nothing back", false, false, false, false},
+		{"a record rewritten after its parent vouched for it puts nothing back", true, false, true, false},
 	}
 	for _, tc := range orphans {
 		t.Run(tc.name, func(t *testing.T) {
 			client := recordsClient()
 			clock := clocktesting.NewFakePassiveClock(start)
 			env := newServeEnv(t, nil, allowAll, withApprovedFamily, enforce, withRecords(t, client, clock))
-			orphan(t, client, clock, env, tc.stamped)
+			orphan(t, client, clock, env, tc.stamped, tc.forged)
 			if tc.changed {
 				rs := env.dyn.Resource(replicasetsGVR).Namespace("apps")
 				child, err := rs.Get(context.Background(), "approved-1", metav1.GetOptions{})
@@ -190,6 +211,14 @@ func TestReservationRecords(t *testing.T) {
 			// Not yet an orphan: its replica may still be settling it.
 			clock.SetTime(start.Add(time.Minute))
 			seen(t, env)
+			for deadline := time.Now().Add(10 * time.Second); tc.forged; time.Sleep(10 * time.Millisecond) {
+				if orphans, _ := env.interceptor.Reservations().Orphans(time.Second); len(orphans) == 1 && orphans[0].Approval.Mode == approval.Always {
+					break
+				}
+				if time.Now().After(deadline) {
+					t.Fatal("the watch of the records never showed the forgery")
+				}
+			}
 			intercept.SettleOrphans(context.Background(), env.interceptor)
 			if approvalOnParent(t, env) || recordCount(t, client) != 1 {
 				t.Fatalf("a reservation one minute old was settled")
@@ -217,4 +246,91 @@ func reservationStamps(t *testing.T, env *benchEnv) string {
 		t.Fatal(err)
 	}
 	return parent.GetAnnotations()[annotations.Reservations]
+}
+
+// Somebody who may write ConfigMaps in the proxy's namespace rewrites the
+// record of a reservation while its write is in flight, to an approval of
+// every write, and the write is refused. The replica that reserved the
+// approval reads the record again when its claim loses the precondition,
+// removes the forgery and puts back the approval it took: never the
+// forged one, and nothing is left for another replica to settle.
+func TestReservationRecordRewrittenInFlight(t *testing.T) {
+	allowAll := func(authorizationv1.SubjectAccessReviewSpec) (bool, error) { return true, nil }
+	client := recordsClient()
+	deletePreconditions(client)
+	var store *reservations.Store
+	env := newServeEnv(t, nil, allowAll, withApprovedFamily, enforce, func(s *serveSetup) {
+		store = reservations.New(client, recordNamespace, "this-replica", nil)
+		s.config.Reservations = store
+	})
+	configMaps := client.CoreV1().ConfigMaps(recordNamespace)
+	env.upstream = func(w http.ResponseWriter, r *http.Request) {
+		if r.URL.Query().Get("dryRun") != "" {
+			echoDryRun(w, r)
+			return
+		}
+		list, err := configMaps.List(r.Context(), metav1.ListOptions{})
+		if err != nil || len(list.Items) != 1 {
+			t.Errorf("records while the write is in flight: %v %v", list, err)
+		} else {
+			cm := list.Items[0]
+			cm.Data["reservation"] = strings.ReplaceAll(cm.Data["reservation"], `"mode":"once"`, `"mode":"always"`)
+			if _, err := configMaps.Update(r.Context(), &cm, metav1.UpdateOptions{}); err != nil {
+				t.Errorf("rewriting the record: %v", err)
+			}
+		}
+		w.Header().Set("Content-Type", "application/json")
+		w.WriteHeader(http.StatusForbidden)
+		_, _ = w.Write([]byte(`{"kind":"Status","apiVersion":"v1","status":"Failure","code":403}`))
+	}
+	rec := httptest.NewRecorder()
+	env.handler.ServeHTTP(rec, env.request(t, driftWrite("approved-1", "approved", "approved-uid")))
+	if rec.Code != http.StatusForbidden {
+		t.Fatalf("code %d (error %v), want the upstream's 403", rec.Code, env.lastError)
+	}
+	parent, err := env.dyn.Resource(deploymentsGVR).Namespace("apps").Get(context.Background(), "approved", metav1.GetOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	entries, _, _ := annotations.ParseApprovalEntries(parent.GetAnnotations()[annotations.Approvals])
+	if len(entries) != 1 || !entries[0].Valid || entries[0].Approval.Name != "approved-1" || entries[0].Approval.Mode != approval.Once {
+		t.Errorf("approvals after the refused write: %+v, want the once approval that was taken", entries)
+	}
+	if n := recordCount(t, client); n != 0 {
+		t.Errorf("%d records left: a forged record waits for another replica to settle it", n)
+	}
+	if stamps := reservationStamps(t, env); stamps != "" {
+		t.Errorf("the parent still names settled reservations: %q", stamps)
+	}
+}
+
+// deletePreconditions makes client's ConfigMaps carry resourceVersions and
+// honour a delete's resourceVersion precondition, as kube-apiserver does.
+func deletePreconditions(client *kubefake.Clientset) {
+	var mu sync.Mutex
+	next := 0
+	stamp := func(a clienttesting.Action) (bool, runtime.Object, error) {
+		mu.Lock()
+		defer mu.Unlock()
+		next++
+		a.(interface{ GetObject() runtime.Object }).GetObject().(*corev1.ConfigMap).ResourceVersion = strconv.Itoa(next)
+		return false, nil, nil
+	}
+	client.PrependReactor("create", "configmaps", stamp)
+	client.PrependReactor("update", "configmaps", stamp)
+	client.PrependReactor("delete", "configmaps", func(a clienttesting.Action) (bool, runtime.Object, error) {
+		del := a.(clienttesting.DeleteAction)
+		pre := del.GetDeleteOptions().Preconditions
+		if pre == nil || pre.ResourceVersion == nil {
+			return false, nil, nil
+		}
+		obj, err := client.Tracker().Get(corev1.SchemeGroupVersion.WithResource("configmaps"), del.GetNamespace(), del.GetName())
+		if err != nil {
+			return false, nil, nil
+		}
+		if rv := obj.(*corev1.ConfigMap).ResourceVersion; rv != *pre.ResourceVersion {
+			return true, nil, apierrors.NewConflict(corev1.Resource("configmaps"), del.GetName(), errors.New("the object has been modified"))
+		}
+		return false, nil, nil
+	})
 }

@@ -34,6 +34,9 @@ type ReplicaOptions struct {
 	Upstream string
 	// NoWaitReady returns as soon as it serves, ready or not.
 	NoWaitReady bool
+	// ReservationOrphanAge is its --approval-reservation-orphan-age (the
+	// default if 0).
+	ReservationOrphanAge time.Duration
 }
 
 // Replica is a kausality-proxy running in-process next to the main one,
@@ -102,6 +105,9 @@ func (l *Local) StartReplica(ctx context.Context, o ReplicaOptions) (*Replica, e
 		opts.Drifts.Identity = o.Name
 	}
 	opts.ShutdownTimeout = 5 * time.Second
+	if o.ReservationOrphanAge != 0 {
+		opts.ApprovalReservationOrphanAge = o.ReservationOrphanAge
+	}
 
 	r := &Replica{Name: o.Name, LogPath: filepath.Join(dir, "kausality-proxy.log"), done: make(chan error, 1)}
 	sink, err := os.Create(r.LogPath)

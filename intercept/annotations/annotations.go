@@ -66,11 +66,13 @@ const (
 	// ObservedGeneration on a parent without status.observedGeneration: the
 	// generation seen by the last status write.
 	ObservedGeneration = "kausality.io/observedGeneration"
-	// Reservations on a parent: comma-separated names of the records of
-	// the once approvals the proxy has taken off it for writes not yet
-	// settled. A record is only honoured while its parent names it, so a
-	// record nobody who may write the parent wrote cannot put an approval
-	// there.
+	// Reservations on a parent: comma-separated entries <record>=<digest>
+	// for the once approvals the proxy has taken off it for writes not yet
+	// settled: the name of each reservation record, and the digest of the
+	// record's content as the proxy wrote it. A record is honoured only
+	// while its parent names it with the digest of exactly what it holds,
+	// so whoever may write records but not the parent can neither invent
+	// one nor rewrite one.
 	Reservations = "kausality.io/reservations"
 	// LegacyInitialized is the first design's high-water mark
 	// (`kausality.io/initialized: "true"`). It is honoured when read and
@@ -106,25 +108,38 @@ func TraceLabel(key string) string {
 	return ""
 }
 
-// AddReservation returns the Reservations value with id added.
-func AddReservation(value, id string) string {
+// AddReservation returns the Reservations value with the record id added,
+// vouching for the record's content by its digest.
+func AddReservation(value, id, digest string) string {
 	if HasReservation(value, id) {
 		return value
 	}
+	entry := id + "=" + digest
 	if value == "" {
-		return id
+		return entry
 	}
-	return value + "," + id
+	return value + "," + entry
 }
 
 // HasReservation reports whether the Reservations value names id.
 func HasReservation(value, id string) bool {
+	_, named := ReservationDigest(value, id)
+	return named
+}
+
+// ReservationDigest returns the digest the Reservations value vouches for
+// the record id with, and whether it names id at all. A name without a
+// digest vouches for no content: its digest is "".
+func ReservationDigest(value, id string) (digest string, named bool) {
+	if id == "" {
+		return "", false
+	}
 	for _, v := range strings.Split(value, ",") {
-		if strings.TrimSpace(v) == id && id != "" {
-			return true
+		if name, d := splitReservation(v); name == id {
+			return d, true
 		}
 	}
-	return false
+	return "", false
 }
 
 // RemoveReservation returns the Reservations value without id, and
@@ -133,13 +148,19 @@ func RemoveReservation(value, id string) (string, bool) {
 	var keep []string
 	found := false
 	for _, v := range strings.Split(value, ",") {
-		switch v = strings.TrimSpace(v); v {
-		case "":
-		case id:
+		v = strings.TrimSpace(v)
+		switch name, _ := splitReservation(v); {
+		case v == "":
+		case name == id:
 			found = true
 		default:
 			keep = append(keep, v)
 		}
 	}
 	return strings.Join(keep, ","), found
+}
+
+func splitReservation(entry string) (id, digest string) {
+	id, digest, _ = strings.Cut(strings.TrimSpace(entry), "=")
+	return strings.TrimSpace(id), strings.TrimSpace(digest)
 }

@@ -344,24 +344,46 @@ func TestWarningWithObject(t *testing.T) {
 }
 
 func TestReservations(t *testing.T) {
-	v := AddReservation("", "kausality-reservation-a")
-	v = AddReservation(v, "kausality-reservation-b")
-	v = AddReservation(v, "kausality-reservation-a")
-	if v != "kausality-reservation-a,kausality-reservation-b" {
+	v := AddReservation("", "kausality-reservation-a", "da")
+	v = AddReservation(v, "kausality-reservation-b", "db")
+	v = AddReservation(v, "kausality-reservation-a", "forged")
+	if v != "kausality-reservation-a=da,kausality-reservation-b=db" {
 		t.Fatalf("after adding a, b and a again: %q", v)
 	}
 	if !HasReservation(v, "kausality-reservation-b") || HasReservation(v, "kausality-reservation-c") || HasReservation(v, "") {
 		t.Errorf("HasReservation of %q is wrong", v)
 	}
+	digests := []struct {
+		value, id, digest string
+		named             bool
+	}{
+		{v, "kausality-reservation-a", "da", true},
+		{v, "kausality-reservation-b", "db", true},
+		{v, "kausality-reservation-c", "", false},
+		{v, "", "", false},
+		// A name the proxy wrote before records had digests vouches for
+		// no content.
+		{"kausality-reservation-old", "kausality-reservation-old", "", true},
+		{" kausality-reservation-a = da ", "kausality-reservation-a", "da", true},
+		{"kausality-reservation-a=da", "kausality-reservation-a=da", "", false},
+	}
+	for _, tc := range digests {
+		if digest, named := ReservationDigest(tc.value, tc.id); digest != tc.digest || named != tc.named {
+			t.Errorf("ReservationDigest(%q, %q) = %q %v, want %q %v", tc.value, tc.id, digest, named, tc.digest, tc.named)
+		}
+	}
 	rest, found := RemoveReservation(v, "kausality-reservation-a")
-	if !found || rest != "kausality-reservation-b" {
+	if !found || rest != "kausality-reservation-b=db" {
 		t.Errorf("removing a: %q %v", rest, found)
 	}
 	rest, found = RemoveReservation(rest, "kausality-reservation-a")
-	if found || rest != "kausality-reservation-b" {
+	if found || rest != "kausality-reservation-b=db" {
 		t.Errorf("removing a again: %q %v", rest, found)
 	}
-	if rest, found = RemoveReservation(" kausality-reservation-b ,", "kausality-reservation-b"); !found || rest != "" {
+	if rest, found = RemoveReservation(" kausality-reservation-b=db ,", "kausality-reservation-b"); !found || rest != "" {
 		t.Errorf("removing the last one: %q %v", rest, found)
+	}
+	if rest, found = RemoveReservation("kausality-reservation-old,kausality-reservation-b=db", "kausality-reservation-old"); !found || rest != "kausality-reservation-b=db" {
+		t.Errorf("removing a name without a digest: %q %v", rest, found)
 	}
 }

@@ -10,10 +10,26 @@
 // record first claims it, by deleting it with a resourceVersion
 // precondition, and only then acts: two replicas never both put the same
 // approval back.
+//
+// A record alone never puts an approval on a parent. Whoever may write
+// ConfigMaps in the proxy's namespace may write records too, and that
+// need not include the parent. So the patch that takes the approval off
+// the parent also writes, in the parent's kausality.io/reservations, the
+// record's name and the SHA-256 digest of the record's content exactly as
+// the proxy wrote it: the parent, the approval entry's bytes, the write,
+// the replica and the time. An orphaned record is settled only while its
+// parent vouches for exactly what it holds, so what goes back is exactly
+// what was taken off. A digest needs no key: it is not a secret, it only
+// has to be out of reach, and the parent's system annotation is, where a
+// MAC key would have to be shared, stored and rotated by every replica.
+// The proxy never updates a record, so a claim that finds one rewritten
+// knows it was forged, and says so.
 package reservations
 
 import (
 	"context"
+	"crypto/sha256"
+	"encoding/hex"
 	"encoding/json"
 	"fmt"
 	"time"
@@ -77,10 +93,22 @@ func (r *Reservation) Update() *decision.ApprovalsUpdate {
 type Record struct {
 	Reservation
 	name, resourceVersion string
+	// digest identifies the content as stored, byte for byte.
+	digest string
 }
 
 // ID names the record (its ConfigMap).
 func (r *Record) ID() string { return r.name }
+
+// Digest identifies the record's content: the parent vouches for the
+// record with it.
+func (r *Record) Digest() string { return r.digest }
+
+// digestOf is the digest of a record's stored content.
+func digestOf(data string) string {
+	sum := sha256.Sum256([]byte(data))
+	return hex.EncodeToString(sum[:])
+}
 
 // Store keeps the records of one namespace.
 type Store struct {
@@ -127,20 +155,58 @@ func (s *Store) Open(ctx context.Context, r Reservation) (*Record, error) {
 	if err != nil {
 		return nil, fmt.Errorf("recording the reservation of a once approval on %s: %w", r.Parent, err)
 	}
-	return &Record{Reservation: r, name: created.Name, resourceVersion: created.ResourceVersion}, nil
+	return &Record{Reservation: r, name: created.Name, resourceVersion: created.ResourceVersion, digest: digestOf(string(data))}, nil
 }
 
-// Claim deletes rec so that its settlement is this caller's. It reports
-// false when somebody else settled it first.
-func (s *Store) Claim(ctx context.Context, rec *Record) (bool, error) {
-	err := s.configMaps.Delete(ctx, rec.name, metav1.DeleteOptions{Preconditions: &metav1.Preconditions{ResourceVersion: &rec.resourceVersion}})
-	switch {
-	case err == nil:
-		return true, nil
-	case apierrors.IsNotFound(err), apierrors.IsConflict(err):
-		return false, nil
-	default:
-		return false, err
+// Claim is the outcome of claiming a record.
+type Claim int
+
+const (
+	// Lost: somebody else settled the record first.
+	Lost Claim = iota
+	// Claimed: the record was removed as it was read; its settlement is
+	// the caller's.
+	Claimed
+	// Rewritten: the record was rewritten since it was read, by somebody
+	// other than the proxy, which never updates a record. The rewritten
+	// record is removed, so that nobody settles it; its settlement is the
+	// caller's, from what it read, as far as the parent vouches for that.
+	Rewritten
+)
+
+// maxClaimAttempts bounds the re-reads of a record that keeps changing.
+const maxClaimAttempts = 5
+
+// Claim removes rec so that its settlement is this caller's. A record that
+// changed since rec was read is read again from the cluster before its
+// fate is decided: gone, somebody settled it; rewritten, it was forged.
+func (s *Store) Claim(ctx context.Context, rec *Record) (Claim, error) {
+	resourceVersion, rewritten := rec.resourceVersion, false
+	for attempt := 1; ; attempt++ {
+		err := s.configMaps.Delete(ctx, rec.name, metav1.DeleteOptions{Preconditions: &metav1.Preconditions{ResourceVersion: &resourceVersion}})
+		switch {
+		case err == nil && rewritten:
+			return Rewritten, nil
+		case err == nil:
+			return Claimed, nil
+		case apierrors.IsNotFound(err):
+			return Lost, nil
+		case !apierrors.IsConflict(err):
+			return Lost, err
+		case attempt >= maxClaimAttempts:
+			return Lost, fmt.Errorf("the reservation record %s kept changing while it was claimed", rec.name)
+		}
+		current, err := s.configMaps.Get(ctx, rec.name, metav1.GetOptions{})
+		if apierrors.IsNotFound(err) {
+			return Lost, nil
+		}
+		if err != nil {
+			return Lost, err
+		}
+		if digestOf(current.Data[dataKey]) != rec.digest {
+			rewritten = true
+		}
+		resourceVersion = current.ResourceVersion
 	}
 }
 
@@ -161,7 +227,7 @@ func (s *Store) Orphans(olderThan time.Duration) (orphans []*Record, broken []*R
 			// like broken records.
 			continue
 		}
-		rec := &Record{name: cm.Name, resourceVersion: cm.ResourceVersion}
+		rec := &Record{name: cm.Name, resourceVersion: cm.ResourceVersion, digest: digestOf(cm.Data[dataKey])}
 		if err := json.Unmarshal([]byte(cm.Data[dataKey]), &rec.Reservation); err != nil || rec.Reserved.IsZero() {
 			if now.Sub(cm.CreationTimestamp.Time) > olderThan {
 				broken = append(broken, rec)

@@ -2,14 +2,19 @@ package reservations
 
 import (
 	"context"
+	"encoding/json"
 	"fmt"
+	"strconv"
+	"sync"
 	"testing"
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/client-go/kubernetes/fake"
+	corev1client "k8s.io/client-go/kubernetes/typed/core/v1"
 	clienttesting "k8s.io/client-go/testing"
 	"k8s.io/client-go/tools/cache"
 	clocktesting "k8s.io/utils/clock/testing"
@@ -64,14 +69,126 @@ func TestOpenClaim(t *testing.T) {
 		t.Errorf("Update() = %+v, does not put back the reserved approval", got)
 	}
 
-	claimed, err := s.Claim(ctx, rec)
-	if err != nil || !claimed {
-		t.Fatalf("first claim: %v %v", claimed, err)
+	claim, err := s.Claim(ctx, rec)
+	if err != nil || claim != Claimed {
+		t.Fatalf("first claim: %v %v", claim, err)
 	}
-	claimed, err = s.Claim(ctx, rec)
-	if err != nil || claimed {
-		t.Fatalf("second claim of the same record: %v %v, want false (settled already)", claimed, err)
+	claim, err = s.Claim(ctx, rec)
+	if err != nil || claim != Lost {
+		t.Fatalf("second claim of the same record: %v %v, want Lost (settled already)", claim, err)
 	}
+}
+
+// A claim that loses its precondition reads the record again from the
+// cluster: the proxy never updates a record, so one whose content changed
+// was forged, and is removed so that nobody settles it.
+func TestClaimRereadsTheRecord(t *testing.T) {
+	forged := reservation()
+	forged.Approval.Mode = approval.Always
+	forgedData, err := json.Marshal(forged)
+	if err != nil {
+		t.Fatal(err)
+	}
+	cases := []struct {
+		name string
+		// change is what happens to the record between its read and the
+		// claim.
+		change    func(t *testing.T, configMaps corev1client.ConfigMapInterface, cm *corev1.ConfigMap)
+		want      Claim
+		wantGone  bool
+		wantError bool
+	}{
+		{"unchanged", func(*testing.T, corev1client.ConfigMapInterface, *corev1.ConfigMap) {}, Claimed, true, false},
+		{"settled by somebody else", func(t *testing.T, configMaps corev1client.ConfigMapInterface, cm *corev1.ConfigMap) {
+			if err := configMaps.Delete(context.Background(), cm.Name, metav1.DeleteOptions{}); err != nil {
+				t.Fatal(err)
+			}
+		}, Lost, true, false},
+		{"only labelled: same content", func(t *testing.T, configMaps corev1client.ConfigMapInterface, cm *corev1.ConfigMap) {
+			cm.Labels["touched"] = "yes"
+			update(t, configMaps, cm)
+		}, Claimed, true, false},
+		{"rewritten", func(t *testing.T, configMaps corev1client.ConfigMapInterface, cm *corev1.ConfigMap) {
+			cm.Data[dataKey] = string(forgedData)
+			update(t, configMaps, cm)
+		}, Rewritten, true, false},
+		{"deleted and forged again under its name", func(t *testing.T, configMaps corev1client.ConfigMapInterface, cm *corev1.ConfigMap) {
+			if err := configMaps.Delete(context.Background(), cm.Name, metav1.DeleteOptions{}); err != nil {
+				t.Fatal(err)
+			}
+			cm.ResourceVersion = ""
+			cm.Data[dataKey] = string(forgedData)
+			if _, err := configMaps.Create(context.Background(), cm, metav1.CreateOptions{}); err != nil {
+				t.Fatal(err)
+			}
+		}, Rewritten, true, false},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			ctx := context.Background()
+			client := newClient()
+			resourceVersions(client)
+			s := New(client, "kausality-system", "replica-a", clocktesting.NewFakePassiveClock(time.Now()))
+			rec, err := s.Open(ctx, reservation())
+			if err != nil {
+				t.Fatal(err)
+			}
+			configMaps := client.CoreV1().ConfigMaps("kausality-system")
+			cm, err := configMaps.Get(ctx, rec.ID(), metav1.GetOptions{})
+			if err != nil {
+				t.Fatal(err)
+			}
+			tc.change(t, configMaps, cm)
+			claim, err := s.Claim(ctx, rec)
+			if claim != tc.want || (err != nil) != tc.wantError {
+				t.Errorf("claim: %v %v, want %v", claim, err, tc.want)
+			}
+			if _, err := configMaps.Get(ctx, rec.ID(), metav1.GetOptions{}); tc.wantGone && !apierrors.IsNotFound(err) {
+				t.Errorf("the record is still there after the claim: %v", err)
+			}
+		})
+	}
+}
+
+func update(t *testing.T, configMaps corev1client.ConfigMapInterface, cm *corev1.ConfigMap) {
+	t.Helper()
+	if _, err := configMaps.Update(context.Background(), cm, metav1.UpdateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// resourceVersions makes client's ConfigMaps carry resourceVersions and
+// honour a delete's resourceVersion precondition, as kube-apiserver does
+// (the fake tracker does neither).
+func resourceVersions(client *fake.Clientset) {
+	var mu sync.Mutex
+	next := 0
+	stamp := func(a clienttesting.Action) (bool, runtime.Object, error) {
+		mu.Lock()
+		defer mu.Unlock()
+		next++
+		obj := a.(interface{ GetObject() runtime.Object }).GetObject().(*corev1.ConfigMap)
+		obj.ResourceVersion = strconv.Itoa(next)
+		return false, nil, nil
+	}
+	client.PrependReactor("create", "configmaps", stamp)
+	client.PrependReactor("update", "configmaps", stamp)
+	client.PrependReactor("delete", "configmaps", func(a clienttesting.Action) (bool, runtime.Object, error) {
+		del := a.(clienttesting.DeleteAction)
+		pre := del.GetDeleteOptions().Preconditions
+		if pre == nil || pre.ResourceVersion == nil {
+			return false, nil, nil
+		}
+		obj, err := client.Tracker().Get(corev1.SchemeGroupVersion.WithResource("configmaps"), del.GetNamespace(), del.GetName())
+		if err != nil {
+			return false, nil, nil
+		}
+		if rv := obj.(*corev1.ConfigMap).ResourceVersion; rv != *pre.ResourceVersion {
+			return true, nil, apierrors.NewConflict(corev1.Resource("configmaps"), del.GetName(),
+				fmt.Errorf("the resourceVersion in the precondition (%s) does not match the stored one (%s)", *pre.ResourceVersion, rv))
+		}
+		return false, nil, nil
+	})
 }
 
 func TestOrphans(t *testing.T) {
@@ -124,7 +241,10 @@ func TestOrphans(t *testing.T) {
 	if len(broken) != 1 || broken[0].ID() != "kausality-reservation-broken" {
 		t.Errorf("broken records: %+v", broken)
 	}
-	if claimed, err := s.Claim(ctx, orphans[0]); err != nil || !claimed {
-		t.Errorf("claiming the orphan: %v %v", claimed, err)
+	if orphans[0].Digest() != old.Digest() {
+		t.Errorf("the orphan's digest %q is not the one of the record as written, %q", orphans[0].Digest(), old.Digest())
+	}
+	if claim, err := s.Claim(ctx, orphans[0]); err != nil || claim != Claimed {
+		t.Errorf("claiming the orphan: %v %v", claim, err)
 	}
 }

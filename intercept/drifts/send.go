@@ -118,7 +118,7 @@ func (l *Ledger) observe(ctx context.Context, rec *Record) (Observed, error) {
 	ctx, cancel := context.WithTimeout(ctx, readTimeout)
 	defer cancel()
 	sp := &rec.Report.Spec
-	var o Observed
+	o := Observed{Now: l.o.Clock.Now(), CreateGrace: l.o.CreateGrace}
 	var err error
 	if o.Parent, err = l.read(ctx, sp.Parent.APIVersion, sp.Parent.Kind, sp.Parent.Namespace, sp.Parent.Name); err != nil {
 		return o, err

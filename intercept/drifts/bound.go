@@ -9,6 +9,7 @@ import (
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/types"
+	utiljson "k8s.io/apimachinery/pkg/util/json"
 
 	"github.com/kausality-io/kausality-proxy/intercept/annotations"
 	"github.com/kausality-io/kausality-proxy/intercept/desired"
@@ -46,12 +47,13 @@ const (
 // MaxRecordBytes less room for the state.
 func summarize(r notify.DriftReport) notify.DriftReport {
 	r.Spec.Changes = boundChanges(r.Spec.Changes)
+	oldObject, newObject := objectOf(r.Spec.OldObject), objectOf(r.Spec.NewObject)
 	hops := maxTraceHops
 	limit := maxStringLen
 	for {
 		boundStrings(&r.Spec, limit)
-		r.Spec.OldObject = stub(r.Spec.OldObject, hops, limit)
-		r.Spec.NewObject = stub(r.Spec.NewObject, hops, limit)
+		r.Spec.OldObject = stub(oldObject, hops, limit)
+		r.Spec.NewObject = stub(newObject, hops, limit)
 		b, err := json.Marshal(r)
 		if err == nil && len(b) <= MaxRecordBytes-maxStateBytes {
 			return r
@@ -110,10 +112,9 @@ func boundStrings(sp *notify.DriftReportSpec, limit int) {
 	}
 }
 
-// stub returns the identity of the object in e and its last hops trace
-// hops; an empty extension when there is no object.
-func stub(e runtime.RawExtension, hops, limit int) runtime.RawExtension {
-	obj := objectOf(e)
+// stub returns the identity of obj and its last hops trace hops; an empty
+// extension when there is no object.
+func stub(obj *unstructured.Unstructured, hops, limit int) runtime.RawExtension {
 	if obj == nil {
 		return runtime.RawExtension{}
 	}
@@ -151,7 +152,8 @@ func objectOf(e runtime.RawExtension) *unstructured.Unstructured {
 		return nil
 	}
 	var m map[string]any
-	if json.Unmarshal(raw, &m) != nil || m == nil {
+	// utiljson keeps integers int64, as unstructured reads them.
+	if utiljson.Unmarshal(raw, &m) != nil || m == nil {
 		return nil
 	}
 	return &unstructured.Unstructured{Object: m}

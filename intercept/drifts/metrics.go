@@ -38,7 +38,7 @@ type metrics struct {
 	// and flood.
 	suppressedByQuota *prometheus.CounterVec
 	floods            *prometheus.CounterVec
-	leader      prometheus.Gauge
+	leader            prometheus.Gauge
 }
 
 func newMetrics() *metrics {

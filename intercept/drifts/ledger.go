@@ -80,6 +80,8 @@ type Options struct {
 	Objects  Objects
 	// Receivers get the DriftReports (--drift-webhook-url).
 	Receivers []string
+	// ReceiverToken, if set, is sent to the receivers as a bearer token.
+	ReceiverToken string
 	// Timeout bounds each POST.
 	Timeout time.Duration
 	// HTTPClient posts the reports (nil: one that follows no redirect).

@@ -196,7 +196,7 @@ func (l *Ledger) deliver(ctx context.Context, rec *Record) (changed bool, retryA
 			if *body == nil {
 				*body = l.body(rec, phase)
 			}
-			ra, err := notify.Post(ctx, l.client, url, *body, l.o.Timeout)
+			ra, err := notify.Post(ctx, l.client, url, *body, l.o.ReceiverToken, l.o.Timeout)
 			var de *notify.DeliveryError
 			if errors.As(err, &de) && !de.Retryable {
 				// The receiver's final answer: another attempt would get

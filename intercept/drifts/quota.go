@@ -9,14 +9,15 @@ import (
 // DefaultControllerBytes of etcd, and all of them at most
 // 2 × DefaultMaxRecords × MaxRecordBytes (160 MiB), far below etcd's quota.
 const (
-	DefaultControllerRecords = 100
-	DefaultControllerBytes   = 512 << 10
-	DefaultParentRecords     = 50
-	DefaultParentBytes       = 256 << 10
+	DefaultControllerRecords = 200
+	DefaultControllerBytes   = 1 << 20
+	DefaultParentRecords     = 100
+	DefaultParentBytes       = 512 << 10
 	// DefaultControllerRate and DefaultControllerBurst limit the new drifts
-	// one controller may have recorded: a burst of 20, then one every 6 s.
-	DefaultControllerRate  = 10.0 / 60
-	DefaultControllerBurst = 20
+	// one controller may have recorded: a burst of 50 (a rollout that
+	// drifts many children at once), then one a second.
+	DefaultControllerRate  = 1.0
+	DefaultControllerBurst = 50
 	// DefaultFloodQuiet is how long a controller must have had no drift
 	// suppressed before a new suppression counts as a new flood.
 	DefaultFloodQuiet = 5 * time.Minute

@@ -128,8 +128,9 @@ func TestSecretsAndApprovalsSecretReport(t *testing.T) {
 	if leaks := saLeaks(string(reports), forms); len(leaks) > 0 {
 		t.Errorf("the DriftReports carry Secret values %q: %s", leaks, reports)
 	}
-	// What drifted is still said: the keys, with the marker for values.
-	for _, want := range []string{`"path":"data.password"`, `"password":"\u003credacted\u003e"`, `"token":"\u003credacted\u003e"`, `"user":"\u003credacted\u003e"`} {
+	// What drifted is still said: the changed keys, with the marker for
+	// values (the objects are kept by identity only).
+	for _, want := range []string{`"path":"data.password","old":"\u003credacted\u003e","new":"\u003credacted\u003e"`, `"path":"data.token","old":"\u003cunset\u003e","new":"\u003credacted\u003e"`} {
 		if !strings.Contains(string(reports), want) {
 			t.Errorf("the DriftReports lack %s: %s", want, reports)
 		}

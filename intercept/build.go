@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"net/http"
 	"os"
+	"strings"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -67,6 +68,9 @@ type DriftOptions struct {
 	// SlackCredentialsDir holds the mounted Secret with the files
 	// bot-token and signing-secret.
 	SlackCredentialsDir string
+	// WebhookTokenFile holds the bearer token sent with every DriftReport
+	// ("" = none).
+	WebhookTokenFile string
 	// SlackAPIURL replaces Slack's API endpoint (tests).
 	SlackAPIURL string
 	// Identity names this replica in the Lease ("" = host name and a
@@ -144,9 +148,19 @@ func buildDrifts(o Options, store *objects.Store, dyn dynamic.Interface, client 
 	if !d.enabled(o.DriftWebhookURLs) {
 		return nil, nil, nil
 	}
+	var receiverToken string
+	if d.WebhookTokenFile != "" {
+		b, err := os.ReadFile(d.WebhookTokenFile)
+		if err != nil {
+			return nil, nil, fmt.Errorf("--drift-webhook-token-file: %w", err)
+		}
+		if receiverToken = strings.TrimSpace(string(b)); receiverToken == "" {
+			return nil, nil, fmt.Errorf("--drift-webhook-token-file %s is empty", d.WebhookTokenFile)
+		}
+	}
 	lo := drifts.Options{
 		Client: client, Namespace: d.Namespace, Identity: d.Identity, Objects: store,
-		Receivers: o.DriftWebhookURLs, Timeout: o.DriftWebhookTimeout,
+		Receivers: o.DriftWebhookURLs, ReceiverToken: receiverToken, Timeout: o.DriftWebhookTimeout,
 		Backoff:       notify.Backoff{Max: d.BackoffMax},
 		LeaseDuration: d.LeaseDuration, RenewDeadline: d.RenewDeadline, RetryPeriod: d.RetryPeriod, Recheck: d.Recheck,
 		Log: o.Log, Registerer: o.Metrics,

@@ -132,6 +132,8 @@ func (o *Options) AddFlags(fs *pflag.FlagSet) {
 	fs.DurationVar(&o.ConfigReloadInterval, "config-reload-interval", o.ConfigReloadInterval, "How often --config is checked for changes.")
 	fs.StringSliceVar(&o.DriftWebhookURLs, "drift-webhook-url", o.DriftWebhookURLs, "Endpoint that receives DriftReports (kausality.io/v1alpha1) as JSON POSTs; repeatable. Delivery is asynchronous with a bounded queue and retries, and never blocks a write.")
 	fs.DurationVar(&o.DriftWebhookTimeout, "drift-webhook-timeout", o.DriftWebhookTimeout, "Timeout of one DriftReport delivery attempt.")
+	fs.StringVar(&o.Drifts.WebhookTokenFile, "drift-webhook-token-file", o.Drifts.WebhookTokenFile,
+		"File holding a bearer token sent (Authorization: Bearer) with every DriftReport, e.g. the --auth-token-file of kausality-proxy backend log. Read at start.")
 	fs.StringVar(&o.Drifts.Namespace, "drift-namespace", o.Drifts.Namespace,
 		"Namespace of the open-drift records and of the once-approval reservation records (ConfigMaps), and of the Lease that elects the one replica sending DriftReports. Default: $POD_NAMESPACE, else kausality-system.")
 	fs.DurationVar(&o.ApprovalReservationOrphanAge, "approval-reservation-orphan-age", o.ApprovalReservationOrphanAge,

@@ -3,14 +3,18 @@ package main
 import (
 	"bytes"
 	"context"
+	"crypto/sha256"
+	"crypto/subtle"
 	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
 	"net"
 	"net/http"
+	"os"
 	"os/signal"
 	"strconv"
+	"strings"
 	"sync"
 	"syscall"
 	"time"
@@ -38,9 +42,12 @@ func newBackendCommand() *cobra.Command {
 
 // backendLogOptions are the flags of `kausality-proxy backend log`.
 type backendLogOptions struct {
-	Listen          string
-	MaxReportSize   resource.QuantityValue
-	ShutdownTimeout time.Duration
+	Listen        string
+	AuthTokenFile string
+	// AllowUnauthenticated accepts reports without a token.
+	AllowUnauthenticated bool
+	MaxReportSize        resource.QuantityValue
+	ShutdownTimeout      time.Duration
 }
 
 func newBackendLogCommand() *cobra.Command {
@@ -54,15 +61,26 @@ line on standard output; its own log goes to standard error. Point the proxy
 at it with --drift-webhook-url=http://HOST:8080/ and read the reports with
 kubectl logs, or feed them to a log pipeline.
 
+Senders authenticate with the bearer token in --auth-token-file (the proxy
+sends the one in its --drift-webhook-token-file); a request without it is
+answered 401 before its body is read. Without a token file, it refuses to
+start unless --allow-unauthenticated says that anyone who reaches it may
+have reports printed.
+
 It answers 200 to a report, 400 (a metav1.Status) to a body that is not a
-DriftReport (the proxy does not retry those), 405 to anything but POST and
-413 to a body larger than --max-report-size. /healthz answers ok.`,
+DriftReport (the proxy does not retry those), 401 without the token, 405 to
+anything but POST and 413 to a body larger than --max-report-size. /healthz
+answers ok.`,
 		Args:         cobra.NoArgs,
 		SilenceUsage: true,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			limit, ok := o.MaxReportSize.AsInt64()
 			if !ok || limit <= 0 {
 				return fmt.Errorf("--max-report-size must be a positive number of bytes, not %s", o.MaxReportSize.String())
+			}
+			token, err := readSenderToken(o)
+			if err != nil {
+				return err
 			}
 			log, err := newLogger(zapcore.InfoLevel)
 			if err != nil {
@@ -75,8 +93,9 @@ DriftReport (the proxy does not retry those), 405 to anything but POST and
 			}
 			ctx, stop := signal.NotifyContext(cmd.Context(), syscall.SIGINT, syscall.SIGTERM)
 			defer stop()
-			h := &logBackend{out: cmd.OutOrStdout(), maxBytes: limit, log: log}
-			log.Info("DriftReport log backend listening", zap.String("address", ln.Addr().String()), zap.Int64("maxReportSize", limit))
+			h := &logBackend{out: cmd.OutOrStdout(), maxBytes: limit, log: log, token: token}
+			log.Info("DriftReport log backend listening", zap.String("address", ln.Addr().String()), zap.Int64("maxReportSize", limit),
+				zap.Bool("authenticated", token != nil))
 			return serveUntilDone(ctx, ln, h.handler(), o.ShutdownTimeout, log)
 		},
 	}
@@ -84,7 +103,36 @@ DriftReport (the proxy does not retry those), 405 to anything but POST and
 	fs.StringVar(&o.Listen, "listen", o.Listen, "Address to serve plain HTTP on.")
 	fs.Var(&o.MaxReportSize, "max-report-size", "Largest request body accepted (a quantity: 1Mi, 4Mi, 500k); larger ones are answered 413.")
 	fs.DurationVar(&o.ShutdownTimeout, "shutdown-timeout", o.ShutdownTimeout, "How long requests in flight may finish after SIGTERM.")
+	fs.StringVar(&o.AuthTokenFile, "auth-token-file", o.AuthTokenFile,
+		"File holding the bearer token senders must present (Authorization: Bearer <token>); the proxy sends the one in its --drift-webhook-token-file. Read at start.")
+	fs.BoolVar(&o.AllowUnauthenticated, "allow-unauthenticated", o.AllowUnauthenticated,
+		"Print reports from anyone who reaches the receiver, without a token. Only where nothing but the proxy can reach it.")
 	return cmd
+}
+
+// readSenderToken returns the hash of the token senders must present; nil
+// when reports are accepted from anyone, which has to be asked for: a
+// receiver that prints whatever it is sent lets anyone who reaches it
+// forge drift reports.
+func readSenderToken(o *backendLogOptions) (*[sha256.Size]byte, error) {
+	switch {
+	case o.AuthTokenFile == "" && !o.AllowUnauthenticated:
+		return nil, errors.New("--auth-token-file is required: without it anyone who reaches the receiver can have forged DriftReports printed (pass --allow-unauthenticated to accept that)")
+	case o.AuthTokenFile == "":
+		return nil, nil
+	case o.AllowUnauthenticated:
+		return nil, errors.New("--auth-token-file and --allow-unauthenticated contradict each other: pick one")
+	}
+	b, err := os.ReadFile(o.AuthTokenFile)
+	if err != nil {
+		return nil, fmt.Errorf("--auth-token-file: %w", err)
+	}
+	token := strings.TrimSpace(string(b))
+	if token == "" {
+		return nil, fmt.Errorf("--auth-token-file %s is empty", o.AuthTokenFile)
+	}
+	sum := sha256.Sum256([]byte(token))
+	return &sum, nil
 }
 
 // serveUntilDone serves h on ln until ctx is done, then stops accepting and
@@ -118,6 +166,24 @@ type logBackend struct {
 	out      io.Writer
 	maxBytes int64
 	log      *zap.Logger
+	// token is the hash of the bearer token senders must present; nil:
+	// anyone may send.
+	token *[sha256.Size]byte
+}
+
+// authenticated reports whether r carries the senders' token. Hashes are
+// compared, in constant time, so neither the token nor its length shows
+// in the timing.
+func (b *logBackend) authenticated(r *http.Request) bool {
+	if b.token == nil {
+		return true
+	}
+	presented, ok := strings.CutPrefix(r.Header.Get("Authorization"), "Bearer ")
+	if !ok {
+		return false
+	}
+	sum := sha256.Sum256([]byte(strings.TrimSpace(presented)))
+	return subtle.ConstantTimeCompare(sum[:], b.token[:]) == 1
 }
 
 func (b *logBackend) handler() http.Handler {
@@ -135,6 +201,13 @@ func (b *logBackend) handler() http.Handler {
 }
 
 func (b *logBackend) receive(w http.ResponseWriter, r *http.Request) {
+	if !b.authenticated(r) {
+		w.Header().Set("WWW-Authenticate", `Bearer realm="kausality-proxy backend log"`)
+		writeStatus(w, http.StatusUnauthorized, metav1.StatusReasonUnauthorized,
+			"a DriftReport needs the bearer token of --auth-token-file (the proxy sends the one in --drift-webhook-token-file)")
+		b.log.Info("refused a request without the senders' token", zap.String("remote", r.RemoteAddr), zap.String("path", r.URL.Path))
+		return
+	}
 	if r.Method != http.MethodPost {
 		w.Header().Set("Allow", http.MethodPost)
 		writeStatus(w, http.StatusMethodNotAllowed, metav1.StatusReasonMethodNotAllowed, r.Method+" is not supported: POST a DriftReport")

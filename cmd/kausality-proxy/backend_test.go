@@ -9,6 +9,8 @@ import (
 	"net"
 	"net/http"
 	"net/http/httptest"
+	"os"
+	"path/filepath"
 	"strings"
 	"sync"
 	"testing"
@@ -204,7 +206,11 @@ func TestBackendLogCommandFlags(t *testing.T) {
 	}{
 		{[]string{"--max-report-size", "0"}, "--max-report-size must be a positive number of bytes, not 0"},
 		{[]string{"--max-report-size", "lots"}, `invalid argument "lots" for "--max-report-size"`},
-		{[]string{"--listen", "127.0.0.1:-1"}, "invalid port"},
+		{[]string{"--listen", "127.0.0.1:-1", "--allow-unauthenticated"}, "invalid port"},
+		{[]string{"--listen", "127.0.0.1:0"}, "--auth-token-file is required"},
+		{[]string{"--auth-token-file", "/nonexistent/token"}, "--auth-token-file: open /nonexistent/token"},
+		{[]string{"--auth-token-file", "/dev/null"}, "--auth-token-file /dev/null is empty"},
+		{[]string{"--auth-token-file", "/dev/null", "--allow-unauthenticated"}, "contradict"},
 		{[]string{"extra"}, `unknown command "extra"`},
 	} {
 		cmd := newRootCommand()
@@ -214,5 +220,63 @@ func TestBackendLogCommandFlags(t *testing.T) {
 		if err := cmd.Execute(); err == nil || !strings.Contains(err.Error(), tc.want) {
 			t.Errorf("backend log %v: error %v, want it to contain %q", tc.args, err, tc.want)
 		}
+	}
+}
+
+// A receiver with a token prints only what its senders post: a forged
+// report from anyone else who reaches it is answered 401, unread.
+func TestBackendLogRefusesForgedReports(t *testing.T) {
+	file := filepath.Join(t.TempDir(), "token")
+	if err := os.WriteFile(file, []byte("s3cret\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	token, err := readSenderToken(&backendLogOptions{AuthTokenFile: file})
+	if err != nil {
+		t.Fatal(err)
+	}
+	sent := sentReport(t)
+	for _, tc := range []struct {
+		name, authorization string
+		wantCode            int
+	}{
+		{name: "the senders' token", authorization: "Bearer s3cret", wantCode: 200},
+		{name: "no token", wantCode: 401},
+		{name: "another token", authorization: "Bearer s3cre", wantCode: 401},
+		{name: "the token as basic credentials", authorization: "Basic s3cret", wantCode: 401},
+		{name: "the token without the scheme", authorization: "s3cret", wantCode: 401},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			var out bytes.Buffer
+			b := &logBackend{out: &out, maxBytes: 1 << 20, log: zap.NewNop(), token: token}
+			req := httptest.NewRequest("POST", "/", strings.NewReader(sent))
+			if tc.authorization != "" {
+				req.Header.Set("Authorization", tc.authorization)
+			}
+			rec := httptest.NewRecorder()
+			b.handler().ServeHTTP(rec, req)
+			if rec.Code != tc.wantCode {
+				t.Fatalf("got %d %s, want %d", rec.Code, rec.Body, tc.wantCode)
+			}
+			if tc.wantCode == 200 {
+				if out.String() != sent+"\n" {
+					t.Errorf("printed %q", out.String())
+				}
+				return
+			}
+			if out.Len() != 0 {
+				t.Errorf("a refused report was printed: %q", out.String())
+			}
+			want := status(401, "Unauthorized", "a DriftReport needs the bearer token of --auth-token-file (the proxy sends the one in --drift-webhook-token-file)")
+			if rec.Body.String() != want || rec.Header().Get("WWW-Authenticate") == "" {
+				t.Errorf("got %s (WWW-Authenticate %q), want %s", rec.Body, rec.Header().Get("WWW-Authenticate"), want)
+			}
+		})
+	}
+	// Health checks need no token.
+	b := &logBackend{out: io.Discard, maxBytes: 1 << 20, log: zap.NewNop(), token: token}
+	rec := httptest.NewRecorder()
+	b.handler().ServeHTTP(rec, httptest.NewRequest("GET", "/healthz", nil))
+	if rec.Code != 200 {
+		t.Errorf("/healthz: %d", rec.Code)
 	}
 }

@@ -11,6 +11,13 @@
 //     there. Recording is asynchronous and bounded, so it never slows or
 //     fails a write: a full queue drops the record, counted and logged;
 //     the controller's next retry of the same write records it again.
+//   - Bounding. A record keeps a summary of the drift (references,
+//     request, truncated changes, the objects' identity and last trace
+//     hops), at most MaxRecordBytes, never the objects: it is written with
+//     the proxy's credentials for whatever a controller sent. Quotas per
+//     controller and per parent, and a rate limit per controller, keep one
+//     controller's flood of denied writes from filling the namespace or
+//     crowding out other controllers' reports; a flood is logged once.
 //   - Sending. The replica holding the Lease sends. It watches the
 //     records, delivers each phase to each receiver in order (Detected,
 //     then Resolved), with retries and backoff, and writes down in the
@@ -21,7 +28,8 @@
 //   - Resolving. The sender decides when a drift has ended from the
 //     parent's and the child's informers, not from the next write: the
 //     parent's spec changed, an approval for the child was added, the
-//     child (or the parent) was deleted, or a newer drift of the same
+//     child (or the parent) was deleted, a denied create's child still
+//     does not exist a grace period later, or a newer drift of the same
 //     pair superseded it. A periodic recheck covers objects no informer
 //     holds (Secrets). Once every receiver has the Resolved report, the
 //     record is deleted.

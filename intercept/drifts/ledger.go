@@ -39,7 +39,7 @@ const (
 	DefaultLeaseName      = "kausality-proxy-driftreports"
 	DefaultTimeout        = 10 * time.Second
 	DefaultQueueSize      = 1000
-	DefaultMaxRecords     = 10000
+	DefaultMaxRecords     = 5000
 	DefaultMaxAge         = 24 * time.Hour
 	DefaultRecheck        = 30 * time.Second
 	DefaultBackoffInitial = 500 * time.Millisecond
@@ -80,6 +80,8 @@ type Options struct {
 	Objects  Objects
 	// Receivers get the DriftReports (--drift-webhook-url).
 	Receivers []string
+	// ReceiverToken, if set, is sent to the receivers as a bearer token.
+	ReceiverToken string
 	// Timeout bounds each POST.
 	Timeout time.Duration
 	// HTTPClient posts the reports (nil: one that follows no redirect).
@@ -91,9 +93,19 @@ type Options struct {
 	// MaxAge: a record still undelivered this long after detection is
 	// given up (dropped, counted and logged).
 	MaxAge time.Duration
-	// MaxRecords bounds the records kept in the cluster; past it, new
-	// drifts are dropped (counted and logged).
-	MaxRecords int
+	// Quotas bound the records per controller, per parent and in all;
+	// zero fields are the defaults (Total: DefaultMaxRecords).
+	Quotas Quotas
+	// ControllerRate (new drifts per second) and ControllerBurst limit
+	// the drifts one controller may have recorded.
+	ControllerRate  float64
+	ControllerBurst int
+	// FloodQuiet: a controller's flood of suppressed drifts is over once
+	// nothing of it was suppressed for this long.
+	FloodQuiet time.Duration
+	// CreateGrace: the drift of a denied create whose child still does not
+	// exist this long after detection is over.
+	CreateGrace time.Duration
 	// QueueSize bounds the drifts waiting to be recorded.
 	QueueSize int
 	// Recheck is how often every open drift is checked even without an
@@ -129,6 +141,11 @@ type Ledger struct {
 	// replaced or deleted.
 	outdated map[string]string
 	lastLog  time.Time
+	// controllers holds the rate limits and floods by controller key.
+	controllers map[string]*controllerState
+	// pending are the records this replica created that the informer
+	// has not shown yet: the quotas count them too.
+	pending map[string]pendingRecord
 }
 
 // New returns a Ledger. It does nothing until Run.
@@ -146,6 +163,7 @@ func New(o Options) (*Ledger, error) {
 		o: o, log: o.Log.Named("driftreports"), m: newMetrics(),
 		intake: make(chan *Record, o.QueueSize), closed: make(chan struct{}), recorded: make(chan struct{}),
 		byUID: map[types.UID]map[string]bool{}, outdated: map[string]string{},
+		controllers: map[string]*controllerState{}, pending: map[string]pendingRecord{},
 	}
 	l.client = o.HTTPClient
 	if l.client == nil {
@@ -160,12 +178,11 @@ func New(o Options) (*Ledger, error) {
 	l.factory = informers.NewSharedInformerFactoryWithOptions(o.Client, 0, informers.WithNamespace(o.Namespace),
 		informers.WithTweakListOptions(func(lo *metav1.ListOptions) { lo.LabelSelector = selector }))
 	l.records = l.factory.Core().V1().ConfigMaps().Informer()
-	if err := l.records.AddIndexers(cache.Indexers{pairIndex: func(obj interface{}) ([]string, error) {
-		if cm, ok := obj.(*corev1.ConfigMap); ok {
-			return []string{cm.Labels[PairLabel]}, nil
-		}
-		return nil, nil
-	}}); err != nil {
+	if err := l.records.AddIndexers(cache.Indexers{
+		pairIndex:       labelIndex(PairLabel),
+		controllerIndex: labelIndex(ControllerLabel),
+		parentIndex:     labelIndex(ParentLabel),
+	}); err != nil {
 		return nil, err
 	}
 	_, _ = l.records.AddEventHandler(cache.ResourceEventHandlerFuncs{
@@ -197,7 +214,23 @@ func New(o Options) (*Ledger, error) {
 	return l, nil
 }
 
-const pairIndex = "pair"
+// Indexes of the records.
+const (
+	pairIndex       = "pair"
+	controllerIndex = "controller"
+	parentIndex     = "parent"
+)
+
+func labelIndex(label string) cache.IndexFunc {
+	return func(obj interface{}) ([]string, error) {
+		if cm, ok := obj.(*corev1.ConfigMap); ok {
+			if v := cm.Labels[label]; v != "" {
+				return []string{v}, nil
+			}
+		}
+		return nil, nil
+	}
+}
 
 func setDefaults(o *Options) {
 	if o.Namespace == "" {
@@ -225,8 +258,29 @@ func setDefaults(o *Options) {
 	if o.QueueSize <= 0 {
 		o.QueueSize = DefaultQueueSize
 	}
-	if o.MaxRecords <= 0 {
-		o.MaxRecords = DefaultMaxRecords
+	for _, d := range []struct {
+		v   *int
+		def int
+	}{{&o.Quotas.ControllerRecords, DefaultControllerRecords}, {&o.Quotas.ParentRecords, DefaultParentRecords},
+		{&o.Quotas.Total, DefaultMaxRecords}, {&o.ControllerBurst, DefaultControllerBurst}} {
+		if *d.v <= 0 {
+			*d.v = d.def
+		}
+	}
+	if o.Quotas.ControllerBytes <= 0 {
+		o.Quotas.ControllerBytes = DefaultControllerBytes
+	}
+	if o.Quotas.ParentBytes <= 0 {
+		o.Quotas.ParentBytes = DefaultParentBytes
+	}
+	if o.ControllerRate <= 0 {
+		o.ControllerRate = DefaultControllerRate
+	}
+	if o.FloodQuiet <= 0 {
+		o.FloodQuiet = DefaultFloodQuiet
+	}
+	if o.CreateGrace <= 0 {
+		o.CreateGrace = DefaultCreateGrace
 	}
 	if o.Clock == nil {
 		o.Clock = clock.RealClock{}
@@ -379,6 +433,7 @@ func (l *Ledger) recordChanged(obj interface{}, deleted bool) {
 	}
 	r, err := decode(cm)
 	l.mu.Lock()
+	delete(l.pending, cm.Name)
 	if deleted {
 		delete(l.outdated, cm.Name)
 	}

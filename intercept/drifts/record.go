@@ -27,14 +27,13 @@ const (
 	// PairLabel holds a hash of the (parent, child) pair, so the drifts of
 	// one pair are found together.
 	PairLabel = "kausality.io/drift-pair"
+	// ControllerLabel holds a hash of the user whose write drifted, and
+	// ParentLabel one of the parent: the quotas count records by them.
+	ControllerLabel = "kausality.io/drift-controller"
+	ParentLabel     = "kausality.io/drift-parent"
 
 	reportKey = "report"
 	stateKey  = "state"
-
-	// maxStoredObjectBytes bounds the objects kept in a record: a
-	// ConfigMap holds at most 1 MiB, and the report is stored besides
-	// the state. A larger Detected report is kept without its objects.
-	maxStoredObjectBytes = 512 << 10
 )
 
 // Reasons a drift is resolved, besides the ones notify defines.
@@ -44,6 +43,9 @@ const (
 	ReasonSuperseded = "Superseded"
 	// ReasonParentDeleted: the parent is gone, and its children with it.
 	ReasonParentDeleted = "ParentDeleted"
+	// ReasonNotCreated: the child of a denied create still does not exist
+	// a grace period after the denial.
+	ReasonNotCreated = "NotCreated"
 )
 
 // State is what a record knows besides the Detected report. It is stored
@@ -101,6 +103,21 @@ func PairHash(r notify.DriftReport) string {
 	return hex.EncodeToString(sum[:])[:16]
 }
 
+// ControllerKey identifies, in a label value, the user whose write
+// drifted: quotas and rate limits are kept per controller.
+func ControllerKey(r notify.DriftReport) string { return shortHash(r.Spec.Request.User) }
+
+// ParentKey identifies the parent of a report in a label value.
+func ParentKey(r notify.DriftReport) string {
+	p := r.Spec.Parent
+	return shortHash(groupOf(p.APIVersion) + "\x00" + p.Kind + "\x00" + p.Namespace + "\x00" + p.Name)
+}
+
+func shortHash(s string) string {
+	sum := sha256.Sum256([]byte(s))
+	return hex.EncodeToString(sum[:])[:16]
+}
+
 func groupOf(apiVersion string) string {
 	if i := strings.IndexByte(apiVersion, '/'); i >= 0 {
 		return apiVersion[:i]
@@ -120,17 +137,12 @@ func encode(r *Record, namespace string) (*corev1.ConfigMap, error) {
 	if err != nil {
 		return nil, fmt.Errorf("serializing the DriftReport: %w", err)
 	}
-	if len(report) > maxStoredObjectBytes {
-		light := r.Report
-		light.Spec.OldObject.Raw, light.Spec.OldObject.Object = nil, nil
-		light.Spec.NewObject.Raw, light.Spec.NewObject.Object = nil, nil
-		if report, err = json.Marshal(light); err != nil {
-			return nil, fmt.Errorf("serializing the DriftReport: %w", err)
-		}
-	}
 	state, err := json.Marshal(r.State)
 	if err != nil {
 		return nil, fmt.Errorf("serializing the drift state: %w", err)
+	}
+	if n := len(report) + len(state); n > MaxRecordBytes {
+		return nil, fmt.Errorf("drift record %s would hold %d bytes, more than the %d a record may hold", r.Name, n, MaxRecordBytes)
 	}
 	return &corev1.ConfigMap{
 		ObjectMeta: metav1.ObjectMeta{
@@ -138,9 +150,11 @@ func encode(r *Record, namespace string) (*corev1.ConfigMap, error) {
 			Namespace:       namespace,
 			ResourceVersion: r.ResourceVersion,
 			Labels: map[string]string{
-				ManagedByLabel: managedBy,
-				ComponentLabel: component,
-				PairLabel:      PairHash(r.Report),
+				ManagedByLabel:  managedBy,
+				ComponentLabel:  component,
+				PairLabel:       PairHash(r.Report),
+				ControllerLabel: ControllerKey(r.Report),
+				ParentLabel:     ParentKey(r.Report),
 			},
 		},
 		Data: map[string]string{reportKey: string(report), stateKey: string(state)},

@@ -37,22 +37,11 @@ func TestRecordRoundTrip(t *testing.T) {
 	}
 }
 
-func TestRecordOfALargeObjectKeepsTheReportWithoutObjects(t *testing.T) {
+func TestEncodeRefusesARecordLargerThanTheBound(t *testing.T) {
 	r := openRecord()
-	r.Report.Spec.NewObject = runtime.RawExtension{Raw: []byte(`{"data":"` + strings.Repeat("x", maxStoredObjectBytes) + `"}`)}
-	cm, err := encode(r, "ns")
-	if err != nil {
-		t.Fatal(err)
-	}
-	if n := len(cm.Data[reportKey]); n > maxStoredObjectBytes {
-		t.Fatalf("the stored report has %d bytes", n)
-	}
-	got, err := decode(cm)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if got.ID() != r.ID() || got.Report.Spec.NewObject.Raw != nil {
-		t.Errorf("decoded %+v", got.Report.Spec)
+	r.Report.Spec.NewObject = runtime.RawExtension{Raw: []byte(`{"data":"` + strings.Repeat("x", MaxRecordBytes) + `"}`)}
+	if cm, err := encode(r, "ns"); err == nil {
+		t.Fatalf("a record of %d bytes was encoded", len(cm.Data[reportKey]))
 	}
 }
 

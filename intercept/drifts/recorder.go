@@ -10,7 +10,6 @@ import (
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
-	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/client-go/util/retry"
 
 	"github.com/kausality-io/kausality-proxy/intercept/decision"
@@ -40,12 +39,13 @@ func (l *Ledger) Observe(d *decision.Decision, w notify.Write, parent *unstructu
 		l.m.recorded.WithLabelValues(resultDeduplicated).Inc()
 		return
 	}
-	// The objects belong to the request: serialize them before it ends.
-	if err := rawify(&r.Spec); err != nil {
-		l.log.Error("cannot serialize the objects of a DriftReport", zap.String("id", r.Spec.ID), zap.Error(err))
-		r.Spec.OldObject, r.Spec.NewObject = runtime.RawExtension{}, runtime.RawExtension{}
+	// A record keeps a bounded summary, made now: the objects belong to
+	// the request.
+	rec := &Record{Name: name, Report: summarize(r), State: State{ParentSpecHash: settle.SpecHash(parent)}}
+	if !l.allow(rec) {
+		l.suppress(QuotaRate, rec)
+		return
 	}
-	rec := &Record{Name: name, Report: r, State: State{ParentSpecHash: settle.SpecHash(parent)}}
 	select {
 	case <-l.closed:
 		l.drop(dropShutdown, rec)
@@ -56,20 +56,6 @@ func (l *Ledger) Observe(d *decision.Decision, w notify.Write, parent *unstructu
 			l.drop(dropQueueFull, rec)
 		}
 	}
-}
-
-func rawify(sp *notify.DriftReportSpec) error {
-	for _, e := range [...]*runtime.RawExtension{&sp.OldObject, &sp.NewObject} {
-		if e.Raw != nil || e.Object == nil {
-			continue
-		}
-		b, err := json.Marshal(e.Object)
-		if err != nil {
-			return err
-		}
-		e.Raw, e.Object = b, nil
-	}
-	return nil
 }
 
 // cachedState returns the state of the record named name as the informer
@@ -95,8 +81,12 @@ func (l *Ledger) cachedState(name string) (State, bool) {
 // the queue.
 func (l *Ledger) record(ctx context.Context) {
 	defer close(l.recorded)
+	floods := l.o.Clock.NewTicker(max(l.o.FloodQuiet/2, time.Second))
+	defer floods.Stop()
 	for {
 		select {
+		case <-floods.C():
+			l.endQuietFloods()
 		case rec := <-l.intake:
 			l.create(ctx, rec, 0)
 		case <-l.closed:
@@ -126,23 +116,31 @@ func (l *Ledger) record(ctx context.Context) {
 // drift that comes back while its record still says resolved (the Resolved
 // report may not be out yet) is reopened.
 func (l *Ledger) create(ctx context.Context, rec *Record, attempt int) {
-	if len(l.records.GetStore().ListKeys()) >= l.o.MaxRecords {
-		l.drop(dropStoreFull, rec)
-		return
-	}
 	ctx, cancel := context.WithTimeout(ctx, recordTimeout)
 	defer cancel()
 	rec.State.DetectedAt = metav1.NewTime(l.o.Clock.Now())
 	cm, err := encode(rec, l.o.Namespace)
 	if err != nil {
+		l.log.Warn("cannot record a drift", zap.String("id", rec.ID()), zap.Error(err))
 		l.drop(dropRecordFailed, rec)
 		return
+	}
+	// Reopening a record takes no more room than it has.
+	if _, exists, _ := l.records.GetStore().GetByKey(l.o.Namespace + "/" + rec.Name); !exists {
+		if reason := Admit(l.o.Quotas, l.quotaFacts(cm)); reason != "" {
+			l.suppress(reason, rec)
+			return
+		}
 	}
 	cms := l.o.Client.CoreV1().ConfigMaps(l.o.Namespace)
 	_, err = cms.Create(ctx, cm, metav1.CreateOptions{FieldManager: managedBy})
 	switch {
 	case err == nil:
 		l.m.recorded.WithLabelValues(resultCreated).Inc()
+		l.mu.Lock()
+		l.pending[cm.Name] = pendingRecord{controller: cm.Labels[ControllerLabel], parent: cm.Labels[ParentLabel],
+			bytes: recordBytes(cm), at: l.o.Clock.Now()}
+		l.mu.Unlock()
 		return
 	case !apierrors.IsAlreadyExists(err):
 		l.log.Warn("cannot record a drift", zap.String("id", rec.ID()), zap.Error(err))
@@ -218,4 +216,70 @@ func (l *Ledger) drop(reason string, rec *Record) {
 			zap.String("parent", rec.Report.Spec.Parent.Kind+" "+rec.Report.Spec.Parent.Namespace+"/"+rec.Report.Spec.Parent.Name),
 			zap.String("child", rec.Report.Spec.Child.Kind+" "+rec.Report.Spec.Child.Name))
 	}
+}
+
+// pendingRecord is a record this replica created and the informer has not
+// shown yet.
+type pendingRecord struct {
+	controller, parent string
+	bytes              int64
+	at                 time.Time
+}
+
+// pendingTimeout forgets a pending record the informer never showed (it
+// was deleted before the watch saw it).
+const pendingTimeout = time.Minute
+
+// recordBytes is what a record takes in the quotas: its data.
+func recordBytes(cm *corev1.ConfigMap) int64 {
+	var n int64
+	for k, v := range cm.Data {
+		n += int64(len(k) + len(v))
+	}
+	return n
+}
+
+// quotaFacts gathers, from the informer and the records this replica
+// created since, the records the new record cm would join.
+func (l *Ledger) quotaFacts(cm *corev1.ConfigMap) QuotaFacts {
+	controller, parent := cm.Labels[ControllerLabel], cm.Labels[ParentLabel]
+	f := QuotaFacts{Size: recordBytes(cm)}
+	indexer := l.records.GetIndexer()
+	usage := func(index, key string) Usage {
+		var u Usage
+		objs, _ := indexer.ByIndex(index, key)
+		for _, obj := range objs {
+			if c, ok := obj.(*corev1.ConfigMap); ok {
+				u.Records++
+				u.Bytes += recordBytes(c)
+			}
+		}
+		return u
+	}
+	f.Controller, f.Parent = usage(controllerIndex, controller), usage(parentIndex, parent)
+	f.Total = len(indexer.ListKeys())
+	controllers := indexer.ListIndexFuncValues(controllerIndex)
+	f.Controllers = len(controllers)
+	if f.Controller.Records == 0 {
+		f.Controllers++
+	}
+	now := l.o.Clock.Now()
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	for name, p := range l.pending {
+		if _, exists, _ := indexer.GetByKey(l.o.Namespace + "/" + name); exists || now.Sub(p.at) > pendingTimeout {
+			delete(l.pending, name)
+			continue
+		}
+		f.Total++
+		if p.controller == controller {
+			f.Controller.Records++
+			f.Controller.Bytes += p.bytes
+		}
+		if p.parent == parent {
+			f.Parent.Records++
+			f.Parent.Bytes += p.bytes
+		}
+	}
+	return f
 }

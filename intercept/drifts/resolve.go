@@ -7,6 +7,7 @@ import (
 
 	"github.com/kausality-io/kausality-proxy/intercept/annotations"
 	"github.com/kausality-io/kausality-proxy/intercept/approval"
+	"github.com/kausality-io/kausality-proxy/intercept/decision"
 	"github.com/kausality-io/kausality-proxy/intercept/notify"
 	"github.com/kausality-io/kausality-proxy/intercept/settle"
 )
@@ -19,13 +20,19 @@ type Observed struct {
 	Child *unstructured.Unstructured
 	// Superseded: a newer drift of the same pair is recorded.
 	Superseded bool
+	// Now is when the objects were read.
+	Now time.Time
+	// CreateGrace: how long after detection the child of a denied
+	// create may still come into being.
+	CreateGrace time.Duration
 }
 
 // Resolve says whether, and why, the drift of r has ended. It is pure: the
 // sender gathers the facts, this decides.
 //
 // A drift ends when what made it drift is gone: the child or the parent
-// was deleted (or replaced by an object of the same name), the parent's
+// was deleted (or replaced by an object of the same name), a denied create
+// was not made after all, the parent's
 // spec changed (the controller's write is now the expected reconciliation
 // of a new spec), an approval now admits the write, or a newer drift of
 // the pair replaced it. A rejection does not end it: the write stays
@@ -37,6 +44,9 @@ func Resolve(r *Record, o Observed) (string, bool) {
 	}
 	if sp.Child.UID != "" && (o.Child == nil || string(o.Child.GetUID()) != sp.Child.UID) {
 		return notify.ReasonChildDeleted, true
+	}
+	if neverCreated(r, o) {
+		return ReasonNotCreated, true
 	}
 	if o.Parent.GetDeletionTimestamp() != nil {
 		return ReasonParentDeleted, true
@@ -51,6 +61,17 @@ func Resolve(r *Record, o Observed) (string, bool) {
 		return ReasonSuperseded, true
 	}
 	return "", false
+}
+
+// neverCreated: the drift is a create that was denied, and its child still
+// does not exist a grace period later. The controller has given up or
+// moved on to another name; a controller that keeps retrying records the
+// drift again, within its rate limit. Without this, every denied create
+// under a new name would hold a record until the parent changed.
+func neverCreated(r *Record, o Observed) bool {
+	sp := &r.Report.Spec
+	return sp.Request.Operation == string(decision.Create) && sp.Child.UID == "" && o.Child == nil &&
+		!o.Now.Before(r.State.DetectedAt.Add(o.CreateGrace))
 }
 
 // parentSpecChanged: the parent's spec is no longer the one the drift was

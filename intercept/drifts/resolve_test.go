@@ -42,6 +42,15 @@ func openRecord() *Record {
 	}
 }
 
+var detectedAt = time.Date(2026, 11, 24, 12, 0, 0, 0, time.UTC)
+
+// deniedCreate makes r the drift of a create, detected at detectedAt.
+func deniedCreate(r *Record) {
+	r.Report.Spec.Child.UID = ""
+	r.Report.Spec.Request.Operation = "CREATE"
+	r.State.DetectedAt = metav1.NewTime(detectedAt)
+}
+
 func TestResolve(t *testing.T) {
 	approvals := func(v string) map[string]string { return map[string]string{"kausality.io/approvals": v} }
 	deleting := parentAt(4, 3, nil)
@@ -67,6 +76,16 @@ func TestResolve(t *testing.T) {
 			want: notify.ReasonChildDeleted},
 		{name: "a child that did not exist yet (a denied create) is no deletion", record: func(r *Record) { r.Report.Spec.Child.UID = "" },
 			observed: Observed{Parent: parentAt(4, 3, nil)}},
+		{name: "a denied create whose child is still missing after the grace period never happened", record: deniedCreate,
+			observed: Observed{Parent: parentAt(4, 3, nil), Now: detectedAt.Add(5 * time.Minute), CreateGrace: 5 * time.Minute}, want: ReasonNotCreated},
+		{name: "a denied create within the grace period is still open", record: deniedCreate,
+			observed: Observed{Parent: parentAt(4, 3, nil), Now: detectedAt.Add(time.Minute), CreateGrace: 5 * time.Minute}},
+		{name: "a create whose child came into being (log mode) is still open", record: deniedCreate,
+			observed: Observed{Parent: parentAt(4, 3, nil), Child: childWithUID("new-uid"), Now: detectedAt.Add(time.Hour), CreateGrace: 5 * time.Minute}},
+		{name: "an update's missing child is not a denied create", record: func(r *Record) {
+			deniedCreate(r)
+			r.Report.Spec.Request.Operation = "UPDATE"
+		}, observed: Observed{Parent: parentAt(4, 3, nil), Now: detectedAt.Add(time.Hour), CreateGrace: 5 * time.Minute}},
 		{name: "the parent was deleted", observed: Observed{Child: childWithUID("child-uid")}, want: ReasonParentDeleted},
 		{name: "the parent is being deleted", observed: Observed{Parent: deleting, Child: childWithUID("child-uid")}, want: ReasonParentDeleted},
 		{name: "the parent was replaced", observed: Observed{Parent: func() *unstructured.Unstructured {

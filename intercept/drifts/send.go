@@ -118,7 +118,7 @@ func (l *Ledger) observe(ctx context.Context, rec *Record) (Observed, error) {
 	ctx, cancel := context.WithTimeout(ctx, readTimeout)
 	defer cancel()
 	sp := &rec.Report.Spec
-	var o Observed
+	o := Observed{Now: l.o.Clock.Now(), CreateGrace: l.o.CreateGrace}
 	var err error
 	if o.Parent, err = l.read(ctx, sp.Parent.APIVersion, sp.Parent.Kind, sp.Parent.Namespace, sp.Parent.Name); err != nil {
 		return o, err
@@ -196,7 +196,7 @@ func (l *Ledger) deliver(ctx context.Context, rec *Record) (changed bool, retryA
 			if *body == nil {
 				*body = l.body(rec, phase)
 			}
-			ra, err := notify.Post(ctx, l.client, url, *body, l.o.Timeout)
+			ra, err := notify.Post(ctx, l.client, url, *body, l.o.ReceiverToken, l.o.Timeout)
 			var de *notify.DeliveryError
 			if errors.As(err, &de) && !de.Retryable {
 				// The receiver's final answer: another attempt would get

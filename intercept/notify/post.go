@@ -51,12 +51,13 @@ func (e *DeliveryError) Error() string {
 
 func (e *DeliveryError) Unwrap() error { return e.Err }
 
-// Post delivers one report body to a receiver within timeout. It returns
+// Post delivers one report body to a receiver within timeout, with token,
+// if set, as its bearer token. It returns
 // nil on 2xx, and otherwise a *DeliveryError together with the wait the
 // receiver asked for (Retry-After seconds), if any. The response body is
 // read (bounded) and discarded so the connection can be reused; the URL
 // never appears in the error.
-func Post(ctx context.Context, client *http.Client, target string, body []byte, timeout time.Duration) (time.Duration, error) {
+func Post(ctx context.Context, client *http.Client, target string, body []byte, token string, timeout time.Duration) (time.Duration, error) {
 	ctx, cancel := context.WithTimeout(ctx, timeout)
 	defer cancel()
 	req, err := http.NewRequestWithContext(ctx, http.MethodPost, target, bytes.NewReader(body))
@@ -65,6 +66,9 @@ func Post(ctx context.Context, client *http.Client, target string, body []byte, 
 	}
 	req.Header.Set("Content-Type", "application/json")
 	req.Header.Set("User-Agent", "kausality-proxy")
+	if token != "" {
+		req.Header.Set("Authorization", "Bearer "+token)
+	}
 	resp, err := client.Do(req)
 	if err != nil {
 		var uerr *url.Error

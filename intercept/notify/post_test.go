@@ -51,7 +51,7 @@ func TestPost(t *testing.T) {
 			}))
 			defer srv.Close()
 			client := &http.Client{CheckRedirect: func(*http.Request, []*http.Request) error { return http.ErrUseLastResponse }}
-			ra, err := Post(context.Background(), client, srv.URL+"/hook?token=secret", []byte(`{"a":1}`), 5*time.Second)
+			ra, err := Post(context.Background(), client, srv.URL+"/hook?token=secret", []byte(`{"a":1}`), "", 5*time.Second)
 			if string(got) != `{"a":1}` {
 				t.Errorf("body %q", got)
 			}
@@ -79,7 +79,7 @@ func TestPostUnreachableIsRetryableAndHidesTheURL(t *testing.T) {
 	srv := httptest.NewServer(http.NotFoundHandler())
 	url := srv.URL + "/hook?token=secret"
 	srv.Close()
-	_, err := Post(context.Background(), http.DefaultClient, url, nil, time.Second)
+	_, err := Post(context.Background(), http.DefaultClient, url, nil, "", time.Second)
 	var de *DeliveryError
 	if !errors.As(err, &de) || !de.Retryable {
 		t.Fatalf("error %#v", err)
@@ -104,6 +104,22 @@ func TestValidateURL(t *testing.T) {
 		}
 		if err := ValidateURL(raw); err != nil && strings.Contains(err.Error(), "pw") {
 			t.Errorf("the error repeats the URL: %v", err)
+		}
+	}
+}
+
+func TestPostSendsTheBearerToken(t *testing.T) {
+	for _, tc := range []struct{ token, want string }{{token: "s3cret", want: "Bearer s3cret"}, {}} {
+		var got string
+		srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+			got = r.Header.Get("Authorization")
+		}))
+		if _, err := Post(context.Background(), http.DefaultClient, srv.URL, []byte(`{}`), tc.token, 5*time.Second); err != nil {
+			t.Fatal(err)
+		}
+		srv.Close()
+		if got != tc.want {
+			t.Errorf("token %q: Authorization %q, want %q", tc.token, got, tc.want)
 		}
 	}
 }

@@ -371,8 +371,8 @@ func TestLogBackendOverlay(t *testing.T) {
 	convert(t, find(t, objs, "Service", "kausality-proxy-log-backend"), &svc)
 
 	baseArgs, args := baseProxy.Spec.Template.Spec.Containers[0].Args, proxyD.Spec.Template.Spec.Containers[0].Args
-	if len(args) != len(baseArgs)+1 || !slices.Equal(args[:len(baseArgs)], baseArgs) {
-		t.Errorf("proxy args %v, want the base args %v and the webhook URL", args, baseArgs)
+	if len(args) != len(baseArgs)+2 || !slices.Equal(args[:len(baseArgs)], baseArgs) {
+		t.Errorf("proxy args %v, want the base args %v, the webhook URL and its token file", args, baseArgs)
 	}
 	opts := parseProxyArgs(t, args)
 	if len(opts.DriftWebhookURLs) != 1 {
@@ -422,8 +422,26 @@ func TestLogBackendOverlay(t *testing.T) {
 	}
 	fs := pflag.NewFlagSet("backend log", pflag.ContinueOnError)
 	listen := fs.String("listen", ":8080", "")
+	tokenFile := fs.String("auth-token-file", "", "")
 	fs.ParseErrorsAllowlist.UnknownFlags = true
 	mustf(t, fs.Parse(c.Args[2:]), "receiver args")
+	// Both read the token from the same Secret, at the path each names.
+	secretAt := func(spec corev1.PodSpec, file string) string {
+		for _, m := range spec.Containers[0].VolumeMounts {
+			if file == m.MountPath+"/token" {
+				for _, v := range spec.Volumes {
+					if v.Name == m.Name && v.Secret != nil {
+						return v.Secret.SecretName
+					}
+				}
+			}
+		}
+		return ""
+	}
+	sender, receiver := secretAt(proxyD.Spec.Template.Spec, opts.Drifts.WebhookTokenFile), secretAt(pod, *tokenFile)
+	if sender == "" || sender != receiver {
+		t.Errorf("the proxy sends the token of Secret %q (%s), the receiver wants the one of %q (%s)", sender, opts.Drifts.WebhookTokenFile, receiver, *tokenFile)
+	}
 	var containerPort int32
 	for _, p := range c.Ports {
 		if p.Name == svcPort.TargetPort.String() || p.ContainerPort == svcPort.TargetPort.IntVal {

@@ -1,0 +1,112 @@
+package drifts
+
+import (
+	"time"
+)
+
+// Defaults of the quotas and rate limits. A record holds at most
+// MaxRecordBytes, so the records of one controller take at most
+// DefaultControllerBytes of etcd, and all of them at most
+// 2 × DefaultMaxRecords × MaxRecordBytes (160 MiB), far below etcd's quota.
+const (
+	DefaultControllerRecords = 200
+	DefaultControllerBytes   = 1 << 20
+	DefaultParentRecords     = 100
+	DefaultParentBytes       = 512 << 10
+	// DefaultControllerRate and DefaultControllerBurst limit the new drifts
+	// one controller may have recorded: a burst of 50 (a rollout that
+	// drifts many children at once), then one a second.
+	DefaultControllerRate  = 1.0
+	DefaultControllerBurst = 50
+	// DefaultFloodQuiet is how long a controller must have had no drift
+	// suppressed before a new suppression counts as a new flood.
+	DefaultFloodQuiet = 5 * time.Minute
+	// DefaultCreateGrace is how long after a denied create the child may
+	// still come into being before its drift counts as over.
+	DefaultCreateGrace = 5 * time.Minute
+)
+
+// Quotas bound the drift records in the cluster, per controller (the user
+// whose write drifted) and per parent, in records and in bytes, so that
+// one controller's flood of denied writes fills its own quota and nobody
+// else's. Total is a safety cap on all records: past it, a controller may
+// still record while it holds less than its fair share (Total divided by
+// the controllers holding records), so the controllers flooding are cut
+// off, not the others; at twice Total nothing more is recorded.
+type Quotas struct {
+	ControllerRecords int
+	ControllerBytes   int64
+	ParentRecords     int
+	ParentBytes       int64
+	Total             int
+}
+
+// Usage is what some records take.
+type Usage struct {
+	Records int
+	Bytes   int64
+}
+
+// QuotaFacts are the records a new one would join.
+type QuotaFacts struct {
+	// Controller and Parent are the records of the new record's
+	// controller and parent.
+	Controller, Parent Usage
+	// Total counts all records.
+	Total int
+	// Controllers is how many controllers hold records, the new record's
+	// included.
+	Controllers int
+	// Size of the new record.
+	Size int64
+}
+
+// Reasons a drift is not recorded for a quota or a rate limit; the values
+// are metric labels.
+const (
+	QuotaControllerRecords = "controller_records"
+	QuotaControllerBytes   = "controller_bytes"
+	QuotaParentRecords     = "parent_records"
+	QuotaParentBytes       = "parent_bytes"
+	QuotaTotal             = "total"
+	QuotaRate              = "rate"
+)
+
+// Admit decides whether a new record fits the quotas: "" when it does,
+// otherwise the quota it would exceed.
+func Admit(q Quotas, f QuotaFacts) string {
+	switch {
+	case f.Controller.Records >= q.ControllerRecords:
+		return QuotaControllerRecords
+	case f.Controller.Bytes+f.Size > q.ControllerBytes:
+		return QuotaControllerBytes
+	case f.Parent.Records >= q.ParentRecords:
+		return QuotaParentRecords
+	case f.Parent.Bytes+f.Size > q.ParentBytes:
+		return QuotaParentBytes
+	case f.Total >= 2*q.Total:
+		return QuotaTotal
+	case f.Total >= q.Total && f.Controller.Records >= max(1, q.Total/max(1, f.Controllers)):
+		return QuotaTotal
+	}
+	return ""
+}
+
+// quotaDescription says, for a person, which bound was reached.
+func quotaDescription(reason string) string {
+	switch reason {
+	case QuotaControllerRecords:
+		return "the controller holds the most drift records it may"
+	case QuotaControllerBytes:
+		return "the controller's drift records hold the most bytes they may"
+	case QuotaParentRecords:
+		return "the parent holds the most drift records it may"
+	case QuotaParentBytes:
+		return "the parent's drift records hold the most bytes they may"
+	case QuotaTotal:
+		return "the cluster holds the most drift records it may, and the controller holds at least its share"
+	case QuotaRate:
+		return "the controller has new drifts faster than they may be reported"
+	}
+	return reason
+}

@@ -219,10 +219,11 @@ type Input struct {
 	// UngatedKinds are child kinds whose controller writes under a settled
 	// parent are traced but never gated (SelfHealing).
 	UngatedKinds []schema.GroupKind
-	// Policies are the compiled approval policies that apply to the
-	// writer, in the order they are tried (see policy). Compiled ahead,
-	// from informer caches: matching them does no I/O.
-	Policies []*policy.Compiled
+	// Policies matches the write against the approval policies that
+	// apply to the writer (see policy). Compiled ahead, from informer
+	// caches: matching them does no I/O, and the same write is matched
+	// once per request, within one budget. nil: no policies.
+	Policies *policy.Matcher
 }
 
 // Update reports whether the write updates a stored object (create and
@@ -352,8 +353,8 @@ type Decision struct {
 	// PoliciesEvaluated names the policies tried for drift or a new
 	// origin.
 	PoliciesEvaluated []policy.Ref `json:"policiesEvaluated,omitempty"`
-	// PolicyProblems are policy evaluations that exceeded the cost limit,
-	// for the policies' status.
+	// PolicyProblems are policy evaluations that exceeded the cost limit
+	// or the write's budget, for the policies' status.
 	PolicyProblems []policy.EvalProblem `json:"-"`
 	// Suggested is the approval that would allow this drift.
 	Suggested *approval.Approval `json:"suggested,omitempty"`

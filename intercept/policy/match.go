@@ -2,15 +2,21 @@ package policy
 
 import (
 	"bytes"
+	"context"
 	"encoding/json"
 	"errors"
+	"fmt"
+	"math"
 	"path"
+	"reflect"
 	"strconv"
 	"time"
 
 	"github.com/google/cel-go/cel"
+	"github.com/google/cel-go/common"
 	"github.com/google/cel-go/common/types"
 	"github.com/google/cel-go/interpreter"
+	celconfig "k8s.io/apiserver/pkg/apis/cel"
 )
 
 // Request is the write a policy is asked about.
@@ -53,29 +59,98 @@ type Result struct {
 	Hit *Hit
 	// Evaluated names the policies that were tried.
 	Evaluated []Ref
-	// Problems are evaluations that exceeded the cost limit.
+	// Problems are evaluations that exceeded the cost limit or the
+	// write's budget, for the policies' status.
 	Problems []EvalProblem
+	// Unfinished says why not every rule was tried (the budget ran out,
+	// the request ended); "" when every rule was. The rules not tried did
+	// not match.
+	Unfinished string
 }
 
-// Evaluate matches the write against policies. Evaluation errors other
+// WriteBudget is the CEL cost one write may spend on all the rules of all
+// its policies together: kube-apiserver's budget for the match conditions
+// of one admission request, which is what the rules are. The estimate
+// bounds each expression by CostLimit, and this bounds their number.
+const WriteBudget = celconfig.RuntimeCELCostBudgetMatchConditions
+
+// Matcher matches the write of one request against the writer's policies,
+// under the request's context and within one WriteBudget for the whole
+// request. A request is decided several times (once more after each live
+// read); the same write, the same objects under the same parent, is
+// matched once and its result reused. Not safe for concurrent use.
+type Matcher struct {
+	ctx       context.Context
+	policies  []*Compiled
+	remaining int64
+	results   map[matchKey]Result
+}
+
+// matchKey is a write as far as the rules can tell it apart: objects are
+// told apart by identity, a live read or a dry run gives new ones.
+type matchKey struct {
+	apiVersion, kind, namespace, name string
+	newOrigin                         bool
+	old, new                          uintptr
+}
+
+// NewMatcher returns the Matcher of one request.
+func NewMatcher(ctx context.Context, policies ...*Compiled) *Matcher {
+	return &Matcher{ctx: ctx, policies: policies, remaining: WriteBudget, results: map[matchKey]Result{}}
+}
+
+// Evaluate matches one write against policies, with a budget of its own.
+func Evaluate(policies []*Compiled, req Request) Result {
+	return NewMatcher(context.Background(), policies...).Match(req)
+}
+
+// Match matches the write against the policies. Evaluation errors other
 // than the cost limit (a missing key, a type mismatch) mean the rule does
 // not match: a policy only ever approves, so not matching is the safe
-// side.
-func Evaluate(policies []*Compiled, req Request) Result {
+// side. A nil Matcher has no policies.
+func (m *Matcher) Match(req Request) Result {
+	if m == nil || len(m.policies) == 0 {
+		return Result{}
+	}
+	key := matchKey{apiVersion: req.APIVersion, kind: req.Kind, namespace: req.Namespace, name: req.Name, newOrigin: req.NewOrigin,
+		old: reflect.ValueOf(req.Old).Pointer(), new: reflect.ValueOf(req.New).Pointer()}
+	if res, ok := m.results[key]; ok {
+		return res
+	}
+	res := m.match(req)
+	m.results[key] = res
+	return res
+}
+
+// errBudget stops an evaluation that has spent the write's budget.
+var errBudget = errors.New("budget exceeded")
+
+func (m *Matcher) match(req Request) Result {
 	var res Result
-	var desired *string
-	for _, p := range policies {
+	e := &evaluation{m: m, req: req}
+	for _, p := range m.policies {
 		if p == nil {
 			continue
 		}
 		res.Evaluated = append(res.Evaluated, p.Ref)
 		for i := range p.rules {
 			r := &p.rules[i]
-			ok, prob := r.matches(req, &desired)
+			ok, prob, err := e.matches(r)
 			if prob != nil {
 				res.Problems = append(res.Problems, EvalProblem{Policy: p.Ref, UID: string(p.UID), Generation: p.Generation, Problem: *prob})
 			}
-			if ok {
+			switch {
+			case errors.Is(err, errBudget):
+				msg := fmt.Sprintf("the write spent its policy evaluation budget (%d) at rule %d: the rules of the writer's policies cost too much together; rule %d and the rules after it were not tried",
+					WriteBudget, r.index, r.index)
+				res.Problems = append(res.Problems, EvalProblem{Policy: p.Ref, UID: string(p.UID), Generation: p.Generation,
+					Problem: Problem{Rule: -1, Reason: ReasonBudgetExceeded, Message: msg}})
+				res.Unfinished = "approval policies not fully evaluated: " + p.Ref.String() + ": " + msg + ", and did not approve"
+				return res
+			case err != nil:
+				res.Unfinished = "approval policies not fully evaluated at " + p.Ref.String() + " rule " + strconv.Itoa(r.index) + ": " + err.Error()
+				return res
+			case ok:
 				res.Hit = &Hit{Policy: p.Ref, Rule: r.index, Mode: r.Mode, Expiry: r.Expiry}
 				return res
 			}
@@ -84,63 +159,115 @@ func Evaluate(policies []*Compiled, req Request) Result {
 	return res
 }
 
-func (r *compiledRule) matches(req Request, desired **string) (bool, *Problem) {
+// evaluation is one Match: the write, and its desired state once a
+// regexp needs it.
+type evaluation struct {
+	m       *Matcher
+	req     Request
+	desired *string
+}
+
+// matches tries one rule. A Problem is the rule's; an error stops the
+// evaluation of every rule: the budget is spent or the request is over.
+func (e *evaluation) matches(r *compiledRule) (bool, *Problem, error) {
+	req := e.req
 	if r.broken || (req.NewOrigin && !r.NewOrigins) {
-		return false, nil
+		return false, nil, nil
 	}
 	if r.APIVersion != req.APIVersion || r.Kind != req.Kind || !glob(r.Namespace, req.Namespace) || !glob(r.Name, req.Name) {
-		return false, nil
+		return false, nil, nil
 	}
 	if !r.expiry.IsZero() && !req.Now.Before(r.expiry) {
-		return false, nil
+		return false, nil, nil
+	}
+	if err := e.m.ctx.Err(); err != nil {
+		return false, nil, err
 	}
 	if r.Prereqs != nil {
 		// Prereqs are about the stored object: a CREATE has none.
 		if req.Old == nil {
-			return false, nil
+			return false, nil, nil
 		}
-		if ok, prob := r.eval(r.prereq, req.Old, req.Old, "prereqs.cel"); !ok {
-			return false, prob
+		if ok, prob, err := e.eval(r, r.prereq, req.Old, req.Old, "prereqs.cel"); !ok {
+			return false, prob, err
 		}
 	}
 	if r.Match == nil {
-		return true, nil
+		return true, nil, nil
 	}
 	if req.New == nil {
-		return false, nil
+		return false, nil, nil
 	}
 	if r.match != nil {
-		if ok, prob := r.eval(r.match, req.New, req.Old, "match.cel"); !ok {
-			return false, prob
+		if ok, prob, err := e.eval(r, r.match, req.New, req.Old, "match.cel"); !ok {
+			return false, prob, err
 		}
 	}
 	if r.re != nil {
-		if *desired == nil {
+		if e.desired == nil {
 			s, err := DesiredJSON(req.New)
 			if err != nil {
-				return false, nil
+				return false, nil, nil
 			}
-			*desired = &s
+			e.desired = &s
 		}
-		if !r.re.MatchString(**desired) {
-			return false, nil
+		cost := regexpCost(len(*e.desired), r.reInstructions)
+		if cost > CostLimit {
+			return false, &Problem{Rule: r.index, Reason: ReasonCostExceeded,
+				Message: fmt.Sprintf("match.regexp: matching %d bytes of desired state would cost %d, more than the cost limit %d", len(*e.desired), cost, CostLimit)}, nil
+		}
+		if err := e.m.spend(cost); err != nil {
+			return false, nil, err
+		}
+		if !r.re.MatchString(*e.desired) {
+			return false, nil, nil
 		}
 	}
-	return true, nil
+	return true, nil, nil
 }
 
-func (r *compiledRule) eval(prog cel.Program, object, oldObject map[string]any, field string) (bool, *Problem) {
+// regexpCost is what matching a program of instructions against n bytes
+// costs, in CEL's units: RE2 may step through every instruction for each
+// byte, and CEL charges a tenth of a unit per byte it traverses.
+func regexpCost(n, instructions int) int64 {
+	return int64(math.Ceil(float64(n+1) * float64(instructions) * common.StringTraversalCostFactor))
+}
+
+// spend takes cost from the budget, or reports that it is spent.
+func (m *Matcher) spend(cost int64) error {
+	if m.remaining < cost {
+		m.remaining = 0
+		return errBudget
+	}
+	m.remaining -= cost
+	return nil
+}
+
+func (e *evaluation) eval(r *compiledRule, prog cel.Program, object, oldObject map[string]any, field string) (bool, *Problem, error) {
+	// An evaluation may spend up to the cost limit before it is stopped,
+	// so it starts only while the budget still holds one.
+	if e.m.remaining <= 0 {
+		return false, nil, errBudget
+	}
 	act := map[string]any{ObjectVar: nullable(object), OldObjectVar: nullable(oldObject)}
-	v, _, err := prog.Eval(act)
+	v, details, err := prog.ContextEval(e.m.ctx, act)
+	if details != nil && details.ActualCost() != nil {
+		if spendErr := e.m.spend(int64(*details.ActualCost())); spendErr != nil {
+			return false, nil, spendErr
+		}
+	}
 	if err != nil {
 		var cancelled interpreter.EvalCancelledError
-		if errors.As(err, &cancelled) && cancelled.Cause == interpreter.CostLimitExceeded {
-			return false, &Problem{Rule: r.index, Reason: ReasonCostExceeded,
-				Message: field + ": evaluation exceeded the cost limit " + strconv.Itoa(CostLimit)}
+		if errors.As(err, &cancelled) {
+			if cancelled.Cause == interpreter.CostLimitExceeded {
+				return false, &Problem{Rule: r.index, Reason: ReasonCostExceeded,
+					Message: field + ": evaluation exceeded the cost limit " + strconv.Itoa(CostLimit)}, nil
+			}
+			return false, nil, fmt.Errorf("%s: %w", field, err)
 		}
-		return false, nil
+		return false, nil, nil
 	}
-	return v == types.True, nil
+	return v == types.True, nil, nil
 }
 
 // nullable keeps a missing object null in CEL, not an empty map.

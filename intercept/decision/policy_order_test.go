@@ -118,3 +118,24 @@ func TestPolicyDecisionOrder(t *testing.T) {
 		})
 	}
 }
+
+// TestPolicyUnfinishedWarns: when the policies could not all be tried
+// (here the request ended), nothing is approved by them and the write is
+// told why.
+func TestPolicyUnfinishedWarns(t *testing.T) {
+	ctx, cancel := context.WithCancel(context.Background())
+	cancel()
+	in := base()
+	in.Policies = policy.NewMatcher(ctx, rsPolicy("", false))
+	d := Decide(in)
+	if d.Result != Deny || d.Category != DriftUnapproved {
+		t.Fatalf("%s/%s (%s), want Deny/DriftUnapproved", d.Result, d.Category, d.Reason)
+	}
+	found := false
+	for _, w := range d.Warnings {
+		found = found || strings.Contains(w, "approval policies not fully evaluated at ClusterApprovalPolicy deployment-controller rule 0")
+	}
+	if !found {
+		t.Errorf("warnings %q do not say the policies were not fully evaluated", d.Warnings)
+	}
+}

@@ -101,8 +101,8 @@ type compiledRule struct {
 	index  int
 	broken bool
 	expiry time.Time
-	prereq cel.Program
-	match  cel.Program
+	prereq *expression
+	match  *expression
 	re     *regexp.Regexp
 	// reInstructions is the size of re's program, which a match costs
 	// once per byte of input.
@@ -158,7 +158,7 @@ func (requestSizeEstimator) EstimateCallCost(string, string, *checker.AstNode, [
 // compileCEL compiles a boolean expression, and rejects it when its cost,
 // estimated for the largest object kube-apiserver stores, exceeds the
 // cost limit, as kube-apiserver rejects a CRD validation rule.
-func compileCEL(expr string) (cel.Program, string, string) {
+func compileCEL(expr string) (*expression, string, string) {
 	e, err := celEnv()
 	if err != nil {
 		return nil, ReasonInvalid, "CEL environment: " + err.Error()
@@ -185,7 +185,27 @@ func compileCEL(expr string) (cel.Program, string, string) {
 	if err != nil {
 		return nil, ReasonInvalid, "program instantiation failed: " + err.Error()
 	}
-	return prog, "", ""
+	return &expression{ast: ast, prog: prog}, "", ""
+}
+
+// expression is a compiled CEL expression.
+type expression struct {
+	ast  *cel.Ast
+	prog cel.Program
+}
+
+// program is the expression's program, stopped at limit when that is
+// below the cost limit: what is left of a write's budget. Building one
+// costs a little; it is done at most for the last rules of a write.
+func (x *expression) program(limit int64) (cel.Program, error) {
+	if limit >= CostLimit {
+		return x.prog, nil
+	}
+	e, err := celEnv()
+	if err != nil {
+		return nil, err
+	}
+	return e.Program(x.ast, cel.InterruptCheckFrequency(celconfig.CheckFrequency), cel.CostLimit(uint64(limit)))
 }
 
 // estimate renders a cost estimate; the largest one is no number.
@@ -219,9 +239,12 @@ func celPatternProblem(root celast.Expr) string {
 		if len(args) == 0 {
 			return
 		}
-		pattern := args[0]
-		lit, ok := pattern.AsLiteral().Value().(string)
-		if pattern.Kind() != celast.LiteralKind || !ok {
+		var lit string
+		ok := args[0].Kind() == celast.LiteralKind
+		if ok {
+			lit, ok = args[0].AsLiteral().Value().(string)
+		}
+		if !ok {
 			problem = call.FunctionName() + "(): the pattern must be a string literal"
 			return
 		}

@@ -12,7 +12,6 @@ import (
 	"strconv"
 	"time"
 
-	"github.com/google/cel-go/cel"
 	"github.com/google/cel-go/common"
 	"github.com/google/cel-go/common/types"
 	"github.com/google/cel-go/interpreter"
@@ -243,23 +242,34 @@ func (m *Matcher) spend(cost int64) error {
 	return nil
 }
 
-func (e *evaluation) eval(r *compiledRule, prog cel.Program, object, oldObject map[string]any, field string) (bool, *Problem, error) {
-	// An evaluation may spend up to the cost limit before it is stopped,
-	// so it starts only while the budget still holds one.
+func (e *evaluation) eval(r *compiledRule, x *expression, object, oldObject map[string]any, field string) (bool, *Problem, error) {
 	if e.m.remaining <= 0 {
 		return false, nil, errBudget
 	}
+	// Below the cost limit, what is left of the budget is the limit: a
+	// write never spends more than its budget.
+	limited := e.m.remaining < CostLimit
+	prog, err := x.program(e.m.remaining)
+	if err != nil {
+		return false, nil, nil
+	}
 	act := map[string]any{ObjectVar: nullable(object), OldObjectVar: nullable(oldObject)}
 	v, details, err := prog.ContextEval(e.m.ctx, act)
+	spent := int64(CostLimit)
 	if details != nil && details.ActualCost() != nil {
-		if spendErr := e.m.spend(int64(*details.ActualCost())); spendErr != nil {
-			return false, nil, spendErr
-		}
+		spent = int64(*details.ActualCost())
+	}
+	if spendErr := e.m.spend(spent); spendErr != nil {
+		return false, nil, spendErr
 	}
 	if err != nil {
 		var cancelled interpreter.EvalCancelledError
 		if errors.As(err, &cancelled) {
-			if cancelled.Cause == interpreter.CostLimitExceeded {
+			switch {
+			case cancelled.Cause == interpreter.CostLimitExceeded && limited:
+				e.m.remaining = 0
+				return false, nil, errBudget
+			case cancelled.Cause == interpreter.CostLimitExceeded:
 				return false, &Problem{Rule: r.index, Reason: ReasonCostExceeded,
 					Message: field + ": evaluation exceeded the cost limit " + strconv.Itoa(CostLimit)}, nil
 			}

@@ -167,7 +167,11 @@ spec:
 		{"design: expired", []*Compiled{design}, req("dev", map[string]any{"version": "2"}, after), "", ""},
 		{"design: regexp needs the whole JSON", []*Compiled{design}, req("dev", map[string]any{"other": "2"}, before), "", ""},
 		{"design: create has no stored object", []*Compiled{design}, Request{APIVersion: "v1", Kind: "ConfigMap", Namespace: "infra", Name: "cm", New: configMap("dev", map[string]any{"version": "2"}), Now: before}, "", ""},
-		{"design: other namespace", []*Compiled{design}, func() Request { r := req("dev", map[string]any{"version": "2"}, before); r.Namespace = "team"; return r }(), "", ""},
+		{"design: other namespace", []*Compiled{design}, func() Request {
+			r := req("dev", map[string]any{"version": "2"}, before)
+			r.Namespace = "team"
+			return r
+		}(), "", ""},
 		{"design: other kind", []*Compiled{design}, Request{APIVersion: "v1", Kind: "Secret", Namespace: "infra", Name: "cm", Old: configMap("dev", nil), New: configMap("dev", map[string]any{"version": "2"}), Now: before}, "", ""},
 		{"design: not for new origins", []*Compiled{design}, func() Request { r := req("dev", map[string]any{"version": "2"}, before); r.NewOrigin = true; return r }(), "", ""},
 		{"glob name and oldObject", []*Compiled{design, newOrigins}, Request{APIVersion: "v1", Kind: "ConfigMap", Name: "c1",

@@ -82,7 +82,14 @@ type Matcher struct {
 	ctx       context.Context
 	policies  []*Compiled
 	remaining int64
-	results   map[matchKey]Result
+	results   map[matchKey]matched
+}
+
+// matched is a Result, with the objects it was found for: holding them
+// keeps their addresses, which key it, from being reused for others.
+type matched struct {
+	old, new map[string]any
+	result   Result
 }
 
 // matchKey is a write as far as the rules can tell it apart: objects are
@@ -95,7 +102,7 @@ type matchKey struct {
 
 // NewMatcher returns the Matcher of one request.
 func NewMatcher(ctx context.Context, policies ...*Compiled) *Matcher {
-	return &Matcher{ctx: ctx, policies: policies, remaining: WriteBudget, results: map[matchKey]Result{}}
+	return &Matcher{ctx: ctx, policies: policies, remaining: WriteBudget, results: map[matchKey]matched{}}
 }
 
 // Evaluate matches one write against policies, with a budget of its own.
@@ -113,11 +120,11 @@ func (m *Matcher) Match(req Request) Result {
 	}
 	key := matchKey{apiVersion: req.APIVersion, kind: req.Kind, namespace: req.Namespace, name: req.Name, newOrigin: req.NewOrigin,
 		old: reflect.ValueOf(req.Old).Pointer(), new: reflect.ValueOf(req.New).Pointer()}
-	if res, ok := m.results[key]; ok {
-		return res
+	if got, ok := m.results[key]; ok {
+		return got.result
 	}
 	res := m.match(req)
-	m.results[key] = res
+	m.results[key] = matched{old: req.Old, new: req.New, result: res}
 	return res
 }
 

@@ -298,7 +298,7 @@ func TestAttackNamespacedPolicyApprovesElsewhere(t *testing.T) {
 			gen := putApprovalPolicy(t, nsAdmin, wgControllerNS, wgControllerSA, []any{map[string]any{
 				"apiVersion": wgAPIVersion, "kind": "Gadget", "namespace": tc.namespace, "name": "*", "mode": "always",
 			}})
-			approvalPolicyReady(t, wgControllerNS, wgControllerSA, gen, "its scope", tc.ready)
+			approvalPolicyReady(t, wgControllerNS, wgControllerSA, gen, "a Ready condition", func(string, string, string) bool { return true })
 
 			mark := wgMark(t)
 			_, err := enf.setValue("dev", "v7-"+utilrand.String(4), false)
@@ -309,6 +309,7 @@ func TestAttackNamespacedPolicyApprovesElsewhere(t *testing.T) {
 			if enf.gadgetValue("dev") != "v1" {
 				t.Fatalf("the denied write changed the Gadget: %q", enf.gadgetValue("dev"))
 			}
+			approvalPolicyReady(t, wgControllerNS, wgControllerSA, gen, "its scope", tc.ready)
 		})
 	}
 }

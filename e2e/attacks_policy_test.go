@@ -313,3 +313,27 @@ func TestAttackNamespacedPolicyApprovesElsewhere(t *testing.T) {
 		})
 	}
 }
+
+// TestPolicyMatchedOncePerWrite: a drift verdict made from the cache is
+// decided again from a live read of the parent, and each decision used to
+// evaluate the policies anew. Within one budget per request, a policy
+// that costs more than half of it would then approve on the first
+// decision and run out on the next. The write is matched once: the rule
+// that matched on the first decision approves.
+func TestPolicyMatchedOncePerWrite(t *testing.T) {
+	f := polFamily(t, "pol-once", map[string]string{"dev": "dev"})
+	costly := celInts(44) + ".all(i, " + celInts(44) + ".all(j, " + celInts(44) + ".exists(k, i + j + k < 0) == false))"
+	rule := func(cel string) map[string]any {
+		return map[string]any{"apiVersion": wgAPIVersion, "kind": "Gadget", "namespace": f.ns, "name": "dev", "mode": "always",
+			"match": map[string]any{"cel": cel}}
+	}
+	setPolicy(t, f, rule("!("+costly+")"), rule(costly))
+	f.settleGadget("dev", "Allow/DriftApprovedByPolicy")
+
+	mark := wgMark(t)
+	_, err := f.setValue("dev", "v8", false)
+	mustf(t, err, "the controller's drift, approved by the policy")
+	d := wgDecision(t, mark, "gadgets", f.ns, "dev")
+	wgExpectDecision(t, d, "Allow", "DriftApprovedByPolicy")
+	wgExpectField(t, d, "policy", polName+" rule 1")
+}

@@ -151,14 +151,29 @@ func TestWriteBudget(t *testing.T) {
 	if len(res.Evaluated) != 1 {
 		t.Errorf("evaluated %v: the cluster policy after the budget ran out must not be", res.Evaluated)
 	}
-	if m.remaining != 0 {
-		t.Errorf("remaining budget %d", m.remaining)
+	if m.remaining != RequestBudget-WriteBudget {
+		t.Errorf("remaining request budget %d, want %d", m.remaining, RequestBudget-WriteBudget)
+	}
+}
+
+// TestRequestBudget: the writes of one request are each matched within
+// what is left of the request's budget.
+func TestRequestBudget(t *testing.T) {
+	p := Compile(policyOf(KindNamespaced, "infra", cmRule(map[string]any{"match": map[string]any{"cel": nearLimit}})))
+	m := NewMatcher(context.Background(), p)
+	m.remaining = 1000
+	res := m.Match(Request{APIVersion: "v1", Kind: "ConfigMap", Namespace: "infra", Name: "cm", New: configMap("", nil)})
+	if res.Hit != nil || len(res.Problems) != 1 || res.Problems[0].Reason != ReasonBudgetExceeded || m.remaining != 0 {
+		t.Fatalf("result %+v, remaining %d", res, m.remaining)
+	}
+	if !strings.Contains(res.Problems[0].Message, "budget (1000 of") {
+		t.Errorf("message %q", res.Problems[0].Message)
 	}
 }
 
 // TestMatcherMatchesOncePerWrite: a request decided again matches the same
-// write from memory; new objects (a live read) are matched from what is
-// left of the same budget.
+// write from memory; new objects (a live read) are matched again, from
+// what is left of the request's budget.
 func TestMatcherMatchesOncePerWrite(t *testing.T) {
 	p := Compile(policyOf(KindNamespaced, "infra", cmRule(map[string]any{"match": map[string]any{"cel": nearLimit}})))
 	m := NewMatcher(context.Background(), p)
@@ -167,16 +182,16 @@ func TestMatcherMatchesOncePerWrite(t *testing.T) {
 	if first.Hit == nil {
 		t.Fatalf("no match: %+v", first)
 	}
-	spent := WriteBudget - m.remaining
+	spent := RequestBudget - m.remaining
 	if spent == 0 {
 		t.Fatal("the evaluation cost nothing")
 	}
-	if again := m.Match(req); again.Hit == nil || m.remaining != WriteBudget-spent {
+	if again := m.Match(req); again.Hit == nil || m.remaining != RequestBudget-spent {
 		t.Fatalf("matched again: %+v, remaining %d", again, m.remaining)
 	}
 	req.New = configMap("", nil)
-	if fresh := m.Match(req); fresh.Hit == nil || m.remaining != WriteBudget-2*spent {
-		t.Fatalf("new objects: %+v, remaining %d, want %d", fresh, m.remaining, WriteBudget-2*spent)
+	if fresh := m.Match(req); fresh.Hit == nil || m.remaining != RequestBudget-2*spent {
+		t.Fatalf("new objects: %+v, remaining %d, want %d", fresh, m.remaining, RequestBudget-2*spent)
 	}
 }
 

@@ -67,21 +67,33 @@ type Result struct {
 	Unfinished string
 }
 
-// WriteBudget is the CEL cost one write may spend on all the rules of all
-// its policies together: kube-apiserver's budget for the match conditions
-// of one admission request, which is what the rules are. The estimate
-// bounds each expression by CostLimit, and this bounds their number.
-const WriteBudget = celconfig.RuntimeCELCostBudgetMatchConditions
+// Budgets, in CEL cost units; a regexp is charged by regexpCost. The
+// estimate bounds each expression by CostLimit, and these bound their
+// number.
+const (
+	// WriteBudget is what matching one write against all the rules of
+	// all the writer's policies may cost: kube-apiserver's budget for the
+	// match conditions of one admission request, which is what the rules
+	// are.
+	WriteBudget = celconfig.RuntimeCELCostBudgetMatchConditions
+	// RequestBudget is what one request may spend in all: kube-apiserver's
+	// runtime budget for one ValidatingAdmissionPolicy per request. A write
+	// decided on the proxy's computation is matched again on what a live
+	// read and a dry run say kube-apiserver would store, and a
+	// deletecollection matches each of its objects.
+	RequestBudget = celconfig.RuntimeCELCostBudget
+)
 
-// Matcher matches the write of one request against the writer's policies,
-// under the request's context and within one WriteBudget for the whole
-// request. A request is decided several times (once more after each live
-// read); the same write, the same objects under the same parent, is
-// matched once and its result reused. Not safe for concurrent use.
+// Matcher matches the writes of one request against the writer's
+// policies, under the request's context, each within WriteBudget and all
+// within RequestBudget. A request is decided several times (once more
+// after each live read); the same write, the same objects under the same
+// parent, is matched once and its result reused. Not safe for concurrent
+// use.
 type Matcher struct {
 	ctx       context.Context
 	policies  []*Compiled
-	remaining int64
+	remaining int64 // of RequestBudget
 	results   map[matchKey]matched
 }
 
@@ -102,7 +114,7 @@ type matchKey struct {
 
 // NewMatcher returns the Matcher of one request.
 func NewMatcher(ctx context.Context, policies ...*Compiled) *Matcher {
-	return &Matcher{ctx: ctx, policies: policies, remaining: WriteBudget, results: map[matchKey]matched{}}
+	return &Matcher{ctx: ctx, policies: policies, remaining: RequestBudget, results: map[matchKey]matched{}}
 }
 
 // Evaluate matches one write against policies, with a budget of its own.
@@ -128,12 +140,14 @@ func (m *Matcher) Match(req Request) Result {
 	return res
 }
 
-// errBudget stops an evaluation that has spent the write's budget.
+// errBudget stops an evaluation that has spent its budget.
 var errBudget = errors.New("budget exceeded")
 
 func (m *Matcher) match(req Request) Result {
 	var res Result
-	e := &evaluation{m: m, req: req}
+	budget := min(WriteBudget, m.remaining)
+	e := &evaluation{m: m, req: req, remaining: budget}
+	defer func() { m.remaining -= budget - e.remaining }()
 	for _, p := range m.policies {
 		if p == nil {
 			continue
@@ -147,8 +161,8 @@ func (m *Matcher) match(req Request) Result {
 			}
 			switch {
 			case errors.Is(err, errBudget):
-				msg := fmt.Sprintf("the write spent its policy evaluation budget (%d) at rule %d: the rules of the writer's policies cost too much together; rule %d and the rules after it were not tried",
-					WriteBudget, r.index, r.index)
+				msg := fmt.Sprintf("the write spent its policy evaluation budget (%d of %d per write, %d per request) at rule %d: the rules of the writer's policies cost too much together; rule %d and the rules after it were not tried",
+					budget, WriteBudget, RequestBudget, r.index, r.index)
 				res.Problems = append(res.Problems, EvalProblem{Policy: p.Ref, UID: string(p.UID), Generation: p.Generation,
 					Problem: Problem{Rule: -1, Reason: ReasonBudgetExceeded, Message: msg}})
 				res.Unfinished = "approval policies not fully evaluated: " + p.Ref.String() + ": " + msg + ", and did not approve"
@@ -168,9 +182,10 @@ func (m *Matcher) match(req Request) Result {
 // evaluation is one Match: the write, and its desired state once a
 // regexp needs it.
 type evaluation struct {
-	m       *Matcher
-	req     Request
-	desired *string
+	m         *Matcher
+	req       Request
+	desired   *string
+	remaining int64
 }
 
 // matches tries one rule. A Problem is the rule's; an error stops the
@@ -222,7 +237,7 @@ func (e *evaluation) matches(r *compiledRule) (bool, *Problem, error) {
 			return false, &Problem{Rule: r.index, Reason: ReasonCostExceeded,
 				Message: fmt.Sprintf("match.regexp: matching %d bytes of desired state would cost %d, more than the cost limit %d", len(*e.desired), cost, CostLimit)}, nil
 		}
-		if err := e.m.spend(cost); err != nil {
+		if err := e.spend(cost); err != nil {
 			return false, nil, err
 		}
 		if !r.re.MatchString(*e.desired) {
@@ -240,23 +255,23 @@ func regexpCost(n, instructions int) int64 {
 }
 
 // spend takes cost from the budget, or reports that it is spent.
-func (m *Matcher) spend(cost int64) error {
-	if m.remaining < cost {
-		m.remaining = 0
+func (e *evaluation) spend(cost int64) error {
+	if e.remaining < cost {
+		e.remaining = 0
 		return errBudget
 	}
-	m.remaining -= cost
+	e.remaining -= cost
 	return nil
 }
 
 func (e *evaluation) eval(r *compiledRule, x *expression, object, oldObject map[string]any, field string) (bool, *Problem, error) {
-	if e.m.remaining <= 0 {
+	if e.remaining <= 0 {
 		return false, nil, errBudget
 	}
 	// Below the cost limit, what is left of the budget is the limit: a
 	// write never spends more than its budget.
-	limited := e.m.remaining < CostLimit
-	prog, err := x.program(e.m.remaining)
+	limited := e.remaining < CostLimit
+	prog, err := x.program(e.remaining)
 	if err != nil {
 		return false, nil, nil
 	}
@@ -266,7 +281,7 @@ func (e *evaluation) eval(r *compiledRule, x *expression, object, oldObject map[
 	if details != nil && details.ActualCost() != nil {
 		spent = int64(*details.ActualCost())
 	}
-	if spendErr := e.m.spend(spent); spendErr != nil {
+	if spendErr := e.spend(spent); spendErr != nil {
 		return false, nil, spendErr
 	}
 	if err != nil {
@@ -274,7 +289,7 @@ func (e *evaluation) eval(r *compiledRule, x *expression, object, oldObject map[
 		if errors.As(err, &cancelled) {
 			switch {
 			case cancelled.Cause == interpreter.CostLimitExceeded && limited:
-				e.m.remaining = 0
+				e.remaining = 0
 				return false, nil, errBudget
 			case cancelled.Cause == interpreter.CostLimitExceeded:
 				return false, &Problem{Rule: r.index, Reason: ReasonCostExceeded,

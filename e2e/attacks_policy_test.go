@@ -314,13 +314,12 @@ func TestAttackNamespacedPolicyApprovesElsewhere(t *testing.T) {
 	}
 }
 
-// TestPolicyMatchedOncePerWrite: a drift verdict made from the cache is
-// decided again from a live read of the parent, and each decision used to
-// evaluate the policies anew. Within one budget per request, a policy
-// that costs more than half of it would then approve on the first
-// decision and run out on the next. The write is matched once: the rule
-// that matched on the first decision approves.
-func TestPolicyMatchedOncePerWrite(t *testing.T) {
+// TestPolicyWithinBudgetApprovesConfirmedDrift: a drift verdict made from
+// the cache is confirmed with a live read and a dry run, and the write is
+// matched again on what kube-apiserver would store. A policy that costs
+// most of a write's budget still approves: each write is matched within
+// its own budget, and the request's budget covers both.
+func TestPolicyWithinBudgetApprovesConfirmedDrift(t *testing.T) {
 	f := polFamily(t, "pol-once", map[string]string{"dev": "dev"})
 	costly := celInts(44) + ".all(i, " + celInts(44) + ".all(j, " + celInts(44) + ".exists(k, i + j + k < 0) == false))"
 	rule := func(cel string) map[string]any {

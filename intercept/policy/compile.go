@@ -141,10 +141,10 @@ func celEnv() (*cel.Env, error) {
 // first policy.
 func Warm() { _, _ = celEnv() }
 
-// requestSizeEstimator bounds every value the expressions read, object and
-// oldObject have no schema here, by the largest request kube-apiserver
-// accepts: what kube-apiserver assumes of a CRD field without maxLength or
-// maxItems.
+// requestSizeEstimator bounds every value an expression reads by the
+// largest request kube-apiserver accepts, since object and oldObject have
+// no schema here: what kube-apiserver assumes of a CRD field without
+// maxLength or maxItems.
 type requestSizeEstimator struct{}
 
 func (requestSizeEstimator) EstimateSize(checker.AstNode) *checker.SizeEstimate {
@@ -341,6 +341,8 @@ func (c *Compiled) compileRule(i int, r Rule) compiledRule {
 			cr.Namespace = c.Ref.Namespace
 		case glob(r.Namespace, c.Ref.Namespace):
 			cr.Namespace = c.Ref.Namespace
+		case cr.broken:
+			// Already reported: a namespace that is no glob.
 		default:
 			fail(ReasonOutsideNamespace, "namespace "+strconv.Quote(r.Namespace)+" is outside the policy's namespace "+c.Ref.Namespace+
 				": an ApprovalPolicy approves writes in its own namespace only; use a ClusterApprovalPolicy for others")

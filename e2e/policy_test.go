@@ -15,11 +15,12 @@ import (
 	"k8s.io/utils/ptr"
 )
 
-var policyGVR = schema.GroupVersionResource{Group: "kausality.io", Version: "v1alpha1", Resource: "approvalpolicies"}
+var clusterPolicyGVR = schema.GroupVersionResource{Group: "kausality.io", Version: "v1alpha1", Resource: "clusterapprovalpolicies"}
 
-// polName is the ApprovalPolicy that applies to the scripted controller:
-// named after its service account, in its namespace.
-const polName = "ApprovalPolicy " + wgControllerNS + "/" + wgControllerSA
+// polName is the policy that applies to the scripted controller in the
+// families' namespaces: a ClusterApprovalPolicy naming its service
+// account, since an ApprovalPolicy governs its own namespace only.
+const polName = "ClusterApprovalPolicy " + wgControllerSA
 
 // polRule is a rule in the design's format for the family's Gadgets: the
 // stored Gadget must be labelled env=dev, and the new one's desired state
@@ -37,29 +38,30 @@ func polRule(f *wgFamily, prereq, expiry string) map[string]any {
 	}
 }
 
-// setPolicy creates or replaces the controller's ApprovalPolicy and
-// returns its generation.
+// setPolicy creates or replaces the controller's policy and returns its
+// generation.
 func setPolicy(t *testing.T, f *wgFamily, rules ...map[string]any) int64 {
 	t.Helper()
 	ctx := context.Background()
-	ri := f.admin.Resource(policyGVR).Namespace(wgControllerNS)
+	ri := f.admin.Resource(clusterPolicyGVR)
 	list := make([]any, len(rules))
 	for i, r := range rules {
 		list[i] = r
 	}
 	p := &unstructured.Unstructured{Object: map[string]any{
-		"apiVersion": "kausality.io/v1alpha1", "kind": "ApprovalPolicy",
-		"metadata": map[string]any{"name": wgControllerSA, "namespace": wgControllerNS},
-		"spec":     map[string]any{"rules": list},
+		"apiVersion": "kausality.io/v1alpha1", "kind": "ClusterApprovalPolicy",
+		"metadata": map[string]any{"name": wgControllerSA},
+		"spec": map[string]any{"rules": list,
+			"serviceAccounts": []any{map[string]any{"namespace": wgControllerNS, "name": wgControllerSA}}},
 	}}
 	got, err := ri.Create(ctx, p, metav1.CreateOptions{})
 	if apierrors.IsAlreadyExists(err) {
 		cur, gerr := ri.Get(ctx, wgControllerSA, metav1.GetOptions{})
-		mustf(t, gerr, "get the ApprovalPolicy")
+		mustf(t, gerr, "get the ClusterApprovalPolicy")
 		cur.Object["spec"] = p.Object["spec"]
 		got, err = ri.Update(ctx, cur, metav1.UpdateOptions{})
 	}
-	mustf(t, err, "set the ApprovalPolicy")
+	mustf(t, err, "set the ClusterApprovalPolicy")
 	t.Cleanup(func() { _ = ri.Delete(context.Background(), wgControllerSA, metav1.DeleteOptions{}) })
 	return got.GetGeneration()
 }
@@ -69,8 +71,8 @@ func setPolicy(t *testing.T, f *wgFamily, rules ...map[string]any) int64 {
 func expectPolicyCondition(t *testing.T, f *wgFamily, gen int64, status, reason string) string {
 	t.Helper()
 	var msg string
-	eventually(t, 30*time.Second, "the proxy reports Ready="+status+" ("+reason+") on the ApprovalPolicy", func() error {
-		p, err := f.admin.Resource(policyGVR).Namespace(wgControllerNS).Get(context.Background(), wgControllerSA, metav1.GetOptions{})
+	eventually(t, 30*time.Second, "the proxy reports Ready="+status+" ("+reason+") on the ClusterApprovalPolicy", func() error {
+		p, err := f.admin.Resource(clusterPolicyGVR).Get(context.Background(), wgControllerSA, metav1.GetOptions{})
 		if err != nil {
 			return err
 		}

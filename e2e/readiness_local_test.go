@@ -19,7 +19,7 @@ import (
 // is not ready; when kube-apiserver comes back, its informers are still
 // backing off from the failed lists while its upstream probe already
 // succeeds. The first write after its first ready answer must already see
-// the controller's ApprovalPolicy: a drift the policy approves is
+// the controller's approval policy: a drift the policy approves is
 // approved, not denied as unapproved.
 func TestReplicaReadyOnlyOnceItsPolicyCachesSynced(t *testing.T) {
 	f := polFamily(t, "ready-pol", map[string]string{"dev": "dev"})

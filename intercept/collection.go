@@ -269,7 +269,8 @@ func (i *Interceptor) collectionMember(r *http.Request, p *pending, c *collectio
 	wr := *p.w
 	wr.info = &info
 	m := &pending{w: &wr, op: decision.Delete, namespace: p.namespace, settings: p.settings, controller: p.controller,
-		clock: p.clock, start: p.start, kind: p.kind, old: obj, changed: true, nsMode: c.nsMode}
+		clock: p.clock, start: p.start, kind: p.kind, old: obj, changed: true, nsMode: c.nsMode,
+		policies: i.policyMatcher(r, p)} // one evaluation budget for the whole request
 	if c.recall(m) {
 		return m, nil
 	}

@@ -26,6 +26,7 @@ import (
 	"github.com/kausality-io/kausality-proxy/intercept/desired"
 	"github.com/kausality-io/kausality-proxy/intercept/history"
 	"github.com/kausality-io/kausality-proxy/intercept/patch"
+	"github.com/kausality-io/kausality-proxy/intercept/policy"
 )
 
 // load gathers the facts of the write: its kind, the stored object, the
@@ -362,8 +363,8 @@ func (i *Interceptor) input(r *http.Request, p *pending, parent *unstructured.Un
 		Lifecycle:         p.settings.Lifecycle,
 		UngatedKinds:      p.settings.UngatedChildKinds,
 	}
-	if i.cfg.Policies != nil && u != nil && parent != nil {
-		in.Policies = i.cfg.Policies.For(u.GetName())
+	if parent != nil {
+		in.Policies = i.policyMatcher(r, p)
 	}
 	if p.controller != nil && p.controller.Mode != annotations.ModeShadow {
 		in.Mode.Controller = string(p.controller.Mode)
@@ -404,6 +405,17 @@ func (i *Interceptor) ownedRevisions(ctx context.Context, p *pending, parent *un
 		}
 	}
 	return revs
+}
+
+// policyMatcher is the request's Matcher of the writer's approval
+// policies, made when first needed.
+func (i *Interceptor) policyMatcher(r *http.Request, p *pending) *policy.Matcher {
+	if p.policies == nil && i.cfg.Policies != nil {
+		if u, ok := request.UserFrom(r.Context()); ok {
+			p.policies = policy.NewMatcher(r.Context(), i.cfg.Policies.For(u.GetName())...)
+		}
+	}
+	return p.policies
 }
 
 // noChangeIsCertain: a stale stored object cannot hide a desired-state

@@ -34,8 +34,8 @@ type PolicySource interface {
 	// For returns the compiled policies that apply to user, namespaced
 	// first, then cluster policies by name. It does no I/O.
 	For(user string) []*policy.Compiled
-	// Report records evaluations that exceeded the cost limit, for the
-	// policies' status.
+	// Report records evaluations that exceeded the cost limit or a
+	// write's budget, for the policies' status.
 	Report(problems []policy.EvalProblem)
 }
 
@@ -60,8 +60,9 @@ type Policies struct {
 	log        *zap.Logger
 
 	mu sync.Mutex
-	// exceeded holds, per policy UID, the cost-limit problems of its
-	// current generation: they stay in its status until its spec changes.
+	// exceeded holds, per policy UID, the cost-limit and budget problems
+	// of its current generation: they stay in its status until its spec
+	// changes.
 	exceeded map[types.UID]exceededAt
 	// unserved says which policy kinds kube-apiserver does not serve.
 	unserved unservedKinds
@@ -280,6 +281,9 @@ func (p *Policies) condition(stored *unstructured.Unstructured, c *policy.Compil
 	if len(problems) == 0 {
 		cond.Status, cond.Reason = metav1.ConditionTrue, policy.ReasonCompiled
 		cond.Message = "every rule compiled"
+		if c.Ref.Kind == policy.KindNamespaced {
+			cond.Message += "; its rules approve writes in namespace " + c.Ref.Namespace + " only"
+		}
 		return cond
 	}
 	msgs := make([]string, len(problems))

@@ -26,6 +26,7 @@ import (
 	"github.com/kausality-io/kausality-proxy/intercept/decision"
 	"github.com/kausality-io/kausality-proxy/intercept/desired"
 	"github.com/kausality-io/kausality-proxy/intercept/objects"
+	"github.com/kausality-io/kausality-proxy/intercept/policy"
 	"github.com/kausality-io/kausality-proxy/intercept/reservations"
 	"github.com/kausality-io/kausality-proxy/internal/httpx"
 )
@@ -77,6 +78,10 @@ type pending struct {
 	// on, which the forwarded write must still find.
 	confirmed    bool
 	precondition string
+	// policies matches the write against the writer's approval policies:
+	// one per request, so that deciding again reuses what it found, and
+	// one evaluation budget covers the request.
+	policies *policy.Matcher
 	// reservation records the once approval reserved for the write.
 	reservation *reservations.Record
 	nsMode      string

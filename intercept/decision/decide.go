@@ -505,9 +505,6 @@ func (x *decider) drift() {
 // policies, and records what was tried and what went wrong.
 func (x *decider) matchPolicies(newOrigin bool) *policy.Hit {
 	in, d := x.in, x.d
-	if len(in.Policies) == 0 {
-		return nil
-	}
 	req := policy.Request{APIVersion: d.Child.APIVersion, Kind: d.Child.Kind, Namespace: d.Child.Namespace, Name: d.Child.Name,
 		Now: x.now, NewOrigin: newOrigin}
 	if in.OldObject != nil {
@@ -516,8 +513,11 @@ func (x *decider) matchPolicies(newOrigin bool) *policy.Hit {
 	if in.NewObject != nil {
 		req.New = in.NewObject.Object
 	}
-	res := policy.Evaluate(in.Policies, req)
+	res := in.Policies.Match(req)
 	d.PoliciesEvaluated, d.PolicyProblems = res.Evaluated, res.Problems
+	if res.Unfinished != "" {
+		d.Warnings = append(d.Warnings, "kausality: "+res.Unfinished)
+	}
 	if res.Hit != nil {
 		d.Policy = res.Hit
 	}

@@ -230,10 +230,11 @@ type Input struct {
 	// ReplicaSet or ControllerRevision they tell history pruning from
 	// drift (see intercept/history).
 	OwnedRevisions []history.Revision
-	// Policies are the compiled approval policies that apply to the
-	// writer, in the order they are tried (see policy). Compiled ahead,
-	// from informer caches: matching them does no I/O.
-	Policies []*policy.Compiled
+	// Policies matches the write against the approval policies that
+	// apply to the writer (see policy). Compiled ahead, from informer
+	// caches: matching them does no I/O, and the same write is matched
+	// once per request, within one budget. nil: no policies.
+	Policies *policy.Matcher
 }
 
 // Update reports whether the write updates a stored object (create and
@@ -363,8 +364,8 @@ type Decision struct {
 	// PoliciesEvaluated names the policies tried for drift or a new
 	// origin.
 	PoliciesEvaluated []policy.Ref `json:"policiesEvaluated,omitempty"`
-	// PolicyProblems are policy evaluations that exceeded the cost limit,
-	// for the policies' status.
+	// PolicyProblems are policy evaluations that exceeded the cost limit
+	// or the write's budget, for the policies' status.
 	PolicyProblems []policy.EvalProblem `json:"-"`
 	// Suggested is the approval that would allow this drift.
 	Suggested *approval.Approval `json:"suggested,omitempty"`

@@ -2,14 +2,18 @@ package policy
 
 import (
 	"fmt"
+	"math"
 	"path"
 	"regexp"
+	"regexp/syntax"
 	"strconv"
 	"strings"
 	"sync"
 	"time"
 
 	"github.com/google/cel-go/cel"
+	"github.com/google/cel-go/checker"
+	celast "github.com/google/cel-go/common/ast"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/types"
@@ -27,9 +31,28 @@ const (
 	OldObjectVar = "oldObject"
 )
 
-// CostLimit is the runtime cost limit of one CEL evaluation, the one
-// kube-apiserver gives each ValidatingAdmissionPolicy expression.
+// CostLimit is the cost limit of one CEL evaluation, the one
+// kube-apiserver gives each ValidatingAdmissionPolicy expression: no
+// expression may be estimated to cost more, and none may spend more.
 const CostLimit = celconfig.PerCallLimit
+
+// Bounds of what one policy may ask of the proxy. They are checked when it
+// is compiled; a policy beyond them is Invalid, not cut short, so that it
+// never approves less or more than its author reads in it.
+const (
+	// MaxRules per policy. Every rule of every policy of the writer may
+	// be tried for one write.
+	MaxRules = 64
+	// MaxRegexpLength is the longest regular expression, in a rule's
+	// match.regexp or a CEL pattern, in bytes.
+	MaxRegexpLength = 1024
+	// MaxRegexpInstructions bounds a regular expression's compiled
+	// program. RE2 matches in time linear in the input times the
+	// program, and a repetition like .{0,1000} is a thousand
+	// instructions in a few bytes: the length alone bounds neither the
+	// time nor the memory.
+	MaxRegexpInstructions = 4096
+)
 
 // Ref names a policy.
 type Ref struct {
@@ -78,9 +101,12 @@ type compiledRule struct {
 	index  int
 	broken bool
 	expiry time.Time
-	prereq cel.Program
-	match  cel.Program
+	prereq *expression
+	match  *expression
 	re     *regexp.Regexp
+	// reInstructions is the size of re's program, which a match costs
+	// once per byte of input.
+	reInstructions int
 }
 
 var (
@@ -115,11 +141,24 @@ func celEnv() (*cel.Env, error) {
 // first policy.
 func Warm() { _, _ = celEnv() }
 
-// compileCEL compiles a boolean expression. Its estimated cost is checked
-// only from below: object has no size bound, so the estimate's maximum
-// says nothing, but an expression that costs more than the limit even at
-// its cheapest can never finish.
-func compileCEL(expr string) (cel.Program, string, string) {
+// requestSizeEstimator bounds every value an expression reads by the
+// largest request kube-apiserver accepts, since object and oldObject have
+// no schema here: what kube-apiserver assumes of a CRD field without
+// maxLength or maxItems.
+type requestSizeEstimator struct{}
+
+func (requestSizeEstimator) EstimateSize(checker.AstNode) *checker.SizeEstimate {
+	return &checker.SizeEstimate{Min: 0, Max: uint64(celconfig.MaxRequestSizeBytes)}
+}
+
+func (requestSizeEstimator) EstimateCallCost(string, string, *checker.AstNode, []checker.AstNode) *checker.CallEstimate {
+	return nil
+}
+
+// compileCEL compiles a boolean expression, and rejects it when its cost,
+// estimated for the largest object kube-apiserver stores, exceeds the
+// cost limit, as kube-apiserver rejects a CRD validation rule.
+func compileCEL(expr string) (*expression, string, string) {
 	e, err := celEnv()
 	if err != nil {
 		return nil, ReasonInvalid, "CEL environment: " + err.Error()
@@ -131,18 +170,109 @@ func compileCEL(expr string) (cel.Program, string, string) {
 	if !ast.OutputType().IsExactType(cel.BoolType) && !ast.OutputType().IsExactType(cel.DynType) {
 		return nil, ReasonInvalid, "must evaluate to bool but got " + ast.OutputType().String()
 	}
-	est, err := e.EstimateCost(ast, &library.CostEstimator{})
+	if msg := celPatternProblem(ast.NativeRep().Expr()); msg != "" {
+		return nil, ReasonInvalid, msg
+	}
+	est, err := e.EstimateCost(ast, &library.CostEstimator{SizeEstimator: requestSizeEstimator{}})
 	if err != nil {
 		return nil, ReasonInvalid, "cost estimation failed: " + err.Error()
 	}
-	if est.Min > CostLimit {
-		return nil, ReasonCostExceeded, fmt.Sprintf("estimated cost %d exceeds the cost limit %d", est.Min, CostLimit)
+	if est.Max > CostLimit {
+		return nil, ReasonCostExceeded, fmt.Sprintf("estimated cost %s exceeds the cost limit %d for an object of the largest request size (%d bytes): iterate over fewer or smaller values",
+			estimate(est.Max), CostLimit, celconfig.MaxRequestSizeBytes)
 	}
 	prog, err := e.Program(ast, cel.InterruptCheckFrequency(celconfig.CheckFrequency))
 	if err != nil {
 		return nil, ReasonInvalid, "program instantiation failed: " + err.Error()
 	}
-	return prog, "", ""
+	return &expression{ast: ast, prog: prog}, "", ""
+}
+
+// expression is a compiled CEL expression.
+type expression struct {
+	ast  *cel.Ast
+	prog cel.Program
+}
+
+// program is the expression's program, stopped at limit when that is
+// below the cost limit: what is left of a write's budget. Building one
+// costs a little; it is done at most for the last rules of a write.
+func (x *expression) program(limit int64) (cel.Program, error) {
+	if limit >= CostLimit {
+		return x.prog, nil
+	}
+	e, err := celEnv()
+	if err != nil {
+		return nil, err
+	}
+	return e.Program(x.ast, cel.InterruptCheckFrequency(celconfig.CheckFrequency), cel.CostLimit(uint64(limit)))
+}
+
+// estimate renders a cost estimate; the largest one is no number.
+func estimate(cost uint64) string {
+	if cost == math.MaxUint64 {
+		return "unbounded"
+	}
+	return strconv.FormatUint(cost, 10)
+}
+
+// regexpFunctions are the CEL functions that compile a regular expression
+// from an argument: matches, and kube's find and findAll.
+var regexpFunctions = map[string]bool{"matches": true, "find": true, "findAll": true}
+
+// celPatternProblem says why a regular expression of the CEL expression
+// is not allowed. CEL costs a match by the pattern's length, not its
+// program, so patterns are held to the bounds of match.regexp; and a
+// pattern read from the object would be compiled on every write, so it
+// must be a literal.
+func celPatternProblem(root celast.Expr) string {
+	var problem string
+	celast.PostOrderVisit(root, celast.NewExprVisitor(func(e celast.Expr) {
+		if problem != "" || e.Kind() != celast.CallKind || !regexpFunctions[e.AsCall().FunctionName()] {
+			return
+		}
+		call := e.AsCall()
+		args := call.Args()
+		if !call.IsMemberFunction() && len(args) > 0 {
+			args = args[1:]
+		}
+		if len(args) == 0 {
+			return
+		}
+		var lit string
+		ok := args[0].Kind() == celast.LiteralKind
+		if ok {
+			lit, ok = args[0].AsLiteral().Value().(string)
+		}
+		if !ok {
+			problem = call.FunctionName() + "(): the pattern must be a string literal"
+			return
+		}
+		if _, msg := regexpSize(lit); msg != "" {
+			problem = call.FunctionName() + "(): " + msg
+		}
+	}))
+	return problem
+}
+
+// regexpSize is the number of instructions pattern compiles to, or why it
+// is beyond the bounds of a policy's regular expressions.
+func regexpSize(pattern string) (int, string) {
+	if len(pattern) > MaxRegexpLength {
+		return 0, fmt.Sprintf("the pattern is %d bytes long, more than %d", len(pattern), MaxRegexpLength)
+	}
+	re, err := syntax.Parse(pattern, syntax.Perl)
+	if err != nil {
+		return 0, err.Error()
+	}
+	prog, err := syntax.Compile(re.Simplify())
+	if err != nil {
+		return 0, err.Error()
+	}
+	if n := len(prog.Inst); n > MaxRegexpInstructions {
+		return 0, fmt.Sprintf("the pattern compiles to %d instructions, more than %d: bound fewer repetitions", n, MaxRegexpInstructions)
+	}
+	return len(prog.Inst), ""
 }
 
 // Compile compiles an ApprovalPolicy or ClusterApprovalPolicy. A policy
@@ -169,6 +299,15 @@ func Compile(u *unstructured.Unstructured) *Compiled {
 		c.Problems = append(c.Problems, Problem{Rule: -1, Reason: ReasonInvalid, Message: "cannot read the policy: " + err.Error()})
 		return c
 	}
+	if u.GetKind() != KindCluster && c.Ref.Namespace == "" {
+		c.Problems = append(c.Problems, Problem{Rule: -1, Reason: ReasonInvalid, Message: "an ApprovalPolicy needs a namespace"})
+		return c
+	}
+	if len(rules) > MaxRules {
+		c.Problems = append(c.Problems, Problem{Rule: -1, Reason: ReasonInvalid,
+			Message: fmt.Sprintf("the policy has %d rules, more than %d: none of them applies; split it or merge rules", len(rules), MaxRules)})
+		return c
+	}
 	for i, r := range rules {
 		c.rules = append(c.rules, c.compileRule(i, r))
 	}
@@ -191,6 +330,22 @@ func (c *Compiled) compileRule(i int, r Rule) compiledRule {
 	for _, g := range []struct{ field, pattern string }{{"namespace", r.Namespace}, {"name", r.Name}} {
 		if _, err := path.Match(g.pattern, ""); err != nil {
 			fail(ReasonInvalid, g.field+" "+strconv.Quote(g.pattern)+": "+err.Error())
+		}
+	}
+	if c.Ref.Kind != KindCluster {
+		// A namespaced policy is written by whoever administers its
+		// namespace, who need not be able to read, let alone approve,
+		// anything elsewhere.
+		switch {
+		case r.Namespace == "" || r.Namespace == Wildcard:
+			cr.Namespace = c.Ref.Namespace
+		case glob(r.Namespace, c.Ref.Namespace):
+			cr.Namespace = c.Ref.Namespace
+		case cr.broken:
+			// Already reported: a namespace that is no glob.
+		default:
+			fail(ReasonOutsideNamespace, "namespace "+strconv.Quote(r.Namespace)+" is outside the policy's namespace "+c.Ref.Namespace+
+				": an ApprovalPolicy approves writes in its own namespace only; use a ClusterApprovalPolicy for others")
 		}
 	}
 	if r.Expiry != "" {
@@ -218,11 +373,15 @@ func (c *Compiled) compileRule(i int, r Rule) compiledRule {
 			}
 		}
 		if r.Match.Regexp != "" {
-			re, err := regexp.Compile(`^(?:` + r.Match.Regexp + `)$`)
-			if err != nil {
+			anchored := `^(?:` + r.Match.Regexp + `)$`
+			if _, msg := regexpSize(r.Match.Regexp); msg != "" {
+				fail(ReasonInvalid, "match.regexp: "+msg)
+			} else if re, err := regexp.Compile(anchored); err != nil {
 				fail(ReasonInvalid, "match.regexp: "+err.Error())
+			} else {
+				cr.re = re
+				cr.reInstructions, _ = regexpSize(anchored)
 			}
-			cr.re = re
 		}
 	}
 	return cr

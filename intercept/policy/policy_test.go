@@ -132,7 +132,7 @@ func TestEvaluate(t *testing.T) {
 	before := time.Date(2026, 5, 1, 0, 0, 0, 0, time.UTC)
 	after := time.Date(2026, 6, 1, 0, 0, 0, 0, time.UTC)
 	req := func(oldEnv string, data map[string]any, now time.Time) Request {
-		return Request{APIVersion: "v1", Kind: "ConfigMap", Namespace: "team", Name: "cm",
+		return Request{APIVersion: "v1", Kind: "ConfigMap", Namespace: "infra", Name: "cm",
 			Old: configMap(oldEnv, map[string]any{"version": "1"}), New: configMap("prod", data), Now: now}
 	}
 	newOrigins := Compile(policyFrom(t, `
@@ -144,18 +144,16 @@ spec:
   rules:
   - {apiVersion: v1, kind: ConfigMap, name: "c?", mode: always, newOrigins: true, match: {cel: "object.data.version == oldObject.data.version + '0'"}}
 `))
-	runtimeCostly := Compile(policyFrom(t, `
+	// Matching 100 kB against a few hundred instructions costs more than
+	// the limit; against one byte, nearly nothing.
+	bigRegexp := Compile(policyFrom(t, `
 apiVersion: kausality.io/v1alpha1
 kind: ApprovalPolicy
 metadata: {name: p, namespace: infra, generation: 3}
 spec:
   rules:
-  - {apiVersion: v1, kind: ConfigMap, mode: always, match: {cel: "object.data.all(k, object.data.all(l, object.data.all(m, k + l + m != '')))"}}
+  - {apiVersion: v1, kind: ConfigMap, mode: always, match: {regexp: '{"data":{"v":"[a-z]{0,400}"}}'}}
 `))
-	big := map[string]any{}
-	for i := range 200 {
-		big["k"+strings.Repeat("x", i%7)+string(rune('a'+i%26))+string(rune('a'+i/26))] = "v"
-	}
 	for _, tc := range []struct {
 		name     string
 		policies []*Compiled
@@ -168,15 +166,22 @@ spec:
 		{"design: prereq errors (no labels)", []*Compiled{design}, req("", map[string]any{"version": "2"}, before), "", ""},
 		{"design: expired", []*Compiled{design}, req("dev", map[string]any{"version": "2"}, after), "", ""},
 		{"design: regexp needs the whole JSON", []*Compiled{design}, req("dev", map[string]any{"other": "2"}, before), "", ""},
-		{"design: create has no stored object", []*Compiled{design}, Request{APIVersion: "v1", Kind: "ConfigMap", Namespace: "team", Name: "cm", New: configMap("dev", map[string]any{"version": "2"}), Now: before}, "", ""},
-		{"design: other kind", []*Compiled{design}, Request{APIVersion: "v1", Kind: "Secret", Namespace: "team", Name: "cm", Old: configMap("dev", nil), New: configMap("dev", map[string]any{"version": "2"}), Now: before}, "", ""},
+		{"design: create has no stored object", []*Compiled{design}, Request{APIVersion: "v1", Kind: "ConfigMap", Namespace: "infra", Name: "cm", New: configMap("dev", map[string]any{"version": "2"}), Now: before}, "", ""},
+		{"design: other namespace", []*Compiled{design}, func() Request {
+			r := req("dev", map[string]any{"version": "2"}, before)
+			r.Namespace = "team"
+			return r
+		}(), "", ""},
+		{"design: other kind", []*Compiled{design}, Request{APIVersion: "v1", Kind: "Secret", Namespace: "infra", Name: "cm", Old: configMap("dev", nil), New: configMap("dev", map[string]any{"version": "2"}), Now: before}, "", ""},
 		{"design: not for new origins", []*Compiled{design}, func() Request { r := req("dev", map[string]any{"version": "2"}, before); r.NewOrigin = true; return r }(), "", ""},
 		{"glob name and oldObject", []*Compiled{design, newOrigins}, Request{APIVersion: "v1", Kind: "ConfigMap", Name: "c1",
 			Old: configMap("prod", map[string]any{"version": "1"}), New: configMap("prod", map[string]any{"version": "10"}), NewOrigin: true}, "ClusterApprovalPolicy c rule 0", ""},
 		{"glob name mismatch", []*Compiled{newOrigins}, Request{APIVersion: "v1", Kind: "ConfigMap", Name: "c12",
 			Old: configMap("prod", map[string]any{"version": "1"}), New: configMap("prod", map[string]any{"version": "10"})}, "", ""},
-		{"runtime cost exceeded", []*Compiled{runtimeCostly}, Request{APIVersion: "v1", Kind: "ConfigMap", Name: "x", New: configMap("", big)}, "", ReasonCostExceeded},
-		{"runtime cost within the limit", []*Compiled{runtimeCostly}, Request{APIVersion: "v1", Kind: "ConfigMap", Name: "x", New: configMap("", map[string]any{"a": "b"})}, "ApprovalPolicy infra/p rule 0", ""},
+		{"regexp too costly for the object", []*Compiled{bigRegexp}, Request{APIVersion: "v1", Kind: "ConfigMap", Namespace: "infra", Name: "x",
+			New: configMap("", map[string]any{"v": strings.Repeat("a", 100_000)})}, "", ReasonCostExceeded},
+		{"regexp within the limit", []*Compiled{bigRegexp}, Request{APIVersion: "v1", Kind: "ConfigMap", Namespace: "infra", Name: "x",
+			New: configMap("", map[string]any{"v": "a"})}, "ApprovalPolicy infra/p rule 0", ""},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			res := Evaluate(tc.policies, tc.req)

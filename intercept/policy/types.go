@@ -87,7 +87,9 @@ type Rule struct {
 	APIVersion string `json:"apiVersion"`
 	Kind       string `json:"kind"`
 	// Namespace and Name of the written object: exact, or a glob ("*"
-	// matches all, "*" and "?" as in path.Match); "" is "*".
+	// matches all, "*" and "?" as in path.Match); "" is "*". An
+	// ApprovalPolicy's rules match in its own namespace only, whatever
+	// their namespace says; one that names no other is Invalid.
 	Namespace string   `json:"namespace,omitempty"`
 	Name      string   `json:"name,omitempty"`
 	Prereqs   *Prereqs `json:"prereqs,omitempty"`
@@ -121,7 +123,8 @@ type Status struct {
 
 // ConditionReady is the one condition the proxy writes: True when every
 // rule compiled, False (with the reasons below) when some rule never
-// matches, or a CEL evaluation exceeded the cost limit.
+// matches, a CEL evaluation exceeded the cost limit, or a write ran out of
+// its evaluation budget in the policy.
 const ConditionReady = "Ready"
 
 // Condition reasons.
@@ -130,6 +133,12 @@ const (
 	ReasonInvalid         = "Invalid"
 	ReasonCostExceeded    = "CostExceeded"
 	ReasonUnsupportedMode = "UnsupportedMode"
+	// ReasonOutsideNamespace: a rule of an ApprovalPolicy names a
+	// namespace other than the policy's.
+	ReasonOutsideNamespace = "OutsideNamespace"
+	// ReasonBudgetExceeded: a write spent its whole evaluation budget
+	// (WriteBudget) before the policy's rules were all tried.
+	ReasonBudgetExceeded = "BudgetExceeded"
 )
 
 // ServiceAccountOf splits "system:serviceaccount:NS:NAME"; ok is false for

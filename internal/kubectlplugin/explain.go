@@ -10,6 +10,7 @@
 package kubectlplugin
 
 import (
+	"context"
 	"encoding/json"
 	"slices"
 	"strings"
@@ -397,7 +398,7 @@ func decide(f Facts, cv *ControllerView, parent *unstructured.Unstructured, fact
 		Settle:         &facts,
 		Confirmed:      true,
 		UngatedKinds:   f.UngatedKinds,
-		Policies:       policies,
+		Policies:       policy.NewMatcher(context.Background(), policies...),
 	})
 }
 

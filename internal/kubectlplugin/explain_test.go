@@ -144,9 +144,9 @@ func TestWhyGolden(t *testing.T) {
 		}},
 		{"approved-by-policy-one-rule-broken", func(t *testing.T) Facts {
 			pol := &unstructured.Unstructured{Object: map[string]any{
-				"apiVersion": "kausality.io/v1alpha1", "kind": "ApprovalPolicy",
-				"metadata": map[string]any{"name": "deployment-controller", "namespace": "kube-system", "uid": "p1", "generation": int64(1)},
-				"spec": map[string]any{"rules": []any{
+				"apiVersion": "kausality.io/v1alpha1", "kind": "ClusterApprovalPolicy",
+				"metadata": map[string]any{"name": "deployment-controller", "uid": "p1", "generation": int64(1)},
+				"spec": map[string]any{"serviceAccounts": []any{map[string]any{"namespace": "kube-system", "name": "deployment-controller"}}, "rules": []any{
 					map[string]any{"apiVersion": "apps/v1", "kind": "ReplicaSet", "mode": "always", "prereqs": map[string]any{"cel": "object.spec.("}},
 					map[string]any{"apiVersion": "apps/v1", "kind": "ReplicaSet", "namespace": "*", "name": "web-*", "mode": "always"},
 				}},

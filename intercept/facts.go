@@ -360,6 +360,7 @@ func (i *Interceptor) input(r *http.Request, p *pending, parent *unstructured.Un
 		Now:               i.cfg.Clock.Now(),
 		Lifecycle:         p.settings.Lifecycle,
 		UngatedKinds:      p.settings.UngatedChildKinds,
+		ParentHidden:      parent != nil && (parent != p.formerParent && p.parentHidden || parent == p.formerParent && p.formerParentHidden),
 	}
 	if i.cfg.Policies != nil && u != nil && parent != nil {
 		in.Policies = i.cfg.Policies.For(u.GetName())

@@ -10,12 +10,14 @@ import (
 	"fmt"
 	"os"
 
+	"github.com/kausality-io/kausality-proxy/intercept/annotations"
 	"github.com/kausality-io/kausality-proxy/internal/kubectlplugin"
 )
 
 func main() {
 	if err := kubectlplugin.NewCommand(os.Stdout).Execute(); err != nil {
-		fmt.Fprintln(os.Stderr, "error:", err)
+		// An error may quote an annotation or a denial's message.
+		fmt.Fprintln(os.Stderr, "error:", annotations.PrintableLines(err.Error()))
 		os.Exit(1)
 	}
 }

@@ -1,7 +1,7 @@
 // Command kubectl-kausality is the kubectl plugin `kubectl kausality`: it
 // explains kausality-proxy's drift decisions (why, trace) and edits the
 // parent annotations that steer them (approve, reject, freeze, unfreeze,
-// snooze, unsnooze). Put it on PATH and kubectl finds it.
+// snooze, unsnooze, reset-controllers). Put it on PATH and kubectl finds it.
 //
 // Exit codes: 0 success, 1 error.
 package main

@@ -29,3 +29,13 @@ func TestPrintable(t *testing.T) {
 		})
 	}
 }
+
+func TestResetControllers(t *testing.T) {
+	if e := ResetControllers(""); !e.Unchanged {
+		t.Errorf("no record: %+v", e)
+	}
+	e := ResetControllers("4fems9t5ugy3x769")
+	if e.Unchanged || len(e.Set) != 1 || e.Set[Controllers] != "" || len(e.Remove) != 0 {
+		t.Errorf("reset: %+v (the empty value, not a removal, asks the proxy to forget the record)", e)
+	}
+}

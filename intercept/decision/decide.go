@@ -102,7 +102,9 @@ func decideOnce(in Input) Decision {
 	d.Actor = Actor{User: name, UserHash: x.userHash, FieldManager: in.FieldManager}
 
 	x.decide()
-	if d.Result == Allow && !in.StatusWrite && ResetsControllers(x.oldAnn, x.newAnn, x.user) {
+	// A controller that copies its parent's annotations onto a child
+	// (the deployment controller does) never resets the child's record.
+	if d.Result == Allow && !in.StatusWrite && ResetsControllers(x.oldAnn, x.newAnn, x.user) && !x.isController() {
 		d.ChildAnnotations = withRemoved(d.ChildAnnotations, annotations.Controllers)
 		d.Reason += "; " + name + " reset " + annotations.Controllers
 	}

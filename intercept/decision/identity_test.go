@@ -130,6 +130,13 @@ func TestResetControllers(t *testing.T) {
 		{"a write that omits it keeps it (a replace from a manifest)", in("alice", "", true), set(annotations.Controllers, ctrl)},
 		{"a person cannot write another value", in("alice", controllerid.LongHash("alice"), false), set(annotations.Controllers, ctrl)},
 		{"a recorded controller cannot reset its own record", in(ctrlUser, "", false), set(annotations.Controllers, ctrl)},
+		{"the parent's controller copying an empty value from the parent does not reset the child's", func() Input {
+			in := in(ctrlUser, "", false)
+			in.Child, in.Parent = rsRef, mkParent(setAnn(annotations.Controllers, controllerid.LongHash(ctrlUser)))
+			in.OldObject = mkChild(1, setAnn(annotations.Controllers, controllerid.LongHash("replicaset-controller")))
+			in.NewObject = mkChild(1, setAnn(annotations.Controllers, ""))
+			return in
+		}(), set(annotations.Controllers, controllerid.LongHash("replicaset-controller"))},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {

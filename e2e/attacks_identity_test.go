@@ -300,3 +300,26 @@ func TestAttackDenialLeaksParentToCallerWhoCannotReadIt(t *testing.T) {
 		t.Errorf("Gadget g has value %q after a denied write", got)
 	}
 }
+
+// The record is a system annotation: a write that omits it keeps it, and
+// only a person who is not in it may empty it, which the proxy takes as
+// "forget the record" (the decision package's tests cover who may).
+// `kubectl kausality reset-controllers` does that through the proxy.
+func TestResetControllersThroughProxy(t *testing.T) {
+	f := newWGFamily(t, "idreset", "")
+	f.initialize()
+	idWaitRecord(f, controllerid.LongHash(wgControllerUser))
+
+	out := newPlugin(t, f.alice.cfg).run("reset-controllers", "widgets.e2e.kausality.io/"+f.widget)
+	if !strings.Contains(out, "forgot the recorded controllers") {
+		t.Errorf("reset-controllers says %q", out)
+	}
+	if got, ok := f.getWidget().GetAnnotations()[idAnnControllers]; ok {
+		t.Fatalf("%s is still on the Widget after reset-controllers: %q", idAnnControllers, got)
+	}
+	// The controller's next status write that advances observedGeneration
+	// records it again.
+	f.bumpSpec()
+	f.setStatus(true)
+	idWaitRecord(f, controllerid.LongHash(wgControllerUser))
+}

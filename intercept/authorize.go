@@ -5,6 +5,7 @@ import (
 	"fmt"
 
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apiserver/pkg/authentication/user"
 	"k8s.io/apiserver/pkg/authorization/authorizer"
 	"k8s.io/apiserver/pkg/endpoints/handlers/responsewriters"
@@ -46,6 +47,28 @@ func (i *Interceptor) mayRead(ctx context.Context, u user.Info, wr *write) bool 
 	attrs := writeAttributes(u, wr, "get")
 	attrs.Subresource = ""
 	attrs.Name = wr.info.Name
+	allowed, _, err := i.authorize(ctx, attrs)
+	return err == nil && allowed
+}
+
+// mayReadParent reports whether u may get parent. Only then do messages
+// name it and say what its annotations say: a caller who may write a child
+// may still be kept from reading its owner, its freeze reason included.
+func (i *Interceptor) mayReadParent(ctx context.Context, u user.Info, parent *unstructured.Unstructured) bool {
+	m, err := i.cfg.Objects.Mapping(parent.GroupVersionKind())
+	if err != nil {
+		return false
+	}
+	attrs := &authorizer.AttributesRecord{
+		User:            u,
+		Verb:            "get",
+		Namespace:       parent.GetNamespace(),
+		APIGroup:        m.Resource.Group,
+		APIVersion:      m.Resource.Version,
+		Resource:        m.Resource.Resource,
+		Name:            parent.GetName(),
+		ResourceRequest: true,
+	}
 	allowed, _, err := i.authorize(ctx, attrs)
 	return err == nil && allowed
 }

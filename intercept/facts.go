@@ -362,6 +362,7 @@ func (i *Interceptor) input(r *http.Request, p *pending, parent *unstructured.Un
 		Now:               i.cfg.Clock.Now(),
 		Lifecycle:         p.settings.Lifecycle,
 		UngatedKinds:      p.settings.UngatedChildKinds,
+		ParentHidden:      parent != nil && (parent != p.formerParent && p.parentHidden || parent == p.formerParent && p.formerParentHidden),
 	}
 	if parent != nil {
 		in.Policies = i.policyMatcher(r, p)

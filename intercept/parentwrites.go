@@ -224,7 +224,7 @@ func (i *Interceptor) applySideWrite(ctx context.Context, sw decision.SideWrite)
 		if err != nil {
 			return err
 		}
-		changes := sw.Rebase(fresh.GetAnnotations())
+		changes := sw.RebaseOn(fresh)
 		if changes.Empty() {
 			return nil
 		}

@@ -69,6 +69,11 @@ type pending struct {
 	// from (removing or re-pointing the controller ownerReference).
 	formerParent       *unstructured.Unstructured
 	formerParentSource string
+	// parentHidden, formerParentHidden: the caller may not read that
+	// parent, so messages do not show it (known once
+	// parentsVisibilityKnown).
+	parentHidden, formerParentHidden bool
+	parentsVisibilityKnown           bool
 	// warnings are about facts that could not be read but were not needed.
 	warnings []string
 	// sent is the object the client sent (creates and updates).
@@ -322,6 +327,15 @@ func (i *Interceptor) decideConfirmed(r *http.Request, p *pending, forward http.
 		u, _ := request.UserFrom(r.Context())
 		if p.kind.GroupKind() == (schema.GroupKind{Kind: "Secret"}) || !i.mayRead(r.Context(), u, p.w) {
 			p.shownChanges = withoutValues(p.changes)
+			d = i.decide(r, p)
+		}
+	}
+	if (d.Result == decision.Deny || len(d.Warnings) > 0) && !p.parentsVisibilityKnown {
+		p.parentsVisibilityKnown = true
+		u, _ := request.UserFrom(r.Context())
+		p.parentHidden = p.parent != nil && !i.mayReadParent(r.Context(), u, p.parent)
+		p.formerParentHidden = p.formerParent != nil && !i.mayReadParent(r.Context(), u, p.formerParent)
+		if p.parentHidden || p.formerParentHidden {
 			d = i.decide(r, p)
 		}
 	}

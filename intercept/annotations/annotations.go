@@ -58,8 +58,9 @@ const (
 	// Updaters on a child: comma-separated 5-char base36 hashes of users
 	// that changed the desired state (max 5, most recent last).
 	Updaters = "kausality.io/updaters"
-	// Controllers on a parent: comma-separated hashes of users that wrote
-	// its status (max 5, most recent last).
+	// Controllers on a parent: comma-separated hashes of users whose
+	// status writes advanced its observedGeneration (max 5, most recent
+	// first; 16 characters, or Kausality's 5; see controllerid).
 	Controllers = "kausality.io/controllers"
 	// Phase on a parent: "initializing" | "initialized" (high-water mark).
 	Phase = "kausality.io/phase"

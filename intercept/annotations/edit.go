@@ -216,3 +216,15 @@ func Unsnooze(ann map[string]string) Edit {
 	}
 	return Edit{Remove: rm, Summary: "unsnoozed"}
 }
+
+// ResetControllers empties a parent's controllers record. The empty value,
+// not a removal, is the request: a write that merely omits a system
+// annotation (a replace from a manifest) must not reset it, so the proxy
+// keeps an omitted one and honours an emptied one from a person (see
+// decision.ResetsControllers).
+func ResetControllers(current string) Edit {
+	if strings.TrimSpace(current) == "" {
+		return Edit{Unchanged: true, Summary: "no controller recorded"}
+	}
+	return Edit{Set: map[string]string{Controllers: ""}, Summary: "forgot the recorded controllers (were " + current + ")"}
+}

@@ -8,9 +8,9 @@
 //
 // Primary method (statusWriters): the parent's kausality.io/controllers
 // lists hashes of the users whose status writes advanced its
-// status.observedGeneration, as the proxy forwarded them. When that record
-// exists, the caller is the controller iff its user is in it, whatever
-// field manager it sends.
+// status.observedGeneration up to (never beyond) its generation, as the
+// proxy forwarded them. When that record exists, the caller is the
+// controller iff its user is in it, whatever field manager it sends.
 //
 // Fallback (managedFields, the Kausality design's admission design), when
 // there is no record yet (the proxy was installed late, or the status was
@@ -19,10 +19,20 @@
 // with the request's effective field manager. FieldsV1 is parsed with
 // structured-merge-diff.
 //
-// Hashes are 5-char base36 of sha256(username or UID), compatible with
-// Kausality's; at most 5 are kept, most recent first. A child's
-// kausality.io/updaters records who changed it, and never decides who the
-// parent's controller is.
+// The record holds at most 5 users, most recent first, and a newcomer never
+// pushes a recorded user out: a full record takes no newcomer until a
+// person resets it. Anyone who may write a parent's status could otherwise
+// evict its real controller, whose drift would then pass as a new origin.
+//
+// The proxy records 16-character hashes (base36 of 80 bits of
+// sha256(username or UID)): finding a user name that matches one is out of
+// reach. Kausality's 5-character hashes are still read, since a record may
+// come from it, but a name matching one is found in milliseconds, so they
+// count only while the record holds no long hash. The first status write
+// of a user a short-only record names upgrades it to the long form, and
+// the record then matches long hashes only. A child's
+// kausality.io/updaters records who changed it with short hashes, and never
+// decides who the parent's controller is.
 package controllerid
 
 import (
@@ -31,6 +41,7 @@ import (
 	"encoding/binary"
 	"encoding/json"
 	"fmt"
+	"math/big"
 	"strconv"
 	"strings"
 
@@ -52,9 +63,17 @@ func UserIdentifier(username, uid string) string {
 	return uid
 }
 
+// Lengths of the two hash forms.
+const (
+	ShortHashLen = 5
+	LongHashLen  = 16
+)
+
 // Hash returns the 5-character base36 hash of a user identifier (first 4
 // bytes of sha256 as a big-endian uint32, base36, zero-padded, first 5
-// characters). Compatible with Kausality's HashUsername.
+// characters). Compatible with Kausality's HashUsername. It is short
+// enough to be matched by a chosen name: it never decides who a controller
+// is once a record holds a long hash.
 func Hash(id string) string {
 	sum := sha256.Sum256([]byte(id))
 	s := strconv.FormatUint(uint64(binary.BigEndian.Uint32(sum[:4])), 36)
@@ -62,6 +81,57 @@ func Hash(id string) string {
 		s = "0" + s
 	}
 	return s[:5]
+}
+
+// LongHash returns the 16-character base36 hash of a user identifier: the
+// first 10 bytes of sha256 as a big-endian number, base36, zero-padded. 80
+// bits keep a chosen name from matching it.
+func LongHash(id string) string {
+	sum := sha256.Sum256([]byte(id))
+	s := new(big.Int).SetBytes(sum[:10]).Text(36)
+	return strings.Repeat("0", LongHashLen-len(s)) + s
+}
+
+// User is a user's hashes in both forms.
+type User struct {
+	Long, Short string
+}
+
+// UserOf hashes a user identifier (see UserIdentifier).
+func UserOf(id string) User {
+	return User{Long: LongHash(id), Short: Hash(id)}
+}
+
+// isLong tells the proxy's hashes from Kausality's short ones.
+func isLong(h string) bool { return len(h) == LongHashLen }
+
+// hasLong reports whether a record holds a long hash: its short entries
+// then match nobody.
+func hasLong(recorded []string) bool {
+	for _, h := range recorded {
+		if isLong(h) {
+			return true
+		}
+	}
+	return false
+}
+
+func hasShort(recorded []string) bool {
+	for _, h := range recorded {
+		if len(h) == ShortHashLen {
+			return true
+		}
+	}
+	return false
+}
+
+// In reports whether a controllers record names u: by its long hash, or by
+// its short hash while the record holds no long hash.
+func (u User) In(recorded []string) bool {
+	if ContainsHash(recorded, u.Long) {
+		return true
+	}
+	return !hasLong(recorded) && ContainsHash(recorded, u.Short)
 }
 
 // ParseHashes splits a comma-separated hash list, dropping empty entries.
@@ -190,18 +260,21 @@ type Identity struct {
 	Err error
 }
 
-// Identify decides whether a write by the user with hash userHash, with
-// effective field manager fieldManager, comes from parent's controller.
-func Identify(parent *unstructured.Unstructured, fieldManager, userHash string) Identity {
+// Identify decides whether a write by user, with effective field manager
+// fieldManager, comes from parent's controller.
+func Identify(parent *unstructured.Unstructured, fieldManager string, user User) Identity {
 	if parent == nil {
 		return Identity{Reason: "no parent"}
 	}
 	if recorded := ParseHashes(parent.GetAnnotations()[annotations.Controllers]); len(recorded) > 0 {
 		id := Identity{Method: MethodStatusWriters, Determined: true, ControllerHashes: recorded}
-		id.IsController = ContainsHash(recorded, userHash)
-		if id.IsController {
+		id.IsController = user.In(recorded)
+		switch {
+		case id.IsController && !ContainsHash(recorded, user.Long):
+			id.Reason = "the caller's status writes advanced the parent's observedGeneration (" + annotations.Controllers + ", Kausality's short hash: the record has no long hash yet)"
+		case id.IsController:
 			id.Reason = "the caller's status writes advanced the parent's observedGeneration (" + annotations.Controllers + ")"
-		} else {
+		default:
 			id.Reason = "the caller is not among the users whose status writes advanced the parent's observedGeneration (" + annotations.Controllers + ")"
 		}
 		return id
@@ -224,18 +297,55 @@ func Identify(parent *unstructured.Unstructured, fieldManager, userHash string) 
 	return Identity{Err: err, Reason: "the parent has reported no observedGeneration yet: its controller is not known"}
 }
 
-// RecordController puts h first in a comma-separated controllers value,
-// keeping the MaxHashes most recent. changed is false when h already leads.
-func RecordController(value, h string) (newValue string, changed bool) {
+// Recording refusals: why a status write that advanced observedGeneration
+// did not record its user.
+const (
+	RefusedFull   = "the record already holds its maximum of users, and a newcomer never pushes one out"
+	RefusedLegacy = "the record holds only Kausality's short hashes, which a newcomer's long hash would void; it is upgraded by the next status write of a user it names"
+)
+
+// RecordController records u, the user of a status write that advanced the
+// parent's observedGeneration, in a comma-separated controllers value:
+//   - a recorded user moves first;
+//   - a user a short-only record names by its short hash is upgraded to its
+//     long hash, and the other short hashes are dropped (they would match
+//     nobody beside a long hash, and hold places newcomers need);
+//   - a newcomer goes first while the record has room, and is refused
+//     (refusal says why) when the record is full or short-only: no recorded
+//     user is ever pushed out by one.
+//
+// Entries the proxy does not write are kept as they are.
+func RecordController(value string, u User) (newValue string, changed bool, refusal string) {
 	hashes := ParseHashes(value)
-	if len(hashes) > 0 && hashes[0] == h {
-		return value, false
+	switch {
+	case ContainsHash(hashes, u.Long):
+		if hashes[0] == u.Long {
+			return value, false, ""
+		}
+		return strings.Join(moveFirst(hashes, u.Long), ","), true, ""
+	case !hasLong(hashes) && ContainsHash(hashes, u.Short):
+		out := []string{u.Long}
+		for _, h := range hashes {
+			if len(h) != ShortHashLen {
+				out = append(out, h)
+			}
+		}
+		return strings.Join(out, ","), true, ""
+	case len(hashes) >= MaxHashes:
+		return value, false, RefusedFull
+	case !hasLong(hashes) && hasShort(hashes):
+		return value, false, RefusedLegacy
 	}
+	return strings.Join(append([]string{u.Long}, hashes...), ","), true, ""
+}
+
+// moveFirst puts h, which hashes holds, first.
+func moveFirst(hashes []string, h string) []string {
 	out := []string{h}
 	for _, x := range hashes {
-		if x != h && len(out) < MaxHashes {
+		if x != h {
 			out = append(out, x)
 		}
 	}
-	return strings.Join(out, ","), true
+	return out
 }

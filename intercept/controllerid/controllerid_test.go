@@ -2,6 +2,7 @@ package controllerid
 
 import (
 	"reflect"
+	"strconv"
 	"strings"
 	"testing"
 
@@ -110,7 +111,7 @@ func TestObservedGenerationManagers(t *testing.T) {
 }
 
 func TestIdentify(t *testing.T) {
-	ctrl := Hash("system:serviceaccount:kube-system:deployment-controller")
+	ctrl := LongHash("system:serviceaccount:kube-system:deployment-controller")
 	recorded := `{"kausality.io/controllers":"` + ctrl + `"}`
 	tests := []struct {
 		name         string
@@ -142,7 +143,7 @@ func TestIdentify(t *testing.T) {
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			id := Identify(parent(t, tt.mf, tt.ann), tt.fieldManager, Hash(tt.user))
+			id := Identify(parent(t, tt.mf, tt.ann), tt.fieldManager, UserOf(tt.user))
 			if id.Method != tt.method || id.Determined != tt.determined || id.IsController != tt.isController || id.Reason != tt.reason {
 				t.Errorf("got %+v", id)
 			}
@@ -150,20 +151,97 @@ func TestIdentify(t *testing.T) {
 	}
 }
 
-func TestRecordController(t *testing.T) {
+func TestLongHash(t *testing.T) {
+	tests := map[string]string{}
+	for _, id := range []string{"alice", "system:serviceaccount:kube-system:deployment-controller", ""} {
+		h := LongHash(id)
+		if len(h) != LongHashLen || strings.Trim(h, "0123456789abcdefghijklmnopqrstuvwxyz") != "" {
+			t.Errorf("LongHash(%q) = %q: not %d base36 characters", id, h, LongHashLen)
+		}
+		if prev, ok := tests[h]; ok {
+			t.Errorf("LongHash(%q) = LongHash(%q)", id, prev)
+		}
+		tests[h] = id
+	}
+	if UserOf("alice") != (User{Long: LongHash("alice"), Short: "c5xzg"}) {
+		t.Errorf("UserOf = %+v", UserOf("alice"))
+	}
+}
+
+// collider finds a user name whose short hash is victim's: it takes
+// milliseconds, which is why short hashes stop counting once a long one is
+// recorded.
+func collider(t *testing.T, victim string) string {
+	t.Helper()
+	want := Hash(victim)
+	for i := 0; i < 1<<26; i++ {
+		name := "system:serviceaccount:tenant:x" + strconv.Itoa(i)
+		if Hash(name) == want {
+			return name
+		}
+	}
+	t.Fatal("no colliding name found")
+	return ""
+}
+
+func TestUserIn(t *testing.T) {
+	ctrl := UserOf("system:serviceaccount:kube-system:deployment-controller")
+	attacker := UserOf(collider(t, "system:serviceaccount:kube-system:deployment-controller"))
+	if attacker.Short != ctrl.Short || attacker.Long == ctrl.Long {
+		t.Fatalf("collider: %+v vs %+v", attacker, ctrl)
+	}
 	tests := []struct {
-		value, h, want string
-		changed        bool
+		name     string
+		recorded string
+		user     User
+		want     bool
 	}{
-		{"", "a", "a", true},
-		{"a,b", "a", "a,b", false},
-		{"a,b", "b", "b,a", true},
-		{"a,b,c,d,e", "f", "f,a,b,c,d", true},
+		{"long hash recorded", ctrl.Long, ctrl, true},
+		{"Kausality's short record names the controller", ctrl.Short, ctrl, true},
+		{"... and, inevitably, a name chosen to match it", ctrl.Short, attacker, true},
+		{"once a long hash is recorded, short entries match nobody", ctrl.Long + "," + ctrl.Short, attacker, false},
+		{"... the controller still matches by its long hash", ctrl.Long + "," + ctrl.Short, ctrl, true},
+		{"a colliding name never matches a long hash", ctrl.Long, attacker, false},
+		{"empty record", "", ctrl, false},
 	}
 	for _, tt := range tests {
-		got, changed := RecordController(tt.value, tt.h)
-		if got != tt.want || changed != tt.changed {
-			t.Errorf("RecordController(%q, %q) = %q, %v; want %q, %v", tt.value, tt.h, got, changed, tt.want, tt.changed)
-		}
+		t.Run(tt.name, func(t *testing.T) {
+			if got := tt.user.In(ParseHashes(tt.recorded)); got != tt.want {
+				t.Errorf("In(%q) = %v, want %v", tt.recorded, got, tt.want)
+			}
+		})
+	}
+}
+
+func TestRecordController(t *testing.T) {
+	u := func(id string) User { return UserOf(id) }
+	ctrl, a, b, c, d, e := u("ctrl"), u("a"), u("b"), u("c"), u("d"), u("e")
+	join := func(hs ...string) string { return strings.Join(hs, ",") }
+	full := join(a.Long, b.Long, c.Long, d.Long, e.Long)
+	tests := []struct {
+		name    string
+		value   string
+		user    User
+		want    string
+		changed bool
+		refusal string
+	}{
+		{"first controller", "", ctrl, ctrl.Long, true, ""},
+		{"already first", join(ctrl.Long, a.Long), ctrl, join(ctrl.Long, a.Long), false, ""},
+		{"recorded: moves first", join(a.Long, ctrl.Long), ctrl, join(ctrl.Long, a.Long), true, ""},
+		{"recorded in a full record: moves first, nobody leaves", full, e, join(e.Long, a.Long, b.Long, c.Long, d.Long), true, ""},
+		{"newcomer with room: first, nobody leaves", join(a.Long, b.Long), ctrl, join(ctrl.Long, a.Long, b.Long), true, ""},
+		{"newcomer to a full record: refused, nobody pushed out", full, ctrl, full, false, RefusedFull},
+		{"Kausality's record naming the user: upgraded to the long hash", join(ctrl.Short, a.Short), ctrl, ctrl.Long, true, ""},
+		{"newcomer to Kausality's record: refused, it would void the short entries", join(a.Short), ctrl, a.Short, false, RefusedLegacy},
+		{"entries the proxy does not write stay", join("forged", a.Long), ctrl, join(ctrl.Long, "forged", a.Long), true, ""},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			got, changed, refusal := RecordController(tt.value, tt.user)
+			if got != tt.want || changed != tt.changed || refusal != tt.refusal {
+				t.Errorf("RecordController(%q) = %q, %v, %q; want %q, %v, %q", tt.value, got, changed, refusal, tt.want, tt.changed, tt.refusal)
+			}
+		})
 	}
 }

@@ -2,10 +2,12 @@ package decision
 
 import (
 	"sort"
+	"strings"
 
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 
 	"github.com/kausality-io/kausality-proxy/intercept/annotations"
+	"github.com/kausality-io/kausality-proxy/intercept/controllerid"
 )
 
 // The three compute functions of the Kausality design's "Annotation
@@ -139,4 +141,38 @@ func diffAnnotations(from, to map[string]string) *AnnotationChanges {
 	}
 	sort.Strings(c.Remove)
 	return &c
+}
+
+// ResetsControllers reports whether a write empties the object's
+// kausality.io/controllers record on purpose: it sets the value to "" (a
+// write that omits it keeps it, as every system annotation), and its user
+// is not in the record. A person resets the record so that a controller
+// that changed identity is recorded again; the recorded controllers cannot
+// reset their own record.
+func ResetsControllers(old, new map[string]string, u controllerid.User) bool {
+	v, set := new[annotations.Controllers]
+	recorded := controllerid.ParseHashes(old[annotations.Controllers])
+	return set && strings.TrimSpace(v) == "" && len(recorded) > 0 && !u.In(recorded)
+}
+
+// withRemoved returns c with key removed instead of set.
+func withRemoved(c *AnnotationChanges, key string) *AnnotationChanges {
+	out := AnnotationChanges{Remove: []string{key}}
+	if c != nil {
+		for k, v := range c.Set {
+			if k != key {
+				if out.Set == nil {
+					out.Set = map[string]string{}
+				}
+				out.Set[k] = v
+			}
+		}
+		for _, k := range c.Remove {
+			if k != key {
+				out.Remove = append(out.Remove, k)
+			}
+		}
+	}
+	sort.Strings(out.Remove)
+	return &out
 }

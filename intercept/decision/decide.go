@@ -36,7 +36,6 @@ import (
 	"strconv"
 	"strings"
 	"time"
-	"unicode"
 
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/runtime/schema"
@@ -59,6 +58,7 @@ type decider struct {
 	newAnn   map[string]string
 	parAnn   map[string]string
 	userHash string
+	user     controllerid.User
 	parent   ObjectRef
 	ident    *controllerid.Identity
 }
@@ -100,10 +100,17 @@ func decideOnce(in Input) Decision {
 	if in.User != nil {
 		name, uid = in.User.GetName(), in.User.GetUID()
 	}
-	x.userHash = controllerid.Hash(controllerid.UserIdentifier(name, uid))
+	x.user = controllerid.UserOf(controllerid.UserIdentifier(name, uid))
+	x.userHash = x.user.Short
 	d.Actor = Actor{User: name, UserHash: x.userHash, FieldManager: in.FieldManager}
 
 	x.decide()
+	// A controller that copies its parent's annotations onto a child
+	// (the deployment controller does) never resets the child's record.
+	if d.Result == Allow && !in.StatusWrite && ResetsControllers(x.oldAnn, x.newAnn, x.user) && !x.isController() {
+		d.ChildAnnotations = withRemoved(d.ChildAnnotations, annotations.Controllers)
+		d.Reason += "; " + name + " reset " + annotations.Controllers
+	}
 
 	if d.Result == Deny {
 		d.ChildAnnotations, d.Trace, d.TraceOrigin = nil, "", false
@@ -112,23 +119,20 @@ func decideOnce(in Input) Decision {
 	if in.DryRun {
 		d.ParentWrites, d.ApprovalsUpdate, d.ConsumeOnce, d.Report = nil, nil, false, ReportNone
 	}
+	// Messages carry annotation text and user names; kubectl prints them
+	// to terminals as they come.
 	for i, w := range d.Warnings {
-		d.Warnings[i] = singleLine(w)
+		if in.ParentHidden && x.parent.Name != "" && strings.Contains(w, x.parent.String()) {
+			w = "kausality: a warning about " + hiddenParentText + " is withheld; " + askOwnerText + " to see it"
+		}
+		d.Warnings[i] = annotations.Printable(w)
+	}
+	d.Message = annotations.Printable(d.Message)
+	for i := range d.Causes {
+		d.Causes[i].Message = annotations.Printable(d.Causes[i].Message)
+		d.Causes[i].Field = annotations.Printable(d.Causes[i].Field)
 	}
 	return d
-}
-
-// singleLine replaces control characters so a warning fits in a header.
-func singleLine(s string) string {
-	if strings.IndexFunc(s, unicode.IsControl) < 0 {
-		return s
-	}
-	return strings.Map(func(r rune) rune {
-		if unicode.IsControl(r) {
-			return ' '
-		}
-		return r
-	}, s)
 }
 
 func (x *decider) childRef() ObjectRef {
@@ -190,7 +194,7 @@ func (x *decider) identify() controllerid.Identity {
 	if x.ident != nil {
 		return *x.ident
 	}
-	id := controllerid.Identify(x.in.Parent, x.in.FieldManager, x.userHash)
+	id := controllerid.Identify(x.in.Parent, x.in.FieldManager, x.user)
 	x.ident = &id
 	a := &x.d.Actor
 	a.IsController, a.Determined, a.Method = id.IsController, id.Determined, id.Method
@@ -555,6 +559,16 @@ func (x *decider) setApprovalsSideWrite(value string, pruned int) {
 		"prune "+strconv.Itoa(pruned)+" stale approval(s): the parent's spec is at generation "+itoa(x.window().From))
 }
 
+// parentWriteIndex is the index of target's side write, -1 without one.
+func (x *decider) parentWriteIndex(target ObjectRef) int {
+	for i := range x.d.ParentWrites {
+		if x.d.ParentWrites[i].Target == target {
+			return i
+		}
+	}
+	return -1
+}
+
 // addParentWrite adds an annotation change for target from seen (the
 // value in the snapshot) to value; value "" removes.
 func (x *decider) addParentWrite(target ObjectRef, key, seen, value, reason string) {
@@ -666,9 +680,16 @@ func (x *decider) statusWrite() {
 	if obj == nil {
 		return
 	}
-	if advancesObservedGeneration(in.OldObject, in.NewObject) {
-		if v, changed := controllerid.RecordController(stored[annotations.Controllers], x.userHash); changed {
-			x.addParentWrite(target, annotations.Controllers, stored[annotations.Controllers], v, "record "+d.Actor.User+" as controller: its status write advanced observedGeneration")
+	if observed, advances := advancesObservedGeneration(in.OldObject, in.NewObject); advances {
+		v, changed, refusal := controllerid.RecordController(stored[annotations.Controllers], x.user)
+		switch {
+		case refusal != "":
+			d.Warnings = append(d.Warnings, "kausality: "+d.Actor.User+" is not recorded in "+annotations.Controllers+" of "+target.String()+
+				": "+refusal+"; if it is the new controller, a person resets the record with `kubectl kausality reset-controllers`")
+		case changed:
+			x.addParentWrite(target, annotations.Controllers, stored[annotations.Controllers], v,
+				"record "+d.Actor.User+" as controller: its status write advanced observedGeneration to "+itoa(observed)+" (only once the stored generation has reached it)")
+			x.d.ParentWrites[x.parentWriteIndex(target)].Controller = &ControllerRecord{User: x.user, ObservedGeneration: observed}
 		}
 	}
 	if stored[annotations.Phase] != annotations.PhaseInitialized {
@@ -689,19 +710,20 @@ func (x *decider) statusWrite() {
 }
 
 // advancesObservedGeneration reports whether a status write moves the
-// object's observed generation forward: only its controller does that. A
-// kind that reports none is observed at its generation by every status
-// write (the proxy records it in an annotation).
-func advancesObservedGeneration(old, new *unstructured.Unstructured) bool {
+// object's observed generation forward, and to which generation: only its
+// controller does that. A kind that reports none is observed at its
+// generation by every status write (the proxy records it in an
+// annotation).
+func advancesObservedGeneration(old, new *unstructured.Unstructured) (int64, bool) {
 	if old == nil || new == nil {
-		return false
+		return 0, false
 	}
 	before, _, known := lifecycle.ObservedGeneration(old)
 	after := old.GetGeneration()
 	if lifecycle.HasStatusObservedGeneration(new) {
 		after, _, _ = lifecycle.ObservedGeneration(new)
 	}
-	return after > 0 && (!known || after > before)
+	return after, after > 0 && (!known || after > before)
 }
 
 // kausalityDiffers reports whether the kausality annotations of a and b differ.

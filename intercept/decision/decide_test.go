@@ -919,11 +919,28 @@ func statusInput(ms ...mut) Input {
 	return in
 }
 
+var (
+	ctrlLong   = controllerid.LongHash(ctrlUser)
+	otherLong  = controllerid.LongHash("system:serviceaccount:ops:other")
+	fullRecord = strings.Join([]string{controllerid.LongHash("a"), controllerid.LongHash("b"), controllerid.LongHash("c"),
+		controllerid.LongHash("d"), controllerid.LongHash("e")}, ",")
+)
+
+func recordReason(observed int64) string {
+	return "record " + ctrlUser + " as controller: its status write advanced observedGeneration to " + itoa(observed) +
+		" (only once the stored generation has reached it)"
+}
+
+func ctrlRecord(observed int64) *ControllerRecord {
+	return &ControllerRecord{User: controllerid.UserOf(ctrlUser), ObservedGeneration: observed}
+}
+
 func TestDecideStatusWrite(t *testing.T) {
 	tests := []struct {
-		name   string
-		in     func() Input
-		writes []SideWrite
+		name     string
+		in       func() Input
+		writes   []SideWrite
+		warnings []string
 	}{
 		{
 			name: "observedGeneration owned in managedFields: nothing to record",
@@ -932,11 +949,12 @@ func TestDecideStatusWrite(t *testing.T) {
 		{
 			name: "no managedFields owner and no status.observedGeneration: record controller hash and observed generation",
 			in: func() Input {
-				return statusInput(noManagedFields, noObsGen, setAnn(annotations.Controllers, "aaaaa"))
+				return statusInput(noManagedFields, noObsGen, setAnn(annotations.Controllers, otherLong))
 			},
 			writes: []SideWrite{{Target: parentRef,
-				AnnotationChanges: *set(annotations.Controllers, ctrlHash+",aaaaa", annotations.ObservedGeneration, "5"),
-				Reasons:           []string{"record " + ctrlUser + " as controller: its status write advanced observedGeneration", "record observed generation (no status.observedGeneration)"}}},
+				AnnotationChanges: *set(annotations.Controllers, ctrlLong+","+otherLong, annotations.ObservedGeneration, "5"),
+				Reasons:           []string{recordReason(5), "record observed generation (no status.observedGeneration)"},
+				Controller:        ctrlRecord(5)}},
 		},
 		{
 			name: "first status write that sets observedGeneration: its user is the controller",
@@ -945,18 +963,48 @@ func TestDecideStatusWrite(t *testing.T) {
 				obsGen(5)(in.NewObject)
 				return in
 			},
-			writes: []SideWrite{{Target: parentRef, AnnotationChanges: *set(annotations.Controllers, ctrlHash),
-				Reasons: []string{"record " + ctrlUser + " as controller: its status write advanced observedGeneration"}}},
+			writes: []SideWrite{{Target: parentRef, AnnotationChanges: *set(annotations.Controllers, ctrlLong),
+				Reasons: []string{recordReason(5)}, Controller: ctrlRecord(5)}},
 		},
 		{
 			name: "a status write advancing observedGeneration puts its user first",
+			in: func() Input {
+				in := statusInput(obsGen(4), setAnn(annotations.Controllers, otherLong+","+ctrlLong))
+				obsGen(5)(in.NewObject)
+				return in
+			},
+			writes: []SideWrite{{Target: parentRef, AnnotationChanges: *set(annotations.Controllers, ctrlLong+","+otherLong),
+				Reasons: []string{recordReason(5)}, Controller: ctrlRecord(5)}},
+		},
+		{
+			name: "an observedGeneration beyond the generation is recorded only if kube-apiserver stores that generation (see RebaseOn)",
+			in: func() Input {
+				in := statusInput(obsGen(5))
+				obsGen(9)(in.NewObject)
+				return in
+			},
+			writes: []SideWrite{{Target: parentRef, AnnotationChanges: *set(annotations.Controllers, ctrlLong),
+				Reasons: []string{recordReason(9)}, Controller: ctrlRecord(9)}},
+		},
+		{
+			name: "Kausality's short record naming the controller is upgraded to its long hash",
 			in: func() Input {
 				in := statusInput(obsGen(4), setAnn(annotations.Controllers, "aaaaa,"+ctrlHash))
 				obsGen(5)(in.NewObject)
 				return in
 			},
-			writes: []SideWrite{{Target: parentRef, AnnotationChanges: *set(annotations.Controllers, ctrlHash+",aaaaa"),
-				Reasons: []string{"record " + ctrlUser + " as controller: its status write advanced observedGeneration"}}},
+			writes: []SideWrite{{Target: parentRef, AnnotationChanges: *set(annotations.Controllers, ctrlLong),
+				Reasons: []string{recordReason(5)}, Controller: ctrlRecord(5)}},
+		},
+		{
+			name: "a newcomer never pushes a recorded controller out of a full record",
+			in: func() Input {
+				in := statusInput(obsGen(4), setAnn(annotations.Controllers, fullRecord))
+				obsGen(5)(in.NewObject)
+				return in
+			},
+			warnings: []string{"kausality: " + ctrlUser + " is not recorded in kausality.io/controllers of apps/v1 Deployment default/web: " +
+				controllerid.RefusedFull + "; if it is the new controller, a person resets the record with `kubectl kausality reset-controllers`"},
 		},
 		{
 			name: "a status write that does not advance observedGeneration records nothing (an autoscaler, a probe)",
@@ -993,7 +1041,7 @@ func TestDecideStatusWrite(t *testing.T) {
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			check(t, Decide(tt.in()), want{result: Allow, category: StatusWrite, parentWrites: tt.writes})
+			check(t, Decide(tt.in()), want{result: Allow, category: StatusWrite, parentWrites: tt.writes, warnings: tt.warnings})
 		})
 	}
 }
@@ -1149,7 +1197,7 @@ func TestWarningsAreSingleLine(t *testing.T) {
 	in.Changes = []desired.Change{{Path: "data.script", Old: "a\nb", New: "c\r\nd"}}
 	d := Decide(in)
 	if len(d.Warnings) != 1 || strings.ContainsAny(d.Warnings[0], "\r\n") ||
-		!strings.Contains(d.Warnings[0], "changes data.script (a b → c  d) while") {
+		!strings.Contains(d.Warnings[0], `changes data.script (a\x0ab → c\x0d\x0ad) while`) {
 		t.Errorf("warnings %q", d.Warnings)
 	}
 }

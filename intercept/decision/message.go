@@ -73,7 +73,17 @@ func (x *decider) describeWrite() string {
 	return b.String()
 }
 
+// hiddenParentText stands for the parent in what a caller who may not
+// read it is told.
+const hiddenParentText = "its controller owner (which you may not read, so its name and annotations are not shown)"
+
+// askOwnerText says what a caller who may not read the parent can do.
+const askOwnerText = "ask someone who may read and edit this object's controller owner (metadata.ownerReferences)"
+
 func (x *decider) parentText() string {
+	if x.in.ParentHidden {
+		return hiddenParentText
+	}
 	p := x.d.Parent
 	s := x.parent.String() + " (generation " + itoa(p.Generation)
 	if p.ObservedGenerationSource != "" {
@@ -132,6 +142,15 @@ func (x *decider) baseCauses() []metav1.StatusCause {
 
 func (x *decider) frozenMessage(fz *annotations.FreezeInfo) {
 	d := x.d
+	if x.in.ParentHidden {
+		d.Message = "kausality: " + string(x.in.Operation) + " of " + d.Child.String() + " denied: " + hiddenParentText +
+			" is frozen. The write by " + x.actorText() + " " + x.describeWrite() + ". To unblock, " + askOwnerText + " to lift the freeze."
+		d.Causes = append(x.baseCauses(),
+			metav1.StatusCause{Type: CauseFrozen, Field: annotationField(annotations.Freeze), Message: "the controller owner is frozen"},
+			metav1.StatusCause{Type: CauseUnblock, Field: annotationField(annotations.Freeze), Message: askOwnerText + " to lift the freeze"},
+		)
+		return
+	}
 	d.Message = "kausality: " + string(x.in.Operation) + " of " + d.Child.String() + " denied: its parent " +
 		x.parentText() + " is " + fz.String() + ". The write by " + x.actorText() + " " + x.describeWrite() +
 		". To unblock, remove the " + annotations.Freeze + " annotation from the parent: " +
@@ -144,6 +163,16 @@ func (x *decider) frozenMessage(fz *annotations.FreezeInfo) {
 
 func (x *decider) rejectedMessage(ev approval.Evaluation) {
 	d := x.d
+	if x.in.ParentHidden {
+		d.Message = "kausality: " + string(x.in.Operation) + " of " + d.Child.String() + " denied: drift rejected by " +
+			hiddenParentText + ". The write by the parent's controller, " + x.actorText() + ", " + x.describeWrite() +
+			". To unblock, " + askOwnerText + " to lift the rejection."
+		d.Causes = append(x.baseCauses(),
+			metav1.StatusCause{Type: CauseRejected, Field: annotationField(annotations.Rejections), Message: "the controller owner rejects this drift"},
+			metav1.StatusCause{Type: CauseUnblock, Field: annotationField(annotations.Rejections), Message: askOwnerText + " to lift the rejection"},
+		)
+		return
+	}
 	r := ev.Rejection
 	var unblock string
 	if ev.RejectionsMalformed {
@@ -188,6 +217,16 @@ func (x *decider) unapprovedMessage(sugg approval.Approval, value string, enforc
 	if !enforce {
 		verdict = "would be denied in enforce mode (mode log from " + string(d.ModeSource) + ")"
 	}
+	if x.in.ParentHidden {
+		d.Message = "kausality: " + string(x.in.Operation) + " of " + d.Child.String() + " " + verdict +
+			": drift: the parent's controller, " + x.actorText() + ", " + x.describeWrite() + " while " +
+			hiddenParentText + " " + x.settledText() + ". To allow it, " + askOwnerText + " to approve it."
+		d.Causes = append(x.baseCauses(),
+			metav1.StatusCause{Type: CauseUnapproved, Field: annotationField(annotations.Approvals), Message: "no approval for this child"},
+			metav1.StatusCause{Type: CauseUnblock, Field: annotationField(annotations.Approvals), Message: askOwnerText + " to approve it"},
+		)
+		return
+	}
 	d.Message = "kausality: " + string(x.in.Operation) + " of " + d.Child.String() + " " + verdict +
 		": drift: the parent's controller, " + x.actorText() + ", " + x.describeWrite() +
 		" while its parent " + x.parentText() + " " + x.settledText() + "." + x.policyText(false) +
@@ -202,6 +241,11 @@ func (x *decider) unapprovedMessage(sugg approval.Approval, value string, enforc
 
 // logModeWarning is the Warning: 299 text for drift allowed in log mode.
 func (x *decider) logModeWarning(sugg approval.Approval) string {
+	if x.in.ParentHidden {
+		return "kausality: drift allowed in log mode: " + string(x.in.Operation) + " of " + x.d.Child.String() +
+			" by the parent's controller " + x.actorText() + " " + x.describeWrite() + " while " + hiddenParentText +
+			" " + x.settledText() + "; to approve it, " + askOwnerText
+	}
 	entry, _ := json.Marshal(sugg)
 	return "kausality: drift allowed in log mode: " + string(x.in.Operation) + " of " + x.d.Child.String() +
 		" by the parent's controller " + x.actorText() + " " + x.describeWrite() + " while its parent " +

@@ -1,6 +1,8 @@
 package decision
 
 import (
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+
 	"github.com/kausality-io/kausality-proxy/intercept/annotations"
 	"github.com/kausality-io/kausality-proxy/intercept/controllerid"
 )
@@ -13,7 +15,8 @@ import (
 //   - approvals lose only the entries the decision pruned or consumed;
 //     every other entry stays as written, and a value a person's edit left
 //     unparsable as a whole is left alone;
-//   - controllers get the decided writer put first on the fresh record;
+//   - controllers get the decided writer recorded on the fresh record, by
+//     the same rules as at the decision (controllerid.RecordController);
 //   - other keys (phase, observed generation) get the decided value.
 func (sw SideWrite) Rebase(fresh map[string]string) AnnotationChanges {
 	out := AnnotationChanges{}
@@ -34,8 +37,8 @@ func (sw SideWrite) Rebase(fresh map[string]string) AnnotationChanges {
 					continue
 				}
 			case annotations.Controllers:
-				if first := controllerid.ParseHashes(value); len(first) > 0 {
-					value, _ = controllerid.RecordController(now, first[0])
+				if sw.Controller != nil {
+					value, _, _ = controllerid.RecordController(now, sw.Controller.User)
 				}
 			}
 		}
@@ -50,6 +53,26 @@ func (sw SideWrite) Rebase(fresh map[string]string) AnnotationChanges {
 			out.Set = map[string]string{}
 		}
 		out.Set[key] = value
+	}
+	return out
+}
+
+// RebaseOn is Rebase on the target as kube-apiserver stores it now. A
+// controller is recorded only when the target's generation has reached the
+// observedGeneration its status write reported.
+func (sw SideWrite) RebaseOn(fresh metav1.Object) AnnotationChanges {
+	if sw.Controller != nil && fresh.GetGeneration() < sw.Controller.ObservedGeneration {
+		sw.Set = withoutKey(sw.Set, annotations.Controllers)
+	}
+	return sw.Rebase(fresh.GetAnnotations())
+}
+
+func withoutKey(m map[string]string, key string) map[string]string {
+	out := make(map[string]string, len(m))
+	for k, v := range m {
+		if k != key {
+			out[k] = v
+		}
 	}
 	return out
 }

@@ -2,9 +2,13 @@ package decision
 
 import (
 	"reflect"
+	"strings"
 	"testing"
 
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+
 	"github.com/kausality-io/kausality-proxy/intercept/annotations"
+	"github.com/kausality-io/kausality-proxy/intercept/controllerid"
 )
 
 func TestRebase(t *testing.T) {
@@ -24,10 +28,13 @@ func TestRebase(t *testing.T) {
 		AnnotationChanges: AnnotationChanges{Set: map[string]string{annotations.Approvals: "[" + odd + "," + kept + "]"}},
 		Seen:              map[string]string{annotations.Approvals: "[" + odd + "," + stale + "," + kept + "]"},
 	}
+	ctrl1, a, b := controllerid.UserOf("ctrl1"), controllerid.LongHash("a"), controllerid.LongHash("b")
 	record := SideWrite{
-		AnnotationChanges: AnnotationChanges{Set: map[string]string{annotations.Controllers: "ctrl1,aaaaa", annotations.Phase: "initialized"}},
-		Seen:              map[string]string{annotations.Controllers: "aaaaa"},
+		AnnotationChanges: AnnotationChanges{Set: map[string]string{annotations.Controllers: ctrl1.Long + "," + a, annotations.Phase: "initialized"}},
+		Seen:              map[string]string{annotations.Controllers: a},
+		Controller:        &ControllerRecord{User: ctrl1, ObservedGeneration: 5},
 	}
+	full := strings.Join([]string{a, b, controllerid.LongHash("c"), controllerid.LongHash("d"), controllerid.LongHash("e")}, ",")
 	tests := []struct {
 		name  string
 		sw    SideWrite
@@ -66,16 +73,52 @@ func TestRebase(t *testing.T) {
 			map[string]string{annotations.Approvals: "[" + stale + "]"},
 			AnnotationChanges{Remove: []string{annotations.Approvals}}},
 		{"another controller was recorded meanwhile: both stay, the writer first", record,
-			map[string]string{annotations.Controllers: "bbbbb,aaaaa"},
-			AnnotationChanges{Set: map[string]string{annotations.Controllers: "ctrl1,bbbbb,aaaaa", annotations.Phase: "initialized"}}},
+			map[string]string{annotations.Controllers: b + "," + a},
+			AnnotationChanges{Set: map[string]string{annotations.Controllers: ctrl1.Long + "," + b + "," + a, annotations.Phase: "initialized"}}},
+		{"the record filled up meanwhile: the writer is not recorded, nobody is pushed out", record,
+			map[string]string{annotations.Controllers: full},
+			AnnotationChanges{Set: map[string]string{annotations.Phase: "initialized"}}},
 		{"already recorded and persisted: nothing to write", record,
-			map[string]string{annotations.Controllers: "ctrl1,aaaaa", annotations.Phase: "initialized"},
+			map[string]string{annotations.Controllers: ctrl1.Long + "," + a, annotations.Phase: "initialized"},
 			AnnotationChanges{}},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			got := tt.sw.Rebase(tt.fresh)
 			if !reflect.DeepEqual(got, tt.want) {
+				t.Errorf("got %+v, want %+v", got, tt.want)
+			}
+		})
+	}
+}
+
+func TestRebaseOn(t *testing.T) {
+	ctrl := controllerid.UserOf("ctrl")
+	record := SideWrite{
+		AnnotationChanges: AnnotationChanges{Set: map[string]string{annotations.Controllers: ctrl.Long, annotations.Phase: "initialized"}},
+		Seen:              map[string]string{},
+		Controller:        &ControllerRecord{User: ctrl, ObservedGeneration: 5},
+	}
+	stored := func(generation int64) *unstructured.Unstructured {
+		u := &unstructured.Unstructured{}
+		u.SetGeneration(generation)
+		return u
+	}
+	tests := []struct {
+		name       string
+		generation int64
+		want       AnnotationChanges
+	}{
+		{"observedGeneration at the stored generation: recorded", 5,
+			AnnotationChanges{Set: map[string]string{annotations.Controllers: ctrl.Long, annotations.Phase: "initialized"}}},
+		{"the generation moved on since: recorded", 6,
+			AnnotationChanges{Set: map[string]string{annotations.Controllers: ctrl.Long, annotations.Phase: "initialized"}}},
+		{"observedGeneration beyond the stored generation: a made-up observation records nobody", 4,
+			AnnotationChanges{Set: map[string]string{annotations.Phase: "initialized"}}},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			if got := record.RebaseOn(stored(tt.generation)); !reflect.DeepEqual(got, tt.want) {
 				t.Errorf("got %+v, want %+v", got, tt.want)
 			}
 		})

@@ -218,6 +218,10 @@ type Input struct {
 	// refuses it on any other), or a patch that touches only metadata and
 	// status. Such a verdict needs no confirmation.
 	NoChangeIsCertain bool
+	// ParentHidden: the caller may not read Parent. Messages and warnings
+	// then name neither the parent nor what its annotations say (a
+	// freeze's reason, a rejection's), only what to do.
+	ParentHidden bool
 	// Confirmed: OldObject and NewObject are what kube-apiserver stores
 	// and would store (a live read and a server-side dry run), not the
 	// proxy's computation.
@@ -327,6 +331,20 @@ type SideWrite struct {
 	// Seen holds, per changed key, the value the decision saw: the write
 	// is redone from fresh state (Rebase) when the target changed since.
 	Seen map[string]string `json:"-"`
+	// Controller is the user a controllers change records, with the
+	// observedGeneration its status write reported.
+	Controller *ControllerRecord `json:"controller,omitempty"`
+}
+
+// ControllerRecord is the user a status write records as controller.
+type ControllerRecord struct {
+	User controllerid.User `json:"user"`
+	// ObservedGeneration is what the status write reported. The user is
+	// recorded only when kube-apiserver stores the target at this
+	// generation or later: anybody who may write status can report a
+	// generation that was never observed, and only the controller can
+	// observe one that exists.
+	ObservedGeneration int64 `json:"observedGeneration"`
 }
 
 // Decision is the outcome of Decide.

@@ -58,7 +58,7 @@ Exit codes: 0 success, 1 error (nothing was written).`,
 	clientcmd.BindOverrideFlags(o.overrides, pf, clientcmd.RecommendedConfigOverrideFlags(""))
 	pf.StringVarP(&o.output, "output", "o", "", "Output format: json or yaml (default: text).")
 	cmd.AddCommand(o.whyCommand(), o.traceCommand(), o.approveCommand(), o.rejectCommand(),
-		o.freezeCommand(), o.unfreezeCommand(), o.snoozeCommand(), o.unsnoozeCommand())
+		o.freezeCommand(), o.unfreezeCommand(), o.snoozeCommand(), o.unsnoozeCommand(), o.resetControllersCommand())
 	return cmd
 }
 
@@ -89,8 +89,21 @@ func (o *options) print(v any, text func(io.Writer)) error {
 		_, err = o.out.Write(b)
 		return err
 	}
-	text(o.out)
+	text(printableWriter{o.out})
 	return nil
+}
+
+// printableWriter escapes what a terminal would act on instead of showing
+// (see annotations.PrintableLines) in text output: freeze and snooze
+// messages, approval reasons and user names come from annotations anybody
+// who may edit the parent wrote. JSON and YAML escape it themselves.
+type printableWriter struct{ w io.Writer }
+
+func (p printableWriter) Write(b []byte) (int, error) {
+	if _, err := io.WriteString(p.w, annotations.PrintableLines(string(b))); err != nil {
+		return 0, err
+	}
+	return len(b), nil
 }
 
 func (o *options) whyCommand() *cobra.Command {
@@ -348,6 +361,22 @@ func (o *options) unfreezeCommand() *cobra.Command {
 		func(p *unstructured.Unstructured, _ annotations.Stamp) (annotations.Edit, error) {
 			return annotations.Unfreeze(p.GetAnnotations()[annotations.Freeze]), nil
 		})
+}
+
+func (o *options) resetControllersCommand() *cobra.Command {
+	cmd := o.parentCommand("reset-controllers PARENT",
+		"Forget who the parent's controller is (kausality.io/controllers), for a controller that changed identity",
+		func(p *unstructured.Unstructured, _ annotations.Stamp) (annotations.Edit, error) {
+			return annotations.ResetControllers(p.GetAnnotations()[annotations.Controllers]), nil
+		})
+	cmd.Long = `reset-controllers empties the parent's kausality.io/controllers record. The
+proxy records a parent's controller from the status writes that advance its
+observedGeneration, up to five users, and never lets a newcomer push one of
+them out; a controller that now runs as another user is recorded only after
+a person resets the record. Until the next status write that advances
+observedGeneration records the controller again, the owner of the parent's
+status.observedGeneration in managedFields decides who the controller is.`
+	return cmd
 }
 
 func (o *options) snoozeCommand() *cobra.Command {

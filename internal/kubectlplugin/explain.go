@@ -310,13 +310,10 @@ func identifyController(f Facts) (*ControllerView, *unstructured.Unstructured) {
 		cands := candidates(f)
 		switch {
 		case len(recorded) > 0:
-		outer:
-			for _, h := range recorded {
-				for _, n := range cands {
-					if controllerid.Hash(n) == h {
-						name = n
-						break outer
-					}
+			for _, n := range cands {
+				if controllerid.UserOf(n).In(recorded) {
+					name = n
+					break
 				}
 			}
 		case len(managers) > 0:
@@ -331,12 +328,12 @@ func identifyController(f Facts) (*ControllerView, *unstructured.Unstructured) {
 		stand := "controller with hash " + recorded[0]
 		decideParent = p.DeepCopy()
 		ann := decideParent.GetAnnotations()
-		ann[annotations.Controllers], _ = controllerid.RecordController(ann[annotations.Controllers], controllerid.Hash(stand))
+		ann[annotations.Controllers] = controllerid.UserOf(stand).Long + "," + ann[annotations.Controllers]
 		decideParent.SetAnnotations(ann)
 	}
-	id := controllerid.Identify(p, cv.FieldManager, controllerid.Hash(name))
+	id := controllerid.Identify(p, cv.FieldManager, controllerid.UserOf(name))
 	if name == "" && len(recorded) > 0 {
-		id = controllerid.Identify(decideParent, cv.FieldManager, controllerid.Hash("controller with hash "+recorded[0]))
+		id = controllerid.Identify(decideParent, cv.FieldManager, controllerid.UserOf("controller with hash "+recorded[0]))
 	}
 	cv.Method, cv.Determined, cv.Reason = id.Method, id.Determined, id.Reason
 	switch {

@@ -357,6 +357,7 @@ func (i *Interceptor) input(r *http.Request, p *pending, parent *unstructured.Un
 		DryRun:            p.w.dryRun,
 		Confirmed:         p.confirmed,
 		NoChangeIsCertain: p.noChangeIsCertain(),
+		StaleUpdate:       p.staleUpdate(),
 		Now:               i.cfg.Clock.Now(),
 		Lifecycle:         p.settings.Lifecycle,
 		UngatedKinds:      p.settings.UngatedChildKinds,
@@ -394,6 +395,17 @@ func (p *pending) noChangeIsCertain() bool {
 		return p.sent.GetResourceVersion() != "" && p.sent.GetResourceVersion() == p.old.GetResourceVersion()
 	}
 	return false
+}
+
+// staleUpdate: a PUT of a copy older than the stored object, which
+// kube-apiserver refuses with a conflict. The stored object was read live
+// when the cache did not have the version the PUT names (storedObject).
+func (p *pending) staleUpdate() bool {
+	if p.w.verb != "update" || p.sent == nil || p.old == nil {
+		return false
+	}
+	rv := p.sent.GetResourceVersion()
+	return rv != "" && rv != p.old.GetResourceVersion()
 }
 
 // desiredChange reports whether the write changes the desired state.

@@ -7,6 +7,11 @@
 // Order of decision:
 //
 //	status subresource write                      → StatusWrite (record controller, phase)
+//	  changes annotations people set              → StatusAnnotationsRefused (Deny)
+//	  changes system annotations                  → kept as stored
+//	...any allowed update by the object's own
+//	controller that changes its approvals,
+//	rejections, freeze, snooze or mode            → OwnControlsRefused (Deny)
 //	no desired-state change (metadata/status)     → NoDesiredChange (protect annotations)
 //	no controller owner                           → NoParent (new trace)
 //	parent deletionTimestamp                      → ParentDeleting
@@ -101,6 +106,7 @@ func decideOnce(in Input) Decision {
 	d.Actor = Actor{User: name, UserHash: x.userHash, FieldManager: in.FieldManager}
 
 	x.decide()
+	x.guardOwnControls()
 
 	if d.Result == Deny {
 		d.ChildAnnotations, d.Trace, d.TraceOrigin = nil, "", false
@@ -636,6 +642,9 @@ func (x *decider) statusWrite() {
 	in, d := x.in, x.d
 	d.Category = StatusWrite
 	d.Reason = "status subresource write: records controller identity and lifecycle only"
+	if x.guardStatusAnnotations() {
+		return
+	}
 	target := d.Child
 	stored := x.oldAnn
 	if in.OldObject == nil {

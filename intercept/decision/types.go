@@ -83,6 +83,12 @@ const (
 	// DriftUnapproved: drift without approval: denied in enforce mode,
 	// allowed with a warning in log mode.
 	DriftUnapproved Category = "DriftUnapproved"
+	// OwnControlsRefused: the written object's own controller changes
+	// its approvals, rejections, freeze, snooze or mode. Denied.
+	OwnControlsRefused Category = "OwnControlsRefused"
+	// StatusAnnotationsRefused: a status write changes kausality.io
+	// annotations people set. Denied.
+	StatusAnnotationsRefused Category = "StatusAnnotationsRefused"
 )
 
 // ModeSource says which level chose the mode.
@@ -212,6 +218,10 @@ type Input struct {
 	// refuses it on any other), or a patch that touches only metadata and
 	// status. Such a verdict needs no confirmation.
 	NoChangeIsCertain bool
+	// StaleUpdate: a PUT naming a resourceVersion other than OldObject's.
+	// kube-apiserver refuses it with a conflict, so the annotations it
+	// carries are an old copy, not an edit.
+	StaleUpdate bool
 	// Confirmed: OldObject and NewObject are what kube-apiserver stores
 	// and would store (a live read and a server-side dry run), not the
 	// proxy's computation.
@@ -412,4 +422,7 @@ const (
 	// CauseUnblock: Field names the parent annotation, Message the action
 	// or the full value to set.
 	CauseUnblock metav1.CauseType = "KausalityUnblock"
+	// CauseControlAnnotation: Field names a kausality.io annotation the
+	// write may not change.
+	CauseControlAnnotation metav1.CauseType = "KausalityAnnotation"
 )

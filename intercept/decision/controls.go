@@ -7,6 +7,7 @@ package decision
 
 import (
 	"sort"
+	"strconv"
 	"strings"
 
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -84,12 +85,16 @@ func (x *decider) guardOwnControls() {
 func (x *decider) refuseOwnControls(keys []string, id controllerid.Identity) {
 	d := x.d
 	*d = Decision{Result: Deny, Category: OwnControlsRefused, Child: d.Child, Actor: d.Actor, Parent: d.Parent, Mode: d.Mode, ModeSource: d.ModeSource, Warnings: d.Warnings}
-	d.Reason = "the object's own controller edits its controls " + strings.Join(keys, ", ") + ": " + id.Reason
+	why := "its status writes advanced the object's observedGeneration (" + annotations.Controllers + ")"
+	if id.Method == controllerid.MethodManagedFields {
+		why = "its field manager " + strconv.Quote(x.in.FieldManager) + " owns the object's status.observedGeneration"
+	}
+	d.Reason = "the object's own controller edits its controls " + strings.Join(keys, ", ") + ": " + why
 	d.Message = "kausality: " + string(x.in.Operation) + x.shapeText() + " of " + d.Child.String() + " denied: the controller of " +
 		d.Child.String() + " may not edit its own " + strings.Join(keys, ", ") + "; a person must. The caller, " + d.Actor.User +
-		", is that controller (" + id.Reason + "). Approvals, rejections, freeze, snooze and mode hold back this controller's " +
+		", is that controller: " + why + ". Approvals, rejections, freeze, snooze and mode hold back this controller's " +
 		"drift, so they are refused to it through every kind of write. Ask a person who is not its controller to make this change."
-	d.Causes = []metav1.StatusCause{{Type: CauseChild, Message: d.Child.String()}, {Type: CauseController, Message: id.Reason}}
+	d.Causes = []metav1.StatusCause{{Type: CauseChild, Message: d.Child.String()}, {Type: CauseController, Message: d.Actor.User + ": " + why}}
 	for _, k := range keys {
 		d.Causes = append(d.Causes, metav1.StatusCause{Type: CauseControlAnnotation, Field: annotationField(k),
 			Message: "the object's own controller may not change this annotation"})

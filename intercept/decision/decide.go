@@ -7,11 +7,8 @@
 // Order of decision:
 //
 //	status subresource write                      → StatusWrite (record controller, phase)
-//	  changes annotations people set              → StatusAnnotationsRefused (Deny)
+//	  changes kausality.io annotations people set → StatusAnnotationsRefused (Deny)
 //	  changes system annotations                  → kept as stored
-//	...any allowed update by the object's own
-//	controller that changes its approvals,
-//	rejections, freeze, snooze or mode            → OwnControlsRefused (Deny)
 //	no desired-state change (metadata/status)     → NoDesiredChange (protect annotations)
 //	no controller owner                           → NoParent (new trace)
 //	parent deletionTimestamp                      → ParentDeleting
@@ -26,6 +23,10 @@
 //	  valid approval                              → DriftApproved (trace hop, consume once)
 //	  a rule of the writer's ApprovalPolicies     → DriftApprovedByPolicy (trace hop)
 //	  otherwise                                   → DriftUnapproved (enforce: Deny; log: Allow + warning)
+//
+// Then, whatever allowed it: an update by the written object's own
+// controller that changes the object's approvals, rejections, freeze,
+// snooze or mode (as it would be stored) → OwnControlsRefused (Deny).
 //
 // The controller is an authenticated user (see controllerid). Whether the
 // parent is settled at its spec comes from Input.Settle (see settle): a

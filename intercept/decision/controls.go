@@ -77,7 +77,9 @@ func (x *decider) guardOwnControls() {
 	}
 	if id := x.objectIdentity(); id.Determined && id.IsController {
 		x.refuseOwnControls(keys, id)
+		return
 	}
+	d.RecheckController = !in.Confirmed
 }
 
 // refuseOwnControls replaces the decision with the refusal of an edit of

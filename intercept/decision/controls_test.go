@@ -51,6 +51,8 @@ func TestControls(t *testing.T) {
 		child *AnnotationChanges
 		// says: the message names these.
 		says []string
+		// recheck: decided again on a live read of the object.
+		recheck bool
 	}{
 		{
 			name:     "the object's controller approves its own drift on the object",
@@ -93,6 +95,18 @@ func TestControls(t *testing.T) {
 			in: func() Input {
 				in := ownWrite(false, setAnn(annotations.Approvals, always))
 				alice(&in)
+				return in
+			},
+			result:   Allow,
+			category: NoDesiredChange,
+			recheck:  true,
+		},
+		{
+			name: "a person approves on a copy that was already read live",
+			in: func() Input {
+				in := ownWrite(false, setAnn(annotations.Approvals, always))
+				alice(&in)
+				in.Confirmed = true
 				return in
 			},
 			result:   Allow,
@@ -197,6 +211,9 @@ func TestControls(t *testing.T) {
 			d := Decide(tt.in())
 			if d.Result != tt.result || d.Category != tt.category {
 				t.Fatalf("got %s (%s): %s, want %s (%s)", d.Result, d.Category, d.Reason, tt.result, tt.category)
+			}
+			if d.RecheckController != tt.recheck {
+				t.Errorf("recheckController = %v, want %v", d.RecheckController, tt.recheck)
 			}
 			if !reflect.DeepEqual(d.ChildAnnotations, tt.child) {
 				t.Errorf("child annotations: got %s, want %s", js(d.ChildAnnotations), js(tt.child))

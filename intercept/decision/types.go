@@ -341,6 +341,12 @@ type Decision struct {
 	// on what kube-apiserver will store (a live read of the object and a
 	// server-side dry run of the same write) before it is acted on.
 	ConfirmWithServer bool `json:"confirmWithServer,omitempty"`
+	// RecheckController: the write changes the object's approvals,
+	// rejections, freeze, snooze or mode, and the copy of the object it
+	// was decided on does not name the writer as its controller. It must
+	// be decided again on a live read of the object: a cache that has not
+	// seen the record yet must not let the controller through.
+	RecheckController bool `json:"recheckController,omitempty"`
 
 	Mode       annotations.DriftMode `json:"mode,omitempty"`
 	ModeSource ModeSource            `json:"modeSource,omitempty"`

@@ -19,6 +19,7 @@ import (
 	"k8s.io/apimachinery/pkg/types"
 	utilrand "k8s.io/apimachinery/pkg/util/rand"
 	"k8s.io/client-go/dynamic"
+	"k8s.io/client-go/util/retry"
 	"k8s.io/utils/ptr"
 )
 
@@ -424,13 +425,21 @@ func TestAttackControllerSteersItsOwnGate(t *testing.T) {
 		mustf(t, err, "a person freezes the Deployment")
 
 		m := f.marker("deployments", f.deployment, "")
-		before := upstreamWrites(m)
-		d, err := deployments.Get(ctx, f.deployment, metav1.GetOptions{})
-		mustf(t, err, "the controller reads the Deployment")
-		ann := d.GetAnnotations()
-		delete(ann, steerFreeze)
-		d.SetAnnotations(ann)
-		_, err = deployments.Update(ctx, d, metav1.UpdateOptions{})
+		var before int
+		// kube-controller-manager answers the freeze with a status write:
+		// a PUT of the copy read before it is kube-apiserver's conflict.
+		err = retry.RetryOnConflict(retry.DefaultRetry, func() error {
+			d, err := deployments.Get(ctx, f.deployment, metav1.GetOptions{})
+			if err != nil {
+				return err
+			}
+			ann := d.GetAnnotations()
+			delete(ann, steerFreeze)
+			d.SetAnnotations(ann)
+			before = upstreamWrites(m)
+			_, err = deployments.Update(ctx, d, metav1.UpdateOptions{})
+			return err
+		})
 		expectRefused(t, err, m, before, "may not edit its own "+steerFreeze)
 
 		m = f.marker("deployments", f.deployment, "status")

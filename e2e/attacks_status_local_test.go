@@ -427,7 +427,7 @@ func TestAttackControllerSteersItsOwnGate(t *testing.T) {
 		expectRefused(t, err, m, f.token, before, own)
 	})
 	if v := f.get(t, deploymentsGVR, f.deployment).GetAnnotations()[steerApprovals]; v != "" {
-		t.Fatalf("the controller approved itself: %s=%s", steerApprovals, v)
+		t.Errorf("the controller approved itself: %s=%s", steerApprovals, v)
 	}
 
 	t.Run("lifts a freeze", func(t *testing.T) {

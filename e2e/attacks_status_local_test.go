@@ -426,6 +426,30 @@ func TestAttackControllerSteersItsOwnGate(t *testing.T) {
 		_, err := deployments.Patch(ctx, f.deployment, types.ApplyPatchType, []byte(apply), metav1.PatchOptions{FieldManager: "deployment-controller", Force: ptr.To(true)})
 		expectRefused(t, err, m, f.token, before, own)
 	})
+	t.Run("sets its own mode with a JSON patch and a strategic merge patch, of the Deployment and of its status", func(t *testing.T) {
+		jsonPatch := []byte(`[{"op":"add","path":"/metadata/annotations/kausality.io~1mode","value":"log"}]`)
+		strategic := annotationPatch(steerMode, ptr.To("log"))
+		for _, shape := range []struct {
+			patchType types.PatchType
+			body      []byte
+			sub       string
+		}{
+			{types.JSONPatchType, jsonPatch, ""}, {types.StrategicMergePatchType, strategic, ""},
+			{types.JSONPatchType, jsonPatch, "status"}, {types.StrategicMergePatchType, strategic, "status"},
+		} {
+			m := f.marker("deployments", f.deployment, shape.sub)
+			before := upstreamWrites(m, f.token)
+			var subresources []string
+			if shape.sub != "" {
+				subresources = []string{shape.sub}
+			}
+			_, err := deployments.Patch(ctx, f.deployment, shape.patchType, shape.body, metav1.PatchOptions{}, subresources...)
+			expectRefused(t, err, m, f.token, before, "may not edit its own "+steerMode+"; a person must")
+		}
+		if v, ok := f.get(t, deploymentsGVR, f.deployment).GetAnnotations()[steerMode]; ok {
+			t.Errorf("the controller set its own %s=%s", steerMode, v)
+		}
+	})
 	if v := f.get(t, deploymentsGVR, f.deployment).GetAnnotations()[steerApprovals]; v != "" {
 		t.Errorf("the controller approved itself: %s=%s", steerApprovals, v)
 	}

@@ -120,7 +120,9 @@ func (i *Interceptor) deny(w http.ResponseWriter, r *http.Request, p *pending, d
 // mutate returns the request to forward: unchanged, or with the child
 // annotation changes the decision asks for written into its body.
 func (i *Interceptor) mutate(r *http.Request, p *pending, d *decision.Decision) (*http.Request, error) {
-	annotate := !d.ChildAnnotations.Empty() && p.new != nil && p.w.sub == mainResource
+	// A status write carries annotations too: kube-apiserver keeps them
+	// for most built-in kinds.
+	annotate := !d.ChildAnnotations.Empty() && p.new != nil && (p.w.sub == mainResource || p.w.sub == statusSubresource)
 	precondition := p.precondition != "" && p.w.sub == mainResource && p.op == decision.Update
 	if !annotate && !precondition {
 		return r, nil

@@ -16,7 +16,9 @@ type subresourceKind int
 const (
 	// mainResource: the object itself.
 	mainResource subresourceKind = iota
-	// statusSubresource: recorded (controller identity, phase), never gated.
+	// statusSubresource: recorded (controller identity, phase), never
+	// gated; refused only when it changes kausality.io annotations people
+	// set, which kube-apiserver keeps on most built-in kinds' status writes.
 	statusSubresource
 	// scaleSubresource: a write of the scaled object's replicas field
 	// (spec.replicas, or a custom resource's specReplicasPath).

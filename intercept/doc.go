@@ -6,8 +6,14 @@
 //
 // Which writes are intercepted (see classify.go):
 //   - create, update, patch and delete of resources the rules target;
-//   - status-subresource writes, only to record controller identity and the
-//     lifecycle phase on the written object (never denied);
+//   - status-subresource writes, to record controller identity and the
+//     lifecycle phase on the written object. They are never gated, but
+//     kube-apiserver keeps metadata.annotations on the status writes of
+//     most built-in kinds, so one that changes a kausality.io annotation
+//     people set is refused, and system annotations are kept as stored;
+//   - whatever the shape of a write, the written object's own controller
+//     may not change the object's approvals, rejections, freeze, snooze
+//     or mode (decision.OwnControlsRefused);
 //   - /scale writes, as writes of the scaled object's replicas field
 //     (spec.replicas, or a custom resource's specReplicasPath); the trace
 //     lands on the scaled object in a follow-up patch (scale.go);

@@ -304,6 +304,29 @@ func goneParent(ref *metav1.OwnerReference, namespace string) *unstructured.Unst
 	return u
 }
 
+// reloadStored replaces the stored object, which may come from a cache,
+// with a live read, and recomputes what the write makes of it.
+func (i *Interceptor) reloadStored(r *http.Request, p *pending) error {
+	wr := p.w
+	live, err := i.cfg.Objects.GetLive(r.Context(), wr.gvr, p.namespace, wr.info.Name)
+	switch {
+	case apierrors.IsNotFound(err):
+		// Deleted meanwhile: kube-apiserver answers the write itself.
+		return nil
+	case err != nil:
+		return i.unresolvable(fmt.Errorf("reading the stored %s %s: %w", p.kind.Kind, qualifiedName(p.namespace, wr.info.Name), err))
+	}
+	p.old = live
+	if wr.verb == "patch" {
+		if err := i.patched(r, p); err != nil {
+			return err
+		}
+	}
+	p.changed, p.changes = desiredChange(p.op, p.old, p.new)
+	p.shownChanges = nil
+	return nil
+}
+
 // refreshParent replaces the snapshot with a live read.
 func (i *Interceptor) refreshParent(ctx context.Context, p *pending) error {
 	if p.parent == nil {
@@ -359,6 +382,7 @@ func (i *Interceptor) input(r *http.Request, p *pending, parent *unstructured.Un
 		DryRun:            p.w.dryRun,
 		Confirmed:         p.confirmed,
 		NoChangeIsCertain: p.noChangeIsCertain(),
+		StaleUpdate:       p.staleUpdate(),
 		Now:               i.cfg.Clock.Now(),
 		Lifecycle:         p.settings.Lifecycle,
 		UngatedKinds:      p.settings.UngatedChildKinds,
@@ -429,6 +453,17 @@ func (p *pending) noChangeIsCertain() bool {
 		return p.sent.GetResourceVersion() != "" && p.sent.GetResourceVersion() == p.old.GetResourceVersion()
 	}
 	return false
+}
+
+// staleUpdate: a PUT of a copy older than the stored object, which
+// kube-apiserver refuses with a conflict. The stored object was read live
+// when the cache did not have the version the PUT names (storedObject).
+func (p *pending) staleUpdate() bool {
+	if p.w.verb != "update" || p.sent == nil || p.old == nil {
+		return false
+	}
+	rv := p.sent.GetResourceVersion()
+	return rv != "" && rv != p.old.GetResourceVersion()
 }
 
 // desiredChange reports whether the write changes the desired state.

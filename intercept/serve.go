@@ -306,6 +306,12 @@ func (i *Interceptor) decideAndReserve(w http.ResponseWriter, r *http.Request, p
 // again from that single fresh snapshot.
 func (i *Interceptor) decideConfirmed(r *http.Request, p *pending, forward http.Handler) (decision.Decision, error) {
 	d := i.decide(r, p)
+	if d.RecheckController && p.w.sub == mainResource {
+		if err := i.reloadStored(r, p); err != nil {
+			return d, err
+		}
+		d = i.decide(r, p)
+	}
 	if d.ConfirmWithServer && p.w.sub == mainResource {
 		if err := i.confirmWithServer(r, p, forward); err != nil {
 			return d, err

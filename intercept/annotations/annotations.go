@@ -100,6 +100,18 @@ func IsSystem(key string) bool {
 	return false
 }
 
+// IsControl reports whether key is one of the controls people hold over
+// the decisions about an object's children: approvals, rejections, freeze,
+// snooze and mode. The controller those decisions judge must not hold them,
+// or it could approve its own drift.
+func IsControl(key string) bool {
+	switch key {
+	case Approvals, Rejections, Freeze, SnoozeUntil, Snooze, Mode:
+		return true
+	}
+	return false
+}
+
 // TraceLabel returns the label name of a kausality.io/trace-<label>
 // annotation key, or "" if key is not one.
 func TraceLabel(key string) string {

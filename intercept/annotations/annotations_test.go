@@ -8,28 +8,29 @@ import (
 
 func TestClassification(t *testing.T) {
 	tests := []struct {
-		key               string
-		kausality, system bool
-		label             string
+		key                        string
+		kausality, system, control bool
+		label                      string
 	}{
-		{Trace, true, true, ""},
-		{Updaters, true, true, ""},
-		{Controllers, true, true, ""},
-		{Phase, true, true, ""},
-		{ObservedGeneration, true, true, ""},
-		{LegacyInitialized, true, true, ""},
-		{Reservations, true, true, ""},
-		{Approvals, true, false, ""},
-		{Rejections, true, false, ""},
-		{Freeze, true, false, ""},
-		{SnoozeUntil, true, false, ""},
-		{Snooze, true, false, ""},
-		{Mode, true, false, ""},
-		{"kausality.io/trace-ticket", true, false, "ticket"},
-		{"kausality.io/trace-", true, false, ""},
-		{"kausality.io/future", true, false, ""},
-		{"example.com/trace", false, false, ""},
-		{"kausality.io", false, false, ""},
+		{Trace, true, true, false, ""},
+		{Updaters, true, true, false, ""},
+		{Controllers, true, true, false, ""},
+		{Phase, true, true, false, ""},
+		{ObservedGeneration, true, true, false, ""},
+		{LegacyInitialized, true, true, false, ""},
+		{Reservations, true, true, false, ""},
+		{Approvals, true, false, true, ""},
+		{Rejections, true, false, true, ""},
+		{Freeze, true, false, true, ""},
+		{SnoozeUntil, true, false, true, ""},
+		{Snooze, true, false, true, ""},
+		{Mode, true, false, true, ""},
+		{"kausality.io/trace-ticket", true, false, false, "ticket"},
+		{"kausality.io/trace-", true, false, false, ""},
+		{"kausality.io/future", true, false, false, ""},
+		{"example.com/trace", false, false, false, ""},
+		{"kausality.io", false, false, false, ""},
+		{"example.com/approvals", false, false, false, ""},
 	}
 	for _, tt := range tests {
 		if got := IsKausality(tt.key); got != tt.kausality {
@@ -37,6 +38,9 @@ func TestClassification(t *testing.T) {
 		}
 		if got := IsSystem(tt.key); got != tt.system {
 			t.Errorf("IsSystem(%q) = %v", tt.key, got)
+		}
+		if got := IsControl(tt.key); got != tt.control {
+			t.Errorf("IsControl(%q) = %v", tt.key, got)
 		}
 		if got := TraceLabel(tt.key); got != tt.label {
 			t.Errorf("TraceLabel(%q) = %q", tt.key, got)

@@ -7,6 +7,8 @@
 // Order of decision:
 //
 //	status subresource write                      → StatusWrite (record controller, phase)
+//	  changes kausality.io annotations people set → StatusAnnotationsRefused (Deny)
+//	  changes system annotations                  → kept as stored
 //	no desired-state change (metadata/status)     → NoDesiredChange (protect annotations)
 //	no controller owner                           → NoParent (new trace)
 //	parent deletionTimestamp                      → ParentDeleting
@@ -23,6 +25,10 @@
 //	  valid approval                              → DriftApproved (trace hop, consume once)
 //	  a rule of the writer's ApprovalPolicies     → DriftApprovedByPolicy (trace hop)
 //	  otherwise                                   → DriftUnapproved (enforce: Deny; log: Allow + warning)
+//
+// Then, whatever allowed it: an update by the written object's own
+// controller that changes the object's approvals, rejections, freeze,
+// snooze or mode (as it would be stored) → OwnControlsRefused (Deny).
 //
 // The controller is an authenticated user (see controllerid). Whether the
 // parent is settled at its spec comes from Input.Settle (see settle): a
@@ -111,6 +117,7 @@ func decideOnce(in Input) Decision {
 		d.ChildAnnotations = withRemoved(d.ChildAnnotations, annotations.Controllers)
 		d.Reason += "; " + name + " reset " + annotations.Controllers
 	}
+	x.guardOwnControls()
 
 	if d.Result == Deny {
 		d.ChildAnnotations, d.Trace, d.TraceOrigin = nil, "", false
@@ -668,6 +675,9 @@ func (x *decider) statusWrite() {
 	in, d := x.in, x.d
 	d.Category = StatusWrite
 	d.Reason = "status subresource write: records controller identity and lifecycle only"
+	if x.guardStatusAnnotations() {
+		return
+	}
 	target := d.Child
 	stored := x.oldAnn
 	if in.OldObject == nil {

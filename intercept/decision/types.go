@@ -89,6 +89,12 @@ const (
 	// DriftUnapproved: drift without approval: denied in enforce mode,
 	// allowed with a warning in log mode.
 	DriftUnapproved Category = "DriftUnapproved"
+	// OwnControlsRefused: the written object's own controller changes
+	// its approvals, rejections, freeze, snooze or mode. Denied.
+	OwnControlsRefused Category = "OwnControlsRefused"
+	// StatusAnnotationsRefused: a status write changes kausality.io
+	// annotations people set. Denied.
+	StatusAnnotationsRefused Category = "StatusAnnotationsRefused"
 )
 
 // ModeSource says which level chose the mode.
@@ -222,6 +228,10 @@ type Input struct {
 	// then name neither the parent nor what its annotations say (a
 	// freeze's reason, a rejection's), only what to do.
 	ParentHidden bool
+	// StaleUpdate: a PUT naming a resourceVersion other than OldObject's.
+	// kube-apiserver refuses it with a conflict, so the annotations it
+	// carries are an old copy, not an edit.
+	StaleUpdate bool
 	// Confirmed: OldObject and NewObject are what kube-apiserver stores
 	// and would store (a live read and a server-side dry run), not the
 	// proxy's computation.
@@ -361,6 +371,12 @@ type Decision struct {
 	// on what kube-apiserver will store (a live read of the object and a
 	// server-side dry run of the same write) before it is acted on.
 	ConfirmWithServer bool `json:"confirmWithServer,omitempty"`
+	// RecheckController: the write changes the object's approvals,
+	// rejections, freeze, snooze or mode, and the copy of the object it
+	// was decided on does not name the writer as its controller. It must
+	// be decided again on a live read of the object: a cache that has not
+	// seen the record yet must not let the controller through.
+	RecheckController bool `json:"recheckController,omitempty"`
 
 	Mode       annotations.DriftMode `json:"mode,omitempty"`
 	ModeSource ModeSource            `json:"modeSource,omitempty"`
@@ -442,4 +458,7 @@ const (
 	// CauseUnblock: Field names the parent annotation, Message the action
 	// or the full value to set.
 	CauseUnblock metav1.CauseType = "KausalityUnblock"
+	// CauseControlAnnotation: Field names a kausality.io annotation the
+	// write may not change.
+	CauseControlAnnotation metav1.CauseType = "KausalityAnnotation"
 )

@@ -18,9 +18,11 @@ import (
 // carry what Slack would send back.
 func postedMessage(t *testing.T, e *Escalator, api *fakeSlack) slackCall {
 	t.Helper()
-	if _, err := e.Post(context.Background(), testReport()); err != nil {
+	ref, err := e.Post(context.Background(), testReport())
+	if err != nil {
 		t.Fatal(err)
 	}
+	drifts(e).add(openDriftOf(testReport(), ref))
 	calls := api.recorded()
 	api.reset()
 	return calls[0]
@@ -32,6 +34,9 @@ func TestClick(t *testing.T) {
 		name     string
 		action   string
 		parentAt int64
+		// replicas is the parent's spec.replicas; 0 is the spec at
+		// detection (3).
+		replicas int64
 		// noMessage: Slack did not send the message back.
 		noMessage bool
 		want      map[string]string
@@ -63,7 +68,19 @@ func TestClick(t *testing.T) {
 			outcome: "<@U0CAROL> snoozed the notifications of the parent for an hour", buttons: true,
 		},
 		{
-			name: "an approval after the parent's spec changed writes nothing", action: ActionApproveOnce, parentAt: 6,
+			// A snooze click on the same message bumps the generation of
+			// kinds that count annotation changes.
+			name: "an approval after an annotation-only generation bump is for the current generation", action: ActionApproveOnce, parentAt: 6,
+			want:    map[string]string{annotations.Approvals: `[{"apiVersion":"apps/v1","kind":"ReplicaSet","name":"web-6d4","generation":6,"mode":"once",` + stamp + `}]`},
+			outcome: "<@U0CAROL> approved the next write (once)",
+		},
+		{
+			name: "approve for this generation after an annotation-only bump", action: ActionApproveGeneration, parentAt: 7,
+			want:    map[string]string{annotations.Approvals: `[{"apiVersion":"apps/v1","kind":"ReplicaSet","name":"web-6d4","generation":7,"mode":"generation",` + stamp + `}]`},
+			outcome: "<@U0CAROL> approved the writes while the parent is at generation 7",
+		},
+		{
+			name: "an approval after the parent's spec changed writes nothing", action: ActionApproveOnce, parentAt: 6, replicas: 4,
 			outcome: "<@U0CAROL> tried to approve, but nothing was written: the parent's spec changed since the drift (generation 5, now 6)", buttons: true,
 		},
 		{
@@ -75,7 +92,11 @@ func TestClick(t *testing.T) {
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			api := newFakeSlack(t)
-			parents := &fakeEditor{parent: testParent(tt.parentAt)}
+			parent := testParent(tt.parentAt)
+			if tt.replicas != 0 {
+				parent.Object["spec"] = map[string]any{"replicas": tt.replicas}
+			}
+			parents := &fakeEditor{parent: parent}
 			e := newTestEscalator(t, api, parents)
 			posted := postedMessage(t, e, api)
 			if tt.noMessage {
@@ -267,10 +288,10 @@ func withBody(r *http.Request, body string) *http.Request {
 }
 
 func TestOutcomesStayBounded(t *testing.T) {
-	v := buttonValueOf(testReport())
+	d := openDriftOf(testReport(), MessageRef{Channel: testChannel, Timestamp: testTS})
 	var blocks []slack.Block
 	for i := range 3 * maxOutcomes {
-		blocks = clickedBlocks(blocks, v, fmt.Sprintf("click %d", i), true)
+		blocks = clickedBlocks(blocks, d, fmt.Sprintf("click %d", i), true)
 	}
 	ids := map[string]bool{}
 	outcomes := 0

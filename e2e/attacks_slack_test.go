@@ -14,9 +14,9 @@ import (
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
-	auditv1 "k8s.io/apiserver/pkg/apis/audit/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/util/rand"
+	auditv1 "k8s.io/apiserver/pkg/apis/audit/v1"
 
 	"github.com/kausality-io/kausality-proxy/e2e/framework"
 	"github.com/kausality-io/kausality-proxy/intercept/annotations"

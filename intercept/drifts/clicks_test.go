@@ -6,6 +6,7 @@ import (
 	"testing"
 	"time"
 
+	"go.uber.org/zap"
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -161,5 +162,36 @@ func TestRecordClickIsBounded(t *testing.T) {
 	later := now.Add(2 * time.Minute)
 	if err := recordClick(st, escalation.ClickClaim{Key: "one more", Now: later, Expires: later.Add(time.Minute)}); err != nil {
 		t.Errorf("after the window: %v", err)
+	}
+}
+
+// suppressingEscalator is Slack past its message limits.
+type suppressingEscalator struct{ posts int }
+
+func (s *suppressingEscalator) Post(context.Context, notify.DriftReport) (escalation.MessageRef, error) {
+	s.posts++
+	return escalation.MessageRef{}, escalation.ErrSuppressed
+}
+
+func (*suppressingEscalator) Resolve(context.Context, escalation.MessageRef, notify.DriftReport) error {
+	return errors.New("nothing was posted")
+}
+
+// TestSuppressedMessageIsNotRetried: a drift whose message the rate limit
+// suppressed is marked so, counted in the summary, and not posted on each
+// later pass (which would post it after all, or count it again).
+func TestSuppressedMessageIsNotRetried(t *testing.T) {
+	esc := &suppressingEscalator{}
+	l := &Ledger{o: Options{Escalator: esc}, m: newMetrics(), log: zap.NewNop()}
+	rec := &Record{Name: RecordName("0123456789abcdef")}
+	if !l.escalate(context.Background(), rec) || !rec.State.SlackSuppressed {
+		t.Fatalf("the suppression is not recorded: %+v", rec.State)
+	}
+	if l.escalate(context.Background(), rec) || esc.posts != 1 {
+		t.Errorf("posted %d times", esc.posts)
+	}
+	rec.State.Resolved = &Resolution{Reason: notify.ReasonApproved}
+	if l.escalate(context.Background(), rec) || !l.everythingOut(rec) {
+		t.Error("a resolved drift whose message was suppressed waits for a message update")
 	}
 }

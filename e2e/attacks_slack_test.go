@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"net/http"
 	"net/url"
+	"regexp"
 	"strconv"
 	"strings"
 	"testing"
@@ -15,6 +16,7 @@ import (
 
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/util/rand"
 	auditv1 "k8s.io/apiserver/pkg/apis/audit/v1"
 
@@ -305,4 +307,49 @@ func TestAttackSlackApproveAfterSnoozeClick(t *testing.T) {
 	})
 	// The approved revert goes through.
 	intentWaitReplicas(t, alice, ns, rsName, 2, "the approved revert")
+}
+
+// A controller denied in a loop, each create a new drift, used to post a
+// message per drift. Past its bucket the messages are suppressed, and one
+// summary counts them: every drift is either posted or counted.
+func TestAttackSlackMessageFlood(t *testing.T) {
+	slack := newFakeSlack(t)
+	rig := newDriftRig(t, "slack-flood", 1, func(o *framework.ReplicaOptions) {
+		slack.configure(t, &o.Drifts)
+		o.Drifts.SlackLimits = slackesc.MessageLimits{PerController: slackesc.Rate{Every: time.Hour, Burst: 3}, SummaryAfter: 3 * time.Second}
+	})
+	const creates = 20
+	for i := range creates {
+		g := &unstructured.Unstructured{Object: map[string]any{
+			"apiVersion": wgAPIVersion, "kind": "Gadget",
+			"metadata": map[string]any{"name": fmt.Sprintf("flood-%02d", i), "namespace": rig.f.ns},
+			"spec":     map[string]any{"value": "v1"},
+		}}
+		g.SetOwnerReferences([]metav1.OwnerReference{rig.f.ownerRef()})
+		_, err := rig.f.gadgets(rig.ctrls[0]).Create(context.Background(), g, metav1.CreateOptions{FieldManager: wgManager})
+		if err == nil {
+			t.Fatalf("create %d was allowed", i)
+		}
+	}
+	summarized := regexp.MustCompile("(\\d+) more drifts from controller `" + regexp.QuoteMeta(wgControllerUser) + "` suppressed")
+	var posted, suppressed int
+	eventually(t, 60*time.Second, "every drift posted or summarized", func() error {
+		posted, suppressed = 0, 0
+		for _, m := range slack.posted() {
+			if strings.Contains(m.blocks, "flood-") {
+				posted++
+			}
+			for _, match := range summarized.FindAllStringSubmatch(m.text, -1) {
+				n, _ := strconv.Atoi(match[1])
+				suppressed += n
+			}
+		}
+		if posted+suppressed != creates {
+			return fmt.Errorf("%d posted and %d summarized of %d drifts", posted, suppressed, creates)
+		}
+		return nil
+	})
+	if posted != 3 {
+		t.Errorf("%d drift messages, want the controller's burst of 3", posted)
+	}
 }

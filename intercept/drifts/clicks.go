@@ -3,7 +3,6 @@ package drifts
 import (
 	"context"
 	"fmt"
-	"time"
 
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -97,7 +96,7 @@ func recordClick(st *State, claim escalation.ClickClaim) error {
 	}
 	if len(st.SlackClicks) >= maxClaimedClicks {
 		// Forgetting a live click would let it be replayed.
-		return fmt.Errorf("more than %d clicks on this drift within %s; click again later", maxClaimedClicks, claim.Expires.Sub(claim.Now).Round(time.Second))
+		return fmt.Errorf("%w (%d)", escalation.ErrTooManyClicks, maxClaimedClicks)
 	}
 	if st.SlackClicks == nil {
 		st.SlackClicks = map[string]metav1.Time{}

@@ -156,8 +156,8 @@ func TestRecordClickIsBounded(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	if err := recordClick(st, escalation.ClickClaim{Key: "one more", Now: now, Expires: now.Add(time.Minute)}); err == nil {
-		t.Error("a full record took one more click")
+	if err := recordClick(st, escalation.ClickClaim{Key: "one more", Now: now, Expires: now.Add(time.Minute)}); !errors.Is(err, escalation.ErrTooManyClicks) {
+		t.Errorf("a full record took one more click: %v", err)
 	}
 	later := now.Add(2 * time.Minute)
 	if err := recordClick(st, escalation.ClickClaim{Key: "one more", Now: later, Expires: later.Add(time.Minute)}); err != nil {

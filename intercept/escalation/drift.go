@@ -60,6 +60,9 @@ var (
 	ErrNoOpenDrift = errors.New("no open drift")
 	// ErrClickReplayed: the signed request was applied before.
 	ErrClickReplayed = errors.New("click already applied")
+	// ErrTooManyClicks: the drift holds as many live clicks as it may;
+	// forgetting one would let it be replayed.
+	ErrTooManyClicks = errors.New("too many clicks on this drift within the signature window")
 )
 
 // driftID is the form of a drift id (notify.FromDecision): checked before

@@ -140,6 +140,8 @@ func (e *Escalator) claim(ctx context.Context, c click, claim ClickClaim) (OpenD
 		return d, http.StatusOK, nil
 	case errors.Is(err, ErrClickReplayed):
 		return OpenDrift{}, http.StatusUnauthorized, err
+	case errors.Is(err, ErrTooManyClicks):
+		return OpenDrift{}, http.StatusTooManyRequests, fmt.Errorf("%w; nothing was written, click again in a few minutes", err)
 	case errors.Is(err, ErrNoOpenDrift):
 		return OpenDrift{}, http.StatusNotFound,
 			fmt.Errorf("drift %s is not open (it was resolved, or never detected); nothing was written", c.driftID)

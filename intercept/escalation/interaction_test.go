@@ -420,22 +420,32 @@ func TestClickReplayedOnAnotherReplica(t *testing.T) {
 	}
 }
 
-// TestClickWhenTheLedgerCannotBeRead: nothing is written, and Slack is
+// TestClickWhenTheLedgerCannotTakeIt: nothing is written, and Slack is
 // told to try again.
-func TestClickWhenTheLedgerCannotBeRead(t *testing.T) {
-	api := newFakeSlack(t)
-	parents := &fakeEditor{parent: testParent(5)}
-	e := newTestEscalator(t, api, parents)
-	body := clickBody(t, postedMessage(t, e, api), ActionApproveOnce)
-	drifts(e).err = fmt.Errorf("etcdserver: request timed out")
-	w := httptest.NewRecorder()
-	e.InteractionHandler().ServeHTTP(w, signedRequest(body, testNow.Unix(), testSecret))
-	e.Wait()
-	if w.Code != http.StatusServiceUnavailable || !strings.Contains(w.Body.String(), "click again") {
-		t.Errorf("status %d %q", w.Code, w.Body)
-	}
-	if parents.callCount() != 0 {
-		t.Error("the parent was edited")
+func TestClickWhenTheLedgerCannotTakeIt(t *testing.T) {
+	for _, tt := range []struct {
+		err    error
+		status int
+	}{
+		{fmt.Errorf("etcdserver: request timed out"), http.StatusServiceUnavailable},
+		{fmt.Errorf("%w (64)", ErrTooManyClicks), http.StatusTooManyRequests},
+	} {
+		t.Run(tt.err.Error(), func(t *testing.T) {
+			api := newFakeSlack(t)
+			parents := &fakeEditor{parent: testParent(5)}
+			e := newTestEscalator(t, api, parents)
+			body := clickBody(t, postedMessage(t, e, api), ActionApproveOnce)
+			drifts(e).err = tt.err
+			w := httptest.NewRecorder()
+			e.InteractionHandler().ServeHTTP(w, signedRequest(body, testNow.Unix(), testSecret))
+			e.Wait()
+			if w.Code != tt.status || !strings.Contains(w.Body.String(), "click again") {
+				t.Errorf("status %d %q, want %d", w.Code, w.Body, tt.status)
+			}
+			if parents.callCount() != 0 {
+				t.Error("the parent was edited")
+			}
+		})
 	}
 }
 

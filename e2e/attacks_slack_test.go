@@ -49,7 +49,29 @@ func newSlackRig(t *testing.T, prefix string, replicas int) *slackRig {
 		}
 		return fmt.Errorf("%d messages, none about Widget %s", len(slack.posted()), rig.f.widget)
 	})
+	messageRecorded(t, rig.recordNS, rig.msg.ts)
 	return rig
+}
+
+// messageRecorded waits until a drift record in namespace holds the
+// message posted at ts: the ledger writes it down after Slack answered the
+// post, and a click that comes earlier finds no message to match.
+func messageRecorded(t *testing.T, namespace, ts string) {
+	t.Helper()
+	eventually(t, 30*time.Second, "the drift record holds message "+ts, func() error {
+		list, err := directClient(t).CoreV1().ConfigMaps(namespace).List(context.Background(),
+			metav1.ListOptions{LabelSelector: drifts.ComponentLabel + "=drift-record"})
+		if err != nil {
+			return err
+		}
+		for _, cm := range list.Items {
+			var st drifts.State
+			if json.Unmarshal([]byte(cm.Data["state"]), &st) == nil && st.Slack != nil && st.Slack.Timestamp == ts {
+				return nil
+			}
+		}
+		return fmt.Errorf("%d records, none with the message", len(list.Items))
+	})
 }
 
 // slackClickPayload is what Slack posts for a click; the tests change its
@@ -235,7 +257,8 @@ func TestAttackSlackClickReplayedOnAnotherReplica(t *testing.T) {
 func TestAttackSlackApproveAfterSnoozeClick(t *testing.T) {
 	ctx := context.Background()
 	slack := newFakeSlack(t)
-	opts := framework.ReplicaOptions{Drifts: framework.DriftTimings(newNamespace(t, "slack-records"))}
+	recordNS := newNamespace(t, "slack-records")
+	opts := framework.ReplicaOptions{Drifts: framework.DriftTimings(recordNS)}
 	slack.configure(t, &opts.Drifts)
 	replica, err := env.StartReplica(ctx, opts)
 	mustf(t, err, "starting a proxy replica with Slack")
@@ -268,6 +291,7 @@ func TestAttackSlackApproveAfterSnoozeClick(t *testing.T) {
 		}
 		return fmt.Errorf("%d messages, none about ReplicaSet %s", len(slack.posted()), rsName)
 	})
+	messageRecorded(t, recordNS, msg.ts)
 	values := buttons(t, msg.blocks)
 	before, err := alice.AppsV1().Deployments(ns).Get(ctx, "web", metav1.GetOptions{})
 	mustf(t, err, "deployment")

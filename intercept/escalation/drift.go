@@ -90,7 +90,9 @@ func (r *refusal) Error() string { return r.reason }
 // even with a record forged into the proxy's namespace.
 func checkClick(d OpenDrift, clickChannel, clickTS, configuredChannel string, excluded []string) error {
 	if d.Message == nil {
-		return &refusal{status: 409, reason: fmt.Sprintf("drift %s was not posted to Slack; answer it with kubectl kausality", d.ID)}
+		// Either the message was suppressed by the rate limit, or the click
+		// came before the ledger wrote down where it posted the message.
+		return &refusal{status: 409, reason: fmt.Sprintf("drift %s has no Slack message on record yet; click again in a moment, or answer it with kubectl kausality", d.ID)}
 	}
 	if clickChannel != d.Message.Channel || (isChannelID(configuredChannel) && clickChannel != configuredChannel) {
 		return &refusal{status: 403, reason: fmt.Sprintf("clicks on drift %s count only in the channel it was posted to", d.ID)}

@@ -345,7 +345,7 @@ func TestClickBoundToOpenDrift(t *testing.T) {
 			payload: func(p string) string { return strings.ReplaceAll(p, testTS, "1772366400.999999") },
 			status:  http.StatusForbidden, told: "not the one drift 0123456789abcdef was posted as"},
 		{name: "a drift never posted", drift: func(d *OpenDrift) { d.Message = nil },
-			status: http.StatusConflict, told: "was not posted to Slack"},
+			status: http.StatusConflict, told: "has no Slack message on record yet"},
 		{name: "a record naming Namespace kube-system", drift: kubeSystem,
 			status: http.StatusForbidden, told: "never gates"},
 		{name: "a parent in a namespace the configuration excludes", drift: func(*OpenDrift) {}, excluded: []string{"shop"},

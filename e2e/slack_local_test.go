@@ -187,6 +187,7 @@ func TestSlackEscalation(t *testing.T) {
 		}
 		return fmt.Errorf("%d messages, none about Widget %s", len(slack.posted()), rig.f.widget)
 	})
+	messageRecorded(t, rig.recordNS, msg.ts)
 	values := buttons(t, msg.blocks)
 	for _, action := range []string{slackesc.ActionApproveOnce, slackesc.ActionApproveGeneration, slackesc.ActionReject, slackesc.ActionSnooze} {
 		if values[action] == "" {

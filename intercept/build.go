@@ -73,6 +73,8 @@ type DriftOptions struct {
 	WebhookTokenFile string
 	// SlackAPIURL replaces Slack's API endpoint (tests).
 	SlackAPIURL string
+	// SlackLimits bound the drift messages; zero values are the defaults.
+	SlackLimits escalation.MessageLimits
 	// Identity names this replica in the Lease ("" = host name and a
 	// random suffix).
 	Identity string
@@ -112,7 +114,7 @@ func Build(o Options) (*Interceptor, error) {
 		stop()
 		return nil, fmt.Errorf("upstream client: %w", err)
 	}
-	ledger, slack, err := buildDrifts(o, store, dyn, client)
+	ledger, slack, err := buildDrifts(o, store, dyn, client, settings)
 	if err != nil {
 		stop()
 		return nil, err
@@ -143,7 +145,7 @@ func Build(o Options) (*Interceptor, error) {
 
 // buildDrifts makes the drift ledger and, with a Slack channel, the
 // escalation and its interaction endpoint. Nobody to tell: no ledger.
-func buildDrifts(o Options, store *objects.Store, dyn dynamic.Interface, client kubernetes.Interface) (*drifts.Ledger, *escalation.Escalator, error) {
+func buildDrifts(o Options, store *objects.Store, dyn dynamic.Interface, client kubernetes.Interface, settings *config.Watcher) (*drifts.Ledger, *escalation.Escalator, error) {
 	d := o.Drifts
 	if !d.enabled(o.DriftWebhookURLs) {
 		return nil, nil, nil
@@ -177,7 +179,12 @@ func buildDrifts(o Options, store *objects.Store, dyn dynamic.Interface, client 
 		esc, err = escalation.New(escalation.Config{
 			BotToken: token, SigningSecret: secret, Channel: d.SlackChannel, APIURL: d.SlackAPIURL,
 			Parents: escalation.NewDynamicParentEditor(dyn, store.RESTMapper()),
-			Log:     o.Log.Named("slack"),
+			Drifts:  drifts.NewClicks(client, d.Namespace),
+			ExcludedNamespaces: func() []string {
+				return settings.Current().Rules.ExcludedNamespaces
+			},
+			Limits: d.SlackLimits,
+			Log:    o.Log.Named("slack"),
 		})
 		if err != nil {
 			return nil, nil, fmt.Errorf("slack escalation: %w", err)

@@ -34,6 +34,11 @@
 //     holds (Secrets). Once every receiver has the Resolved report, the
 //     record is deleted.
 //
+// A Slack click names only a drift id. Clicks reads that drift's record
+// live from the cluster, on whichever replica Slack reached, and records
+// the click on it before it is applied, so a click counts once across
+// replicas and restarts.
+//
 // A snoozed parent's drift is held: it is neither delivered nor escalated
 // until the snooze expires (the write path still denies it in enforce
 // mode).

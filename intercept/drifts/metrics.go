@@ -54,7 +54,7 @@ func newMetrics() *metrics {
 		resolved: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "kausality_proxy_driftreports_resolved_total",
 			Help: "Drifts found to have ended, by reason."}, []string{"reason"}),
 		escalations: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "kausality_proxy_escalations_total",
-			Help: "Escalation messages posted, marked resolved, or failed (retried)."}, []string{"result"}),
+			Help: "Escalation messages posted, marked resolved, suppressed by the message rate limit (counted in a summary), or failed (retried)."}, []string{"result"}),
 		suppressed: prometheus.NewCounter(prometheus.CounterOpts{Name: "kausality_proxy_driftreports_snoozed_total",
 			Help: "Drifts that ended while their parent was snoozed, before anyone was told: never sent."}),
 		suppressedByQuota: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "kausality_proxy_driftreports_quota_suppressed_total",

@@ -65,6 +65,13 @@ type State struct {
 	Slack *escalation.MessageRef `json:"slack,omitempty"`
 	// SlackResolved: the message says the drift was resolved.
 	SlackResolved bool `json:"slackResolved,omitempty"`
+	// SlackSuppressed: the message was not posted, to keep within the
+	// message rate limits; a summary message counts it.
+	SlackSuppressed bool `json:"slackSuppressed,omitempty"`
+	// SlackClicks are the Slack requests applied to this drift, by request
+	// key, until their signature expires: a replay is refused by every
+	// replica, and after a restart.
+	SlackClicks map[string]metav1.Time `json:"slackClicks,omitempty"`
 }
 
 // Resolution is why and when a drift ended.

@@ -14,6 +14,7 @@ import (
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/runtime/schema"
 
+	"github.com/kausality-io/kausality-proxy/intercept/escalation"
 	"github.com/kausality-io/kausality-proxy/intercept/notify"
 )
 
@@ -241,8 +242,13 @@ func (l *Ledger) body(rec *Record, phase notify.Phase) []byte {
 // resolved one. It reports whether rec changed.
 func (l *Ledger) escalate(ctx context.Context, rec *Record) bool {
 	switch {
-	case rec.State.Slack == nil && rec.State.Resolved == nil:
+	case rec.State.Slack == nil && rec.State.Resolved == nil && !rec.State.SlackSuppressed:
 		ref, err := l.o.Escalator.Post(ctx, rec.Report)
+		if errors.Is(err, escalation.ErrSuppressed) {
+			l.m.escalations.WithLabelValues("suppressed").Inc()
+			rec.State.SlackSuppressed = true
+			return true
+		}
 		if err != nil {
 			l.m.escalations.WithLabelValues("failed").Inc()
 			l.log.Warn("cannot escalate a drift; it will be retried", zap.String("id", rec.ID()), zap.Error(err))

@@ -7,6 +7,9 @@
 // parent that the kubectl plugin writes (annotations.AddApproval,
 // AddRejection, SetSnooze), stamped with the Slack user who clicked.
 //
+// A click names only a drift id. What it acts on comes from the ledger's
+// open record of that id, read from the cluster (OpenDrifts), and only a
+// click on the drift's own message in the channel it was posted to counts.
 // The proxy's own credentials write those edits (ParentEditor), so who may
 // answer drift is whoever may click in the channel: the channel's
 // membership is the access control.
@@ -45,6 +48,14 @@ type Config struct {
 	APIURL string
 	// Parents writes the answers to the parents' annotations.
 	Parents ParentEditor
+	// Drifts are the open drifts a click may answer, read from the
+	// cluster so that any replica can serve a click.
+	Drifts OpenDrifts
+	// ExcludedNamespaces returns the namespaces the proxy's configuration
+	// never gates; nil is the defaults only. A click never writes there.
+	ExcludedNamespaces func() []string
+	// Limits bound the drift messages; zero values are the defaults.
+	Limits MessageLimits
 	// Clock is the time for stamps, snoozes and the signature window;
 	// nil is time.Now.
 	Clock func() time.Time
@@ -67,6 +78,9 @@ type Escalator struct {
 	channel       string
 	signingSecret []byte
 	parents       ParentEditor
+	drifts        OpenDrifts
+	excluded      func() []string
+	limiter       *messageLimiter
 	clock         func() time.Time
 	log           *zap.Logger
 	replays       *replayMemory
@@ -87,6 +101,9 @@ func New(cfg Config) (*Escalator, error) {
 	if cfg.Parents == nil {
 		missing = append(missing, "Parents")
 	}
+	if cfg.Drifts == nil {
+		missing = append(missing, "Drifts")
+	}
 	if len(missing) > 0 {
 		return nil, fmt.Errorf("slack escalation: %s required", strings.Join(missing, ", "))
 	}
@@ -103,6 +120,9 @@ func New(cfg Config) (*Escalator, error) {
 		channel:       cfg.Channel,
 		signingSecret: []byte(cfg.SigningSecret),
 		parents:       cfg.Parents,
+		drifts:        cfg.Drifts,
+		excluded:      cfg.ExcludedNamespaces,
+		limiter:       newMessageLimiter(cfg.Limits),
 		clock:         cfg.Clock,
 		log:           cfg.Log,
 		replays:       newReplayMemory(maxRememberedSignatures),
@@ -113,13 +133,24 @@ func New(cfg Config) (*Escalator, error) {
 	if e.log == nil {
 		e.log = zap.NewNop()
 	}
+	if e.excluded == nil {
+		e.excluded = func() []string { return nil }
+	}
 	return e, nil
 }
 
 // Post posts a detected drift to the channel and returns where it went.
+// Past the message limits it posts nothing and returns ErrSuppressed; the
+// drift is counted in a summary message instead.
 func (e *Escalator) Post(ctx context.Context, r notify.DriftReport) (MessageRef, error) {
 	if r.Spec.Phase != notify.PhaseDetected || r.Spec.ID == "" {
 		return MessageRef{}, fmt.Errorf("slack escalation: only a Detected report with an id is posted, not phase %q id %q", r.Spec.Phase, r.Spec.ID)
+	}
+	if ok, schedule := e.limiter.allow(r.Spec.Request.User, e.clock()); !ok {
+		if schedule {
+			e.scheduleSummary()
+		}
+		return MessageRef{}, ErrSuppressed
 	}
 	blocks := detectedBlocks(r)
 	channel, ts, err := e.api.PostMessageContext(ctx, e.channel,

@@ -23,6 +23,7 @@ import (
 	"github.com/kausality-io/kausality-proxy/intercept/decision"
 	"github.com/kausality-io/kausality-proxy/intercept/desired"
 	"github.com/kausality-io/kausality-proxy/intercept/notify"
+	"github.com/kausality-io/kausality-proxy/intercept/settle"
 )
 
 const (
@@ -119,6 +120,8 @@ func newFakeSlack(t *testing.T) *fakeSlack {
 		switch method {
 		case "chat.postMessage":
 			fmt.Fprintf(w, `{"ok":true,"channel":%q,"ts":%q}`, testChannel, testTS)
+		case "chat.postEphemeral":
+			fmt.Fprint(w, `{"ok":true,"message_ts":"1772366400.000200"}`)
 		case "chat.update":
 			fmt.Fprintf(w, `{"ok":true,"channel":%q,"ts":%q,"text":""}`, r.PostForm.Get("channel"), r.PostForm.Get("ts"))
 		default:
@@ -179,9 +182,74 @@ func testParent(generation int64) *unstructured.Unstructured {
 	p := &unstructured.Unstructured{Object: map[string]any{
 		"apiVersion": "apps/v1", "kind": "Deployment",
 		"metadata": map[string]any{"name": "web", "namespace": "shop", "uid": "uid-web", "generation": generation},
+		"spec":     map[string]any{"replicas": int64(3)},
 	}}
 	return p
 }
+
+// fakeDrifts is the ledger's open drifts in memory.
+type fakeDrifts struct {
+	mu     sync.Mutex
+	open   map[string]OpenDrift
+	claims map[string]map[string]bool
+	// err, when set, is what reading the records fails with.
+	err error
+}
+
+func newFakeDrifts() *fakeDrifts {
+	return &fakeDrifts{open: map[string]OpenDrift{}, claims: map[string]map[string]bool{}}
+}
+
+func (f *fakeDrifts) add(d OpenDrift) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.open[d.ID] = d
+}
+
+func (f *fakeDrifts) claimCount() int {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	n := 0
+	for _, c := range f.claims {
+		n += len(c)
+	}
+	return n
+}
+
+func (f *fakeDrifts) Claim(_ context.Context, id string, claim ClickClaim, check func(OpenDrift) error) (OpenDrift, error) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if f.err != nil {
+		return OpenDrift{}, f.err
+	}
+	d, ok := f.open[id]
+	if !ok {
+		return OpenDrift{}, ErrNoOpenDrift
+	}
+	if err := check(d); err != nil {
+		return OpenDrift{}, err
+	}
+	if f.claims[id][claim.Key] {
+		return OpenDrift{}, ErrClickReplayed
+	}
+	if f.claims[id] == nil {
+		f.claims[id] = map[string]bool{}
+	}
+	f.claims[id][claim.Key] = true
+	return d, nil
+}
+
+// openDriftOf is the open drift the ledger holds for a posted report.
+func openDriftOf(r notify.DriftReport, ref MessageRef) OpenDrift {
+	s := r.Spec
+	return OpenDrift{
+		ID: s.ID, Parent: s.Parent.Ref(), ParentUID: s.Parent.UID, Generation: s.Parent.Generation,
+		ParentSpecHash: settle.SpecHash(testParent(s.Parent.Generation)), Child: s.Child.Ref(),
+		Controller: s.Request.User, Message: &ref,
+	}
+}
+
+func drifts(e *Escalator) *fakeDrifts { return e.drifts.(*fakeDrifts) }
 
 const testTrace = `[{"apiVersion":"apps/v1","kind":"Deployment","name":"web","generation":5,"user":"alice@example.com","timestamp":"2026-03-01T11:59:00Z"},` +
 	`{"apiVersion":"apps/v1","kind":"ReplicaSet","name":"web-6d4","generation":3,"user":"system:serviceaccount:kube-system:deployment-controller","timestamp":"2026-03-01T11:59:01Z"}]`
@@ -229,7 +297,7 @@ func newTestEscalator(t *testing.T, slackAPI *fakeSlack, parents ParentEditor) *
 	t.Helper()
 	e, err := New(Config{
 		BotToken: "xoxb-test", SigningSecret: testSecret, Channel: testChannel,
-		APIURL: slackAPI.srv.URL + "/", Parents: parents,
+		APIURL: slackAPI.srv.URL + "/", Parents: parents, Drifts: newFakeDrifts(),
 		Clock: func() time.Time { return testNow },
 	})
 	if err != nil {
@@ -260,7 +328,7 @@ func clickBody(t *testing.T, posted slackCall, actionID string) string {
 		}
 	}
 	if value == "" {
-		value = `{"d":"0123456789abcdef","p":{"v":"apps/v1","k":"Deployment","ns":"shop","n":"web"},"c":{"v":"apps/v1","k":"ReplicaSet","ns":"shop","n":"web-6d4"},"g":5}`
+		value = `{"d":"0123456789abcdef"}`
 	}
 	payload := map[string]any{
 		"type":      "block_actions",

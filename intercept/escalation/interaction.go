@@ -22,6 +22,7 @@ import (
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 
 	"github.com/kausality-io/kausality-proxy/intercept/annotations"
+	"github.com/kausality-io/kausality-proxy/intercept/settle"
 )
 
 const (
@@ -80,7 +81,8 @@ func (e *Escalator) serveInteraction(w http.ResponseWriter, r *http.Request) {
 		http.Error(w, "reading the request failed", http.StatusBadRequest)
 		return
 	}
-	if err := e.verify(r.Header, body); err != nil {
+	claim, err := e.verify(r.Header, body)
+	if err != nil {
 		e.log.Info("slack interaction refused", zap.Error(err), zap.String("remote", r.RemoteAddr))
 		if errors.Is(err, errTooManyRequests) {
 			http.Error(w, err.Error(), http.StatusServiceUnavailable)
@@ -95,46 +97,114 @@ func (e *Escalator) serveInteraction(w http.ResponseWriter, r *http.Request) {
 		http.Error(w, err.Error(), http.StatusBadRequest)
 		return
 	}
+	d, status, err := e.claim(r.Context(), c, claim)
+	if err != nil {
+		log := e.log.With(zap.String("drift", c.driftID), zap.String("action", c.action), zap.String("user", c.who()),
+			zap.String("channel", c.message.Channel))
+		if status == http.StatusUnauthorized {
+			log.Info("slack click refused", zap.Error(err))
+			http.Error(w, "unauthorized", status)
+			return
+		}
+		log.Warn("slack click refused", zap.Error(err))
+		// The clicker sees why; Slack also marks the click as failed.
+		e.clicks.Go(func() { e.tellClicker(context.WithoutCancel(r.Context()), c, err.Error()) })
+		http.Error(w, err.Error(), status)
+		return
+	}
 	ctx := context.WithoutCancel(r.Context())
-	e.clicks.Go(func() { e.apply(ctx, c) })
+	e.clicks.Go(func() { e.apply(ctx, c, d) })
 	w.WriteHeader(http.StatusOK)
+}
+
+// claimTimeout bounds reading and claiming the drift while Slack waits
+// for the answer (it gives up after 3 seconds).
+const claimTimeout = 2500 * time.Millisecond
+
+// claim binds a click to the open drift it names and records it there,
+// so that a replay is refused by every replica. It returns the status to
+// answer with when the click is refused.
+func (e *Escalator) claim(ctx context.Context, c click, claim ClickClaim) (OpenDrift, int, error) {
+	if !driftID.MatchString(c.driftID) {
+		return OpenDrift{}, http.StatusNotFound, fmt.Errorf("%q is not a drift id; nothing was written", c.driftID)
+	}
+	ctx, cancel := context.WithTimeout(ctx, claimTimeout)
+	defer cancel()
+	excluded := e.excluded()
+	d, err := e.drifts.Claim(ctx, c.driftID, claim, func(d OpenDrift) error {
+		return checkClick(d, c.message.Channel, c.message.Timestamp, e.channel, excluded)
+	})
+	var refused *refusal
+	switch {
+	case err == nil:
+		return d, http.StatusOK, nil
+	case errors.Is(err, ErrClickReplayed):
+		return OpenDrift{}, http.StatusUnauthorized, err
+	case errors.Is(err, ErrTooManyClicks):
+		return OpenDrift{}, http.StatusTooManyRequests, fmt.Errorf("%w; nothing was written, click again in a few minutes", err)
+	case errors.Is(err, ErrNoOpenDrift):
+		return OpenDrift{}, http.StatusNotFound,
+			fmt.Errorf("drift %s is not open (it was resolved, or never detected); nothing was written", c.driftID)
+	case errors.As(err, &refused):
+		return OpenDrift{}, refused.status, fmt.Errorf("%s; nothing was written", refused.reason)
+	}
+	return OpenDrift{}, http.StatusServiceUnavailable,
+		fmt.Errorf("the open drifts cannot be read now (%v); nothing was written, click again", err)
+}
+
+// tellClicker shows the clicker, and only them, why their click did not
+// count.
+func (e *Escalator) tellClicker(ctx context.Context, c click, why string) {
+	if c.message.Channel == "" {
+		return
+	}
+	ctx, cancel := context.WithTimeout(ctx, clickTimeout)
+	defer cancel()
+	_, err := e.api.PostEphemeralContext(ctx, c.message.Channel, c.userID,
+		slack.MsgOptionText(":warning: "+code(why), false))
+	if err != nil {
+		e.log.Info("cannot tell a clicker why the click was refused", zap.Error(err))
+	}
 }
 
 // verify checks Slack's v0 signature: hex HMAC-SHA256 of
 // "v0:{timestamp}:{body}" under the signing secret, the timestamp within
-// signatureWindow of the clock, and the signature not seen before. The
+// signatureWindow of the clock, and the signature not seen by this
+// replica before (the ledger's claim refuses what another replica saw). The
 // window is checked here, not by slack.NewSecretsVerifier, because that
 // one reads the wall clock and the Escalator's clock is injected.
-func (e *Escalator) verify(h http.Header, body []byte) error {
+func (e *Escalator) verify(h http.Header, body []byte) (ClickClaim, error) {
 	sigHeader, tsHeader := h.Get(signatureHeader), h.Get(timestampHeader)
 	if sigHeader == "" || tsHeader == "" {
-		return errMissingSignature
+		return ClickClaim{}, errMissingSignature
 	}
 	hexSig, ok := strings.CutPrefix(sigHeader, "v0=")
 	if !ok {
-		return errBadSignature
+		return ClickClaim{}, errBadSignature
 	}
 	sig, err := hex.DecodeString(hexSig)
 	if err != nil || len(sig) != sha256.Size {
-		return errBadSignature
+		return ClickClaim{}, errBadSignature
 	}
 	secs, err := strconv.ParseInt(tsHeader, 10, 64)
 	if err != nil {
-		return errBadSignature
+		return ClickClaim{}, errBadSignature
 	}
 	sent, now := time.Unix(secs, 0), e.clock()
 	if now.Sub(sent).Abs() > signatureWindow {
-		return errExpired
+		return ClickClaim{}, errExpired
 	}
 	mac := hmac.New(sha256.New, e.signingSecret)
 	mac.Write([]byte("v0:" + tsHeader + ":"))
 	mac.Write(body)
 	if !hmac.Equal(mac.Sum(nil), sig) {
-		return errBadSignature
+		return ClickClaim{}, errBadSignature
 	}
 	// Keyed by the decoded bytes: the same signature in other hex case is
-	// the same request.
-	return e.replays.firstUse(string(sig), sent.Add(signatureWindow), now)
+	// the same request. The signature covers the timestamp and the whole
+	// payload (action_ts, trigger_id), so it names the request.
+	claim := ClickClaim{Key: hex.EncodeToString(sig[:16]), Now: now, Expires: sent.Add(signatureWindow)}
+	return claim, e.replays.firstUse(string(sig), claim.Expires, now)
 }
 
 // replayMemory remembers the signatures of verified requests until their
@@ -175,7 +245,8 @@ func (m *replayMemory) firstUse(sig string, expires, now time.Time) error {
 // click is a verified, understood button click.
 type click struct {
 	action string
-	value  buttonValue
+	// driftID is all a click says about what it acts on.
+	driftID string
 	// userID and userName are the Slack user who clicked.
 	userID, userName string
 	// message is the clicked message, and blocks its blocks as Slack sent
@@ -213,7 +284,7 @@ func parseClick(body []byte) (click, error) {
 	if err != nil {
 		return click{}, err
 	}
-	c := click{action: a.ActionID, value: v, userID: cb.User.ID, userName: cb.User.Username, blocks: cb.Message.Blocks.BlockSet}
+	c := click{action: a.ActionID, driftID: v.DriftID, userID: cb.User.ID, userName: cb.User.Username, blocks: cb.Message.Blocks.BlockSet}
 	if c.userName == "" {
 		c.userName = cb.User.Name
 	}
@@ -244,20 +315,22 @@ func (c click) mention() string {
 	return "`" + code(c.who()) + "`"
 }
 
-// apply writes the click's edit to the parent and tells the channel.
-func (e *Escalator) apply(ctx context.Context, c click) {
+// apply writes the click's edit to the parent of the open drift d and
+// tells the channel.
+func (e *Escalator) apply(ctx context.Context, c click, d OpenDrift) {
 	ctx, cancel := context.WithTimeout(ctx, clickTimeout)
 	defer cancel()
 	st := annotations.Stamp{User: c.who(), At: e.clock()}
 	var edit annotations.Edit
-	err := e.parents.Edit(ctx, c.value.Parent.objectRef(), func(parent *unstructured.Unstructured) (annotations.Edit, error) {
+	var generation int64
+	err := e.parents.Edit(ctx, d.Parent, func(parent *unstructured.Unstructured) (annotations.Edit, error) {
 		var err error
-		edit, err = c.compute(parent, st)
+		edit, generation, err = c.compute(parent, d, st)
 		return edit, err
 	})
-	log := e.log.With(zap.String("drift", c.value.DriftID), zap.String("action", c.action), zap.String("user", c.who()),
-		zap.Stringer("parent", c.value.Parent.objectRef()))
-	outcome, answered := c.outcome(edit, err)
+	log := e.log.With(zap.String("drift", d.ID), zap.String("action", c.action), zap.String("user", c.who()),
+		zap.Stringer("parent", d.Parent))
+	outcome, answered := c.outcome(edit, generation, err)
 	if err != nil {
 		log.Warn("slack click not applied", zap.Error(err))
 	} else {
@@ -267,55 +340,73 @@ func (e *Escalator) apply(ctx context.Context, c click) {
 		log.Warn("slack click: no message to update")
 		return
 	}
-	blocks := clickedBlocks(c.blocks, c.value, outcome, !answered)
+	blocks := clickedBlocks(c.blocks, d, outcome, !answered)
 	_, _, _, err = e.api.UpdateMessageContext(ctx, c.message.Channel, c.message.Timestamp,
-		slack.MsgOptionText(fmt.Sprintf("Drift %s: %s", c.value.DriftID, outcome), false), slack.MsgOptionBlocks(blocks...))
+		slack.MsgOptionText(fmt.Sprintf("Drift %s: %s", d.ID, outcome), false), slack.MsgOptionBlocks(blocks...))
 	if err != nil {
 		log.Warn("slack chat.update after a click failed", zap.Error(err))
 	}
 }
 
-// compute is the edit of the parent a click asks for, computed from the
-// parent as read.
-func (c click) compute(parent *unstructured.Unstructured, st annotations.Stamp) (annotations.Edit, error) {
-	v := c.value
-	if v.ParentUID != "" && string(parent.GetUID()) != v.ParentUID {
-		return annotations.Edit{}, fmt.Errorf("the parent was deleted and created again since the drift (uid %s, now %s)", v.ParentUID, parent.GetUID())
+// compute is the edit of the parent a click on drift d asks for, computed
+// from the parent as read, and the parent generation an approval is for.
+func (c click) compute(parent *unstructured.Unstructured, d OpenDrift, st annotations.Stamp) (annotations.Edit, int64, error) {
+	if d.ParentUID != "" && string(parent.GetUID()) != d.ParentUID {
+		return annotations.Edit{}, 0, fmt.Errorf("the parent was deleted and created again since the drift (uid %s, now %s)", d.ParentUID, parent.GetUID())
 	}
 	ann := parent.GetAnnotations()
 	switch c.action {
 	case ActionApproveOnce, ActionApproveGeneration:
-		// An approval names the generation it is for; after the parent's
-		// spec changed it would approve nothing, and the drift is gone.
-		if g := parent.GetGeneration(); g != v.Generation {
-			return annotations.Edit{}, fmt.Errorf("the parent's spec changed since the drift (generation %d, now %d): the write is no longer drift", v.Generation, g)
+		generation, err := approvableGeneration(parent, d)
+		if err != nil {
+			return annotations.Edit{}, 0, err
 		}
 		mode := annotations.ApprovalOnce
 		if c.action == ActionApproveGeneration {
 			mode = annotations.ApprovalGeneration
 		}
-		a := annotations.Approval{APIVersion: v.Child.APIVersion, Kind: v.Child.Kind, Name: v.Child.Name, Generation: v.Generation, Mode: mode}
-		return annotations.AddApproval(ann[annotations.Approvals], a, st)
+		a := annotations.Approval{APIVersion: d.Child.APIVersion, Kind: d.Child.Kind, Name: d.Child.Name, Generation: generation, Mode: mode}
+		edit, err := annotations.AddApproval(ann[annotations.Approvals], a, st)
+		return edit, generation, err
 	case ActionReject:
-		r := annotations.Rejection{APIVersion: v.Child.APIVersion, Kind: v.Child.Kind, Name: v.Child.Name,
+		r := annotations.Rejection{APIVersion: d.Child.APIVersion, Kind: d.Child.Kind, Name: d.Child.Name,
 			Reason: "rejected in Slack by " + c.who()}
-		return annotations.AddRejection(ann[annotations.Rejections], r, st)
+		edit, err := annotations.AddRejection(ann[annotations.Rejections], r, st)
+		return edit, 0, err
 	case ActionSnooze:
-		return annotations.SetSnooze(snoozeFor, "snoozed in Slack (drift "+v.DriftID+")", st)
+		edit, err := annotations.SetSnooze(snoozeFor, "snoozed in Slack (drift "+d.ID+")", st)
+		return edit, 0, err
 	}
-	return annotations.Edit{}, fmt.Errorf("unknown action %q", c.action)
+	return annotations.Edit{}, 0, fmt.Errorf("unknown action %q", c.action)
+}
+
+// approvableGeneration is the parent generation an approval of drift d is
+// written for. An approval names a generation; after the parent's spec
+// changed it would approve nothing, and the drift is gone. Some kinds bump
+// the generation when only annotations change (a snooze click on the same
+// message does that): with the spec as it was at detection, the approval
+// is for the parent's current generation.
+func approvableGeneration(parent *unstructured.Unstructured, d OpenDrift) (int64, error) {
+	g := parent.GetGeneration()
+	if g == d.Generation {
+		return g, nil
+	}
+	if g > d.Generation && d.ParentSpecHash != "" && settle.SpecHash(parent) == d.ParentSpecHash {
+		return g, nil
+	}
+	return 0, fmt.Errorf("the parent's spec changed since the drift (generation %d, now %d): the write is no longer drift", d.Generation, g)
 }
 
 // outcome says in the message who did what, and whether the drift is
 // answered (its buttons go). A failed click leaves the buttons to retry.
-func (c click) outcome(edit annotations.Edit, err error) (text string, answered bool) {
+func (c click) outcome(edit annotations.Edit, generation int64, err error) (text string, answered bool) {
 	var emoji, did, try string
 	switch c.action {
 	case ActionApproveOnce:
 		emoji, did, try, answered = ":white_check_mark:", "approved the next write (once)", "approve", true
 	case ActionApproveGeneration:
 		emoji, did, try, answered = ":white_check_mark:",
-			fmt.Sprintf("approved the writes while the parent is at generation %d", c.value.Generation), "approve", true
+			fmt.Sprintf("approved the writes while the parent is at generation %d", generation), "approve", true
 	case ActionReject:
 		emoji, did, try, answered = ":no_entry:",
 			"rejected the drift (until the rejection is removed from kausality.io/rejections)", "reject", true

@@ -2,6 +2,7 @@ package escalation
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"net/http"
 	"net/http/httptest"
@@ -18,9 +19,11 @@ import (
 // carry what Slack would send back.
 func postedMessage(t *testing.T, e *Escalator, api *fakeSlack) slackCall {
 	t.Helper()
-	if _, err := e.Post(context.Background(), testReport()); err != nil {
+	ref, err := e.Post(context.Background(), testReport())
+	if err != nil {
 		t.Fatal(err)
 	}
+	drifts(e).add(openDriftOf(testReport(), ref))
 	calls := api.recorded()
 	api.reset()
 	return calls[0]
@@ -32,6 +35,9 @@ func TestClick(t *testing.T) {
 		name     string
 		action   string
 		parentAt int64
+		// replicas is the parent's spec.replicas; 0 is the spec at
+		// detection (3).
+		replicas int64
 		// noMessage: Slack did not send the message back.
 		noMessage bool
 		want      map[string]string
@@ -63,7 +69,19 @@ func TestClick(t *testing.T) {
 			outcome: "<@U0CAROL> snoozed the notifications of the parent for an hour", buttons: true,
 		},
 		{
-			name: "an approval after the parent's spec changed writes nothing", action: ActionApproveOnce, parentAt: 6,
+			// A snooze click on the same message bumps the generation of
+			// kinds that count annotation changes.
+			name: "an approval after an annotation-only generation bump is for the current generation", action: ActionApproveOnce, parentAt: 6,
+			want:    map[string]string{annotations.Approvals: `[{"apiVersion":"apps/v1","kind":"ReplicaSet","name":"web-6d4","generation":6,"mode":"once",` + stamp + `}]`},
+			outcome: "<@U0CAROL> approved the next write (once)",
+		},
+		{
+			name: "approve for this generation after an annotation-only bump", action: ActionApproveGeneration, parentAt: 7,
+			want:    map[string]string{annotations.Approvals: `[{"apiVersion":"apps/v1","kind":"ReplicaSet","name":"web-6d4","generation":7,"mode":"generation",` + stamp + `}]`},
+			outcome: "<@U0CAROL> approved the writes while the parent is at generation 7",
+		},
+		{
+			name: "an approval after the parent's spec changed writes nothing", action: ActionApproveOnce, parentAt: 6, replicas: 4,
 			outcome: "<@U0CAROL> tried to approve, but nothing was written: the parent's spec changed since the drift (generation 5, now 6)", buttons: true,
 		},
 		{
@@ -75,7 +93,11 @@ func TestClick(t *testing.T) {
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			api := newFakeSlack(t)
-			parents := &fakeEditor{parent: testParent(tt.parentAt)}
+			parent := testParent(tt.parentAt)
+			if tt.replicas != 0 {
+				parent.Object["spec"] = map[string]any{"replicas": tt.replicas}
+			}
+			parents := &fakeEditor{parent: parent}
 			e := newTestEscalator(t, api, parents)
 			posted := postedMessage(t, e, api)
 			if tt.noMessage {
@@ -267,10 +289,10 @@ func withBody(r *http.Request, body string) *http.Request {
 }
 
 func TestOutcomesStayBounded(t *testing.T) {
-	v := buttonValueOf(testReport())
+	d := openDriftOf(testReport(), MessageRef{Channel: testChannel, Timestamp: testTS})
 	var blocks []slack.Block
 	for i := range 3 * maxOutcomes {
-		blocks = clickedBlocks(blocks, v, fmt.Sprintf("click %d", i), true)
+		blocks = clickedBlocks(blocks, d, fmt.Sprintf("click %d", i), true)
 	}
 	ids := map[string]bool{}
 	outcomes := 0
@@ -288,5 +310,190 @@ func TestOutcomesStayBounded(t *testing.T) {
 	}
 	if last := blocks[len(blocks)-1]; last.ID() != actionsBlockID {
 		t.Errorf("the buttons are not last: %s", last.ID())
+	}
+}
+
+// TestClickBoundToOpenDrift replays clicks that name something other than
+// the drift of the message clicked: each is refused, writes nothing, and
+// the clicker is told why.
+func TestClickBoundToOpenDrift(t *testing.T) {
+	kubeSystem := func(d *OpenDrift) {
+		d.Parent = decision.ObjectRef{APIVersion: "v1", Kind: "Namespace", Name: "kube-system"}
+		d.Child = decision.ObjectRef{APIVersion: "v1", Kind: "ConfigMap", Namespace: "kube-system", Name: "coredns"}
+	}
+	tests := []struct {
+		name string
+		// drift changes the open drift the ledger holds; nil: none.
+		drift func(*OpenDrift)
+		// payload changes the click's payload before it is signed.
+		payload  func(string) string
+		excluded []string
+		status   int
+		told     string
+	}{
+		{name: "a made-up drift id", drift: func(*OpenDrift) {},
+			payload: func(p string) string { return strings.ReplaceAll(p, "0123456789abcdef", "fedcba9876543210") },
+			status:  http.StatusNotFound, told: "drift fedcba9876543210 is not open"},
+		{name: "a drift id that is not one", drift: func(*OpenDrift) {},
+			payload: func(p string) string { return strings.ReplaceAll(p, "0123456789abcdef", "../../secrets") },
+			status:  http.StatusNotFound, told: "is not a drift id"},
+		{name: "a resolved drift", status: http.StatusNotFound, told: "is not open"},
+		{name: "another channel", drift: func(*OpenDrift) {},
+			payload: func(p string) string { return strings.ReplaceAll(p, testChannel, "C0OTHER") },
+			status:  http.StatusForbidden, told: "only in the channel it was posted to"},
+		{name: "another message", drift: func(*OpenDrift) {},
+			payload: func(p string) string { return strings.ReplaceAll(p, testTS, "1772366400.999999") },
+			status:  http.StatusForbidden, told: "not the one drift 0123456789abcdef was posted as"},
+		{name: "a drift never posted", drift: func(d *OpenDrift) { d.Message = nil },
+			status: http.StatusConflict, told: "has no Slack message on record yet"},
+		{name: "a record naming Namespace kube-system", drift: kubeSystem,
+			status: http.StatusForbidden, told: "never gates"},
+		{name: "a parent in a namespace the configuration excludes", drift: func(*OpenDrift) {}, excluded: []string{"shop"},
+			status: http.StatusForbidden, told: "never gates"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			api := newFakeSlack(t)
+			parents := &fakeEditor{parent: testParent(5)}
+			e := newTestEscalator(t, api, parents)
+			e.excluded = func() []string { return tt.excluded }
+			ref, err := e.Post(context.Background(), testReport())
+			if err != nil {
+				t.Fatal(err)
+			}
+			posted := api.recorded()[0]
+			api.reset()
+			if tt.drift != nil {
+				d := openDriftOf(testReport(), ref)
+				tt.drift(&d)
+				drifts(e).add(d)
+			}
+			body := clickBody(t, posted, ActionApproveOnce)
+			if tt.payload != nil {
+				body = tt.payload(body)
+			}
+			w := httptest.NewRecorder()
+			e.InteractionHandler().ServeHTTP(w, signedRequest(body, testNow.Unix(), testSecret))
+			e.Wait()
+			if w.Code != tt.status || !strings.Contains(w.Body.String(), tt.told) {
+				t.Errorf("status %d %q, want %d %q", w.Code, w.Body, tt.status, tt.told)
+			}
+			if n := parents.callCount(); n != 0 {
+				t.Errorf("parent edited %d times", n)
+			}
+			if drifts(e).claimCount() != 0 {
+				t.Error("a refused click was recorded")
+			}
+			calls := api.recorded()
+			if len(calls) != 1 || calls[0].Method != "chat.postEphemeral" || calls[0].Form.Get("user") != "U0CAROL" ||
+				!strings.Contains(calls[0].Form.Get("text"), tt.told) {
+				t.Errorf("the clicker was not told %q: %+v", tt.told, calls)
+			}
+		})
+	}
+}
+
+// TestClickReplayedOnAnotherReplica sends the same signed click to two
+// escalators that share the ledger, as two replicas do: the second one
+// has never seen the signature, and refuses it from the record.
+func TestClickReplayedOnAnotherReplica(t *testing.T) {
+	api := newFakeSlack(t)
+	parents := &fakeEditor{parent: testParent(5)}
+	first := newTestEscalator(t, api, parents)
+	second := newTestEscalator(t, api, parents)
+	second.drifts = first.drifts
+	body := clickBody(t, postedMessage(t, first, api), ActionSnooze)
+	for i, e := range []*Escalator{first, second} {
+		w := httptest.NewRecorder()
+		e.InteractionHandler().ServeHTTP(w, signedRequest(body, testNow.Unix(), testSecret))
+		e.Wait()
+		want := http.StatusOK
+		if i == 1 {
+			want = http.StatusUnauthorized
+		}
+		if w.Code != want {
+			t.Errorf("replica %d: status %d, want %d", i, w.Code, want)
+		}
+	}
+	if n := parents.callCount(); n != 1 {
+		t.Errorf("parent edited %d times, want once", n)
+	}
+}
+
+// TestClickWhenTheLedgerCannotTakeIt: nothing is written, and Slack is
+// told to try again.
+func TestClickWhenTheLedgerCannotTakeIt(t *testing.T) {
+	for _, tt := range []struct {
+		err    error
+		status int
+	}{
+		{fmt.Errorf("etcdserver: request timed out"), http.StatusServiceUnavailable},
+		{fmt.Errorf("%w (64)", ErrTooManyClicks), http.StatusTooManyRequests},
+	} {
+		t.Run(tt.err.Error(), func(t *testing.T) {
+			api := newFakeSlack(t)
+			parents := &fakeEditor{parent: testParent(5)}
+			e := newTestEscalator(t, api, parents)
+			body := clickBody(t, postedMessage(t, e, api), ActionApproveOnce)
+			drifts(e).err = tt.err
+			w := httptest.NewRecorder()
+			e.InteractionHandler().ServeHTTP(w, signedRequest(body, testNow.Unix(), testSecret))
+			e.Wait()
+			if w.Code != tt.status || !strings.Contains(w.Body.String(), "click again") {
+				t.Errorf("status %d %q, want %d", w.Code, w.Body, tt.status)
+			}
+			if parents.callCount() != 0 {
+				t.Error("the parent was edited")
+			}
+		})
+	}
+}
+
+func TestCheckClick(t *testing.T) {
+	msg := &MessageRef{Channel: "C0DRIFT", Timestamp: "1.2"}
+	base := OpenDrift{ID: "0123456789abcdef", Message: msg,
+		Parent: decision.ObjectRef{APIVersion: "apps/v1", Kind: "Deployment", Namespace: "shop", Name: "web"},
+		Child:  decision.ObjectRef{APIVersion: "apps/v1", Kind: "ReplicaSet", Namespace: "shop", Name: "web-1"}}
+	tests := []struct {
+		name              string
+		drift             func(*OpenDrift)
+		channel, ts, conf string
+		excluded          []string
+		wantStatus        int
+	}{
+		{name: "the drift's message", channel: "C0DRIFT", ts: "1.2", conf: "C0DRIFT"},
+		{name: "a configured channel name is not compared", channel: "C0DRIFT", ts: "1.2", conf: "#drift"},
+		{name: "no message ts in the click", channel: "C0DRIFT", conf: "C0DRIFT"},
+		{name: "another channel", channel: "C0OTHER", ts: "1.2", conf: "C0DRIFT", wantStatus: 403},
+		{name: "the drift's channel is not the configured one", channel: "C0DRIFT", ts: "1.2", conf: "C0NEW", wantStatus: 403},
+		{name: "another message", channel: "C0DRIFT", ts: "9.9", conf: "C0DRIFT", wantStatus: 403},
+		{name: "not posted", drift: func(d *OpenDrift) { d.Message = nil }, channel: "C0DRIFT", conf: "C0DRIFT", wantStatus: 409},
+		{name: "child in kube-system", drift: func(d *OpenDrift) { d.Child.Namespace = "kube-system" }, channel: "C0DRIFT", conf: "C0DRIFT", wantStatus: 403},
+		{name: "Namespace kube-public as parent", drift: func(d *OpenDrift) {
+			d.Parent = decision.ObjectRef{APIVersion: "v1", Kind: "Namespace", Name: "kube-public"}
+		}, channel: "C0DRIFT", conf: "C0DRIFT", wantStatus: 403},
+		{name: "a Namespace the proxy gates", drift: func(d *OpenDrift) {
+			d.Parent = decision.ObjectRef{APIVersion: "v1", Kind: "Namespace", Name: "shop"}
+		}, channel: "C0DRIFT", conf: "C0DRIFT"},
+		{name: "kube-system stays ungated when the configuration drops it", drift: func(d *OpenDrift) { d.Parent.Namespace = "kube-system" },
+			excluded: []string{"other"}, channel: "C0DRIFT", conf: "C0DRIFT", wantStatus: 403},
+		{name: "a configured excluded namespace", excluded: []string{"shop"}, channel: "C0DRIFT", conf: "C0DRIFT", wantStatus: 403},
+		{name: "cluster-scoped parent", drift: func(d *OpenDrift) { d.Parent.Namespace = "" }, channel: "C0DRIFT", conf: "C0DRIFT"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			d := base
+			if tt.drift != nil {
+				tt.drift(&d)
+			}
+			err := checkClick(d, tt.channel, tt.ts, tt.conf, tt.excluded)
+			var r *refusal
+			switch {
+			case tt.wantStatus == 0 && err != nil:
+				t.Errorf("refused: %v", err)
+			case tt.wantStatus != 0 && (!errors.As(err, &r) || r.status != tt.wantStatus):
+				t.Errorf("err %v, want a refusal with %d", err, tt.wantStatus)
+			}
+		})
 	}
 }

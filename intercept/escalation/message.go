@@ -1,7 +1,6 @@
 package escalation
 
 import (
-	"bytes"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -15,7 +14,6 @@ import (
 	"k8s.io/apimachinery/pkg/runtime"
 
 	"github.com/kausality-io/kausality-proxy/intercept/annotations"
-	"github.com/kausality-io/kausality-proxy/intercept/decision"
 	"github.com/kausality-io/kausality-proxy/intercept/desired"
 	"github.com/kausality-io/kausality-proxy/intercept/notify"
 	"github.com/kausality-io/kausality-proxy/intercept/trace"
@@ -56,76 +54,36 @@ const (
 	maxOutcomes = 10
 )
 
-// buttonRef is an object reference with short keys: button values are
-// bounded, and the same four references go into each of four buttons.
-type buttonRef struct {
-	APIVersion string `json:"v"`
-	Kind       string `json:"k"`
-	Namespace  string `json:"ns,omitempty"`
-	Name       string `json:"n"`
-}
-
-func refOf(r decision.ObjectRef) buttonRef {
-	return buttonRef{APIVersion: r.APIVersion, Kind: r.Kind, Namespace: r.Namespace, Name: r.Name}
-}
-
-func (b buttonRef) objectRef() decision.ObjectRef {
-	return decision.ObjectRef{APIVersion: b.APIVersion, Kind: b.Kind, Namespace: b.Namespace, Name: b.Name}
-}
-
-func (b buttonRef) complete() bool { return b.APIVersion != "" && b.Kind != "" && b.Name != "" }
-
 // buttonValue is what a button carries back to the interaction handler:
-// everything the edit of the parent needs, so that the handler keeps no
-// state about posted drift.
+// the drift id, and nothing else. What a click acts on is read from the
+// drift's open record, never taken from the click, so a signed click with
+// made-up references can do nothing.
 type buttonValue struct {
-	DriftID string    `json:"d"`
-	Parent  buttonRef `json:"p"`
-	// ParentUID guards against answering a parent that was deleted and
-	// recreated under the same name since.
-	ParentUID string    `json:"u,omitempty"`
-	Child     buttonRef `json:"c"`
-	// Generation is the parent's generation the drift happened at.
-	Generation int64 `json:"g"`
+	DriftID string `json:"d"`
 }
-
-var errButtonValueTooLong = errors.New("button value exceeds Slack's 2000 characters")
 
 func (v buttonValue) encode() (string, error) {
-	var b bytes.Buffer
-	enc := json.NewEncoder(&b)
-	// Escaping <, > and & as \u003c... would only lengthen the value.
-	enc.SetEscapeHTML(false)
-	if err := enc.Encode(v); err != nil {
+	b, err := json.Marshal(v)
+	if err != nil {
 		return "", err
 	}
-	s := strings.TrimSuffix(b.String(), "\n")
-	if len(s) > maxButtonValue {
-		return "", errButtonValueTooLong
-	}
-	return s, nil
+	return string(b), nil
 }
 
+// decodeButtonValue reads the drift id of a button. Messages posted
+// before buttons carried only the id also name objects; those are ignored.
 func decodeButtonValue(s string) (buttonValue, error) {
 	var v buttonValue
 	if len(s) > maxButtonValue {
-		return v, errButtonValueTooLong
+		return v, errors.New("button value exceeds Slack's 2000 characters")
 	}
 	if err := json.Unmarshal([]byte(s), &v); err != nil {
 		return v, fmt.Errorf("button value: %w", err)
 	}
-	if v.DriftID == "" || !v.Parent.complete() || !v.Child.complete() {
-		return v, errors.New("button value: drift id, parent and child are required")
+	if v.DriftID == "" {
+		return v, errors.New("button value: a drift id is required")
 	}
 	return v, nil
-}
-
-func buttonValueOf(r notify.DriftReport) buttonValue {
-	s := r.Spec
-	return buttonValue{
-		DriftID: s.ID, Parent: refOf(s.Parent.Ref()), ParentUID: s.Parent.UID,
-		Child: refOf(s.Child.Ref()), Generation: s.Parent.Generation,
-	}
 }
 
 // detectedBlocks is the message of a detected drift: what happened and
@@ -134,15 +92,9 @@ func detectedBlocks(r notify.DriftReport) []slack.Block {
 	s := r.Spec
 	header := fmt.Sprintf("Drift: %s %s changed by the controller of %s %s", s.Child.Kind, s.Child.Name, s.Parent.Kind, s.Parent.Name)
 	blocks := append([]slack.Block{plainHeader(header)}, describe(r)...)
-	value, err := buttonValueOf(r).encode()
+	value, err := buttonValue{DriftID: s.ID}.encode()
 	if err != nil {
-		namespace := ""
-		if s.Child.Namespace != "" {
-			namespace = " -n " + s.Child.Namespace
-		}
-		return append(blocks, contextBlock(fmt.Sprintf(
-			"The references are too long for buttons; answer with `kubectl kausality approve%s %s/%s` (or `kubectl kausality reject`).",
-			code(namespace), code(s.Child.Kind), code(s.Child.Name))))
+		return blocks
 	}
 	return append(blocks, actionsBlock(value))
 }
@@ -348,12 +300,12 @@ func fallbackText(r notify.DriftReport) string {
 // clickedBlocks rewrites a message after a click: the blocks as Slack
 // sent them back, the outcome added, and the buttons dropped when the
 // drift is answered. When the message did not come back, a short one
-// from the button value stands in.
-func clickedBlocks(original []slack.Block, v buttonValue, outcome string, keepButtons bool) []slack.Block {
+// from the open drift stands in.
+func clickedBlocks(original []slack.Block, d OpenDrift, outcome string, keepButtons bool) []slack.Block {
 	if len(original) == 0 {
 		original = []slack.Block{section(fmt.Sprintf("Drift `%s`: `%s` written by the controller of `%s`",
-			code(v.DriftID), code(v.Child.objectRef().String()), code(v.Parent.objectRef().String())))}
-		if value, err := v.encode(); err == nil {
+			code(d.ID), code(d.Child.String()), code(d.Parent.String())))}
+		if value, err := (buttonValue{DriftID: d.ID}).encode(); err == nil {
 			original = append(original, actionsBlock(value))
 		}
 	}

@@ -2,6 +2,7 @@ package escalation
 
 import (
 	"context"
+	"encoding/json"
 	"fmt"
 
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
@@ -9,6 +10,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/runtime/schema"
+	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/dynamic"
 	"k8s.io/client-go/util/retry"
 
@@ -30,8 +32,10 @@ type ParentEditor interface {
 const FieldManager = "kausality-escalation"
 
 // DynamicParentEditor is a ParentEditor over the dynamic client: get,
-// compute, update with the read resourceVersion as precondition, and on a
-// conflict all three again.
+// compute, and a merge patch of the changed annotations with the read
+// resourceVersion as precondition; on a conflict all three again. A patch
+// (not an update) is what the proxy's RBAC grants on parents, and it
+// leaves every annotation and field the edit does not name as it is.
 type DynamicParentEditor struct {
 	dyn    dynamic.Interface
 	mapper meta.RESTMapper
@@ -68,14 +72,29 @@ func (d *DynamicParentEditor) Edit(ctx context.Context, parent decision.ObjectRe
 		if err != nil || edit.Unchanged {
 			return err
 		}
-		// The object keeps the resourceVersion it was read with: the
-		// update fails with a conflict if anyone wrote in between.
-		obj.SetAnnotations(edit.Apply(obj.GetAnnotations()))
-		_, err = client.Update(ctx, obj, metav1.UpdateOptions{FieldManager: FieldManager})
+		patch, err := annotationPatch(edit, obj.GetResourceVersion())
+		if err != nil {
+			return err
+		}
+		_, err = client.Patch(ctx, parent.Name, types.MergePatchType, patch, metav1.PatchOptions{FieldManager: FieldManager})
 		return err
 	})
 	if apierrors.IsConflict(err) {
 		return fmt.Errorf("parent %s kept changing; nothing was written: %w", parent, err)
 	}
 	return err
+}
+
+// annotationPatch is the merge patch of edit: the annotations it sets, a
+// null for each it removes, and the resourceVersion the edit was computed
+// from, so that the apiserver answers 409 if anyone wrote in between.
+func annotationPatch(edit annotations.Edit, resourceVersion string) ([]byte, error) {
+	ann := make(map[string]any, len(edit.Set)+len(edit.Remove))
+	for _, k := range edit.Remove {
+		ann[k] = nil
+	}
+	for k, v := range edit.Set {
+		ann[k] = v
+	}
+	return json.Marshal(map[string]any{"metadata": map[string]any{"resourceVersion": resourceVersion, "annotations": ann}})
 }

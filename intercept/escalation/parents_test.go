@@ -2,6 +2,7 @@ package escalation
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"strings"
 	"testing"
@@ -12,6 +13,7 @@ import (
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/runtime/schema"
+	"k8s.io/apimachinery/pkg/types"
 	dynamicfake "k8s.io/client-go/dynamic/fake"
 	clienttesting "k8s.io/client-go/testing"
 
@@ -67,7 +69,7 @@ func TestDynamicParentEditor(t *testing.T) {
 			dyn := dynamicfake.NewSimpleDynamicClientWithCustomListKinds(runtime.NewScheme(),
 				map[schema.GroupVersionResource]string{deploymentsGVR: "DeploymentList"}, parent)
 			conflicts := tt.conflicts
-			dyn.PrependReactor("update", "deployments", func(clienttesting.Action) (bool, runtime.Object, error) {
+			dyn.PrependReactor("patch", "deployments", func(clienttesting.Action) (bool, runtime.Object, error) {
 				if conflicts > 0 {
 					conflicts--
 					return true, nil, apierrors.NewConflict(deploymentsGVR.GroupResource(), "web", errors.New("changed"))
@@ -89,17 +91,33 @@ func TestDynamicParentEditor(t *testing.T) {
 			if computes != tt.computes {
 				t.Errorf("computed %d times, want %d", computes, tt.computes)
 			}
-			updates := 0
+			patches := 0
 			for _, a := range dyn.Actions() {
-				if a.GetVerb() == "update" {
-					updates++
-					if rv := a.(clienttesting.UpdateAction).GetObject().(*unstructured.Unstructured).GetResourceVersion(); rv != "7" {
-						t.Errorf("update without the read resourceVersion: %q", rv)
+				switch a.GetVerb() {
+				case "update":
+					t.Errorf("an update; the proxy is granted only patch on parents")
+				case "patch":
+					patches++
+					p := a.(clienttesting.PatchAction)
+					if p.GetPatchType() != types.MergePatchType {
+						t.Errorf("patch type %s", p.GetPatchType())
+					}
+					var body struct {
+						Metadata map[string]json.RawMessage `json:"metadata"`
+					}
+					if err := json.Unmarshal(p.GetPatch(), &body); err != nil {
+						t.Fatalf("patch %s: %v", p.GetPatch(), err)
+					}
+					if string(body.Metadata["resourceVersion"]) != `"7"` {
+						t.Errorf("patch without the read resourceVersion: %s", p.GetPatch())
+					}
+					if strings.Contains(string(p.GetPatch()), "keep") || strings.Contains(string(p.GetPatch()), "spec") {
+						t.Errorf("the patch names more than the edited annotations: %s", p.GetPatch())
 					}
 				}
 			}
-			if updates != tt.updates {
-				t.Errorf("%d updates, want %d", updates, tt.updates)
+			if patches != tt.updates {
+				t.Errorf("%d patches, want %d", patches, tt.updates)
 			}
 			got, err := dyn.Resource(deploymentsGVR).Namespace("shop").Get(context.Background(), "web", metav1.GetOptions{})
 			if err != nil {

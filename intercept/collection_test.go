@@ -17,12 +17,14 @@ import (
 	"go.uber.org/zap"
 	"go.uber.org/zap/zaptest/observer"
 	authorizationv1 "k8s.io/api/authorization/v1"
+	"k8s.io/apimachinery/pkg/api/equality"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/runtime/schema"
 	clienttesting "k8s.io/client-go/testing"
+	"k8s.io/utils/ptr"
 
 	"github.com/kausality-io/kausality-proxy/intercept"
 	"github.com/kausality-io/kausality-proxy/intercept/annotations"
@@ -365,8 +367,14 @@ func TestDeleteCollectionIsPinnedToTheDecidedList(t *testing.T) {
 		wantRV       string
 		wantRVMatch  string
 		wantSelector string
+		// wantBody: the options forwarded in a body ("" for none).
+		wantBody *metav1.DeleteOptions
 	}{
-		{name: "pinned", query: "?labelSelector=app%3Dstable", wantRV: "4711", wantRVMatch: "Exact", wantSelector: "app=stable"},
+		{name: "pinned", query: "?labelSelector=app%3Dstable", wantRV: "4711", wantRVMatch: "Exact", wantSelector: "app=stable",
+			wantBody: &metav1.DeleteOptions{}},
+		{name: "pinned, the caller's query options go in a body where the pin is no precondition",
+			query: "?labelSelector=app%3Dstable&propagationPolicy=Foreground&gracePeriodSeconds=5", wantRV: "4711", wantRVMatch: "Exact", wantSelector: "app=stable",
+			wantBody: &metav1.DeleteOptions{PropagationPolicy: ptr.To(metav1.DeletePropagationForeground), GracePeriodSeconds: ptr.To[int64](5)}},
 		{name: "the caller's resourceVersion stands", query: "?labelSelector=app%3Dstable&resourceVersion=0", wantRV: "0", wantSelector: "app=stable"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
@@ -392,6 +400,21 @@ func TestDeleteCollectionIsPinnedToTheDecidedList(t *testing.T) {
 			}
 			if got := strings.Join(q["labelSelector"], ","); got != tc.wantSelector {
 				t.Errorf("labelSelector %q, want %q", got, tc.wantSelector)
+			}
+			if tc.wantBody == nil {
+				if sent[0].body != "" {
+					t.Errorf("forwarded with body %s, want none", sent[0].body)
+				}
+				return
+			}
+			var got metav1.DeleteOptions
+			if err := json.Unmarshal([]byte(sent[0].body), &got); err != nil {
+				t.Fatalf("forwarded body %q: %v", sent[0].body, err)
+			}
+			want := tc.wantBody.DeepCopy()
+			want.TypeMeta = metav1.TypeMeta{APIVersion: "meta.k8s.io/v1", Kind: "DeleteOptions"}
+			if !equality.Semantic.DeepEqual(&got, want) {
+				t.Errorf("forwarded options %s, want %+v", sent[0].body, want)
 			}
 		})
 	}

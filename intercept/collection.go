@@ -8,6 +8,12 @@
 // kube-apiserver's success says that every matching object is gone, and a
 // caller that gets it (a controller's DeleteAllOf) relies on that. A
 // narrowed request would answer success for a delete that did not happen.
+//
+// Bounded: a collection may be larger than the proxy's memory. It is
+// listed a page at a time, as metadata unless a decision reads more, each
+// object decided as it comes; what is kept of an object is a decision and
+// its metadata while its DriftReport or a once approval needs them, and a
+// refusal names the first maxNamedChildren of the objects that held it.
 
 package intercept
 

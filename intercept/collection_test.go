@@ -23,6 +23,7 @@ import (
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/runtime/schema"
+	metadatafake "k8s.io/client-go/metadata/fake"
 	clienttesting "k8s.io/client-go/testing"
 	"k8s.io/utils/ptr"
 
@@ -544,5 +545,75 @@ func TestDeleteCollectionShadow(t *testing.T) {
 	}
 	if wouldDeny != 2 {
 		t.Errorf("%d wouldDeny Frozen lines, want one per ReplicaSet: %v", wouldDeny, logs.All())
+	}
+}
+
+// With a metadata client, the objects of a deletecollection are listed as
+// metadata, a page at a time, and decided as they come: the refusal counts
+// and names them all the same, and nothing is listed whole.
+func TestDeleteCollectionListsMetadataPageByPage(t *testing.T) {
+	allowAll := func(authorizationv1.SubjectAccessReviewSpec) (bool, error) { return true, nil }
+	const frozen = 25
+	var (
+		pages    []string
+		pagesMu  sync.Mutex
+		children []metav1.PartialObjectMetadata
+	)
+	withMetadata := func(s *serveSetup) {
+		for _, o := range s.objects {
+			u := o.(*unstructured.Unstructured)
+			if u.GetKind() != "ReplicaSet" || u.GetLabels()["app"] != "frozen" {
+				continue
+			}
+			var m metav1.PartialObjectMetadata
+			if err := runtime.DefaultUnstructuredConverter.FromUnstructured(u.Object, &m); err != nil {
+				t.Fatal(err)
+			}
+			m.ManagedFields = []metav1.ManagedFieldsEntry{{Manager: "kube-controller-manager", Operation: metav1.ManagedFieldsOperationUpdate}}
+			children = append(children, m)
+		}
+		client := metadatafake.NewSimpleMetadataClient(metadatafake.NewTestScheme())
+		// Two pages: the first ten, then the rest.
+		client.PrependReactor("list", "replicasets", func(a clienttesting.Action) (bool, runtime.Object, error) {
+			opts := a.(clienttesting.ListActionImpl).ListOptions
+			pagesMu.Lock()
+			pages = append(pages, opts.Continue)
+			pagesMu.Unlock()
+			list := &metav1.List{ListMeta: metav1.ListMeta{ResourceVersion: "4711"}}
+			page := children[10:]
+			if opts.Continue == "" {
+				page, list.Continue = children[:10], "page-2"
+			}
+			for k := range page {
+				list.Items = append(list.Items, runtime.RawExtension{Object: &page[k]})
+			}
+			return true, list, nil
+		})
+		s.config.Metadata = client
+	}
+	env := newServeEnv(t, nil, allowAll, enforce, withFrozenFamily(frozen), withMetadata)
+	env.dyn.ClearActions()
+	r := env.request(t, benchWrite{method: http.MethodDelete, path: rsPath + "?labelSelector=app%3Dfrozen", user: "alice"})
+	r.Header.Set("User-Agent", kubectlUA)
+	rec := httptest.NewRecorder()
+	env.handler.ServeHTTP(rec, r)
+	if rec.Code != http.StatusForbidden || env.forwarded.Load() != 0 {
+		t.Fatalf("code %d, forwarded %d (error %v)", rec.Code, env.forwarded.Load(), env.lastError)
+	}
+	var status apierrors.APIStatus
+	if !errors.As(env.lastError, &status) {
+		t.Fatalf("not a Status: %v", env.lastError)
+	}
+	msg := status.Status().Message
+	if !strings.Contains(msg, fmt.Sprintf("%d of the %d objects", frozen, frozen)) || !strings.Contains(msg, fmt.Sprintf("and %d more", frozen-10)) {
+		t.Errorf("the refusal does not count every object of both pages: %s", msg)
+	}
+	if strings.Join(pages, ",") != ",page-2" {
+		t.Errorf("listed pages %q, want the first and page-2", pages)
+	}
+	for _, a := range env.dyn.Actions() {
+		if a.GetVerb() == "list" && a.GetResource().Resource == "replicasets" {
+			t.Errorf("the ReplicaSets were listed whole: %v", a)
+		}
 	}
 }

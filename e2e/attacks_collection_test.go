@@ -276,13 +276,18 @@ func TestAttackBodylessDeleteCollectionFailsOnItsOwnPin(t *testing.T) {
 // it spends no once approval. The real eviction then does.
 func TestAttackEvictionDryRunInYAMLOrProtobufSpendsOnceApproval(t *testing.T) {
 	ctx := context.Background()
+	// Pods gated like any child: the controller's delete of one under a
+	// settled parent is drift, and a once approval lets it through.
+	setConfig(t, gatedConfig)
 	f := newWGFamily(t, "col-evict", "enforce")
 	pod := &corev1.Pod{
 		ObjectMeta: metav1.ObjectMeta{Name: "p", Namespace: f.ns, OwnerReferences: []metav1.OwnerReference{f.ownerRef()}},
 		Spec:       corev1.PodSpec{Containers: []corev1.Container{{Name: "app", Image: "registry.k8s.io/pause:3.10"}}},
 	}
-	created, err := directClient(t).CoreV1().Pods(f.ns).Create(ctx, pod, metav1.CreateOptions{})
-	mustf(t, err, "create Pod p")
+	// The controller creates it: its delete of it after the Widget
+	// settled is drift.
+	created, err := f.ctrl.kube.CoreV1().Pods(f.ns).Create(ctx, pod, metav1.CreateOptions{FieldManager: wgManager})
+	mustf(t, err, "the controller creates Pod p")
 	f.initialize()
 	approval := fmt.Sprintf(`[{"apiVersion":"v1","kind":"Pod","name":"p","generation":%d,"mode":"once"}]`, created.Generation)
 	f.annotateWidget(map[string]*string{wgAnnApprovals: &approval})

@@ -11,9 +11,10 @@
 //
 // Bounded: a collection may be larger than the proxy's memory. It is
 // listed a page at a time, as metadata unless a decision reads more, each
-// object decided as it comes; what is kept of an object is a decision and
-// its metadata while its DriftReport or a once approval needs them, and a
-// refusal names the first maxNamedChildren of the objects that held it.
+// object decided as it comes. What is kept of each object is its decision
+// (for the decision log once the answer is known), with its metadata only
+// while its DriftReport or a once approval needs them; a refusal names the
+// first maxNamedChildren of the objects that held it.
 
 package intercept
 

@@ -14,6 +14,7 @@ import (
 	"k8s.io/client-go/discovery"
 	"k8s.io/client-go/dynamic"
 	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/metadata"
 	"k8s.io/client-go/rest"
 
 	"github.com/kausality-io/kausality-proxy/intercept/annotations"
@@ -102,6 +103,10 @@ func Build(o Options) (*Interceptor, error) {
 	if err != nil {
 		return nil, fmt.Errorf("upstream dynamic client: %w", err)
 	}
+	meta, err := metadata.NewForConfig(o.Client)
+	if err != nil {
+		return nil, fmt.Errorf("upstream metadata client: %w", err)
+	}
 	settings, err := config.NewWatcher(o.ConfigFile, o.ConfigReloadInterval, o.Log.Named("config"))
 	if err != nil {
 		return nil, fmt.Errorf("--config: %w", err)
@@ -131,6 +136,7 @@ func Build(o Options) (*Interceptor, error) {
 		Drifts:               ledger,
 		Objects:              store,
 		Writer:               dyn,
+		Metadata:             meta,
 		Settings:             settings.Current,
 		DefaultMode:          annotations.DriftMode(o.DefaultMode),
 		FailurePolicy:        FailurePolicy(o.FailurePolicy),

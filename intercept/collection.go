@@ -8,16 +8,25 @@
 // kube-apiserver's success says that every matching object is gone, and a
 // caller that gets it (a controller's DeleteAllOf) relies on that. A
 // narrowed request would answer success for a delete that did not happen.
+//
+// Bounded: a collection may be larger than the proxy's memory. It is
+// listed a page at a time, as metadata unless a decision reads more, each
+// object decided as it comes. What is kept of each object is its decision
+// (for the decision log once the answer is known), with its metadata only
+// while its DriftReport or a once approval needs them; a refusal names the
+// first maxNamedChildren of the objects that held it.
 
 package intercept
 
 import (
+	"context"
 	"encoding/json"
 	"errors"
 	"fmt"
 	"mime"
 	"net/http"
 	"net/url"
+	"slices"
 	"strconv"
 	"strings"
 
@@ -28,9 +37,13 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/runtime/schema"
+	"k8s.io/apiserver/pkg/endpoints/request"
 	"k8s.io/client-go/dynamic"
+	"k8s.io/client-go/metadata"
 
 	"github.com/kausality-io/kausality-proxy/intercept/annotations"
+	"github.com/kausality-io/kausality-proxy/intercept/body"
 	"github.com/kausality-io/kausality-proxy/intercept/decision"
 	"github.com/kausality-io/kausality-proxy/internal/httpx"
 )
@@ -49,9 +62,20 @@ const (
 )
 
 // collection is what one deletecollection would delete, each object as
-// the DELETE of it.
+// the DELETE of it, decided as it is listed. Its memory grows with the
+// number of objects by a small record each, never with their size: the
+// proxy lists a page at a time, as metadata unless a decision reads more,
+// and keeps an object only while a decision or its DriftReport needs it.
 type collection struct {
+	// members are the decided objects, in the order listed.
 	members []*member
+	// blocked are the first maxNamedChildren denied members, and denied
+	// is how many there are in all.
+	blocked []*member
+	denied  int
+	// warnings are the decisions' warnings, and verdicts each object's
+	// verdict for a dry run's answer.
+	warnings, verdicts boundedList
 	// snapshot is the resourceVersion of the list the members come from.
 	snapshot string
 	// pin: the caller named no resourceVersion and no continue token, so
@@ -60,6 +84,10 @@ type collection struct {
 	// cleanup: the namespace is being deleted.
 	cleanup bool
 	nsMode  string
+	// whole: a decision may read more of an object than its metadata
+	// (the caller's approval policies see oldObject), so it is listed
+	// whole.
+	whole bool
 	// parents holds one snapshot per controller ownerReference: the
 	// objects of one collection share few parents, and each is read (and
 	// confirmed live) once.
@@ -74,6 +102,26 @@ type member struct {
 type parentSnapshot struct {
 	obj    *unstructured.Unstructured
 	source string
+}
+
+// add keeps what the rest of the request needs of a decided member.
+func (c *collection) add(m *member, dryRun bool) {
+	c.members = append(c.members, m)
+	if m.d.Result == decision.Deny {
+		c.denied++
+		if len(c.blocked) < maxNamedChildren {
+			c.blocked = append(c.blocked, m)
+		}
+	}
+	c.warnings.add(m.d.Warnings...)
+	if dryRun {
+		c.verdicts.add(fmt.Sprintf("kausality dry-run: %s (%s): %s: %s", m.d.Result, m.d.Category, m.d.Child, m.d.Reason))
+	}
+	if !m.d.ConsumeOnce && m.d.Report != decision.ReportDetected {
+		// Decided, and neither re-decided on a reservation conflict nor
+		// reported: the listed object is no longer needed.
+		m.p.old = nil
+	}
 }
 
 func (i *Interceptor) serveCollection(w http.ResponseWriter, r *http.Request, p *pending, forward http.Handler, writeError ErrorWriter) {
@@ -113,41 +161,47 @@ func (i *Interceptor) serveCollection(w http.ResponseWriter, r *http.Request, p 
 		p.w = &wr
 	}
 
-	c, err := i.gatherCollection(r, p)
+	c, err := i.openCollection(r, p)
 	if err != nil {
 		failOrForward(err)
 		return
 	}
-	if c.cleanup || len(c.members) == 0 {
+	if c.cleanup {
 		forward.ServeHTTP(w, r)
 		return
 	}
-
-	var blocked []*member
-	for _, m := range c.members {
-		c.recall(m.p)
-		d, err := i.decideConfirmed(r, m.p, forward)
+	err = i.listCollection(r, p, c, func(obj *unstructured.Unstructured) error {
+		mp, err := i.collectionMember(r, p, c, obj)
 		if err != nil {
-			failOrForward(err)
-			return
+			return err
 		}
-		m.d = d
-		c.remember(m.p)
-		if d.Result == decision.Deny {
-			blocked = append(blocked, m)
+		d, err := i.decideConfirmed(r, mp, forward)
+		if err != nil {
+			return err
 		}
+		c.remember(mp)
+		c.add(&member{p: mp, d: d}, p.w.dryRun)
+		return nil
+	})
+	if err != nil {
+		failOrForward(err)
+		return
 	}
-	if len(blocked) > 0 {
-		i.refuseCollection(w, r, p, c, blocked, writeError)
+	if c.denied > 0 {
+		i.refuseCollection(w, r, p, c, c.blocked, c.denied, writeError)
 		return
 	}
 
-	out := c.request(r, data)
+	out, err := c.request(r, data)
+	if err != nil {
+		fail(err)
+		return
+	}
 	reserved, proceed := i.reserveCollection(w, r, p, c, out, forward, writeError)
 	if !proceed {
 		return
 	}
-	addCollectionWarnings(w, c, p.w.dryRun)
+	addCollectionWarnings(w, c)
 
 	// As for one write, each reserved approval is settled by the answer,
 	// or by what is still stored when the answer does not say.
@@ -176,11 +230,9 @@ func (i *Interceptor) serveCollection(w http.ResponseWriter, r *http.Request, p 
 	i.sideWrites(distinctSideWrites(parentWrites))
 }
 
-// gatherCollection lists what the deletecollection would delete, with the
-// proxy's credentials and the request's selectors, and gathers for each
-// object the facts a DELETE of it has: the stored object (as listed), its
-// parent and the namespace's mode.
-func (i *Interceptor) gatherCollection(r *http.Request, p *pending) (*collection, error) {
+// openCollection resolves what the deletecollection deletes and gathers
+// the facts all its objects share: their kind and the namespace's mode.
+func (i *Interceptor) openCollection(r *http.Request, p *pending) (*collection, error) {
 	ctx := r.Context()
 	wr := p.w
 	kind, err := i.cfg.Objects.KindFor(wr.gvr)
@@ -203,9 +255,10 @@ func (i *Interceptor) gatherCollection(r *http.Request, p *pending) (*collection
 	}
 
 	c := &collection{parents: map[string]parentSnapshot{}}
-	var ri dynamic.ResourceInterface = i.cfg.Writer.Resource(wr.gvr)
+	if u, ok := request.UserFrom(ctx); ok && i.cfg.Policies != nil {
+		c.whole = len(i.cfg.Policies.For(u.GetName())) > 0
+	}
 	if ns := p.namespace; ns != "" {
-		ri = i.cfg.Writer.Resource(wr.gvr).Namespace(ns)
 		nsObj, _, err := i.cfg.Objects.GetShared(ctx, namespacesGVR, "", ns)
 		switch {
 		case err == nil && nsObj.GetDeletionTimestamp() != nil:
@@ -222,10 +275,17 @@ func (i *Interceptor) gatherCollection(r *http.Request, p *pending) (*collection
 			return nil, i.unresolvable(fmt.Errorf("reading the namespace %s: %w", ns, err))
 		}
 	}
+	return c, nil
+}
 
+// listCollection lists what the deletecollection would delete, with the
+// proxy's credentials and the request's selectors, a page at a time, and
+// hands each object to each as it comes. Nothing of a page is kept past
+// it but what each keeps.
+func (i *Interceptor) listCollection(r *http.Request, p *pending, c *collection, each func(*unstructured.Unstructured) error) error {
 	opts, err := collectionListOptions(r.URL.Query())
 	if err != nil {
-		return nil, err
+		return err
 	}
 	c.pin = opts.ResourceVersion == "" && opts.ResourceVersionMatch == "" && opts.Continue == ""
 	// A caller's limit makes kube-apiserver delete one page only.
@@ -234,31 +294,86 @@ func (i *Interceptor) gatherCollection(r *http.Request, p *pending) (*collection
 		opts.Limit = collectionPageSize
 	}
 	for first := true; ; first = false {
-		list, err := ri.List(ctx, opts)
+		page, err := i.listPage(r.Context(), p, c, opts)
 		var status apierrors.APIStatus
 		if errors.As(err, &status) && (status.Status().Code == http.StatusBadRequest || status.Status().Code == http.StatusUnprocessableEntity) {
 			// A selector kube-apiserver cannot parse: it refuses the
 			// deletecollection with the same answer.
-			return nil, err
+			return err
 		}
 		if err != nil {
-			return nil, i.unresolvable(fmt.Errorf("listing the %s the deletecollection would delete: %w", wr.gvr.GroupResource(), err))
+			return i.unresolvable(fmt.Errorf("listing the %s the deletecollection would delete: %w", p.w.gvr.GroupResource(), err))
 		}
 		if first {
-			c.snapshot = list.GetResourceVersion()
+			c.snapshot = page.resourceVersion
 		}
-		for k := range list.Items {
-			mp, err := i.collectionMember(r, p, c, &list.Items[k])
-			if err != nil {
-				return nil, err
+		for k, obj := range page.items {
+			page.items[k] = nil
+			if err := each(obj); err != nil {
+				return err
 			}
-			c.members = append(c.members, &member{p: mp})
 		}
-		if onePage || list.GetContinue() == "" {
-			return c, nil
+		if onePage || page.next == "" {
+			return nil
 		}
-		opts.Continue, opts.ResourceVersion, opts.ResourceVersionMatch = list.GetContinue(), "", ""
+		opts.Continue, opts.ResourceVersion, opts.ResourceVersionMatch = page.next, "", ""
 	}
+}
+
+// listedPage is one page of the proxy's list of a collection.
+type listedPage struct {
+	items           []*unstructured.Unstructured
+	resourceVersion string
+	next            string
+}
+
+// listPage lists one page: as metadata (PartialObjectMetadata, of the
+// collection's kind), or whole when a decision may read more.
+func (i *Interceptor) listPage(ctx context.Context, p *pending, c *collection, opts metav1.ListOptions) (*listedPage, error) {
+	gvr, ns := p.w.gvr, p.namespace
+	if c.whole || i.cfg.Metadata == nil {
+		var ri dynamic.ResourceInterface = i.cfg.Writer.Resource(gvr)
+		if ns != "" {
+			ri = i.cfg.Writer.Resource(gvr).Namespace(ns)
+		}
+		list, err := ri.List(ctx, opts)
+		if err != nil {
+			return nil, err
+		}
+		page := &listedPage{items: make([]*unstructured.Unstructured, len(list.Items)),
+			resourceVersion: list.GetResourceVersion(), next: list.GetContinue()}
+		for k := range list.Items {
+			// A copy, so that an object kept for its DriftReport does not
+			// keep the whole page.
+			item := list.Items[k]
+			page.items[k] = &item
+		}
+		return page, nil
+	}
+	var ri metadata.ResourceInterface = i.cfg.Metadata.Resource(gvr)
+	if ns != "" {
+		ri = i.cfg.Metadata.Resource(gvr).Namespace(ns)
+	}
+	list, err := ri.List(ctx, opts)
+	if err != nil {
+		return nil, err
+	}
+	page := &listedPage{items: make([]*unstructured.Unstructured, len(list.Items)),
+		resourceVersion: list.ResourceVersion, next: list.Continue}
+	for k := range list.Items {
+		item := &list.Items[k]
+		// Field owners say nothing about a delete, and are often the
+		// larger part of an object's metadata.
+		item.ManagedFields = nil
+		content, err := runtime.DefaultUnstructuredConverter.ToUnstructured(item)
+		if err != nil {
+			return nil, fmt.Errorf("converting the metadata of %s: %w", item.Name, err)
+		}
+		obj := &unstructured.Unstructured{Object: content}
+		obj.SetGroupVersionKind(p.kind)
+		page.items[k] = obj
+	}
+	return page, nil
 }
 
 // collectionMember is the pending DELETE of obj: the same facts, and so the
@@ -317,19 +432,34 @@ func (c *collection) remember(m *pending) {
 // request is the request to forward: r, pinned to the list the decisions
 // were made on when the caller did not name a resourceVersion. Without the
 // pin, an object created between the list and the delete would be deleted
-// undecided.
-func (c *collection) request(r *http.Request, data []byte) *http.Request {
+// undecided. kube-apiserver reads a body-less deletecollection's options
+// from its query, resourceVersion included, and would make the pin every
+// delete's precondition (a 409 for each object changed since it was
+// created); the caller's options go in a body instead, where the pin
+// only selects what is deleted.
+func (c *collection) request(r *http.Request, data []byte) (*http.Request, error) {
 	if !c.pin || c.snapshot == "" {
-		return r
+		return r, nil
 	}
 	out := r.Clone(r.Context())
+	if len(data) == 0 {
+		opts, err := deleteOptionsOf(r, nil)
+		if err != nil {
+			return nil, err
+		}
+		opts.TypeMeta = metav1.TypeMeta{APIVersion: metav1.SchemeGroupVersion.String(), Kind: "DeleteOptions"}
+		if data, err = json.Marshal(opts); err != nil {
+			return nil, apierrors.NewInternalError(err)
+		}
+		out.Header.Set("Content-Type", "application/json")
+	}
 	q := out.URL.Query()
 	q.Set("resourceVersion", c.snapshot)
 	q.Set("resourceVersionMatch", string(metav1.ResourceVersionMatchExact))
 	out.URL.RawQuery = q.Encode()
 	out.RequestURI = ""
 	restoreBody(out, data)
-	return out
+	return out, nil
 }
 
 // reserveCollection takes off their parents the once approvals the
@@ -359,7 +489,7 @@ func (i *Interceptor) reserveCollection(w http.ResponseWriter, r *http.Request, 
 		for attempt := 1; ; attempt++ {
 			if m.d.Result == decision.Deny {
 				stop(nil)
-				i.refuseCollection(w, r, p, c, []*member{m}, writeError)
+				i.refuseCollection(w, r, p, c, []*member{m}, 1, writeError)
 				return nil, false
 			}
 			upd := m.d.ApprovalsUpdate
@@ -401,39 +531,32 @@ func (i *Interceptor) reserveCollection(w http.ResponseWriter, r *http.Request, 
 }
 
 // refuseCollection answers 403: the request deletes nothing, and says
-// which objects held it back and why.
-func (i *Interceptor) refuseCollection(w http.ResponseWriter, r *http.Request, p *pending, c *collection, blocked []*member, writeError ErrorWriter) {
+// which objects held it back (blocked, the first of denied) and why.
+func (i *Interceptor) refuseCollection(w http.ResponseWriter, r *http.Request, p *pending, c *collection, blocked []*member, denied int, writeError ErrorWriter) {
 	p.outcome = "denied"
-	var warnings []string
-	for _, m := range c.members {
-		warnings = append(warnings, m.d.Warnings...)
-	}
-	for _, warning := range boundedWarnings(warnings) {
+	for _, warning := range c.warnings.lines() {
 		w.Header().Add("Warning", formatWarning(warning))
 	}
-	held := make(map[*member]bool, len(blocked))
-	for _, m := range blocked {
-		held[m] = true
-	}
 	for _, m := range c.members {
+		held := m.d.Result == decision.Deny
 		m.p.outcome = "denied"
-		if !held[m] {
+		if !held {
 			// Allowed on its own; the request it came in was refused.
 			m.p.outcome = "refused-with-collection"
 		}
 		i.recordDecision(m.p, &m.d)
-		if held[m] && !p.w.dryRun {
+		if held && !p.w.dryRun {
 			i.report(r, m.p, &m.d)
 		}
 	}
-	writeError(w, collectionRefusal(p, len(c.members), blocked))
+	writeError(w, collectionRefusal(p, len(c.members), blocked, denied))
 }
 
 // collectionRefusal is the 403 of a refused deletecollection. It names at
 // most maxNamedChildren of the blocked objects, and gives the first one's
 // full denial (parent, reason, how to unblock); details.causes carry, for
 // each named object, its own causes, each distinct cause once.
-func collectionRefusal(p *pending, total int, blocked []*member) *apierrors.StatusError {
+func collectionRefusal(p *pending, total int, blocked []*member, denied int) *apierrors.StatusError {
 	where := ""
 	if p.namespace != "" {
 		where = " in namespace " + p.namespace
@@ -456,11 +579,11 @@ func collectionRefusal(p *pending, total int, blocked []*member) *apierrors.Stat
 		}
 	}
 	list := strings.Join(names, ", ")
-	if more := len(blocked) - len(names); more > 0 {
+	if more := denied - len(names); more > 0 {
 		list += ", and " + strconv.Itoa(more) + " more"
 	}
 	msg := fmt.Sprintf("kausality: deletecollection of %s%s denied, nothing was deleted: %d of the %d objects it would delete may not be deleted: %s. %s",
-		p.w.gvr.GroupResource(), where, len(blocked), total, list, blocked[0].d.Message)
+		p.w.gvr.GroupResource(), where, denied, total, list, blocked[0].d.Message)
 	return &apierrors.StatusError{ErrStatus: metav1.Status{
 		Status:  metav1.StatusFailure,
 		Code:    http.StatusForbidden,
@@ -472,42 +595,42 @@ func collectionRefusal(p *pending, total int, blocked []*member) *apierrors.Stat
 
 // addCollectionWarnings adds the decisions' warnings, and for a dry run
 // each object's verdict, within maxCollectionWarnings.
-func addCollectionWarnings(w http.ResponseWriter, c *collection, dryRun bool) {
-	var warnings []string
-	for _, m := range c.members {
-		warnings = append(warnings, m.d.Warnings...)
-	}
-	if dryRun {
-		for _, m := range c.members {
-			warnings = append(warnings, fmt.Sprintf("kausality dry-run: %s (%s): %s: %s", m.d.Result, m.d.Category, m.d.Child, m.d.Reason))
-		}
-	}
-	for _, warning := range boundedWarnings(warnings) {
+func addCollectionWarnings(w http.ResponseWriter, c *collection) {
+	var all boundedList
+	all.add(c.warnings.kept...)
+	all.add(c.verdicts.kept...)
+	all.more += c.warnings.more + c.verdicts.more
+	for _, warning := range all.lines() {
 		w.Header().Add("Warning", formatWarning(warning))
 	}
 }
 
-// boundedWarnings drops repeated warnings and keeps the first
-// maxCollectionWarnings, saying how many more there were.
-func boundedWarnings(warnings []string) []string {
-	seen := map[string]bool{}
-	var out []string
-	more := 0
+// boundedList keeps the first maxCollectionWarnings distinct warnings and
+// counts the others: a header block has a size limit, and a thousand
+// identical log-mode warnings say no more than ten.
+type boundedList struct {
+	kept []string
+	more int
+}
+
+func (b *boundedList) add(warnings ...string) {
 	for _, warning := range warnings {
-		if seen[warning] {
-			continue
+		switch {
+		case slices.Contains(b.kept, warning):
+		case len(b.kept) < maxCollectionWarnings:
+			b.kept = append(b.kept, warning)
+		default:
+			b.more++
 		}
-		seen[warning] = true
-		if len(out) == maxCollectionWarnings {
-			more++
-			continue
-		}
-		out = append(out, warning)
 	}
-	if more > 0 {
-		out = append(out, "kausality: "+strconv.Itoa(more)+" more warnings about this deletecollection are in the proxy's decision log")
+}
+
+// lines are the kept warnings, and one that says how many more there were.
+func (b *boundedList) lines() []string {
+	if b.more == 0 {
+		return b.kept
 	}
-	return out
+	return append(slices.Clone(b.kept), "kausality: "+strconv.Itoa(b.more)+" more warnings about this deletecollection are in the proxy's decision log")
 }
 
 // distinctSideWrites drops repeated parent writes: the children of one
@@ -565,6 +688,18 @@ func deleteOptionsOf(r *http.Request, data []byte) (*metav1.DeleteOptions, error
 			return nil, unsupportedDeleteOptions(ct)
 		}
 	}
+	if mediaType == runtime.ContentTypeCBOR {
+		// kube-apiserver's DeleteOptions codecs have no CBOR; the proxy's
+		// own decoder reads it, as for any other body.
+		obj, _, err := body.DecodeOfKind(mediaType, data, schema.GroupVersionKind{Version: "v1", Kind: "DeleteOptions"})
+		if err != nil {
+			return nil, err
+		}
+		if err := runtime.DefaultUnstructuredConverter.FromUnstructured(obj.Object, opts); err != nil {
+			return nil, apierrors.NewBadRequest(fmt.Sprintf("the CBOR body is not DeleteOptions: %v", err))
+		}
+		return opts, nil
+	}
 	info, ok := runtime.SerializerInfoForMediaType(scheme.Codecs.SupportedMediaTypes(), mediaType)
 	if !ok {
 		return nil, unsupportedDeleteOptions(mediaType)
@@ -614,21 +749,25 @@ func (i *Interceptor) shadowCollection(r *http.Request, p *pending, data []byte,
 		}
 	}()
 	p.data = data
-	if c, err = i.gatherCollection(r, p); err != nil {
-		return nil, err
+	if c, err = i.openCollection(r, p); err != nil || c.cleanup {
+		return c, err
 	}
-	if c.cleanup {
-		c.members = nil
-	}
-	for _, m := range c.members {
-		c.recall(m.p)
-		if m.d, err = i.decideConfirmed(r, m.p, forward); err != nil {
-			var refused *refusedByServer
-			if !errors.As(err, &refused) {
-				return nil, err
-			}
+	err = i.listCollection(r, p, c, func(obj *unstructured.Unstructured) error {
+		mp, err := i.collectionMember(r, p, c, obj)
+		if err != nil {
+			return err
 		}
-		c.remember(m.p)
+		d, err := i.decideConfirmed(r, mp, forward)
+		var refused *refusedByServer
+		if err != nil && !errors.As(err, &refused) {
+			return err
+		}
+		c.remember(mp)
+		c.add(&member{p: mp, d: d}, false)
+		return nil
+	})
+	if err != nil {
+		return nil, err
 	}
 	return c, nil
 }
@@ -638,6 +777,6 @@ func unsupportedDeleteOptions(mediaType string) *apierrors.StatusError {
 		Status:  metav1.StatusFailure,
 		Code:    http.StatusUnsupportedMediaType,
 		Reason:  metav1.StatusReasonUnsupportedMediaType,
-		Message: fmt.Sprintf("the body of a deletecollection must be DeleteOptions in JSON, YAML or protobuf; got Content-Type %q", mediaType),
+		Message: fmt.Sprintf("the body of a deletecollection must be DeleteOptions in JSON, YAML, protobuf or CBOR; got Content-Type %q", mediaType),
 	}}
 }

@@ -17,12 +17,15 @@ import (
 	"go.uber.org/zap"
 	"go.uber.org/zap/zaptest/observer"
 	authorizationv1 "k8s.io/api/authorization/v1"
+	"k8s.io/apimachinery/pkg/api/equality"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/runtime/schema"
+	metadatafake "k8s.io/client-go/metadata/fake"
 	clienttesting "k8s.io/client-go/testing"
+	"k8s.io/utils/ptr"
 
 	"github.com/kausality-io/kausality-proxy/intercept"
 	"github.com/kausality-io/kausality-proxy/intercept/annotations"
@@ -365,8 +368,14 @@ func TestDeleteCollectionIsPinnedToTheDecidedList(t *testing.T) {
 		wantRV       string
 		wantRVMatch  string
 		wantSelector string
+		// wantBody: the options forwarded in a body ("" for none).
+		wantBody *metav1.DeleteOptions
 	}{
-		{name: "pinned", query: "?labelSelector=app%3Dstable", wantRV: "4711", wantRVMatch: "Exact", wantSelector: "app=stable"},
+		{name: "pinned", query: "?labelSelector=app%3Dstable", wantRV: "4711", wantRVMatch: "Exact", wantSelector: "app=stable",
+			wantBody: &metav1.DeleteOptions{}},
+		{name: "pinned, the caller's query options go in a body where the pin is no precondition",
+			query: "?labelSelector=app%3Dstable&propagationPolicy=Foreground&gracePeriodSeconds=5", wantRV: "4711", wantRVMatch: "Exact", wantSelector: "app=stable",
+			wantBody: &metav1.DeleteOptions{PropagationPolicy: ptr.To(metav1.DeletePropagationForeground), GracePeriodSeconds: ptr.To[int64](5)}},
 		{name: "the caller's resourceVersion stands", query: "?labelSelector=app%3Dstable&resourceVersion=0", wantRV: "0", wantSelector: "app=stable"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
@@ -392,6 +401,21 @@ func TestDeleteCollectionIsPinnedToTheDecidedList(t *testing.T) {
 			}
 			if got := strings.Join(q["labelSelector"], ","); got != tc.wantSelector {
 				t.Errorf("labelSelector %q, want %q", got, tc.wantSelector)
+			}
+			if tc.wantBody == nil {
+				if sent[0].body != "" {
+					t.Errorf("forwarded with body %s, want none", sent[0].body)
+				}
+				return
+			}
+			var got metav1.DeleteOptions
+			if err := json.Unmarshal([]byte(sent[0].body), &got); err != nil {
+				t.Fatalf("forwarded body %q: %v", sent[0].body, err)
+			}
+			want := tc.wantBody.DeepCopy()
+			want.TypeMeta = metav1.TypeMeta{APIVersion: "meta.k8s.io/v1", Kind: "DeleteOptions"}
+			if !equality.Semantic.DeepEqual(&got, want) {
+				t.Errorf("forwarded options %s, want %+v", sent[0].body, want)
 			}
 		})
 	}
@@ -521,5 +545,75 @@ func TestDeleteCollectionShadow(t *testing.T) {
 	}
 	if wouldDeny != 2 {
 		t.Errorf("%d wouldDeny Frozen lines, want one per ReplicaSet: %v", wouldDeny, logs.All())
+	}
+}
+
+// With a metadata client, the objects of a deletecollection are listed as
+// metadata, a page at a time, and decided as they come: the refusal counts
+// and names them all the same, and nothing is listed whole.
+func TestDeleteCollectionListsMetadataPageByPage(t *testing.T) {
+	allowAll := func(authorizationv1.SubjectAccessReviewSpec) (bool, error) { return true, nil }
+	const frozen = 25
+	var (
+		pages    []string
+		pagesMu  sync.Mutex
+		children []metav1.PartialObjectMetadata
+	)
+	withMetadata := func(s *serveSetup) {
+		for _, o := range s.objects {
+			u := o.(*unstructured.Unstructured)
+			if u.GetKind() != "ReplicaSet" || u.GetLabels()["app"] != "frozen" {
+				continue
+			}
+			var m metav1.PartialObjectMetadata
+			if err := runtime.DefaultUnstructuredConverter.FromUnstructured(u.Object, &m); err != nil {
+				t.Fatal(err)
+			}
+			m.ManagedFields = []metav1.ManagedFieldsEntry{{Manager: "kube-controller-manager", Operation: metav1.ManagedFieldsOperationUpdate}}
+			children = append(children, m)
+		}
+		client := metadatafake.NewSimpleMetadataClient(metadatafake.NewTestScheme())
+		// Two pages: the first ten, then the rest.
+		client.PrependReactor("list", "replicasets", func(a clienttesting.Action) (bool, runtime.Object, error) {
+			pagesMu.Lock()
+			first := len(pages) == 0
+			pages = append(pages, "listed")
+			pagesMu.Unlock()
+			list := &metav1.List{ListMeta: metav1.ListMeta{ResourceVersion: "4711"}}
+			page := children[10:]
+			if first {
+				page, list.Continue = children[:10], "page-2"
+			}
+			for k := range page {
+				list.Items = append(list.Items, runtime.RawExtension{Object: &page[k]})
+			}
+			return true, list, nil
+		})
+		s.config.Metadata = client
+	}
+	env := newServeEnv(t, nil, allowAll, enforce, withFrozenFamily(frozen), withMetadata)
+	env.dyn.ClearActions()
+	r := env.request(t, benchWrite{method: http.MethodDelete, path: rsPath + "?labelSelector=app%3Dfrozen", user: "alice"})
+	r.Header.Set("User-Agent", kubectlUA)
+	rec := httptest.NewRecorder()
+	env.handler.ServeHTTP(rec, r)
+	if rec.Code != http.StatusForbidden || env.forwarded.Load() != 0 {
+		t.Fatalf("code %d, forwarded %d (error %v)", rec.Code, env.forwarded.Load(), env.lastError)
+	}
+	var status apierrors.APIStatus
+	if !errors.As(env.lastError, &status) {
+		t.Fatalf("not a Status: %v", env.lastError)
+	}
+	msg := status.Status().Message
+	if !strings.Contains(msg, fmt.Sprintf("%d of the %d objects", frozen, frozen)) || !strings.Contains(msg, fmt.Sprintf("and %d more", frozen-10)) {
+		t.Errorf("the refusal does not count every object of both pages: %s", msg)
+	}
+	if len(pages) != 2 {
+		t.Errorf("listed %d pages, want 2", len(pages))
+	}
+	for _, a := range env.dyn.Actions() {
+		if a.GetVerb() == "list" && a.GetResource().Resource == "replicasets" {
+			t.Errorf("the ReplicaSets were listed whole: %v", a)
+		}
 	}
 }

@@ -18,11 +18,19 @@
 //     (spec.replicas, or a custom resource's specReplicasPath); the trace
 //     lands on the scaled object in a follow-up patch (scale.go);
 //   - deletecollection, as a DELETE of every object it would delete (the
-//     proxy lists them with the request's selectors); one that may not be
-//     deleted refuses the whole request, which is never narrowed to the
-//     rest: its success would say that everything matching is gone
-//     (collection.go);
-//   - pods/eviction, as a DELETE of the pod;
+//     proxy lists them with the request's selectors, a page at a time and
+//     as metadata unless the caller's approval policies read more, and
+//     decides each as it comes); one that may not be deleted refuses the
+//     whole request, which is never narrowed to the rest: its success
+//     would say that everything matching is gone. The forwarded request
+//     is pinned to the decided list (resourceVersion with
+//     resourceVersionMatch=Exact), so an object created or changed after
+//     the list is not deleted undecided; the caller's options then travel
+//     in a body, since kube-apiserver would turn a body-less request's
+//     resourceVersion into every delete's precondition. Per-object
+//     preconditions are only ever the caller's (collection.go);
+//   - pods/eviction, as a DELETE of the pod; its body, in any format, says
+//     whether it is a dry run;
 //   - not intercepted, forwarded untouched: every other subresource
 //     (binding, token, ephemeralcontainers, resize, ...), and reads.
 //

@@ -9,6 +9,7 @@ import (
 	"go.uber.org/zap"
 	"k8s.io/apiserver/pkg/authorization/authorizer"
 	"k8s.io/client-go/dynamic"
+	"k8s.io/client-go/metadata"
 	"k8s.io/utils/clock"
 
 	"github.com/kausality-io/kausality-proxy/intercept/annotations"
@@ -46,6 +47,10 @@ type Config struct {
 	// Writer makes the proxy's own writes to parents, with the proxy's
 	// credentials.
 	Writer dynamic.Interface
+	// Metadata lists the objects a deletecollection would delete as
+	// metadata only, with the proxy's credentials; nil lists them whole
+	// through Writer.
+	Metadata metadata.Interface
 	// Authorizer says whether the effective user may do what a write asks.
 	// It is asked before the proxy does any work for the write; nil
 	// refuses every intercepted write.

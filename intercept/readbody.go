@@ -5,7 +5,6 @@ package intercept
 
 import (
 	"bytes"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
@@ -16,6 +15,10 @@ import (
 
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/apimachinery/pkg/runtime/schema"
+
+	"github.com/kausality-io/kausality-proxy/intercept/body"
 )
 
 // readBody reads at most limit bytes, within the request's deadline: a
@@ -79,6 +82,9 @@ func restoreBody(r *http.Request, data []byte) {
 	r.Header.Set("Content-Length", strconv.Itoa(len(data)))
 }
 
+// evictionGVK is the kind of an eviction's body when it names none.
+var evictionGVK = schema.GroupVersionKind{Group: "policy", Version: "v1", Kind: "Eviction"}
+
 // deleteDryRun reports whether the options of a delete or an eviction make
 // it a dry run. kube-apiserver takes a DELETE's options from its body when
 // it has one, and from the query only when it has none; an eviction's come
@@ -96,15 +102,21 @@ func deleteDryRun(r *http.Request, wr *write, data []byte) (bool, error) {
 	case len(data) == 0:
 		return false, nil
 	case wr.sub == evictionSubresource:
-		var eviction struct {
-			DeleteOptions *metav1.DeleteOptions `json:"deleteOptions"`
+		// Decoded as any other body, whatever its format: a dryRun the
+		// proxy cannot read would make a dry run consume a once approval.
+		eviction, _, err := body.DecodeOfKind(r.Header.Get("Content-Type"), data, evictionGVK)
+		if err != nil {
+			return false, err
 		}
-		// An eviction that is not JSON is decoded by kube-apiserver, which
-		// answers for it; its dryRun cannot be read here.
-		if json.Unmarshal(data, &eviction) != nil || eviction.DeleteOptions == nil {
-			return false, nil
+		dryRun, _, err := unstructured.NestedFieldNoCopy(eviction.Object, "deleteOptions", "dryRun")
+		if err != nil {
+			return false, apierrors.NewBadRequest(fmt.Sprintf("the Eviction's deleteOptions: %v", err))
 		}
-		return len(eviction.DeleteOptions.DryRun) > 0, nil
+		values, ok := dryRun.([]any)
+		if dryRun != nil && !ok {
+			return false, apierrors.NewBadRequest(fmt.Sprintf("the Eviction's deleteOptions.dryRun must be a list of strings, got %s", body.Describe(dryRun)))
+		}
+		return len(values) > 0, nil
 	}
 	return false, nil
 }

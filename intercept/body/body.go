@@ -176,6 +176,28 @@ func (c *Codec) Decode(contentType string, data []byte, hint *schema.GroupVersio
 	return obj, format, nil
 }
 
+// DecodeOfKind decodes the body of an endpoint that takes one kind in any
+// version of its group (pods/eviction takes an Eviction of policy/v1 or
+// policy/v1beta1), of the given Content-Type, into an unstructured object.
+// A body that omits kind or apiVersion gets def's, as kube-apiserver
+// defaults them; one of another group or kind is a 400. Errors are those
+// of Decode.
+func (c *Codec) DecodeOfKind(contentType string, data []byte, def schema.GroupVersionKind) (*unstructured.Unstructured, Format, error) {
+	obj, format, err := c.Decode(contentType, data, &schema.GroupVersionKind{Group: def.Group, Kind: def.Kind})
+	var status apierrors.APIStatus
+	if err == nil || format == Protobuf || !errors.As(err, &status) || status.Status().Code != http.StatusBadRequest {
+		return obj, format, err
+	}
+	// A body without apiVersion, which a hint without a version cannot
+	// fill: decoded again with def's.
+	return c.Decode(contentType, data, &def)
+}
+
+// DecodeOfKind decodes with the default Codec; see Codec.DecodeOfKind.
+func DecodeOfKind(contentType string, data []byte, def schema.GroupVersionKind) (*unstructured.Unstructured, Format, error) {
+	return defaultCodec.DecodeOfKind(contentType, data, def)
+}
+
 func expected(hint *schema.GroupVersionKind) string {
 	if hint == nil || hint.Kind == "" {
 		return "an object"

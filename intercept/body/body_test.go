@@ -383,3 +383,40 @@ func BenchmarkEncode(b *testing.B) {
 		})
 	}
 }
+
+// An endpoint of one kind takes it in any version of its group, and
+// defaults what the body leaves out.
+func TestDecodeOfKind(t *testing.T) {
+	def := schema.GroupVersionKind{Group: "policy", Version: "v1", Kind: "Eviction"}
+	cases := []struct {
+		name, contentType, body string
+		wantAPIVersion          string
+		wantCode                int32
+	}{
+		{"policy/v1", ContentTypeJSON, `{"apiVersion":"policy/v1","kind":"Eviction"}`, "policy/v1", 0},
+		{"policy/v1beta1", ContentTypeYAML, "apiVersion: policy/v1beta1\nkind: Eviction\n", "policy/v1beta1", 0},
+		{"no apiVersion nor kind: def's", ContentTypeYAML, "metadata:\n  name: p\n", "policy/v1", 0},
+		{"another group", ContentTypeJSON, `{"apiVersion":"v1","kind":"Eviction"}`, "", http.StatusBadRequest},
+		{"another kind", ContentTypeJSON, `{"apiVersion":"policy/v1","kind":"PodDisruptionBudget"}`, "", http.StatusBadRequest},
+		{"not JSON", ContentTypeJSON, `{`, "", http.StatusBadRequest},
+		{"an unknown format", "text/plain", `kind: Eviction`, "", http.StatusUnsupportedMediaType},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			obj, _, err := DecodeOfKind(tc.contentType, []byte(tc.body), def)
+			if tc.wantCode != 0 {
+				var status apierrors.APIStatus
+				if !errors.As(err, &status) || status.Status().Code != tc.wantCode {
+					t.Fatalf("error %v, want %d", err, tc.wantCode)
+				}
+				return
+			}
+			if err != nil {
+				t.Fatal(err)
+			}
+			if obj.GetAPIVersion() != tc.wantAPIVersion || obj.GetKind() != "Eviction" {
+				t.Fatalf("decoded %s %s, want %s Eviction", obj.GetAPIVersion(), obj.GetKind(), tc.wantAPIVersion)
+			}
+		})
+	}
+}

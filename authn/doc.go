@@ -162,6 +162,106 @@ the parent names it in kausality.io/reservations, which the reservation's
 own patch wrote: a forged record cannot put an approval on a parent its
 author may not write.
 
+# Status and scale writes, and who holds the controls
+
+RBAC rarely separates an operator's service account from the objects it
+manages, and kube-apiserver's status strategies for most built-in kinds
+(Deployment, ReplicaSet, StatefulSet, DaemonSet, Job, CronJob,
+ReplicationController, Service, Namespace, HPA, PDB) keep
+metadata.annotations: a status write is an annotation write. So approvals,
+rejections, freeze, snooze and mode are a person's controls. An update by a
+user recorded as the written object's own controller (its
+kausality.io/controllers, or the field manager owning
+status.observedGeneration) that would store a changed control is refused
+with a 403 through PUT, every patch type, server-side apply and /status. A
+/status write never changes a kausality.io annotation people set, whoever
+writes it. System annotations (trace, updaters, controllers, phase,
+observedGeneration, reservations) are put back to their stored values on
+every write shape. A control edit by someone the cached copy does not name
+as controller is decided again on a live read, so a lagging cache lets no
+controller through. A /scale write takes only the replicas from its body.
+
+Controller identity is recorded from the status writes the proxy forwards,
+and anybody who may write a parent's status can report any
+observedGeneration. A user is recorded only when the generation it reports
+is not beyond the parent's generation as kube-apiserver stores it (read
+fresh when the record is written). The record holds at most five users, a
+newcomer never pushes one out, and only a person who is not in the record
+may empty it (kubectl kausality reset-controllers). Recorded hashes are 80
+bits, so no chosen name matches one; Kausality's 5-character hashes count
+only while the record holds no long hash.
+
+Text the proxy writes to callers is escaped before a terminal sees it
+(annotation text and user names are chosen by others), and a denial names
+the parent and quotes its annotations only to a caller the authorizer
+allows to get the parent.
+
+# Approval policies are untrusted input
+
+ApprovalPolicies are written by whoever administers a namespace, and the
+proxy evaluates them on the write path, so their cost is bounded. At
+compile time: at most 64 rules; each CEL expression's estimated cost,
+assuming any value as large as the largest request, within kube-apiserver's
+per-expression limit; regexps at most 1024 bytes and 4096 compiled
+instructions, and CEL regex patterns literal. At run time: a write is
+matched once, under the request's deadline, within 2.5M cost units, and a
+request within 10M; regexps are charged by input size times program size.
+Running out means no approval, a warning to the writer and BudgetExceeded
+in the policy's status. An ApprovalPolicy approves writes only in its own
+namespace; only a ClusterApprovalPolicy, which needs cluster-level rights
+to write, approves across namespaces.
+
+# Drift records, reservations and Slack: data in the proxy's namespace
+
+Drift records are ConfigMaps the proxy writes with its own credentials
+because of what a controller's denied write contained. A record never
+copies the written object: it keeps references, the request, at most 20
+truncated changes and the objects' identity and trace, within 16 KiB. Each
+controller (the authenticated user) and each parent has a quota in records
+and bytes, and each controller a rate limit on new drifts: a flood fills
+only its own quota, is logged and counted once, and other controllers'
+reports keep flowing. A global cap degrades per controller, by fair share.
+DriftReport receivers are outside the trust boundary: kausality-proxy
+backend log prints only reports that carry its bearer token.
+
+A reservation record can be forged or rewritten by anyone who may write
+ConfigMaps in the proxy's namespace, so a record alone never restores an
+approval. The patch that takes a once approval off the parent also writes,
+in the parent's system annotation kausality.io/reservations, the record's
+name and the SHA-256 of its exact stored bytes; another replica acts on an
+orphaned record only while the parent vouches for exactly those bytes. The
+proxy never updates a record, so a claim that loses its precondition
+re-reads it: a changed record is treated as forged, removed and logged, and
+the reserving replica settles from what it wrote itself. The worst such a
+user can do is leave an approval spent, which deleting the record could do
+anyway.
+
+The Slack interaction endpoint trusts only Slack's signature, and a click is
+written with the proxy's credentials: anyone who can click in the channel
+holds approve, reject and snooze authority over drifted writes (the stamp
+records the Slack user). A click names only a drift id; parent and child
+come from the open drift record, the click must come from that drift's
+message in its channel, namespaces the proxy never gates are never written,
+and the click's signature is recorded on the record before anything is
+written, which refuses replays across replicas and restarts. Restrict the
+authority with a private channel given to --slack-channel as a channel id.
+
+# Connections and bounded work before authentication
+
+Any answer the proxy gives before it has the whole body (401, 403, 413,
+429, 504, or an early upstream answer) goes out at once; over HTTP/1.1 it
+ends the connection and the rest of the body is never read, so a client
+that trickles its body holds no goroutine. An HTTP/2 connection without
+credentials is closed with GOAWAY after its request, as kube-apiserver
+does. A request that is not long-running must deliver its body within
+--request-timeout (or its shorter ?timeout=) or get a 504 Status. Metric
+labels come only from resources kube-apiserver has served and a fixed set
+of verbs. A deletecollection is listed page by page, as metadata unless the
+caller's policies need whole objects, and decided per object as it comes,
+so its memory does not grow with the objects' size; the forwarded request
+is pinned to the decided list, and the caller's options travel in a body so
+the pin never becomes a precondition the caller did not ask for.
+
 # Identity values must survive the header
 
 The identity the proxy presents upstream is re-encoded into Impersonate-*

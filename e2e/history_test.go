@@ -74,20 +74,7 @@ func runDeploymentHistory(t *testing.T, w *workload) {
 	w.requireNoFalseDenials(t, "life cycle")
 	w.settled = true
 
-	rs := w.scaledReplicaSet(t)
-	w.step(t, "drift: a person scales the current ReplicaSet from 2 to 3", func() {
-		d := &injectedDrift{what: "bob's scale of ReplicaSet " + rs + " to 3", controller: deploymentController, resource: "replicasets", name: rs}
-		w.injectDrift(t, d, func() { scaleRS(t, "bob", w.ns, rs, 3) }, func() error {
-			got, err := w.admin.AppsV1().ReplicaSets(w.ns).Get(ctx, rs, metav1.GetOptions{})
-			if err != nil {
-				return err
-			}
-			if *got.Spec.Replicas != 3 {
-				return fmt.Errorf("replicas %d", *got.Spec.Replicas)
-			}
-			return nil
-		})
-	})
+	w.step(t, "drift: a person scales the current ReplicaSet from 2 to 3", func() { w.scaleReplicaSetDrift(t, 3) })
 }
 
 // controllerRevisionCount counts the ControllerRevisions in the workload's

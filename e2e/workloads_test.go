@@ -528,19 +528,24 @@ func runDeployment(t *testing.T, w *workload) {
 	w.requireNoFalseDenials(t, "life cycle")
 	w.settled = true
 
+	w.step(t, "drift: a person scales the ReplicaSet from 2 to 3", func() { w.scaleReplicaSetDrift(t, 3) })
+}
+
+// scaleReplicaSetDrift: bob scales the Deployment's one scaled ReplicaSet
+// to replicas; the deployment controller's revert is drift and held.
+func (w *workload) scaleReplicaSetDrift(t *testing.T, replicas int32) {
+	t.Helper()
 	rs := w.scaledReplicaSet(t)
-	w.step(t, "drift: a person scales the ReplicaSet from 2 to 3", func() {
-		d := &injectedDrift{what: "bob's scale of ReplicaSet " + rs + " to 3", controller: deploymentController, resource: "replicasets", name: rs}
-		w.injectDrift(t, d, func() { scaleRS(t, "bob", w.ns, rs, 3) }, func() error {
-			got, err := w.admin.AppsV1().ReplicaSets(w.ns).Get(ctx, rs, metav1.GetOptions{})
-			if err != nil {
-				return err
-			}
-			if *got.Spec.Replicas != 3 {
-				return fmt.Errorf("replicas %d", *got.Spec.Replicas)
-			}
-			return nil
-		})
+	d := &injectedDrift{what: fmt.Sprintf("bob's scale of ReplicaSet %s to %d", rs, replicas), controller: deploymentController, resource: "replicasets", name: rs}
+	w.injectDrift(t, d, func() { scaleRS(t, "bob", w.ns, rs, replicas) }, func() error {
+		got, err := w.admin.AppsV1().ReplicaSets(w.ns).Get(context.Background(), rs, metav1.GetOptions{})
+		if err != nil {
+			return err
+		}
+		if *got.Spec.Replicas != replicas {
+			return fmt.Errorf("replicas %d", *got.Spec.Replicas)
+		}
+		return nil
 	})
 }
 

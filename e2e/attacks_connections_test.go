@@ -17,7 +17,6 @@ import (
 	"testing"
 	"time"
 
-	"golang.org/x/net/http2"
 	corev1 "k8s.io/api/core/v1"
 	rbacv1 "k8s.io/api/rbac/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
@@ -86,7 +85,7 @@ func readAnswer(t *testing.T, conn net.Conn) (*http.Response, metav1.Status, boo
 	_ = conn.SetReadDeadline(time.Now().Add(answerWait))
 	_, err = br.ReadByte()
 	var ne net.Error
-	closed := err != nil && !(errors.As(err, &ne) && ne.Timeout())
+	closed := err != nil && (!errors.As(err, &ne) || !ne.Timeout())
 	return resp, status, closed
 }
 
@@ -244,7 +243,9 @@ func slowHTTP2Post(t *testing.T, cert *tls.Certificate, path, body string) (int,
 	t.Helper()
 	cfg, err := framework.TLSConfig(env.ProxyCAData, cert, "h2")
 	mustf(t, err, "TLS config")
-	tr := &http2.Transport{TLSClientConfig: cfg}
+	var h2 http.Protocols
+	h2.SetHTTP2(true)
+	tr := &http.Transport{TLSClientConfig: cfg, Protocols: &h2}
 	defer tr.CloseIdleConnections()
 	pr, pw := io.Pipe()
 	// Closing the pipe ends the trickle once the answer is in.

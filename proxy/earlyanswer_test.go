@@ -36,7 +36,7 @@ func slowBodyExchange(t *testing.T, url string, announced int, sent string, wait
 	_ = resp.Body.Close()
 	_, err = br.ReadByte()
 	var ne net.Error
-	closed := errors.Is(err, io.EOF) || (err != nil && !(errors.As(err, &ne) && ne.Timeout()))
+	closed := errors.Is(err, io.EOF) || (err != nil && (!errors.As(err, &ne) || !ne.Timeout()))
 	return resp, closed
 }
 

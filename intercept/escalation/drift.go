@@ -55,12 +55,12 @@ type OpenDrifts interface {
 }
 
 var (
-	// ErrNoOpenDrift: the drift a click names is not open (never was, or
+	// ErrNoOpenDrift is when the drift a click names is not open (never was, or
 	// resolved since).
 	ErrNoOpenDrift = errors.New("no open drift")
-	// ErrClickReplayed: the signed request was applied before.
+	// ErrClickReplayed is when the signed request was applied before.
 	ErrClickReplayed = errors.New("click already applied")
-	// ErrTooManyClicks: the drift holds as many live clicks as it may;
+	// ErrTooManyClicks is when the drift holds as many live clicks as it may;
 	// forgetting one would let it be replayed.
 	ErrTooManyClicks = errors.New("too many clicks on this drift within the signature window")
 )

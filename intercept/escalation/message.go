@@ -348,10 +348,6 @@ func section(text string) *slack.SectionBlock {
 	return slack.NewSectionBlock(mrkdwn(truncate(text, maxSectionText)), nil, nil)
 }
 
-func contextBlock(text string) *slack.ContextBlock {
-	return slack.NewContextBlock("", mrkdwn(truncate(text, maxFieldText)))
-}
-
 func mrkdwn(text string) *slack.TextBlockObject {
 	return slack.NewTextBlockObject(slack.MarkdownType, text, false, false)
 }

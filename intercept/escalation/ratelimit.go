@@ -40,7 +40,7 @@ var DefaultMessageLimits = MessageLimits{
 	SummaryAfter:  time.Minute,
 }
 
-// ErrSuppressed: the message of the drift was not posted, to keep within
+// ErrSuppressed is when the message of the drift was not posted, to keep within
 // the message limits. It is counted in the summary message instead.
 var ErrSuppressed = errors.New("slack message suppressed by the message rate limit")
 

@@ -205,7 +205,7 @@ func (x *expression) program(limit int64) (cel.Program, error) {
 	if err != nil {
 		return nil, err
 	}
-	return e.Program(x.ast, cel.InterruptCheckFrequency(celconfig.CheckFrequency), cel.CostLimit(uint64(limit)))
+	return e.Program(x.ast, cel.InterruptCheckFrequency(celconfig.CheckFrequency), cel.CostLimit(uint64(max(limit, 0))))
 }
 
 // estimate renders a cost estimate; the largest one is no number.

@@ -279,7 +279,7 @@ func (e *evaluation) eval(r *compiledRule, x *expression, object, oldObject map[
 	v, details, err := prog.ContextEval(e.m.ctx, act)
 	spent := int64(CostLimit)
 	if details != nil && details.ActualCost() != nil {
-		spent = int64(*details.ActualCost())
+		spent = int64(min(*details.ActualCost(), uint64(math.MaxInt64)))
 	}
 	if spendErr := e.spend(spent); spendErr != nil {
 		return false, nil, spendErr

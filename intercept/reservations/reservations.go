@@ -162,12 +162,12 @@ func (s *Store) Open(ctx context.Context, r Reservation) (*Record, error) {
 type Claim int
 
 const (
-	// Lost: somebody else settled the record first.
+	// Lost is when somebody else settled the record first.
 	Lost Claim = iota
-	// Claimed: the record was removed as it was read; its settlement is
+	// Claimed is when the record was removed as it was read; its settlement is
 	// the caller's.
 	Claimed
-	// Rewritten: the record was rewritten since it was read, by somebody
+	// Rewritten is when the record was rewritten since it was read, by somebody
 	// other than the proxy, which never updates a record. The rewritten
 	// record is removed, so that nobody settles it; its settlement is the
 	// caller's, from what it read, as far as the parent vouches for that.

@@ -48,7 +48,7 @@
 // (build.go).
 //
 // Pure logic, no I/O (table-tested on their own): annotations, approval,
-// body, controllerid, decision, decisionlog, desired, lifecycle, patch,
+// body, controllerid, decision, decisionlog, desired, history, lifecycle, patch,
 // policy, rules, settle, trace, shadowreport. I/O: objects (informer caches
 // and live reads with the proxy's credentials), notify (DriftReport
 // delivery), config (the --config file and its watcher), and this

@@ -200,7 +200,7 @@ func (i *Interceptor) readSurroundings(ctx context.Context, p *pending) error {
 	// A write that removes or re-points the controller ownerReference is
 	// decided against the owner it leaves too: moving a child away from a
 	// frozen or settled parent is a write under that parent.
-	if p.op == decision.Update && p.old != nil && p.new != nil && controllerMoved(p.old, p.new) {
+	if p.op == decision.Update && p.old != nil && p.new != nil && decision.ControllerMoved(p.old, p.new) {
 		former, source, err := i.parentOf(ctx, p.namespace, p.old, true)
 		if err != nil {
 			return bestEffort(err)
@@ -224,19 +224,6 @@ func (i *Interceptor) readSurroundings(ctx context.Context, p *pending) error {
 		}
 	}
 	return nil
-}
-
-// controllerMoved reports whether a write removes or re-points the
-// controller ownerReference.
-func controllerMoved(old, new *unstructured.Unstructured) bool {
-	before, after := metav1.GetControllerOfNoCopy(old), metav1.GetControllerOfNoCopy(new)
-	switch {
-	case before == nil:
-		return false
-	case after == nil:
-		return true
-	}
-	return before.UID != after.UID || before.Kind != after.Kind || before.Name != after.Name
 }
 
 // storedObject reads the object the write applies to. An update carries

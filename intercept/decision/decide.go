@@ -232,7 +232,11 @@ func (x *decider) decide() {
 		d.Parent = x.parentInfo()
 	}
 
-	changed := in.DesiredChanged || in.Operation == Create || in.Operation == Delete
+	// Moving a child away from its controller owner is a write under that
+	// owner even when nothing else changes: otherwise a child leaves a
+	// frozen or settled parent in a metadata-only write, and its next spec
+	// change has no parent to answer to.
+	changed := in.DesiredChanged || in.Operation == Create || in.Operation == Delete || ControllerMoved(in.OldObject, in.NewObject)
 	if !changed {
 		d.Category = NoDesiredChange
 		d.Reason = "no desired-state change (only metadata and/or status)"

@@ -167,9 +167,26 @@ func WriteNotApplied(op Operation, before, after StoredState) bool {
 // with (primary) and under the parent it moves away from (former): the
 // write stands only if it stands under both, so moving a child away from a
 // frozen or settled parent is no way around it.
+//
+// A once approval the write uses under the former parent is consumed like
+// any other: the move is that parent's approved write. One write reserves
+// one approval, so a write that would use once approvals of both parents
+// is refused with what to approve instead.
 func UnderBoth(primary, former Decision) Decision {
 	if former.Result == Deny {
 		return former
+	}
+	if former.ConsumeOnce {
+		if primary.ConsumeOnce {
+			primary.Result, primary.Reason = Deny, "the write uses once approvals of both the parent it leaves and the one it joins; one write reserves one approval"
+			primary.Message = "this write moves " + primary.Child.String() + " between two parents and would use a once approval of each; " +
+				"one write can reserve only one: approve it on one of them with mode generation instead"
+			primary.ConsumeOnce, primary.ApprovalsUpdate, primary.ChildAnnotations = false, nil, nil
+			return primary
+		}
+		primary.ConsumeOnce, primary.ApprovalsUpdate, primary.Approval = true, former.ApprovalsUpdate, former.Approval
+		primary.Report = former.Report
+		primary.Reason += "; leaving its former parent uses its once approval (" + former.Reason + ")"
 	}
 	primary.Warnings = append(primary.Warnings, former.Warnings...)
 	return primary

@@ -6,9 +6,13 @@
 //  2. the high-water mark kausality.io/phase: initialized (or the legacy
 //     kausality.io/initialized: "true"): Initialized;
 //  3. the configured checks, in order (per GVK; default DefaultOrder):
-//     Initialized=True, Ready=True, then status.observedGeneration present
-//     together with Ready, Available or Initialized = True (so a Deployment
-//     is initialized once it is Available), then kstatus readiness Current
+//     Initialized=True, Ready=True, then an observed generation present
+//     (status.observedGeneration, a Ready or Synced condition's, or the
+//     kausality.io/observedGeneration the proxy records from the status
+//     writes of a kind that reports none) together with Ready, Available or
+//     Initialized = True (so a Deployment is initialized once it is
+//     Available, and so is an operator's resource that reports only an
+//     Available condition), then kstatus readiness Current
 //     with status.observedGeneration (StatefulSets, DaemonSets, Jobs);
 //  4. otherwise Initializing.
 //
@@ -150,6 +154,12 @@ func (d *Detector) Detect(obj *unstructured.Unstructured) Result {
 			}
 			continue
 		}
+		if c == CheckObservedGeneration {
+			if ok, why := observedAndAvailable(obj, status); ok {
+				return Result{Phase: Initialized, Reason: why, Persist: true}
+			}
+			continue
+		}
 		if ok, why := check(status, c); ok {
 			return Result{Phase: Initialized, Reason: why, Persist: true}
 		}
@@ -157,19 +167,29 @@ func (d *Detector) Detect(obj *unstructured.Unstructured) Result {
 	return Result{Phase: Initializing, Reason: "no initialization signal"}
 }
 
-func check(status map[string]interface{}, c Check) (bool, string) {
+// observedAndAvailable is the ObservedGeneration check: an observed
+// generation in any dialect (status.observedGeneration, a Ready or Synced
+// condition's, or the one the proxy records from the status writes of a
+// kind that reports none, as the operator-sdk's samples do) together with a
+// Ready, Available or Initialized condition that is True.
+func observedAndAvailable(obj *unstructured.Unstructured, status map[string]interface{}) (bool, string) {
 	if status == nil {
 		return false, ""
 	}
-	if c == CheckObservedGeneration {
-		if _, ok := statusObservedGeneration(status); !ok {
-			return false, ""
+	_, source, ok := ObservedGeneration(obj)
+	if !ok {
+		return false, ""
+	}
+	for _, t := range [...]string{"Ready", "Available", "Initialized"} {
+		if conditionTrue(status, t) {
+			return true, source + " with condition " + t + "=True"
 		}
-		for _, t := range [...]string{"Ready", "Available", "Initialized"} {
-			if conditionTrue(status, t) {
-				return true, "status.observedGeneration with condition " + t + "=True"
-			}
-		}
+	}
+	return false, ""
+}
+
+func check(status map[string]interface{}, c Check) (bool, string) {
+	if status == nil {
 		return false, ""
 	}
 	if t, ok := strings.CutPrefix(string(c), "Condition="); ok && t != "" && conditionTrue(status, t) {

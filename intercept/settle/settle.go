@@ -19,11 +19,14 @@ import (
 	"encoding/hex"
 	"encoding/json"
 	"strconv"
+	"strings"
 	"sync"
 
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/types"
 	"sigs.k8s.io/cli-utils/pkg/kstatus/status"
+
+	"github.com/kausality-io/kausality-proxy/intercept/annotations"
 )
 
 // SpecHash identifies the desired state of obj: everything outside
@@ -58,6 +61,9 @@ func Current(obj *unstructured.Unstructured) (bool, string) {
 	if og, found, err := unstructured.NestedInt64(obj.Object, "status", "observedGeneration"); err == nil && found && og != obj.GetGeneration() {
 		return false, "observedGeneration behind generation"
 	}
+	if og, behind := recordedBehind(obj); behind {
+		return false, "the generation its controller last wrote status at (" + annotations.ObservedGeneration + " " + strconv.FormatInt(og, 10) + ") is behind generation " + strconv.FormatInt(obj.GetGeneration(), 10)
+	}
 	if cond, og, behind := conditionBehind(obj); behind {
 		return false, "the " + cond + " condition observed generation " + strconv.FormatInt(og, 10) + ", behind generation " + strconv.FormatInt(obj.GetGeneration(), 10)
 	}
@@ -91,6 +97,37 @@ func conditionBehind(obj *unstructured.Unstructured) (condition string, observed
 		}
 	}
 	return "", 0, false
+}
+
+// recordedBehind reports the observed generation the proxy recorded for an
+// object that reports none itself (no status.observedGeneration, no
+// generation condition), when it is behind the object's generation. Such an
+// operator (the operator-sdk's samples report only an Available condition)
+// says nothing about which spec its conditions describe; the generation at
+// its last status write is all there is. After a spec change it has not
+// written status since, so it is still acting on the change.
+func recordedBehind(obj *unstructured.Unstructured) (int64, bool) {
+	if _, found, _ := unstructured.NestedFieldNoCopy(obj.Object, "status", "observedGeneration"); found {
+		return 0, false
+	}
+	conds, _, _ := unstructured.NestedSlice(obj.Object, "status", "conditions")
+	for _, c := range conds {
+		m, _ := c.(map[string]interface{})
+		if t, _ := m["type"].(string); generationConditions[t] {
+			if _, found := m["observedGeneration"]; found {
+				return 0, false
+			}
+		}
+	}
+	v, ok := obj.GetAnnotations()[annotations.ObservedGeneration]
+	if !ok {
+		return 0, false
+	}
+	og, err := strconv.ParseInt(strings.TrimSpace(v), 10, 64)
+	if err != nil || og >= obj.GetGeneration() {
+		return 0, false
+	}
+	return og, true
 }
 
 // DefaultMaxRemembered bounds Memory: past it, an arbitrary entry is

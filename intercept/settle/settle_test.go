@@ -203,3 +203,29 @@ func TestCurrentReadsTheObservedGenerationOfConditions(t *testing.T) {
 		})
 	}
 }
+
+func TestCurrentReadsTheGenerationRecordedFromStatusWrites(t *testing.T) {
+	available := map[string]interface{}{"type": "Available", "status": "True"}
+	recorded := func(obj *unstructured.Unstructured, g string) *unstructured.Unstructured {
+		obj.SetAnnotations(map[string]string{"kausality.io/observedGeneration": g})
+		return obj
+	}
+	tests := []struct {
+		name string
+		obj  *unstructured.Unstructured
+		want bool
+	}{
+		{"status written at the current generation", recorded(customResource(2, available), "2"), true},
+		{"a spec change since the last status write", recorded(customResource(3, available), "2"), false},
+		{"no status write recorded", customResource(3, available), true},
+		{"a record that is no number", recorded(customResource(3, available), "two"), true},
+		{"the kind reports its own observed generation, which wins", recorded(customResource(3, map[string]interface{}{"type": "Ready", "status": "True", "observedGeneration": int64(3)}), "2"), true},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			if got, why := Current(tc.obj); got != tc.want {
+				t.Fatalf("Current = %v (%s), want %v", got, why, tc.want)
+			}
+		})
+	}
+}

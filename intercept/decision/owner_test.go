@@ -1,0 +1,76 @@
+package decision
+
+import (
+	"testing"
+
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+
+	"github.com/kausality-io/kausality-proxy/intercept/annotations"
+	"github.com/kausality-io/kausality-proxy/intercept/approval"
+	"github.com/kausality-io/kausality-proxy/intercept/settle"
+)
+
+func withoutOwner(u *unstructured.Unstructured) { u.SetOwnerReferences(nil) }
+
+// moveInput: the write removes the child's controller ownerReference and
+// changes nothing else; it is decided under the parent it leaves.
+func moveInput(ms ...func(in *Input)) Input {
+	in := base()
+	in.OldObject = mkChild(1)
+	in.NewObject = mkChild(1, withoutOwner)
+	in.DesiredChanged, in.Changes = false, nil
+	in.Settle = &settle.Facts{AtCurrentSpec: true, Known: true, SpecSince: 5, Reason: "settled"}
+	for _, m := range ms {
+		m(&in)
+	}
+	return in
+}
+
+func TestMovingTheControllerReferenceIsDecidedUnderTheFormerParent(t *testing.T) {
+	tests := []struct {
+		name     string
+		in       Input
+		result   Result
+		category Category
+		consume  bool
+	}{
+		{"a frozen parent holds the move", moveInput(func(in *Input) { setAnn(annotations.Freeze, "true")(in.Parent) }), Deny, Frozen, false},
+		{"the controller leaving a settled parent is drift", moveInput(), Deny, DriftUnapproved, false},
+		{"a person moving the child is a new origin", moveInput(alice), Allow, NewOrigin, false},
+		{"a once approval the move uses is consumed", moveInput(func(in *Input) {
+			setAnn(annotations.Approvals, `[{"apiVersion":"apps/v1","kind":"ReplicaSet","name":"web-1","generation":5,"mode":"once"}]`)(in.Parent)
+		}), Allow, DriftApproved, true},
+		{"a metadata-only write that keeps the owner is no desired change", func() Input {
+			in := moveInput()
+			in.NewObject = mkChild(1, setAnn("team", "a"))
+			return in
+		}(), Allow, NoDesiredChange, false},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			d := Decide(tc.in)
+			if d.Result != tc.result || d.Category != tc.category || d.ConsumeOnce != tc.consume {
+				t.Fatalf("got %s/%s consume=%v (%s), want %s/%s consume=%v", d.Result, d.Category, d.ConsumeOnce, d.Reason, tc.result, tc.category, tc.consume)
+			}
+		})
+	}
+}
+
+func TestUnderBothConsumesTheFormerParentsOnceApproval(t *testing.T) {
+	once := approval.Approval{APIVersion: "apps/v1", Kind: "ReplicaSet", Name: "web-1", Generation: 5, Mode: approval.Once}
+	update := &ApprovalsUpdate{Target: parentRef, Consumed: once}
+	primary := Decision{Result: Allow, Category: NoParent, Child: rsRef}
+	former := Decision{Result: Allow, Category: DriftApproved, ConsumeOnce: true, ApprovalsUpdate: update, Approval: &once, Report: ReportResolved}
+
+	got := UnderBoth(primary, former)
+	if got.Result != Allow || !got.ConsumeOnce || got.ApprovalsUpdate != update || got.Report != ReportResolved {
+		t.Fatalf("the former parent's once approval is not consumed: %+v", got)
+	}
+
+	both := primary
+	both.ConsumeOnce, both.ApprovalsUpdate = true, &ApprovalsUpdate{Target: ObjectRef{Kind: "Deployment", Name: "other"}}
+	got = UnderBoth(both, former)
+	if got.Result != Deny || got.ConsumeOnce || got.ApprovalsUpdate != nil || got.Message == "" {
+		t.Fatalf("a write using once approvals of two parents: %+v, want a denial that says what to do", got)
+	}
+}

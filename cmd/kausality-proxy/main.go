@@ -10,6 +10,7 @@ import (
 	"os/signal"
 	"syscall"
 
+	"github.com/go-logr/logr"
 	"github.com/go-logr/zapr"
 	"github.com/spf13/cobra"
 	"go.uber.org/zap"
@@ -78,6 +79,14 @@ func newLogger(level zapcore.Level) (*zap.Logger, error) {
 	if err != nil {
 		return nil, err
 	}
-	klog.SetLogger(zapr.NewLogger(log.Named("klog")))
+	klog.SetLogger(klogLogger(log))
 	return log, nil
+}
+
+// klogLogger is the logger klog writes to: without stack traces, because
+// the k8s.io libraries log a retried failure (a leader-election lease that
+// cannot be read, a list that fails) as an error every few seconds, and a
+// stack trace each time buries the one line that says what is wrong.
+func klogLogger(log *zap.Logger) logr.Logger {
+	return zapr.NewLogger(log.Named("klog").WithOptions(zap.AddStacktrace(zapcore.DPanicLevel)))
 }

@@ -20,6 +20,7 @@ import (
 	"github.com/go-logr/zapr"
 	"github.com/spf13/pflag"
 	"go.uber.org/zap"
+	"go.uber.org/zap/zapcore"
 	"k8s.io/client-go/rest"
 	"k8s.io/klog/v2"
 
@@ -52,7 +53,9 @@ func run() error {
 	if err != nil {
 		return err
 	}
-	klog.SetLogger(zapr.NewLogger(log.Named("klog")))
+	// The k8s.io libraries log retried failures as errors every few
+	// seconds; a stack trace on each would bury what they say.
+	klog.SetLogger(zapr.NewLogger(log.Named("klog").WithOptions(zap.AddStacktrace(zapcore.DPanicLevel))))
 	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGINT, syscall.SIGTERM)
 	defer stop()
 	if err := os.MkdirAll(*workDir, 0o700); err != nil {

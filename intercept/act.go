@@ -19,6 +19,7 @@ import (
 	"k8s.io/apimachinery/pkg/util/validation/field"
 	"k8s.io/apiserver/pkg/endpoints/request"
 
+	"github.com/kausality-io/kausality-proxy/intercept/annotations"
 	"github.com/kausality-io/kausality-proxy/intercept/body"
 	"github.com/kausality-io/kausality-proxy/intercept/decision"
 	"github.com/kausality-io/kausality-proxy/intercept/notify"
@@ -175,7 +176,9 @@ func formatWarning(text string) string {
 		}
 		return r
 	}, text)
-	return `299 - ` + strconv.Quote(text)
+	// kubectl unquotes the text before it prints it: escape sequences
+	// taken from annotations or names must arrive escaped.
+	return `299 - ` + strconv.Quote(annotations.Printable(text))
 }
 
 // maxPreflightAnswer bounds what is kept of a dry run's answer; only a

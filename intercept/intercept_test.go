@@ -8,6 +8,7 @@ import (
 	"net"
 	"net/http"
 	"net/http/httptest"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -192,6 +193,12 @@ func TestFormatWarning(t *testing.T) {
 	got := formatWarning("drift on \"web\"\nnext line")
 	if got != `299 - "drift on \"web\" next line"` {
 		t.Fatalf("%s", got)
+	}
+	// What kubectl prints after unquoting must not carry escape sequences.
+	got = formatWarning("frozen: \x1b[2J\u202eevil")
+	text, err := strconv.Unquote(strings.TrimPrefix(got, "299 - "))
+	if err != nil || strings.ContainsAny(text, "\x1b\u202e") {
+		t.Fatalf("%s unquotes to %q (%v), which a terminal would interpret", got, text, err)
 	}
 }
 

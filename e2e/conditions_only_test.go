@@ -13,10 +13,9 @@ import (
 	"github.com/kausality-io/kausality-proxy/e2e/framework"
 )
 
-// setReadyCondition is the status write of an operator that reports its
-// observed generation only in its Ready condition, as Crossplane-style
-// resources and many kubebuilder operators do: no status.observedGeneration.
-func (f *wgFamily) setReadyCondition(observed int64) {
+// writeStatus is the operator's status write of the Widget: status
+// replaces it whole.
+func (f *wgFamily) writeStatus(what string, status map[string]any) {
 	f.t.Helper()
 	ctx := context.Background()
 	err := retry.RetryOnConflict(retry.DefaultRetry, func() error {
@@ -24,16 +23,24 @@ func (f *wgFamily) setReadyCondition(observed int64) {
 		if err != nil {
 			return err
 		}
-		w.Object["status"] = map[string]any{
-			"conditions": []any{map[string]any{
-				"type": "Ready", "status": "True", "reason": "Reconciled", "observedGeneration": observed,
-				"lastTransitionTime": time.Now().UTC().Format(time.RFC3339),
-			}},
-		}
+		w.Object["status"] = status
 		_, err = f.ctrl.dyn.Resource(framework.WidgetGVR).UpdateStatus(ctx, w, metav1.UpdateOptions{FieldManager: wgManager})
 		return err
 	})
-	mustf(f.t, err, "the operator writes Ready with observedGeneration %d on Widget %s", observed, f.widget)
+	mustf(f.t, err, "the operator writes %s on Widget %s", what, f.widget)
+}
+
+// setReadyCondition is the status write of an operator that reports its
+// observed generation only in its Ready condition, as Crossplane-style
+// resources and many kubebuilder operators do: no status.observedGeneration.
+func (f *wgFamily) setReadyCondition(observed int64) {
+	f.t.Helper()
+	f.writeStatus(fmt.Sprintf("Ready with observedGeneration %d", observed), map[string]any{
+		"conditions": []any{map[string]any{
+			"type": "Ready", "status": "True", "reason": "Reconciled", "observedGeneration": observed,
+			"lastTransitionTime": time.Now().UTC().Format(time.RFC3339),
+		}},
+	})
 }
 
 // TestConditionsOnlyParentCarriesOutSpecChanges: a parent whose operator

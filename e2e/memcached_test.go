@@ -12,8 +12,6 @@ import (
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/client-go/util/retry"
 	"k8s.io/utils/ptr"
-
-	"github.com/kausality-io/kausality-proxy/e2e/framework"
 )
 
 // The operator-sdk's memcached sample, the pattern most operators are
@@ -27,20 +25,10 @@ import (
 // condition.
 func (f *wgFamily) setAvailable(status string) {
 	f.t.Helper()
-	ctx := context.Background()
-	err := retry.RetryOnConflict(retry.DefaultRetry, func() error {
-		w, err := f.ctrl.dyn.Resource(framework.WidgetGVR).Get(ctx, f.widget, metav1.GetOptions{})
-		if err != nil {
-			return err
-		}
-		w.Object["status"] = map[string]any{"conditions": []any{map[string]any{
-			"type": "Available", "status": status, "reason": "Reconciling",
-			"lastTransitionTime": time.Now().UTC().Format(time.RFC3339),
-		}}}
-		_, err = f.ctrl.dyn.Resource(framework.WidgetGVR).UpdateStatus(ctx, w, metav1.UpdateOptions{FieldManager: wgManager})
-		return err
-	})
-	mustf(f.t, err, "the operator writes Available=%s on Widget %s", status, f.widget)
+	f.writeStatus("Available="+status, map[string]any{"conditions": []any{map[string]any{
+		"type": "Available", "status": status, "reason": "Reconciling",
+		"lastTransitionTime": time.Now().UTC().Format(time.RFC3339),
+	}}})
 }
 
 // memcachedDeployment is the operator's Deployment of size replicas.
@@ -63,17 +51,21 @@ func (f *wgFamily) memcachedDeployment(replicas int32) *appsv1.Deployment {
 // size its resource asks for (a read-modify-update, as the sample does).
 func (f *wgFamily) reconcileSize(replicas int32, dryRun bool) error {
 	ctx := context.Background()
-	d, err := f.ctrl.kube.AppsV1().Deployments(f.ns).Get(ctx, f.widget, metav1.GetOptions{})
-	if err != nil {
+	// kube-controller-manager writes the Deployment too: a conflict is
+	// retried on the fresh object, as the operator's next reconcile would.
+	return retry.RetryOnConflict(retry.DefaultRetry, func() error {
+		d, err := f.ctrl.kube.AppsV1().Deployments(f.ns).Get(ctx, f.widget, metav1.GetOptions{})
+		if err != nil {
+			return err
+		}
+		d.Spec.Replicas = ptr.To(replicas)
+		opts := metav1.UpdateOptions{FieldManager: wgManager}
+		if dryRun {
+			opts.DryRun = []string{metav1.DryRunAll}
+		}
+		_, err = f.ctrl.kube.AppsV1().Deployments(f.ns).Update(ctx, d, opts)
 		return err
-	}
-	d.Spec.Replicas = ptr.To(replicas)
-	opts := metav1.UpdateOptions{FieldManager: wgManager}
-	if dryRun {
-		opts.DryRun = []string{metav1.DryRunAll}
-	}
-	_, err = f.ctrl.kube.AppsV1().Deployments(f.ns).Update(ctx, d, opts)
-	return err
+	})
 }
 
 func (f *wgFamily) settleReconcile(replicas int32, want string) {
@@ -123,10 +115,15 @@ func TestOperatorReportingOnlyAvailable(t *testing.T) {
 
 	// A person scales the Deployment; the operator's revert is drift.
 	want := size()
-	d, err := f.alice.kube.AppsV1().Deployments(f.ns).Get(ctx, f.widget, metav1.GetOptions{})
-	mustf(t, err, "alice reads the Deployment")
-	d.Spec.Replicas = ptr.To(want + 2)
-	_, err = f.alice.kube.AppsV1().Deployments(f.ns).Update(ctx, d, metav1.UpdateOptions{})
+	err = retry.RetryOnConflict(retry.DefaultRetry, func() error {
+		d, err := f.alice.kube.AppsV1().Deployments(f.ns).Get(ctx, f.widget, metav1.GetOptions{})
+		if err != nil {
+			return err
+		}
+		d.Spec.Replicas = ptr.To(want + 2)
+		_, err = f.alice.kube.AppsV1().Deployments(f.ns).Update(ctx, d, metav1.UpdateOptions{})
+		return err
+	})
 	mustf(t, err, "a person scales the operator's Deployment")
 	err = f.reconcileSize(want, false)
 	if got := wgCategory(err, nil); got != "Deny/DriftUnapproved" {

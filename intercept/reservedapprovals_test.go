@@ -2,19 +2,15 @@ package intercept_test
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"net/http"
 	"net/http/httptest"
-	"strconv"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
 	authorizationv1 "k8s.io/api/authorization/v1"
 	corev1 "k8s.io/api/core/v1"
-	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/types"
@@ -28,6 +24,7 @@ import (
 	"github.com/kausality-io/kausality-proxy/intercept/approval"
 	"github.com/kausality-io/kausality-proxy/intercept/decision"
 	"github.com/kausality-io/kausality-proxy/intercept/reservations"
+	"github.com/kausality-io/kausality-proxy/internal/testutil"
 )
 
 const recordNamespace = "kausality-system"
@@ -257,7 +254,7 @@ func reservationStamps(t *testing.T, env *benchEnv) string {
 func TestReservationRecordRewrittenInFlight(t *testing.T) {
 	allowAll := func(authorizationv1.SubjectAccessReviewSpec) (bool, error) { return true, nil }
 	client := recordsClient()
-	deletePreconditions(client)
+	testutil.ConfigMapResourceVersions(client)
 	var store *reservations.Store
 	env := newServeEnv(t, nil, allowAll, withApprovedFamily, enforce, func(s *serveSetup) {
 		store = reservations.New(client, recordNamespace, "this-replica", nil)
@@ -302,35 +299,4 @@ func TestReservationRecordRewrittenInFlight(t *testing.T) {
 	if stamps := reservationStamps(t, env); stamps != "" {
 		t.Errorf("the parent still names settled reservations: %q", stamps)
 	}
-}
-
-// deletePreconditions makes client's ConfigMaps carry resourceVersions and
-// honour a delete's resourceVersion precondition, as kube-apiserver does.
-func deletePreconditions(client *kubefake.Clientset) {
-	var mu sync.Mutex
-	next := 0
-	stamp := func(a clienttesting.Action) (bool, runtime.Object, error) {
-		mu.Lock()
-		defer mu.Unlock()
-		next++
-		a.(interface{ GetObject() runtime.Object }).GetObject().(*corev1.ConfigMap).ResourceVersion = strconv.Itoa(next)
-		return false, nil, nil
-	}
-	client.PrependReactor("create", "configmaps", stamp)
-	client.PrependReactor("update", "configmaps", stamp)
-	client.PrependReactor("delete", "configmaps", func(a clienttesting.Action) (bool, runtime.Object, error) {
-		del := a.(clienttesting.DeleteAction)
-		pre := del.GetDeleteOptions().Preconditions
-		if pre == nil || pre.ResourceVersion == nil {
-			return false, nil, nil
-		}
-		obj, err := client.Tracker().Get(corev1.SchemeGroupVersion.WithResource("configmaps"), del.GetNamespace(), del.GetName())
-		if err != nil {
-			return false, nil, nil
-		}
-		if rv := obj.(*corev1.ConfigMap).ResourceVersion; rv != *pre.ResourceVersion {
-			return true, nil, apierrors.NewConflict(corev1.Resource("configmaps"), del.GetName(), errors.New("the object has been modified"))
-		}
-		return false, nil, nil
-	})
 }

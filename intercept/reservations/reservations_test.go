@@ -4,8 +4,6 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
-	"strconv"
-	"sync"
 	"testing"
 	"time"
 
@@ -21,6 +19,7 @@ import (
 
 	"github.com/kausality-io/kausality-proxy/intercept/approval"
 	"github.com/kausality-io/kausality-proxy/intercept/decision"
+	"github.com/kausality-io/kausality-proxy/internal/testutil"
 )
 
 func reservation() Reservation {
@@ -127,7 +126,7 @@ func TestClaimRereadsTheRecord(t *testing.T) {
 		t.Run(tc.name, func(t *testing.T) {
 			ctx := context.Background()
 			client := newClient()
-			resourceVersions(client)
+			testutil.ConfigMapResourceVersions(client)
 			s := New(client, "kausality-system", "replica-a", clocktesting.NewFakePassiveClock(time.Now()))
 			rec, err := s.Open(ctx, reservation())
 			if err != nil {
@@ -155,40 +154,6 @@ func update(t *testing.T, configMaps corev1client.ConfigMapInterface, cm *corev1
 	if _, err := configMaps.Update(context.Background(), cm, metav1.UpdateOptions{}); err != nil {
 		t.Fatal(err)
 	}
-}
-
-// resourceVersions makes client's ConfigMaps carry resourceVersions and
-// honour a delete's resourceVersion precondition, as kube-apiserver does
-// (the fake tracker does neither).
-func resourceVersions(client *fake.Clientset) {
-	var mu sync.Mutex
-	next := 0
-	stamp := func(a clienttesting.Action) (bool, runtime.Object, error) {
-		mu.Lock()
-		defer mu.Unlock()
-		next++
-		obj := a.(interface{ GetObject() runtime.Object }).GetObject().(*corev1.ConfigMap)
-		obj.ResourceVersion = strconv.Itoa(next)
-		return false, nil, nil
-	}
-	client.PrependReactor("create", "configmaps", stamp)
-	client.PrependReactor("update", "configmaps", stamp)
-	client.PrependReactor("delete", "configmaps", func(a clienttesting.Action) (bool, runtime.Object, error) {
-		del := a.(clienttesting.DeleteAction)
-		pre := del.GetDeleteOptions().Preconditions
-		if pre == nil || pre.ResourceVersion == nil {
-			return false, nil, nil
-		}
-		obj, err := client.Tracker().Get(corev1.SchemeGroupVersion.WithResource("configmaps"), del.GetNamespace(), del.GetName())
-		if err != nil {
-			return false, nil, nil
-		}
-		if rv := obj.(*corev1.ConfigMap).ResourceVersion; rv != *pre.ResourceVersion {
-			return true, nil, apierrors.NewConflict(corev1.Resource("configmaps"), del.GetName(),
-				fmt.Errorf("the resourceVersion in the precondition (%s) does not match the stored one (%s)", *pre.ResourceVersion, rv))
-		}
-		return false, nil, nil
-	})
 }
 
 func TestOrphans(t *testing.T) {

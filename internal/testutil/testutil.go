@@ -1,5 +1,6 @@
-// Package testutil holds the small helpers the end-to-end and deployment
-// tests share.
+// Package testutil holds the small helpers tests share: the end-to-end and
+// deployment tests' polling and clients, and fakes for pure-logic unit
+// tests.
 package testutil
 
 import (

@@ -148,11 +148,19 @@ func TestAttackSlackClickWithMadeUpDriftID(t *testing.T) {
 	p := rig.payload(slackesc.ActionApproveOnce)
 	p.value = fmt.Sprintf(`{"d":"00000000deadbeef","p":{"v":%q,"k":"Widget","n":%q},"c":{"v":%q,"k":"Gadget","ns":%q,"n":"g"},"g":%d}`,
 		wgAPIVersion, rig.f.widget, wgAPIVersion, rig.f.ns, det.Spec.Parent.Generation)
+	rig.refusedWithoutWrite(t, p, "a click for a made-up drift", http.StatusNotFound, "drift 00000000deadbeef is not open")
+}
+
+// refusedWithoutWrite sends the click p to the first replica and checks
+// that it is refused with code, the clicker is told why, and the Widget is
+// neither written nor approved.
+func (rig *slackRig) refusedWithoutWrite(t *testing.T, p slackClickPayload, what string, code int, told string) {
+	t.Helper()
 	start := time.Now()
-	if code := p.signed(t).send(t, rig.replicas[0].SlackURL); code != http.StatusNotFound {
-		t.Errorf("a click for a made-up drift got %d, want 404", code)
+	if got := p.signed(t).send(t, rig.replicas[0].SlackURL); got != code {
+		t.Errorf("%s got %d, want %d", what, got, code)
 	}
-	rig.slack.ephemeralTold(t, "drift 00000000deadbeef is not open")
+	rig.slack.ephemeralTold(t, told)
 	expectNoWriteOf(t, start, "widgets", "", rig.f.widget)
 	if got := rig.f.getWidget().GetAnnotations()[wgAnnApprovals]; got != "" {
 		t.Fatalf("approvals %s", got)
@@ -204,15 +212,7 @@ func TestAttackSlackClickFromAnotherChannel(t *testing.T) {
 	rig := newSlackRig(t, "slack-channel", 1)
 	p := rig.payload(slackesc.ActionApproveOnce)
 	p.channel = "C0ELSEWHERE"
-	start := time.Now()
-	if code := p.signed(t).send(t, rig.replicas[0].SlackURL); code != http.StatusForbidden {
-		t.Errorf("a click from another channel got %d, want 403", code)
-	}
-	rig.slack.ephemeralTold(t, "only in the channel it was posted to")
-	expectNoWriteOf(t, start, "widgets", "", rig.f.widget)
-	if got := rig.f.getWidget().GetAnnotations()[wgAnnApprovals]; got != "" {
-		t.Fatalf("approvals %s", got)
-	}
+	rig.refusedWithoutWrite(t, p, "a click from another channel", http.StatusForbidden, "only in the channel it was posted to")
 }
 
 // A click applied by one replica, replayed to another replica and to one

@@ -70,9 +70,9 @@ type Explanation struct {
 	Policies   []PolicyView            `json:"policies,omitempty"`
 	// Ungated says whether the child's kind is one the proxy traces but
 	// does not gate, and from which configuration that is known.
-	Ungated *UngatedView `json:"ungated,omitempty"`
-	Trace      trace.Trace             `json:"trace,omitempty"`
-	TraceError string                  `json:"traceError,omitempty"`
+	Ungated    *UngatedView `json:"ungated,omitempty"`
+	Trace      trace.Trace  `json:"trace,omitempty"`
+	TraceError string       `json:"traceError,omitempty"`
 	// Verdict is the decision on a desired-state write by the controller
 	// now, with settledness as the parent reports it.
 	Verdict *Verdict `json:"verdict,omitempty"`

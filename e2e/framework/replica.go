@@ -101,6 +101,9 @@ func (l *Local) StartReplica(ctx context.Context, o ReplicaOptions) (*Replica, e
 	}
 	opts.DriftWebhookURLs = o.Receivers
 	opts.Drifts = o.Drifts
+	if opts.Drifts.Namespace == "" {
+		opts.Drifts.Namespace = DriftNamespace
+	}
 	if opts.Drifts.Identity == "" {
 		opts.Drifts.Identity = o.Name
 	}

@@ -141,6 +141,8 @@ type Ledger struct {
 	// replaced or deleted.
 	outdated map[string]string
 	lastLog  time.Time
+	// namespaceMissing: a drift is waiting for the proxy's namespace.
+	namespaceMissing bool
 	// controllers holds the rate limits and floods by controller key.
 	controllers map[string]*controllerState
 	// pending are the records this replica created that the informer

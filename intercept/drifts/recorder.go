@@ -15,6 +15,7 @@ import (
 	"github.com/kausality-io/kausality-proxy/intercept/decision"
 	"github.com/kausality-io/kausality-proxy/intercept/notify"
 	"github.com/kausality-io/kausality-proxy/intercept/settle"
+	"github.com/kausality-io/kausality-proxy/internal/proxynamespace"
 )
 
 // recordTimeout bounds one attempt to record a drift.
@@ -88,12 +89,23 @@ func (l *Ledger) record(ctx context.Context) {
 		case <-floods.C():
 			l.endQuietFloods()
 		case rec := <-l.intake:
-			l.create(ctx, rec, 0)
+			for !l.create(ctx, rec, 0) {
+				if !l.awaitNamespace(ctx) {
+					l.log.Error("DriftReport not recorded: the proxy stops while its namespace is missing", zap.String("id", rec.ID()),
+						zap.Error(proxynamespace.MissingError(l.o.Namespace)))
+					l.drop(dropRecordFailed, rec)
+					break
+				}
+			}
 		case <-l.closed:
 			for {
 				select {
 				case rec := <-l.intake:
-					l.create(ctx, rec, 0)
+					if !l.create(ctx, rec, 0) {
+						l.log.Error("DriftReport not recorded: the proxy stops while its namespace is missing", zap.String("id", rec.ID()),
+							zap.Error(proxynamespace.MissingError(l.o.Namespace)))
+						l.drop(dropRecordFailed, rec)
+					}
 				default:
 					return
 				}
@@ -111,11 +123,40 @@ func (l *Ledger) record(ctx context.Context) {
 	}
 }
 
+// namespaceRetry is how often a drift is retried while the proxy's
+// namespace is missing.
+const namespaceRetry = 2 * time.Second
+
+// awaitNamespace waits before the next attempt to record a drift while the
+// proxy's namespace is missing; false when the ledger stops first. The
+// drift waits instead of being dropped: the namespace may be created at
+// any time, and the drifts that arrive meanwhile wait in the bounded
+// intake queue, each counted and logged if it overflows.
+func (l *Ledger) awaitNamespace(ctx context.Context) bool {
+	l.mu.Lock()
+	first := !l.namespaceMissing
+	l.namespaceMissing = true
+	l.mu.Unlock()
+	if first {
+		l.log.Error("drifts wait to be recorded until the proxy's namespace exists", zap.String("namespace", l.o.Namespace),
+			zap.Error(proxynamespace.MissingError(l.o.Namespace)))
+	}
+	select {
+	case <-ctx.Done():
+		return false
+	case <-l.closed:
+		return false
+	case <-l.o.Clock.After(namespaceRetry):
+		return true
+	}
+}
+
 // create records rec. Creating the ConfigMap is the claim: of the replicas
 // that see the same drift, one creates it; the others find it there. A
 // drift that comes back while its record still says resolved (the Resolved
-// report may not be out yet) is reopened.
-func (l *Ledger) create(ctx context.Context, rec *Record, attempt int) {
+// report may not be out yet) is reopened. It returns false, having done
+// nothing, when the proxy's namespace does not exist.
+func (l *Ledger) create(ctx context.Context, rec *Record, attempt int) bool {
 	ctx, cancel := context.WithTimeout(ctx, recordTimeout)
 	defer cancel()
 	rec.State.DetectedAt = metav1.NewTime(l.o.Clock.Now())
@@ -123,17 +164,29 @@ func (l *Ledger) create(ctx context.Context, rec *Record, attempt int) {
 	if err != nil {
 		l.log.Warn("cannot record a drift", zap.String("id", rec.ID()), zap.Error(err))
 		l.drop(dropRecordFailed, rec)
-		return
+		return true
 	}
 	// Reopening a record takes no more room than it has.
 	if _, exists, _ := l.records.GetStore().GetByKey(l.o.Namespace + "/" + rec.Name); !exists {
 		if reason := Admit(l.o.Quotas, l.quotaFacts(cm)); reason != "" {
 			l.suppress(reason, rec)
-			return
+			return true
 		}
 	}
 	cms := l.o.Client.CoreV1().ConfigMaps(l.o.Namespace)
 	_, err = cms.Create(ctx, cm, metav1.CreateOptions{FieldManager: managedBy})
+	if proxynamespace.Missing(err) {
+		return false
+	}
+	l.mu.Lock()
+	resumed := l.namespaceMissing && err == nil
+	if err == nil {
+		l.namespaceMissing = false
+	}
+	l.mu.Unlock()
+	if resumed {
+		l.log.Info("the proxy's namespace exists: the drifts that waited are recorded", zap.String("namespace", l.o.Namespace))
+	}
 	switch {
 	case err == nil:
 		l.m.recorded.WithLabelValues(resultCreated).Inc()
@@ -141,11 +194,11 @@ func (l *Ledger) create(ctx context.Context, rec *Record, attempt int) {
 		l.pending[cm.Name] = pendingRecord{controller: cm.Labels[ControllerLabel], parent: cm.Labels[ParentLabel],
 			bytes: recordBytes(cm), at: l.o.Clock.Now()}
 		l.mu.Unlock()
-		return
+		return true
 	case !apierrors.IsAlreadyExists(err):
 		l.log.Warn("cannot record a drift", zap.String("id", rec.ID()), zap.Error(err))
 		l.drop(dropRecordFailed, rec)
-		return
+		return true
 	}
 	reopened := false
 	err = retry.RetryOnConflict(retry.DefaultRetry, func() error {
@@ -174,7 +227,7 @@ func (l *Ledger) create(ctx context.Context, rec *Record, attempt int) {
 	switch {
 	case apierrors.IsNotFound(err) && attempt == 0:
 		// Deleted after delivery in the meantime: record it anew.
-		l.create(ctx, rec, attempt+1)
+		return l.create(ctx, rec, attempt+1)
 	case err != nil:
 		l.log.Warn("cannot reopen a drift record", zap.String("id", rec.ID()), zap.Error(err))
 		l.drop(dropRecordFailed, rec)
@@ -183,6 +236,7 @@ func (l *Ledger) create(ctx context.Context, rec *Record, attempt int) {
 	default:
 		l.m.recorded.WithLabelValues(resultDeduplicated).Inc()
 	}
+	return true
 }
 
 // reopen turns a resolved record back into an open drift. A receiver that

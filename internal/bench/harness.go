@@ -126,6 +126,11 @@ func startHarness(ctx context.Context, rc RunConfig, workDir string) (_ *Harness
 		h.K8sVersion = v.GitVersion
 	}
 
+	// kausality-proxy is ready only once its namespace exists, as deployed.
+	if _, err := h.admin.CoreV1().Namespaces().Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: "kausality-system"}}, metav1.CreateOptions{}); err != nil {
+		return nil, err
+	}
+
 	h.targets[direct], err = newTarget(direct, h.cp.Host, h.cp.CAData, user)
 	if err != nil {
 		return nil, err

@@ -15,7 +15,6 @@ import (
 	"sigs.k8s.io/yaml"
 
 	"github.com/kausality-io/kausality-proxy/intercept/annotations"
-	"github.com/kausality-io/kausality-proxy/intercept/config"
 	"github.com/kausality-io/kausality-proxy/intercept/decision"
 	"github.com/kausality-io/kausality-proxy/intercept/trace"
 )
@@ -107,7 +106,8 @@ func (p printableWriter) Write(b []byte) (int, error) {
 }
 
 func (o *options) whyCommand() *cobra.Command {
-	var controller, fieldManager string
+	var controller, fieldManager, proxyConfigFile string
+	proxyConfigMap := defaultProxyConfigMap
 	cmd := &cobra.Command{
 		Use:   "why KIND/NAME",
 		Short: "Explain what the proxy decides about a controller's write of this child, and what would unblock it",
@@ -120,7 +120,13 @@ engine), with what would unblock it.
 
 The plugin cannot see the proxy's memory of where each parent last settled;
 when the parent does not look settled now, why also says what the proxy
-decides if it remembers the parent settled at its current spec.`,
+decides if it remembers the parent settled at its current spec.
+
+Which child kinds the proxy traces without gating (ungatedChildKinds) comes
+from the proxy's configuration: the file --proxy-config names, else the
+ConfigMap --proxy-config-map names (the one the deployed proxy's --config
+is mounted from). When neither can be read, why says so and assumes the
+defaults.`,
 		Args: cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			mode, set, w := annotations.ParseMode(o.defaultMode)
@@ -140,8 +146,12 @@ decides if it remembers the parent settled at its current spec.`,
 			if err != nil {
 				return err
 			}
+			kinds, source, err := c.proxyUngatedKinds(ctx, proxyConfigFile, proxyConfigMap)
+			if err != nil {
+				return err
+			}
 			f := Facts{Child: child, DefaultMode: mode, Controller: controller, FieldManager: fieldManager,
-				UngatedKinds: config.DefaultUngatedChildKinds, Now: o.now(),
+				UngatedKinds: kinds, UngatedSource: source, Now: o.now(),
 				PoliciesFor: func(user string) ([]*unstructured.Unstructured, error) { return c.policiesFor(ctx, user) }}
 			nsMode, nsOK := c.namespaceMode(ctx, child.GetNamespace(), annotations.Mode)
 			f.NamespaceMode, f.NamespaceUnknown = nsMode, !nsOK
@@ -159,6 +169,9 @@ decides if it remembers the parent settled at its current spec.`,
 	cmd.Flags().StringVar(&controller, "controller", "", "The controller's user name, when the plugin cannot find it (the proxy records only hashes).")
 	cmd.Flags().StringVar(&fieldManager, "field-manager", "", "The controller's field manager (default: the owner of the parent's status.observedGeneration).")
 	cmd.Flags().StringVar(&o.defaultMode, "default-mode", o.defaultMode, "The proxy's --default-mode (log or enforce), which the plugin cannot read.")
+	cmd.Flags().StringVar(&proxyConfigFile, "proxy-config", "", "The proxy's --config file, for a proxy whose configuration is not in the cluster.")
+	cmd.Flags().StringVar(&proxyConfigMap, "proxy-config-map", proxyConfigMap,
+		"NAMESPACE/NAME of the ConfigMap holding the proxy's --config file (key "+proxyConfigKey+"), read unless --proxy-config is set.")
 	return cmd
 }
 

@@ -55,6 +55,13 @@ func RenderWhy(w io.Writer, ex Explanation, arg string) {
 	if m := ex.Mode; m != nil {
 		p.line("Mode:        %s (from %s: %s)", m.Mode, m.Source, m.Detail)
 	}
+	if u := ex.Ungated; u != nil {
+		state := "no"
+		if u.Ungated {
+			state = "yes"
+		}
+		p.line("Ungated:     %s: %s (ungatedChildKinds from %s)", state, u.Reason, u.Source)
+	}
 	p.entries("Approvals:", ex.Approvals)
 	p.entries("Rejections:", ex.Rejections)
 	if ex.Freeze != nil {

@@ -8,11 +8,13 @@ import (
 	"sort"
 	"strconv"
 	"strings"
+
+	"github.com/kausality-io/kausality-proxy/intercept/annotations"
 )
 
 // Annotation holds an object's allowances: a JSON array of Allowance. Only
-// the proxy writes it.
-const Annotation = "kausal.io/allowances"
+// the proxy writes it: it is one of the system annotations.
+const Annotation = annotations.Allowances
 
 // Bounds of the annotation. kube-apiserver allows 256 KiB for all of an
 // object's annotations together; allowances must leave room for the rest.

@@ -75,6 +75,11 @@ const (
 	// so whoever may write records but not the parent can neither invent
 	// one nor rewrite one.
 	Reservations = "kausality.io/reservations"
+	// Allowances on any object: JSON array of the mutations its controller
+	// may make to its children, and why (see intercept/allowance). It has
+	// the Kausal design's name, outside the kausality.io/ prefix, and is
+	// one of kausality's annotations all the same.
+	Allowances = "kausal.io/allowances"
 	// LegacyInitialized is the first design's high-water mark
 	// (`kausality.io/initialized: "true"`). It is honoured when read and
 	// treated as a system annotation; it is never written.
@@ -87,14 +92,15 @@ const (
 	PhaseInitialized  = "initialized"
 )
 
-// IsKausality reports whether key is a kausality.io/* annotation.
-func IsKausality(key string) bool { return strings.HasPrefix(key, Prefix) }
+// IsKausality reports whether key is one of kausality's annotations: a
+// kausality.io/* one, or Allowances.
+func IsKausality(key string) bool { return strings.HasPrefix(key, Prefix) || key == Allowances }
 
 // IsSystem reports whether key is a system annotation (protected: never
 // taken from a write request).
 func IsSystem(key string) bool {
 	switch key {
-	case Trace, Updaters, Controllers, Phase, ObservedGeneration, LegacyInitialized, Reservations:
+	case Trace, Updaters, Controllers, Phase, ObservedGeneration, LegacyInitialized, Reservations, Allowances:
 		return true
 	}
 	return false

@@ -19,6 +19,8 @@ func TestClassification(t *testing.T) {
 		{ObservedGeneration, true, true, false, ""},
 		{LegacyInitialized, true, true, false, ""},
 		{Reservations, true, true, false, ""},
+		{Allowances, true, true, false, ""},
+		{"kausal.io/other", false, false, false, ""},
 		{Approvals, true, false, true, ""},
 		{Rejections, true, false, true, ""},
 		{Freeze, true, false, true, ""},

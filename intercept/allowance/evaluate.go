@@ -403,3 +403,55 @@ func Propagate(ctx context.Context, policies []*Compiled, v Verdict, w Change) G
 	}
 	return g
 }
+
+// Duty is a parent whose controller writes a child not because of a
+// change of the parent but as its standing duty, which the drift decision
+// has already told apart: re-creating an attempt (a Pod, a Job) under a
+// settled parent, or pruning revision history beyond its limit.
+type Duty struct {
+	Kind, Name string
+	Generation int64
+	// Initiator of the parent's current desired state, as far as it is
+	// known (the origin of its trace); it becomes the initiator of what
+	// the write passes on.
+	Initiator string
+}
+
+// Standing decides a controller's write that carries out a standing duty
+// of its parent. No allowance on the parent is needed, but a valid policy
+// for the parent's kind that names the writer must allow the mutation:
+// a settled ReplicaSet's controller may re-create Pods, not change them.
+// The justifications start a trace at the parent, at the policy's first
+// field, so that Propagate passes allowances on as for any justified write.
+func Standing(policies []*Compiled, parent Duty, w Change) Verdict {
+	v := Verdict{Mutations: w.Mutations()}
+	sorted := sortedPolicies(policies)
+	for _, m := range v.Mutations {
+		var found *Allowance
+		for _, p := range sorted {
+			if !p.Valid() || p.kind != parent.Kind || len(p.fields) == 0 {
+				continue
+			}
+			if matched, _ := p.matchesSubject(w.Subject); !matched {
+				continue
+			}
+			hop := Hop{Kind: parent.Kind, Name: parent.Name, Generation: parent.Generation, Field: render(p.fields[0])}
+			var ofKind []Allowance
+			for _, a := range p.grant(parent.Generation, parent.Initiator, []Hop{hop}) {
+				if a.Kind == w.Kind {
+					ofKind = append(ofKind, a)
+				}
+			}
+			if a, ok := justify(ofKind, m); ok {
+				found = &a
+				break
+			}
+		}
+		if found == nil {
+			v.Violations = append(v.Violations, violation(Parent{Kind: parent.Kind, Name: parent.Name}, w, m))
+			continue
+		}
+		v.Justification = append(v.Justification, Justification{Mutation: m, By: *found})
+	}
+	return v
+}

@@ -44,6 +44,10 @@ const (
 	Snooze = "kausality.io/snooze"
 	// Mode on an object or a namespace: "log" or "enforce".
 	Mode = "kausality.io/mode"
+	// AllowanceMode on an object or a namespace: "shadow", "log" or
+	// "enforce" turns allowances on (see intercept/allowance); unset is
+	// off. Like Mode, it holds back the object's controller.
+	AllowanceMode = "kausality.io/allowance-mode"
 	// TraceLabelPrefix: kausality.io/trace-<label> annotations on an object
 	// become labels[<label>] of that object's trace hop.
 	TraceLabelPrefix = "kausality.io/trace-"
@@ -112,7 +116,7 @@ func IsSystem(key string) bool {
 // or it could approve its own drift.
 func IsControl(key string) bool {
 	switch key {
-	case Approvals, Rejections, Freeze, SnoozeUntil, Snooze, Mode:
+	case Approvals, Rejections, Freeze, SnoozeUntil, Snooze, Mode, AllowanceMode:
 		return true
 	}
 	return false

@@ -27,6 +27,7 @@ func TestClassification(t *testing.T) {
 		{SnoozeUntil, true, false, true, ""},
 		{Snooze, true, false, true, ""},
 		{Mode, true, false, true, ""},
+		{AllowanceMode, true, false, true, ""},
 		{"kausality.io/trace-ticket", true, false, false, "ticket"},
 		{"kausality.io/trace-", true, false, false, ""},
 		{"kausality.io/future", true, false, false, ""},

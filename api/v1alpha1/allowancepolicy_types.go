@@ -27,8 +27,8 @@ const (
 	SubjectServiceAccount = "ServiceAccount"
 )
 
-// RelationChild: the allowed object is a child of the policy's object,
-// found through its controller ownerReference.
+// RelationChild is the one relation: the allowed object is a child of the
+// policy's object, found through its controller ownerReference.
 const RelationChild = "Child"
 
 // Mutations that are operations rather than field paths.

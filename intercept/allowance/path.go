@@ -39,12 +39,10 @@ func plainKey(k string) bool {
 	if k == "" {
 		return false
 	}
-	for _, r := range k {
-		if !(r == '_' || r == '-' || r >= 'a' && r <= 'z' || r >= 'A' && r <= 'Z' || r >= '0' && r <= '9') {
-			return false
-		}
-	}
-	return true
+	return strings.IndexFunc(k, func(r rune) bool {
+		plain := r == '_' || r == '-' || r >= 'a' && r <= 'z' || r >= 'A' && r <= 'Z' || r >= '0' && r <= '9'
+		return !plain
+	}) < 0
 }
 
 // render writes segments as a path.

@@ -76,8 +76,8 @@ func TestChangedPaths(t *testing.T) {
 		return map[string]any{
 			"apiVersion": "apps/v1", "kind": "Deployment",
 			"metadata": map[string]any{"name": "web", "annotations": map[string]any{"a": "b"}},
-			"spec": map[string]any{"replicas": replicas, "template": map[string]any{"spec": map[string]any{"containers": cs}}},
-			"status": map[string]any{"replicas": int64(1)},
+			"spec":     map[string]any{"replicas": replicas, "template": map[string]any{"spec": map[string]any{"containers": cs}}},
+			"status":   map[string]any{"replicas": int64(1)},
 		}
 	}
 	withMeta := dep(int64(1), "nginx:1")

@@ -112,8 +112,16 @@ func TestChangedPaths(t *testing.T) {
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			if got := ChangedPaths(tt.old, tt.new); !reflect.DeepEqual(got, tt.want) {
+			got := ChangedPaths(tt.old, tt.new)
+			if !reflect.DeepEqual(got, tt.want) {
 				t.Errorf("ChangedPaths = %q, want %q", got, tt.want)
+			}
+			// A changed path is read back as itself: policies and
+			// allowances name exactly the fields the diff reports.
+			for _, p := range got {
+				if !Covers(p, p) {
+					t.Errorf("changed path %q does not read back", p)
+				}
 			}
 		})
 	}

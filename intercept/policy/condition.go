@@ -47,6 +47,9 @@ func (c *Condition) Eval(ctx context.Context, object, oldObject map[string]any, 
 	if details != nil && details.ActualCost() != nil {
 		spent = int64(min(*details.ActualCost(), uint64(math.MaxInt64)))
 	}
+	// CEL stops at the step that crossed the limit and counts that step;
+	// the caller's budget never goes below zero.
+	spent = min(spent, limit)
 	if err != nil {
 		var cancelled interpreter.EvalCancelledError
 		if errors.As(err, &cancelled) {

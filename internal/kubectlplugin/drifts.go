@@ -285,6 +285,11 @@ func (o *options) printDriftsOnce(ctx context.Context, src *driftSource, allName
 		return err
 	}
 	rows, problems := rowsOf(cms, src.filter)
+	return o.printDriftRows(rows, problems, allNamespaces)
+}
+
+func (o *options) printDriftRows(rows []DriftRow, problems []string, allNamespaces bool) error {
+	var err error
 	switch o.output {
 	case "json", "yaml":
 		v := driftList{Drifts: rows, Unreadable: problems}

@@ -59,7 +59,7 @@ func newTerminal(t *testing.T) *terminal {
 		t.Fatalf("tmux is not installed: the terminal UI is tested in a real terminal (make test installs it: apt-get install -y tmux): %v", err)
 	}
 	term := &terminal{t: t, socket: filepath.Join(t.TempDir(), "tmux.sock")}
-	term.tmux("new-session", "-d", "-x", "160", "-y", "45", "-s", "drifts", "env", "-i", "PATH="+os.Getenv("PATH"), "HOME="+t.TempDir(), "TERM=xterm-256color", "/bin/sh")
+	term.tmux("new-session", "-d", "-x", "160", "-y", "60", "-s", "drifts", "env", "-i", "PATH="+os.Getenv("PATH"), "HOME="+t.TempDir(), "TERM=xterm-256color", "/bin/sh")
 	t.Cleanup(func() { _ = exec.Command("tmux", "-S", term.socket, "kill-server").Run() })
 	return term
 }

@@ -371,15 +371,14 @@ func (m *driftsModel) listLines() []string {
 		return append(lines, "", "No open drifts.")
 	}
 	cols := m.columns()
-	lines = append(lines, headerStyle.Render(m.fit(cols.line("", "STATE", "MODE", "PARENT", "CHILD", "CONTROLLER", "CHANGES", "AGE"))))
+	lines = append(lines, headerStyle.Render(m.fit(cols.header())))
 	now := m.now()
 	for i, r := range m.rows {
 		marker := "  "
 		if i == m.cursor {
 			marker = "> "
 		}
-		line := m.fit(cols.line(marker, r.State(), modeText(r.Mode), objectText(r.Parent), objectText(r.Child),
-			shortUser(r.Controller), changesText(r.Changes), age(now, r.DetectedAt)))
+		line := m.fit(cols.row(marker, r, now))
 		switch {
 		case i == m.cursor:
 			line = selectedStyle.Render(line)
@@ -391,32 +390,64 @@ func (m *driftsModel) listLines() []string {
 	return lines
 }
 
-// columns share the terminal's width: the changes get what is left.
-type columns struct{ parent, child, controller, changes int }
+// columns share the terminal's width: the changes get what is left. A
+// terminal narrower than wideColumns shows the mode only where it is not
+// implied (held is enforce) and leaves the controller to the detail.
+type columns struct {
+	narrow                            bool
+	parent, child, controller, change int
+}
+
+const wideColumns = 120
 
 func (m *driftsModel) columns() columns {
-	// marker 2, state 9, mode 8, age 5
-	free := max(m.width-24, 40)
+	if m.width < wideColumns {
+		// marker 2, state 8, age 5, separators 4
+		free := max(m.width-19, 40)
+		c := columns{narrow: true, parent: free * 26 / 100, child: free * 42 / 100}
+		c.change = free - c.parent - c.child
+		return c
+	}
+	// marker 2, state 9, mode 8, age 5, separators 3
+	free := m.width - 27
 	c := columns{parent: free * 20 / 100, child: free * 24 / 100, controller: free * 22 / 100}
-	c.changes = max(free-c.parent-c.child-c.controller-3, 8)
+	c.change = free - c.parent - c.child - c.controller
 	return c
 }
 
-func (c columns) line(marker, state, mode, parent, child, controller, changes, age string) string {
-	cell := func(s string, w int) string {
-		s = ansi.Truncate(s, w, "…")
-		return s + strings.Repeat(" ", max(w-ansi.StringWidth(s), 0))
+func cell(s string, w int) string {
+	s = ansi.Truncate(s, w, "…")
+	return s + strings.Repeat(" ", max(w-ansi.StringWidth(s), 0))
+}
+
+func (c columns) header() string {
+	if c.narrow {
+		return "  " + cell("STATE", 8) + cell("PARENT", c.parent) + " " + cell("CHILD", c.child) + " " + cell("CHANGES", c.change) + " AGE"
 	}
-	return marker + cell(state, 8) + " " + cell(mode, 7) + " " + cell(parent, c.parent) + " " + cell(child, c.child) + " " +
-		cell(controller, c.controller) + " " + cell(changes, c.changes) + " " + age
+	return "  " + cell("STATE", 9) + cell("MODE", 8) + cell("PARENT", c.parent) + " " + cell("CHILD", c.child) + " " +
+		cell("CONTROLLER", c.controller) + " " + cell("CHANGES", c.change) + " AGE"
+}
+
+func (c columns) row(marker string, r DriftRow, now time.Time) string {
+	if c.narrow {
+		state := r.State()
+		if !r.Held {
+			state = modeText(r.Mode)
+		}
+		return marker + cell(state, 8) + cell(objectText(r.Parent), c.parent) + " " + cell(objectText(r.Child), c.child) + " " +
+			cell(changesText(r.Changes), c.change) + " " + age(now, r.DetectedAt)
+	}
+	return marker + cell(r.State(), 9) + cell(modeText(r.Mode), 8) + cell(objectText(r.Parent), c.parent) + " " +
+		cell(objectText(r.Child), c.child) + " " + cell(shortUser(r.Controller), c.controller) + " " +
+		cell(changesText(r.Changes), c.change) + " " + age(now, r.DetectedAt)
 }
 
 func (m *driftsModel) detailLines(r DriftRow) []string {
 	var lines []string
 	add := func(format string, args ...any) {
-		for _, l := range strings.Split(fmt.Sprintf(format, args...), "\n") {
-			lines = append(lines, m.fit(annotations.PrintableLines(l)))
-		}
+		// Wrapped, not cut: the approval entry is for copying.
+		text := ansi.Hardwrap(annotations.PrintableLines(fmt.Sprintf(format, args...)), m.width, true)
+		lines = append(lines, strings.Split(text, "\n")...)
 	}
 	lines = append(lines, titleStyle.Render(m.fit(fmt.Sprintf("Drift %s of %s (%s)", r.ID, r.Child, r.State()))))
 	add("Parent:      %s (generation %d)", r.Parent, r.ParentGeneration)

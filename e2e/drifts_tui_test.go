@@ -225,7 +225,9 @@ func TestDriftsTUI(t *testing.T) {
 		}
 		_, err := admin.RbacV1().RoleBindings(bindNS).Create(ctx, rb, metav1.CreateOptions{})
 		mustf(t, err, "binding dave to view in %s", bindNS)
-		t.Cleanup(func() { _ = admin.RbacV1().RoleBindings(bindNS).Delete(context.Background(), "dave-view", metav1.DeleteOptions{}) })
+		t.Cleanup(func() {
+			_ = admin.RbacV1().RoleBindings(bindNS).Delete(context.Background(), "dave-view", metav1.DeleteOptions{})
+		})
 		waitAllowed(t, "dave", "list", "configmaps", bindNS)
 	}
 	daveCfg, err := cluster.UserThroughProxy("dave")

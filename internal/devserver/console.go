@@ -5,6 +5,7 @@ import (
 	"io"
 	"strings"
 	"sync"
+	"time"
 
 	"go.uber.org/zap/zapcore"
 
@@ -17,19 +18,30 @@ import (
 // shows there only when it is news (see summarize); every other log entry
 // goes to next. The full JSON lines are written to a file by another core.
 type decisionConsole struct {
-	next zapcore.Core
-	mu   *sync.Mutex
-	out  io.Writer
+	next    zapcore.Core
+	mu      *sync.Mutex
+	out     io.Writer
+	repeats map[string]*repeat
 }
 
+// repeat is a console line printed at since, and how many times it came
+// again since: a denied controller retries the same write with backoff,
+// and the person needs to see it once a minute, not each time.
+type repeat struct {
+	since time.Time
+	count int
+}
+
+const repeatWindow = time.Minute
+
 func newDecisionConsole(next zapcore.Core, out io.Writer) zapcore.Core {
-	return &decisionConsole{next: next, mu: &sync.Mutex{}, out: out}
+	return &decisionConsole{next: next, mu: &sync.Mutex{}, out: out, repeats: map[string]*repeat{}}
 }
 
 func (c *decisionConsole) Enabled(l zapcore.Level) bool { return c.next.Enabled(l) }
 
 func (c *decisionConsole) With(fields []zapcore.Field) zapcore.Core {
-	return &decisionConsole{next: c.next.With(fields), mu: c.mu, out: c.out}
+	return &decisionConsole{next: c.next.With(fields), mu: c.mu, out: c.out, repeats: c.repeats}
 }
 
 func (c *decisionConsole) Check(e zapcore.Entry, ce *zapcore.CheckedEntry) *zapcore.CheckedEntry {
@@ -53,7 +65,23 @@ func (c *decisionConsole) Write(e zapcore.Entry, fields []zapcore.Field) error {
 	}
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	_, err := fmt.Fprintf(c.out, "%s %s\n", e.Time.Format("15:04:05"), line)
+	suffix := ""
+	if r, ok := c.repeats[line]; ok {
+		if e.Time.Sub(r.since) < repeatWindow {
+			r.count++
+			return nil
+		}
+		if r.count > 0 {
+			suffix = fmt.Sprintf(" (and %d times since %s)", r.count, r.since.Format("15:04:05"))
+		}
+	}
+	for k, r := range c.repeats {
+		if e.Time.Sub(r.since) >= repeatWindow {
+			delete(c.repeats, k)
+		}
+	}
+	c.repeats[line] = &repeat{since: e.Time}
+	_, err := fmt.Fprintf(c.out, "%s %s%s\n", e.Time.Format("15:04:05"), line, suffix)
 	return err
 }
 
@@ -70,9 +98,9 @@ func summarize(f map[string]any) (string, bool) {
 	case str("decision") == decisionlog.DecisionError:
 		label, why = "ERROR", str("error")
 	case flag("wouldDeny"):
-		label, why = "WOULD DENY (shadow)", str("category")+": "+str("reason")
+		label, why = "WOULD DENY (shadow)", str("category")
 	case str("decision") == "Deny":
-		label, why = "DENY", str("category")+": "+str("reason")
+		label, why = "DENY", str("category")
 	case str("approvalMode") == "once":
 		label, why = "APPROVED ONCE", "used "+str("approval")+" on "+str("parent")
 	default:
@@ -97,7 +125,12 @@ func summarize(f map[string]any) (string, bool) {
 	if flag("dryRun") {
 		label += " (dry run)"
 	}
+	// The decision's reason is in the JSON file and in kubectl kausality
+	// drifts; a console line stays short.
+	if p := str("parent"); p != "" && !strings.HasPrefix(label, "APPROVED") {
+		why += " (parent " + p + ")"
+	}
 	user := strings.TrimPrefix(str("user"), "system:serviceaccount:")
 	// Names and reasons come from requests and annotations.
-	return annotations.PrintableLines(fmt.Sprintf("%-14s %s %s by %s: %s", label, str("verb"), object, user, why)), true
+	return annotations.PrintableLines(fmt.Sprintf("%s %s %s by %s: %s", label, str("verb"), object, user, why)), true
 }

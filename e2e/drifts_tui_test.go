@@ -126,11 +126,11 @@ func (term *terminal) startDrifts(cfg *rest.Config, args ...string) {
 	term.waitScreen(30*time.Second, "the drifts UI", contains("kubectl kausality drifts"))
 }
 
-// quit presses q and checks the terminal is as it was: the shell's screen
+// quit presses key (q or C-c) and checks the terminal is as it was: the shell's screen
 // back, not the UI's, and the plugin exited 0.
-func (term *terminal) quit() {
+func (term *terminal) quit(key string) {
 	term.t.Helper()
-	term.keys("q")
+	term.keys(key)
 	s := term.waitScreen(15*time.Second, "the plugin exits", contains("drifts-exited=0"))
 	if strings.Contains(s, "kubectl kausality drifts —") || !strings.Contains(s, "before-drifts") {
 		term.t.Errorf("after q the terminal does not show the shell as it was:\n%s", s)
@@ -167,7 +167,8 @@ func TestDriftsTUI(t *testing.T) {
 
 	term.keys("Enter")
 	s = term.waitScreen(30*time.Second, "the detail with the approval JSON and why",
-		contains("Drift ", "- spec.replicas: 3", "+ spec.replicas: 2", `"kind":"ReplicaSet","name":"`+rsName+`"`, "Trace:", "Deny (DriftUnapproved)"))
+		contains("Drift ", "- spec.replicas: 3", "+ spec.replicas: 2", `"kind":"ReplicaSet","name":"`+rsName+`"`, "Trace:", "by bob",
+			"Policies:", "Deny (DriftUnapproved)"))
 	t.Logf("the detail:\n%s", s)
 
 	mark = wgMark(t)
@@ -213,7 +214,7 @@ func TestDriftsTUI(t *testing.T) {
 		return nil
 	})
 	intentExpectReplicas(t, alice, ns, rsName, 4, "after the rejection from the UI")
-	term.quit()
+	term.quit("q")
 
 	// dave may read the drifts and the objects, not patch the parent.
 	admin := directClient(t)
@@ -251,7 +252,7 @@ func TestDriftsTUI(t *testing.T) {
 		t.Errorf("dave's refused approval changed the Deployment: %s %q → %s %q", before.ResourceVersion,
 			before.Annotations[intentAnnApprovals], after.ResourceVersion, after.Annotations[intentAnnApprovals])
 	}
-	term.quit()
+	term.quit("C-c")
 }
 
 // Without a terminal, drifts prints the list once: for scripts and CI.

@@ -473,6 +473,7 @@ func (m *driftsModel) detailLines(r DriftRow) []string {
 	add("Unblock once: %s on %s:", annotations.Approvals, r.Parent)
 	add("  %s", entry)
 	add("")
+	add("Now, as kubectl kausality why explains it:")
 	add("%s", strings.TrimRight(m.why, "\n"))
 	return lines
 }

@@ -343,11 +343,11 @@ func (s *driftSource) list(ctx context.Context) ([]*corev1.ConfigMap, error) {
 // that cleared). It returns when ctx ends.
 func (s *driftSource) watch(ctx context.Context, interval time.Duration, send func(tea.Msg)) {
 	lw := &cache.ListWatch{
-		ListFunc: func(opts metav1.ListOptions) (runtime.Object, error) {
+		ListWithContextFunc: func(ctx context.Context, opts metav1.ListOptions) (runtime.Object, error) {
 			s.listOptions(&opts)
 			return s.c.kube.CoreV1().ConfigMaps(s.namespace).List(ctx, opts)
 		},
-		WatchFunc: func(opts metav1.ListOptions) (watch.Interface, error) {
+		WatchFuncWithContext: func(ctx context.Context, opts metav1.ListOptions) (watch.Interface, error) {
 			s.listOptions(&opts)
 			return s.c.kube.CoreV1().ConfigMaps(s.namespace).Watch(ctx, opts)
 		},
@@ -372,7 +372,7 @@ func (s *driftSource) watch(ctx context.Context, interval time.Duration, send fu
 		UpdateFunc: func(any, any) { changed() },
 		DeleteFunc: func(any) { changed() },
 	})
-	go inf.Run(ctx.Done())
+	go inf.RunWithContext(ctx)
 	t := time.NewTicker(interval)
 	defer t.Stop()
 	for {

@@ -415,8 +415,11 @@ func (m *driftsModel) columns() columns {
 	return c
 }
 
+// cell is one column of a row. Names, paths and values come from the
+// controller's write and from annotations: a terminal shows them, never
+// acts on them.
 func cell(s string, w int) string {
-	s = ansi.Truncate(s, w, "…")
+	s = ansi.Truncate(annotations.Printable(s), w, "…")
 	return s + strings.Repeat(" ", max(w-ansi.StringWidth(s), 0))
 }
 

@@ -10,6 +10,7 @@ import (
 	"github.com/charmbracelet/x/ansi"
 
 	"github.com/kausality-io/kausality-proxy/intercept/annotations"
+	"github.com/kausality-io/kausality-proxy/intercept/desired"
 )
 
 func sampleRows(t *testing.T) []DriftRow {
@@ -182,6 +183,17 @@ func TestDriftsModelView(t *testing.T) {
 			m.Update(keyMsg("a"))
 			m.Update(recordsMsg{rows: m.rows[1:], synced: true})
 		}, want: []string{"the drift of ReplicaSet web-1 was resolved; nothing was written"}, not: []string{"[y/N]"}},
+		{name: "a written value's escape sequences are shown, not acted on", width: 80, setup: func(m *driftsModel) {
+			rows := append([]DriftRow(nil), m.rows...)
+			rows[0].Changes = []desired.Change{{Path: "data.x", Old: `"a"`, New: "\"\x1b[2J\""}}
+			m.Update(recordsMsg{rows: rows, synced: true})
+		}, want: []string{`data.x: "a" → "\x1b[`}, not: []string{"\x1b[2J"}},
+		{name: "a written value's escape sequences in the detail", width: 80, setup: func(m *driftsModel) {
+			rows := append([]DriftRow(nil), m.rows...)
+			rows[0].Changes = []desired.Change{{Path: "data.x", Old: `"a"`, New: "\"\x1b[2J\""}}
+			m.Update(recordsMsg{rows: rows, synced: true})
+			m.Update(keyMsg("enter"))
+		}, want: []string{`+ data.x: "\x1b[2J"`}, not: []string{"\x1b[2J"}},
 		{name: "an annotation's escape sequences are shown, not acted on", width: 80, setup: func(m *driftsModel) {
 			m.Update(actionDoneMsg{summary: "freeze set: \x1b[31mred\x1b[0m"})
 		}, not: []string{"\x1b[31m"}},

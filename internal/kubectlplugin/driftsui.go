@@ -364,7 +364,11 @@ func (m *driftsModel) listLines() []string {
 	}
 	title := fmt.Sprintf("kubectl kausality drifts — %d open, %d held (%s)", len(m.rows), held, m.scope)
 	lines := []string{titleStyle.Render(m.fit(title))}
-	if !m.synced && m.sourceErr == "" {
+	if !m.synced {
+		if m.sourceErr != "" {
+			// An empty list here would say all is well.
+			return append(lines, "", "The drift records cannot be read; retrying (the error is below).")
+		}
 		return append(lines, "reading the drift records…")
 	}
 	if len(m.rows) == 0 {
@@ -484,7 +488,7 @@ func (m *driftsModel) detailLines(r DriftRow) []string {
 func (m *driftsModel) footerLines() []string {
 	var out []string
 	if m.sourceErr != "" {
-		out = append(out, errorStyle.Render(m.fit("error: "+oneLine(m.sourceErr))))
+		out = append(out, m.wrapped("error: "+oneLine(m.sourceErr))...)
 	}
 	if n := len(m.problems); n > 0 {
 		out = append(out, errorStyle.Render(m.fit(fmt.Sprintf("%d drift record(s) unreadable: %s", n, oneLine(m.problems[0])))))
@@ -499,18 +503,30 @@ func (m *driftsModel) footerLines() []string {
 		}
 		return append(out, m.fit(q))
 	}
-	if m.status != "" {
-		st := m.fit(m.status)
-		if strings.HasPrefix(m.status, "error: ") {
-			st = errorStyle.Render(st)
-		}
-		out = append(out, st)
+	if strings.HasPrefix(m.status, "error: ") {
+		out = append(out, m.wrapped(m.status)...)
+	} else if m.status != "" {
+		out = append(out, m.fit(m.status))
 	}
 	help := "↑/↓ select · enter open · a approve once · g approve generation · r reject · s snooze · f freeze · u unfreeze · q quit"
 	if m.detailID != "" {
 		help = "↑/↓ scroll · esc back · a approve once · g approve generation · r reject · s snooze · f freeze · u unfreeze · q quit"
 	}
 	return append(out, dimStyle.Render(m.fit(help)))
+}
+
+// wrapped shows an error whole on a narrow terminal, up to three lines:
+// what matters (forbidden, refused) often comes last.
+func (m *driftsModel) wrapped(s string) []string {
+	lines := strings.Split(ansi.Wrap(s, m.width, ""), "\n")
+	if len(lines) > 3 {
+		lines = lines[:3]
+		lines[2] = ansi.Truncate(lines[2]+" …", m.width, "…")
+	}
+	for i, l := range lines {
+		lines[i] = errorStyle.Render(l)
+	}
+	return lines
 }
 
 // oneLine keeps an error to one line a terminal shows as it is.

@@ -168,10 +168,15 @@ func TestDriftsModelView(t *testing.T) {
 			want: []string{"reject for ReplicaSet web-1 on Deployment web? reason"}},
 		{name: "a 403 is one line", width: 80, setup: func(m *driftsModel) {
 			m.Update(actionDoneMsg{err: forbidden})
-		}, want: []string{`error: deployments.apps "web" is forbidden: User "dave" cannot patch`}},
+		}, want: []string{`error: deployments.apps "web" is forbidden: User "dave" cannot patch`, `"deployments" in API group "apps" in the namespace "shop"`}},
 		{name: "an unreachable cluster is one line and the list stays", width: 80, setup: func(m *driftsModel) {
 			m.Update(recordsMsg{rows: m.rows, synced: true, err: "reading the drift records in namespace kausality-system: dial tcp 127.0.0.1:6443: connect: connection refused"})
-		}, want: []string{"error: reading the drift records in namespace kausality-system: dial tcp", "3 open"}},
+		}, want: []string{"error: reading the drift records in namespace kausality-system: dial tcp", "connection refused", "3 open"}},
+		{name: "records that cannot be read at all are not an empty list", width: 80, setup: func(m *driftsModel) {
+			*m = *newDriftsModel("namespace shop", m.now)
+			m.Update(recordsMsg{err: `reading the drift records in namespace kausality-system: configmaps is forbidden: User "dave" cannot list resource "configmaps"`})
+		}, want: []string{"The drift records cannot be read; retrying", "error: reading the drift records in namespace kausality-system: configmaps is", `forbidden: User "dave" cannot list`},
+			not: []string{"No open drifts."}},
 		{name: "unreadable records are one line", width: 80, setup: func(m *driftsModel) {
 			m.Update(recordsMsg{rows: m.rows, synced: true, problems: []string{"drift record kausality-drift-x: the \"report\" key is not a DriftReport: unexpected end of JSON input"}})
 		}, want: []string{`1 drift record(s) unreadable: drift record kausality-drift-x`}},

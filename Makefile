@@ -30,8 +30,15 @@ install-plugin: ## go install the kubectl plugin into $(go env GOBIN) (default ~
 testbin: ## Build etcd, kube-apiserver, kube-controller-manager and kubectl from pinned modules into bin/ (skipped when current).
 	bash hack/testbin/build.sh $(BIN)
 
+# The e2e suite runs kubectl kausality drifts in a real terminal (tmux);
+# a fresh Debian machine has none. Without apt-get, the suite fails with
+# the reason.
+.PHONY: tmux
+tmux: ## Install tmux from the distribution's packages when it is missing.
+	@command -v tmux >/dev/null || { command -v apt-get >/dev/null && { apt-get update -qq && apt-get install -y -qq tmux; } || echo "tmux is missing and cannot be installed here: the e2e terminal UI tests will fail" >&2; }
+
 .PHONY: test
-test: testbin ## Run all unit and integration tests against a real local control plane.
+test: testbin tmux ## Run all unit and integration tests against a real local control plane.
 	KAUSALITY_TESTBIN=$(BIN) $(GO) test -count=1 -timeout $(TEST_TIMEOUT) $(GOTESTFLAGS) ./...
 
 .PHONY: vet

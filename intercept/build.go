@@ -84,9 +84,11 @@ type DriftOptions struct {
 	LeaseDuration, RenewDeadline, RetryPeriod, BackoffMax, Recheck time.Duration
 }
 
-// enabled: someone is to hear of drifts.
+// enabled: someone is to hear of drifts. A person reading the records
+// with kubectl kausality drifts is someone: the proxy's namespace is
+// enough.
 func (o DriftOptions) enabled(receivers []string) bool {
-	return len(receivers) > 0 || o.SlackChannel != ""
+	return o.Namespace != "" || len(receivers) > 0 || o.SlackChannel != ""
 }
 
 // Build returns an Interceptor with its own parts. Run starts their
@@ -150,7 +152,8 @@ func Build(o Options) (*Interceptor, error) {
 }
 
 // buildDrifts makes the drift ledger and, with a Slack channel, the
-// escalation and its interaction endpoint. Nobody to tell: no ledger.
+// escalation and its interaction endpoint. No namespace and nobody to
+// tell: no ledger.
 func buildDrifts(o Options, store *objects.Store, dyn dynamic.Interface, client kubernetes.Interface, settings *config.Watcher) (*drifts.Ledger, *escalation.Escalator, error) {
 	d := o.Drifts
 	if !d.enabled(o.DriftWebhookURLs) {

@@ -10,6 +10,7 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
+	"github.com/kausality-io/kausality-proxy/intercept/annotations"
 	"github.com/kausality-io/kausality-proxy/intercept/escalation"
 	"github.com/kausality-io/kausality-proxy/intercept/notify"
 )
@@ -56,6 +57,11 @@ type State struct {
 	ParentSpecHash string `json:"parentSpecHash,omitempty"`
 	// DetectedAt is when the record was made.
 	DetectedAt metav1.Time `json:"detectedAt"`
+	// Mode is the drift mode the write was decided in, and Held says the
+	// write was denied: a person on call tells held drifts from reported
+	// ones without reading the decision log.
+	Mode annotations.DriftMode `json:"mode,omitempty"`
+	Held bool                  `json:"held,omitempty"`
 	// Resolved, once set, says why and when the drift ended.
 	Resolved *Resolution `json:"resolved,omitempty"`
 	// Delivered is the last phase each receiver acknowledged, by

@@ -7,8 +7,10 @@ import (
 
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/labels"
 	"k8s.io/apimachinery/pkg/runtime"
 
+	"github.com/kausality-io/kausality-proxy/intercept/annotations"
 	"github.com/kausality-io/kausality-proxy/intercept/escalation"
 	"github.com/kausality-io/kausality-proxy/intercept/notify"
 )
@@ -19,6 +21,7 @@ func TestRecordRoundTrip(t *testing.T) {
 	r.State.DetectedAt = metav1.NewTime(time.Date(2026, 11, 24, 12, 0, 0, 0, time.UTC))
 	r.State.Delivered = map[string]notify.Phase{receiverKey("http://sink/"): notify.PhaseDetected}
 	r.State.Slack = &escalation.MessageRef{Channel: "C1", Timestamp: "1.2"}
+	r.State.Mode, r.State.Held = annotations.ModeEnforce, true
 	cm, err := encode(r, "kausality-system")
 	if err != nil {
 		t.Fatal(err)
@@ -27,9 +30,15 @@ func TestRecordRoundTrip(t *testing.T) {
 		cm.Labels[ManagedByLabel] != "kausality-proxy" || cm.Labels[ComponentLabel] != "drift-record" || cm.Labels[PairLabel] != PairHash(r.Report) {
 		t.Fatalf("metadata %+v", cm.ObjectMeta)
 	}
-	got, err := decode(cm)
+	if !RecordSelector().Matches(labels.Set(cm.Labels)) {
+		t.Errorf("RecordSelector does not select the record's labels %v", cm.Labels)
+	}
+	got, err := DecodeRecord(cm)
 	if err != nil {
 		t.Fatal(err)
+	}
+	if got.State.Mode != annotations.ModeEnforce || !got.State.Held {
+		t.Errorf("mode %q, held %v", got.State.Mode, got.State.Held)
 	}
 	if got.ID() != r.ID() || string(got.Report.Spec.NewObject.Raw) != `{"kind":"ReplicaSet"}` || !got.State.DetectedAt.Equal(&r.State.DetectedAt) ||
 		got.State.Delivered[receiverKey("http://sink/")] != notify.PhaseDetected || *got.State.Slack != *r.State.Slack || got.State.ParentSpecHash != r.State.ParentSpecHash {

@@ -42,7 +42,7 @@ func (l *Ledger) Observe(d *decision.Decision, w notify.Write, parent *unstructu
 	}
 	// A record keeps a bounded summary, made now: the objects belong to
 	// the request.
-	rec := &Record{Name: name, Report: summarize(r), State: State{ParentSpecHash: settle.SpecHash(parent)}}
+	rec := &Record{Name: name, Report: summarize(r), State: State{ParentSpecHash: settle.SpecHash(parent), Mode: d.Mode, Held: d.Result == decision.Deny}}
 	if !l.allow(rec) {
 		l.suppress(QuotaRate, rec)
 		return

@@ -43,10 +43,10 @@ const (
 	managedBy      = "kausality-proxy"
 	componentLabel = "app.kubernetes.io/component"
 	component      = "settledness"
-	// NamePrefix starts the name of every record ConfigMap; the parents'
-	// namespace follows (clusterScoped for cluster-scoped parents).
-	NamePrefix    = "kausality-settledness."
-	clusterScoped = "cluster-scoped"
+	// clusterScoped names the record of cluster-scoped parents; a
+	// namespace's record adds a dot and the namespace, which no namespace
+	// name can make equal to it.
+	clusterScoped = "kausality-settledness"
 	// DefaultMaxPerNamespace bounds the records of one namespace's
 	// parents: a record is under 120 bytes, so a ConfigMap stays far below
 	// the 1 MiB kube-apiserver accepts.
@@ -60,9 +60,9 @@ const (
 // namespace ("" for cluster-scoped parents).
 func Name(namespace string) string {
 	if namespace == "" {
-		return NamePrefix + clusterScoped
+		return clusterScoped
 	}
-	return NamePrefix + namespace
+	return clusterScoped + "." + namespace
 }
 
 // Store reads and writes the records. It implements settle.Durable.

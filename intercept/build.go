@@ -24,6 +24,7 @@ import (
 	"github.com/kausality-io/kausality-proxy/intercept/notify"
 	"github.com/kausality-io/kausality-proxy/intercept/objects"
 	"github.com/kausality-io/kausality-proxy/intercept/reservations"
+	"github.com/kausality-io/kausality-proxy/intercept/settlements"
 )
 
 // Options are what the proxy's flags say about writes. Build makes the
@@ -131,7 +132,12 @@ func Build(o Options) (*Interceptor, error) {
 	// Reservations are kept next to the drift records, in the proxy's
 	// own namespace.
 	reserved := reservations.New(client, o.Drifts.Namespace, replicaIdentity(o.Drifts.Identity), nil)
+	// What the replicas learn of settledness lives there too: it must
+	// outlive a replica and reach every other.
+	settled := settlements.New(client, o.Drifts.Namespace, o.Log.Named("settledness"))
+	settled.Run(background)
 	i := New(Config{
+		Settlements:          settled,
 		Reservations:         reserved,
 		ReservationOrphanAge: o.ReservationOrphanAge,
 		Policies:             policies,

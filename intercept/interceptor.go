@@ -20,6 +20,7 @@ import (
 	"github.com/kausality-io/kausality-proxy/intercept/objects"
 	"github.com/kausality-io/kausality-proxy/intercept/reservations"
 	"github.com/kausality-io/kausality-proxy/intercept/settle"
+	"github.com/kausality-io/kausality-proxy/intercept/settlements"
 )
 
 // ErrorWriter writes an error as a metav1.Status. The proxy owns the wire
@@ -87,6 +88,9 @@ type Config struct {
 	// ReservationOrphanAge is when a reservation its replica has not
 	// settled is settled by this one; 0 is DefaultReservationOrphanAge.
 	ReservationOrphanAge time.Duration
+	// Settlements keeps what this replica learns of its parents'
+	// settledness for every replica; nil keeps it in this process only.
+	Settlements *settlements.Store
 }
 
 // Interceptor holds what write interception needs across requests.
@@ -138,6 +142,9 @@ func New(cfg Config) *Interceptor {
 	}
 	i := &Interceptor{cfg: cfg, metrics: newMetrics(cfg.Metrics), settled: settle.NewMemory(0),
 		settling: make(chan struct{}, maxSettlingReservations)}
+	if cfg.Settlements != nil {
+		cfg.Settlements.Attach(i.settled)
+	}
 	if cfg.Objects != nil {
 		cfg.Objects.AddObserver(i.settled)
 	}

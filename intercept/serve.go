@@ -61,8 +61,8 @@ type pending struct {
 	// the whole object (objects.Store caches children so).
 	oldIsMetadata bool
 	new           *unstructured.Unstructured
-	changed    bool
-	changes    []desired.Change
+	changed       bool
+	changes       []desired.Change
 	// shownChanges are the changes messages may show: nil until a drift
 	// verdict asks, then changes, or changes without their values.
 	shownChanges []desired.Change

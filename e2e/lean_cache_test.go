@@ -82,7 +82,7 @@ func TestLeanCacheDecidesAsBefore(t *testing.T) {
 	_, err = f.gadgets(f.ctrl).Patch(ctx, "g", types.MergePatchType, []byte(`{"spec":{"value":"c"}}`), metav1.PatchOptions{FieldManager: wgManager})
 	s := wgStatus(t, err, 403, "the controller's change under a settled Widget")
 	wgExpectDecision(t, wgDecision(t, mark, "gadgets", f.ns, "g"), "Deny", "DriftUnapproved")
-	if want := `spec.value: "b" → "c"`; !strings.Contains(s.Message, want) {
+	if want := `spec.value ("b" → "c")`; !strings.Contains(s.Message, want) {
 		t.Errorf("the denial does not show the stored value (%s): %s", want, s.Message)
 	}
 	if v := f.gadgetValue("g"); v != "b" {

@@ -56,6 +56,7 @@ func run() error {
 		quick   = flag.Bool("quick", false, "Tiny sizes, for checking the harness itself; the numbers mean nothing.")
 		profile = flag.Bool("profile", true, "Record and report CPU and heap profiles of kausality-proxy.")
 		command = flag.String("command", "make bench", "How this run was started, for the report.")
+		scale   = flag.Int("scale", 0, "Run the scale profile instead, with this many parents (and ten times as many children), and write -out.")
 	)
 	flag.Parse()
 	rc := defaultRunConfig()
@@ -63,6 +64,9 @@ func run() error {
 		rc = quickRunConfig()
 	}
 	rc.Profile = *profile
+	if *scale > 0 {
+		return runScale(root, *scale, *out, *workDir, *command, rc)
+	}
 
 	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGINT, syscall.SIGTERM)
 	defer stop()
@@ -179,4 +183,36 @@ func loadAvg() string {
 		return "?"
 	}
 	return strings.Join(f[:3], " ")
+}
+
+// runScale runs the scale profile alone and writes its report to out.
+func runScale(root string, parents int, out, workDir, command string, rc RunConfig) error {
+	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGINT, syscall.SIGTERM)
+	defer stop()
+	runDir := filepath.Join(workDir, "scale-"+time.Now().Format("20060102-150405"))
+	if err := os.MkdirAll(runDir, 0o755); err != nil {
+		return err
+	}
+	logf("work dir %s", runDir)
+	started, loadStart := time.Now(), loadAvg()
+	h, err := startHarness(ctx, rc, runDir)
+	if err != nil {
+		return err
+	}
+	defer h.Stop()
+	res, err := h.scaleProfile(ctx, parents)
+	if err != nil {
+		return err
+	}
+	raw, _ := json.MarshalIndent(res, "", "  ")
+	if err := os.WriteFile(filepath.Join(runDir, "scale.json"), raw, 0o644); err != nil {
+		return err
+	}
+	md := renderScale(res, rc, describeMachine(root), command, started, time.Since(started), loadStart)
+	fmt.Print(md)
+	if out == "" {
+		return nil
+	}
+	logf("wrote %s", out)
+	return os.WriteFile(out, []byte(md), 0o644)
 }

@@ -457,16 +457,41 @@ func (s *Store) metadataInformerFor(gvr schema.GroupVersionResource) informers.G
 	return inf
 }
 
-// LeanParent is the transform of the caches of parents: it drops
-// managedFields, which decisions never read and which are often as large as
-// the rest of the object. The spec stays (settledness hashes it, approval
-// policies and history limits read it), and so does the status
+// LeanParent is the transform of the caches of parents: of managedFields,
+// often as large as the rest of the object, it keeps only who owns
+// status.observedGeneration, which identifies the parent's controller
+// before the proxy has recorded it. The spec stays (settledness hashes it,
+// approval policies and history limits read it), and so does the status
 // settledness reads.
 func LeanParent(obj interface{}) (interface{}, error) {
-	if u, ok := obj.(*unstructured.Unstructured); ok {
-		if md, ok := u.Object["metadata"].(map[string]interface{}); ok {
-			delete(md, "managedFields")
+	u, ok := obj.(*unstructured.Unstructured)
+	if !ok {
+		return obj, nil
+	}
+	md, ok := u.Object["metadata"].(map[string]interface{})
+	if !ok {
+		return obj, nil
+	}
+	entries, _ := md["managedFields"].([]interface{})
+	var kept []interface{}
+	for _, e := range entries {
+		entry, _ := e.(map[string]interface{})
+		fields, _ := entry["fieldsV1"].(map[string]interface{})
+		status, _ := fields["f:status"].(map[string]interface{})
+		if _, owns := status["f:observedGeneration"]; !owns {
+			continue
 		}
+		lean := make(map[string]interface{}, len(entry))
+		for k, v := range entry {
+			lean[k] = v
+		}
+		lean["fieldsV1"] = map[string]interface{}{"f:status": map[string]interface{}{"f:observedGeneration": map[string]interface{}{}}}
+		kept = append(kept, lean)
+	}
+	if kept == nil {
+		delete(md, "managedFields")
+	} else {
+		md["managedFields"] = kept
 	}
 	return obj, nil
 }

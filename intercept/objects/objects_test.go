@@ -2,10 +2,10 @@ package objects
 
 import (
 	"context"
-	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"testing"
 	"time"
 
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/runtime"
@@ -14,6 +14,8 @@ import (
 	dynamicfake "k8s.io/client-go/dynamic/fake"
 	metadatafake "k8s.io/client-go/metadata/fake"
 	clienttesting "k8s.io/client-go/testing"
+
+	"github.com/kausality-io/kausality-proxy/intercept/controllerid"
 )
 
 var (
@@ -74,7 +76,11 @@ func web() *unstructured.Unstructured {
 	u.SetResourceVersion("42")
 	u.SetAnnotations(map[string]string{"kausality.io/mode": "enforce"})
 	u.SetOwnerReferences([]metav1.OwnerReference{{APIVersion: "example.com/v1", Kind: "Widget", Name: "w", UID: "w-uid", Controller: ptrTo(true)}})
-	u.SetManagedFields([]metav1.ManagedFieldsEntry{{Manager: "kubectl", Operation: metav1.ManagedFieldsOperationApply, FieldsType: "FieldsV1", FieldsV1: &metav1.FieldsV1{Raw: []byte(`{"f:spec":{}}`)}}})
+	u.SetManagedFields([]metav1.ManagedFieldsEntry{
+		{Manager: "kubectl", Operation: metav1.ManagedFieldsOperationApply, FieldsType: "FieldsV1", FieldsV1: &metav1.FieldsV1{Raw: []byte(`{"f:spec":{"f:replicas":{}}}`)}},
+		{Manager: "deployment-controller", Operation: metav1.ManagedFieldsOperationUpdate, Subresource: "status", FieldsType: "FieldsV1",
+			FieldsV1: &metav1.FieldsV1{Raw: []byte(`{"f:status":{"f:observedGeneration":{},"f:readyReplicas":{},"f:conditions":{}}}`)}},
+	})
 	u.Object["spec"] = map[string]interface{}{"replicas": int64(3), "revisionHistoryLimit": int64(2)}
 	u.Object["status"] = map[string]interface{}{"observedGeneration": int64(3), "readyReplicas": int64(3)}
 	return u
@@ -125,7 +131,8 @@ func TestStoreReadsLiveUntilSyncedThenFromCache(t *testing.T) {
 }
 
 // A cached parent keeps what decisions read (annotations, spec, the status
-// settledness reads) and loses its managedFields.
+// settledness reads, who owns status.observedGeneration) and loses the rest
+// of its managedFields.
 func TestParentsAreCachedWithoutManagedFields(t *testing.T) {
 	s, _ := newStore(t, web())
 	ctx := context.Background()
@@ -138,8 +145,12 @@ func TestParentsAreCachedWithoutManagedFields(t *testing.T) {
 	if err != nil || src != FromCache {
 		t.Fatalf("source %s, err %v", src, err)
 	}
-	if len(u.GetManagedFields()) != 0 {
-		t.Errorf("managedFields cached: %v", u.GetManagedFields())
+	if mf := u.GetManagedFields(); len(mf) != 1 || mf[0].Manager != "deployment-controller" || mf[0].Subresource != "status" ||
+		string(mf[0].FieldsV1.Raw) != `{"f:status":{"f:observedGeneration":{}}}` {
+		t.Errorf("managedFields cached: %v", mf)
+	}
+	if managers, err := controllerid.ObservedGenerationManagers(u); err != nil || len(managers) != 1 || managers[0] != "deployment-controller" {
+		t.Errorf("the controller is no longer found in the cached parent: %v, %v", managers, err)
 	}
 	if limit, _, _ := unstructured.NestedInt64(u.Object, "spec", "revisionHistoryLimit"); limit != 2 {
 		t.Errorf("spec.revisionHistoryLimit = %d, want 2", limit)
@@ -209,8 +220,14 @@ func TestLeanTransforms(t *testing.T) {
 		t.Fatal(err)
 	}
 	u := parent.(*unstructured.Unstructured)
-	if len(u.GetManagedFields()) != 0 || u.Object["spec"] == nil || u.Object["status"] == nil {
+	if len(u.GetManagedFields()) != 1 || u.Object["spec"] == nil || u.Object["status"] == nil {
 		t.Errorf("LeanParent: %v", u.Object)
+	}
+	// A parent whose status nobody wrote keeps no managedFields at all.
+	bare := web()
+	bare.SetManagedFields(bare.GetManagedFields()[:1])
+	if out, _ := LeanParent(bare); out.(*unstructured.Unstructured).Object["metadata"].(map[string]interface{})["managedFields"] != nil {
+		t.Errorf("LeanParent kept managedFields that own no observedGeneration: %v", bare.GetManagedFields())
 	}
 	child := &metav1.PartialObjectMetadata{ObjectMeta: metav1.ObjectMeta{Name: "c", ManagedFields: web().GetManagedFields(), Annotations: map[string]string{"a": "b"}}}
 	out, err := LeanChild(child)

@@ -3,6 +3,7 @@ package main
 import (
 	"context"
 	"fmt"
+	"path/filepath"
 	"strings"
 	"time"
 
@@ -35,6 +36,9 @@ type ScaleResult struct {
 	// while the proxy holds the whole population.
 	Write Row
 	Load  string
+	// ChurnCPUTop and HeapTop are kausality-proxy's CPU profile during the
+	// churn and its heap once it holds the population (with -profile).
+	ChurnCPUTop, HeapTop string
 }
 
 // scaleProfile fills the cluster with parents (Deployments) and their
@@ -107,9 +111,24 @@ func (h *Harness) scaleProfile(ctx context.Context, parents int) (*ScaleResult, 
 		res.ChildHeap = append(res.ChildHeap, perObject(int64(withChildren[i].HeapInuse)-int64(withParents[i].HeapInuse), res.Children))
 	}
 
+	k := h.targets[kausality]
+	if h.cfg.Profile {
+		heap := filepath.Join(h.workDir, "heap-scale.pprof")
+		if err := fetch(ctx, k.ctl.base+"/debug/pprof/heap", heap); err != nil {
+			return nil, err
+		}
+		res.HeapTop = pprofTop(heap, false, "inuse_space")
+	}
+
 	// Churn: label updates of children nobody writes through a proxy, as
 	// a cluster's other controllers make all day.
 	res.ChurnEvents = min(res.Children, 6000)
+	cpuProfile := filepath.Join(h.workDir, "cpu-scale-churn.pprof")
+	if h.cfg.Profile {
+		if err := k.ctl.call(ctx, "/cpuprofile/start?path="+cpuProfile, nil); err != nil {
+			return nil, err
+		}
+	}
 	if err := parallel(ctx, 16, res.ChurnEvents, func(i int) error {
 		_, err := h.admin.AppsV1().ReplicaSets(nsScale).Patch(ctx, fmt.Sprintf("c-%06d", i), types.MergePatchType,
 			[]byte(fmt.Sprintf(`{"metadata":{"labels":{"churn":"%d"}}}`, i)), metav1.PatchOptions{FieldManager: "someone-else"})
@@ -120,6 +139,12 @@ func (h *Harness) scaleProfile(ctx context.Context, parents int) (*ScaleResult, 
 	churned, err := h.settledStats(ctx)
 	if err != nil {
 		return nil, err
+	}
+	if h.cfg.Profile {
+		if err := k.ctl.call(ctx, "/cpuprofile/stop", nil); err != nil {
+			return nil, err
+		}
+		res.ChurnCPUTop = pprofTop(cpuProfile, false, "")
 	}
 	for i := range proxies {
 		res.CPUPerEvent = append(res.CPUPerEvent, (churned[i].CPU()-withChildren[i].CPU())/time.Duration(res.ChurnEvents))
@@ -248,5 +273,13 @@ func renderScale(res *ScaleResult, rc RunConfig, m Machine, command string, star
 		w.Name, rc.WriteN, w.S[direct].P50, w.S[bare].P50, w.S[kausality].P50, w.Upstream)
 	p("Creating the objects took %s (parents) and %s (children).\n\n", res.CreateParents.Round(time.Millisecond), res.CreateChilden.Round(time.Millisecond))
 	p("Not measured here yet: time to ready after a restart, and kube-controller-manager holding the same objects.\n")
+	for _, prof := range []struct{ title, top string }{
+		{"kausality-proxy's CPU during the churn", res.ChurnCPUTop},
+		{"kausality-proxy's heap holding the population (inuse_space)", res.HeapTop},
+	} {
+		if prof.top != "" {
+			p("\n<details><summary>%s</summary>\n\n```\n%s\n```\n</details>\n", prof.title, prof.top)
+		}
+	}
 	return b.String()
 }

@@ -497,10 +497,12 @@ func LeanParent(obj interface{}) (interface{}, error) {
 }
 
 // LeanChild is the transform of the caches of children: metadata without
-// managedFields.
+// managedFields and labels, which no decision reads of a stored child (a
+// policy that might is evaluated on the whole child, read live).
 func LeanChild(obj interface{}) (interface{}, error) {
 	if m, ok := obj.(*metav1.PartialObjectMetadata); ok {
 		m.ManagedFields = nil
+		m.Labels = nil
 	}
 	return obj, nil
 }

@@ -229,12 +229,13 @@ func TestLeanTransforms(t *testing.T) {
 	if out, _ := LeanParent(bare); out.(*unstructured.Unstructured).Object["metadata"].(map[string]interface{})["managedFields"] != nil {
 		t.Errorf("LeanParent kept managedFields that own no observedGeneration: %v", bare.GetManagedFields())
 	}
-	child := &metav1.PartialObjectMetadata{ObjectMeta: metav1.ObjectMeta{Name: "c", ManagedFields: web().GetManagedFields(), Annotations: map[string]string{"a": "b"}}}
+	child := &metav1.PartialObjectMetadata{ObjectMeta: metav1.ObjectMeta{Name: "c", ManagedFields: web().GetManagedFields(),
+		Labels: map[string]string{"app": "web"}, Annotations: map[string]string{"a": "b"}}}
 	out, err := LeanChild(child)
 	if err != nil {
 		t.Fatal(err)
 	}
-	if m := out.(*metav1.PartialObjectMetadata); m.ManagedFields != nil || m.Annotations["a"] != "b" {
+	if m := out.(*metav1.PartialObjectMetadata); m.ManagedFields != nil || m.Labels != nil || m.Annotations["a"] != "b" {
 		t.Errorf("LeanChild: %+v", m.ObjectMeta)
 	}
 	// Anything else passes through.

@@ -69,7 +69,6 @@ func RevisionInMetadata(gk schema.GroupKind) bool { return gk == replicaSet }
 
 // RevisionOf reads obj as a Revision of its kind; ok is false for objects
 // that carry no revision number.
-
 func RevisionOf(obj *unstructured.Unstructured) (Revision, bool) {
 	r := Revision{Name: obj.GetName(), Created: obj.GetCreationTimestamp().Time, Deleting: obj.GetDeletionTimestamp() != nil}
 	switch obj.GroupVersionKind().GroupKind() {

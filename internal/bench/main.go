@@ -67,16 +67,21 @@ func run() error {
 	if *scale > 0 {
 		return runScale(root, *scale, *out, *workDir, *command, rc)
 	}
+	return runAll(root, rc, *out, *micro, *workDir, *quick, *command)
+}
+
+// runAll is `make bench`: every row, written to out.
+func runAll(root string, rc RunConfig, out, micro, workDir string, quick bool, command string) error {
 
 	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGINT, syscall.SIGTERM)
 	defer stop()
-	runDir := filepath.Join(*workDir, "run-"+time.Now().Format("20060102-150405"))
+	runDir := filepath.Join(workDir, "run-"+time.Now().Format("20060102-150405"))
 	if err := os.MkdirAll(runDir, 0o755); err != nil {
 		return err
 	}
 	logf("work dir %s", runDir)
 
-	res := &Results{Started: time.Now(), Config: rc, Command: *command, Quick: *quick, RunDir: runDir}
+	res := &Results{Started: time.Now(), Config: rc, Command: command, Quick: quick, RunDir: runDir}
 	res.Machine = describeMachine(root)
 	res.LoadStart = loadAvg()
 
@@ -140,14 +145,14 @@ func run() error {
 	res.Duration = time.Since(start)
 	res.LoadEnd = loadAvg()
 
-	if *micro != "" {
-		f, err := os.Open(*micro)
+	if micro != "" {
+		f, err := os.Open(micro)
 		if err != nil {
 			return err
 		}
 		res.Micro = parseMicro(f)
 		f.Close()
-		res.MicroFile = *micro
+		res.MicroFile = micro
 	}
 	raw, _ := json.MarshalIndent(res, "", "  ")
 	if err := os.WriteFile(filepath.Join(runDir, "results.json"), raw, 0o644); err != nil {
@@ -155,11 +160,11 @@ func run() error {
 	}
 	md := render(res)
 	fmt.Println(summaryTable(res))
-	if *out != "" {
-		if err := os.WriteFile(*out, []byte(md), 0o644); err != nil {
+	if out != "" {
+		if err := os.WriteFile(out, []byte(md), 0o644); err != nil {
 			return err
 		}
-		logf("wrote %s", *out)
+		logf("wrote %s", out)
 	}
 	return nil
 }

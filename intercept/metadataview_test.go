@@ -19,6 +19,10 @@ import (
 // so that the cache of children sees the writes the fake records.
 type metadataView struct{ dyn dynamic.Interface }
 
+// IsWatchListSemanticsUnSupported tells the informers, as the dynamic fake
+// does, that a watch sends no initial events: they list first.
+func (v metadataView) IsWatchListSemanticsUnSupported() bool { return true }
+
 func (v metadataView) Resource(gvr schema.GroupVersionResource) metadata.Getter {
 	return metadataResource{dyn: v.dyn, gvr: gvr, ri: v.dyn.Resource(gvr)}
 }

@@ -69,6 +69,11 @@ func (i *Interceptor) load(r *http.Request, p *pending) error {
 	if wr.sub != statusSubresource {
 		p.changed, p.changes = desiredChange(p.op, p.old, p.new)
 	}
+	if p.oldIsMetadata && wr.verb == "patch" && patch.OnlyMetadata(p.patchTy, p.data) {
+		// A patch of metadata alone changes no desired state, whatever
+		// the child holds: its metadata is all the decision reads.
+		p.changed, p.changes, p.oldIsMetadata = false, nil, false
+	}
 	return i.readSurroundings(ctx, p)
 }
 
@@ -293,6 +298,11 @@ func (i *Interceptor) storedObject(ctx context.Context, wr *write, namespace str
 	case storedWhole:
 		old, source, err = i.cfg.Objects.GetWhole(ctx, wr.gvr, namespace, wr.info.Name)
 	default:
+		// A kind that is also a parent is cached whole anyway.
+		if whole, ok := i.cfg.Objects.GetCachedWhole(wr.gvr, namespace, wr.info.Name); ok {
+			old, source, need = whole, objects.FromCache, storedWhole
+			break
+		}
 		old, source, err = i.cfg.Objects.GetMetadata(ctx, wr.gvr, namespace, wr.info.Name)
 	}
 	if err != nil || source != objects.FromCache {

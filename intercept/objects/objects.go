@@ -254,20 +254,32 @@ func (s *Store) GetMetadata(ctx context.Context, gvr schema.GroupVersionResource
 	return u, FromLive, err
 }
 
+// GetCachedWhole reads namespace/name of resource gvr from the cache of
+// parents, if gvr is cached as a parent, the cache has synced and holds
+// the object; ok is false otherwise. It starts no cache and makes no
+// request. The object is the caller's to change.
+func (s *Store) GetCachedWhole(gvr schema.GroupVersionResource, namespace, name string) (_ *unstructured.Unstructured, ok bool) {
+	s.mu.Lock()
+	inf := s.informers[gvr]
+	s.mu.Unlock()
+	if inf == nil || !inf.Informer().HasSynced() {
+		return nil, false
+	}
+	obj, exists, err := inf.Informer().GetIndexer().GetByKey(cacheKey(namespace, name))
+	if u, isObject := obj.(*unstructured.Unstructured); isObject && err == nil && exists {
+		return u.DeepCopy(), true
+	}
+	return nil, false
+}
+
 // GetWhole reads namespace/name of resource gvr whole: from the cache of
 // parents when gvr is cached as a parent and the cache holds the object
 // (without managedFields then), live otherwise. It starts no cache: a
 // resource that is only ever a child is read live. The returned object is
 // the caller's to change.
 func (s *Store) GetWhole(ctx context.Context, gvr schema.GroupVersionResource, namespace, name string) (*unstructured.Unstructured, Source, error) {
-	s.mu.Lock()
-	inf := s.informers[gvr]
-	s.mu.Unlock()
-	if inf != nil && inf.Informer().HasSynced() {
-		obj, exists, err := inf.Informer().GetIndexer().GetByKey(cacheKey(namespace, name))
-		if u, ok := obj.(*unstructured.Unstructured); ok && err == nil && exists {
-			return u.DeepCopy(), FromCache, nil
-		}
+	if u, ok := s.GetCachedWhole(gvr, namespace, name); ok {
+		return u, FromCache, nil
 	}
 	u, err := s.GetLive(ctx, gvr, namespace, name)
 	return u, FromLive, err

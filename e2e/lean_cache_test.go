@@ -78,6 +78,14 @@ func TestLeanCacheDecidesAsBefore(t *testing.T) {
 	// on the stored Gadget, which is read whole, so the denial shows the
 	// stored value.
 	f.setStatus(true)
+	eventually(t, time.Minute, "the proxy sees the Widget settled", func() error {
+		_, err := f.gadgets(f.ctrl).Patch(ctx, "g", types.MergePatchType, []byte(`{"spec":{"value":"c"}}`),
+			metav1.PatchOptions{FieldManager: wgManager, DryRun: []string{metav1.DryRunAll}})
+		if err == nil {
+			return fmt.Errorf("the controller's dry run is still Expected")
+		}
+		return nil
+	})
 	mark = wgMark(t)
 	_, err = f.gadgets(f.ctrl).Patch(ctx, "g", types.MergePatchType, []byte(`{"spec":{"value":"c"}}`), metav1.PatchOptions{FieldManager: wgManager})
 	s := wgStatus(t, err, 403, "the controller's change under a settled Widget")
@@ -88,6 +96,30 @@ func TestLeanCacheDecidesAsBefore(t *testing.T) {
 	if v := f.gadgetValue("g"); v != "b" {
 		t.Fatalf("the drift went through: spec.value %q", v)
 	}
+
+	// A person's write of what is stored changes no desired state: it is
+	// no new origin, though the cached metadata alone cannot tell.
+	mark = wgMark(t)
+	_, err = f.gadgets(f.alice).Patch(ctx, "g", types.MergePatchType, []byte(`{"spec":{"value":"b"}}`), metav1.PatchOptions{})
+	mustf(t, err, "alice writes what is stored")
+	wgExpectDecision(t, wgDecision(t, mark, "gadgets", f.ns, "g"), "Allow", "NoDesiredChange")
+
+	// Frozen, a write that changes the Gadget is refused; a write of
+	// what is stored is not. Its cached metadata cannot tell the two
+	// apart: the verdict is made again on the Gadget read whole.
+	freeze := "true"
+	f.annotateWidget(map[string]*string{wgAnnFreeze: &freeze})
+	eventually(t, time.Minute, "alice's change under the frozen Widget is refused", func() error {
+		_, err := f.gadgets(f.alice).Patch(ctx, "g", types.MergePatchType, []byte(`{"spec":{"value":"z"}}`), metav1.PatchOptions{DryRun: []string{metav1.DryRunAll}})
+		if err == nil {
+			return fmt.Errorf("alice's change went through while the Widget is frozen")
+		}
+		return nil
+	})
+	mark = wgMark(t)
+	_, err = f.gadgets(f.alice).Patch(ctx, "g", types.MergePatchType, []byte(`{"spec":{"value":"b"}}`), metav1.PatchOptions{})
+	mustf(t, err, "alice writes what is stored under the frozen Widget")
+	wgExpectDecision(t, wgDecision(t, mark, "gadgets", f.ns, "g"), "Allow", "NoDesiredChange")
 }
 
 // A ConfigMap with a large payload, in a namespace nobody writes through

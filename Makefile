@@ -177,6 +177,17 @@ bench: testbin ## Benchmark the proxy against direct and a bare reverse proxy; w
 	$(GO) build -o $(BENCH_DIR)/kausality-bench ./internal/bench
 	KAUSALITY_TESTBIN=$(BIN) $(BENCH_DIR)/kausality-bench -micro $(BENCH_DIR)/micro.txt -out docs/performance.md -command 'make bench' $(BENCH_ARGS)
 
+# The scale profile: 10,000 parents and 100,000 children on the real control
+# plane, what the proxy holds and spends for them; minutes to create, so CI
+# does not run it. A smaller SCALE (parents) makes a quick run.
+SCALE ?= 10000
+
+.PHONY: bench-scale
+bench-scale: testbin ## Measure memory and CPU per object the proxy does not decide about, at SCALE parents (10x children); writes docs/scale.md.
+	@mkdir -p $(BENCH_DIR)
+	$(GO) build -o $(BENCH_DIR)/kausality-bench ./internal/bench
+	KAUSALITY_TESTBIN=$(BIN) $(BENCH_DIR)/kausality-bench -scale $(SCALE) -out docs/scale.md -command 'make bench-scale SCALE=$(SCALE)' $(BENCH_ARGS)
+
 .PHONY: bench-compare
 bench-compare: ## Compare fresh micro-benchmarks with internal/bench/baseline.txt (benchstat).
 	@mkdir -p $(BENCH_DIR)

@@ -116,7 +116,7 @@ func Build(o Options) (*Interceptor, error) {
 	}
 	// Informers live as long as the interceptor, not a request.
 	background, stop := context.WithCancel(context.Background())
-	store := objects.New(background, disc, dyn)
+	store := objects.New(background, disc, dyn, meta)
 	client, err := kubernetes.NewForConfig(o.Client)
 	if err != nil {
 		stop()
@@ -271,3 +271,6 @@ func (i *Interceptor) Shutdown(ctx context.Context) error {
 
 // Settings returns the configuration in force.
 func (i *Interceptor) Settings() *config.Config { return i.cfg.Settings() }
+
+// Objects is the store the interceptor decides from.
+func (i *Interceptor) Objects() *objects.Store { return i.cfg.Objects }

@@ -25,6 +25,7 @@ import (
 	"github.com/kausality-io/kausality-proxy/intercept/decision"
 	"github.com/kausality-io/kausality-proxy/intercept/desired"
 	"github.com/kausality-io/kausality-proxy/intercept/history"
+	"github.com/kausality-io/kausality-proxy/intercept/objects"
 	"github.com/kausality-io/kausality-proxy/intercept/patch"
 	"github.com/kausality-io/kausality-proxy/intercept/policy"
 )
@@ -52,13 +53,13 @@ func (i *Interceptor) load(r *http.Request, p *pending) error {
 	}
 
 	if p.op != decision.Create {
-		old, err := i.storedObject(ctx, wr, p.namespace, decoded)
+		old, isMetadata, err := i.storedObject(ctx, wr, p.namespace, decoded, storedNeedOf(r, p))
 		switch {
 		case apierrors.IsNotFound(err):
 		case err != nil:
 			return i.unresolvable(fmt.Errorf("reading the stored %s %s: %w", kind.Kind, qualifiedName(p.namespace, wr.info.Name), err))
 		default:
-			p.old = old
+			p.old, p.oldIsMetadata = old, isMetadata
 		}
 	}
 
@@ -67,6 +68,11 @@ func (i *Interceptor) load(r *http.Request, p *pending) error {
 	}
 	if wr.sub != statusSubresource {
 		p.changed, p.changes = desiredChange(p.op, p.old, p.new)
+	}
+	if p.oldIsMetadata && wr.verb == "patch" && patch.OnlyMetadata(p.patchTy, p.data) {
+		// A patch of metadata alone changes no desired state, whatever
+		// the child holds: its metadata is all the decision reads.
+		p.changed, p.changes, p.oldIsMetadata = false, nil, false
 	}
 	return i.readSurroundings(ctx, p)
 }
@@ -226,19 +232,89 @@ func (i *Interceptor) readSurroundings(ctx context.Context, p *pending) error {
 	return nil
 }
 
-// storedObject reads the object the write applies to. An update carries
-// the resourceVersion it was based on (in decoded); when the cache holds an
-// older one the cache is behind, and a live read gives the real stored
-// object.
-func (i *Interceptor) storedObject(ctx context.Context, wr *write, namespace string, decoded *unstructured.Unstructured) (*unstructured.Unstructured, error) {
-	old, source, err := i.cfg.Objects.Get(ctx, wr.gvr, namespace, wr.info.Name)
-	if err != nil || source != "cache" || decoded == nil || wr.verb != "update" {
-		return old, err
+// storedNeed is how much of the stored child a write needs before it is
+// decided.
+type storedNeed int
+
+const (
+	// storedMetadata: the write is decided on the child's metadata, and
+	// re-decided on the whole child when the verdict depends on more.
+	storedMetadata storedNeed = iota
+	// storedWhole: the write's effect is computed from the stored content
+	// (a JSON patch addresses its fields, a /scale write reads the
+	// replicas, a status write is learned with the stored spec).
+	storedWhole
+	// storedWithManagedFields: an apply is merged with the stored field
+	// ownership, which no cache keeps.
+	storedWithManagedFields
+)
+
+// storedNeedOf says how much of the stored child the write needs.
+func storedNeedOf(r *http.Request, p *pending) storedNeed {
+	wr := p.w
+	switch {
+	case wr.sub != mainResource:
+		if wr.verb == "patch" && isApply(r) {
+			return storedWithManagedFields
+		}
+		return storedWhole
+	case p.op == decision.Delete, wr.verb == "update":
+		return storedMetadata
+	case wr.verb == "patch":
+		pt, err := patch.TypeFor(r.Header.Get("Content-Type"))
+		switch {
+		case err != nil, pt == types.MergePatchType, pt == types.StrategicMergePatchType:
+			// A merge patch leaves what it does not name as it is: applied
+			// to the metadata it gives the metadata the write stores. A
+			// content type that is not a patch fails in patched.
+			return storedMetadata
+		case pt == types.ApplyYAMLPatchType, pt == types.ApplyCBORPatchType:
+			return storedWithManagedFields
+		}
 	}
-	if rv := decoded.GetResourceVersion(); rv != "" && rv != old.GetResourceVersion() {
-		return i.cfg.Objects.GetLive(ctx, wr.gvr, namespace, wr.info.Name)
+	return storedWhole
+}
+
+func isApply(r *http.Request) bool {
+	pt, err := patch.TypeFor(r.Header.Get("Content-Type"))
+	return err == nil && (pt == types.ApplyYAMLPatchType || pt == types.ApplyCBORPatchType)
+}
+
+// storedObject reads the object the write applies to, as much of it as
+// need says, and reports whether it is the cached metadata only. An update
+// carries the resourceVersion it was based on (in decoded); when the cache
+// holds an older one the cache is behind, and a live read gives the real
+// stored object.
+func (i *Interceptor) storedObject(ctx context.Context, wr *write, namespace string, decoded *unstructured.Unstructured, need storedNeed) (*unstructured.Unstructured, bool, error) {
+	var (
+		old    *unstructured.Unstructured
+		source objects.Source
+		err    error
+	)
+	switch need {
+	case storedWithManagedFields:
+		old, err = i.cfg.Objects.GetLive(ctx, wr.gvr, namespace, wr.info.Name)
+		return old, false, err
+	case storedWhole:
+		old, source, err = i.cfg.Objects.GetWhole(ctx, wr.gvr, namespace, wr.info.Name)
+	default:
+		// A kind that is also a parent is cached whole anyway.
+		if whole, ok := i.cfg.Objects.GetCachedWhole(wr.gvr, namespace, wr.info.Name); ok {
+			old, source, need = whole, objects.FromCache, storedWhole
+			break
+		}
+		old, source, err = i.cfg.Objects.GetMetadata(ctx, wr.gvr, namespace, wr.info.Name)
 	}
-	return old, nil
+	if err != nil || source != objects.FromCache {
+		return old, false, err
+	}
+	if decoded != nil && wr.verb == "update" {
+		if rv := decoded.GetResourceVersion(); rv != "" && rv != old.GetResourceVersion() {
+			old, err = i.cfg.Objects.GetLive(ctx, wr.gvr, namespace, wr.info.Name)
+			return old, false, err
+		}
+	}
+	return old, need == storedMetadata, nil
 }
 
 // parentOf reads the controller owner of owned (nil when it has none), and
@@ -303,7 +379,7 @@ func (i *Interceptor) reloadStored(r *http.Request, p *pending) error {
 	case err != nil:
 		return i.unresolvable(fmt.Errorf("reading the stored %s %s: %w", p.kind.Kind, qualifiedName(p.namespace, wr.info.Name), err))
 	}
-	p.old = live
+	p.old, p.oldIsMetadata = live, false
 	if wr.verb == "patch" {
 		if err := i.patched(r, p); err != nil {
 			return err
@@ -406,7 +482,7 @@ func (i *Interceptor) ownedRevisions(ctx context.Context, p *pending, parent *un
 	if p.op != decision.Delete || parent == nil || p.old == nil || !history.Kept(parent.GroupVersionKind().GroupKind(), p.kind.GroupKind()) {
 		return nil
 	}
-	objs, err := i.cfg.Objects.Owned(ctx, p.w.gvr, p.namespace, parent.GetUID())
+	objs, err := i.cfg.Objects.Owned(ctx, p.w.gvr, p.namespace, parent.GetUID(), history.RevisionInMetadata(p.kind.GroupKind()))
 	if err != nil {
 		return nil
 	}

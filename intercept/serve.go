@@ -57,9 +57,12 @@ type pending struct {
 	format     body.Format
 	patchTy    types.PatchType
 	old        *unstructured.Unstructured
-	new        *unstructured.Unstructured
-	changed    bool
-	changes    []desired.Change
+	// oldIsMetadata: old is the cached metadata of the stored child, not
+	// the whole object (objects.Store caches children so).
+	oldIsMetadata bool
+	new           *unstructured.Unstructured
+	changed       bool
+	changes       []desired.Change
 	// shownChanges are the changes messages may show: nil until a drift
 	// verdict asks, then changes, or changes without their values.
 	shownChanges []desired.Change
@@ -306,6 +309,12 @@ func (i *Interceptor) decideAndReserve(w http.ResponseWriter, r *http.Request, p
 // again from that single fresh snapshot.
 func (i *Interceptor) decideConfirmed(r *http.Request, p *pending, forward http.Handler) (decision.Decision, error) {
 	d := i.decide(r, p)
+	if p.oldIsMetadata && !d.StandsOnMetadata(p.op) {
+		if err := i.reloadStored(r, p); err != nil {
+			return d, err
+		}
+		d = i.decide(r, p)
+	}
 	if d.RecheckController && p.w.sub == mainResource {
 		if err := i.reloadStored(r, p); err != nil {
 			return d, err

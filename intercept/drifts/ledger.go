@@ -481,6 +481,10 @@ func (e objectEvents) Observe(obj *unstructured.Unstructured) { e.touch(obj.GetU
 
 func (e objectEvents) Forget(uid types.UID) { e.touch(uid) }
 
+// ObserveMetadata hears of children too: a drift ends when the child
+// changes back as much as when the parent moves on.
+func (e objectEvents) ObserveMetadata(obj metav1.Object) { e.touch(obj.GetUID()) }
+
 func (e objectEvents) touch(uid types.UID) {
 	e.l.mu.RLock()
 	names := e.l.byUID[uid]

@@ -19,8 +19,8 @@ import (
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/rest"
 
+	"github.com/kausality-io/kausality-proxy/api/v1alpha1"
 	"github.com/kausality-io/kausality-proxy/intercept"
-	"github.com/kausality-io/kausality-proxy/intercept/notify"
 	"github.com/kausality-io/kausality-proxy/internal/testenv"
 	"github.com/kausality-io/kausality-proxy/proxy"
 )
@@ -256,7 +256,7 @@ func (l *Local) ProxyLog() ([]byte, error) {
 }
 
 // DriftReports implements Cluster.
-func (l *Local) DriftReports(namespace, child string) ([]notify.DriftReport, error) {
+func (l *Local) DriftReports(namespace, child string) ([]v1alpha1.DriftReport, error) {
 	return l.Reports.For(namespace, child), nil
 }
 

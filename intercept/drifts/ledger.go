@@ -28,6 +28,7 @@ import (
 	"k8s.io/client-go/util/workqueue"
 	"k8s.io/utils/clock"
 
+	"github.com/kausality-io/kausality-proxy/api/v1alpha1"
 	"github.com/kausality-io/kausality-proxy/intercept/escalation"
 	"github.com/kausality-io/kausality-proxy/intercept/notify"
 	"github.com/kausality-io/kausality-proxy/intercept/objects"
@@ -62,8 +63,8 @@ type Objects interface {
 // Escalator tells a person about a drift and updates the message when the
 // drift ends. *escalation.Escalator implements it.
 type Escalator interface {
-	Post(ctx context.Context, r notify.DriftReport) (escalation.MessageRef, error)
-	Resolve(ctx context.Context, ref escalation.MessageRef, r notify.DriftReport) error
+	Post(ctx context.Context, r v1alpha1.DriftReport) (escalation.MessageRef, error)
+	Resolve(ctx context.Context, ref escalation.MessageRef, r v1alpha1.DriftReport) error
 }
 
 // Options configure a Ledger. Zero values mean the defaults.

@@ -19,7 +19,7 @@ import (
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 
 	"github.com/kausality-io/kausality-proxy/api/v1alpha1"
-	"github.com/kausality-io/kausality-proxy/intercept/drifts"
+	"github.com/kausality-io/kausality-proxy/report/drifts"
 )
 
 // floodSuppressedLog is the warning a replica logs once per flood of one

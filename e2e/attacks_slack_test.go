@@ -23,8 +23,8 @@ import (
 	"github.com/kausality-io/kausality-proxy/api/v1alpha1"
 	"github.com/kausality-io/kausality-proxy/e2e/framework"
 	"github.com/kausality-io/kausality-proxy/intercept/annotations"
-	"github.com/kausality-io/kausality-proxy/intercept/drifts"
-	slackesc "github.com/kausality-io/kausality-proxy/intercept/escalation"
+	"github.com/kausality-io/kausality-proxy/report/drifts"
+	slackesc "github.com/kausality-io/kausality-proxy/report/escalation"
 )
 
 // slackRig is a drift rig whose replicas escalate to a fake Slack, with

@@ -18,7 +18,7 @@ import (
 
 	"github.com/kausality-io/kausality-proxy/api/v1alpha1"
 	"github.com/kausality-io/kausality-proxy/e2e/framework"
-	"github.com/kausality-io/kausality-proxy/intercept/drifts"
+	"github.com/kausality-io/kausality-proxy/report/drifts"
 )
 
 // driftRig is a Widget whose Gadget g the scripted controller drifts

@@ -14,7 +14,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	"github.com/kausality-io/kausality-proxy/e2e/framework"
-	"github.com/kausality-io/kausality-proxy/intercept/shadowreport"
+	"github.com/kausality-io/kausality-proxy/cmd/kausality-proxy/shadowreport"
 )
 
 // setConfig switches the proxy's config file for one test.

@@ -25,7 +25,7 @@ import (
 	"github.com/kausality-io/kausality-proxy/api/v1alpha1"
 	"github.com/kausality-io/kausality-proxy/e2e/framework"
 	"github.com/kausality-io/kausality-proxy/intercept"
-	slackesc "github.com/kausality-io/kausality-proxy/intercept/escalation"
+	slackesc "github.com/kausality-io/kausality-proxy/report/escalation"
 )
 
 const (

@@ -11,7 +11,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	"github.com/kausality-io/kausality-proxy/api/v1alpha1"
-	"github.com/kausality-io/kausality-proxy/intercept/escalation"
+	"github.com/kausality-io/kausality-proxy/report/escalation"
 )
 
 // Names and labels of the records.

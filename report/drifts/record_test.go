@@ -10,7 +10,7 @@ import (
 	"k8s.io/apimachinery/pkg/runtime"
 
 	"github.com/kausality-io/kausality-proxy/api/v1alpha1"
-	"github.com/kausality-io/kausality-proxy/intercept/escalation"
+	"github.com/kausality-io/kausality-proxy/report/escalation"
 )
 
 func TestRecordRoundTrip(t *testing.T) {

@@ -14,7 +14,7 @@ import (
 
 	"github.com/kausality-io/kausality-proxy/api/v1alpha1"
 	"github.com/kausality-io/kausality-proxy/intercept/decision"
-	"github.com/kausality-io/kausality-proxy/intercept/notify"
+	"github.com/kausality-io/kausality-proxy/report/notify"
 	"github.com/kausality-io/kausality-proxy/intercept/settle"
 )
 

@@ -15,7 +15,7 @@ import (
 	clienttesting "k8s.io/client-go/testing"
 
 	"github.com/kausality-io/kausality-proxy/api/v1alpha1"
-	"github.com/kausality-io/kausality-proxy/intercept/escalation"
+	"github.com/kausality-io/kausality-proxy/report/escalation"
 )
 
 func clickRecord(t *testing.T, mutate func(*Record)) *corev1.ConfigMap {

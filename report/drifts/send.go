@@ -15,8 +15,8 @@ import (
 	"k8s.io/apimachinery/pkg/runtime/schema"
 
 	"github.com/kausality-io/kausality-proxy/api/v1alpha1"
-	"github.com/kausality-io/kausality-proxy/intercept/escalation"
-	"github.com/kausality-io/kausality-proxy/intercept/notify"
+	"github.com/kausality-io/kausality-proxy/report/escalation"
+	"github.com/kausality-io/kausality-proxy/report/notify"
 )
 
 // readTimeout bounds the reads of a record's parent and child.

@@ -29,8 +29,8 @@ import (
 	"k8s.io/utils/clock"
 
 	"github.com/kausality-io/kausality-proxy/api/v1alpha1"
-	"github.com/kausality-io/kausality-proxy/intercept/escalation"
-	"github.com/kausality-io/kausality-proxy/intercept/notify"
+	"github.com/kausality-io/kausality-proxy/report/escalation"
+	"github.com/kausality-io/kausality-proxy/report/notify"
 	"github.com/kausality-io/kausality-proxy/intercept/objects"
 )
 

@@ -68,6 +68,8 @@ var _ Cluster = (*Local)(nil)
 // StartLocal starts the control plane, the relay, the proxy and optionally
 // kube-controller-manager through the proxy. It fails, never skips, when the
 // control-plane binaries are missing.
+//
+//nolint:funlen // the harness's startup is one sequence of steps, each undone on failure; split, the undo order would be spread over functions
 func StartLocal(ctx context.Context, opts LocalOptions) (_ *Local, retErr error) {
 	cp, err := testenv.Start(ctx, testenv.Options{AuditLog: opts.AuditLog})
 	if err != nil {

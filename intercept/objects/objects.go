@@ -196,6 +196,7 @@ func (s *Store) GetShared(ctx context.Context, gvr schema.GroupVersionResource, 
 
 func (s *Store) get(ctx context.Context, gvr schema.GroupVersionResource, namespace, name string, deepCopy bool) (*unstructured.Unstructured, Source, error) {
 	inf := s.informerFor(gvr)
+	//nolint:nestif // the cache-then-live-read fallback keeps its cases together
 	if inf != nil && inf.Informer().HasSynced() {
 		key := name
 		if namespace != "" {

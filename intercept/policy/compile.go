@@ -365,6 +365,7 @@ func (c *Compiled) compileRule(i int, r v1alpha1.ApprovalRule) compiledRule {
 			cr.prereq = prog
 		}
 	}
+	//nolint:nestif // compiling a match nests as the rule's match does (cel, regexp)
 	if r.Match != nil {
 		if r.Match.CEL != "" {
 			if prog, reason, msg := compileCEL(r.Match.CEL); prog == nil {

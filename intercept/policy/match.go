@@ -225,6 +225,7 @@ func (e *evaluation) matches(r *compiledRule) (bool, *Problem, error) {
 			return false, prob, err
 		}
 	}
+	//nolint:nestif // the regexp's budget check and its match are one charged step
 	if r.re != nil {
 		if e.desired == nil {
 			s, err := DesiredJSON(req.New)

@@ -29,9 +29,9 @@ import (
 	"k8s.io/utils/clock"
 
 	"github.com/kausality-io/kausality-proxy/api/v1alpha1"
+	"github.com/kausality-io/kausality-proxy/intercept/objects"
 	"github.com/kausality-io/kausality-proxy/report/escalation"
 	"github.com/kausality-io/kausality-proxy/report/notify"
-	"github.com/kausality-io/kausality-proxy/intercept/objects"
 )
 
 // Defaults of Options.
@@ -438,6 +438,7 @@ func (l *Ledger) recordChanged(obj interface{}, deleted bool) {
 	if deleted {
 		delete(l.outdated, cm.Name)
 	}
+	//nolint:nestif // the uid index is kept in step with the record: removed on delete, added otherwise
 	if err == nil {
 		for _, uid := range []string{r.Report.Spec.Parent.UID, r.Report.Spec.Child.UID} {
 			if uid == "" {

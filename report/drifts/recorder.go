@@ -14,8 +14,8 @@ import (
 
 	"github.com/kausality-io/kausality-proxy/api/v1alpha1"
 	"github.com/kausality-io/kausality-proxy/intercept/decision"
-	"github.com/kausality-io/kausality-proxy/report/notify"
 	"github.com/kausality-io/kausality-proxy/intercept/settle"
+	"github.com/kausality-io/kausality-proxy/report/notify"
 )
 
 // recordTimeout bounds one attempt to record a drift.

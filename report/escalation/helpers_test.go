@@ -23,8 +23,8 @@ import (
 	"github.com/kausality-io/kausality-proxy/intercept/annotations"
 	"github.com/kausality-io/kausality-proxy/intercept/decision"
 	"github.com/kausality-io/kausality-proxy/intercept/desired"
-	"github.com/kausality-io/kausality-proxy/report/notify"
 	"github.com/kausality-io/kausality-proxy/intercept/settle"
+	"github.com/kausality-io/kausality-proxy/report/notify"
 )
 
 const (

@@ -16,8 +16,8 @@ import (
 	"github.com/kausality-io/kausality-proxy/api/v1alpha1"
 	"github.com/kausality-io/kausality-proxy/intercept/annotations"
 	"github.com/kausality-io/kausality-proxy/intercept/desired"
-	"github.com/kausality-io/kausality-proxy/report/notify"
 	"github.com/kausality-io/kausality-proxy/intercept/trace"
+	"github.com/kausality-io/kausality-proxy/report/notify"
 )
 
 // Action ids of the buttons.

@@ -69,9 +69,26 @@ fmt-check: ## Fail when a tracked Go file is not gofmt-formatted.
 tidy-check: ## Fail when go.mod or go.sum (main or tools module) is not tidy.
 	$(GO) mod tidy -diff
 	cd hack/tools && GOWORK=off $(GO) mod tidy -diff
+	cd hack/controller-gen && GOWORK=off $(GO) mod tidy -diff
+
+# controller-gen is pinned as a Go tool in its own module (hack/controller-gen)
+# for the same reason: it needs newer k8s.io modules than the proxy uses.
+CONTROLLER_GEN := $(CURDIR)/.tmp/controller-gen
+
+$(CONTROLLER_GEN): hack/controller-gen/go.mod hack/controller-gen/go.sum
+	cd hack/controller-gen && GOWORK=off $(GO) build -o $(CONTROLLER_GEN) sigs.k8s.io/controller-tools/cmd/controller-gen
+
+.PHONY: generate
+generate: $(CONTROLLER_GEN) ## Generate the deep copies of the api/ types (their CRDs are checked against them by api/v1alpha1's tests).
+	$(CONTROLLER_GEN) object paths=./api/...
+
+.PHONY: generate-check
+generate-check: generate ## Fail when make generate changes or adds a file under api/.
+	@stale=$$(git status --porcelain -- api/); \
+	if [ -n "$$stale" ]; then echo "generated files are stale or not committed (run make generate):"; echo "$$stale"; exit 1; fi
 
 .PHONY: verify
-verify: fmt-check vet tidy-check lint ## Everything CI checks before the tests: gofmt, go vet, go mod tidy, golangci-lint.
+verify: fmt-check vet tidy-check generate-check lint ## Everything CI checks before the tests: gofmt, go vet, go mod tidy, generated files, golangci-lint.
 
 .PHONY: run
 run: testbin ## Run the proxy against an embedded local control plane (or ARGS=--upstream-kubeconfig=FILE).

@@ -5,6 +5,7 @@ package e2e
 import (
 	"context"
 	"fmt"
+	"github.com/kausality-io/kausality-proxy/api/v1alpha1"
 	"io"
 	"net/http"
 	"strings"
@@ -16,7 +17,6 @@ import (
 	"k8s.io/apimachinery/pkg/util/rand"
 
 	"github.com/kausality-io/kausality-proxy/e2e/framework"
-	"github.com/kausality-io/kausality-proxy/intercept/notify"
 )
 
 // A proxy started against a cluster without its namespace, as one run
@@ -45,7 +45,7 @@ func TestProxyWithoutItsNamespace(t *testing.T) {
 	rig.drift(0, "drifted")
 	rig.drift(0, "drifted")
 	time.Sleep(5 * time.Second) // several record attempts without the namespace
-	if got := rig.reports(notify.PhaseDetected); len(got) != 0 {
+	if got := rig.reports(v1alpha1.PhaseDetected); len(got) != 0 {
 		t.Fatalf("a report was delivered without the proxy's namespace: %+v", got)
 	}
 	if v := metricValue(t, replica.MetricsURL, `kausality_proxy_driftreports_dropped_total{reason="record_failed"}`); v != "0" {

@@ -22,8 +22,8 @@ import (
 	"github.com/kausality-io/kausality-proxy/intercept/annotations"
 	"github.com/kausality-io/kausality-proxy/intercept/body"
 	"github.com/kausality-io/kausality-proxy/intercept/decision"
-	"github.com/kausality-io/kausality-proxy/intercept/notify"
 	"github.com/kausality-io/kausality-proxy/intercept/patch"
+	"github.com/kausality-io/kausality-proxy/report"
 )
 
 // learnStatus tells the settledness memory about a status write that
@@ -90,7 +90,7 @@ func (i *Interceptor) report(r *http.Request, p *pending, d *decision.Decision) 
 		return
 	}
 	u, _ := request.UserFrom(r.Context())
-	i.cfg.Drifts.Observe(d, notify.Write{Operation: p.op, OldObject: p.old, NewObject: p.new,
+	i.cfg.Drifts.Observe(d, report.Write{Operation: p.op, OldObject: p.old, NewObject: p.new,
 		Changes: p.changes, User: u, FieldManager: p.w.fieldManager, DryRun: p.w.dryRun}, p.parent)
 }
 

@@ -47,11 +47,14 @@
 // (act.go, parentwrites.go). serve.go orchestrates; Build makes the parts
 // (build.go).
 //
-// Pure logic, no I/O (table-tested on their own): annotations, approval,
-// body, controllerid, decision, decisionlog, desired, history, lifecycle, patch,
-// policy, rules, settle, trace, shadowreport. I/O: objects (informer caches
-// and live reads with the proxy's credentials), notify (DriftReport
-// delivery), config (the --config file and its watcher), and this
+// Pure logic, no I/O (table-tested on their own; the linter's depguard
+// rule "pure" keeps client-go, net/http and time.Now out of them):
+// annotations, approval, body, controllerid, decision, decisionlog,
+// desired, history, lifecycle, patch, policy, rules, settle, trace. I/O:
+// objects (informer caches and live reads with the proxy's credentials),
+// reservations, config (the --config file and its watcher), and this
 // package's files, which carry out the decisions (policies.go watches the
-// approval policies and writes their status).
+// approval policies and writes their status). Reporting drift to people is
+// beside the write path, in report; this package hands it decided writes
+// through report.Reporter and nothing else.
 package intercept

@@ -64,6 +64,9 @@ func newFakeUpstream(t *testing.T) *fakeUpstream {
 }
 
 func (f *fakeUpstream) serve(w http.ResponseWriter, r *http.Request) {
+	if serveProxyOwnState(w, r) {
+		return
+	}
 	switch r.URL.Path {
 	case "/readyz":
 		_, _ = io.WriteString(w, "ok")

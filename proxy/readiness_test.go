@@ -62,6 +62,9 @@ func (u *policyUpstream) await(r *http.Request) string {
 func newPolicyUpstream(t *testing.T) *policyUpstream {
 	u := &policyUpstream{answers: map[string]string{}}
 	u.srv = httptest.NewUnstartedServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if serveProxyOwnState(w, r) {
+			return
+		}
 		switch {
 		case r.URL.Path == "/readyz":
 			_, _ = io.WriteString(w, "ok")

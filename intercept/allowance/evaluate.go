@@ -180,7 +180,7 @@ func (e *evaluation) conditions(p *Compiled, ch Change, g *Grant) (ok, stop bool
 			g.Unfinished = "allowance policies not fully evaluated: the write spent its CEL budget at " + p.Name +
 				"; it and the policies after it granted nothing"
 			g.Problems = append(g.Problems, EvalProblem{Policy: p.Name, Generation: p.Generation,
-				Problem: Problem{Field: indexed("spec.match.cel", i), Reason: policy.ReasonBudgetExceeded, Message: g.Unfinished}})
+				Problem: Problem{Field: indexed("spec.match.cel", i), Reason: v1alpha1.ReasonBudgetExceeded, Message: g.Unfinished}})
 			return false, true
 		case errors.Is(err, policy.ErrConditionCost):
 			g.Problems = append(g.Problems, EvalProblem{Policy: p.Name, Generation: p.Generation,

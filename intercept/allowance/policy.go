@@ -21,7 +21,7 @@ const ConditionReady = "Ready"
 const (
 	ReasonCompiled     = "Compiled"
 	ReasonInvalid      = "Invalid"
-	ReasonCostExceeded = policy.ReasonCostExceeded
+	ReasonCostExceeded = v1alpha1.ReasonCostExceeded
 )
 
 // Problem is why a policy never applies, or why one evaluation of it

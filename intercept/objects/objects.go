@@ -316,6 +316,7 @@ func cacheKey(namespace, name string) string {
 // write's garbage.
 func (s *Store) GetShared(ctx context.Context, gvr schema.GroupVersionResource, namespace, name string) (*unstructured.Unstructured, Source, error) {
 	inf := s.informerFor(gvr)
+	//nolint:nestif // the cache-then-live-read fallback keeps its cases together
 	if inf != nil && inf.Informer().HasSynced() {
 		obj, exists, err := inf.Informer().GetIndexer().GetByKey(cacheKey(namespace, name))
 		if err == nil && exists {

@@ -3,6 +3,7 @@ package policy
 import (
 	"context"
 	"errors"
+	"github.com/kausality-io/kausality-proxy/api/v1alpha1"
 	"testing"
 )
 
@@ -39,7 +40,7 @@ func TestCondition(t *testing.T) {
 			}
 		})
 	}
-	if c, prob := CompileCondition("object.("); c != nil || prob.Reason != ReasonInvalid {
+	if c, prob := CompileCondition("object.("); c != nil || prob.Reason != v1alpha1.ReasonInvalid {
 		t.Errorf("a broken expression compiled: %v", prob)
 	}
 }

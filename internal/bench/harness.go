@@ -95,6 +95,8 @@ func quickRunConfig() RunConfig {
 }
 
 // startHarness starts the control plane, both proxies and all clients.
+//
+//nolint:funlen // the bench harness's startup is one sequence of steps, each undone on failure
 func startHarness(ctx context.Context, rc RunConfig, workDir string) (_ *Harness, retErr error) {
 	h := &Harness{cfg: rc, workDir: workDir, parents: map[string]*appsv1.Deployment{}}
 	defer func() {

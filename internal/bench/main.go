@@ -44,6 +44,7 @@ func main() {
 	}
 }
 
+//nolint:funlen // flag parsing and the run of the scenarios, a command's main
 func run() error {
 	root, err := testenv.RepoRoot()
 	if err != nil {

@@ -35,6 +35,7 @@ func main() {
 	}
 }
 
+//nolint:funlen // flag parsing and the startup of the dev server, a command's main
 func run() error {
 	opts := proxy.NewOptions()
 	opts.SecureServing.BindPort = 6443
@@ -104,6 +105,7 @@ func run() error {
 	if err != nil && opts.SecureServing.ServerCert.CertKey.CertFile == "" {
 		return fmt.Errorf("reading the proxy's self-signed certificate: %w", err)
 	}
+	//nolint:nestif // the embedded control plane's optional parts
 	if cp != nil {
 		admin, err := cp.AddUser("dev-admin", []string{"system:masters"})
 		if err != nil {

@@ -22,6 +22,7 @@ import (
 	"k8s.io/client-go/tools/clientcmd"
 	"k8s.io/client-go/util/retry"
 
+	"github.com/kausality-io/kausality-proxy/api/v1alpha1"
 	"github.com/kausality-io/kausality-proxy/intercept/annotations"
 	"github.com/kausality-io/kausality-proxy/intercept/config"
 	"github.com/kausality-io/kausality-proxy/intercept/policy"
@@ -223,14 +224,14 @@ func (c *cluster) policiesFor(ctx context.Context, user string) ([]*unstructured
 		return nil, nil
 	}
 	var out []*unstructured.Unstructured
-	p, err := c.dyn.Resource(policy.ApprovalPoliciesGVR).Namespace(sa.Namespace).Get(ctx, sa.Name, metav1.GetOptions{})
+	p, err := c.dyn.Resource(v1alpha1.ApprovalPoliciesGVR).Namespace(sa.Namespace).Get(ctx, sa.Name, metav1.GetOptions{})
 	switch {
 	case err == nil:
 		out = append(out, p)
 	case !apierrors.IsNotFound(err):
 		return out, err
 	}
-	list, err := c.dyn.Resource(policy.ClusterApprovalPoliciesGVR).List(ctx, metav1.ListOptions{})
+	list, err := c.dyn.Resource(v1alpha1.ClusterApprovalPoliciesGVR).List(ctx, metav1.ListOptions{})
 	switch {
 	case apierrors.IsNotFound(err):
 		return out, nil

@@ -29,8 +29,9 @@ import (
 	"github.com/kausality-io/kausality-proxy/intercept/annotations"
 	"github.com/kausality-io/kausality-proxy/intercept/decision"
 	"github.com/kausality-io/kausality-proxy/intercept/desired"
-	"github.com/kausality-io/kausality-proxy/intercept/drifts"
 	"github.com/kausality-io/kausality-proxy/intercept/trace"
+	"github.com/kausality-io/kausality-proxy/report/drifts"
+	"github.com/kausality-io/kausality-proxy/report/notify"
 )
 
 // DriftRow is one open drift as `drifts` shows it.
@@ -132,7 +133,7 @@ func rowsOf(cms []*corev1.ConfigMap, f driftFilter) (rows []DriftRow, problems [
 func rowOf(rec *drifts.Record) DriftRow {
 	s := rec.Report.Spec
 	row := DriftRow{
-		ID: s.ID, Parent: s.Parent.Ref(), ParentGeneration: s.Parent.Generation, Child: s.Child.Ref(),
+		ID: s.ID, Parent: notify.ParentObject(s.Parent), ParentGeneration: s.Parent.Generation, Child: notify.ChildObject(s.Child),
 		Controller: s.Request.User, Changes: s.Changes, DetectedAt: rec.State.DetectedAt.Time,
 		Mode: rec.State.Mode, Held: rec.State.Held,
 	}

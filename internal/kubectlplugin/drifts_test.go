@@ -3,6 +3,7 @@ package kubectlplugin
 import (
 	"bytes"
 	"encoding/json"
+	"github.com/kausality-io/kausality-proxy/api/v1alpha1"
 	"strings"
 	"testing"
 	"time"
@@ -13,8 +14,7 @@ import (
 
 	"github.com/kausality-io/kausality-proxy/intercept/annotations"
 	"github.com/kausality-io/kausality-proxy/intercept/desired"
-	"github.com/kausality-io/kausality-proxy/intercept/drifts"
-	"github.com/kausality-io/kausality-proxy/intercept/notify"
+	"github.com/kausality-io/kausality-proxy/report/drifts"
 )
 
 var driftsNow = time.Date(2026, 11, 25, 12, 0, 0, 0, time.UTC)
@@ -22,18 +22,18 @@ var driftsNow = time.Date(2026, 11, 25, 12, 0, 0, 0, time.UTC)
 // recordConfigMap is a drift record as the proxy writes it.
 func recordConfigMap(t *testing.T, id, ns, child string, mode annotations.DriftMode, held bool, age time.Duration, resolved bool, changes ...desired.Change) *corev1.ConfigMap {
 	t.Helper()
-	rep := notify.DriftReport{APIVersion: notify.APIVersion, Kind: notify.Kind, Spec: notify.DriftReportSpec{
-		ID: id, Phase: notify.PhaseDetected,
-		Parent:  notify.ParentRef{APIVersion: "apps/v1", Kind: "Deployment", Namespace: ns, Name: "web", Generation: 4, ObservedGeneration: 4},
-		Child:   notify.ChildRef{APIVersion: "apps/v1", Kind: "ReplicaSet", Namespace: ns, Name: child},
-		Request: notify.RequestInfo{User: "system:serviceaccount:kube-system:deployment-controller"},
+	rep := v1alpha1.DriftReport{APIVersion: v1alpha1.DriftReportAPIVersion, Kind: v1alpha1.DriftReportKind, Spec: v1alpha1.DriftReportSpec{
+		ID: id, Phase: v1alpha1.PhaseDetected,
+		Parent:  v1alpha1.ParentRef{APIVersion: "apps/v1", Kind: "Deployment", Namespace: ns, Name: "web", Generation: 4, ObservedGeneration: 4},
+		Child:   v1alpha1.ChildRef{APIVersion: "apps/v1", Kind: "ReplicaSet", Namespace: ns, Name: child},
+		Request: v1alpha1.RequestInfo{User: "system:serviceaccount:kube-system:deployment-controller"},
 		Changes: changes,
 		NewObject: runtime.RawExtension{Raw: []byte(`{"apiVersion":"apps/v1","kind":"ReplicaSet","metadata":{"name":"` + child +
 			`","annotations":{"kausality.io/trace":"[{\"apiVersion\":\"apps/v1\",\"kind\":\"Deployment\",\"name\":\"web\",\"generation\":4,\"user\":\"alice\"},{\"apiVersion\":\"apps/v1\",\"kind\":\"ReplicaSet\",\"name\":\"` + child + `\",\"generation\":2}]"}}}`)},
 	}}
 	st := drifts.State{DetectedAt: metav1.NewTime(driftsNow.Add(-age)), Mode: mode, Held: held}
 	if resolved {
-		st.Resolved = &drifts.Resolution{Reason: notify.ReasonApproved, At: metav1.NewTime(driftsNow)}
+		st.Resolved = &drifts.Resolution{Reason: v1alpha1.ReasonApproved, At: metav1.NewTime(driftsNow)}
 	}
 	r, err := json.Marshal(rep)
 	if err != nil {

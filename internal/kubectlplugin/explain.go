@@ -199,6 +199,8 @@ var conventionalControllers = map[string]string{
 }
 
 // Explain builds the explanation of f.
+//
+//nolint:funlen // one explanation, line by line, in the order the user reads it
 func Explain(f Facts) Explanation {
 	now := f.Now
 	if now.IsZero() {

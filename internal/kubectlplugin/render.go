@@ -16,6 +16,8 @@ import (
 
 // RenderWhy writes the human-readable explanation. The approve hint names
 // the child as the user named it (arg), so it can be pasted back.
+//
+//nolint:funlen // one rendering, line by line, in the order the user reads it
 func RenderWhy(w io.Writer, ex Explanation, arg string) {
 	p := &printer{w: w}
 	p.line("Child:       %s", ex.Child)

@@ -13,10 +13,11 @@ import (
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/runtime"
 
+	"github.com/kausality-io/kausality-proxy/api/v1alpha1"
 	"github.com/kausality-io/kausality-proxy/intercept/annotations"
 	"github.com/kausality-io/kausality-proxy/intercept/desired"
-	"github.com/kausality-io/kausality-proxy/intercept/notify"
 	"github.com/kausality-io/kausality-proxy/intercept/trace"
+	"github.com/kausality-io/kausality-proxy/report/notify"
 )
 
 // Action ids of the buttons.
@@ -88,7 +89,7 @@ func decodeButtonValue(s string) (buttonValue, error) {
 
 // detectedBlocks is the message of a detected drift: what happened and
 // the buttons to answer it.
-func detectedBlocks(r notify.DriftReport) []slack.Block {
+func detectedBlocks(r v1alpha1.DriftReport) []slack.Block {
 	s := r.Spec
 	header := fmt.Sprintf("Drift: %s %s changed by the controller of %s %s", s.Child.Kind, s.Child.Name, s.Parent.Kind, s.Parent.Name)
 	blocks := append([]slack.Block{plainHeader(header)}, describe(r)...)
@@ -116,7 +117,7 @@ func actionsBlock(value string) *slack.ActionBlock {
 }
 
 // resolvedBlocks is the message of a resolved drift: no buttons.
-func resolvedBlocks(r notify.DriftReport) []slack.Block {
+func resolvedBlocks(r v1alpha1.DriftReport) []slack.Block {
 	s := r.Spec
 	header := fmt.Sprintf("Drift resolved: %s %s of %s %s", s.Child.Kind, s.Child.Name, s.Parent.Kind, s.Parent.Name)
 	blocks := []slack.Block{plainHeader(header), section(":white_check_mark: *Resolved:* " + escape(resolutionText(s.Reason)))}
@@ -125,11 +126,11 @@ func resolvedBlocks(r notify.DriftReport) []slack.Block {
 
 func resolutionText(reason string) string {
 	switch reason {
-	case notify.ReasonApproved:
+	case v1alpha1.ReasonApproved:
 		return "an approval on the parent now allows the write."
-	case notify.ReasonParentChanged:
+	case v1alpha1.ReasonParentChanged:
 		return "the parent's spec changed (its generation moved on), so the write is no longer drift."
-	case notify.ReasonChildDeleted:
+	case v1alpha1.ReasonChildDeleted:
 		return "the child was deleted."
 	case "":
 		return "the drift is gone."
@@ -139,10 +140,10 @@ func resolutionText(reason string) string {
 
 // describe renders the parts of a drift both messages show: the objects,
 // the writer, the changes and the trace.
-func describe(r notify.DriftReport) []slack.Block {
+func describe(r v1alpha1.DriftReport) []slack.Block {
 	s := r.Spec
-	parent := fmt.Sprintf("*Parent*\n`%s`\ngeneration %d (observed %d)", code(s.Parent.Ref().String()), s.Parent.Generation, s.Parent.ObservedGeneration)
-	child := fmt.Sprintf("*Child*\n`%s`", code(s.Child.Ref().String()))
+	parent := fmt.Sprintf("*Parent*\n`%s`\ngeneration %d (observed %d)", code(notify.ParentObject(s.Parent).String()), s.Parent.Generation, s.Parent.ObservedGeneration)
+	child := fmt.Sprintf("*Child*\n`%s`", code(notify.ChildObject(s.Child).String()))
 	if s.Child.Generation != 0 {
 		child += fmt.Sprintf("\ngeneration %d", s.Child.Generation)
 	}
@@ -174,7 +175,7 @@ func describe(r notify.DriftReport) []slack.Block {
 // values of a Secret's data and stringData are never rendered, whatever
 // the report holds: reports are redacted when they are made, and this
 // keeps a message safe from a report that was not.
-func changesText(r notify.DriftReport) string {
+func changesText(r v1alpha1.DriftReport) string {
 	const title = "*Desired-state changes*\n"
 	if len(r.Spec.Changes) == 0 {
 		return title + "_none recorded_"
@@ -207,7 +208,7 @@ func changeLine(c desired.Change, secret bool) string {
 
 // reportsSecret reports whether the report is about a Secret, by its
 // child reference or by either object.
-func reportsSecret(r notify.DriftReport) bool {
+func reportsSecret(r v1alpha1.DriftReport) bool {
 	s := r.Spec
 	if isSecret(s.Child.APIVersion, s.Child.Kind) {
 		return true
@@ -261,7 +262,7 @@ func objectMap(e runtime.RawExtension) map[string]any {
 // traceText renders the causal chain of the child from its trace
 // annotation: the new object's, or the old one's on DELETE. "" when there
 // is none.
-func traceText(r notify.DriftReport) string {
+func traceText(r v1alpha1.DriftReport) string {
 	var t trace.Trace
 	for _, o := range []runtime.RawExtension{r.Spec.NewObject, r.Spec.OldObject} {
 		ann := (&unstructured.Unstructured{Object: objectMap(o)}).GetAnnotations()
@@ -292,9 +293,9 @@ func traceText(r notify.DriftReport) string {
 	return truncate(b.String(), maxSectionText)
 }
 
-func fallbackText(r notify.DriftReport) string {
+func fallbackText(r v1alpha1.DriftReport) string {
 	s := r.Spec
-	return escape(fmt.Sprintf("Drift %s: %s written by the controller of %s", s.ID, s.Child.Ref(), s.Parent.Ref()))
+	return escape(fmt.Sprintf("Drift %s: %s written by the controller of %s", s.ID, notify.ChildObject(s.Child), notify.ParentObject(s.Parent)))
 }
 
 // clickedBlocks rewrites a message after a click: the blocks as Slack

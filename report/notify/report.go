@@ -8,119 +8,22 @@ import (
 	"strings"
 
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
-	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/apiserver/pkg/authentication/user"
 
+	"github.com/kausality-io/kausality-proxy/api/v1alpha1"
 	"github.com/kausality-io/kausality-proxy/intercept/decision"
 	"github.com/kausality-io/kausality-proxy/intercept/desired"
 )
 
-// API identification of a DriftReport.
-const (
-	APIVersion = "kausality.io/v1alpha1"
-	Kind       = "DriftReport"
-)
-
-// Phase of a DriftReport.
-type Phase string
-
-// Phases.
-const (
-	PhaseDetected Phase = "Detected"
-	PhaseResolved Phase = "Resolved"
-)
-
-// Resolution reasons (DriftReportSpec.Reason of a Resolved report).
-const (
-	// ReasonApproved: an approval on the parent now allows the drift.
-	ReasonApproved = "Approved"
-	// ReasonParentChanged: the parent's generation moved on (its spec
-	// changed), so the write is no longer drift.
-	ReasonParentChanged = "ParentChanged"
-	// ReasonChildDeleted: the drifted child was deleted.
-	ReasonChildDeleted = "ChildDeleted"
-)
-
-// DriftReport is POSTed to the drift webhook endpoints. It is a transient
-// type: TypeMeta only, no ObjectMeta.
-type DriftReport struct {
-	APIVersion string          `json:"apiVersion"`
-	Kind       string          `json:"kind"`
-	Spec       DriftReportSpec `json:"spec"`
-}
-
-// DriftReportSpec is the body of a DriftReport. The field names follow the
-// Kausality design's DriftReport; Changes and Reason are additions.
-type DriftReportSpec struct {
-	// ID is hex(sha256(parent, child, diff))[:16]; see ID. A Resolved
-	// report carries the id of the Detected report it closes.
-	ID    string `json:"id"`
-	Phase Phase  `json:"phase"`
-	// Reason says why a Resolved report was sent (ReasonApproved, ...).
-	Reason string `json:"reason,omitempty"`
-
-	Parent ParentRef `json:"parent"`
-	Child  ChildRef  `json:"child"`
-
-	// OldObject is the stored object (UPDATE and DELETE; optional).
-	OldObject runtime.RawExtension `json:"oldObject,omitzero"`
-	// NewObject is the written object. Required by the seed; it is null
-	// for DELETE and for a Resolved report triggered without an object.
-	NewObject runtime.RawExtension `json:"newObject"`
-
-	Request RequestInfo `json:"request"`
-
-	// Changes are the changed desired-state fields (path, old → new for
-	// scalars, truncated). A Resolved report repeats the changes of the
-	// Detected report it closes.
-	Changes []desired.Change `json:"changes,omitempty"`
-}
-
-// ParentRef describes the parent as seen when the report was made.
-type ParentRef struct {
-	APIVersion         string `json:"apiVersion"`
-	Kind               string `json:"kind"`
-	Namespace          string `json:"namespace,omitempty"`
-	Name               string `json:"name"`
-	UID                string `json:"uid,omitempty"`
-	Generation         int64  `json:"generation"`
-	ObservedGeneration int64  `json:"observedGeneration"`
-	// ControllerManager is the field manager of the parent's controller
-	// (comma-separated if several own status.observedGeneration).
-	ControllerManager string `json:"controllerManager,omitempty"`
-	// LifecyclePhase is Initializing, Initialized or Deleting.
-	LifecyclePhase string `json:"lifecyclePhase,omitempty"`
-}
-
-// Ref returns the object reference of the parent.
-func (p ParentRef) Ref() decision.ObjectRef {
+// ParentObject is the object reference of a report's parent.
+func ParentObject(p v1alpha1.ParentRef) decision.ObjectRef {
 	return decision.ObjectRef{APIVersion: p.APIVersion, Kind: p.Kind, Namespace: p.Namespace, Name: p.Name}
 }
 
-// ChildRef describes the written object.
-type ChildRef struct {
-	APIVersion string `json:"apiVersion"`
-	Kind       string `json:"kind"`
-	Namespace  string `json:"namespace,omitempty"`
-	Name       string `json:"name"`
-	UID        string `json:"uid,omitempty"`
-	Generation int64  `json:"generation,omitempty"`
-}
-
-// Ref returns the object reference of the child.
-func (c ChildRef) Ref() decision.ObjectRef {
+// ChildObject is the object reference of a report's child.
+func ChildObject(c v1alpha1.ChildRef) decision.ObjectRef {
 	return decision.ObjectRef{APIVersion: c.APIVersion, Kind: c.Kind, Namespace: c.Namespace, Name: c.Name}
-}
-
-// RequestInfo describes the write.
-type RequestInfo struct {
-	User         string   `json:"user"`
-	Groups       []string `json:"groups,omitempty"`
-	UID          string   `json:"uid,omitempty"`
-	FieldManager string   `json:"fieldManager,omitempty"`
-	Operation    string   `json:"operation,omitempty"`
-	DryRun       bool     `json:"dryRun"`
 }
 
 // ID is the content id of a drift: the first 16 hex digits of the sha256
@@ -194,12 +97,12 @@ type Write struct {
 // not copied: they are serialized by Sender.Enqueue (and only if the report
 // is actually queued), so they must not be modified before that returns.
 // A Secret's values are redacted (redactSecrets), in copies.
-func FromDecision(d *decision.Decision, w Write) DriftReport {
-	r := DriftReport{APIVersion: APIVersion, Kind: Kind}
+func FromDecision(d *decision.Decision, w Write) v1alpha1.DriftReport {
+	r := v1alpha1.DriftReport{APIVersion: v1alpha1.DriftReportAPIVersion, Kind: v1alpha1.DriftReportKind}
 	s := &r.Spec
-	s.Phase = Phase(d.Report)
+	s.Phase = v1alpha1.DriftReportPhase(d.Report)
 	if p := d.Parent; p != nil {
-		s.Parent = ParentRef{
+		s.Parent = v1alpha1.ParentRef{
 			APIVersion: p.Ref.APIVersion, Kind: p.Ref.Kind, Namespace: p.Ref.Namespace, Name: p.Ref.Name,
 			UID: p.UID, Generation: p.Generation, ObservedGeneration: p.ObservedGeneration,
 			LifecyclePhase: string(p.Phase),
@@ -209,7 +112,7 @@ func FromDecision(d *decision.Decision, w Write) DriftReport {
 			s.Parent.ControllerManager = d.Actor.FieldManager
 		}
 	}
-	s.Child = ChildRef{APIVersion: d.Child.APIVersion, Kind: d.Child.Kind, Namespace: d.Child.Namespace, Name: d.Child.Name}
+	s.Child = v1alpha1.ChildRef{APIVersion: d.Child.APIVersion, Kind: d.Child.Kind, Namespace: d.Child.Namespace, Name: d.Child.Name}
 	for _, o := range []*unstructured.Unstructured{w.NewObject, w.OldObject} {
 		if o != nil && o.GetUID() != "" {
 			s.Child.UID, s.Child.Generation = string(o.GetUID()), o.GetGeneration()
@@ -222,7 +125,7 @@ func FromDecision(d *decision.Decision, w Write) DriftReport {
 	if w.NewObject != nil {
 		s.NewObject.Object = w.NewObject
 	}
-	s.Request = RequestInfo{FieldManager: w.FieldManager, Operation: string(w.Operation), DryRun: w.DryRun}
+	s.Request = v1alpha1.RequestInfo{FieldManager: w.FieldManager, Operation: string(w.Operation), DryRun: w.DryRun}
 	if s.Request.FieldManager == "" {
 		s.Request.FieldManager = d.Actor.FieldManager
 	}
@@ -233,8 +136,8 @@ func FromDecision(d *decision.Decision, w Write) DriftReport {
 	}
 	s.Changes = w.Changes
 	redactSecrets(s)
-	if s.Phase == PhaseDetected {
-		s.ID = ID(s.Parent.Ref(), s.Child.Ref(), s.Changes)
+	if s.Phase == v1alpha1.PhaseDetected {
+		s.ID = ID(ParentObject(s.Parent), ChildObject(s.Child), s.Changes)
 	}
 	return r
 }

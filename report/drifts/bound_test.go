@@ -10,8 +10,8 @@ import (
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/runtime"
 
+	"github.com/kausality-io/kausality-proxy/api/v1alpha1"
 	"github.com/kausality-io/kausality-proxy/intercept/desired"
-	"github.com/kausality-io/kausality-proxy/intercept/notify"
 	"github.com/kausality-io/kausality-proxy/intercept/trace"
 )
 
@@ -40,22 +40,22 @@ func TestSummarizeBoundsARecord(t *testing.T) {
 	}
 	for _, tc := range []struct {
 		name   string
-		report func(*notify.DriftReport)
+		report func(*v1alpha1.DriftReport)
 		// wantTrace: hops of the trace kept in newObject.
 		wantTrace int
 	}{
-		{name: "a 400 KB object", wantTrace: maxTraceHops, report: func(r *notify.DriftReport) {
+		{name: "a 400 KB object", wantTrace: maxTraceHops, report: func(r *v1alpha1.DriftReport) {
 			r.Spec.NewObject = runtime.RawExtension{Object: bigObject("ConfigMap")}
 		}},
-		{name: "both objects raw", wantTrace: maxTraceHops, report: func(r *notify.DriftReport) {
+		{name: "both objects raw", wantTrace: maxTraceHops, report: func(r *v1alpha1.DriftReport) {
 			b, _ := json.Marshal(bigObject("ConfigMap").Object)
 			r.Spec.NewObject, r.Spec.OldObject = runtime.RawExtension{Raw: b}, runtime.RawExtension{Raw: b}
 		}},
-		{name: "many long changes", wantTrace: -1, report: func(r *notify.DriftReport) {
+		{name: "many long changes", wantTrace: -1, report: func(r *v1alpha1.DriftReport) {
 			r.Spec.NewObject = runtime.RawExtension{Object: bigObject("ConfigMap")}
 			r.Spec.Changes = manyChanges
 		}},
-		{name: "a user with long names and many groups", wantTrace: -1, report: func(r *notify.DriftReport) {
+		{name: "a user with long names and many groups", wantTrace: -1, report: func(r *v1alpha1.DriftReport) {
 			r.Spec.NewObject = runtime.RawExtension{Object: bigObject("ConfigMap")}
 			r.Spec.Changes = manyChanges
 			r.Spec.Request.User = strings.Repeat("\x00", 100000)
@@ -110,7 +110,7 @@ func TestSummarizeBoundsARecord(t *testing.T) {
 
 func TestSummarizeKeepsASmallReport(t *testing.T) {
 	r := openRecord().Report
-	r.Spec.Request = notify.RequestInfo{User: "system:serviceaccount:kube-system:deployment-controller", Groups: []string{"system:serviceaccounts"}, Operation: "UPDATE"}
+	r.Spec.Request = v1alpha1.RequestInfo{User: "system:serviceaccount:kube-system:deployment-controller", Groups: []string{"system:serviceaccounts"}, Operation: "UPDATE"}
 	r.Spec.Changes = []desired.Change{{Path: "spec.replicas", Old: "3", New: "5"}}
 	got := summarize(r)
 	if got.Spec.Request.User != r.Spec.Request.User || len(got.Spec.Request.Groups) != 1 || len(got.Spec.Changes) != 1 || got.Spec.Changes[0] != r.Spec.Changes[0] ||

@@ -10,9 +10,9 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
+	"github.com/kausality-io/kausality-proxy/api/v1alpha1"
 	"github.com/kausality-io/kausality-proxy/intercept/annotations"
-	"github.com/kausality-io/kausality-proxy/intercept/escalation"
-	"github.com/kausality-io/kausality-proxy/intercept/notify"
+	"github.com/kausality-io/kausality-proxy/report/escalation"
 )
 
 // Names and labels of the records.
@@ -66,7 +66,7 @@ type State struct {
 	Resolved *Resolution `json:"resolved,omitempty"`
 	// Delivered is the last phase each receiver acknowledged, by
 	// receiver key (a hash of its URL: URLs may carry credentials).
-	Delivered map[string]notify.Phase `json:"delivered,omitempty"`
+	Delivered map[string]v1alpha1.DriftReportPhase `json:"delivered,omitempty"`
 	// Slack is the escalation message, once posted.
 	Slack *escalation.MessageRef `json:"slack,omitempty"`
 	// SlackResolved: the message says the drift was resolved.
@@ -93,7 +93,7 @@ type Record struct {
 	// ResourceVersion of the ConfigMap the record was read from: updates
 	// are conditional on it.
 	ResourceVersion string
-	Report          notify.DriftReport
+	Report          v1alpha1.DriftReport
 	State           State
 }
 
@@ -105,7 +105,7 @@ func RecordName(id string) string { return NamePrefix + id }
 
 // PairHash identifies the (parent, child) pair of a report in a label
 // value.
-func PairHash(r notify.DriftReport) string {
+func PairHash(r v1alpha1.DriftReport) string {
 	var b strings.Builder
 	for _, s := range [...]string{groupOf(r.Spec.Parent.APIVersion), r.Spec.Parent.Kind, r.Spec.Parent.Namespace, r.Spec.Parent.Name,
 		groupOf(r.Spec.Child.APIVersion), r.Spec.Child.Kind, r.Spec.Child.Namespace, r.Spec.Child.Name} {
@@ -118,10 +118,10 @@ func PairHash(r notify.DriftReport) string {
 
 // ControllerKey identifies, in a label value, the user whose write
 // drifted: quotas and rate limits are kept per controller.
-func ControllerKey(r notify.DriftReport) string { return shortHash(r.Spec.Request.User) }
+func ControllerKey(r v1alpha1.DriftReport) string { return shortHash(r.Spec.Request.User) }
 
 // ParentKey identifies the parent of a report in a label value.
-func ParentKey(r notify.DriftReport) string {
+func ParentKey(r v1alpha1.DriftReport) string {
 	p := r.Spec.Parent
 	return shortHash(groupOf(p.APIVersion) + "\x00" + p.Kind + "\x00" + p.Namespace + "\x00" + p.Name)
 }
@@ -191,10 +191,10 @@ func decode(cm *corev1.ConfigMap) (*Record, error) {
 
 // resolvedReport is the Resolved report that closes r: the Detected
 // report's id, references, request and changes, without the objects.
-func resolvedReport(r *Record) notify.DriftReport {
+func resolvedReport(r *Record) v1alpha1.DriftReport {
 	out := r.Report
-	out.APIVersion, out.Kind = notify.APIVersion, notify.Kind
-	out.Spec.Phase = notify.PhaseResolved
+	out.APIVersion, out.Kind = v1alpha1.DriftReportAPIVersion, v1alpha1.DriftReportKind
+	out.Spec.Phase = v1alpha1.PhaseResolved
 	if r.State.Resolved != nil {
 		out.Spec.Reason = r.State.Resolved.Reason
 	}

@@ -3,7 +3,7 @@ package drifts
 import (
 	"github.com/prometheus/client_golang/prometheus"
 
-	"github.com/kausality-io/kausality-proxy/intercept/notify"
+	"github.com/kausality-io/kausality-proxy/api/v1alpha1"
 )
 
 // Outcomes of recording a drift.
@@ -74,7 +74,7 @@ func newMetrics() *metrics {
 		m.suppressedByQuota.WithLabelValues(q)
 		m.floods.WithLabelValues(q)
 	}
-	for _, p := range []notify.Phase{notify.PhaseDetected, notify.PhaseResolved} {
+	for _, p := range []v1alpha1.DriftReportPhase{v1alpha1.PhaseDetected, v1alpha1.PhaseResolved} {
 		m.sent.WithLabelValues(string(p))
 		m.retries.WithLabelValues(string(p))
 	}

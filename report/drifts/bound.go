@@ -11,9 +11,9 @@ import (
 	"k8s.io/apimachinery/pkg/types"
 	utiljson "k8s.io/apimachinery/pkg/util/json"
 
+	"github.com/kausality-io/kausality-proxy/api/v1alpha1"
 	"github.com/kausality-io/kausality-proxy/intercept/annotations"
 	"github.com/kausality-io/kausality-proxy/intercept/desired"
-	"github.com/kausality-io/kausality-proxy/intercept/notify"
 	"github.com/kausality-io/kausality-proxy/intercept/trace"
 )
 
@@ -45,7 +45,7 @@ const (
 // message still show the causal chain. Nothing of a Secret's data is kept.
 // The report is shrunk further, trace first, until it encodes within
 // MaxRecordBytes less room for the state.
-func summarize(r notify.DriftReport) notify.DriftReport {
+func summarize(r v1alpha1.DriftReport) v1alpha1.DriftReport {
 	r.Spec.Changes = boundChanges(r.Spec.Changes)
 	oldObject, newObject := objectOf(r.Spec.OldObject), objectOf(r.Spec.NewObject)
 	hops := maxTraceHops
@@ -94,7 +94,7 @@ func boundChanges(changes []desired.Change) []desired.Change {
 const maxValueBytes = 4 * desired.MaxValueLen
 
 // boundStrings truncates every string of sp taken from the request.
-func boundStrings(sp *notify.DriftReportSpec, limit int) {
+func boundStrings(sp *v1alpha1.DriftReportSpec, limit int) {
 	for _, s := range []*string{&sp.Parent.APIVersion, &sp.Parent.Kind, &sp.Parent.Namespace, &sp.Parent.Name, &sp.Parent.UID,
 		&sp.Parent.ControllerManager, &sp.Parent.LifecyclePhase, &sp.Child.APIVersion, &sp.Child.Kind, &sp.Child.Namespace,
 		&sp.Child.Name, &sp.Child.UID, &sp.Request.User, &sp.Request.UID, &sp.Request.FieldManager, &sp.Request.Operation} {

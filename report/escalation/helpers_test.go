@@ -19,11 +19,12 @@ import (
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/runtime"
 
+	"github.com/kausality-io/kausality-proxy/api/v1alpha1"
 	"github.com/kausality-io/kausality-proxy/intercept/annotations"
 	"github.com/kausality-io/kausality-proxy/intercept/decision"
 	"github.com/kausality-io/kausality-proxy/intercept/desired"
-	"github.com/kausality-io/kausality-proxy/intercept/notify"
 	"github.com/kausality-io/kausality-proxy/intercept/settle"
+	"github.com/kausality-io/kausality-proxy/report/notify"
 )
 
 const (
@@ -240,11 +241,11 @@ func (f *fakeDrifts) Claim(_ context.Context, id string, claim ClickClaim, check
 }
 
 // openDriftOf is the open drift the ledger holds for a posted report.
-func openDriftOf(r notify.DriftReport, ref MessageRef) OpenDrift {
+func openDriftOf(r v1alpha1.DriftReport, ref MessageRef) OpenDrift {
 	s := r.Spec
 	return OpenDrift{
-		ID: s.ID, Parent: s.Parent.Ref(), ParentUID: s.Parent.UID, Generation: s.Parent.Generation,
-		ParentSpecHash: settle.SpecHash(testParent(s.Parent.Generation)), Child: s.Child.Ref(),
+		ID: s.ID, Parent: notify.ParentObject(s.Parent), ParentUID: s.Parent.UID, Generation: s.Parent.Generation,
+		ParentSpecHash: settle.SpecHash(testParent(s.Parent.Generation)), Child: notify.ChildObject(s.Child),
 		Controller: s.Request.User, Message: &ref,
 	}
 }
@@ -256,19 +257,19 @@ const testTrace = `[{"apiVersion":"apps/v1","kind":"Deployment","name":"web","ge
 
 // testReport is a detected drift of a ReplicaSet by its Deployment's
 // controller.
-func testReport() notify.DriftReport {
+func testReport() v1alpha1.DriftReport {
 	child := &unstructured.Unstructured{Object: map[string]any{
 		"apiVersion": "apps/v1", "kind": "ReplicaSet",
 		"metadata": map[string]any{"name": "web-6d4", "namespace": "shop",
 			"annotations": map[string]any{annotations.Trace: testTrace}},
 	}}
-	return notify.DriftReport{APIVersion: notify.APIVersion, Kind: notify.Kind, Spec: notify.DriftReportSpec{
-		ID: "0123456789abcdef", Phase: notify.PhaseDetected,
-		Parent: notify.ParentRef{APIVersion: "apps/v1", Kind: "Deployment", Namespace: "shop", Name: "web", UID: "uid-web",
+	return v1alpha1.DriftReport{APIVersion: v1alpha1.DriftReportAPIVersion, Kind: v1alpha1.DriftReportKind, Spec: v1alpha1.DriftReportSpec{
+		ID: "0123456789abcdef", Phase: v1alpha1.PhaseDetected,
+		Parent: v1alpha1.ParentRef{APIVersion: "apps/v1", Kind: "Deployment", Namespace: "shop", Name: "web", UID: "uid-web",
 			Generation: 5, ObservedGeneration: 5, ControllerManager: "kube-controller-manager"},
-		Child:     notify.ChildRef{APIVersion: "apps/v1", Kind: "ReplicaSet", Namespace: "shop", Name: "web-6d4", UID: "uid-rs", Generation: 3},
+		Child:     v1alpha1.ChildRef{APIVersion: "apps/v1", Kind: "ReplicaSet", Namespace: "shop", Name: "web-6d4", UID: "uid-rs", Generation: 3},
 		NewObject: runtime.RawExtension{Object: child},
-		Request: notify.RequestInfo{User: "system:serviceaccount:kube-system:deployment-controller",
+		Request: v1alpha1.RequestInfo{User: "system:serviceaccount:kube-system:deployment-controller",
 			FieldManager: "kube-controller-manager", Operation: "UPDATE"},
 		Changes: []desired.Change{
 			{Path: "spec.replicas", Old: "3", New: "5"},
@@ -279,9 +280,9 @@ func testReport() notify.DriftReport {
 
 // secretReport is a drift of a Secret whose report was (wrongly) not
 // redacted.
-func secretReport() notify.DriftReport {
+func secretReport() v1alpha1.DriftReport {
 	r := testReport()
-	r.Spec.Child = notify.ChildRef{APIVersion: "v1", Kind: "Secret", Namespace: "shop", Name: "web-creds"}
+	r.Spec.Child = v1alpha1.ChildRef{APIVersion: "v1", Kind: "Secret", Namespace: "shop", Name: "web-creds"}
 	r.Spec.NewObject = runtime.RawExtension{Raw: []byte(`{"apiVersion":"v1","kind":"Secret","metadata":{"name":"web-creds"},"data":{"password":"aHVudGVyMg=="}}`)}
 	r.Spec.Changes = []desired.Change{
 		{Path: "data.password", Old: `"c2VjcmV0LW9sZA=="`, New: `"aHVudGVyMg=="`},

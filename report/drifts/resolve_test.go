@@ -8,7 +8,7 @@ import (
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/types"
 
-	"github.com/kausality-io/kausality-proxy/intercept/notify"
+	"github.com/kausality-io/kausality-proxy/api/v1alpha1"
 	"github.com/kausality-io/kausality-proxy/intercept/settle"
 )
 
@@ -35,9 +35,9 @@ func childWithUID(uid string) *unstructured.Unstructured {
 func openRecord() *Record {
 	return &Record{
 		Name: RecordName("0123456789abcdef"),
-		Report: notify.DriftReport{Spec: notify.DriftReportSpec{ID: "0123456789abcdef", Phase: notify.PhaseDetected,
-			Parent: notify.ParentRef{APIVersion: "apps/v1", Kind: "Deployment", Namespace: "ns", Name: "web", UID: "parent-uid", Generation: 4, ObservedGeneration: 4},
-			Child:  notify.ChildRef{APIVersion: "apps/v1", Kind: "ReplicaSet", Namespace: "ns", Name: "web-1", UID: "child-uid"}}},
+		Report: v1alpha1.DriftReport{Spec: v1alpha1.DriftReportSpec{ID: "0123456789abcdef", Phase: v1alpha1.PhaseDetected,
+			Parent: v1alpha1.ParentRef{APIVersion: "apps/v1", Kind: "Deployment", Namespace: "ns", Name: "web", UID: "parent-uid", Generation: 4, ObservedGeneration: 4},
+			Child:  v1alpha1.ChildRef{APIVersion: "apps/v1", Kind: "ReplicaSet", Namespace: "ns", Name: "web-1", UID: "child-uid"}}},
 		State: State{ParentSpecHash: settle.SpecHash(parentAt(4, 3, nil))},
 	}
 }
@@ -68,12 +68,12 @@ func TestResolve(t *testing.T) {
 		{name: "a rejection does not end the drift",
 			observed: Observed{Parent: parentAt(5, 3, map[string]string{"kausality.io/rejections": `[{"apiVersion":"apps/v1","kind":"ReplicaSet","name":"web-1","reason":"no"}]`}), Child: childWithUID("child-uid")}},
 		{name: "the parent's spec changed", observed: Observed{Parent: parentAt(5, 4, nil), Child: childWithUID("child-uid")},
-			want: notify.ReasonParentChanged},
+			want: v1alpha1.ReasonParentChanged},
 		{name: "without a spec hash, a newer generation counts as a change", record: func(r *Record) { r.State.ParentSpecHash = "" },
-			observed: Observed{Parent: parentAt(5, 3, nil), Child: childWithUID("child-uid")}, want: notify.ReasonParentChanged},
-		{name: "the child was deleted", observed: Observed{Parent: parentAt(4, 3, nil)}, want: notify.ReasonChildDeleted},
+			observed: Observed{Parent: parentAt(5, 3, nil), Child: childWithUID("child-uid")}, want: v1alpha1.ReasonParentChanged},
+		{name: "the child was deleted", observed: Observed{Parent: parentAt(4, 3, nil)}, want: v1alpha1.ReasonChildDeleted},
 		{name: "the child was replaced by one of the same name", observed: Observed{Parent: parentAt(4, 3, nil), Child: childWithUID("other")},
-			want: notify.ReasonChildDeleted},
+			want: v1alpha1.ReasonChildDeleted},
 		{name: "a child that did not exist yet (a denied create) is no deletion", record: func(r *Record) { r.Report.Spec.Child.UID = "" },
 			observed: Observed{Parent: parentAt(4, 3, nil)}},
 		{name: "a denied create whose child is still missing after the grace period never happened", record: deniedCreate,
@@ -95,13 +95,13 @@ func TestResolve(t *testing.T) {
 		}(), Child: childWithUID("child-uid")}, want: ReasonParentDeleted},
 		{name: "a once approval for the child at the detected generation",
 			observed: Observed{Parent: parentAt(5, 3, approvals(`[{"apiVersion":"apps/v1","kind":"ReplicaSet","name":"web-1","generation":4,"mode":"once"}]`)), Child: childWithUID("child-uid")},
-			want:     notify.ReasonApproved},
+			want:     v1alpha1.ReasonApproved},
 		{name: "a generation approval at the bumped generation of the same spec",
 			observed: Observed{Parent: parentAt(5, 3, approvals(`[{"apiVersion":"apps/v1","kind":"ReplicaSet","name":"web-1","generation":5,"mode":"generation"}]`)), Child: childWithUID("child-uid")},
-			want:     notify.ReasonApproved},
+			want:     v1alpha1.ReasonApproved},
 		{name: "an always approval by wildcard",
 			observed: Observed{Parent: parentAt(5, 3, approvals(`[{"apiVersion":"*","kind":"*","name":"*","mode":"always"}]`)), Child: childWithUID("child-uid")},
-			want:     notify.ReasonApproved},
+			want:     v1alpha1.ReasonApproved},
 		{name: "an approval for an older spec does not count",
 			observed: Observed{Parent: parentAt(5, 3, approvals(`[{"apiVersion":"apps/v1","kind":"ReplicaSet","name":"web-1","generation":2,"mode":"once"}]`)), Child: childWithUID("child-uid")}},
 		{name: "an approval for another child does not count",
@@ -111,7 +111,7 @@ func TestResolve(t *testing.T) {
 		{name: "a newer drift of the pair supersedes it", observed: Observed{Parent: parentAt(4, 3, nil), Child: childWithUID("child-uid"), Superseded: true},
 			want: ReasonSuperseded},
 		{name: "a deletion wins over a newer drift", observed: Observed{Parent: parentAt(4, 3, nil), Superseded: true},
-			want: notify.ReasonChildDeleted},
+			want: v1alpha1.ReasonChildDeleted},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			r := openRecord()

@@ -12,6 +12,7 @@ import (
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/runtime"
 
+	"github.com/kausality-io/kausality-proxy/api/v1alpha1"
 	"github.com/kausality-io/kausality-proxy/intercept/decision"
 	"github.com/kausality-io/kausality-proxy/intercept/desired"
 )
@@ -55,8 +56,8 @@ func assertNoSecretValues(t *testing.T, what string, data []byte) {
 }
 
 func TestRedactSecrets(t *testing.T) {
-	secretChild := ChildRef{APIVersion: "v1", Kind: "Secret", Namespace: "ns", Name: "db"}
-	cmChild := ChildRef{APIVersion: "v1", Kind: "ConfigMap", Namespace: "ns", Name: "cfg"}
+	secretChild := v1alpha1.ChildRef{APIVersion: "v1", Kind: "Secret", Namespace: "ns", Name: "db"}
+	cmChild := v1alpha1.ChildRef{APIVersion: "v1", Kind: "ConfigMap", Namespace: "ns", Name: "cfg"}
 	unredacted := []desired.Change{
 		{Path: "data.password", Old: `"` + base64.StdEncoding.EncodeToString([]byte(secretOldValue)) + `"`, New: `"` + base64.StdEncoding.EncodeToString([]byte(secretValue)) + `"`},
 		{Path: `stringData["db.token"]`, Old: desired.Unset, New: `"` + secretValue + `"`},
@@ -79,7 +80,7 @@ func TestRedactSecrets(t *testing.T) {
 
 	tests := []struct {
 		name        string
-		child       ChildRef
+		child       v1alpha1.ChildRef
 		old, new    runtime.RawExtension
 		changes     []desired.Change
 		wantChanges []desired.Change
@@ -107,7 +108,7 @@ func TestRedactSecrets(t *testing.T) {
 				before[i], _ = json.Marshal(e)
 			}
 			changes := append([]desired.Change(nil), tt.changes...)
-			sp := DriftReportSpec{Child: tt.child, OldObject: tt.old, NewObject: tt.new, Changes: changes}
+			sp := v1alpha1.DriftReportSpec{Child: tt.child, OldObject: tt.old, NewObject: tt.new, Changes: changes}
 			redactSecrets(&sp)
 
 			if !reflect.DeepEqual(sp.Changes, tt.wantChanges) {
@@ -121,7 +122,7 @@ func TestRedactSecrets(t *testing.T) {
 					t.Errorf("the caller's object %d was modified: %s", i, after)
 				}
 			}
-			body, err := json.Marshal(DriftReport{Spec: sp})
+			body, err := json.Marshal(v1alpha1.DriftReport{Spec: sp})
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -175,11 +176,11 @@ func TestSecretReportCarriesNoValues(t *testing.T) {
 		t.Fatal(err)
 	}
 	assertNoSecretValues(t, "the DriftReport", body)
-	var rep DriftReport
+	var rep v1alpha1.DriftReport
 	if err := json.Unmarshal(body, &rep); err != nil {
 		t.Fatal(err)
 	}
-	if rep.Spec.ID != ID(rep.Spec.Parent.Ref(), rep.Spec.Child.Ref(), []desired.Change{{Path: "data.password", Old: Redacted, New: Redacted}}) {
+	if rep.Spec.ID != ID(ParentObject(rep.Spec.Parent), ChildObject(rep.Spec.Child), []desired.Change{{Path: "data.password", Old: Redacted, New: Redacted}}) {
 		t.Errorf("the id is not computed from the redacted changes")
 	}
 	for _, o := range []runtime.RawExtension{rep.Spec.OldObject, rep.Spec.NewObject} {

@@ -15,8 +15,9 @@ import (
 	"k8s.io/client-go/kubernetes/fake"
 	clocktesting "k8s.io/utils/clock/testing"
 
+	"github.com/kausality-io/kausality-proxy/api/v1alpha1"
 	"github.com/kausality-io/kausality-proxy/intercept/decision"
-	"github.com/kausality-io/kausality-proxy/intercept/notify"
+	"github.com/kausality-io/kausality-proxy/report/notify"
 )
 
 func TestAdmit(t *testing.T) {
@@ -102,7 +103,7 @@ func TestAControllersFloodIsRateLimitedAndReportedOnce(t *testing.T) {
 	// Within the quiet period the flood goes on; after it, a suppression
 	// is a new flood.
 	clock.Step(30 * time.Second)
-	l.suppress(QuotaRate, &Record{Report: notify.DriftReport{Spec: notify.DriftReportSpec{Request: notify.RequestInfo{User: "flooder"}}}})
+	l.suppress(QuotaRate, &Record{Report: v1alpha1.DriftReport{Spec: v1alpha1.DriftReportSpec{Request: v1alpha1.RequestInfo{User: "flooder"}}}})
 	if n := logs.FilterMessageSnippet("are suppressed").Len(); n != 1 {
 		t.Errorf("%d warnings within the flood, want 1", n)
 	}
@@ -111,7 +112,7 @@ func TestAControllersFloodIsRateLimitedAndReportedOnce(t *testing.T) {
 	if n := logs.FilterMessageSnippet("no longer suppressed").Len(); n != 1 {
 		t.Errorf("%d lines about the end of the flood, want 1", n)
 	}
-	l.suppress(QuotaRate, &Record{Report: notify.DriftReport{Spec: notify.DriftReportSpec{Request: notify.RequestInfo{User: "flooder"}}}})
+	l.suppress(QuotaRate, &Record{Report: v1alpha1.DriftReport{Spec: v1alpha1.DriftReportSpec{Request: v1alpha1.RequestInfo{User: "flooder"}}}})
 	if n := logs.FilterMessageSnippet("are suppressed").Len(); n != 2 {
 		t.Errorf("%d warnings after a new flood, want 2", n)
 	}

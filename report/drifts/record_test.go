@@ -10,16 +10,16 @@ import (
 	"k8s.io/apimachinery/pkg/labels"
 	"k8s.io/apimachinery/pkg/runtime"
 
+	"github.com/kausality-io/kausality-proxy/api/v1alpha1"
 	"github.com/kausality-io/kausality-proxy/intercept/annotations"
-	"github.com/kausality-io/kausality-proxy/intercept/escalation"
-	"github.com/kausality-io/kausality-proxy/intercept/notify"
+	"github.com/kausality-io/kausality-proxy/report/escalation"
 )
 
 func TestRecordRoundTrip(t *testing.T) {
 	r := openRecord()
 	r.Report.Spec.NewObject = runtime.RawExtension{Raw: []byte(`{"kind":"ReplicaSet"}`)}
 	r.State.DetectedAt = metav1.NewTime(time.Date(2026, 11, 24, 12, 0, 0, 0, time.UTC))
-	r.State.Delivered = map[string]notify.Phase{receiverKey("http://sink/"): notify.PhaseDetected}
+	r.State.Delivered = map[string]v1alpha1.DriftReportPhase{receiverKey("http://sink/"): v1alpha1.PhaseDetected}
 	r.State.Slack = &escalation.MessageRef{Channel: "C1", Timestamp: "1.2"}
 	r.State.Mode, r.State.Held = annotations.ModeEnforce, true
 	cm, err := encode(r, "kausality-system")
@@ -41,7 +41,7 @@ func TestRecordRoundTrip(t *testing.T) {
 		t.Errorf("mode %q, held %v", got.State.Mode, got.State.Held)
 	}
 	if got.ID() != r.ID() || string(got.Report.Spec.NewObject.Raw) != `{"kind":"ReplicaSet"}` || !got.State.DetectedAt.Equal(&r.State.DetectedAt) ||
-		got.State.Delivered[receiverKey("http://sink/")] != notify.PhaseDetected || *got.State.Slack != *r.State.Slack || got.State.ParentSpecHash != r.State.ParentSpecHash {
+		got.State.Delivered[receiverKey("http://sink/")] != v1alpha1.PhaseDetected || *got.State.Slack != *r.State.Slack || got.State.ParentSpecHash != r.State.ParentSpecHash {
 		t.Errorf("decoded %+v", got)
 	}
 }
@@ -78,8 +78,8 @@ func TestDecodeRefusesForeignContent(t *testing.T) {
 func TestReopen(t *testing.T) {
 	r := openRecord()
 	a, b := receiverKey("http://a/"), receiverKey("http://b/")
-	r.State.Resolved = &Resolution{Reason: notify.ReasonApproved}
-	r.State.Delivered = map[string]notify.Phase{a: notify.PhaseResolved, b: notify.PhaseDetected}
+	r.State.Resolved = &Resolution{Reason: v1alpha1.ReasonApproved}
+	r.State.Delivered = map[string]v1alpha1.DriftReportPhase{a: v1alpha1.PhaseResolved, b: v1alpha1.PhaseDetected}
 	r.State.Slack, r.State.SlackResolved = &escalation.MessageRef{Channel: "C", Timestamp: "1"}, true
 	reopen(r)
 	if r.State.Resolved != nil {
@@ -88,7 +88,7 @@ func TestReopen(t *testing.T) {
 	if _, ok := r.State.Delivered[a]; ok {
 		t.Error("a receiver that heard of the end must hear of the drift again")
 	}
-	if r.State.Delivered[b] != notify.PhaseDetected {
+	if r.State.Delivered[b] != v1alpha1.PhaseDetected {
 		t.Error("a receiver that never heard of the end sees the drift as never ended")
 	}
 	if r.State.Slack != nil || r.State.SlackResolved {
@@ -99,13 +99,13 @@ func TestReopen(t *testing.T) {
 func TestResolvedReport(t *testing.T) {
 	r := openRecord()
 	r.Report.Spec.NewObject = runtime.RawExtension{Raw: []byte(`{}`)}
-	r.State.Resolved = &Resolution{Reason: notify.ReasonChildDeleted}
+	r.State.Resolved = &Resolution{Reason: v1alpha1.ReasonChildDeleted}
 	got := resolvedReport(r)
-	if got.Spec.ID != r.ID() || got.Spec.Phase != notify.PhaseResolved || got.Spec.Reason != notify.ReasonChildDeleted ||
-		got.Spec.NewObject.Raw != nil || got.Kind != notify.Kind || got.APIVersion != notify.APIVersion || got.Spec.Child != r.Report.Spec.Child {
+	if got.Spec.ID != r.ID() || got.Spec.Phase != v1alpha1.PhaseResolved || got.Spec.Reason != v1alpha1.ReasonChildDeleted ||
+		got.Spec.NewObject.Raw != nil || got.Kind != v1alpha1.DriftReportKind || got.APIVersion != v1alpha1.DriftReportAPIVersion || got.Spec.Child != r.Report.Spec.Child {
 		t.Errorf("resolved report %+v", got)
 	}
-	if r.Report.Spec.NewObject.Raw == nil || r.Report.Spec.Phase != notify.PhaseDetected {
+	if r.Report.Spec.NewObject.Raw == nil || r.Report.Spec.Phase != v1alpha1.PhaseDetected {
 		t.Error("the record's own report was changed")
 	}
 }

@@ -14,16 +14,16 @@ import (
 	"k8s.io/client-go/kubernetes/fake"
 	clienttesting "k8s.io/client-go/testing"
 
-	"github.com/kausality-io/kausality-proxy/intercept/escalation"
-	"github.com/kausality-io/kausality-proxy/intercept/notify"
+	"github.com/kausality-io/kausality-proxy/api/v1alpha1"
+	"github.com/kausality-io/kausality-proxy/report/escalation"
 )
 
 func clickRecord(t *testing.T, mutate func(*Record)) *corev1.ConfigMap {
 	t.Helper()
-	r := &Record{Name: RecordName("0123456789abcdef"), Report: notify.DriftReport{Spec: notify.DriftReportSpec{
-		ID: "0123456789abcdef", Phase: notify.PhaseDetected,
-		Parent: notify.ParentRef{APIVersion: "apps/v1", Kind: "Deployment", Namespace: "shop", Name: "web", UID: "u1", Generation: 4},
-		Child:  notify.ChildRef{APIVersion: "apps/v1", Kind: "ReplicaSet", Namespace: "shop", Name: "web-1"},
+	r := &Record{Name: RecordName("0123456789abcdef"), Report: v1alpha1.DriftReport{Spec: v1alpha1.DriftReportSpec{
+		ID: "0123456789abcdef", Phase: v1alpha1.PhaseDetected,
+		Parent: v1alpha1.ParentRef{APIVersion: "apps/v1", Kind: "Deployment", Namespace: "shop", Name: "web", UID: "u1", Generation: 4},
+		Child:  v1alpha1.ChildRef{APIVersion: "apps/v1", Kind: "ReplicaSet", Namespace: "shop", Name: "web-1"},
 	}}, State: State{ParentSpecHash: "abc", Slack: &escalation.MessageRef{Channel: "C0DRIFT", Timestamp: "1.2"}}}
 	if mutate != nil {
 		mutate(r)
@@ -51,7 +51,7 @@ func TestClicksClaim(t *testing.T) {
 		{name: "an open drift", objects: []runtime.Object{clickRecord(t, nil)}, wrote: true},
 		{name: "no record", want: escalation.ErrNoOpenDrift},
 		{name: "a resolved record", objects: []runtime.Object{clickRecord(t, func(r *Record) {
-			r.State.Resolved = &Resolution{Reason: notify.ReasonApproved}
+			r.State.Resolved = &Resolution{Reason: v1alpha1.ReasonApproved}
 		})}, want: escalation.ErrNoOpenDrift},
 		{name: "a ConfigMap without the record labels", objects: []runtime.Object{func() runtime.Object {
 			cm := clickRecord(t, nil)
@@ -168,12 +168,12 @@ func TestRecordClickIsBounded(t *testing.T) {
 // suppressingEscalator is Slack past its message limits.
 type suppressingEscalator struct{ posts int }
 
-func (s *suppressingEscalator) Post(context.Context, notify.DriftReport) (escalation.MessageRef, error) {
+func (s *suppressingEscalator) Post(context.Context, v1alpha1.DriftReport) (escalation.MessageRef, error) {
 	s.posts++
 	return escalation.MessageRef{}, escalation.ErrSuppressed
 }
 
-func (*suppressingEscalator) Resolve(context.Context, escalation.MessageRef, notify.DriftReport) error {
+func (*suppressingEscalator) Resolve(context.Context, escalation.MessageRef, v1alpha1.DriftReport) error {
 	return errors.New("nothing was posted")
 }
 
@@ -190,7 +190,7 @@ func TestSuppressedMessageIsNotRetried(t *testing.T) {
 	if l.escalate(context.Background(), rec) || esc.posts != 1 {
 		t.Errorf("posted %d times", esc.posts)
 	}
-	rec.State.Resolved = &Resolution{Reason: notify.ReasonApproved}
+	rec.State.Resolved = &Resolution{Reason: v1alpha1.ReasonApproved}
 	if l.escalate(context.Background(), rec) || !l.everythingOut(rec) {
 		t.Error("a resolved drift whose message was suppressed waits for a message update")
 	}

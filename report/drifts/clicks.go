@@ -9,7 +9,8 @@ import (
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/util/retry"
 
-	"github.com/kausality-io/kausality-proxy/intercept/escalation"
+	"github.com/kausality-io/kausality-proxy/report/escalation"
+	"github.com/kausality-io/kausality-proxy/report/notify"
 )
 
 // maxClaimedClicks bounds the clicks remembered on one record. Only
@@ -109,8 +110,8 @@ func recordClick(st *State, claim escalation.ClickClaim) error {
 func openDrift(rec *Record) escalation.OpenDrift {
 	sp := rec.Report.Spec
 	return escalation.OpenDrift{
-		ID: rec.ID(), Parent: sp.Parent.Ref(), ParentUID: sp.Parent.UID, Generation: sp.Parent.Generation,
-		ParentSpecHash: rec.State.ParentSpecHash, Child: sp.Child.Ref(), Controller: sp.Request.User,
+		ID: rec.ID(), Parent: notify.ParentObject(sp.Parent), ParentUID: sp.Parent.UID, Generation: sp.Parent.Generation,
+		ParentSpecHash: rec.State.ParentSpecHash, Child: notify.ChildObject(sp.Child), Controller: sp.Request.User,
 		Message: rec.State.Slack,
 	}
 }

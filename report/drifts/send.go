@@ -14,8 +14,9 @@ import (
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/runtime/schema"
 
-	"github.com/kausality-io/kausality-proxy/intercept/escalation"
-	"github.com/kausality-io/kausality-proxy/intercept/notify"
+	"github.com/kausality-io/kausality-proxy/api/v1alpha1"
+	"github.com/kausality-io/kausality-proxy/report/escalation"
+	"github.com/kausality-io/kausality-proxy/report/notify"
 )
 
 // readTimeout bounds the reads of a record's parent and child.
@@ -180,18 +181,18 @@ func (l *Ledger) deliver(ctx context.Context, rec *Record) (changed bool, retryA
 		key := receiverKey(url)
 		for {
 			have := rec.State.Delivered[key]
-			var phase notify.Phase
+			var phase v1alpha1.DriftReportPhase
 			switch {
 			case have == "":
-				phase = notify.PhaseDetected
-			case have == notify.PhaseDetected && rec.State.Resolved != nil:
-				phase = notify.PhaseResolved
+				phase = v1alpha1.PhaseDetected
+			case have == v1alpha1.PhaseDetected && rec.State.Resolved != nil:
+				phase = v1alpha1.PhaseResolved
 			}
 			if phase == "" {
 				break
 			}
 			body := &detected
-			if phase == notify.PhaseResolved {
+			if phase == v1alpha1.PhaseResolved {
 				body = &resolved
 			}
 			if *body == nil {
@@ -216,7 +217,7 @@ func (l *Ledger) deliver(ctx context.Context, rec *Record) (changed bool, retryA
 			}
 			l.m.sent.WithLabelValues(string(phase)).Inc()
 			if rec.State.Delivered == nil {
-				rec.State.Delivered = map[string]notify.Phase{}
+				rec.State.Delivered = map[string]v1alpha1.DriftReportPhase{}
 			}
 			rec.State.Delivered[key] = phase
 			changed = true
@@ -225,12 +226,12 @@ func (l *Ledger) deliver(ctx context.Context, rec *Record) (changed bool, retryA
 	return changed, retryAfter, failed
 }
 
-func (l *Ledger) body(rec *Record, phase notify.Phase) []byte {
+func (l *Ledger) body(rec *Record, phase v1alpha1.DriftReportPhase) []byte {
 	r := rec.Report
-	if phase == notify.PhaseResolved {
+	if phase == v1alpha1.PhaseResolved {
 		r = resolvedReport(rec)
 	}
-	r.APIVersion, r.Kind = notify.APIVersion, notify.Kind
+	r.APIVersion, r.Kind = v1alpha1.DriftReportAPIVersion, v1alpha1.DriftReportKind
 	b, err := json.Marshal(r)
 	if err != nil { // cannot happen: the objects are raw JSON
 		l.log.Error("cannot serialize a DriftReport", zap.String("id", rec.ID()), zap.Error(err))
@@ -274,7 +275,7 @@ func (l *Ledger) escalate(ctx context.Context, rec *Record) bool {
 // if any, says resolved.
 func (l *Ledger) everythingOut(rec *Record) bool {
 	for _, url := range l.o.Receivers {
-		if rec.State.Delivered[receiverKey(url)] != notify.PhaseResolved {
+		if rec.State.Delivered[receiverKey(url)] != v1alpha1.PhaseResolved {
 			return false
 		}
 	}

@@ -12,10 +12,11 @@ import (
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/client-go/util/retry"
 
+	"github.com/kausality-io/kausality-proxy/api/v1alpha1"
 	"github.com/kausality-io/kausality-proxy/intercept/decision"
-	"github.com/kausality-io/kausality-proxy/intercept/notify"
 	"github.com/kausality-io/kausality-proxy/intercept/settle"
 	"github.com/kausality-io/kausality-proxy/internal/proxynamespace"
+	"github.com/kausality-io/kausality-proxy/report/notify"
 )
 
 // recordTimeout bounds one attempt to record a drift.
@@ -245,7 +246,7 @@ func (l *Ledger) create(ctx context.Context, rec *Record, attempt int) bool {
 func reopen(r *Record) {
 	r.State.Resolved = nil
 	for k, phase := range r.State.Delivered {
-		if phase == notify.PhaseResolved {
+		if phase == v1alpha1.PhaseResolved {
 			delete(r.State.Delivered, k)
 		}
 	}

@@ -28,9 +28,10 @@ import (
 	"k8s.io/client-go/util/workqueue"
 	"k8s.io/utils/clock"
 
-	"github.com/kausality-io/kausality-proxy/intercept/escalation"
-	"github.com/kausality-io/kausality-proxy/intercept/notify"
+	"github.com/kausality-io/kausality-proxy/api/v1alpha1"
 	"github.com/kausality-io/kausality-proxy/intercept/objects"
+	"github.com/kausality-io/kausality-proxy/report/escalation"
+	"github.com/kausality-io/kausality-proxy/report/notify"
 )
 
 // Defaults of Options.
@@ -62,8 +63,8 @@ type Objects interface {
 // Escalator tells a person about a drift and updates the message when the
 // drift ends. *escalation.Escalator implements it.
 type Escalator interface {
-	Post(ctx context.Context, r notify.DriftReport) (escalation.MessageRef, error)
-	Resolve(ctx context.Context, ref escalation.MessageRef, r notify.DriftReport) error
+	Post(ctx context.Context, r v1alpha1.DriftReport) (escalation.MessageRef, error)
+	Resolve(ctx context.Context, ref escalation.MessageRef, r v1alpha1.DriftReport) error
 }
 
 // Options configure a Ledger. Zero values mean the defaults.
@@ -439,6 +440,7 @@ func (l *Ledger) recordChanged(obj interface{}, deleted bool) {
 	if deleted {
 		delete(l.outdated, cm.Name)
 	}
+	//nolint:nestif // the uid index is kept in step with the record: removed on delete, added otherwise
 	if err == nil {
 		for _, uid := range []string{r.Report.Spec.Parent.UID, r.Report.Spec.Child.UID} {
 			if uid == "" {

@@ -9,6 +9,7 @@ import (
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/runtime"
 
+	"github.com/kausality-io/kausality-proxy/api/v1alpha1"
 	"github.com/kausality-io/kausality-proxy/intercept/desired"
 )
 
@@ -27,7 +28,7 @@ const lastApplied = "kubectl.kubernetes.io/last-applied-configuration"
 // write path (and may be the informer cache's). It runs before the id is
 // computed, so that the id, a hash of the changes, is no guessing oracle
 // for the values either.
-func redactSecrets(sp *DriftReportSpec) {
+func redactSecrets(sp *v1alpha1.DriftReportSpec) {
 	secret := isSecret(sp.Child.APIVersion, sp.Child.Kind)
 	for _, e := range [...]*runtime.RawExtension{&sp.OldObject, &sp.NewObject} {
 		if redactObject(e) {

@@ -30,8 +30,8 @@ import (
 	"go.uber.org/zap"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 
+	"github.com/kausality-io/kausality-proxy/api/v1alpha1"
 	"github.com/kausality-io/kausality-proxy/intercept/annotations"
-	"github.com/kausality-io/kausality-proxy/intercept/notify"
 )
 
 // Config configures an Escalator.
@@ -142,8 +142,8 @@ func New(cfg Config) (*Escalator, error) {
 // Post posts a detected drift to the channel and returns where it went.
 // Past the message limits it posts nothing and returns ErrSuppressed; the
 // drift is counted in a summary message instead.
-func (e *Escalator) Post(ctx context.Context, r notify.DriftReport) (MessageRef, error) {
-	if r.Spec.Phase != notify.PhaseDetected || r.Spec.ID == "" {
+func (e *Escalator) Post(ctx context.Context, r v1alpha1.DriftReport) (MessageRef, error) {
+	if r.Spec.Phase != v1alpha1.PhaseDetected || r.Spec.ID == "" {
 		return MessageRef{}, fmt.Errorf("slack escalation: only a Detected report with an id is posted, not phase %q id %q", r.Spec.Phase, r.Spec.ID)
 	}
 	if ok, schedule := e.limiter.allow(r.Spec.Request.User, e.clock()); !ok {
@@ -164,7 +164,7 @@ func (e *Escalator) Post(ctx context.Context, r notify.DriftReport) (MessageRef,
 // Resolve rewrites the message of a drift to say that it is resolved and
 // why (r is the Resolved report, or the Detected one with Reason set). The
 // buttons go: there is nothing left to answer.
-func (e *Escalator) Resolve(ctx context.Context, ref MessageRef, r notify.DriftReport) error {
+func (e *Escalator) Resolve(ctx context.Context, ref MessageRef, r v1alpha1.DriftReport) error {
 	if ref.Channel == "" || ref.Timestamp == "" {
 		return errors.New("slack escalation: resolve needs the message's channel and timestamp")
 	}

@@ -5,10 +5,10 @@ import (
 
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 
+	"github.com/kausality-io/kausality-proxy/api/v1alpha1"
 	"github.com/kausality-io/kausality-proxy/intercept/annotations"
 	"github.com/kausality-io/kausality-proxy/intercept/approval"
 	"github.com/kausality-io/kausality-proxy/intercept/decision"
-	"github.com/kausality-io/kausality-proxy/intercept/notify"
 	"github.com/kausality-io/kausality-proxy/intercept/settle"
 )
 
@@ -43,7 +43,7 @@ func Resolve(r *Record, o Observed) (string, bool) {
 		return ReasonParentDeleted, true
 	}
 	if sp.Child.UID != "" && (o.Child == nil || string(o.Child.GetUID()) != sp.Child.UID) {
-		return notify.ReasonChildDeleted, true
+		return v1alpha1.ReasonChildDeleted, true
 	}
 	if neverCreated(r, o) {
 		return ReasonNotCreated, true
@@ -52,10 +52,10 @@ func Resolve(r *Record, o Observed) (string, bool) {
 		return ReasonParentDeleted, true
 	}
 	if parentSpecChanged(r, o.Parent) {
-		return notify.ReasonParentChanged, true
+		return v1alpha1.ReasonParentChanged, true
 	}
 	if approved(r, o.Parent) {
-		return notify.ReasonApproved, true
+		return v1alpha1.ReasonApproved, true
 	}
 	if o.Superseded {
 		return ReasonSuperseded, true

@@ -12,15 +12,15 @@ import (
 
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 
+	"github.com/kausality-io/kausality-proxy/api/v1alpha1"
 	"github.com/kausality-io/kausality-proxy/intercept/annotations"
-	"github.com/kausality-io/kausality-proxy/intercept/notify"
 )
 
 func TestPost(t *testing.T) {
 	longName := strings.Repeat("n", 1990)
 	tests := []struct {
 		name    string
-		report  func() notify.DriftReport
+		report  func() v1alpha1.DriftReport
 		buttons bool
 		want    []string
 		absent  []string
@@ -49,7 +49,7 @@ func TestPost(t *testing.T) {
 		{
 			// The buttons carry the drift id alone, however long the names.
 			name: "long references keep their buttons", buttons: true,
-			report: func() notify.DriftReport {
+			report: func() v1alpha1.DriftReport {
 				r := testReport()
 				r.Spec.Child.Name = longName
 				return r
@@ -127,7 +127,7 @@ func TestPostRefusesAResolvedReport(t *testing.T) {
 	api := newFakeSlack(t)
 	e := newTestEscalator(t, api, &fakeEditor{parent: testParent(5)})
 	r := testReport()
-	r.Spec.Phase = notify.PhaseResolved
+	r.Spec.Phase = v1alpha1.PhaseResolved
 	if _, err := e.Post(context.Background(), r); err == nil {
 		t.Error("a Resolved report was posted")
 	}
@@ -141,9 +141,9 @@ func TestResolve(t *testing.T) {
 		reason string
 		want   string
 	}{
-		{notify.ReasonApproved, "an approval on the parent now allows the write"},
-		{notify.ReasonParentChanged, "the parent's spec changed"},
-		{notify.ReasonChildDeleted, "the child was deleted"},
+		{v1alpha1.ReasonApproved, "an approval on the parent now allows the write"},
+		{v1alpha1.ReasonParentChanged, "the parent's spec changed"},
+		{v1alpha1.ReasonChildDeleted, "the child was deleted"},
 		{"SomethingElse", "SomethingElse"},
 	}
 	for _, tt := range tests {
@@ -151,7 +151,7 @@ func TestResolve(t *testing.T) {
 			api := newFakeSlack(t)
 			e := newTestEscalator(t, api, &fakeEditor{parent: testParent(5)})
 			r := secretReport()
-			r.Spec.Phase, r.Spec.Reason = notify.PhaseResolved, tt.reason
+			r.Spec.Phase, r.Spec.Reason = v1alpha1.PhaseResolved, tt.reason
 			if err := e.Resolve(context.Background(), MessageRef{Channel: testChannel, Timestamp: testTS}, r); err != nil {
 				t.Fatal(err)
 			}

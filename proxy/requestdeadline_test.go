@@ -18,6 +18,7 @@ import (
 
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	genericapifilters "k8s.io/apiserver/pkg/endpoints/filters"
+	"k8s.io/utils/clock"
 )
 
 // trickle sends a request header announcing len(body) bytes, then the body
@@ -71,7 +72,7 @@ func TestRequestDeadlineBoundsTheBody(t *testing.T) {
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			h := withRequestDeadline(readAll, newLongRunningCheck(), bound, context.Background())
+			h := withRequestDeadline(readAll, newLongRunningCheck(), bound, context.Background(), clock.RealClock{})
 			h = genericapifilters.WithRequestInfo(h, newRequestInfoFactory())
 			srv := httptest.NewServer(withEarlyAnswerClose(h))
 			t.Cleanup(srv.Close)

@@ -17,6 +17,7 @@ import (
 	"k8s.io/apiserver/pkg/server/dynamiccertificates"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/rest"
+	"k8s.io/utils/clock"
 
 	"github.com/kausality-io/kausality-proxy/authn"
 	"github.com/kausality-io/kausality-proxy/intercept"
@@ -200,6 +201,8 @@ type Server struct {
 	namespace     *proxynamespace.Probe
 	requestInfo   *request.RequestInfoFactory
 	longRunning   request.LongRunningRequestCheck
+	// clock is what the filters time requests and set deadlines by.
+	clock clock.PassiveClock
 
 	requestTimeout      time.Duration
 	maxMutatingInFlight int
@@ -247,6 +250,7 @@ func (c CompletedConfig) New() (*Server, error) {
 		namespace:           c.Namespace,
 		requestInfo:         newRequestInfoFactory(),
 		longRunning:         newLongRunningCheck(),
+		clock:               clock.RealClock{},
 		requestTimeout:      c.RequestTimeout,
 		maxMutatingInFlight: c.MaxMutatingInFlight,
 		shutdownTimeout:     c.ShutdownTimeout,

@@ -72,7 +72,7 @@ func TestUpstreamIdentity(t *testing.T) {
 		{name: "a token caller's resolved impersonation is rebuilt", caller: tokenAlice, effective: jane, headers: map[string]string{"Impersonate-User": "jane"},
 			wantTransport: "caller", want: map[string][]string{"Authorization": {"Bearer alice-token"}, "Impersonate-User": {"jane"}}},
 		{name: "a service account is impersonated with its groups spelled out", caller: alice,
-			effective: &user.DefaultInfo{Name: "system:serviceaccount:ns:sa", Groups: []string{"system:serviceaccounts", "system:serviceaccounts:ns", user.AllAuthenticated}},
+			effective:     &user.DefaultInfo{Name: "system:serviceaccount:ns:sa", Groups: []string{"system:serviceaccounts", "system:serviceaccounts:ns", user.AllAuthenticated}},
 			wantTransport: "proxy", want: map[string][]string{"Impersonate-User": {"system:serviceaccount:ns:sa"}, "Impersonate-Group": {user.AllAuthenticated, "system:serviceaccounts", "system:serviceaccounts:ns"}}},
 		{name: "an anonymous caller is impersonated as system:anonymous", caller: anonymous, headers: spoofs,
 			wantTransport: "proxy", want: map[string][]string{"Impersonate-User": {user.Anonymous}}},

@@ -13,10 +13,10 @@ import (
 
 type callerKey struct{}
 
-// CallerFrom returns the authenticated caller (before impersonation) that
+// callerFrom returns the authenticated caller (before impersonation) that
 // withAuthentication stored. The effective user, after an authorized
 // impersonation, is request.UserFrom.
-func CallerFrom(ctx context.Context) (*authn.Caller, bool) {
+func callerFrom(ctx context.Context) (*authn.Caller, bool) {
 	c, ok := ctx.Value(callerKey{}).(*authn.Caller)
 	return c, ok && c != nil
 }

@@ -127,7 +127,7 @@ func TestAuthentication(t *testing.T) {
 			if failures != 0 {
 				t.Errorf("authentication failures counted %v, want 0", failures)
 			}
-			caller, ok := CallerFrom(next.req.Context())
+			caller, ok := callerFrom(next.req.Context())
 			if !ok {
 				t.Fatal("no caller in the context passed on")
 			}

@@ -162,7 +162,7 @@ func (up *upstream) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		up.plain.ServeHTTP(w, r)
 		return
 	}
-	caller, _ := CallerFrom(r.Context())
+	caller, _ := callerFrom(r.Context())
 	effective, _ := request.UserFrom(r.Context())
 	out := r.Clone(r.Context())
 	authn.SanitizeInbound(out.Header)

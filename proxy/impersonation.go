@@ -15,7 +15,7 @@ import (
 // forwarded: the upstream identity is rebuilt from the effective user.
 func withImpersonation(next http.Handler, a *authn.Authenticator, m *metrics) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		caller, ok := CallerFrom(r.Context())
+		caller, ok := callerFrom(r.Context())
 		if !ok {
 			WriteStatus(w, apierrors.NewInternalError(fmt.Errorf("no authenticated caller in request context")))
 			return

@@ -120,7 +120,7 @@ func TestImpersonation(t *testing.T) {
 			if u.GetName() != tt.wantUser || !slices.Equal(u.GetGroups(), tt.wantGroups) || !equalHeaders(gotExtra, tt.wantExtra) {
 				t.Errorf("effective user %s %v %v, want %s %v %v", u.GetName(), u.GetGroups(), gotExtra, tt.wantUser, tt.wantGroups, tt.wantExtra)
 			}
-			if caller, _ := CallerFrom(next.req.Context()); caller != tt.caller {
+			if caller, _ := callerFrom(next.req.Context()); caller != tt.caller {
 				t.Errorf("the authenticated caller changed to %v", caller)
 			}
 		})

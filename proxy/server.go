@@ -264,12 +264,6 @@ func newRequestInfoFactory() *request.RequestInfoFactory {
 	}
 }
 
-// Handler is the serving chain, for tests that serve it themselves.
-func (s *Server) Handler() http.Handler { return s.buildHandler() }
-
-// Interceptor is the write path, for tests that look at its configuration.
-func (s *Server) Interceptor() *intercept.Interceptor { return s.interceptor }
-
 // SecureAddr is where the proxy serves TLS.
 func (s *Server) SecureAddr() net.Addr { return s.serving.Listener.Addr() }
 

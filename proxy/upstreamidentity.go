@@ -17,7 +17,7 @@ type proxyCredentialsKey struct{}
 func (up *upstream) rewrite(pr *httputil.ProxyRequest) {
 	pr.SetURL(up.url)
 	pr.Out.Host = up.url.Host
-	caller, _ := CallerFrom(pr.In.Context())
+	caller, _ := callerFrom(pr.In.Context())
 	effective, _ := request.UserFrom(pr.In.Context())
 	authn.SanitizeInbound(pr.Out.Header)
 	useProxy := authn.ApplyUpstreamIdentity(pr.Out.Header, caller, effective)

@@ -23,7 +23,7 @@ import (
 	"github.com/kausality-io/kausality-proxy/internal/testpki"
 )
 
-const filterToken = "alice-token" //nolint:gosec // a test token, not a credential
+const filterToken = "alice-token"
 
 // tokenReviewsFor answers TokenReviews: filterToken is alice, any other
 // token is invalid, as a real kube-apiserver answers.

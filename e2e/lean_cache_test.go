@@ -27,7 +27,7 @@ var configMapsGVR = schema.GroupVersionResource{Version: "v1", Resource: "config
 // live, and is still held with the stored value in its message.
 func TestLeanCacheDecidesAsBefore(t *testing.T) {
 	ctx := context.Background()
-	store := env.Proxy.Interceptor().Objects()
+	store := env.Interceptor.Objects()
 	f := newWGFamily(t, "lean", "enforce")
 	f.initialize()
 	f.bumpSpec()
@@ -126,7 +126,7 @@ func TestLeanCacheDecidesAsBefore(t *testing.T) {
 // the proxy, costs the proxy its metadata: the payload is never cached.
 func TestLeanCacheHoldsNoPayloadOfUndecidedObjects(t *testing.T) {
 	ctx := context.Background()
-	store := env.Proxy.Interceptor().Objects()
+	store := env.Interceptor.Objects()
 	admin := directClient(t)
 	ns := wgNamespace(t, "lean-bystander", "")
 	payload := strings.Repeat("x", 256<<10)

@@ -124,10 +124,10 @@ controllers:
   match: {user: nobody}
   mode: log
 `)
-	before := env.Proxy.Interceptor().Settings()
+	before := env.Interceptor.Settings()
 	mustf(t, os.WriteFile(env.ConfigPath, []byte("apiVersion: kausality.io/v1alpha1\nkind: ProxyConfiguration\ncontrollers:\n- name: x\n  match: {user: nobody}\n  mode: sometimes\n"), 0o600), "write")
 	time.Sleep(time.Second) // several reload periods; the hang guard of a negative check
-	if env.Proxy.Interceptor().Settings() != before {
+	if env.Interceptor.Settings() != before {
 		t.Fatal("an invalid config replaced the last good one")
 	}
 	data, err := os.ReadFile(env.LogPath)

@@ -3,7 +3,8 @@
 // handler chain, the transports to kube-apiserver, streaming and protocol
 // upgrades, and the metav1.Status the proxy answers its own errors with.
 //
-// The chain (handler.go), outermost first:
+// The chain (handler.go composes it; each filter has a file named for it
+// and a table test of the filter alone), outermost first:
 //
 //	early answer close → panic recovery → request info → metrics →
 //	upgrade restriction → authentication → impersonation →

@@ -30,8 +30,6 @@ import (
 // the caller (or our credentials) at a location nobody vetted.
 var errUpstreamRedirect = errors.New("the upstream kube-apiserver answered with a redirect, which the proxy does not forward")
 
-type proxyCredentialsKey struct{}
-
 // upstream forwards requests to kube-apiserver. Plain requests go through
 // httputil.ReverseProxy over an HTTP/2 client-go transport; upgrade requests
 // (exec, attach, port-forward; SPDY and WebSocket) go through apimachinery's
@@ -164,7 +162,7 @@ func (up *upstream) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		up.plain.ServeHTTP(w, r)
 		return
 	}
-	caller, _ := CallerFrom(r.Context())
+	caller, _ := callerFrom(r.Context())
 	effective, _ := request.UserFrom(r.Context())
 	out := r.Clone(r.Context())
 	authn.SanitizeInbound(out.Header)
@@ -173,30 +171,6 @@ func (up *upstream) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	up.upCall.ServeHTTP(w, out)
-}
-
-// rewrite runs after ReverseProxy removed hop-by-hop headers, so identity
-// headers set here cannot be dropped by a caller's Connection header.
-func (up *upstream) rewrite(pr *httputil.ProxyRequest) {
-	pr.SetURL(up.url)
-	pr.Out.Host = up.url.Host
-	caller, _ := CallerFrom(pr.In.Context())
-	effective, _ := request.UserFrom(pr.In.Context())
-	authn.SanitizeInbound(pr.Out.Header)
-	useProxy := authn.ApplyUpstreamIdentity(pr.Out.Header, caller, effective)
-	pr.Out = pr.Out.WithContext(context.WithValue(pr.Out.Context(), proxyCredentialsKey{}, useProxy))
-}
-
-// credentialSwitch picks the transport whose credentials rewrite chose.
-// Without an explicit choice it uses the caller transport, which carries no
-// credentials at all: failing closed.
-type credentialSwitch struct{ proxy, caller http.RoundTripper }
-
-func (c credentialSwitch) RoundTrip(r *http.Request) (*http.Response, error) {
-	if useProxy, _ := r.Context().Value(proxyCredentialsKey{}).(bool); useProxy {
-		return c.proxy.RoundTrip(r)
-	}
-	return c.caller.RoundTrip(r)
 }
 
 func rejectRedirects(resp *http.Response) error {

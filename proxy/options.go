@@ -76,8 +76,9 @@ type Options struct {
 	// exactly what reaches kube-apiserver.
 	WrapUpstreamTransport func(http.RoundTripper) http.RoundTripper
 	// WrapOwnTransport, when set, wraps the transport of the proxy's own
-	// requests (informers, live reads, its writes to parents), for tests
-	// that need to hold its caches back deterministically.
+	// requests (informers, live reads, its writes to parents), for
+	// instrumentation and for harnesses that hold its caches back
+	// deterministically.
 	WrapOwnTransport func(http.RoundTripper) http.RoundTripper
 	// UpstreamProbeInterval is how often the upstream's /readyz is probed to
 	// answer our own /readyz.

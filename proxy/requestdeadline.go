@@ -13,6 +13,7 @@ import (
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apiserver/pkg/endpoints/request"
+	"k8s.io/utils/clock"
 
 	"github.com/kausality-io/kausality-proxy/internal/httpx"
 )
@@ -31,7 +32,7 @@ import (
 // answer is a 504 Status, as kube-apiserver's timeout filter gives.
 //
 //nolint:revive // draining is the server's lifetime, not a request context; filters take the next handler first
-func withRequestDeadline(next http.Handler, longRunning request.LongRunningRequestCheck, limit time.Duration, draining context.Context) http.Handler {
+func withRequestDeadline(next http.Handler, longRunning request.LongRunningRequestCheck, limit time.Duration, draining context.Context, clk clock.PassiveClock) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		info, ok := request.RequestInfoFrom(r.Context())
 		if !ok || longRunning(r, info) {
@@ -49,7 +50,8 @@ func withRequestDeadline(next http.Handler, longRunning request.LongRunningReque
 				timeout = d + time.Second
 			}
 		}
-		ctx, cancel := context.WithTimeout(r.Context(), timeout)
+		deadline := clk.Now().Add(timeout)
+		ctx, cancel := context.WithDeadline(r.Context(), deadline)
 		defer cancel()
 		r = r.WithContext(ctx)
 		if r.Body == nil || r.Body == http.NoBody {
@@ -61,7 +63,7 @@ func withRequestDeadline(next http.Handler, longRunning request.LongRunningReque
 		// An error means the connection cannot take a deadline (a test's
 		// recorder); the context deadline still bounds everything but a
 		// blocked read.
-		_ = http.NewResponseController(w).SetReadDeadline(time.Now().Add(timeout))
+		_ = http.NewResponseController(w).SetReadDeadline(deadline)
 		rec := httpx.NewCodeRecorder(w)
 		next.ServeHTTP(rec, r)
 		if rec.Code() == 0 && body.cutOff.Load() {

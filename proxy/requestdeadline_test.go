@@ -18,6 +18,8 @@ import (
 
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	genericapifilters "k8s.io/apiserver/pkg/endpoints/filters"
+	"k8s.io/utils/clock"
+	testingclock "k8s.io/utils/clock/testing"
 )
 
 // trickle sends a request header announcing len(body) bytes, then the body
@@ -71,7 +73,7 @@ func TestRequestDeadlineBoundsTheBody(t *testing.T) {
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			h := withRequestDeadline(readAll, newLongRunningCheck(), bound, context.Background())
+			h := withRequestDeadline(readAll, newLongRunningCheck(), bound, context.Background(), clock.RealClock{})
 			h = genericapifilters.WithRequestInfo(h, newRequestInfoFactory())
 			srv := httptest.NewServer(withEarlyAnswerClose(h))
 			t.Cleanup(srv.Close)
@@ -105,5 +107,66 @@ func TestUpstreamErrorOfALateBody(t *testing.T) {
 	}
 	if got := up.classify(r, errors.New("connection reset by peer")).ErrStatus; got.Code == http.StatusGatewayTimeout {
 		t.Errorf("an upstream failure is answered as a late body: %d", got.Code)
+	}
+}
+
+// The deadline on the context a request is served with: the injected
+// clock's now plus the bound, or the client's shorter ?timeout= with room
+// for kube-apiserver to answer it first; none for long-running requests,
+// which end when draining does instead.
+func TestRequestDeadlineOnTheContext(t *testing.T) {
+	const limit = time.Minute
+	tests := []struct {
+		name          string
+		method, path  string
+		noRequestInfo bool
+
+		wantDeadline time.Duration // 0: none
+		wantDrained  bool          // ended when the server starts draining
+	}{
+		{name: "a write gets the bound", method: http.MethodPost, path: "/api/v1/namespaces/default/configmaps", wantDeadline: limit},
+		{name: "a read gets the bound", method: http.MethodGet, path: "/api/v1/namespaces/default/configmaps/c", wantDeadline: limit},
+		{name: "a shorter ?timeout= wins, with a second for the upstream's own answer", method: http.MethodGet, path: "/api/v1/namespaces/default/configmaps?timeout=10s", wantDeadline: 11 * time.Second},
+		{name: "a longer ?timeout= does not", method: http.MethodGet, path: "/api/v1/namespaces/default/configmaps?timeout=1h", wantDeadline: limit},
+		{name: "an unparsable ?timeout= is ignored", method: http.MethodGet, path: "/api/v1/namespaces/default/configmaps?timeout=soon", wantDeadline: limit},
+		{name: "a negative ?timeout= is ignored", method: http.MethodGet, path: "/api/v1/namespaces/default/configmaps?timeout=-5s", wantDeadline: limit},
+		{name: "a watch has no deadline and ends with draining", method: http.MethodGet, path: "/api/v1/namespaces/default/configmaps?watch=true", wantDrained: true},
+		{name: "an exec has no deadline and ends with draining", method: http.MethodPost, path: "/api/v1/namespaces/default/pods/p/exec", wantDrained: true},
+		{name: "a request without request info is treated as long-running", method: http.MethodGet, path: "/api/v1/pods", noRequestInfo: true, wantDrained: true},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			// An hour ahead of the wall clock, so that a deadline read from
+			// the wall clock by mistake cannot match.
+			clk := testingclock.NewFakeClock(time.Now().Add(time.Hour).Truncate(time.Second))
+			draining, drain := context.WithCancel(context.Background())
+			defer drain()
+			var deadline time.Time
+			var hasDeadline, drained bool
+			next := http.HandlerFunc(func(_ http.ResponseWriter, r *http.Request) {
+				deadline, hasDeadline = r.Context().Deadline()
+				drain()
+				select {
+				case <-r.Context().Done():
+					drained = true
+				case <-time.After(200 * time.Millisecond):
+				}
+			})
+			h := withRequestDeadline(next, newLongRunningCheck(), limit, draining, clk)
+			if !tt.noRequestInfo {
+				h = genericapifilters.WithRequestInfo(h, newRequestInfoFactory())
+			}
+			h.ServeHTTP(httptest.NewRecorder(), httptest.NewRequest(tt.method, tt.path, strings.NewReader("{}")))
+
+			if want := tt.wantDeadline != 0; hasDeadline != want {
+				t.Fatalf("deadline %v, want one: %v", deadline, want)
+			}
+			if hasDeadline && !deadline.Equal(clk.Now().Add(tt.wantDeadline)) {
+				t.Errorf("deadline %s after now, want %s", deadline.Sub(clk.Now()), tt.wantDeadline)
+			}
+			if drained != tt.wantDrained {
+				t.Errorf("ended by draining: %v, want %v", drained, tt.wantDrained)
+			}
+		})
 	}
 }

@@ -17,6 +17,7 @@ import (
 	"k8s.io/apiserver/pkg/server/dynamiccertificates"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/rest"
+	"k8s.io/utils/clock"
 
 	"github.com/kausality-io/kausality-proxy/authn"
 	"github.com/kausality-io/kausality-proxy/intercept"
@@ -200,6 +201,8 @@ type Server struct {
 	namespace     *proxynamespace.Probe
 	requestInfo   *request.RequestInfoFactory
 	longRunning   request.LongRunningRequestCheck
+	// clock is what the filters time requests and set deadlines by.
+	clock clock.PassiveClock
 
 	requestTimeout      time.Duration
 	maxMutatingInFlight int
@@ -247,6 +250,7 @@ func (c CompletedConfig) New() (*Server, error) {
 		namespace:           c.Namespace,
 		requestInfo:         newRequestInfoFactory(),
 		longRunning:         newLongRunningCheck(),
+		clock:               clock.RealClock{},
 		requestTimeout:      c.RequestTimeout,
 		maxMutatingInFlight: c.MaxMutatingInFlight,
 		shutdownTimeout:     c.ShutdownTimeout,
@@ -259,12 +263,6 @@ func newRequestInfoFactory() *request.RequestInfoFactory {
 		GrouplessAPIPrefixes: sets.NewString("api"),
 	}
 }
-
-// Handler is the serving chain, for tests that serve it themselves.
-func (s *Server) Handler() http.Handler { return s.buildHandler() }
-
-// Interceptor is the write path, for tests that look at its configuration.
-func (s *Server) Interceptor() *intercept.Interceptor { return s.interceptor }
 
 // SecureAddr is where the proxy serves TLS.
 func (s *Server) SecureAddr() net.Addr { return s.serving.Listener.Addr() }

@@ -1,15 +1,19 @@
 package proxy
 
 import (
+	"bytes"
 	"crypto/tls"
 	"encoding/json"
+	"errors"
 	"io"
 	"net/http"
+	"net/http/httptest"
 	"strings"
 	"testing"
 	"time"
 
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apiserver/pkg/endpoints/request"
 )
 
 // An answer to a write that breaks off half-way reaches the caller as a
@@ -50,5 +54,109 @@ func TestBrokenWriteAnswerBecomesAStatus(t *testing.T) {
 	}
 	if code != http.StatusBadGateway || status.Code != http.StatusBadGateway || !strings.Contains(status.Message, "may have been applied") {
 		t.Fatalf("a broken answer: %d %+v", code, status)
+	}
+}
+
+// brokenBody gives its data, then fails as a cut connection does.
+type brokenBody struct {
+	io.Reader
+	closed bool
+}
+
+func (b *brokenBody) Read(p []byte) (int, error) {
+	n, err := b.Reader.Read(p)
+	if errors.Is(err, io.EOF) {
+		return n, io.ErrUnexpectedEOF
+	}
+	return n, err
+}
+
+func (b *brokenBody) Close() error { b.closed = true; return nil }
+
+type closeRecorder struct {
+	io.Reader
+	closed bool
+}
+
+func (c *closeRecorder) Close() error { c.closed = true; return nil }
+
+func TestForwardResponse(t *testing.T) {
+	large := strings.Repeat("x", maxBufferedAnswer+10)
+	tests := []struct {
+		name        string
+		method      string
+		subresource string
+		code        int
+		body        string
+		length      int64 // -1: unknown
+		broken      bool
+
+		wantErr      string // part of the error; "" none
+		wantBuffered bool   // read whole, and the upstream body closed
+	}{
+		{name: "a read streams", method: http.MethodGet, code: http.StatusOK, body: `{"items":[]}`, length: -1},
+		{name: "a write's answer is read whole", method: http.MethodPost, code: http.StatusCreated, body: `{"kind":"ConfigMap"}`, length: 20, wantBuffered: true},
+		{name: "a write's answer of unknown length is read whole", method: http.MethodPut, code: http.StatusOK, body: `{"kind":"ConfigMap"}`, length: -1, wantBuffered: true},
+		{name: "a write's error answer is read whole", method: http.MethodPatch, code: http.StatusConflict, body: `{"kind":"Status"}`, length: -1, wantBuffered: true},
+		{name: "a write's answer that breaks off is an error", method: http.MethodPost, code: http.StatusCreated, body: `{"kind":"Con`, length: 40, broken: true,
+			wantErr: "broke off after 12 bytes, and the write may have been applied"},
+		{name: "a delete's answer that breaks off is an error", method: http.MethodDelete, code: http.StatusOK, body: `{`, length: -1, broken: true,
+			wantErr: "may have been applied"},
+		{name: "the proxy subresource streams", method: http.MethodPost, subresource: "proxy", code: http.StatusOK, body: "not the API's", length: -1, broken: true},
+		{name: "a write's answer announced larger than the bound streams", method: http.MethodPost, code: http.StatusOK, body: "{}", length: maxBufferedAnswer + 1},
+		{name: "a write's answer found larger than the bound streams whole", method: http.MethodDelete, code: http.StatusOK, body: large, length: -1},
+		{name: "a redirect is refused", method: http.MethodGet, code: http.StatusFound, length: -1, wantErr: errUpstreamRedirect.Error()},
+		{name: "a redirect to a write is refused", method: http.MethodPost, code: http.StatusTemporaryRedirect, length: -1, wantErr: errUpstreamRedirect.Error()},
+		{name: "not modified is no redirect", method: http.MethodGet, code: http.StatusNotModified, length: 0},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			req := httptest.NewRequest(tt.method, "/api/v1/namespaces/default/configmaps", nil)
+			if tt.subresource != "" {
+				req = req.WithContext(request.WithRequestInfo(req.Context(), &request.RequestInfo{IsResourceRequest: true, Resource: "services", Subresource: tt.subresource}))
+			}
+			var upstreamBody io.ReadCloser
+			var closed func() bool
+			if tt.broken {
+				b := &brokenBody{Reader: strings.NewReader(tt.body)}
+				upstreamBody, closed = b, func() bool { return b.closed }
+			} else {
+				b := &closeRecorder{Reader: strings.NewReader(tt.body)}
+				upstreamBody, closed = b, func() bool { return b.closed }
+			}
+			resp := &http.Response{StatusCode: tt.code, Header: http.Header{}, Body: upstreamBody, ContentLength: tt.length, Request: req}
+
+			err := forwardResponse(resp)
+			if tt.wantErr != "" {
+				if err == nil || !strings.Contains(err.Error(), tt.wantErr) {
+					t.Fatalf("error %v, want one saying %q", err, tt.wantErr)
+				}
+				if !closed() {
+					t.Error("the upstream body of a refused answer was left open")
+				}
+				return
+			}
+			if err != nil {
+				t.Fatalf("unexpected error: %v", err)
+			}
+			// An answer found too large is passed on as what was read
+			// followed by the rest: replaced, but not buffered.
+			wantReplaced := tt.wantBuffered || tt.body == large
+			if replaced := resp.Body != upstreamBody; replaced != wantReplaced {
+				t.Errorf("answer body replaced: %v, want %v", replaced, wantReplaced)
+			}
+			if tt.wantBuffered {
+				if !closed() || resp.ContentLength != int64(len(tt.body)) {
+					t.Errorf("buffered answer: upstream body closed %v, length %d, want closed and %d", closed(), resp.ContentLength, len(tt.body))
+				}
+			}
+			if tt.broken {
+				return
+			}
+			got, err := io.ReadAll(resp.Body)
+			if err != nil || !bytes.Equal(got, []byte(tt.body)) {
+				t.Errorf("the caller would get %d bytes (%v), want the upstream's %d", len(got), err, len(tt.body))
+			}
+		})
 	}
 }

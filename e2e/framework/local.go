@@ -42,8 +42,11 @@ type LocalOptions struct {
 // harness, with kausality-proxy running in-process in front of it, reaching
 // kube-apiserver through a Relay so tests can take the upstream away.
 type Local struct {
-	CP          *testenv.ControlPlane
-	Proxy       *proxy.Server
+	CP    *testenv.ControlPlane
+	Proxy *proxy.Server
+	// Interceptor is the proxy's write path, for waiting on its config and
+	// caches.
+	Interceptor *intercept.Interceptor
 	ProxyURL    string
 	ProxyCAData []byte
 	MetricsURL  string
@@ -153,7 +156,12 @@ func StartLocal(ctx context.Context, opts LocalOptions) (_ *Local, retErr error)
 	enc.EncodeTime = zapcore.ISO8601TimeEncoder
 	log := zap.New(zapcore.NewCore(zapcore.NewJSONEncoder(enc), sink, zapcore.DebugLevel))
 
-	l.Proxy, err = proxy.NewServer(opts2, log)
+	cfg, err := opts2.Config(log)
+	if err != nil {
+		return nil, err
+	}
+	l.Interceptor = cfg.Interceptor
+	l.Proxy, err = cfg.Complete().New()
 	if err != nil {
 		return nil, err
 	}
@@ -276,13 +284,13 @@ func (l *Local) ControllerManagerLog() (string, error) {
 // SetConfig replaces the proxy's --config file and waits until the running
 // proxy has loaded it. It fails when the proxy keeps the old one.
 func (l *Local) SetConfig(ctx context.Context, content string) error {
-	before := l.Proxy.Interceptor().Settings()
+	before := l.Interceptor.Settings()
 	if err := os.WriteFile(l.ConfigPath, []byte(content), 0o600); err != nil {
 		return err
 	}
 	ctx, cancel := context.WithTimeout(ctx, 30*time.Second)
 	defer cancel()
-	for l.Proxy.Interceptor().Settings() == before {
+	for l.Interceptor.Settings() == before {
 		select {
 		case <-ctx.Done():
 			return fmt.Errorf("the proxy did not load the new config (invalid? see its log %s)", l.LogPath)

@@ -1,11 +1,10 @@
 package intercept
 
 import (
-	"net/http"
 	"strings"
+	"time"
 
 	"go.uber.org/zap"
-	"k8s.io/apiserver/pkg/endpoints/request"
 
 	"github.com/kausality-io/kausality-proxy/intercept/decision"
 	"github.com/kausality-io/kausality-proxy/intercept/decisionlog"
@@ -17,18 +16,18 @@ const DecisionMessage = decisionlog.Message
 
 // recordDecision records a decided write: its decision line and its
 // metrics.
-func (i *Interceptor) recordDecision(p *pending, d *decision.Decision) {
-	line := p.line(d.Actor.User, d.Child.Name)
+func (i *Interceptor) recordDecision(f *facts, d *decision.Decision, outcome string) {
+	line := f.line(d.Actor.User, d.Child.Name, outcome, i.cfg.Clock.Since(f.req.start))
 	line.Decided = true
-	line.Operation = string(p.op)
-	line.DesiredChanged = p.changed
+	line.Operation = string(f.op)
+	line.DesiredChanged = f.changed
 	line.Decision = string(d.Result)
 	line.Category = string(d.Category)
 	line.Reason = d.Reason
 	line.Drift = d.Drift
-	line.DryRun = p.w.dryRun
-	line.Confirmed = p.confirmed
-	line.WouldDeny = p.shadow() && d.Result == decision.Deny
+	line.DryRun = f.dryRun
+	line.Confirmed = f.confirmed
+	line.WouldDeny = f.req.shadow() && d.Result == decision.Deny
 	line.Snoozed = d.Snooze.Snoozed
 	line.Mode, line.ModeSource = string(d.Mode), string(d.ModeSource)
 	if d.Parent != nil {
@@ -36,7 +35,7 @@ func (i *Interceptor) recordDecision(p *pending, d *decision.Decision) {
 		line.ParentGeneration = d.Parent.Generation
 		line.ParentObservedGeneration = d.Parent.ObservedGeneration
 		line.LifecyclePhase = string(d.Parent.Phase)
-		line.ParentSource = p.parentSource
+		line.ParentSource = f.parent.source
 		line.IsController = d.Actor.IsController
 		line.ControllerDetermined = d.Actor.Determined
 		line.ControllerMethod = string(d.Actor.Method)
@@ -62,41 +61,42 @@ func (i *Interceptor) recordDecision(p *pending, d *decision.Decision) {
 		line.TraceHops = strings.Count(d.Trace, `"kind"`)
 		line.TraceOrigin = d.TraceOrigin
 	}
-	line.ChangedPaths = decisionlog.ChangedPaths(p.changes)
+	line.ChangedPaths = decisionlog.ChangedPaths(f.changes)
 	line.Warnings = d.Warnings
 	i.cfg.Log.Info(decisionlog.Message, zap.Inline(line))
-	i.metrics.observe(p, d)
+	i.metrics.observe(f.req, d, i.cfg.Clock.Since(f.req.start))
 }
 
 // logError records a write the proxy answered with an error of its own:
 // its decision line and its metrics.
-func (i *Interceptor) logError(r *http.Request, p *pending, err error) {
+func (i *Interceptor) logError(f *facts, outcome string, err error) {
 	user := ""
-	if u, ok := request.UserFrom(r.Context()); ok {
-		user = u.GetName()
+	if f.req.user != nil {
+		user = f.req.user.GetName()
 	}
-	line := p.line(user, p.w.info.Name)
+	line := f.line(user, f.req.w.info.Name, outcome, i.cfg.Clock.Since(f.req.start))
 	line.Decision = decisionlog.DecisionError
 	line.Error = err.Error()
 	i.cfg.Log.Info(decisionlog.Message, zap.Inline(line))
-	i.metrics.observeError(p, err)
+	i.metrics.observeError(f.req, err)
 }
 
 // line fills the fields every decision line has.
-func (p *pending) line(user, name string) *decisionlog.Line {
+func (f *facts) line(user, name, outcome string, latency time.Duration) *decisionlog.Line {
+	rq := f.req
 	return &decisionlog.Line{
 		User:         user,
-		FieldManager: p.w.fieldManager,
-		Verb:         p.w.verb,
-		Group:        p.w.gvr.Group,
-		Version:      p.w.gvr.Version,
-		Resource:     p.w.gvr.Resource,
-		Subresource:  p.w.info.Subresource,
-		Namespace:    p.namespace,
+		FieldManager: rq.w.fieldManager,
+		Verb:         rq.w.verb,
+		Group:        rq.w.gvr.Group,
+		Version:      rq.w.gvr.Version,
+		Resource:     rq.w.gvr.Resource,
+		Subresource:  rq.w.info.Subresource,
+		Namespace:    f.namespace,
 		Name:         name,
-		Shadow:       p.shadow(),
-		Controller:   p.controllerName(),
-		Outcome:      p.outcome,
-		Latency:      p.elapsed(),
+		Shadow:       rq.shadow(),
+		Controller:   rq.controllerName(),
+		Outcome:      outcome,
+		Latency:      latency,
 	}
 }

@@ -3,6 +3,7 @@ package intercept
 import (
 	"errors"
 	"strconv"
+	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
@@ -49,20 +50,20 @@ func newMetrics(reg prometheus.Registerer) *metrics {
 	return m
 }
 
-func (m *metrics) observe(p *pending, d *decision.Decision) {
+func (m *metrics) observe(rq *writeRequest, d *decision.Decision, elapsed time.Duration) {
 	if m == nil {
 		return
 	}
-	resource := p.w.gvr.Resource
-	if p.w.gvr.Group != "" {
-		resource = p.w.gvr.Group + "/" + resource
+	resource := rq.w.gvr.Resource
+	if rq.w.gvr.Group != "" {
+		resource = rq.w.gvr.Group + "/" + resource
 	}
-	shadow := strconv.FormatBool(p.shadow())
-	m.decisions.WithLabelValues(string(d.Result), string(d.Category), string(d.Mode), p.controllerName(), resource, shadow).Inc()
-	m.latency.WithLabelValues(string(d.Category), shadow).Observe(p.elapsed().Seconds())
+	shadow := strconv.FormatBool(rq.shadow())
+	m.decisions.WithLabelValues(string(d.Result), string(d.Category), string(d.Mode), rq.controllerName(), resource, shadow).Inc()
+	m.latency.WithLabelValues(string(d.Category), shadow).Observe(elapsed.Seconds())
 }
 
-func (m *metrics) observeError(p *pending, err error) {
+func (m *metrics) observeError(rq *writeRequest, err error) {
 	if m == nil {
 		return
 	}
@@ -71,7 +72,7 @@ func (m *metrics) observeError(p *pending, err error) {
 	if errors.As(err, &status) {
 		code = strconv.Itoa(int(status.Status().Code))
 	}
-	m.errors.WithLabelValues(code, strconv.FormatBool(p.shadow())).Inc()
+	m.errors.WithLabelValues(code, strconv.FormatBool(rq.shadow())).Inc()
 }
 
 func (m *metrics) reservation(outcome string) {

@@ -135,18 +135,12 @@ func (i *Interceptor) readInterceptedBody(w http.ResponseWriter, r *http.Request
 	return data, nil
 }
 
-// readShadowBody reads the body of a shadow controller's write. A body that
-// cannot be read whole is not decided: the request goes upstream as it came
-// (shadow changes nothing), the failure is logged, and ok is false.
-func (i *Interceptor) readShadowBody(w http.ResponseWriter, r *http.Request, p *pending, forward http.Handler) (data []byte, ok bool) {
+// readShadowBody reads the body of a shadow controller's write; an error
+// when it cannot be read whole.
+func (i *Interceptor) readShadowBody(w http.ResponseWriter, r *http.Request) ([]byte, error) {
 	data, tooLarge, err := readBody(w, r, i.cfg.MaxBodyBytes)
-	if err == nil && !tooLarge {
-		return data, true
-	}
-	if err == nil {
+	if err == nil && tooLarge {
 		err = fmt.Errorf("body larger than %d bytes: not decided", i.cfg.MaxBodyBytes)
 	}
-	i.logError(r, p, err)
-	forward.ServeHTTP(w, r)
-	return nil, false
+	return data, err
 }

@@ -1,10 +1,10 @@
 package decision
 
-// The write path's policies that are not about one write's verdict: what
-// to do when a fact cannot be established, which verdicts must be
-// confirmed against kube-apiserver, and what to do when reserving a once
-// approval fails. They are here, pure, so the orchestration only carries
-// them out.
+// The write path's rules that are not about one write's verdict: what to
+// do when a fact cannot be established, which facts a verdict still needs
+// before it is acted on, and what to do when reserving a once approval or
+// the forwarded write meets a change made meanwhile. They are here, pure,
+// so the orchestration only carries them out.
 
 // FailurePolicy is --failure-policy: what happens to a write when a fact
 // the decision needs (the kind, the stored object, the parent) cannot be
@@ -59,6 +59,106 @@ func OnFailure(policy FailurePolicy, kind FailureKind) FailureAction {
 // parent's latest state, so they cost no extra round trip.
 func NeedsConfirmation(d *Decision, parentFromCache bool) bool {
 	return d.Drift && parentFromCache
+}
+
+// Held says which facts of a write are first-hand already, so that no
+// read is made twice.
+type Held struct {
+	// Confirmable: the write is of an object kube-apiserver can dry-run
+	// and the proxy can read (the main resource, or /scale of it).
+	Confirmable bool
+	// MainResource: the write is of the object itself (not a
+	// subresource); only such a write can change its controls.
+	MainResource bool
+	// ChildLive: the stored object was read live.
+	ChildLive bool
+	// ParentFromCache: the parent snapshot comes from the cache.
+	ParentFromCache bool
+	// ChildAccessKnown, ParentAccessKnown: whether the caller may read
+	// the object, and its parents, has been asked.
+	ChildAccessKnown, ParentAccessKnown bool
+	// HasChanges: the write changes desired fields a message may list.
+	HasChanges bool
+}
+
+// Need lists the facts a decision still needs. The reads behind the first
+// three are independent of each other and run together.
+type Need struct {
+	// LiveChild: the stored object, read live, with the write applied to
+	// it again.
+	LiveChild bool
+	// ServerResult: kube-apiserver's own result for the write (a live
+	// read of the object and a server-side dry run of the same request).
+	ServerResult bool
+	// FreshParent: the parent read live.
+	FreshParent bool
+	// ChildAccess, ParentAccess: whether the caller may read the object
+	// (a denial shows stored values only to readers) and its parents (a
+	// denial names them only to readers).
+	ChildAccess, ParentAccess bool
+}
+
+// None reports whether nothing is needed.
+func (n Need) None() bool { return n == Need{} }
+
+// Needs says what d still needs before it is acted on, given what is held.
+// The verdict's own facts come first: who may read what only matters for
+// the message of the verdict that stands.
+func Needs(d *Decision, h Held) Need {
+	var n Need
+	n.LiveChild = d.RecheckController && h.MainResource && !h.ChildLive
+	n.ServerResult = d.ConfirmWithServer && h.Confirmable
+	n.FreshParent = NeedsConfirmation(d, h.ParentFromCache)
+	if n.ServerResult {
+		// The dry run's facts include a live read of the object.
+		n.LiveChild = false
+	}
+	if !n.None() {
+		return n
+	}
+	n.ChildAccess = (d.Drift || d.Result == Deny) && h.HasChanges && !h.ChildAccessKnown
+	n.ParentAccess = (d.Result == Deny || len(d.Warnings) > 0) && !h.ParentAccessKnown
+	return n
+}
+
+// MaxRounds bounds how often one write is decided again on fresh state:
+// after a reservation conflict, or after the proxy's own precondition on
+// the forwarded write failed. Each round reads the state anew.
+const MaxRounds = 3
+
+// ConflictAction is what follows kube-apiserver's 409 for a forwarded
+// write.
+type ConflictAction int
+
+// Conflict actions.
+const (
+	// RelayConflict: the client named the resourceVersion (or the proxy
+	// added none): the 409 is kube-apiserver's answer to the client's own
+	// write, and goes back as it is.
+	RelayConflict ConflictAction = iota
+	// DecideAgainOnFreshState: the 409 is the proxy's precondition,
+	// which the client did not ask for; the object moved since the
+	// decision, so the write is decided again on what is stored now.
+	DecideAgainOnFreshState
+	// RefuseStillMoving: the object kept moving for MaxRounds decisions;
+	// the client gets a retryable answer, never a 409 it did not ask for.
+	RefuseStillMoving
+)
+
+// OnForwardedConflict decides what follows a 409 in round (1-based). A
+// client that sent no resourceVersion asked kube-apiserver to apply its
+// write to the latest object; the proxy adds a precondition only so that
+// drift is never admitted by a race, and when that precondition fails it
+// decides again rather than hand the client a conflict.
+func OnForwardedConflict(preconditionAddedByProxy bool, round int) ConflictAction {
+	switch {
+	case !preconditionAddedByProxy:
+		return RelayConflict
+	case round >= MaxRounds:
+		return RefuseStillMoving
+	default:
+		return DecideAgainOnFreshState
+	}
 }
 
 // ReservationError says how reserving a once approval on the parent failed.
@@ -135,6 +235,46 @@ func OnWriteAnswer(code int) ReservedApprovalAction {
 		return ApprovalRestore
 	default:
 		return ApprovalCheckStored
+	}
+}
+
+// OnCollectionAnswer decides the fate of the once approvals reserved for
+// the objects of a deletecollection from its answer code. kube-apiserver
+// deletes the objects one by one and may fail after some are gone, so
+// only success says that every object went; any other answer is settled
+// per object by what kube-apiserver stores, and only the approvals of
+// objects still stored as they were go back.
+func OnCollectionAnswer(code int) ReservedApprovalAction {
+	if code >= 200 && code < 300 {
+		return ApprovalUsed
+	}
+	return ApprovalCheckStored
+}
+
+// MaxNamedChildren bounds the objects a refused deletecollection names.
+const MaxNamedChildren = 10
+
+// CollectionVerdict combines the decisions of the objects one
+// deletecollection would delete: it stands only if every one of them is
+// allowed. A refused request is never narrowed to the rest: its success
+// would say that everything matching is gone.
+type CollectionVerdict struct {
+	Refused bool
+	// Denied counts the objects that may not be deleted; Blocked holds the
+	// indexes of the first MaxNamedChildren of them.
+	Denied  int
+	Blocked []int
+}
+
+// Add combines the decision of the object at index.
+func (v *CollectionVerdict) Add(index int, d *Decision) {
+	if d.Result != Deny {
+		return
+	}
+	v.Refused = true
+	v.Denied++
+	if len(v.Blocked) < MaxNamedChildren {
+		v.Blocked = append(v.Blocked, index)
 	}
 }
 

@@ -125,3 +125,97 @@ func TestUnderBoth(t *testing.T) {
 		t.Errorf("allowed under both keeps the primary decision and both warnings: %+v", got)
 	}
 }
+
+func TestNeeds(t *testing.T) {
+	confirmable := Held{Confirmable: true, MainResource: true, ParentFromCache: true, HasChanges: true}
+	tests := []struct {
+		name string
+		d    Decision
+		held Held
+		want Need
+	}{
+		{name: "expected: nothing more", d: Decision{Result: Allow, Category: Expected}, held: confirmable},
+		{name: "drift from the cache: the object, the server's result and the parent together",
+			d: Decision{Result: Deny, Drift: true, ConfirmWithServer: true}, held: confirmable,
+			want: Need{ServerResult: true, FreshParent: true}},
+		{name: "drift confirmed, parent live: who may read what, for the message",
+			d: Decision{Result: Deny, Drift: true}, held: Held{MainResource: true, ChildLive: true, HasChanges: true},
+			want: Need{ChildAccess: true, ParentAccess: true}},
+		{name: "a /scale write is confirmed too", d: Decision{Result: Allow, ConfirmWithServer: true},
+			held: Held{Confirmable: true}, want: Need{ServerResult: true}},
+		{name: "a status write is not", d: Decision{Result: Allow, ConfirmWithServer: true}, held: Held{}},
+		{name: "controls changed on a copy that does not name the writer: a live read",
+			d: Decision{Result: Allow, RecheckController: true}, held: Held{MainResource: true}, want: Need{LiveChild: true}},
+		{name: "read live already: not again", d: Decision{Result: Allow, RecheckController: true}, held: Held{MainResource: true, ChildLive: true}},
+		{name: "the server's result includes the live read", d: Decision{Result: Allow, RecheckController: true, ConfirmWithServer: true},
+			held: Held{Confirmable: true, MainResource: true}, want: Need{ServerResult: true}},
+		{name: "a denial without changes asks only about the parent", d: Decision{Result: Deny, Category: Frozen},
+			held: Held{MainResource: true}, want: Need{ParentAccess: true}},
+		{name: "a warning names the parent", d: Decision{Result: Allow, Warnings: []string{"w"}}, held: Held{}, want: Need{ParentAccess: true}},
+		{name: "asked already", d: Decision{Result: Deny, Drift: true},
+			held: Held{HasChanges: true, ChildAccessKnown: true, ParentAccessKnown: true}},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			if got := Needs(&tt.d, tt.held); got != tt.want {
+				t.Errorf("Needs = %+v, want %+v", got, tt.want)
+			}
+		})
+	}
+}
+
+func TestOnForwardedConflict(t *testing.T) {
+	tests := []struct {
+		added bool
+		round int
+		want  ConflictAction
+	}{
+		{false, 1, RelayConflict},
+		{false, MaxRounds, RelayConflict},
+		{true, 1, DecideAgainOnFreshState},
+		{true, MaxRounds - 1, DecideAgainOnFreshState},
+		{true, MaxRounds, RefuseStillMoving},
+	}
+	for _, tt := range tests {
+		if got := OnForwardedConflict(tt.added, tt.round); got != tt.want {
+			t.Errorf("OnForwardedConflict(%v, %d) = %d, want %d", tt.added, tt.round, got, tt.want)
+		}
+	}
+}
+
+func TestOnCollectionAnswer(t *testing.T) {
+	tests := []struct {
+		code int
+		want ReservedApprovalAction
+	}{
+		{200, ApprovalUsed},
+		{409, ApprovalCheckStored},
+		{422, ApprovalCheckStored},
+		{500, ApprovalCheckStored},
+		{0, ApprovalCheckStored},
+	}
+	for _, tt := range tests {
+		if got := OnCollectionAnswer(tt.code); got != tt.want {
+			t.Errorf("OnCollectionAnswer(%d) = %d, want %d", tt.code, got, tt.want)
+		}
+	}
+}
+
+func TestCollectionVerdict(t *testing.T) {
+	var v CollectionVerdict
+	for i := range 3 * MaxNamedChildren {
+		d := Decision{Result: Allow}
+		if i%2 == 1 {
+			d.Result = Deny
+		}
+		v.Add(i, &d)
+	}
+	if !v.Refused || v.Denied != 3*MaxNamedChildren/2 || len(v.Blocked) != MaxNamedChildren || v.Blocked[0] != 1 || v.Blocked[1] != 3 {
+		t.Errorf("verdict %+v: want refused, %d denied, the first %d named from index 1", v, 3*MaxNamedChildren/2, MaxNamedChildren)
+	}
+	var allowed CollectionVerdict
+	allowed.Add(0, &Decision{Result: Allow})
+	if allowed.Refused || allowed.Denied != 0 {
+		t.Errorf("an allowed object refused the collection: %+v", allowed)
+	}
+}

@@ -1,19 +1,25 @@
 // Acting on a decision: refusing with a Status, the request to forward
 // (annotations written into the body, the precondition the decision rests
-// on), DriftReports, and what the proxy learns from a status write it
-// forwarded.
+// on), the port that forwards it, and what follows success: the parent
+// writes, DriftReports, and what the proxy learns from a status write.
 
 package intercept
 
 import (
+	"bytes"
+	"context"
+	"encoding/json"
 	"errors"
+	"fmt"
 	"net/http"
 	"strconv"
 	"strings"
 
+	"go.uber.org/zap"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/apimachinery/pkg/util/validation/field"
 
 	"github.com/kausality-io/kausality-proxy/intercept/annotations"
@@ -148,8 +154,67 @@ func (i *Interceptor) afterSuccess(f *facts, d *decision.Decision) {
 		i.learnStatus(f)
 	}
 	i.sideWrites(d.ParentWrites)
-	i.traceScaled(f, d)
+	if f.req.w.sub == scaleSubresource {
+		i.traceScaled(f, d)
+	}
 	i.report(f, d)
+}
+
+// sideWrites records controller identity and the lifecycle phase on
+// parents after the triggering write succeeded. They run in the
+// background: the caller's write is done and must not wait or fail on them.
+func (i *Interceptor) sideWrites(writes []decision.SideWrite) {
+	for _, sw := range writes {
+		if sw.AnnotationChanges.Empty() {
+			continue
+		}
+		sw := sw
+		go func() {
+			ctx, cancel := context.WithTimeout(context.Background(), i.cfg.SideWriteTimeout)
+			defer cancel()
+			if err := i.applySideWrite(ctx, sw); err != nil {
+				i.cfg.Log.Warn("side write failed", zap.String("target", sw.Target.String()),
+					zap.Strings("reasons", sw.Reasons), zap.Error(err))
+			}
+		}()
+	}
+}
+
+// maxSideWriteAttempts bounds the rebase loop of one side write.
+const maxSideWriteAttempts = 5
+
+// applySideWrite writes sw to its target from fresh state, under a
+// resourceVersion precondition: a person's edit that lands in between is
+// rebased on, never overwritten.
+func (i *Interceptor) applySideWrite(ctx context.Context, sw decision.SideWrite) error {
+	ri, err := i.resourceFor(sw.Target)
+	if err != nil {
+		return err
+	}
+	for attempt := 1; ; attempt++ {
+		fresh, err := ri.Get(ctx, sw.Target.Name, metav1.GetOptions{})
+		if apierrors.IsNotFound(err) {
+			return nil
+		}
+		if err != nil {
+			return err
+		}
+		changes := sw.RebaseOn(fresh)
+		if changes.Empty() {
+			return nil
+		}
+		data, err := annotationPatch(changes.Pointers(), fresh.GetResourceVersion())
+		if err != nil {
+			return err
+		}
+		_, err = ri.Patch(ctx, sw.Target.Name, types.MergePatchType, data, metav1.PatchOptions{FieldManager: FieldManager})
+		if err == nil || apierrors.IsNotFound(err) {
+			return nil
+		}
+		if !apierrors.IsConflict(err) || attempt >= maxSideWriteAttempts {
+			return err
+		}
+	}
 }
 
 // formatWarning renders an RFC 7234 warning as kube-apiserver does.
@@ -163,4 +228,185 @@ func formatWarning(text string) string {
 	// kubectl unquotes the text before it prints it: escape sequences
 	// taken from annotations or names must arrive escaped.
 	return `299 - ` + strconv.Quote(annotations.Printable(text))
+}
+
+// The one port through which the write path reaches kube-apiserver as the
+// caller: the write itself, and server-side dry runs of it. Only the
+// orchestration (serve.go) calls it; the proxy's own reads and writes go
+// through the object store and the writer client instead.
+
+// upstream sends requests to kube-apiserver as the caller.
+type upstream interface {
+	// send forwards r and writes kube-apiserver's answer to w.
+	send(w http.ResponseWriter, r *http.Request)
+	// dryRun sends r with body data as a server-side dry run and holds
+	// kube-apiserver's answer, at most limit bytes of it.
+	dryRun(r *http.Request, data []byte, limit int) (*bufferedResponse, error)
+}
+
+// forwarder is the upstream of the proxy's handler chain.
+type forwarder struct{ next http.Handler }
+
+func (f forwarder) send(w http.ResponseWriter, r *http.Request) { f.next.ServeHTTP(w, r) }
+
+func (f forwarder) dryRun(r *http.Request, data []byte, limit int) (*bufferedResponse, error) {
+	dry, err := dryRunOf(r, data)
+	if err != nil {
+		return nil, err
+	}
+	answer := newBufferedResponse(limit)
+	f.next.ServeHTTP(answer, dry)
+	return answer, nil
+}
+
+// dryRunOf is req as a server-side dry run, with body data. The dryRun
+// goes where kube-apiserver reads it: a DELETE with a body takes its
+// options from the body alone (a dryRun in the query next to a body is
+// ignored, and the "dry run" would delete).
+func dryRunOf(req *http.Request, data []byte) (*http.Request, error) {
+	dry := req.Clone(req.Context())
+	dry.RequestURI = ""
+	if req.Method == http.MethodDelete && len(data) > 0 {
+		opts, err := deleteOptionsOf(req, data)
+		if err != nil {
+			return nil, err
+		}
+		opts.DryRun = []string{metav1.DryRunAll}
+		opts.TypeMeta = metav1.TypeMeta{APIVersion: metav1.SchemeGroupVersion.String(), Kind: "DeleteOptions"}
+		if data, err = json.Marshal(opts); err != nil {
+			return nil, apierrors.NewInternalError(err)
+		}
+		dry.Header.Set("Content-Type", "application/json")
+	} else {
+		q := dry.URL.Query()
+		q.Set("dryRun", metav1.DryRunAll)
+		dry.URL.RawQuery = q.Encode()
+	}
+	restoreBody(dry, data)
+	return dry, nil
+}
+
+// conflictCatcher passes an answer through to the client, except a 409
+// when hold is set: that one is kept from the client (headers included),
+// so that the write can be decided again.
+type conflictCatcher struct {
+	w      http.ResponseWriter
+	hold   bool
+	header http.Header
+	code   int
+	held   bool
+}
+
+func newConflictCatcher(w http.ResponseWriter, hold bool) *conflictCatcher {
+	return &conflictCatcher{w: w, hold: hold, header: http.Header{}}
+}
+
+func (c *conflictCatcher) Header() http.Header {
+	if c.code != 0 && !c.held {
+		return c.w.Header()
+	}
+	return c.header
+}
+
+func (c *conflictCatcher) WriteHeader(code int) {
+	if c.code != 0 || code >= 100 && code < 200 {
+		if !c.held {
+			c.w.WriteHeader(code)
+		}
+		return
+	}
+	c.code = code
+	if c.hold && code == http.StatusConflict {
+		c.held = true
+		return
+	}
+	for k, vs := range c.header {
+		c.w.Header()[k] = vs
+	}
+	c.w.WriteHeader(code)
+}
+
+func (c *conflictCatcher) Write(p []byte) (int, error) {
+	if c.code == 0 {
+		c.WriteHeader(http.StatusOK)
+	}
+	if c.held {
+		return len(p), nil
+	}
+	return c.w.Write(p)
+}
+
+func (c *conflictCatcher) Flush() {
+	if !c.held && c.code != 0 {
+		_ = http.NewResponseController(c.w).Flush()
+	}
+}
+
+func (c *conflictCatcher) Unwrap() http.ResponseWriter { return c.w }
+
+// bufferedResponse holds an answer that may or may not be relayed.
+type bufferedResponse struct {
+	header    http.Header
+	code      int
+	body      bytes.Buffer
+	limit     int
+	truncated bool
+}
+
+func newBufferedResponse(limit int) *bufferedResponse {
+	return &bufferedResponse{header: http.Header{}, limit: limit}
+}
+
+func (b *bufferedResponse) Header() http.Header { return b.header }
+
+func (b *bufferedResponse) WriteHeader(code int) {
+	// An informational 1xx is not the answer; the final status follows.
+	if b.code == 0 && (code < 100 || code >= 200) {
+		b.code = code
+	}
+}
+
+func (b *bufferedResponse) Write(p []byte) (int, error) {
+	if b.code == 0 {
+		b.code = http.StatusOK
+	}
+	if room := b.limit - b.body.Len(); room < len(p) {
+		b.truncated = true
+		b.body.Write(p[:max(room, 0)])
+		return len(p), nil
+	}
+	return b.body.Write(p)
+}
+
+// succeeded reports a 2xx answer.
+func (b *bufferedResponse) succeeded() bool { return b.code >= 200 && b.code < 300 }
+
+// replay writes the held answer to w, or a Status saying what happened when
+// it was too large to hold.
+func (b *bufferedResponse) replay(w http.ResponseWriter, writeError ErrorWriter) {
+	if b.truncated || b.code == 0 {
+		code := int32(http.StatusBadGateway)
+		if b.code >= 400 && b.code <= 599 {
+			code = int32(b.code)
+		}
+		writeError(w, &apierrors.StatusError{ErrStatus: metav1.Status{Status: metav1.StatusFailure, Code: code,
+			Message: fmt.Sprintf("kube-apiserver refused a dry run of this write with %d, and its answer was too large to relay; nothing was written", b.code)}})
+		return
+	}
+	for k, vs := range b.header {
+		if strings.EqualFold(k, "Content-Length") {
+			continue
+		}
+		w.Header()[k] = vs
+	}
+	w.WriteHeader(b.code)
+	_, _ = w.Write(b.body.Bytes())
+}
+
+// refusedByServer is a dry run kube-apiserver refused: the write itself
+// would be refused the same way, and its answer is relayed.
+type refusedByServer struct{ answer *bufferedResponse }
+
+func (e *refusedByServer) Error() string {
+	return fmt.Sprintf("kube-apiserver refused a dry run of this write with %d", e.answer.code)
 }

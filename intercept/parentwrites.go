@@ -1,6 +1,6 @@
-// Writes the proxy makes to parents with its own credentials: reserving
-// and restoring once approvals, and recording controller identity and the
-// lifecycle phase after a successful write.
+// Writes the proxy makes to parents with its own credentials for once
+// approvals: taking one off before its write is forwarded, putting it back
+// when the write did not land, and taking a settled reservation's name off.
 
 package intercept
 
@@ -183,61 +183,4 @@ func nilIfEmpty(s string) *string {
 		return nil
 	}
 	return &s
-}
-
-// sideWrites records controller identity and the lifecycle phase on
-// parents after the triggering write succeeded. They run in the
-// background: the caller's write is done and must not wait or fail on them.
-func (i *Interceptor) sideWrites(writes []decision.SideWrite) {
-	for _, sw := range writes {
-		if sw.AnnotationChanges.Empty() {
-			continue
-		}
-		sw := sw
-		go func() {
-			ctx, cancel := context.WithTimeout(context.Background(), i.cfg.SideWriteTimeout)
-			defer cancel()
-			if err := i.applySideWrite(ctx, sw); err != nil {
-				i.cfg.Log.Warn("side write failed", zap.String("target", sw.Target.String()),
-					zap.Strings("reasons", sw.Reasons), zap.Error(err))
-			}
-		}()
-	}
-}
-
-// maxSideWriteAttempts bounds the rebase loop of one side write.
-const maxSideWriteAttempts = 5
-
-// applySideWrite writes sw to its target from fresh state, under a
-// resourceVersion precondition: a person's edit that lands in between is
-// rebased on, never overwritten.
-func (i *Interceptor) applySideWrite(ctx context.Context, sw decision.SideWrite) error {
-	ri, err := i.resourceFor(sw.Target)
-	if err != nil {
-		return err
-	}
-	for attempt := 1; ; attempt++ {
-		fresh, err := ri.Get(ctx, sw.Target.Name, metav1.GetOptions{})
-		if apierrors.IsNotFound(err) {
-			return nil
-		}
-		if err != nil {
-			return err
-		}
-		changes := sw.RebaseOn(fresh)
-		if changes.Empty() {
-			return nil
-		}
-		data, err := annotationPatch(changes.Pointers(), fresh.GetResourceVersion())
-		if err != nil {
-			return err
-		}
-		_, err = ri.Patch(ctx, sw.Target.Name, types.MergePatchType, data, metav1.PatchOptions{FieldManager: FieldManager})
-		if err == nil || apierrors.IsNotFound(err) {
-			return nil
-		}
-		if !apierrors.IsConflict(err) || attempt >= maxSideWriteAttempts {
-			return err
-		}
-	}
 }

@@ -400,7 +400,7 @@ func (b *bufferedResponse) replay(w http.ResponseWriter, writeError ErrorWriter)
 		w.Header()[k] = vs
 	}
 	w.WriteHeader(b.code)
-	_, _ = w.Write(b.body.Bytes())
+	_, _ = w.Write(b.body.Bytes()) //nolint:gosec // G705: kube-apiserver's own answer, relayed as the reverse proxy relays it
 }
 
 // refusedByServer is a dry run kube-apiserver refused: the write itself

@@ -2,6 +2,7 @@ package e2e
 
 import (
 	"context"
+	"encoding/json"
 	"fmt"
 	"math/rand/v2"
 	"sync"
@@ -10,88 +11,79 @@ import (
 	"time"
 
 	autoscalingv1 "k8s.io/api/autoscaling/v1"
+	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/types"
-	"k8s.io/client-go/dynamic"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/utils/ptr"
-
-	"github.com/kausality-io/kausality-proxy/e2e/framework"
 )
 
 // contractRaces is how often each write shape races another writer.
 const contractRaces = 50
 
 // contractWrite is one write shape a controller sends without a
-// resourceVersion, of a Gadget whose spec.value it sets to value.
+// resourceVersion, of ConfigMap "cm" whose data.v it sets to value.
+// (Custom resources refuse an update without a resourceVersion; built-in
+// kinds apply it to the latest object.)
 type contractWrite struct {
 	name  string
-	write func(c dynamic.ResourceInterface, value string) error
+	write func(c kubernetes.Interface, value string) error
 }
 
-func contractGadgetWrites(f *wgFamily) []contractWrite {
+func contractWrites(f *wgFamily) []contractWrite {
 	ctx := context.Background()
-	owner := f.ownerRef()
-	gadget := func(value string) *unstructured.Unstructured {
-		g := &unstructured.Unstructured{Object: map[string]any{
-			"apiVersion": wgAPIVersion, "kind": "Gadget",
-			"metadata": map[string]any{"name": "g", "namespace": f.ns},
-			"spec":     map[string]any{"value": value},
-		}}
-		g.SetOwnerReferences([]metav1.OwnerReference{owner})
-		return g
+	cm := func(value string) *corev1.ConfigMap {
+		return &corev1.ConfigMap{
+			TypeMeta:   metav1.TypeMeta{APIVersion: "v1", Kind: "ConfigMap"},
+			ObjectMeta: metav1.ObjectMeta{Name: "cm", Namespace: f.ns, OwnerReferences: []metav1.OwnerReference{f.ownerRef()}},
+			Data:       map[string]string{"v": value},
+		}
 	}
 	return []contractWrite{
-		{"an unconditional PUT", func(c dynamic.ResourceInterface, value string) error {
-			_, err := c.Update(ctx, gadget(value), metav1.UpdateOptions{FieldManager: wgManager})
+		{"an unconditional PUT", func(c kubernetes.Interface, value string) error {
+			_, err := c.CoreV1().ConfigMaps(f.ns).Update(ctx, cm(value), metav1.UpdateOptions{FieldManager: wgManager})
 			return err
 		}},
-		{"a merge patch without a resourceVersion", func(c dynamic.ResourceInterface, value string) error {
-			_, err := c.Patch(ctx, "g", types.MergePatchType, []byte(`{"spec":{"value":"`+value+`"}}`), metav1.PatchOptions{FieldManager: wgManager})
+		{"a merge patch without a resourceVersion", func(c kubernetes.Interface, value string) error {
+			_, err := c.CoreV1().ConfigMaps(f.ns).Patch(ctx, "cm", types.MergePatchType, []byte(`{"data":{"v":"`+value+`"}}`), metav1.PatchOptions{FieldManager: wgManager})
 			return err
 		}},
-		{"a server-side apply", func(c dynamic.ResourceInterface, value string) error {
-			data, err := gadget(value).MarshalJSON()
+		{"a server-side apply", func(c kubernetes.Interface, value string) error {
+			data, err := json.Marshal(cm(value))
 			if err != nil {
 				return err
 			}
-			_, err = c.Patch(ctx, "g", types.ApplyPatchType, data, metav1.PatchOptions{FieldManager: wgManager, Force: ptr.To(true)})
+			_, err = c.CoreV1().ConfigMaps(f.ns).Patch(ctx, "cm", types.ApplyPatchType, data, metav1.PatchOptions{FieldManager: wgManager, Force: ptr.To(true)})
 			return err
 		}},
 	}
 }
 
-// labelRacer changes a label of an object straight at kube-apiserver, as
-// fast as it takes it, until stop is called: every change moves the
-// resourceVersion a write through the proxy may have been decided on.
-// stop returns how many changes landed.
-func labelRacer(t *testing.T, patch func(data []byte) error) (stop func() int) {
+// raced runs write while another writer changes the object straight at
+// kube-apiserver once, a few milliseconds in: the change lands between
+// the proxy's reads and its forward as often as not.
+func raced(t *testing.T, change func() error, write func() error) error {
 	t.Helper()
-	done := make(chan struct{})
 	var wg sync.WaitGroup
-	var landed atomic.Int64
-	for w := range 2 {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			for n := 0; ; n++ {
-				select {
-				case <-done:
-					return
-				default:
-				}
-				if patch([]byte(fmt.Sprintf(`{"metadata":{"labels":{"racer-%d":"%d"}}}`, w, n))) == nil {
-					landed.Add(1)
-				}
-			}
-		}()
-	}
-	return func() int {
-		close(done)
-		wg.Wait()
-		return int(landed.Load())
+	wg.Add(1)
+	go func() {
+		defer wg.Done()
+		time.Sleep(time.Duration(rand.IntN(15)) * time.Millisecond)
+		if err := change(); err != nil {
+			t.Errorf("the other writer's change: %v", err)
+		}
+	}()
+	err := write()
+	wg.Wait()
+	return err
+}
+
+// relabel is another writer's change of a label, new each time.
+func relabel(patch func(data []byte) error) func() error {
+	var n atomic.Int64
+	return func() error {
+		return patch([]byte(fmt.Sprintf(`{"metadata":{"labels":{"other-writer":"%d"}}}`, n.Add(1))))
 	}
 }
 
@@ -112,77 +104,85 @@ func contractOutcomes(t *testing.T, mark int, resource, ns, name string) map[str
 // another writer moved the object in between, it decides again on fresh
 // state instead of answering a 409 the client did not ask for.
 func TestContractNoNewConflicts(t *testing.T) {
+	ctx := context.Background()
 	f := newWGFamily(t, "contract", "enforce")
-	_, err := f.createGadget("g", "a", false)
-	mustf(t, err, "the controller creates Gadget g")
+	writes := contractWrites(f)
+	_, err := f.ctrl.kube.CoreV1().ConfigMaps(f.ns).Create(ctx, &corev1.ConfigMap{
+		ObjectMeta: metav1.ObjectMeta{Name: "cm", OwnerReferences: []metav1.OwnerReference{f.ownerRef()}},
+		Data:       map[string]string{"v": "a"},
+	}, metav1.CreateOptions{FieldManager: wgManager})
+	mustf(t, err, "the controller creates ConfigMap cm")
 	f.initialize()
-	f.settleGadget("g", "Deny/DriftUnapproved")
-	direct := f.admin.Resource(framework.GadgetGVR).Namespace(f.ns)
+	f.settle("Deny/DriftUnapproved", func() error {
+		_, err := f.ctrl.kube.CoreV1().ConfigMaps(f.ns).Patch(ctx, "cm", types.MergePatchType, []byte(`{"data":{"v":"probe"}}`),
+			metav1.PatchOptions{FieldManager: wgManager, DryRun: []string{metav1.DryRunAll}})
+		return err
+	})
+	admin := directClient(t)
+	direct := admin.CoreV1().ConfigMaps(f.ns)
 	racePatch := func(data []byte) error {
-		_, err := direct.Patch(context.Background(), "g", types.MergePatchType, data, metav1.PatchOptions{})
+		_, err := direct.Patch(ctx, "cm", types.MergePatchType, data, metav1.PatchOptions{})
 		return err
 	}
+	value := func() string {
+		cm, err := direct.Get(ctx, "cm", metav1.GetOptions{})
+		mustf(t, err, "reading ConfigMap cm")
+		return cm.Data["v"]
+	}
 
-	for _, w := range contractGadgetWrites(f) {
+	for _, w := range writes {
 		t.Run(w.name+", racing another writer: kube-apiserver's answers", func(t *testing.T) {
 			mark := wgMark(t)
 			for _, via := range []struct {
 				name   string
-				client dynamic.ResourceInterface
-			}{{"directly", direct}, {"through the proxy", f.gadgets(f.ctrl)}} {
-				stop := labelRacer(t, racePatch)
+				client kubernetes.Interface
+			}{{"directly", admin}, {"through the proxy", f.ctrl.kube}} {
 				var failures []error
 				for range contractRaces {
 					// What is stored already: no desired change, confirmed
 					// with kube-apiserver because the parent would hold one.
-					if err := w.write(via.client, "a"); err != nil {
+					if err := raced(t, relabel(racePatch), func() error { return w.write(via.client, "a") }); err != nil {
 						failures = append(failures, err)
 					}
 				}
-				landed := stop()
-				t.Logf("%s: %d writes, %d of the other writer's changes landed meanwhile", via.name, contractRaces, landed)
 				if len(failures) > 0 {
 					t.Errorf("%s: %d of %d writes failed; kube-apiserver alone applies every one: %v", via.name, len(failures), contractRaces, failures)
 				}
 			}
-			t.Logf("decisions through the proxy by outcome: %v", contractOutcomes(t, mark, "gadgets", f.ns, "g"))
+			t.Logf("decisions through the proxy by outcome: %v", contractOutcomes(t, mark, "configmaps", f.ns, "cm"))
 		})
 
 		t.Run(w.name+", racing a person's edit: the drift stays held", func(t *testing.T) {
 			mark := wgMark(t)
-			var answers []error
+			held := 0
 			for round := range contractRaces {
-				_, err := direct.Patch(context.Background(), "g", types.MergePatchType, []byte(`{"spec":{"value":"a"}}`), metav1.PatchOptions{})
-				mustf(t, err, "round %d: the value is a again", round)
+				mustf(t, racePatch([]byte(`{"data":{"v":"a"}}`)), "round %d: the value is a again", round)
 				var wg sync.WaitGroup
 				wg.Add(1)
 				go func() {
 					defer wg.Done()
 					time.Sleep(time.Duration(rand.IntN(15)) * time.Millisecond)
-					_, err := direct.Patch(context.Background(), "g", types.MergePatchType, []byte(`{"spec":{"value":"b"}}`), metav1.PatchOptions{})
-					mustf(t, err, "round %d: a person sets the value to b", round)
+					if err := racePatch([]byte(`{"data":{"v":"b"}}`)); err != nil {
+						t.Errorf("round %d: a person sets the value to b: %v", round, err)
+					}
 				}()
 				// The controller writes a, what is stored until the
 				// person's edit lands: after it, the same write reverts
 				// the person's edit, which is drift.
-				err = w.write(f.gadgets(f.ctrl), "a")
+				err := w.write(f.ctrl.kube, "a")
 				wg.Wait()
-				answers = append(answers, err)
-				if got := f.gadgetValue("g"); got != "b" {
-					t.Fatalf("round %d: the value is %q after the person set b: the controller's revert was admitted (its answer: %v)", round, got, err)
-				}
-			}
-			held := 0
-			for _, err := range answers {
 				switch {
 				case err == nil:
 				case apierrors.IsForbidden(err):
 					held++
 				default:
-					t.Errorf("an answer neither kube-apiserver's nor a drift denial: %v", err)
+					t.Errorf("round %d: an answer neither kube-apiserver's nor a drift denial: %v", round, err)
+				}
+				if got := value(); got != "b" {
+					t.Fatalf("round %d: the value is %q after the person set b: the controller's revert was admitted (its answer: %v)", round, got, err)
 				}
 			}
-			t.Logf("%d of %d writes held as drift; decisions by outcome: %v", held, contractRaces, contractOutcomes(t, mark, "gadgets", f.ns, "g"))
+			t.Logf("%d of %d writes held as drift; decisions by outcome: %v", held, contractRaces, contractOutcomes(t, mark, "configmaps", f.ns, "cm"))
 			if held == 0 {
 				t.Error("no write was held: the race never reached the person's edit")
 			}
@@ -238,15 +238,13 @@ func TestContractScaleWrites(t *testing.T) {
 	for _, s := range scales {
 		t.Run(s.name+", racing another writer: kube-apiserver's answers", func(t *testing.T) {
 			mark := wgMark(t)
-			stop := labelRacer(t, racePatch)
 			var failures []error
 			for range contractRaces {
-				if err := s.write(f.ctrl.kube, 0); err != nil {
+				if err := raced(t, relabel(racePatch), func() error { return s.write(f.ctrl.kube, 0) }); err != nil {
 					failures = append(failures, err)
 				}
 			}
-			landed := stop()
-			t.Logf("%d of the other writer's changes landed meanwhile; decisions by outcome: %v", landed, contractOutcomes(t, mark, "deployments", f.ns, f.widget))
+			t.Logf("decisions by outcome: %v", contractOutcomes(t, mark, "deployments", f.ns, f.widget))
 			if len(failures) > 0 {
 				t.Errorf("%d of %d writes failed; kube-apiserver alone applies every one: %v", len(failures), contractRaces, failures)
 			}
@@ -265,7 +263,9 @@ func TestContractScaleWrites(t *testing.T) {
 				go func() {
 					defer wg.Done()
 					time.Sleep(time.Duration(rand.IntN(15)) * time.Millisecond)
-					mustf(t, setReplicas(2), "round %d: a person scales to 2", round)
+					if err := setReplicas(2); err != nil {
+						t.Errorf("round %d: a person scales to 2: %v", round, err)
+					}
 				}()
 				err := s.write(f.ctrl.kube, 0)
 				wg.Wait()

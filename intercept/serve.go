@@ -259,7 +259,6 @@ func (i *Interceptor) forward(x exchange, f *facts, d *decision.Decision, out fo
 		}
 		switch decision.OnForwardedConflict(true, round) {
 		case decision.RefuseStillMoving:
-			i.recordDecision(f, d, "still-moving")
 			x.w.Header().Set("Retry-After", "1")
 			return false, stillMoving(f.req.w, "the object")
 		default:

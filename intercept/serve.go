@@ -19,6 +19,7 @@ import (
 	"strconv"
 
 	"go.uber.org/zap"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 
 	"github.com/kausality-io/kausality-proxy/intercept/decision"
 	"github.com/kausality-io/kausality-proxy/internal/httpx"
@@ -51,6 +52,10 @@ func (i *Interceptor) fail(x exchange, f *facts, err error) {
 		return
 	}
 	i.logError(f, "error", err)
+	if apierrors.IsTooManyRequests(err) {
+		// client-go retries a 429 that says when, by itself.
+		x.w.Header().Set("Retry-After", "1")
+	}
 	x.writeError(x.w, err)
 }
 
@@ -259,7 +264,6 @@ func (i *Interceptor) forward(x exchange, f *facts, d *decision.Decision, out fo
 		}
 		switch decision.OnForwardedConflict(true, round) {
 		case decision.RefuseStillMoving:
-			x.w.Header().Set("Retry-After", "1")
 			return false, stillMoving(f.req.w, "the object")
 		default:
 			i.recordDecision(f, d, "decide-again")

@@ -125,6 +125,7 @@ func (i *Interceptor) serveOne(x exchange, rq *writeRequest) {
 		return
 	}
 	preflighted := false
+rounds:
 	for round := 1; ; round++ {
 		var d decision.Decision
 		f, d, err = i.decideOnFacts(x.r, f, x.up)
@@ -139,45 +140,47 @@ func (i *Interceptor) serveOne(x exchange, rq *writeRequest) {
 		case err != nil:
 			i.fail(x, &f, err)
 			return
-		case d.Result == decision.Deny:
-			i.deny(x.w, &f, &d, x.writeError)
-			return
 		}
-		out, err := prepare(x.r, &f, &d)
-		if err != nil {
-			i.fail(x, &f, err)
-			return
-		}
-		var reserved *reservedWrite
-		if d.ConsumeOnce && d.ApprovalsUpdate != nil && !f.dryRun {
-			// A once approval is written off the parent before the write
-			// is forwarded. That is a write with the proxy's credentials,
-			// so it is made only for a write kube-apiserver is going to
-			// accept: a dry run as the caller answers that first.
-			if !preflighted {
+		var (
+			out      forwarded
+			reserved *reservedWrite
+		)
+		for _, step := range decision.StepsFor(&d, f.dryRun, preflighted) {
+			switch step {
+			case decision.StepRefuse:
+				i.deny(x.w, &f, &d, x.writeError)
+				return
+			case decision.StepPrepare:
+				if out, err = prepare(x.r, &f, &d); err != nil {
+					i.fail(x, &f, err)
+					return
+				}
+			case decision.StepPreflight:
 				if !i.preflight(x, out.req) {
 					i.recordDecision(&f, &d, "dry-run-refused")
 					return
 				}
 				preflighted = true
-			}
-			rw, err := i.reserve(x.r.Context(), &f, d.ApprovalsUpdate)
-			if err != nil {
-				if f, err = i.afterReservationError(x, f, &d, err, round); err != nil {
+			case decision.StepReserve:
+				rw, err := i.reserve(x.r.Context(), &f, d.ApprovalsUpdate)
+				if err != nil {
+					if f, err = i.afterReservationError(x, f, &d, err, round); err != nil {
+						i.fail(x, &f, err)
+						return
+					}
+					continue rounds
+				}
+				reserved = &rw
+			case decision.StepForward:
+				again, err := i.forward(x, &f, &d, out, reserved, round)
+				if err != nil {
 					i.fail(x, &f, err)
 					return
 				}
-				continue
+				if !again {
+					return
+				}
 			}
-			reserved = &rw
-		}
-		again, err := i.forward(x, &f, &d, out, reserved, round)
-		if err != nil {
-			i.fail(x, &f, err)
-			return
-		}
-		if !again {
-			return
 		}
 		// The proxy's precondition failed: the object moved since the
 		// decision. Decide again on what is stored now.

@@ -121,6 +121,44 @@ func Needs(d *Decision, h Held) Need {
 	return n
 }
 
+// Step is one thing done with a decided write.
+type Step int
+
+// Steps, in the order they are done.
+const (
+	// StepRefuse answers the denial; nothing is forwarded.
+	StepRefuse Step = iota
+	// StepPrepare builds the request to forward: the child's annotations
+	// written into the body, and the resourceVersion the verdict was
+	// confirmed on.
+	StepPrepare
+	// StepPreflight dry-runs the prepared request as the caller: the
+	// proxy writes a parent with its own credentials only for a write
+	// kube-apiserver is going to accept.
+	StepPreflight
+	// StepReserve takes the once approval off its parent.
+	StepReserve
+	// StepForward forwards the prepared request; after success come the
+	// parent writes and the report.
+	StepForward
+)
+
+// StepsFor is what is done with d: refused, or prepared and forwarded, a
+// once approval reserved in between (after one preflight per write; a
+// dry run consumes nothing).
+func StepsFor(d *Decision, dryRun, preflighted bool) []Step {
+	switch {
+	case d.Result == Deny:
+		return []Step{StepRefuse}
+	case !d.ConsumeOnce || d.ApprovalsUpdate == nil || dryRun:
+		return []Step{StepPrepare, StepForward}
+	case preflighted:
+		return []Step{StepPrepare, StepReserve, StepForward}
+	default:
+		return []Step{StepPrepare, StepPreflight, StepReserve, StepForward}
+	}
+}
+
 // MaxRounds bounds how often one write is decided again on fresh state:
 // after a reservation conflict, or after the proxy's own precondition on
 // the forwarded write failed. Each round reads the state anew.

@@ -1,6 +1,9 @@
 package decision
 
-import "testing"
+import (
+	"slices"
+	"testing"
+)
 
 func TestOnFailure(t *testing.T) {
 	tests := []struct {
@@ -217,5 +220,32 @@ func TestCollectionVerdict(t *testing.T) {
 	allowed.Add(0, &Decision{Result: Allow})
 	if allowed.Refused || allowed.Denied != 0 {
 		t.Errorf("an allowed object refused the collection: %+v", allowed)
+	}
+}
+
+func TestStepsFor(t *testing.T) {
+	once := &ApprovalsUpdate{}
+	tests := []struct {
+		name        string
+		d           Decision
+		dryRun      bool
+		preflighted bool
+		want        []Step
+	}{
+		{name: "denied", d: Decision{Result: Deny}, want: []Step{StepRefuse}},
+		{name: "allowed", d: Decision{Result: Allow}, want: []Step{StepPrepare, StepForward}},
+		{name: "a once approval", d: Decision{Result: Allow, ConsumeOnce: true, ApprovalsUpdate: once},
+			want: []Step{StepPrepare, StepPreflight, StepReserve, StepForward}},
+		{name: "a once approval, preflighted in an earlier round", d: Decision{Result: Allow, ConsumeOnce: true, ApprovalsUpdate: once},
+			preflighted: true, want: []Step{StepPrepare, StepReserve, StepForward}},
+		{name: "a dry run consumes nothing", d: Decision{Result: Allow, ConsumeOnce: true, ApprovalsUpdate: once}, dryRun: true,
+			want: []Step{StepPrepare, StepForward}},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			if got := StepsFor(&tt.d, tt.dryRun, tt.preflighted); !slices.Equal(got, tt.want) {
+				t.Errorf("StepsFor = %v, want %v", got, tt.want)
+			}
+		})
 	}
 }

@@ -237,6 +237,7 @@ func TestContractScaleWrites(t *testing.T) {
 	}
 	for _, s := range scales {
 		t.Run(s.name+", racing another writer: kube-apiserver's answers", func(t *testing.T) {
+			mustf(t, setReplicas(0), "replicas 0, as the controller writes them")
 			mark := wgMark(t)
 			var failures []error
 			for range contractRaces {

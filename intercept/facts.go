@@ -34,6 +34,7 @@ import (
 	"github.com/kausality-io/kausality-proxy/intercept/decision"
 	"github.com/kausality-io/kausality-proxy/intercept/desired"
 	"github.com/kausality-io/kausality-proxy/intercept/history"
+	"github.com/kausality-io/kausality-proxy/intercept/objects"
 	"github.com/kausality-io/kausality-proxy/intercept/patch"
 	"github.com/kausality-io/kausality-proxy/intercept/policy"
 	"github.com/kausality-io/kausality-proxy/intercept/settle"
@@ -169,13 +170,13 @@ func (i *Interceptor) gather(ctx context.Context, rq *writeRequest, data []byte,
 		}
 	}
 	if f.op != decision.Create {
-		old, err := i.storedObject(ctx, &f)
+		old, live, err := i.storedObject(ctx, &f)
 		switch {
 		case apierrors.IsNotFound(err):
 		case err != nil:
 			return f, i.unresolvable(fmt.Errorf("reading the stored %s %s: %w", kind.Kind, qualifiedName(f.namespace, wr.info.Name), err))
 		default:
-			f.old = old
+			f.old, f.childLive = old, live
 		}
 	}
 	if f, err = i.withEffectiveObject(ctx, f); err != nil {
@@ -353,20 +354,21 @@ func (i *Interceptor) parentFactsOf(ctx context.Context, f *facts, parent *unstr
 	return pf
 }
 
-// storedObject reads the object the write applies to. An update carries
-// the resourceVersion it was based on (in sent); when the cache holds an
-// older one the cache is behind, and a live read gives the real stored
-// object.
-func (i *Interceptor) storedObject(ctx context.Context, f *facts) (*unstructured.Unstructured, error) {
+// storedObject reads the object the write applies to, and reports
+// whether it was read live. An update carries the resourceVersion it was
+// based on (in sent); when the cache holds an older one the cache is
+// behind, and a live read gives the real stored object.
+func (i *Interceptor) storedObject(ctx context.Context, f *facts) (*unstructured.Unstructured, bool, error) {
 	wr := f.req.w
 	old, source, err := i.cfg.Objects.Get(ctx, wr.gvr, f.namespace, wr.info.Name)
-	if err != nil || source != "cache" || f.sent == nil || wr.verb != "update" || wr.sub == scaleSubresource {
-		return old, err
+	if err != nil || source != objects.FromCache || f.sent == nil || wr.verb != "update" || wr.sub == scaleSubresource {
+		return old, err == nil && source != objects.FromCache, err
 	}
 	if rv := f.sent.GetResourceVersion(); rv != "" && rv != old.GetResourceVersion() {
-		return i.cfg.Objects.GetLive(ctx, wr.gvr, f.namespace, wr.info.Name)
+		live, err := i.cfg.Objects.GetLive(ctx, wr.gvr, f.namespace, wr.info.Name)
+		return live, err == nil, err
 	}
-	return old, nil
+	return old, false, nil
 }
 
 // parentOf reads the controller owner of owned (nil when it has none), and

@@ -146,11 +146,17 @@ func (i *Interceptor) serverResultOf(r *http.Request, f *facts, up upstream) (se
 		live    *unstructured.Unstructured
 		liveErr error
 	)
-	wg.Add(1)
-	go func() {
-		defer wg.Done()
-		live, liveErr = i.liveChild(r.Context(), f)
-	}()
+	if f.childLive {
+		// Read live already, for this round: the precondition is that
+		// read's resourceVersion.
+		live = f.old
+	} else {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			live, liveErr = i.liveChild(r.Context(), f)
+		}()
+	}
 	dry := r.Clone(r.Context())
 	dry.Header.Set("Accept", "application/json")
 	answer, err := up.dryRun(dry, f.data, maxConfirmAnswer)

@@ -104,38 +104,16 @@ func prepare(r *http.Request, f *facts, d *decision.Decision) (forwarded, error)
 	if !annotate && !precondition {
 		return forwarded{req: r}, nil
 	}
+	contentType := r.Header.Get("Content-Type")
 	var (
-		data        = f.data
-		contentType = r.Header.Get("Content-Type")
-		added       bool
-		err         error
+		data  []byte
+		added bool
+		err   error
 	)
 	if wr.verb == "patch" {
-		if annotate {
-			data, err = patch.AddAnnotations(f.patchType, data, d.ChildAnnotations.Pointers(), f.new)
-			if errors.Is(err, patch.ErrNotRewritable) {
-				// Forwarding it would remove every kausality.io annotation,
-				// the object's own mode and the trace included.
-				return forwarded{}, apierrors.NewInvalid(f.kind.GroupKind(), wr.info.Name, field.ErrorList{field.Forbidden(
-					field.NewPath("metadata", "annotations"),
-					"kausality-proxy: this patch replaces metadata.annotations as a whole, which would drop the kausality.io annotations the proxy keeps on this object; patch individual annotation keys instead")})
-			}
-		}
-		if err == nil && precondition {
-			data, added, err = patch.WithResourceVersion(f.patchType, data, f.precondition)
-		}
+		data, added, err = preparedPatch(f, d, annotate, precondition)
 	} else {
-		// The client's object, never the dry run's answer: what is
-		// forwarded is what the client sent, plus the proxy's own changes.
-		obj := f.sent.DeepCopy()
-		if annotate {
-			d.ChildAnnotations.Apply(obj)
-		}
-		if precondition && obj.GetResourceVersion() == "" {
-			obj.SetResourceVersion(f.precondition)
-			added = true
-		}
-		data, contentType, err = body.Encode(obj, f.format)
+		data, contentType, added, err = preparedObject(f, d, annotate, precondition)
 	}
 	if err != nil {
 		return forwarded{}, err
@@ -144,6 +122,44 @@ func prepare(r *http.Request, f *facts, d *decision.Decision) (forwarded, error)
 	restoreBody(out, data)
 	out.Header.Set("Content-Type", contentType)
 	return forwarded{req: out, preconditionAdded: added}, nil
+}
+
+// preparedPatch is the patch to forward: with the child annotation
+// changes, and the precondition when the client's patch names none.
+func preparedPatch(f *facts, d *decision.Decision, annotate, precondition bool) (data []byte, added bool, err error) {
+	data = f.data
+	if annotate {
+		data, err = patch.AddAnnotations(f.patchType, data, d.ChildAnnotations.Pointers(), f.new)
+		if errors.Is(err, patch.ErrNotRewritable) {
+			// Forwarding it would remove every kausality.io annotation,
+			// the object's own mode and the trace included.
+			return nil, false, apierrors.NewInvalid(f.kind.GroupKind(), f.req.w.info.Name, field.ErrorList{field.Forbidden(
+				field.NewPath("metadata", "annotations"),
+				"kausality-proxy: this patch replaces metadata.annotations as a whole, which would drop the kausality.io annotations the proxy keeps on this object; patch individual annotation keys instead")})
+		}
+		if err != nil {
+			return nil, false, err
+		}
+	}
+	if !precondition {
+		return data, false, nil
+	}
+	return patch.WithResourceVersion(f.patchType, data, f.precondition)
+}
+
+// preparedObject is the object to forward: the client's object, never the
+// dry run's answer, plus the proxy's own changes.
+func preparedObject(f *facts, d *decision.Decision, annotate, precondition bool) (data []byte, contentType string, added bool, err error) {
+	obj := f.sent.DeepCopy()
+	if annotate {
+		d.ChildAnnotations.Apply(obj)
+	}
+	if precondition && obj.GetResourceVersion() == "" {
+		obj.SetResourceVersion(f.precondition)
+		added = true
+	}
+	data, contentType, err = body.Encode(obj, f.format)
+	return data, contentType, added, err
 }
 
 // afterSuccess is what follows a write kube-apiserver applied: what a
@@ -168,7 +184,6 @@ func (i *Interceptor) sideWrites(writes []decision.SideWrite) {
 		if sw.AnnotationChanges.Empty() {
 			continue
 		}
-		sw := sw
 		go func() {
 			ctx, cancel := context.WithTimeout(context.Background(), i.cfg.SideWriteTimeout)
 			defer cancel()

@@ -105,24 +105,12 @@ func (i *Interceptor) restoreApproval(upd *decision.ApprovalsUpdate, rec *reserv
 		current := parent.GetAnnotations()
 		set := map[string]*string{}
 		if rec != nil {
-			digest, named := annotations.ReservationDigest(current[annotations.Reservations], recordID)
-			if !named && orphan {
-				log.Warn("a reservation record was not honoured: its parent does not name it (settled already, or not written by the proxy)")
+			stamps, honoured := i.honouredStamps(ctx, log, upd, rec, orphan, current[annotations.Reservations])
+			if !honoured {
 				return false
 			}
-			if named && orphan && digest != rec.Digest() {
-				log.Error("a reservation record was not honoured: it is not what the proxy wrote when it took the approval off the parent, "+
-					"somebody who may write ConfigMaps in the proxy's namespace forged it; the approval stays spent, approve again if the write is still wanted",
-					zap.String("vouchedDigest", digest), zap.String("recordDigest", rec.Digest()))
-				// The record it names is gone with the claim.
-				if err := i.unstamp(ctx, upd.Target, recordID); err != nil {
-					log.Info("cannot take a forged reservation's name off its parent", zap.Error(err))
-				}
-				return false
-			}
-			if named {
-				rest, _ := annotations.RemoveReservation(current[annotations.Reservations], recordID)
-				set[annotations.Reservations] = nilIfEmpty(rest)
+			if stamps != nil {
+				set[annotations.Reservations] = *stamps
 			}
 		}
 		value, changed, err := upd.Restore(current[annotations.Approvals])
@@ -176,6 +164,33 @@ func (i *Interceptor) unstamp(ctx context.Context, target decision.ObjectRef, re
 		}
 	}
 	return errors.New("the parent kept changing")
+}
+
+// honouredStamps checks that the parent, whose reservations annotation is
+// stamps, vouches for rec, and returns the annotation's new value without
+// rec (nil: unchanged). A forged or unknown orphan is not honoured.
+func (i *Interceptor) honouredStamps(ctx context.Context, log *zap.Logger, upd *decision.ApprovalsUpdate, rec *reservations.Record, orphan bool, stamps string) (**string, bool) {
+	recordID := rec.ID()
+	digest, named := annotations.ReservationDigest(stamps, recordID)
+	switch {
+	case !named && orphan:
+		log.Warn("a reservation record was not honoured: its parent does not name it (settled already, or not written by the proxy)")
+		return nil, false
+	case named && orphan && digest != rec.Digest():
+		log.Error("a reservation record was not honoured: it is not what the proxy wrote when it took the approval off the parent, "+
+			"somebody who may write ConfigMaps in the proxy's namespace forged it; the approval stays spent, approve again if the write is still wanted",
+			zap.String("vouchedDigest", digest), zap.String("recordDigest", rec.Digest()))
+		// The record it names is gone with the claim.
+		if err := i.unstamp(ctx, upd.Target, recordID); err != nil {
+			log.Info("cannot take a forged reservation's name off its parent", zap.Error(err))
+		}
+		return nil, false
+	case named:
+		rest, _ := annotations.RemoveReservation(stamps, recordID)
+		value := nilIfEmpty(rest)
+		return &value, true
+	}
+	return nil, true
 }
 
 func nilIfEmpty(s string) *string {

@@ -404,6 +404,12 @@ func (i *Interceptor) serveCollection(x exchange, rq *writeRequest) {
 		}
 		return
 	}
+	i.forwardCollection(x, c, out, reserved)
+}
+
+// forwardCollection forwards the decided deletecollection and acts on the
+// answer for each of its objects.
+func (i *Interceptor) forwardCollection(x exchange, c *collection, out *http.Request, reserved []reservedWrite) {
 	addCollectionWarnings(x.w, c)
 	// As for one write, each reserved approval is settled by the answer;
 	// an answer other than success is settled by what is still stored,

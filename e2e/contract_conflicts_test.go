@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"math/rand/v2"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -88,12 +89,20 @@ func relabel(patch func(data []byte) error) func() error {
 }
 
 // contractOutcomes counts the decision lines about one object after mark
-// by outcome.
+// by outcome, and the writes the proxy decided again (all of them so far:
+// the proxy log is not marked).
 func contractOutcomes(t *testing.T, mark int, resource, ns, name string) map[string]int {
 	t.Helper()
 	out := map[string]int{}
 	for _, d := range wgDecisionsAfter(t, mark, resource, ns, name) {
 		out[d.Str("outcome")]++
+	}
+	logData, err := cluster.ProxyLog()
+	mustf(t, err, "proxy log")
+	for _, line := range strings.Split(string(logData), "\n") {
+		if strings.Contains(line, "deciding again") && strings.Contains(line, `"namespace":"`+ns+`"`) && strings.Contains(line, `"name":"`+name+`"`) {
+			out["decided again, so far"]++
+		}
 	}
 	return out
 }

@@ -265,11 +265,14 @@ func (i *Interceptor) forward(x exchange, f *facts, d *decision.Decision, out fo
 		if reserved != nil {
 			i.settleReservation(*reserved, decision.OnWriteAnswer(http.StatusConflict))
 		}
-		switch decision.OnForwardedConflict(true, round) {
+		switch decision.OnForwardedConflict(out.preconditionAdded, round) {
 		case decision.RefuseStillMoving:
 			return false, stillMoving(f.req.w, "the object")
 		default:
-			i.recordDecision(f, d, "decide-again")
+			// One decision line per write: the round is only traced.
+			i.cfg.Log.Info("the object moved between the decision and the write; deciding again",
+				zap.String("resource", f.req.w.gvr.String()), zap.String("namespace", f.namespace),
+				zap.String("name", f.req.w.info.Name), zap.Int("round", round), zap.String("precondition", f.precondition))
 			return true, nil
 		}
 	}

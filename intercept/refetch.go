@@ -83,12 +83,21 @@ func (i *Interceptor) refetch(r *http.Request, f facts, need decision.Need, up u
 		}
 	case need.LiveChild && live != nil:
 		f.old, f.childLive = live, true
-		if f.req.w.verb == "patch" {
-			if f.new, err = patched(&f); err != nil {
-				return f, err
-			}
+		// What the write makes of the live object: a PUT's object is the
+		// client's whatever is stored; a patch and a /scale write apply to
+		// it.
+		switch {
+		case f.req.w.sub == scaleSubresource:
+			f.new, err = i.scaledObject(ctx, &f)
+		case f.req.w.verb == "patch":
+			f.new, err = patched(&f)
 		}
-		f.changed, f.changes = desiredChange(f.op, f.old, f.new)
+		if err != nil {
+			return f, err
+		}
+		if f.req.w.sub != statusSubresource {
+			f.changed, f.changes = desiredChange(f.op, f.old, f.new)
+		}
 	}
 	if need.ChildAccess {
 		f.childAccessKnown = true
@@ -111,16 +120,10 @@ func (i *Interceptor) refetch(r *http.Request, f facts, need decision.Need, up u
 // confirmed counts.
 func (i *Interceptor) afresh(r *http.Request, f facts, up upstream) (facts, error) {
 	f.confirmed, f.precondition, f.childLive = false, "", false
-	var err error
-	if f.op != decision.Create {
-		if f, err = i.refetch(r, f, decision.Need{LiveChild: true, FreshParent: true}, up); err != nil {
-			return f, err
-		}
+	if f.op == decision.Create {
+		return i.refetch(r, f, decision.Need{FreshParent: true}, up)
 	}
-	if f.req.w.sub == scaleSubresource && f.old != nil {
-		return i.withEffectiveObject(r.Context(), f)
-	}
-	return f, nil
+	return i.refetch(r, f, decision.Need{LiveChild: true, FreshParent: true}, up)
 }
 
 // liveChild reads the stored object live; nil when it is gone (then

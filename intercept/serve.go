@@ -453,40 +453,40 @@ var errPreflightRefused = errors.New("the dry run of the deletecollection was re
 // decides that object again from a fresh read of its parent. On an error
 // it returns what it reserved, for the caller to put back.
 func (i *Interceptor) reserveCollection(x exchange, c *collection, out *http.Request) ([]reservedWrite, error) {
-	if c.dryRun {
-		return nil, nil
-	}
 	var reserved []reservedWrite
 	preflighted := false
 	for k := range c.members {
 		m := &c.members[k]
+	rounds:
 		for round := 1; ; round++ {
-			if m.d.Result == decision.Deny {
-				return reserved, &collectionRefused{verdict: decision.CollectionVerdict{Refused: true, Denied: 1, Blocked: []int{k}}}
-			}
-			upd := m.d.ApprovalsUpdate
-			if !m.d.ConsumeOnce || upd == nil {
-				break
-			}
-			if !preflighted {
-				if !i.preflight(x, out) {
-					return reserved, errPreflightRefused
+			// The steps of each object's own DELETE, but the one request
+			// is prepared and forwarded once, for all of them.
+			for _, step := range decision.StepsFor(&m.d, c.dryRun, preflighted) {
+				switch step {
+				case decision.StepRefuse:
+					return reserved, &collectionRefused{verdict: decision.CollectionVerdict{Refused: true, Denied: 1, Blocked: []int{k}}}
+				case decision.StepPreflight:
+					if !i.preflight(x, out) {
+						return reserved, errPreflightRefused
+					}
+					preflighted = true
+				case decision.StepReserve:
+					rw, err := i.reserve(x.r.Context(), &m.f, m.d.ApprovalsUpdate)
+					if err != nil {
+						f, err := i.afterReservationError(x, m.f, &m.d, err, round)
+						if err != nil {
+							return reserved, err
+						}
+						c.remember(&f)
+						if m.f, m.d, err = i.decideOnFacts(x.r, f, x.up); err != nil {
+							return reserved, err
+						}
+						continue rounds
+					}
+					reserved = append(reserved, rw)
 				}
-				preflighted = true
 			}
-			rw, err := i.reserve(x.r.Context(), &m.f, upd)
-			if err == nil {
-				reserved = append(reserved, rw)
-				break
-			}
-			f, err := i.afterReservationError(x, m.f, &m.d, err, round)
-			if err != nil {
-				return reserved, err
-			}
-			c.remember(&f)
-			if m.f, m.d, err = i.decideOnFacts(x.r, f, x.up); err != nil {
-				return reserved, err
-			}
+			break
 		}
 	}
 	return reserved, nil

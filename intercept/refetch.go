@@ -7,6 +7,7 @@ package intercept
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"net/http"
 	"sync"
@@ -34,71 +35,27 @@ type serverResult struct {
 // refetch returns f with need fetched. r is the client's request, which a
 // dry run repeats through up.
 func (i *Interceptor) refetch(r *http.Request, f facts, need decision.Need, up upstream) (facts, error) {
-	ctx := r.Context()
-	var (
-		wg                         sync.WaitGroup
-		live                       *unstructured.Unstructured
-		liveErr, serverErr, parErr error
-		server                     serverResult
-		parent                     parentFacts
-	)
-	if need.LiveChild {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			live, liveErr = i.liveChild(ctx, &f)
-		}()
-	}
-	if need.ServerResult {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			server, serverErr = i.serverResultOf(r, &f, up)
-		}()
+	got, err := i.fetch(r, &f, need, up)
+	if err != nil {
+		return f, err
 	}
 	if need.FreshParent && f.parent.obj != nil {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			parent, parErr = i.freshParent(ctx, &f)
-		}()
+		f.parent = got.parent
 	}
-	wg.Wait()
-	for _, err := range []error{serverErr, liveErr, parErr} {
-		if err != nil {
-			return f, err
-		}
-	}
-	if need.FreshParent && f.parent.obj != nil {
-		f.parent = parent
-	}
-	var err error
 	switch {
 	case need.ServerResult:
 		f.confirmed = true
-		if server.live != nil {
-			f.old, f.new, f.childLive = server.live, server.stored, true
-			f.precondition = server.live.GetResourceVersion()
+		if got.server.live != nil {
+			f.old, f.new, f.childLive = got.server.live, got.server.stored, true
+			f.precondition = got.server.live.GetResourceVersion()
 			f.changed, f.changes = desiredChange(f.op, f.old, f.new)
 		}
-	case need.LiveChild && live != nil:
-		f.old, f.childLive = live, true
-		// What the write makes of the live object: a PUT's object is the
-		// client's whatever is stored; a patch and a /scale write apply to
-		// it.
-		switch {
-		case f.req.w.sub == scaleSubresource:
-			f.new, err = i.scaledObject(ctx, &f)
-		case f.req.w.verb == "patch":
-			f.new, err = patched(&f)
-		}
-		if err != nil {
+	case need.LiveChild && got.live != nil:
+		if f, err = i.withLiveChild(r.Context(), f, got.live); err != nil {
 			return f, err
 		}
-		if f.req.w.sub != statusSubresource {
-			f.changed, f.changes = desiredChange(f.op, f.old, f.new)
-		}
 	}
+	ctx := r.Context()
 	if need.ChildAccess {
 		f.childAccessKnown = true
 		f.mayReadChild = f.kind.GroupKind() != (schema.GroupKind{Kind: "Secret"}) && i.mayRead(ctx, f.req.user, f.req.w)
@@ -111,6 +68,66 @@ func (i *Interceptor) refetch(r *http.Request, f facts, need decision.Need, up u
 		if f.formerParent.obj != nil {
 			f.formerParent.hidden = !i.mayReadParent(ctx, f.req.user, f.formerParent.obj)
 		}
+	}
+	return f, nil
+}
+
+// fetched is what one round of reads brought.
+type fetched struct {
+	live   *unstructured.Unstructured
+	server serverResult
+	parent parentFacts
+}
+
+// fetch makes the independent reads need asks for, together.
+func (i *Interceptor) fetch(r *http.Request, f *facts, need decision.Need, up upstream) (fetched, error) {
+	var (
+		got                        fetched
+		wg                         sync.WaitGroup
+		liveErr, serverErr, parErr error
+	)
+	if need.LiveChild {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			got.live, liveErr = i.liveChild(r.Context(), f)
+		}()
+	}
+	if need.ServerResult {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			got.server, serverErr = i.serverResultOf(r, f, up)
+		}()
+	}
+	if need.FreshParent && f.parent.obj != nil {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			got.parent, parErr = i.freshParent(r.Context(), f)
+		}()
+	}
+	wg.Wait()
+	return got, errors.Join(serverErr, liveErr, parErr)
+}
+
+// withLiveChild returns f with the stored object read live, and what the
+// write makes of it: a PUT's object is the client's whatever is stored; a
+// patch and a /scale write apply to it.
+func (i *Interceptor) withLiveChild(ctx context.Context, f facts, live *unstructured.Unstructured) (facts, error) {
+	f.old, f.childLive = live, true
+	var err error
+	switch {
+	case f.req.w.sub == scaleSubresource:
+		f.new, err = i.scaledObject(ctx, &f)
+	case f.req.w.verb == "patch":
+		f.new, err = patched(&f)
+	}
+	if err != nil {
+		return f, err
+	}
+	if f.req.w.sub != statusSubresource {
+		f.changed, f.changes = desiredChange(f.op, f.old, f.new)
 	}
 	return f, nil
 }

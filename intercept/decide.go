@@ -1,6 +1,7 @@
 // Deciding on a facts value: the pure decision package's input built from
 // it, under the parent the write ends up with and under the one it moves
-// the child away from.
+// the child away from, and what the decision may still ask for
+// (decision.Needs).
 
 package intercept
 
@@ -10,6 +11,7 @@ import (
 	"github.com/kausality-io/kausality-proxy/intercept/annotations"
 	"github.com/kausality-io/kausality-proxy/intercept/decision"
 	"github.com/kausality-io/kausality-proxy/intercept/desired"
+	"github.com/kausality-io/kausality-proxy/intercept/patch"
 )
 
 // decide decides f. It reads nothing: every fact it uses is in f.
@@ -77,4 +79,43 @@ func (f *facts) shownChanges() []desired.Change {
 		out[i] = desired.Change{Path: c.Path}
 	}
 	return out
+}
+
+// held says which of f's facts are first-hand, for decision.Needs.
+func (f *facts) held() decision.Held {
+	sub := f.req.w.sub
+	return decision.Held{
+		Confirmable:       (sub == mainResource || sub == scaleSubresource) && !f.confirmed,
+		MainResource:      sub == mainResource,
+		ChildLive:         f.childLive,
+		ParentFromCache:   f.parent.source == "cache",
+		ChildAccessKnown:  f.childAccessKnown,
+		ParentAccessKnown: f.parentAccessKnown,
+		HasChanges:        len(f.changes) > 0,
+	}
+}
+
+// noChangeIsCertain: a stale stored object cannot hide a desired-state
+// change of this write (see decision.Input.NoChangeIsCertain).
+func (f *facts) noChangeIsCertain() bool {
+	wr := f.req.w
+	switch {
+	case wr.verb == "patch" && wr.sub == mainResource:
+		return patch.OnlyMetadata(f.patchType, f.data)
+	case wr.verb == "update" && wr.sub == mainResource && f.sent != nil && f.old != nil:
+		return f.sent.GetResourceVersion() != "" && f.sent.GetResourceVersion() == f.old.GetResourceVersion()
+	}
+	return false
+}
+
+// staleUpdate: a PUT of a copy older than the stored object, which
+// kube-apiserver refuses with a conflict. The stored object was read live
+// when the cache did not have the version the PUT names (storedObject).
+func (f *facts) staleUpdate() bool {
+	wr := f.req.w
+	if wr.verb != "update" || wr.sub != mainResource || f.sent == nil || f.old == nil {
+		return false
+	}
+	rv := f.sent.GetResourceVersion()
+	return rv != "" && rv != f.old.GetResourceVersion()
 }

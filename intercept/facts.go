@@ -25,61 +25,18 @@ import (
 	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/apimachinery/pkg/util/managedfields"
-	"k8s.io/apiserver/pkg/authentication/user"
-	"k8s.io/apiserver/pkg/endpoints/request"
 
 	"github.com/kausality-io/kausality-proxy/intercept/annotations"
 	"github.com/kausality-io/kausality-proxy/intercept/body"
-	"github.com/kausality-io/kausality-proxy/intercept/config"
 	"github.com/kausality-io/kausality-proxy/intercept/decision"
 	"github.com/kausality-io/kausality-proxy/intercept/desired"
 	"github.com/kausality-io/kausality-proxy/intercept/history"
 	"github.com/kausality-io/kausality-proxy/intercept/objects"
 	"github.com/kausality-io/kausality-proxy/intercept/patch"
-	"github.com/kausality-io/kausality-proxy/intercept/policy"
 	"github.com/kausality-io/kausality-proxy/intercept/settle"
 )
 
 var namespacesGVR = schema.GroupVersionResource{Version: "v1", Resource: "namespaces"}
-
-// writeRequest is one intercepted request as it arrived: who sent it,
-// the settings in force, and its classification. It never changes.
-type writeRequest struct {
-	w           *write
-	user        user.Info
-	settings    *config.Config
-	controller  *config.Controller
-	start       time.Time
-	contentType string
-	// policies matches the write against the writer's approval policies:
-	// one per request, so that deciding again reuses what it found, and
-	// one evaluation budget covers the request.
-	policies *policy.Matcher
-}
-
-func (i *Interceptor) newWriteRequest(r *http.Request, wr *write) *writeRequest {
-	u, _ := request.UserFrom(r.Context())
-	settings := i.cfg.Settings()
-	rq := &writeRequest{w: wr, user: u, settings: settings, controller: settings.ControllerFor(u, wr.fieldManager),
-		start: i.cfg.Clock.Now(), contentType: r.Header.Get("Content-Type")}
-	if i.cfg.Policies != nil && u != nil {
-		rq.policies = policy.NewMatcher(r.Context(), i.cfg.Policies.For(u.GetName())...)
-	}
-	return rq
-}
-
-// shadow reports whether the writer's controller is in shadow mode.
-func (rq *writeRequest) shadow() bool {
-	return rq.controller != nil && rq.controller.Mode == annotations.ModeShadow
-}
-
-// controllerName is the configured name of the writer's controller.
-func (rq *writeRequest) controllerName() string {
-	if rq.controller == nil {
-		return ""
-	}
-	return rq.controller.Name
-}
 
 // facts is what one decision is made on. A value: a round that learns
 // more makes a new one.
@@ -439,45 +396,6 @@ func (i *Interceptor) ownedRevisions(ctx context.Context, f *facts, parent *unst
 		}
 	}
 	return revs
-}
-
-// held says which of f's facts are first-hand, for decision.Needs.
-func (f *facts) held() decision.Held {
-	sub := f.req.w.sub
-	return decision.Held{
-		Confirmable:       (sub == mainResource || sub == scaleSubresource) && !f.confirmed,
-		MainResource:      sub == mainResource,
-		ChildLive:         f.childLive,
-		ParentFromCache:   f.parent.source == "cache",
-		ChildAccessKnown:  f.childAccessKnown,
-		ParentAccessKnown: f.parentAccessKnown,
-		HasChanges:        len(f.changes) > 0,
-	}
-}
-
-// noChangeIsCertain: a stale stored object cannot hide a desired-state
-// change of this write (see decision.Input.NoChangeIsCertain).
-func (f *facts) noChangeIsCertain() bool {
-	wr := f.req.w
-	switch {
-	case wr.verb == "patch" && wr.sub == mainResource:
-		return patch.OnlyMetadata(f.patchType, f.data)
-	case wr.verb == "update" && wr.sub == mainResource && f.sent != nil && f.old != nil:
-		return f.sent.GetResourceVersion() != "" && f.sent.GetResourceVersion() == f.old.GetResourceVersion()
-	}
-	return false
-}
-
-// staleUpdate: a PUT of a copy older than the stored object, which
-// kube-apiserver refuses with a conflict. The stored object was read live
-// when the cache did not have the version the PUT names (storedObject).
-func (f *facts) staleUpdate() bool {
-	wr := f.req.w
-	if wr.verb != "update" || wr.sub != mainResource || f.sent == nil || f.old == nil {
-		return false
-	}
-	rv := f.sent.GetResourceVersion()
-	return rv != "" && rv != f.old.GetResourceVersion()
 }
 
 // desiredChange reports whether the write changes the desired state.

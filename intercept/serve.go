@@ -17,13 +17,58 @@ import (
 	"io"
 	"net/http"
 	"strconv"
+	"time"
 
 	"go.uber.org/zap"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apiserver/pkg/authentication/user"
+	"k8s.io/apiserver/pkg/endpoints/request"
 
+	"github.com/kausality-io/kausality-proxy/intercept/annotations"
+	"github.com/kausality-io/kausality-proxy/intercept/config"
 	"github.com/kausality-io/kausality-proxy/intercept/decision"
+	"github.com/kausality-io/kausality-proxy/intercept/policy"
 	"github.com/kausality-io/kausality-proxy/internal/httpx"
 )
+
+// writeRequest is one intercepted request as it arrived: who sent it,
+// the settings in force, and its classification. It never changes.
+type writeRequest struct {
+	w           *write
+	user        user.Info
+	settings    *config.Config
+	controller  *config.Controller
+	start       time.Time
+	contentType string
+	// policies matches the write against the writer's approval policies:
+	// one per request, so that deciding again reuses what it found, and
+	// one evaluation budget covers the request.
+	policies *policy.Matcher
+}
+
+func (i *Interceptor) newWriteRequest(r *http.Request, wr *write) *writeRequest {
+	u, _ := request.UserFrom(r.Context())
+	settings := i.cfg.Settings()
+	rq := &writeRequest{w: wr, user: u, settings: settings, controller: settings.ControllerFor(u, wr.fieldManager),
+		start: i.cfg.Clock.Now(), contentType: r.Header.Get("Content-Type")}
+	if i.cfg.Policies != nil && u != nil {
+		rq.policies = policy.NewMatcher(r.Context(), i.cfg.Policies.For(u.GetName())...)
+	}
+	return rq
+}
+
+// shadow reports whether the writer's controller is in shadow mode.
+func (rq *writeRequest) shadow() bool {
+	return rq.controller != nil && rq.controller.Mode == annotations.ModeShadow
+}
+
+// controllerName is the configured name of the writer's controller.
+func (rq *writeRequest) controllerName() string {
+	if rq.controller == nil {
+		return ""
+	}
+	return rq.controller.Name
+}
 
 // maxFetchRounds bounds the fetches of one decision; decision.Needs asks
 // for each fact at most once, so it is never reached in practice.

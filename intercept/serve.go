@@ -7,7 +7,8 @@
 // round again on fresh state, at most decision.MaxRounds times. A
 // deletecollection is the same steps for each object it would delete
 // (collection.go lists them and combines their verdicts). This file alone
-// reaches kube-apiserver as the caller (upstream.go).
+// reaches kube-apiserver as the caller, through the upstream port
+// (act.go).
 
 package intercept
 

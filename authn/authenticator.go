@@ -322,6 +322,7 @@ func (a *Authenticator) AuthenticateRequest(r *http.Request) (*Caller, error) {
 		}
 	}
 
+	//nolint:nestif // the message names what the request presented: no credentials, an empty token, or an unsupported scheme
 	if len(problems) == 0 {
 		if auth := strings.TrimSpace(r.Header.Get("Authorization")); auth != "" {
 			scheme, _, _ := strings.Cut(auth, " ")

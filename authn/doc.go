@@ -282,5 +282,54 @@ its documentation for the details and the few deliberate, stricter
 differences). The upstream's constrained impersonation (KEP-5284,
 impersonate-on:* verbs) is not evaluated; a caller that holds only
 constrained impersonation permissions is denied by the proxy.
+# Settledness records: what replicas share about parents
+
+What replicas learn of parents' settledness (the spec each parent last
+settled at, and since which generation it has had its current spec) is kept
+in ConfigMaps in the proxy's namespace, one per parents' namespace, written
+only with the proxy's credentials, with resourceVersion preconditions and a
+merge that gives the same result in any order. A caller of the proxy, a
+controller included, changes it only through what the parent reports as
+kube-apiserver stores it; it cannot mark a settled parent "not settled" to
+open an expected window. Anyone who may write ConfigMaps in the proxy's
+namespace can rewrite a record, as with drift records: that can make
+replicas lenient or strict about that parent until it settles again, but can
+never approve a write. A replica is not ready until it has read the records.
+
+# Reporting beside the write path
+
+Reporting drift (records, DriftReports, Slack) sits beside the write path in
+package report and receives only decided writes, through an Observe call that
+never blocks: a reporting failure cannot fail or change a write. Without its
+namespace the proxy is not ready (its readiness names the namespace and the
+--drift-namespace flag), and drifts found meanwhile wait for the namespace
+instead of being dropped. Drift records hold strings taken from controllers'
+writes; kubectl kausality drifts and the make run console escape control
+characters and escape sequences, so a record cannot rewrite what a person on
+call sees. Every action of kubectl kausality drifts is a patch of the parent
+with the person's own credentials, guarded by resourceVersion.
+
+# Lean caches: a verdict never stands on a partial object
+
+Children are cached as metadata only, parents without their managedFields
+(except the owner of status.observedGeneration). A verdict made from a
+child's cached metadata stands only when it cannot depend on the child's
+content: an allowed Expected write, no parent, a deleting parent, an allowed
+delete. Any other verdict reads the child live with the proxy's credentials
+and is decided again; if that read fails, the failure policy applies as for
+any fact that cannot be resolved. A stale metadata cache can make a write
+look like a desired-state change, never hide one.
+
+# Allowances
+
+kausal.io/allowances is a system annotation: its stored value is kept on
+every write shape, subresources included, and a create cannot set it. Only
+the proxy is to write it. Allowances only ever permit, so they fail safe:
+broken or oversized JSON counts as none, an invalid AllowancePolicy grants
+nothing. A chain of allowances starts only at an authenticated writer that a
+policy names with mayInitiate, never at a controller. Whoever may write
+AllowancePolicies can grant any controller anything: RBAC on them is as
+sensitive as on ClusterApprovalPolicy. kausality.io/allowance-mode is a
+person's control, which a parent's own controller cannot change.
 */
 package authn

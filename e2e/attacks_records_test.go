@@ -18,8 +18,8 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 
-	"github.com/kausality-io/kausality-proxy/intercept/drifts"
-	"github.com/kausality-io/kausality-proxy/intercept/notify"
+	"github.com/kausality-io/kausality-proxy/api/v1alpha1"
+	"github.com/kausality-io/kausality-proxy/report/drifts"
 )
 
 // floodSuppressedLog is the warning a replica logs once per flood of one
@@ -116,7 +116,7 @@ func TestAttackDeniedCreateFloodFillsDriftRecords(t *testing.T) {
 	wgDenied(t, err, other, "Gadget", "g", wgAnnApprovals)
 	eventually(t, 60*time.Second, "the other controller's Detected report", func() error {
 		for _, r := range rig.sink.For(other.ns, "g") {
-			if r.Spec.Phase == notify.PhaseDetected && r.Spec.Request.User == "records-other-controller" {
+			if r.Spec.Phase == v1alpha1.PhaseDetected && r.Spec.Request.User == "records-other-controller" {
 				return nil
 			}
 		}
@@ -157,10 +157,10 @@ func TestAttackLargeDeniedCreateLeavesBoundedRecord(t *testing.T) {
 	err := createGadgetAs(rig.f, rig.ctrls[0], "large", big, map[string]string{"example.com/blob": strings.Repeat("y", 100<<10)})
 	wgDenied(t, err, rig.f, "Gadget", "large", wgAnnApprovals)
 
-	var det notify.DriftReport
+	var det v1alpha1.DriftReport
 	eventually(t, 60*time.Second, "the Detected report of the large create", func() error {
 		for _, r := range rig.sink.For(rig.f.ns, "large") {
-			if r.Spec.Phase == notify.PhaseDetected {
+			if r.Spec.Phase == v1alpha1.PhaseDetected {
 				det = r
 				return nil
 			}

@@ -20,11 +20,11 @@ import (
 	"k8s.io/apimachinery/pkg/util/rand"
 	auditv1 "k8s.io/apiserver/pkg/apis/audit/v1"
 
+	"github.com/kausality-io/kausality-proxy/api/v1alpha1"
 	"github.com/kausality-io/kausality-proxy/e2e/framework"
 	"github.com/kausality-io/kausality-proxy/intercept/annotations"
-	"github.com/kausality-io/kausality-proxy/intercept/drifts"
-	slackesc "github.com/kausality-io/kausality-proxy/intercept/escalation"
-	"github.com/kausality-io/kausality-proxy/intercept/notify"
+	"github.com/kausality-io/kausality-proxy/report/drifts"
+	slackesc "github.com/kausality-io/kausality-proxy/report/escalation"
 )
 
 // slackRig is a drift rig whose replicas escalate to a fake Slack, with
@@ -173,10 +173,10 @@ func (rig *slackRig) refusedWithoutWrite(t *testing.T, p slackClickPayload, what
 func TestAttackSlackClickRejectsKubeSystem(t *testing.T) {
 	rig := newSlackRig(t, "slack-kubesys", 1)
 	const id, ts = "00000000c0ffee00", "1700000000.999999"
-	report := notify.DriftReport{APIVersion: notify.APIVersion, Kind: notify.Kind, Spec: notify.DriftReportSpec{
-		ID: id, Phase: notify.PhaseDetected,
-		Parent: notify.ParentRef{APIVersion: "v1", Kind: "Namespace", Name: "kube-system"},
-		Child:  notify.ChildRef{APIVersion: "v1", Kind: "ConfigMap", Namespace: "kube-system", Name: "kube-root-ca.crt"},
+	report := v1alpha1.DriftReport{APIVersion: v1alpha1.DriftReportAPIVersion, Kind: v1alpha1.DriftReportKind, Spec: v1alpha1.DriftReportSpec{
+		ID: id, Phase: v1alpha1.PhaseDetected,
+		Parent: v1alpha1.ParentRef{APIVersion: "v1", Kind: "Namespace", Name: "kube-system"},
+		Child:  v1alpha1.ChildRef{APIVersion: "v1", Kind: "ConfigMap", Namespace: "kube-system", Name: "kube-root-ca.crt"},
 	}}
 	state := drifts.State{DetectedAt: metav1.Now(), Slack: &slackesc.MessageRef{Channel: fakeSlackChannel, Timestamp: ts}}
 	rb, err := json.Marshal(report)

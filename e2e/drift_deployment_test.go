@@ -15,8 +15,8 @@ import (
 	"k8s.io/apimachinery/pkg/util/rand"
 	"k8s.io/client-go/kubernetes"
 
+	"github.com/kausality-io/kausality-proxy/api/v1alpha1"
 	"github.com/kausality-io/kausality-proxy/e2e/framework"
-	"github.com/kausality-io/kausality-proxy/intercept/notify"
 )
 
 const (
@@ -269,7 +269,7 @@ func TestDriftOnReplicaSet(t *testing.T) {
 					t.Fatalf("%d drift writes were allowed in enforce mode", n)
 				}
 				// The drift was reported once (deduplicated across retries).
-				var detected []notify.DriftReport
+				var detected []v1alpha1.DriftReport
 				eventually(t, 30*time.Second, "DriftReport Detected", func() error {
 					detected = nil
 					reports, err := cluster.DriftReports(ns, rsName)
@@ -277,7 +277,7 @@ func TestDriftOnReplicaSet(t *testing.T) {
 						return err
 					}
 					for _, r := range reports {
-						if r.Spec.Phase == notify.PhaseDetected {
+						if r.Spec.Phase == v1alpha1.PhaseDetected {
 							detected = append(detected, r)
 						}
 					}
@@ -301,7 +301,7 @@ func TestDriftOnReplicaSet(t *testing.T) {
 						return err
 					}
 					for _, r := range reports {
-						if r.Spec.Phase == notify.PhaseResolved {
+						if r.Spec.Phase == v1alpha1.PhaseResolved {
 							if r.Spec.ID != detected[0].Spec.ID {
 								return fmt.Errorf("resolved id %s, detected id %s", r.Spec.ID, detected[0].Spec.ID)
 							}

@@ -16,9 +16,9 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 
+	"github.com/kausality-io/kausality-proxy/api/v1alpha1"
 	"github.com/kausality-io/kausality-proxy/e2e/framework"
-	"github.com/kausality-io/kausality-proxy/intercept/drifts"
-	"github.com/kausality-io/kausality-proxy/intercept/notify"
+	"github.com/kausality-io/kausality-proxy/report/drifts"
 )
 
 // driftRig is a Widget whose Gadget g the scripted controller drifts
@@ -76,8 +76,8 @@ func (rig *driftRig) drift(i int, value string) {
 }
 
 // reports returns what the receiver got about g, by phase.
-func (rig *driftRig) reports(phase notify.Phase) []notify.DriftReport {
-	var out []notify.DriftReport
+func (rig *driftRig) reports(phase v1alpha1.DriftReportPhase) []v1alpha1.DriftReport {
+	var out []v1alpha1.DriftReport
 	for _, r := range rig.sink.For(rig.f.ns, "g") {
 		if r.Spec.Phase == phase {
 			out = append(out, r)
@@ -87,22 +87,22 @@ func (rig *driftRig) reports(phase notify.Phase) []notify.DriftReport {
 }
 
 // detected waits for the Detected report of g and returns it.
-func (rig *driftRig) detected(within time.Duration) notify.DriftReport {
+func (rig *driftRig) detected(within time.Duration) v1alpha1.DriftReport {
 	rig.t.Helper()
 	eventually(rig.t, within, "the Detected report of Gadget g", func() error {
-		if len(rig.reports(notify.PhaseDetected)) == 0 {
+		if len(rig.reports(v1alpha1.PhaseDetected)) == 0 {
 			return fmt.Errorf("none yet (%d reports in all)", len(rig.sink.All()))
 		}
 		return nil
 	})
-	return rig.reports(notify.PhaseDetected)[0]
+	return rig.reports(v1alpha1.PhaseDetected)[0]
 }
 
 // resolved waits for the Resolved report of g and checks it closes det.
-func (rig *driftRig) resolved(det notify.DriftReport, reason string) {
+func (rig *driftRig) resolved(det v1alpha1.DriftReport, reason string) {
 	rig.t.Helper()
 	eventually(rig.t, 20*time.Second, "the Resolved report of Gadget g ("+reason+")", func() error {
-		res := rig.reports(notify.PhaseResolved)
+		res := rig.reports(v1alpha1.PhaseResolved)
 		if len(res) == 0 {
 			return fmt.Errorf("none yet")
 		}
@@ -166,7 +166,7 @@ func TestDriftReportsOnceAcrossReplicas(t *testing.T) {
 		rig.drift(1, "drifted")
 	}
 	time.Sleep(3 * time.Second) // several sender periods: room for a duplicate to show
-	if got := rig.reports(notify.PhaseDetected); len(got) != 1 {
+	if got := rig.reports(v1alpha1.PhaseDetected); len(got) != 1 {
 		t.Fatalf("%d Detected reports for one drift seen by two replicas: %+v", len(got), got)
 	}
 	senders := 0
@@ -189,7 +189,7 @@ func TestDriftReportsResolvedFromWatches(t *testing.T) {
 			wgAPIVersion, det.Spec.Parent.Generation)
 		k := newKubectl(t, cluster.Direct())
 		k.run("", "annotate", "widgets."+framework.TestGroup, rig.f.widget, wgAnnApprovals+"="+approvals)
-		rig.resolved(det, notify.ReasonApproved)
+		rig.resolved(det, v1alpha1.ReasonApproved)
 		// No controller write came in between: the once approval is unused.
 		if got := rig.f.getWidget().GetAnnotations()[wgAnnApprovals]; got != approvals {
 			t.Fatalf("the approval was consumed or changed before the controller wrote: %s", got)
@@ -203,7 +203,7 @@ func TestDriftReportsResolvedFromWatches(t *testing.T) {
 		rig.drift(0, "drifted")
 		det := rig.detected(30 * time.Second)
 		rig.f.bumpSpec()
-		rig.resolved(det, notify.ReasonParentChanged)
+		rig.resolved(det, v1alpha1.ReasonParentChanged)
 	})
 	t.Run("the child deleted", func(t *testing.T) {
 		rig := newDriftRig(t, "dr-del", 1, nil)
@@ -211,7 +211,7 @@ func TestDriftReportsResolvedFromWatches(t *testing.T) {
 		det := rig.detected(30 * time.Second)
 		err := rig.f.admin.Resource(framework.GadgetGVR).Namespace(rig.f.ns).Delete(context.Background(), "g", metav1.DeleteOptions{})
 		mustf(t, err, "deleting Gadget g")
-		rig.resolved(det, notify.ReasonChildDeleted)
+		rig.resolved(det, v1alpha1.ReasonChildDeleted)
 		eventually(t, 20*time.Second, "the delivered record is deleted", func() error {
 			if n := len(rig.records()); n != 0 {
 				return fmt.Errorf("%d records left", n)
@@ -227,7 +227,7 @@ func TestDriftReportsResolvedFromWatches(t *testing.T) {
 		rig.drift(0, "second")
 		rig.resolved(det, drifts.ReasonSuperseded)
 		eventually(t, 20*time.Second, "the newer drift is reported", func() error {
-			if n := len(rig.reports(notify.PhaseDetected)); n != 2 {
+			if n := len(rig.reports(v1alpha1.PhaseDetected)); n != 2 {
 				return fmt.Errorf("%d Detected reports", n)
 			}
 			return nil
@@ -267,11 +267,11 @@ func TestDriftReportsSurviveAProxyRestart(t *testing.T) {
 	// While no proxy runs, someone approves the drift.
 	rig.f.annotateWidget(map[string]*string{wgAnnApprovals: ptrTo(fmt.Sprintf(
 		`[{"apiVersion":%q,"kind":"Gadget","name":"g","generation":%d,"mode":"generation"}]`, wgAPIVersion, det.Spec.Parent.Generation))})
-	if n := len(rig.reports(notify.PhaseResolved)); n != 0 {
+	if n := len(rig.reports(v1alpha1.PhaseResolved)); n != 0 {
 		t.Fatalf("%d Resolved reports with no proxy running", n)
 	}
 	rig.start()
-	rig.resolved(det, notify.ReasonApproved)
+	rig.resolved(det, v1alpha1.ReasonApproved)
 }
 
 func TestDriftReportsHonourSnooze(t *testing.T) {
@@ -336,10 +336,10 @@ func TestDriftReportsWithControllerManager(t *testing.T) {
 		&autoscalingv1.Scale{ObjectMeta: metav1.ObjectMeta{Name: rsName, Namespace: ns}, Spec: autoscalingv1.ScaleSpec{Replicas: 2}}, metav1.UpdateOptions{})
 	mustf(t, err, "bob scales the ReplicaSet through the second replica")
 
-	detected := func() []notify.DriftReport {
-		var out []notify.DriftReport
+	detected := func() []v1alpha1.DriftReport {
+		var out []v1alpha1.DriftReport
 		for _, r := range env.Reports.For(ns, rsName) {
-			if r.Spec.Phase == notify.PhaseDetected {
+			if r.Spec.Phase == v1alpha1.PhaseDetected {
 				out = append(out, r)
 			}
 		}
@@ -378,8 +378,8 @@ func TestDriftReportsWithControllerManager(t *testing.T) {
 	newKubectl(t, cluster.Direct()).run("", "-n", ns, "annotate", "deployment", "web", "kausality.io/approvals="+approval)
 	eventually(t, 30*time.Second, "the approval resolves the drift under its id", func() error {
 		for _, r := range env.Reports.For(ns, rsName) {
-			if r.Spec.Phase == notify.PhaseResolved {
-				if r.Spec.ID != det[0].Spec.ID || r.Spec.Reason != notify.ReasonApproved {
+			if r.Spec.Phase == v1alpha1.PhaseResolved {
+				if r.Spec.ID != det[0].Spec.ID || r.Spec.Reason != v1alpha1.ReasonApproved {
 					return fmt.Errorf("Resolved %+v", r.Spec)
 				}
 				return nil

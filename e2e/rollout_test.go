@@ -13,8 +13,8 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
+	"github.com/kausality-io/kausality-proxy/cmd/kausality-proxy/shadowreport"
 	"github.com/kausality-io/kausality-proxy/e2e/framework"
-	"github.com/kausality-io/kausality-proxy/intercept/shadowreport"
 )
 
 // setConfig switches the proxy's config file for one test.

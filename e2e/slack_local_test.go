@@ -22,10 +22,10 @@ import (
 
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 
+	"github.com/kausality-io/kausality-proxy/api/v1alpha1"
 	"github.com/kausality-io/kausality-proxy/e2e/framework"
 	"github.com/kausality-io/kausality-proxy/intercept"
-	slackesc "github.com/kausality-io/kausality-proxy/intercept/escalation"
-	"github.com/kausality-io/kausality-proxy/intercept/notify"
+	slackesc "github.com/kausality-io/kausality-proxy/report/escalation"
 )
 
 const (
@@ -262,7 +262,7 @@ func TestSlackEscalation(t *testing.T) {
 		}
 		return fmt.Errorf("updates %+v", slack.callsOf("chat.update"))
 	})
-	if res := rig.reports(notify.PhaseResolved); len(res) != 1 || res[0].Spec.Reason != notify.ReasonApproved {
+	if res := rig.reports(v1alpha1.PhaseResolved); len(res) != 1 || res[0].Spec.Reason != v1alpha1.ReasonApproved {
 		t.Errorf("Resolved reports %+v", res)
 	}
 }

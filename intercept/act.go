@@ -25,8 +25,8 @@ import (
 	"github.com/kausality-io/kausality-proxy/intercept/annotations"
 	"github.com/kausality-io/kausality-proxy/intercept/body"
 	"github.com/kausality-io/kausality-proxy/intercept/decision"
-	"github.com/kausality-io/kausality-proxy/intercept/notify"
 	"github.com/kausality-io/kausality-proxy/intercept/patch"
+	"github.com/kausality-io/kausality-proxy/report"
 )
 
 // learnStatus tells the settledness memory about a status write that
@@ -56,7 +56,7 @@ func (i *Interceptor) report(f *facts, d *decision.Decision) {
 	if i.cfg.Drifts == nil {
 		return
 	}
-	i.cfg.Drifts.Observe(d, notify.Write{Operation: f.op, OldObject: f.old, NewObject: f.new,
+	i.cfg.Drifts.Observe(d, report.Write{Operation: f.op, OldObject: f.old, NewObject: f.new,
 		Changes: f.changes, User: f.req.user, FieldManager: f.req.w.fieldManager, DryRun: f.dryRun}, f.parent.obj)
 }
 

@@ -25,6 +25,7 @@ import (
 	"k8s.io/client-go/tools/cache"
 	"k8s.io/client-go/util/workqueue"
 
+	"github.com/kausality-io/kausality-proxy/api/v1alpha1"
 	"github.com/kausality-io/kausality-proxy/intercept/policy"
 )
 
@@ -82,9 +83,9 @@ func NewPolicies(dyn dynamic.Interface, log *zap.Logger) *Policies {
 		log:      log,
 		exceeded: map[types.UID]exceededAt{},
 	}
-	p.namespaced = dynamicinformer.NewFilteredDynamicInformer(dyn, policy.ApprovalPoliciesGVR, metav1.NamespaceAll, 0,
+	p.namespaced = dynamicinformer.NewFilteredDynamicInformer(dyn, v1alpha1.ApprovalPoliciesGVR, metav1.NamespaceAll, 0,
 		cache.Indexers{cache.NamespaceIndex: cache.MetaNamespaceIndexFunc}, nil)
-	p.cluster = dynamicinformer.NewFilteredDynamicInformer(dyn, policy.ClusterApprovalPoliciesGVR, metav1.NamespaceAll, 0,
+	p.cluster = dynamicinformer.NewFilteredDynamicInformer(dyn, v1alpha1.ClusterApprovalPoliciesGVR, metav1.NamespaceAll, 0,
 		cache.Indexers{byServiceAccount: serviceAccountIndex}, nil)
 	for _, inf := range []struct {
 		informers.GenericInformer
@@ -202,7 +203,7 @@ func (p *Policies) Report(problems []policy.EvalProblem) {
 			if pr.Policy.Namespace != "" {
 				key = pr.Policy.Namespace + "/" + key
 			}
-			p.queue.Add(policyKey{cluster: pr.Policy.Kind == policy.KindCluster, key: key})
+			p.queue.Add(policyKey{cluster: pr.Policy.Kind == v1alpha1.ClusterApprovalPolicyKind, key: key})
 		}
 	}
 }
@@ -227,9 +228,9 @@ func (p *Policies) processNext(ctx context.Context) bool {
 // precondition: a conflict means a newer version is on its way through
 // the informer, and will be synced again.
 func (p *Policies) syncStatus(ctx context.Context, k policyKey) error {
-	inf, gvr := p.namespaced, policy.ApprovalPoliciesGVR
+	inf, gvr := p.namespaced, v1alpha1.ApprovalPoliciesGVR
 	if k.cluster {
-		inf, gvr = p.cluster, policy.ClusterApprovalPoliciesGVR
+		inf, gvr = p.cluster, v1alpha1.ClusterApprovalPoliciesGVR
 	}
 	obj, exists, err := inf.Informer().GetIndexer().GetByKey(k.key)
 	if err != nil || !exists {
@@ -242,11 +243,11 @@ func (p *Policies) syncStatus(ctx context.Context, k policyKey) error {
 	compiled := p.compiled.Get(stored)
 	want := p.condition(stored, compiled)
 
-	var status policy.Status
+	var status v1alpha1.ApprovalPolicyStatus
 	if raw, found, _ := unstructured.NestedMap(stored.Object, "status"); found {
 		_ = runtime.DefaultUnstructuredConverter.FromUnstructured(raw, &status)
 	}
-	if have := meta.FindStatusCondition(status.Conditions, policy.ConditionReady); have != nil &&
+	if have := meta.FindStatusCondition(status.Conditions, v1alpha1.ConditionReady); have != nil &&
 		have.Status == want.Status && have.Reason == want.Reason && have.Message == want.Message && have.ObservedGeneration == want.ObservedGeneration {
 		return nil
 	}
@@ -277,11 +278,11 @@ func (p *Policies) condition(stored *unstructured.Unstructured, c *policy.Compil
 		problems = append(problems, e.problems...)
 	}
 	p.mu.Unlock()
-	cond := metav1.Condition{Type: policy.ConditionReady, ObservedGeneration: stored.GetGeneration()}
+	cond := metav1.Condition{Type: v1alpha1.ConditionReady, ObservedGeneration: stored.GetGeneration()}
 	if len(problems) == 0 {
-		cond.Status, cond.Reason = metav1.ConditionTrue, policy.ReasonCompiled
+		cond.Status, cond.Reason = metav1.ConditionTrue, v1alpha1.ReasonCompiled
 		cond.Message = "every rule compiled"
-		if c.Ref.Kind == policy.KindNamespaced {
+		if c.Ref.Kind == v1alpha1.ApprovalPolicyKind {
 			cond.Message += "; its rules approve writes in namespace " + c.Ref.Namespace + " only"
 		}
 		return cond

@@ -5,7 +5,6 @@ import (
 	"fmt"
 	"net/http"
 	"os"
-	"strings"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -19,11 +18,10 @@ import (
 
 	"github.com/kausality-io/kausality-proxy/intercept/annotations"
 	"github.com/kausality-io/kausality-proxy/intercept/config"
-	"github.com/kausality-io/kausality-proxy/intercept/drifts"
-	"github.com/kausality-io/kausality-proxy/intercept/escalation"
-	"github.com/kausality-io/kausality-proxy/intercept/notify"
 	"github.com/kausality-io/kausality-proxy/intercept/objects"
 	"github.com/kausality-io/kausality-proxy/intercept/reservations"
+	"github.com/kausality-io/kausality-proxy/intercept/settlements"
+	"github.com/kausality-io/kausality-proxy/report"
 )
 
 // Options are what the proxy's flags say about writes. Build makes the
@@ -75,18 +73,13 @@ type DriftOptions struct {
 	// SlackAPIURL replaces Slack's API endpoint (tests).
 	SlackAPIURL string
 	// SlackLimits bound the drift messages; zero values are the defaults.
-	SlackLimits escalation.MessageLimits
+	SlackLimits report.MessageLimits
 	// Identity names this replica in the Lease ("" = host name and a
 	// random suffix).
 	Identity string
 	// Timings of the sender election, the delivery backoff and the
 	// periodic recheck of open drifts; zero values are the defaults.
 	LeaseDuration, RenewDeadline, RetryPeriod, BackoffMax, Recheck time.Duration
-}
-
-// enabled: someone is to hear of drifts.
-func (o DriftOptions) enabled(receivers []string) bool {
-	return len(receivers) > 0 || o.SlackChannel != ""
 }
 
 // Build returns an Interceptor with its own parts. Run starts their
@@ -113,13 +106,13 @@ func Build(o Options) (*Interceptor, error) {
 	}
 	// Informers live as long as the interceptor, not a request.
 	background, stop := context.WithCancel(context.Background())
-	store := objects.New(background, disc, dyn)
+	store := objects.New(background, disc, dyn, meta)
 	client, err := kubernetes.NewForConfig(o.Client)
 	if err != nil {
 		stop()
 		return nil, fmt.Errorf("upstream client: %w", err)
 	}
-	ledger, slack, err := buildDrifts(o, store, dyn, client, settings)
+	reporter, err := buildReporter(o, store, dyn, client, settings)
 	if err != nil {
 		stop()
 		return nil, err
@@ -129,11 +122,16 @@ func Build(o Options) (*Interceptor, error) {
 	// Reservations are kept next to the drift records, in the proxy's
 	// own namespace.
 	reserved := reservations.New(client, o.Drifts.Namespace, replicaIdentity(o.Drifts.Identity), nil)
+	// What the replicas learn of settledness lives there too: it must
+	// outlive a replica and reach every other.
+	settled := settlements.New(client, o.Drifts.Namespace, o.Log.Named("settledness"))
+	settled.Run(background)
 	i := New(Config{
+		Settlements:          settled,
 		Reservations:         reserved,
 		ReservationOrphanAge: o.ReservationOrphanAge,
 		Policies:             policies,
-		Drifts:               ledger,
+		Drifts:               reporter,
 		Objects:              store,
 		Writer:               dyn,
 		Metadata:             meta,
@@ -145,72 +143,32 @@ func Build(o Options) (*Interceptor, error) {
 		Log:                  o.Log.Named("intercept"),
 		Metrics:              o.Metrics,
 	})
-	i.watcher, i.stopBackground, i.slack = settings, stop, slack
+	i.watcher, i.stopBackground = settings, stop
 	return i, nil
 }
 
-// buildDrifts makes the drift ledger and, with a Slack channel, the
-// escalation and its interaction endpoint. Nobody to tell: no ledger.
-func buildDrifts(o Options, store *objects.Store, dyn dynamic.Interface, client kubernetes.Interface, settings *config.Watcher) (*drifts.Ledger, *escalation.Escalator, error) {
+// buildReporter starts the reporting subsystem with the write path's
+// caches and clients. Nobody to tell: no reporter.
+func buildReporter(o Options, store *objects.Store, dyn dynamic.Interface, client kubernetes.Interface, settings *config.Watcher) (*report.Reporter, error) {
 	d := o.Drifts
-	if !d.enabled(o.DriftWebhookURLs) {
-		return nil, nil, nil
-	}
-	var receiverToken string
-	if d.WebhookTokenFile != "" {
-		b, err := os.ReadFile(d.WebhookTokenFile)
-		if err != nil {
-			return nil, nil, fmt.Errorf("--drift-webhook-token-file: %w", err)
-		}
-		if receiverToken = strings.TrimSpace(string(b)); receiverToken == "" {
-			return nil, nil, fmt.Errorf("--drift-webhook-token-file %s is empty", d.WebhookTokenFile)
-		}
-	}
-	lo := drifts.Options{
-		Client: client, Namespace: d.Namespace, Identity: d.Identity, Objects: store,
-		Receivers: o.DriftWebhookURLs, ReceiverToken: receiverToken, Timeout: o.DriftWebhookTimeout,
-		Backoff:       notify.Backoff{Max: d.BackoffMax},
-		LeaseDuration: d.LeaseDuration, RenewDeadline: d.RenewDeadline, RetryPeriod: d.RetryPeriod, Recheck: d.Recheck,
+	return report.New(report.Config{
+		Client: client, Dynamic: dyn, Objects: store,
+		Namespace: d.Namespace, Identity: d.Identity,
+		Receivers: o.DriftWebhookURLs, ReceiverTokenFile: d.WebhookTokenFile, Timeout: o.DriftWebhookTimeout,
+		SlackChannel: d.SlackChannel, SlackCredentialsDir: d.SlackCredentialsDir, SlackAPIURL: d.SlackAPIURL, SlackLimits: d.SlackLimits,
+		ExcludedNamespaces: func() []string { return settings.Current().Rules.ExcludedNamespaces },
+		LeaseDuration:      d.LeaseDuration, RenewDeadline: d.RenewDeadline, RetryPeriod: d.RetryPeriod, BackoffMax: d.BackoffMax, Recheck: d.Recheck,
 		Log: o.Log, Registerer: o.Metrics,
-	}
-	var esc *escalation.Escalator
-	if d.SlackChannel != "" {
-		if d.SlackCredentialsDir == "" {
-			return nil, nil, fmt.Errorf("--slack-channel needs --slack-credentials-dir: the bot token and the signing secret come from a mounted Secret")
-		}
-		token, secret, err := escalation.LoadCredentials(d.SlackCredentialsDir)
-		if err != nil {
-			return nil, nil, fmt.Errorf("--slack-credentials-dir: %w", err)
-		}
-		esc, err = escalation.New(escalation.Config{
-			BotToken: token, SigningSecret: secret, Channel: d.SlackChannel, APIURL: d.SlackAPIURL,
-			Parents: escalation.NewDynamicParentEditor(dyn, store.RESTMapper()),
-			Drifts:  drifts.NewClicks(client, d.Namespace),
-			ExcludedNamespaces: func() []string {
-				return settings.Current().Rules.ExcludedNamespaces
-			},
-			Limits: d.SlackLimits,
-			Log:    o.Log.Named("slack"),
-		})
-		if err != nil {
-			return nil, nil, fmt.Errorf("slack escalation: %w", err)
-		}
-		lo.Escalator = esc
-	}
-	ledger, err := drifts.New(lo)
-	if err != nil {
-		return nil, nil, fmt.Errorf("drift reports: %w", err)
-	}
-	return ledger, esc, nil
+	})
 }
 
 // SlackInteractions is the endpoint Slack posts button clicks to; nil
 // without Slack escalation.
 func (i *Interceptor) SlackInteractions() http.Handler {
-	if i == nil || i.slack == nil {
+	if i == nil {
 		return nil
 	}
-	return i.slack.InteractionHandler()
+	return i.cfg.Drifts.SlackInteractions()
 }
 
 // Run starts the config watcher, the settlement of orphaned approval
@@ -248,17 +206,11 @@ func (i *Interceptor) Shutdown(ctx context.Context) error {
 			i.stopBackground()
 		}
 	}()
-	if i.slack != nil {
-		// Clicks already answered 200 are applied before the process ends.
-		done := make(chan struct{})
-		go func() { i.slack.Wait(); close(done) }()
-		select {
-		case <-done:
-		case <-ctx.Done():
-		}
-	}
 	return i.cfg.Drifts.Shutdown(ctx)
 }
 
 // Settings returns the configuration in force.
 func (i *Interceptor) Settings() *config.Config { return i.cfg.Settings() }
+
+// Objects is the store the interceptor decides from.
+func (i *Interceptor) Objects() *objects.Store { return i.cfg.Objects }

@@ -92,6 +92,8 @@ func (f *facts) held() decision.Held {
 		ChildAccessKnown:  f.childAccessKnown,
 		ParentAccessKnown: f.parentAccessKnown,
 		HasChanges:        len(f.changes) > 0,
+		ChildMetadataOnly: f.oldIsMetadata,
+		Operation:         f.op,
 	}
 }
 

@@ -65,14 +65,17 @@
 // in reservations.go (its records in package reservations), with the
 // parent writes of parentwrites.go. Build makes the parts (build.go).
 //
-// Pure, no I/O (table-tested on their own; no client-go, no net/http, no
-// clock): annotations, approval, body, controllerid, decision (the
-// verdict, and the write path's rules in writepath.go), decisionlog,
-// desired, history, lifecycle, patch, policy (ApprovalPolicy matching),
-// rules, settle, trace, shadowreport. I/O: objects (informer caches and
-// live reads with the proxy's credentials), reservations (records of
-// reserved once approvals), drifts, notify and escalation (reporting drift
-// to people), config (the --config file and its watcher), and this
-// package's files, which carry out the decisions (approvalpolicies.go
-// watches the approval policies and writes their status).
+// Pure, no I/O (table-tested on their own; the linter's depguard rule
+// "pure" keeps client-go, net/http and time.Now out of them): allowance,
+// annotations, approval, body, controllerid, decision (the verdict, and
+// the write path's rules in writepath.go), decisionlog, desired, history,
+// lifecycle, patch, policy (ApprovalPolicy matching), rules, settle,
+// trace. I/O: objects (informer caches and live reads with the proxy's
+// credentials), reservations (records of reserved once approvals),
+// settlements (the parents' settledness shared by the replicas), config
+// (the --config file and its watcher), and this package's files, which
+// carry out the decisions (approvalpolicies.go watches the approval
+// policies and writes their status). Reporting drift to people is beside
+// the write path, in report; this package hands it decided writes
+// through report.Reporter and nothing else.
 package intercept

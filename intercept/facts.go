@@ -70,6 +70,9 @@ type facts struct {
 	warnings []string
 	// childLive: old was read live.
 	childLive bool
+	// oldIsMetadata: old is the cached metadata of the stored child, not
+	// the whole object (objects.Store caches children so).
+	oldIsMetadata bool
 	// confirmed: old and new are kube-apiserver's (a live read and a dry
 	// run), and precondition is the resourceVersion the write was decided
 	// on, which the forwarded write must still find.
@@ -127,17 +130,22 @@ func (i *Interceptor) gather(ctx context.Context, rq *writeRequest, data []byte,
 		}
 	}
 	if f.op != decision.Create {
-		old, live, err := i.storedObject(ctx, &f)
+		stored, err := i.storedObject(ctx, &f, storedNeedOf(&f))
 		switch {
 		case apierrors.IsNotFound(err):
 		case err != nil:
 			return f, i.unresolvable(fmt.Errorf("reading the stored %s %s: %w", kind.Kind, qualifiedName(f.namespace, wr.info.Name), err))
 		default:
-			f.old, f.childLive = old, live
+			f.old, f.childLive, f.oldIsMetadata = stored.obj, stored.live, stored.metadataOnly
 		}
 	}
 	if f, err = i.withEffectiveObject(ctx, f); err != nil {
 		return f, err
+	}
+	if f.oldIsMetadata && wr.verb == "patch" && patch.OnlyMetadata(f.patchType, f.data) {
+		// A patch of metadata alone changes no desired state, whatever
+		// the child holds: its metadata is all the decision reads.
+		f.changed, f.changes, f.oldIsMetadata = false, nil, false
 	}
 	return i.withSurroundings(ctx, f)
 }
@@ -311,21 +319,91 @@ func (i *Interceptor) parentFactsOf(ctx context.Context, f *facts, parent *unstr
 	return pf
 }
 
-// storedObject reads the object the write applies to, and reports
-// whether it was read live. An update carries the resourceVersion it was
-// based on (in sent); when the cache holds an older one the cache is
-// behind, and a live read gives the real stored object.
-func (i *Interceptor) storedObject(ctx context.Context, f *facts) (*unstructured.Unstructured, bool, error) {
+// storedNeed is how much of the stored child a write needs before it is
+// decided.
+type storedNeed int
+
+const (
+	// storedMetadata: the write is decided on the child's metadata, and
+	// decided again on the whole child when the verdict depends on more
+	// (decision.Needs).
+	storedMetadata storedNeed = iota
+	// storedWhole: the write's effect is computed from the stored content
+	// (a JSON patch addresses its fields, a /scale write reads the
+	// replicas, a status write is learned with the stored spec).
+	storedWhole
+	// storedWithManagedFields: an apply is merged with the stored field
+	// ownership, which no cache keeps.
+	storedWithManagedFields
+)
+
+// storedNeedOf says how much of the stored child the write of f needs.
+func storedNeedOf(f *facts) storedNeed {
 	wr := f.req.w
-	old, source, err := i.cfg.Objects.Get(ctx, wr.gvr, f.namespace, wr.info.Name)
-	if err != nil || source != objects.FromCache || f.sent == nil || wr.verb != "update" || wr.sub == scaleSubresource {
-		return old, err == nil && source != objects.FromCache, err
+	apply := f.patchType == types.ApplyYAMLPatchType || f.patchType == types.ApplyCBORPatchType
+	switch {
+	case wr.sub != mainResource:
+		if wr.verb == "patch" && apply {
+			return storedWithManagedFields
+		}
+		return storedWhole
+	case f.op == decision.Delete, wr.verb == "update":
+		return storedMetadata
+	case f.patchType == types.MergePatchType, f.patchType == types.StrategicMergePatchType:
+		// A merge patch leaves what it does not name as it is: applied
+		// to the metadata it gives the metadata the write stores.
+		return storedMetadata
+	case apply:
+		return storedWithManagedFields
 	}
-	if rv := f.sent.GetResourceVersion(); rv != "" && rv != old.GetResourceVersion() {
-		live, err := i.cfg.Objects.GetLive(ctx, wr.gvr, f.namespace, wr.info.Name)
-		return live, err == nil, err
+	return storedWhole
+}
+
+// storedChild is the stored object as read: whether live, and whether only
+// its cached metadata.
+type storedChild struct {
+	obj                *unstructured.Unstructured
+	live, metadataOnly bool
+}
+
+// storedObject reads the object the write applies to, as much of it as
+// need says. An update carries the resourceVersion it was based on (in
+// sent); when the cache holds an older one the cache is behind, and a live
+// read gives the real stored object.
+func (i *Interceptor) storedObject(ctx context.Context, f *facts, need storedNeed) (storedChild, error) {
+	wr := f.req.w
+	var (
+		old    *unstructured.Unstructured
+		source objects.Source
+		err    error
+	)
+	switch need {
+	case storedWithManagedFields:
+		old, err = i.cfg.Objects.GetLive(ctx, wr.gvr, f.namespace, wr.info.Name)
+		return storedChild{obj: old, live: true}, err
+	case storedWhole:
+		old, source, err = i.cfg.Objects.GetWhole(ctx, wr.gvr, f.namespace, wr.info.Name)
+	default:
+		// A kind that is also a parent is cached whole anyway.
+		if whole, ok := i.cfg.Objects.GetCachedWhole(wr.gvr, f.namespace, wr.info.Name); ok {
+			old, source, need = whole, objects.FromCache, storedWhole
+			break
+		}
+		old, source, err = i.cfg.Objects.GetMetadata(ctx, wr.gvr, f.namespace, wr.info.Name)
 	}
-	return old, false, nil
+	if err != nil {
+		return storedChild{}, err
+	}
+	if source != objects.FromCache {
+		return storedChild{obj: old, live: true}, nil
+	}
+	if f.sent != nil && wr.verb == "update" && wr.sub != scaleSubresource {
+		if rv := f.sent.GetResourceVersion(); rv != "" && rv != old.GetResourceVersion() {
+			old, err = i.cfg.Objects.GetLive(ctx, wr.gvr, f.namespace, wr.info.Name)
+			return storedChild{obj: old, live: true}, err
+		}
+	}
+	return storedChild{obj: old, metadataOnly: need == storedMetadata}, nil
 }
 
 // parentOf reads the controller owner of owned (nil when it has none), and
@@ -385,7 +463,7 @@ func (i *Interceptor) ownedRevisions(ctx context.Context, f *facts, parent *unst
 	if f.op != decision.Delete || parent == nil || f.old == nil || !history.Kept(parent.GroupVersionKind().GroupKind(), f.kind.GroupKind()) {
 		return nil
 	}
-	objs, err := i.cfg.Objects.Owned(ctx, f.req.w.gvr, f.namespace, parent.GetUID())
+	objs, err := i.cfg.Objects.Owned(ctx, f.req.w.gvr, f.namespace, parent.GetUID(), history.RevisionInMetadata(f.kind.GroupKind()))
 	if err != nil {
 		return nil
 	}

@@ -15,11 +15,11 @@ import (
 	"github.com/kausality-io/kausality-proxy/intercept/annotations"
 	"github.com/kausality-io/kausality-proxy/intercept/config"
 	"github.com/kausality-io/kausality-proxy/intercept/decision"
-	"github.com/kausality-io/kausality-proxy/intercept/drifts"
-	"github.com/kausality-io/kausality-proxy/intercept/escalation"
 	"github.com/kausality-io/kausality-proxy/intercept/objects"
 	"github.com/kausality-io/kausality-proxy/intercept/reservations"
 	"github.com/kausality-io/kausality-proxy/intercept/settle"
+	"github.com/kausality-io/kausality-proxy/intercept/settlements"
+	"github.com/kausality-io/kausality-proxy/report"
 )
 
 // ErrorWriter writes an error as a metav1.Status. The proxy owns the wire
@@ -71,9 +71,9 @@ type Config struct {
 	SideWriteTimeout time.Duration
 	// Metrics receives the write path's metrics; nil registers nowhere.
 	Metrics prometheus.Registerer
-	// Drifts records the drifts found, for the DriftReports and the
-	// escalation; nil records none.
-	Drifts *drifts.Ledger
+	// Drifts hears of every decided write, for the DriftReports and the
+	// Slack escalation; nil tells nobody.
+	Drifts *report.Reporter
 	// Policies gives decisions the writer's approval policies; nil means
 	// none.
 	Policies PolicySource
@@ -87,6 +87,9 @@ type Config struct {
 	// ReservationOrphanAge is when a reservation its replica has not
 	// settled is settled by this one; 0 is DefaultReservationOrphanAge.
 	ReservationOrphanAge time.Duration
+	// Settlements keeps what this replica learns of its parents'
+	// settledness for every replica; nil keeps it in this process only.
+	Settlements *settlements.Store
 }
 
 // Interceptor holds what write interception needs across requests.
@@ -101,9 +104,6 @@ type Interceptor struct {
 	// watcher and stopBackground are set by Build, which owns the parts.
 	watcher        *config.Watcher
 	stopBackground context.CancelFunc
-	// slack escalates drift and serves the clicks on its buttons (Build;
-	// nil without Slack).
-	slack *escalation.Escalator
 	// settling bounds the reservations settled in the background.
 	settling chan struct{}
 }
@@ -138,6 +138,9 @@ func New(cfg Config) *Interceptor {
 	}
 	i := &Interceptor{cfg: cfg, metrics: newMetrics(cfg.Metrics), settled: settle.NewMemory(0),
 		settling: make(chan struct{}, maxSettlingReservations)}
+	if cfg.Settlements != nil {
+		cfg.Settlements.Attach(i.settled)
+	}
 	if cfg.Objects != nil {
 		cfg.Objects.AddObserver(i.settled)
 	}

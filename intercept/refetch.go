@@ -46,7 +46,7 @@ func (i *Interceptor) refetch(r *http.Request, f facts, need decision.Need, up u
 	case need.ServerResult:
 		f.confirmed = true
 		if got.server.live != nil {
-			f.old, f.new, f.childLive = got.server.live, got.server.stored, true
+			f.old, f.new, f.childLive, f.oldIsMetadata = got.server.live, got.server.stored, true, false
 			f.precondition = got.server.live.GetResourceVersion()
 			f.changed, f.changes = desiredChange(f.op, f.old, f.new)
 		}
@@ -115,7 +115,7 @@ func (i *Interceptor) fetch(r *http.Request, f *facts, need decision.Need, up up
 // write makes of it: a PUT's object is the client's whatever is stored; a
 // patch and a /scale write apply to it.
 func (i *Interceptor) withLiveChild(ctx context.Context, f facts, live *unstructured.Unstructured) (facts, error) {
-	f.old, f.childLive = live, true
+	f.old, f.childLive, f.oldIsMetadata = live, true, false
 	var err error
 	switch {
 	case f.req.w.sub == scaleSubresource:

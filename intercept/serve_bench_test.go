@@ -192,10 +192,13 @@ func newServeEnv(b testing.TB, log *zap.Logger, allow func(authorizationv1.Subje
 	ctx, cancel := context.WithCancel(context.Background())
 	b.Cleanup(cancel)
 	var env *benchEnv
-	store := objects.New(ctx, disc, dyn)
+	store := objects.New(ctx, disc, dyn, metadataView{dyn})
 	for _, gvr := range []schema.GroupVersionResource{deploymentsGVR, replicasetsGVR, namespacesGVR} {
 		wctx, wcancel := context.WithTimeout(ctx, 10*time.Second)
 		err := store.WaitForSync(wctx, gvr)
+		if err == nil && gvr == replicasetsGVR {
+			err = store.WaitForMetadataSync(wctx, gvr)
+		}
 		wcancel()
 		if err != nil {
 			b.Fatal(err)

@@ -64,9 +64,18 @@ func newFakeUpstream(t *testing.T) *fakeUpstream {
 }
 
 func (f *fakeUpstream) serve(w http.ResponseWriter, r *http.Request) {
+	if serveProxyOwnState(w, r) {
+		return
+	}
 	switch r.URL.Path {
 	case "/readyz":
 		_, _ = io.WriteString(w, "ok")
+		return
+	case "/api/v1/namespaces/kausality-system":
+		// The proxy's own readiness check of its namespace, not a
+		// caller's traffic.
+		w.Header().Set("Content-Type", "application/json")
+		_, _ = io.WriteString(w, `{"kind":"Namespace","apiVersion":"v1","metadata":{"name":"kausality-system"}}`)
 		return
 	case "/apis/authentication.k8s.io/v1/tokenreviews":
 		f.mu.Lock()

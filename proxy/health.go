@@ -113,6 +113,13 @@ func (s *Server) metricsMux() http.Handler {
 			_, _ = fmt.Fprintf(w, "upstream: %v", err)
 			return
 		}
+		// Without its namespace the proxy would drop every DriftReport and
+		// keep no reservation of a once approval: it takes no traffic.
+		if err := s.namespace.Err(); err != nil {
+			w.WriteHeader(http.StatusServiceUnavailable)
+			_, _ = fmt.Fprintf(w, "namespace: %v", err)
+			return
+		}
 		// A replica that took traffic before its approval-policy caches
 		// synced would deny drift a policy approves: ready means it
 		// decides as every other replica does.

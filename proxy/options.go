@@ -5,9 +5,11 @@ import (
 	"net"
 	"net/http"
 	"os"
+	"strings"
 	"time"
 
 	"github.com/spf13/pflag"
+	"k8s.io/apimachinery/pkg/util/validation"
 	genericoptions "k8s.io/apiserver/pkg/server/options"
 	"k8s.io/client-go/rest"
 	"k8s.io/client-go/tools/clientcmd"
@@ -179,6 +181,9 @@ func (o *Options) Validate() []error {
 	}
 	if o.ApprovalReservationOrphanAge < 30*time.Second {
 		errs = append(errs, fmt.Errorf("--approval-reservation-orphan-age must be at least 30s, not %s: a shorter one could put an approval back while its write is still in flight", o.ApprovalReservationOrphanAge))
+	}
+	if bad := validation.IsDNS1123Label(o.Drifts.Namespace); len(bad) > 0 {
+		errs = append(errs, fmt.Errorf("--drift-namespace %q is not a namespace name: %s", o.Drifts.Namespace, strings.Join(bad, "; ")))
 	}
 	if o.MetricsBindAddress == "" && o.MetricsListener == nil {
 		errs = append(errs, fmt.Errorf("--metrics-bind-address must be set: probes need /readyz"))

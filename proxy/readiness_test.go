@@ -13,6 +13,7 @@ import (
 	"path/filepath"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -28,6 +29,8 @@ type policyUpstream struct {
 
 	mu      sync.Mutex
 	answers map[string]string // resource → "list" or "404"; absent: held
+	// namespaceMissing answers the proxy's namespace with 404.
+	namespaceMissing atomic.Bool
 }
 
 // answer makes the requests for resource answer how.
@@ -59,9 +62,20 @@ func (u *policyUpstream) await(r *http.Request) string {
 func newPolicyUpstream(t *testing.T) *policyUpstream {
 	u := &policyUpstream{answers: map[string]string{}}
 	u.srv = httptest.NewUnstartedServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if serveProxyOwnState(w, r) {
+			return
+		}
 		switch {
 		case r.URL.Path == "/readyz":
 			_, _ = io.WriteString(w, "ok")
+		case r.URL.Path == "/api/v1/namespaces/kausality-system":
+			w.Header().Set("Content-Type", "application/json")
+			if u.namespaceMissing.Load() {
+				w.WriteHeader(http.StatusNotFound)
+				_, _ = io.WriteString(w, `{"kind":"Status","apiVersion":"v1","status":"Failure","reason":"NotFound","code":404,"details":{"name":"kausality-system","kind":"namespaces"}}`)
+				return
+			}
+			_, _ = io.WriteString(w, `{"kind":"Namespace","apiVersion":"v1","metadata":{"name":"kausality-system"}}`)
 		case r.URL.Path == "/apis/authentication.k8s.io/v1/tokenreviews":
 			w.Header().Set("Content-Type", "application/json")
 			_, _ = io.WriteString(w, `{"kind":"TokenReview","apiVersion":"authentication.k8s.io/v1","status":{"authenticated":true,"user":{"username":"writer"}}}`)
@@ -210,6 +224,25 @@ func TestReadyWithoutPolicyCRDs(t *testing.T) {
 	up.answer("approvalpolicies", "404")
 	up.answer("clusterapprovalpolicies", "404")
 	waitReadyz(t, metrics, http.StatusOK, "ok")
+}
+
+// Without its namespace the proxy cannot keep a drift record or the
+// reservation of a once approval: it is not ready, and says which
+// namespace and which flag, until the namespace exists.
+func TestNotReadyWithoutItsNamespace(t *testing.T) {
+	up := newPolicyUpstream(t)
+	up.answer("approvalpolicies", "list")
+	up.answer("clusterapprovalpolicies", "list")
+	up.namespaceMissing.Store(true)
+	metrics, _ := startServer(t, up.srv)
+	waitReadyz(t, metrics, http.StatusServiceUnavailable, `namespace "kausality-system" does not exist`)
+	if _, body := readyz(t, metrics); !strings.Contains(body, "--drift-namespace") {
+		t.Fatalf("/readyz does not name the flag: %q", body)
+	}
+	up.namespaceMissing.Store(false)
+	waitReadyz(t, metrics, http.StatusOK, "ok")
+	up.namespaceMissing.Store(true)
+	waitReadyz(t, metrics, http.StatusServiceUnavailable, "namespace")
 }
 
 // The serving port bounds request headers (kube-apiserver's 1 MiB): a

@@ -20,6 +20,7 @@ import (
 
 	"github.com/kausality-io/kausality-proxy/authn"
 	"github.com/kausality-io/kausality-proxy/intercept"
+	"github.com/kausality-io/kausality-proxy/internal/proxynamespace"
 )
 
 // Config is everything the server needs, resolved from Options.
@@ -44,6 +45,9 @@ type Config struct {
 
 	// WrapUpstreamTransport wraps the forwarding transport (see Options).
 	WrapUpstreamTransport func(http.RoundTripper) http.RoundTripper
+	// Namespace watches the proxy's own namespace for readiness; nil: no
+	// records are kept, nothing to wait for.
+	Namespace *proxynamespace.Probe
 
 	metrics *metrics
 }
@@ -119,6 +123,7 @@ func (o *Options) Config(log *zap.Logger) (*Config, error) {
 		return nil, fmt.Errorf("authentication: %w", err)
 	}
 
+	cfg.Namespace = proxynamespace.NewProbe(client.CoreV1().Namespaces(), o.Drifts.Namespace, o.UpstreamProbeInterval, log.Named("namespace"))
 	cfg.metrics = newMetrics()
 	cfg.Interceptor, err = intercept.Build(intercept.Options{
 		ConfigFile:           o.ConfigFile,
@@ -192,6 +197,7 @@ type Server struct {
 	interceptor   *intercept.Interceptor
 	metrics       *metrics
 	probe         *upstreamProbe
+	namespace     *proxynamespace.Probe
 	requestInfo   *request.RequestInfoFactory
 	longRunning   request.LongRunningRequestCheck
 
@@ -238,6 +244,7 @@ func (c CompletedConfig) New() (*Server, error) {
 		interceptor:         c.Interceptor,
 		metrics:             m,
 		probe:               newUpstreamProbe(probeClient, up.url.JoinPath("readyz").String(), c.UpstreamProbeInterval, c.Log, m),
+		namespace:           c.Namespace,
 		requestInfo:         newRequestInfoFactory(),
 		longRunning:         newLongRunningCheck(),
 		requestTimeout:      c.RequestTimeout,
@@ -302,6 +309,9 @@ func (s *Server) Run(ctx context.Context) error {
 	defer stopProbe()
 	s.interceptor.Run(probeCtx)
 	go s.probe.run(probeCtx)
+	if s.namespace != nil {
+		go s.namespace.Run(probeCtx)
+	}
 
 	metricsServer := &http.Server{Handler: s.metricsMux(), ReadHeaderTimeout: 10 * time.Second}
 	metricsDone := make(chan error, 1)

@@ -25,7 +25,7 @@ import (
 	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
-	"github.com/kausality-io/kausality-proxy/intercept/notify"
+	"github.com/kausality-io/kausality-proxy/api/v1alpha1"
 )
 
 func newBackendCommand() *cobra.Command {
@@ -255,10 +255,10 @@ func (b *logBackend) read(w http.ResponseWriter, r *http.Request) ([]byte, error
 	var apiVersion, kind string
 	_ = json.Unmarshal(top["apiVersion"], &apiVersion)
 	_ = json.Unmarshal(top["kind"], &kind)
-	if apiVersion != notify.APIVersion || kind != notify.Kind {
-		return nil, fmt.Errorf("apiVersion %q, kind %q: want %s %s", apiVersion, kind, notify.APIVersion, notify.Kind)
+	if apiVersion != v1alpha1.DriftReportAPIVersion || kind != v1alpha1.DriftReportKind {
+		return nil, fmt.Errorf("apiVersion %q, kind %q: want %s %s", apiVersion, kind, v1alpha1.DriftReportAPIVersion, v1alpha1.DriftReportKind)
 	}
-	var rep notify.DriftReport
+	var rep v1alpha1.DriftReport
 	if err := json.Unmarshal(data, &rep); err != nil {
 		return nil, fmt.Errorf("not a valid DriftReport: %w", err)
 	}

@@ -19,19 +19,19 @@ import (
 	"go.uber.org/zap"
 	"k8s.io/apimachinery/pkg/runtime"
 
+	"github.com/kausality-io/kausality-proxy/api/v1alpha1"
 	"github.com/kausality-io/kausality-proxy/intercept/desired"
-	"github.com/kausality-io/kausality-proxy/intercept/notify"
 )
 
 // A report as the proxy sends it: marshalled from notify's types.
 func sentReport(t *testing.T) string {
 	t.Helper()
-	r := notify.DriftReport{APIVersion: notify.APIVersion, Kind: notify.Kind, Spec: notify.DriftReportSpec{
-		ID: "0123456789abcdef", Phase: notify.PhaseDetected,
-		Parent:    notify.ParentRef{APIVersion: "apps/v1", Kind: "Deployment", Namespace: "a", Name: "web", Generation: 3, ObservedGeneration: 3},
-		Child:     notify.ChildRef{APIVersion: "apps/v1", Kind: "ReplicaSet", Namespace: "a", Name: "web-1"},
+	r := v1alpha1.DriftReport{APIVersion: v1alpha1.DriftReportAPIVersion, Kind: v1alpha1.DriftReportKind, Spec: v1alpha1.DriftReportSpec{
+		ID: "0123456789abcdef", Phase: v1alpha1.PhaseDetected,
+		Parent:    v1alpha1.ParentRef{APIVersion: "apps/v1", Kind: "Deployment", Namespace: "a", Name: "web", Generation: 3, ObservedGeneration: 3},
+		Child:     v1alpha1.ChildRef{APIVersion: "apps/v1", Kind: "ReplicaSet", Namespace: "a", Name: "web-1"},
 		NewObject: runtime.RawExtension{Raw: []byte(`{"kind":"ReplicaSet"}`)},
-		Request:   notify.RequestInfo{User: "system:serviceaccount:kube-system:deployment-controller", Operation: "UPDATE"},
+		Request:   v1alpha1.RequestInfo{User: "system:serviceaccount:kube-system:deployment-controller", Operation: "UPDATE"},
 		Changes:   []desired.Change{{Path: "spec.replicas", Old: "1", New: "2"}},
 	}}
 	b, err := json.Marshal(r)

@@ -6,7 +6,7 @@ import (
 
 	"github.com/spf13/cobra"
 
-	"github.com/kausality-io/kausality-proxy/intercept/shadowreport"
+	"github.com/kausality-io/kausality-proxy/cmd/kausality-proxy/shadowreport"
 )
 
 func newShadowReportCommand() *cobra.Command {

@@ -1,5 +1,6 @@
 // Command kubectl-kausality is the kubectl plugin `kubectl kausality`: it
-// explains kausality-proxy's drift decisions (why, trace) and edits the
+// shows the open drifts in a terminal UI (drifts), explains
+// kausality-proxy's drift decisions (why, trace) and edits the
 // parent annotations that steer them (approve, reject, freeze, unfreeze,
 // snooze, unsnooze, reset-controllers). Put it on PATH and kubectl finds it.
 //

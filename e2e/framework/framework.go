@@ -12,7 +12,7 @@ import (
 	auditv1 "k8s.io/apiserver/pkg/apis/audit/v1"
 	"k8s.io/client-go/rest"
 
-	"github.com/kausality-io/kausality-proxy/intercept/notify"
+	"github.com/kausality-io/kausality-proxy/api/v1alpha1"
 )
 
 // Cluster is what a scenario needs from a cluster provider.
@@ -40,7 +40,7 @@ type Cluster interface {
 	Decisions() ([]DecisionLine, error)
 	// DriftReports returns the DriftReports the proxy delivered about one
 	// child object, in arrival order.
-	DriftReports(namespace, child string) ([]notify.DriftReport, error)
+	DriftReports(namespace, child string) ([]v1alpha1.DriftReport, error)
 	// SetConfig replaces the proxy's --config file and waits until the
 	// running proxy has loaded it. It fails when the proxy keeps the old one.
 	SetConfig(ctx context.Context, content string) error

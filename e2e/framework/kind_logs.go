@@ -14,7 +14,7 @@ import (
 	auditv1 "k8s.io/apiserver/pkg/apis/audit/v1"
 	"k8s.io/client-go/util/retry"
 
-	"github.com/kausality-io/kausality-proxy/intercept/notify"
+	"github.com/kausality-io/kausality-proxy/api/v1alpha1"
 )
 
 // podLogs returns the logs of the pods matching selector in namespace,
@@ -84,7 +84,7 @@ func (k *Kind) Decisions() ([]DecisionLine, error) {
 }
 
 // DriftReports implements Cluster: the reports the sink logged.
-func (k *Kind) DriftReports(namespace, child string) ([]notify.DriftReport, error) {
+func (k *Kind) DriftReports(namespace, child string) ([]v1alpha1.DriftReport, error) {
 	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
 	defer cancel()
 	data, err := k.podLogs(ctx, kindNamespace, kindSinkSelector, "reportsink")

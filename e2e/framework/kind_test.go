@@ -37,9 +37,9 @@ import (
 	"sigs.k8s.io/kind/pkg/apis/config/v1alpha4"
 	sigsyaml "sigs.k8s.io/yaml"
 
+	"github.com/kausality-io/kausality-proxy/api/v1alpha1"
 	"github.com/kausality-io/kausality-proxy/intercept/config"
 	"github.com/kausality-io/kausality-proxy/intercept/decisionlog"
-	"github.com/kausality-io/kausality-proxy/intercept/notify"
 	"github.com/kausality-io/kausality-proxy/internal/testenv"
 	"github.com/kausality-io/kausality-proxy/internal/testpki"
 )
@@ -337,8 +337,8 @@ func TestProxyLogParsing(t *testing.T) {
 }
 
 func TestParseDriftReports(t *testing.T) {
-	report := func(ns, name string, phase notify.Phase, id string) string {
-		r := notify.DriftReport{APIVersion: "kausality.io/v1alpha1", Kind: "DriftReport"}
+	report := func(ns, name string, phase v1alpha1.DriftReportPhase, id string) string {
+		r := v1alpha1.DriftReport{APIVersion: "kausality.io/v1alpha1", Kind: "DriftReport"}
 		r.Spec.ID, r.Spec.Phase = id, phase
 		r.Spec.Child.Namespace, r.Spec.Child.Name = ns, name
 		r.Spec.Parent.Kind, r.Spec.Parent.Name = "Deployment", "web"
@@ -348,14 +348,14 @@ func TestParseDriftReports(t *testing.T) {
 	}
 	log := strings.Join([]string{
 		"2026/01/01 00:00:00 reportsink listening on :8080",
-		report("ns1", "rs", notify.PhaseDetected, "aa"),
-		report("ns2", "rs", notify.PhaseDetected, "bb"),
-		report("ns1", "other", notify.PhaseDetected, "cc"),
-		report("ns1", "rs", notify.PhaseResolved, "aa"),
+		report("ns1", "rs", v1alpha1.PhaseDetected, "aa"),
+		report("ns2", "rs", v1alpha1.PhaseDetected, "bb"),
+		report("ns1", "other", v1alpha1.PhaseDetected, "cc"),
+		report("ns1", "rs", v1alpha1.PhaseResolved, "aa"),
 		`{"truncated":`,
 	}, "\n")
 	got := parseDriftReports([]byte(log), "ns1", "rs")
-	if len(got) != 2 || got[0].Spec.Phase != notify.PhaseDetected || got[1].Spec.Phase != notify.PhaseResolved || got[1].Spec.ID != "aa" || got[0].Spec.Parent.Name != "web" {
+	if len(got) != 2 || got[0].Spec.Phase != v1alpha1.PhaseDetected || got[1].Spec.Phase != v1alpha1.PhaseResolved || got[1].Spec.ID != "aa" || got[0].Spec.Parent.Name != "web" {
 		t.Fatalf("reports %+v", got)
 	}
 }

@@ -28,7 +28,7 @@ import (
 	"sigs.k8s.io/kind/pkg/apis/config/v1alpha4"
 	sigsyaml "sigs.k8s.io/yaml"
 
-	"github.com/kausality-io/kausality-proxy/intercept/notify"
+	"github.com/kausality-io/kausality-proxy/api/v1alpha1"
 )
 
 // kindAuditPolicy logs every request at the Metadata level, as the local
@@ -290,12 +290,12 @@ func scanConfigEvents(log []byte) configEvents {
 
 // parseDriftReports returns the reports about one child from the sink's
 // log (one JSON report a line; other lines are skipped).
-func parseDriftReports(log []byte, namespace, child string) []notify.DriftReport {
-	var out []notify.DriftReport
+func parseDriftReports(log []byte, namespace, child string) []v1alpha1.DriftReport {
+	var out []v1alpha1.DriftReport
 	s := bufio.NewScanner(bytes.NewReader(log))
 	s.Buffer(make([]byte, 64*1024), 16*1024*1024)
 	for s.Scan() {
-		var r notify.DriftReport
+		var r v1alpha1.DriftReport
 		if json.Unmarshal(s.Bytes(), &r) != nil {
 			continue
 		}

@@ -19,8 +19,8 @@ import (
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/rest"
 
+	"github.com/kausality-io/kausality-proxy/api/v1alpha1"
 	"github.com/kausality-io/kausality-proxy/intercept"
-	"github.com/kausality-io/kausality-proxy/intercept/notify"
 	"github.com/kausality-io/kausality-proxy/internal/testenv"
 	"github.com/kausality-io/kausality-proxy/proxy"
 )
@@ -68,6 +68,8 @@ var _ Cluster = (*Local)(nil)
 // StartLocal starts the control plane, the relay, the proxy and optionally
 // kube-controller-manager through the proxy. It fails, never skips, when the
 // control-plane binaries are missing.
+//
+//nolint:funlen // the harness's startup is one sequence of steps, each undone on failure; split, the undo order would be spread over functions
 func StartLocal(ctx context.Context, opts LocalOptions) (_ *Local, retErr error) {
 	cp, err := testenv.Start(ctx, testenv.Options{AuditLog: opts.AuditLog})
 	if err != nil {
@@ -256,7 +258,7 @@ func (l *Local) ProxyLog() ([]byte, error) {
 }
 
 // DriftReports implements Cluster.
-func (l *Local) DriftReports(namespace, child string) ([]notify.DriftReport, error) {
+func (l *Local) DriftReports(namespace, child string) ([]v1alpha1.DriftReport, error) {
 	return l.Reports.For(namespace, child), nil
 }
 

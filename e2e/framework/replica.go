@@ -58,6 +58,8 @@ type Replica struct {
 var replicaSeq atomic.Int64
 
 // StartReplica starts a proxy replica. Stop it with Replica.Stop.
+//
+//nolint:funlen // one replica's startup is one sequence of steps, each undone on failure
 func (l *Local) StartReplica(ctx context.Context, o ReplicaOptions) (*Replica, error) {
 	if o.Name == "" {
 		o.Name = fmt.Sprintf("replica-%d", replicaSeq.Add(1))
@@ -101,6 +103,9 @@ func (l *Local) StartReplica(ctx context.Context, o ReplicaOptions) (*Replica, e
 	}
 	opts.DriftWebhookURLs = o.Receivers
 	opts.Drifts = o.Drifts
+	if opts.Drifts.Namespace == "" {
+		opts.Drifts.Namespace = DriftNamespace
+	}
 	if opts.Drifts.Identity == "" {
 		opts.Drifts.Identity = o.Name
 	}

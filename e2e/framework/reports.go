@@ -8,7 +8,7 @@ import (
 	"sync"
 	"sync/atomic"
 
-	"github.com/kausality-io/kausality-proxy/intercept/notify"
+	"github.com/kausality-io/kausality-proxy/api/v1alpha1"
 )
 
 // ReportSink is a DriftReport endpoint the proxy delivers to.
@@ -17,7 +17,7 @@ type ReportSink struct {
 	down    atomic.Bool
 	refused atomic.Int64
 	mu      sync.Mutex
-	reports []notify.DriftReport
+	reports []v1alpha1.DriftReport
 }
 
 // NewReportSink starts a DriftReport endpoint; Close stops it.
@@ -32,7 +32,7 @@ func newReportSink() *ReportSink {
 			return
 		}
 		data, _ := io.ReadAll(r.Body)
-		var rep notify.DriftReport
+		var rep v1alpha1.DriftReport
 		if err := json.Unmarshal(data, &rep); err != nil {
 			http.Error(w, err.Error(), http.StatusBadRequest)
 			return
@@ -49,10 +49,10 @@ func newReportSink() *ReportSink {
 func (s *ReportSink) URL() string { return s.srv.URL }
 
 // For returns the reports about one child, in arrival order.
-func (s *ReportSink) For(namespace, childName string) []notify.DriftReport {
+func (s *ReportSink) For(namespace, childName string) []v1alpha1.DriftReport {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	var out []notify.DriftReport
+	var out []v1alpha1.DriftReport
 	for _, r := range s.reports {
 		if r.Spec.Child.Namespace == namespace && r.Spec.Child.Name == childName {
 			out = append(out, r)
@@ -69,10 +69,10 @@ func (s *ReportSink) SetDown(down bool) { s.down.Store(down) }
 func (s *ReportSink) Refused() int64 { return s.refused.Load() }
 
 // All returns every report received, in arrival order.
-func (s *ReportSink) All() []notify.DriftReport {
+func (s *ReportSink) All() []v1alpha1.DriftReport {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	return append([]notify.DriftReport(nil), s.reports...)
+	return append([]v1alpha1.DriftReport(nil), s.reports...)
 }
 
 // Close stops the endpoint.

@@ -44,6 +44,10 @@ const (
 	Snooze = "kausality.io/snooze"
 	// Mode on an object or a namespace: "log" or "enforce".
 	Mode = "kausality.io/mode"
+	// AllowanceMode on an object or a namespace: "shadow", "log" or
+	// "enforce" turns allowances on (see intercept/allowance); unset is
+	// off. Like Mode, it holds back the object's controller.
+	AllowanceMode = "kausality.io/allowance-mode"
 	// TraceLabelPrefix: kausality.io/trace-<label> annotations on an object
 	// become labels[<label>] of that object's trace hop.
 	TraceLabelPrefix = "kausality.io/trace-"
@@ -75,6 +79,11 @@ const (
 	// so whoever may write records but not the parent can neither invent
 	// one nor rewrite one.
 	Reservations = "kausality.io/reservations"
+	// Allowances on any object: JSON array of the mutations its controller
+	// may make to its children, and why (see intercept/allowance). It has
+	// the Kausal design's name, outside the kausality.io/ prefix, and is
+	// one of kausality's annotations all the same.
+	Allowances = "kausal.io/allowances"
 	// LegacyInitialized is the first design's high-water mark
 	// (`kausality.io/initialized: "true"`). It is honoured when read and
 	// treated as a system annotation; it is never written.
@@ -87,14 +96,15 @@ const (
 	PhaseInitialized  = "initialized"
 )
 
-// IsKausality reports whether key is a kausality.io/* annotation.
-func IsKausality(key string) bool { return strings.HasPrefix(key, Prefix) }
+// IsKausality reports whether key is one of kausality's annotations: a
+// kausality.io/* one, or Allowances.
+func IsKausality(key string) bool { return strings.HasPrefix(key, Prefix) || key == Allowances }
 
 // IsSystem reports whether key is a system annotation (protected: never
 // taken from a write request).
 func IsSystem(key string) bool {
 	switch key {
-	case Trace, Updaters, Controllers, Phase, ObservedGeneration, LegacyInitialized, Reservations:
+	case Trace, Updaters, Controllers, Phase, ObservedGeneration, LegacyInitialized, Reservations, Allowances:
 		return true
 	}
 	return false
@@ -106,7 +116,7 @@ func IsSystem(key string) bool {
 // or it could approve its own drift.
 func IsControl(key string) bool {
 	switch key {
-	case Approvals, Rejections, Freeze, SnoozeUntil, Snooze, Mode:
+	case Approvals, Rejections, Freeze, SnoozeUntil, Snooze, Mode, AllowanceMode:
 		return true
 	}
 	return false

@@ -23,7 +23,7 @@ import (
 	"fmt"
 	"io"
 	"mime"
-	"net/http"
+	"net/http" //nolint:depguard // status codes only: its errors are metav1.Status values with the HTTP code
 	"strings"
 
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
@@ -36,7 +36,7 @@ import (
 	"k8s.io/apimachinery/pkg/runtime/serializer/protobuf"
 	utiljson "k8s.io/apimachinery/pkg/util/json"
 	utilyaml "k8s.io/apimachinery/pkg/util/yaml"
-	"k8s.io/client-go/kubernetes/scheme"
+	"k8s.io/client-go/kubernetes/scheme" //nolint:depguard // the codec of the built-in kinds, not a client
 	sigsyaml "sigs.k8s.io/yaml"
 )
 

@@ -20,21 +20,13 @@ import (
 	sigsyaml "sigs.k8s.io/yaml"
 
 	"github.com/kausality-io/kausality-proxy/internal/testfixtures"
+	"github.com/kausality-io/kausality-proxy/internal/testutil"
 )
 
 var deploymentGVK = appsv1.SchemeGroupVersion.WithKind("Deployment")
 
 // testDeployment is the shared Deployment fixture.
 func testDeployment() *appsv1.Deployment { return testfixtures.Deployment() }
-
-func toUnstructured(t testing.TB, obj runtime.Object) *unstructured.Unstructured {
-	t.Helper()
-	m, err := runtime.DefaultUnstructuredConverter.ToUnstructured(obj)
-	if err != nil {
-		t.Fatal(err)
-	}
-	return &unstructured.Unstructured{Object: m}
-}
 
 func jsonOf(t testing.TB, v interface{}) []byte {
 	t.Helper()
@@ -84,25 +76,11 @@ func widget() *unstructured.Unstructured {
 	}}
 }
 
-func wantStatus(t *testing.T, err error, code int32, reason metav1.StatusReason, msg string) {
-	t.Helper()
-	var se *apierrors.StatusError
-	if !errors.As(err, &se) {
-		t.Fatalf("error %v (%T) is not an *apierrors.StatusError", err, err)
-	}
-	if se.ErrStatus.Code != code || se.ErrStatus.Reason != reason {
-		t.Errorf("got code %d reason %q, want %d %q (message %q)", se.ErrStatus.Code, se.ErrStatus.Reason, code, reason, se.ErrStatus.Message)
-	}
-	if se.ErrStatus.Message != msg {
-		t.Errorf("message:\n got: %s\nwant: %s", se.ErrStatus.Message, msg)
-	}
-}
-
 const supported = "application/json, application/yaml, application/vnd.kubernetes.protobuf, application/cbor"
 
 func TestDecode(t *testing.T) {
 	dep := testDeployment()
-	depU := toUnstructured(t, dep)
+	depU := testutil.ToUnstructured(t, dep)
 	depJSON := jsonOf(t, dep)
 	depYAML, err := sigsyaml.Marshal(dep)
 	if err != nil {
@@ -206,7 +184,7 @@ func TestDecode(t *testing.T) {
 			err: &errCase{400, metav1.StatusReasonBadRequest, "the object in the request body is a Pod, but this resource expects a Deployment"}},
 		{name: "protobuf wrong kind", contentType: "application/vnd.kubernetes.protobuf", data: protobufOf(t, pod), hint: hint, wantFormat: Protobuf,
 			err: &errCase{400, metav1.StatusReasonBadRequest, "the object in the request body is a Pod, but this resource expects a Deployment"}},
-		{name: "cbor wrong kind", contentType: "application/cbor", data: cborOf(t, toUnstructured(t, pod)), hint: hint, wantFormat: CBOR,
+		{name: "cbor wrong kind", contentType: "application/cbor", data: cborOf(t, testutil.ToUnstructured(t, pod)), hint: hint, wantFormat: CBOR,
 			err: &errCase{400, metav1.StatusReasonBadRequest, "the object in the request body is a Pod, but this resource expects a Deployment"}},
 		{name: "yaml wrong version", contentType: "application/yaml", data: jsonOf(t, oldVersion.Object), hint: hint, wantFormat: YAML,
 			err: &errCase{400, metav1.StatusReasonBadRequest, "the API version in the data (apps/v1beta2) does not match the expected API version (apps/v1)"}},
@@ -224,7 +202,7 @@ func TestDecode(t *testing.T) {
 				if err == nil {
 					t.Fatalf("expected error, got object %v", got)
 				}
-				wantStatus(t, err, tt.err.code, tt.err.reason, tt.err.msg)
+				testutil.WantStatusError(t, err, tt.err.code, tt.err.reason, tt.err.msg)
 				if format != tt.wantFormat {
 					t.Errorf("format = %q, want %q", format, tt.wantFormat)
 				}
@@ -244,7 +222,7 @@ func TestDecode(t *testing.T) {
 }
 
 func TestEncodeRoundTrip(t *testing.T) {
-	dep := toUnstructured(t, testDeployment())
+	dep := testutil.ToUnstructured(t, testDeployment())
 	w := widget()
 	for _, tt := range []struct {
 		obj         *unstructured.Unstructured
@@ -289,7 +267,7 @@ func TestEncodeProtobufMatchesClientGo(t *testing.T) {
 	// would have sent for the same typed object.
 	dep := testDeployment()
 	want := protobufOf(t, dep)
-	got, _, err := Encode(toUnstructured(t, dep), Protobuf)
+	got, _, err := Encode(testutil.ToUnstructured(t, dep), Protobuf)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -300,9 +278,9 @@ func TestEncodeProtobufMatchesClientGo(t *testing.T) {
 
 func TestEncodeErrors(t *testing.T) {
 	_, _, err := Encode(widget(), Protobuf)
-	wantStatus(t, err, 415, metav1.StatusReasonUnsupportedMediaType, "cannot encode example.com/v1 Widget as protobuf: the type is not a built-in Kubernetes type")
+	testutil.WantStatusError(t, err, 415, metav1.StatusReasonUnsupportedMediaType, "cannot encode example.com/v1 Widget as protobuf: the type is not a built-in Kubernetes type")
 
-	bad := toUnstructured(t, testDeployment())
+	bad := testutil.ToUnstructured(t, testDeployment())
 	if err := unstructured.SetNestedField(bad.Object, "three", "spec", "replicas"); err != nil {
 		t.Fatal(err)
 	}
@@ -314,14 +292,14 @@ func TestEncodeErrors(t *testing.T) {
 	}
 
 	_, _, err = Encode(widget(), Format("xml"))
-	wantStatus(t, err, 500, metav1.StatusReasonInternalError, `Internal error occurred: unknown body format "xml"`)
+	testutil.WantStatusError(t, err, 500, metav1.StatusReasonInternalError, `Internal error occurred: unknown body format "xml"`)
 }
 
 func TestCustomScheme(t *testing.T) {
 	// A Codec over an empty scheme knows no protobuf types.
 	c := NewCodec(runtime.NewScheme())
 	_, _, err := c.Decode(ContentTypeProtobuf, protobufOf(t, testDeployment()), &deploymentGVK)
-	wantStatus(t, err, 415, metav1.StatusReasonUnsupportedMediaType, "protobuf request bodies are only supported for built-in Kubernetes types, and apps/v1 Deployment is not one (custom resources have no protobuf encoding): send it as application/json, application/yaml or application/cbor")
+	testutil.WantStatusError(t, err, 415, metav1.StatusReasonUnsupportedMediaType, "protobuf request bodies are only supported for built-in Kubernetes types, and apps/v1 Deployment is not one (custom resources have no protobuf encoding): send it as application/json, application/yaml or application/cbor")
 	if _, _, err := c.Decode(ContentTypeJSON, jsonOf(t, testDeployment()), &deploymentGVK); err != nil {
 		t.Errorf("JSON must not need the scheme: %v", err)
 	}
@@ -346,7 +324,7 @@ func TestFormatFor(t *testing.T) {
 
 func BenchmarkDecode(b *testing.B) {
 	dep := testDeployment()
-	depU := toUnstructured(b, dep)
+	depU := testutil.ToUnstructured(b, dep)
 	depYAML, _ := sigsyaml.Marshal(dep)
 	bodies := []struct {
 		name, contentType string
@@ -371,7 +349,7 @@ func BenchmarkDecode(b *testing.B) {
 }
 
 func BenchmarkEncode(b *testing.B) {
-	depU := toUnstructured(b, testDeployment())
+	depU := testutil.ToUnstructured(b, testDeployment())
 	for _, f := range []Format{JSON, YAML, Protobuf, CBOR} {
 		b.Run(string(f), func(b *testing.B) {
 			b.ReportAllocs()

@@ -155,6 +155,8 @@ func (m Match) matches(u user.Info, fieldManager string) bool {
 
 // Parse decodes and validates a configuration. Errors name the line and
 // the field ("line 7: controllers[0].mode: ...").
+//
+//nolint:funlen // one flat pass over the fields of the file, each validated where it is read
 func Parse(data []byte) (*Config, error) {
 	var root yaml.Node
 	dec := yaml.NewDecoder(bytes.NewReader(data))

@@ -111,7 +111,6 @@ func (c *AnnotationChanges) Pointers() map[string]*string {
 	}
 	m := make(map[string]*string, len(c.Set)+len(c.Remove))
 	for k, v := range c.Set {
-		v := v
 		m[k] = &v
 	}
 	for _, k := range c.Remove {

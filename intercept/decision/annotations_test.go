@@ -16,6 +16,7 @@ func TestComputeFunctions(t *testing.T) {
 		"kausality.io/phase":        "initialized",
 		"kausality.io/mode":         "enforce",
 		"kausality.io/trace-ticket": "T-1",
+		"kausal.io/allowances":      "[stored allowances]",
 	}
 	// What a controller sends after copying its parent's annotations.
 	copied := map[string]string{
@@ -24,6 +25,7 @@ func TestComputeFunctions(t *testing.T) {
 		"kausality.io/controllers": "parent-controllers",
 		"kausality.io/approvals":   "[parent approvals]",
 		"kausality.io/mode":        "log",
+		"kausal.io/allowances":     "[parent allowances]",
 	}
 	tests := []struct {
 		name string
@@ -32,18 +34,18 @@ func TestComputeFunctions(t *testing.T) {
 	}{
 		{"controller, desired change", ComputeAnnotationsForController(old, copied, true, "new-trace", "aaaaa,ccccc"), map[string]string{
 			"app": "web-2", "kausality.io/trace": "new-trace", "kausality.io/updaters": "aaaaa,ccccc", "kausality.io/controllers": "bbbbb",
-			"kausality.io/phase": "initialized", "kausality.io/mode": "enforce", "kausality.io/trace-ticket": "T-1"}},
+			"kausality.io/phase": "initialized", "kausality.io/mode": "enforce", "kausality.io/trace-ticket": "T-1", "kausal.io/allowances": "[stored allowances]"}},
 		{"controller, no desired change", ComputeAnnotationsForController(old, copied, false, "ignored", "ignored"), map[string]string{
 			"app": "web-2", "kausality.io/trace": "old-trace", "kausality.io/updaters": "aaaaa", "kausality.io/controllers": "bbbbb",
-			"kausality.io/phase": "initialized", "kausality.io/mode": "enforce", "kausality.io/trace-ticket": "T-1"}},
+			"kausality.io/phase": "initialized", "kausality.io/mode": "enforce", "kausality.io/trace-ticket": "T-1", "kausal.io/allowances": "[stored allowances]"}},
 		{"controller create", ComputeAnnotationsForController(nil, copied, true, "t", "u"), map[string]string{
 			"app": "web-2", "kausality.io/trace": "t", "kausality.io/updaters": "u"}},
 		{"user, desired change", ComputeAnnotationsForUser(old, copied, true, "new-trace", "aaaaa,ccccc"), map[string]string{
 			"app": "web-2", "kausality.io/trace": "new-trace", "kausality.io/updaters": "aaaaa,ccccc", "kausality.io/controllers": "bbbbb",
-			"kausality.io/phase": "initialized", "kausality.io/approvals": "[parent approvals]", "kausality.io/mode": "log"}},
+			"kausality.io/phase": "initialized", "kausality.io/approvals": "[parent approvals]", "kausality.io/mode": "log", "kausal.io/allowances": "[stored allowances]"}},
 		{"user, no desired change", ComputeAnnotationsForUser(old, copied, false, "", ""), map[string]string{
 			"app": "web-2", "kausality.io/trace": "old-trace", "kausality.io/updaters": "aaaaa", "kausality.io/controllers": "bbbbb",
-			"kausality.io/phase": "initialized", "kausality.io/approvals": "[parent approvals]", "kausality.io/mode": "log"}},
+			"kausality.io/phase": "initialized", "kausality.io/approvals": "[parent approvals]", "kausality.io/mode": "log", "kausal.io/allowances": "[stored allowances]"}},
 	}
 	for _, tt := range tests {
 		if !reflect.DeepEqual(tt.got, tt.want) {

@@ -79,6 +79,10 @@ type Held struct {
 	ChildAccessKnown, ParentAccessKnown bool
 	// HasChanges: the write changes desired fields a message may list.
 	HasChanges bool
+	// ChildMetadataOnly: the stored child is its cached metadata, not the
+	// whole object; Operation is the write's.
+	ChildMetadataOnly bool
+	Operation         Operation
 }
 
 // Need lists the facts a decision still needs. The reads behind the first
@@ -106,6 +110,12 @@ func (n Need) None() bool { return n == Need{} }
 // the message of the verdict that stands.
 func Needs(d *Decision, h Held) Need {
 	var n Need
+	if h.ChildMetadataOnly && !h.ChildLive && !d.StandsOnMetadata(h.Operation) {
+		// Nothing else is asked of a verdict made on the child's metadata
+		// alone: the whole child may decide it otherwise, and cheaper.
+		n.LiveChild = true
+		return n
+	}
 	n.LiveChild = d.RecheckController && h.MainResource && !h.ChildLive
 	n.ServerResult = d.ConfirmWithServer && h.Confirmable
 	n.FreshParent = NeedsConfirmation(d, h.ParentFromCache)

@@ -32,6 +32,7 @@ import (
 	"strings"
 	"unicode/utf8"
 
+	"github.com/kausality-io/kausality-proxy/api/v1alpha1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 )
 
@@ -49,20 +50,9 @@ const (
 // nonDesired are the top-level fields that are never desired state.
 var nonDesired = map[string]bool{"apiVersion": true, "kind": true, "metadata": true, "status": true}
 
-// Change is one changed field of the desired state.
-type Change struct {
-	// Path is the field, e.g. "spec.replicas", "data.key",
-	// `data["config.yaml"]`, "spec.template.spec.containers[name=app].image",
-	// "rules[0].verbs".
-	Path string `json:"path"`
-	// Old and New are the values rendered as JSON (strings quoted), at most
-	// MaxValueLen characters; Unset when absent; Redacted for Secret data.
-	// Both are empty where the values are not to be shown.
-	Old string `json:"old,omitempty"`
-	New string `json:"new,omitempty"`
-}
-
-func (c Change) String() string { return c.Path + ": " + c.Old + " → " + c.New }
+// Change is one changed field of the desired state. It is the DriftReport's
+// wire type, so that the diff reaches webhook receivers unconverted.
+type Change = v1alpha1.Change
 
 // Result is the outcome of Diff.
 type Result struct {

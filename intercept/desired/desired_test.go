@@ -18,6 +18,7 @@ import (
 	"k8s.io/apimachinery/pkg/types"
 
 	"github.com/kausality-io/kausality-proxy/intercept/patch"
+	"github.com/kausality-io/kausality-proxy/internal/testutil"
 )
 
 func u(t testing.TB, obj runtime.Object) *unstructured.Unstructured {
@@ -394,7 +395,7 @@ func TestScaleApplySeesReplicaOwners(t *testing.T) {
 	if !apierrors.IsConflict(err) || err.Error() != `Apply failed with 1 conflict: conflict with "kubectl": .spec.replicas` {
 		t.Fatalf("got %v, want a conflict with kubectl", err)
 	}
-	scaled, err := patch.Apply(types.ApplyYAMLPatchType, scale, scaleCfg, patch.Options{FieldManager: "hpa", Force: ptr(true)})
+	scaled, err := patch.Apply(types.ApplyYAMLPatchType, scale, scaleCfg, patch.Options{FieldManager: "hpa", Force: testutil.Ptr(true)})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -415,8 +416,6 @@ func TestScaleApplySeesReplicaOwners(t *testing.T) {
 		t.Errorf("got %s", got)
 	}
 }
-
-func ptr[T any](v T) *T { return &v }
 
 // deeplyNested returns {"spec": {"a": {"a": ... {"a": leaf}}}} depth levels
 // deep.

@@ -62,6 +62,11 @@ func Kept(parent, child schema.GroupKind) bool {
 	return false
 }
 
+// RevisionInMetadata reports whether RevisionOf reads only the metadata of
+// objects of kind gk (a ReplicaSet's revision is an annotation; a
+// ControllerRevision's is a field of its own).
+func RevisionInMetadata(gk schema.GroupKind) bool { return gk == replicaSet }
+
 // RevisionOf reads obj as a Revision of its kind; ok is false for objects
 // that carry no revision number.
 func RevisionOf(obj *unstructured.Unstructured) (Revision, bool) {

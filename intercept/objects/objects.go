@@ -2,6 +2,14 @@
 // child, namespaces) from informer caches that start lazily, one per
 // resource, the first time a decision asks for that resource. A cache miss
 // falls back to a live GET, so a decision never waits for a cache to sync.
+//
+// What is cached follows what decisions read, not what the cluster holds.
+// Parents are cached whole but without managedFields, which are often half
+// of an object and which no decision reads. Children, the far larger
+// population (every Pod, every ConfigMap), are cached as metadata only,
+// listed and watched in protobuf: ownerReferences, annotations,
+// resourceVersion and generation are what most writes are decided on. The
+// full stored child is read live by the few decisions that depend on it.
 package objects
 
 import (
@@ -14,6 +22,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/labels"
+	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/discovery"
@@ -21,6 +30,8 @@ import (
 	"k8s.io/client-go/dynamic"
 	"k8s.io/client-go/dynamic/dynamicinformer"
 	"k8s.io/client-go/informers"
+	"k8s.io/client-go/metadata"
+	"k8s.io/client-go/metadata/metadatainformer"
 	"k8s.io/client-go/restmapper"
 	"k8s.io/client-go/tools/cache"
 )
@@ -54,6 +65,7 @@ var uncached = map[schema.GroupResource]bool{{Resource: "secrets"}: true}
 // Store reads objects by GVK or GVR.
 type Store struct {
 	dynamic      dynamic.Interface
+	metadata     metadata.Interface
 	mapper       *restmapper.DeferredDiscoveryRESTMapper
 	resync       time.Duration
 	maxInformers int
@@ -62,18 +74,31 @@ type Store struct {
 	ctx       context.Context
 	mu        sync.Mutex
 	informers map[schema.GroupVersionResource]informers.GenericInformer
-	lastReset time.Time
-	observers []Observer
+	// metadataInformers are the caches of children: metadata only.
+	metadataInformers map[schema.GroupVersionResource]informers.GenericInformer
+	lastReset         time.Time
+	observers         []Observer
 }
 
-// Observer sees every object the caches hold as it changes, and the UIDs of
-// objects that are deleted.
+// Observer sees every parent the caches hold as it changes, and the UIDs of
+// objects that are deleted, parents and children.
 type Observer interface {
 	Observe(obj *unstructured.Unstructured)
 	Forget(uid types.UID)
 }
 
-// AddObserver registers o with every cache, present and future.
+// MetadataObserver is an Observer that also hears of every change to a
+// cached child. It gets the child's metadata only: that is all the cache
+// holds of it.
+type MetadataObserver interface {
+	Observer
+	ObserveMetadata(obj metav1.Object)
+}
+
+// AddObserver registers o with every cache, present and future. Whole
+// objects reach it only from the caches of parents: what is learned from
+// an object (its settledness) is learned from parent kinds only, and a
+// child's watch event costs no more than a metadata update.
 func (s *Store) AddObserver(o Observer) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
@@ -81,6 +106,31 @@ func (s *Store) AddObserver(o Observer) {
 	for _, inf := range s.informers {
 		observe(inf, o)
 	}
+	for _, inf := range s.metadataInformers {
+		observeMetadata(inf, o)
+	}
+}
+
+// observeMetadata registers o with inf, a cache of children.
+func observeMetadata(inf informers.GenericInformer, o Observer) {
+	mo, wantsChanges := o.(MetadataObserver)
+	changed := func(obj interface{}) {
+		if m, ok := obj.(*metav1.PartialObjectMetadata); ok && wantsChanges {
+			mo.ObserveMetadata(m)
+		}
+	}
+	_, _ = inf.Informer().AddEventHandler(cache.ResourceEventHandlerFuncs{
+		AddFunc:    changed,
+		UpdateFunc: func(_, obj interface{}) { changed(obj) },
+		DeleteFunc: func(obj interface{}) {
+			if d, ok := obj.(cache.DeletedFinalStateUnknown); ok {
+				obj = d.Obj
+			}
+			if m, ok := obj.(*metav1.PartialObjectMetadata); ok {
+				o.Forget(m.GetUID())
+			}
+		},
+	})
 }
 
 // observe registers o with inf.
@@ -107,15 +157,20 @@ func observe(inf informers.GenericInformer, o Observer) {
 	})
 }
 
-// New returns a Store. Informers it starts run until ctx is done.
-func New(ctx context.Context, disc discovery.DiscoveryInterface, dyn dynamic.Interface) *Store {
+// New returns a Store. Informers it starts run until ctx is done. meta
+// should speak protobuf (metadata.NewForConfig does): children are listed
+// and watched through it, and decoding JSON was most of a watch event's CPU.
+func New(ctx context.Context, disc discovery.DiscoveryInterface, dyn dynamic.Interface, meta metadata.Interface) *Store {
 	return &Store{
 		dynamic:      dyn,
+		metadata:     meta,
 		mapper:       restmapper.NewDeferredDiscoveryRESTMapper(memory.NewMemCacheClient(disc)),
 		maxInformers: DefaultMaxInformers,
 		now:          time.Now,
 		ctx:          ctx,
 		informers:    map[schema.GroupVersionResource]informers.GenericInformer{},
+
+		metadataInformers: map[schema.GroupVersionResource]informers.GenericInformer{},
 	}
 }
 
@@ -179,34 +234,93 @@ func (s *Store) GetKindShared(ctx context.Context, gvk schema.GroupVersionKind, 
 	return s.GetShared(ctx, m.Resource, namespace, name)
 }
 
-// Get reads namespace/name of resource gvr, from the cache when it has
-// synced and holds the object, live otherwise. The returned object is a
-// copy the caller may change.
-func (s *Store) Get(ctx context.Context, gvr schema.GroupVersionResource, namespace, name string) (*unstructured.Unstructured, Source, error) {
-	return s.get(ctx, gvr, namespace, name, true)
+// GetMetadata reads namespace/name of resource gvr as a child: from the
+// cache of children when it has synced and holds the object, live
+// otherwise. From the cache (Source FromCache) the object has apiVersion,
+// kind and metadata only, without managedFields; a live read is whole. The
+// returned object is the caller's to change.
+func (s *Store) GetMetadata(ctx context.Context, gvr schema.GroupVersionResource, namespace, name string) (*unstructured.Unstructured, Source, error) {
+	if inf := s.metadataInformerFor(gvr); inf != nil && inf.Informer().HasSynced() {
+		obj, exists, err := inf.Informer().GetIndexer().GetByKey(cacheKey(namespace, name))
+		if err == nil && exists {
+			if m, ok := obj.(*metav1.PartialObjectMetadata); ok {
+				if u, err := s.metadataObject(gvr, m); err == nil {
+					return u, FromCache, nil
+				}
+			}
+		}
+	}
+	u, err := s.GetLive(ctx, gvr, namespace, name)
+	return u, FromLive, err
 }
 
-// GetShared is Get without the copy of a cached object: the result may be
-// the informer's own object and must not be modified. Decisions only read
+// GetCachedWhole reads namespace/name of resource gvr from the cache of
+// parents, if gvr is cached as a parent, the cache has synced and holds
+// the object; ok is false otherwise. It starts no cache and makes no
+// request. The object is the caller's to change.
+func (s *Store) GetCachedWhole(gvr schema.GroupVersionResource, namespace, name string) (_ *unstructured.Unstructured, ok bool) {
+	s.mu.Lock()
+	inf := s.informers[gvr]
+	s.mu.Unlock()
+	if inf == nil || !inf.Informer().HasSynced() {
+		return nil, false
+	}
+	obj, exists, err := inf.Informer().GetIndexer().GetByKey(cacheKey(namespace, name))
+	if u, isObject := obj.(*unstructured.Unstructured); isObject && err == nil && exists {
+		return u.DeepCopy(), true
+	}
+	return nil, false
+}
+
+// GetWhole reads namespace/name of resource gvr whole: from the cache of
+// parents when gvr is cached as a parent and the cache holds the object
+// (without managedFields then), live otherwise. It starts no cache: a
+// resource that is only ever a child is read live. The returned object is
+// the caller's to change.
+func (s *Store) GetWhole(ctx context.Context, gvr schema.GroupVersionResource, namespace, name string) (*unstructured.Unstructured, Source, error) {
+	if u, ok := s.GetCachedWhole(gvr, namespace, name); ok {
+		return u, FromCache, nil
+	}
+	u, err := s.GetLive(ctx, gvr, namespace, name)
+	return u, FromLive, err
+}
+
+// metadataObject turns a cached child into an unstructured object that has
+// its kind: a metadata watch does not always say it.
+func (s *Store) metadataObject(gvr schema.GroupVersionResource, m *metav1.PartialObjectMetadata) (*unstructured.Unstructured, error) {
+	gvk, err := s.mapper.KindFor(gvr)
+	if err != nil {
+		return nil, err
+	}
+	content, err := runtime.DefaultUnstructuredConverter.ToUnstructured(&m.ObjectMeta)
+	if err != nil {
+		return nil, err
+	}
+	u := &unstructured.Unstructured{Object: map[string]interface{}{"metadata": content}}
+	u.SetGroupVersionKind(gvk)
+	return u, nil
+}
+
+func cacheKey(namespace, name string) string {
+	if namespace == "" {
+		return name
+	}
+	return namespace + "/" + name
+}
+
+// GetShared reads namespace/name of resource gvr as a parent (or a
+// namespace): from the cache of parents when it has synced and holds the
+// object, without managedFields then, live otherwise. The result may be the
+// informer's own object and must not be modified. Decisions only read
 // parents and namespaces, and copying them was a large share of a cache-hit
 // write's garbage.
 func (s *Store) GetShared(ctx context.Context, gvr schema.GroupVersionResource, namespace, name string) (*unstructured.Unstructured, Source, error) {
-	return s.get(ctx, gvr, namespace, name, false)
-}
-
-func (s *Store) get(ctx context.Context, gvr schema.GroupVersionResource, namespace, name string, deepCopy bool) (*unstructured.Unstructured, Source, error) {
 	inf := s.informerFor(gvr)
+	//nolint:nestif // the cache-then-live-read fallback keeps its cases together
 	if inf != nil && inf.Informer().HasSynced() {
-		key := name
-		if namespace != "" {
-			key = namespace + "/" + name
-		}
-		obj, exists, err := inf.Informer().GetIndexer().GetByKey(key)
+		obj, exists, err := inf.Informer().GetIndexer().GetByKey(cacheKey(namespace, name))
 		if err == nil && exists {
 			if u, ok := obj.(*unstructured.Unstructured); ok {
-				if deepCopy {
-					u = u.DeepCopy()
-				}
 				return u, FromCache, nil
 			}
 		}
@@ -228,19 +342,28 @@ func (s *Store) GetLive(ctx context.Context, gvr schema.GroupVersionResource, na
 // that needs one before its cache has synced.
 const maxOwnedListed = 1000
 
-// Owned lists the objects of gvr in namespace whose controller is owner,
-// from the cache when it has synced, else live (at most maxOwnedListed
-// objects of the namespace are looked at). The objects are shared and must
-// not be modified.
-func (s *Store) Owned(ctx context.Context, gvr schema.GroupVersionResource, namespace string, owner types.UID) ([]*unstructured.Unstructured, error) {
+// Owned lists the objects of gvr in namespace whose controller is owner.
+// With metadataOnly, they come from the cache of children when it has
+// synced, as metadata only; otherwise, or when the caller reads more than
+// metadata, they are listed live (at most maxOwnedListed objects of the
+// namespace are looked at). The objects must not be modified.
+func (s *Store) Owned(ctx context.Context, gvr schema.GroupVersionResource, namespace string, owner types.UID, metadataOnly bool) ([]*unstructured.Unstructured, error) {
 	var all []*unstructured.Unstructured
-	if inf := s.informerFor(gvr); inf != nil && inf.Informer().HasSynced() {
+	inf := s.metadataInformerFor(gvr)
+	if metadataOnly && inf != nil && inf.Informer().HasSynced() {
 		objs, err := inf.Lister().ByNamespace(namespace).List(labels.Everything())
 		if err != nil {
 			return nil, err
 		}
 		for _, o := range objs {
-			if u, ok := o.(*unstructured.Unstructured); ok {
+			if m, ok := o.(*metav1.PartialObjectMetadata); ok {
+				if ref := metav1.GetControllerOfNoCopy(m); ref == nil || ref.UID != owner {
+					continue
+				}
+				u, err := s.metadataObject(gvr, m)
+				if err != nil {
+					return nil, err
+				}
 				all = append(all, u)
 			}
 		}
@@ -267,6 +390,19 @@ func (s *Store) Owned(ctx context.Context, gvr schema.GroupVersionResource, name
 func (s *Store) Synced(gvr schema.GroupVersionResource) bool {
 	inf := s.informerFor(gvr)
 	return inf != nil && inf.Informer().HasSynced()
+}
+
+// WaitForMetadataSync starts the cache of children of gvr and waits until
+// it has synced or ctx is done.
+func (s *Store) WaitForMetadataSync(ctx context.Context, gvr schema.GroupVersionResource) error {
+	inf := s.metadataInformerFor(gvr)
+	if inf == nil {
+		return fmt.Errorf("%s is not cached as a child: it is never cached, or the proxy holds %d such caches already", gvr, s.maxInformers)
+	}
+	if !cache.WaitForCacheSync(ctx.Done(), inf.Informer().HasSynced) {
+		return fmt.Errorf("cache of children %s did not sync: %w", gvr, ctx.Err())
+	}
+	return nil
 }
 
 // WaitForSync starts the informer for gvr and waits until it has synced or
@@ -300,10 +436,86 @@ func (s *Store) informerFor(gvr schema.GroupVersionResource) informers.GenericIn
 	}
 	inf := dynamicinformer.NewFilteredDynamicInformer(s.dynamic, gvr, metav1.NamespaceAll, s.resync,
 		cache.Indexers{cache.NamespaceIndex: cache.MetaNamespaceIndexFunc}, nil)
+	_ = inf.Informer().SetTransform(LeanParent)
 	s.informers[gvr] = inf
 	for _, o := range s.observers {
 		observe(inf, o)
 	}
 	go inf.Informer().RunWithContext(s.ctx)
 	return inf
+}
+
+// metadataInformerFor is informerFor for the cache of children: metadata
+// only, with its own bound.
+func (s *Store) metadataInformerFor(gvr schema.GroupVersionResource) informers.GenericInformer {
+	if uncached[gvr.GroupResource()] || s.metadata == nil {
+		return nil
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if inf, ok := s.metadataInformers[gvr]; ok {
+		return inf
+	}
+	if len(s.metadataInformers) >= s.maxInformers {
+		return nil
+	}
+	inf := metadatainformer.NewFilteredMetadataInformer(s.metadata, gvr, metav1.NamespaceAll, s.resync,
+		cache.Indexers{cache.NamespaceIndex: cache.MetaNamespaceIndexFunc}, nil)
+	_ = inf.Informer().SetTransform(LeanChild)
+	s.metadataInformers[gvr] = inf
+	for _, o := range s.observers {
+		observeMetadata(inf, o)
+	}
+	go inf.Informer().RunWithContext(s.ctx)
+	return inf
+}
+
+// LeanParent is the transform of the caches of parents: of managedFields,
+// often as large as the rest of the object, it keeps only who owns
+// status.observedGeneration, which identifies the parent's controller
+// before the proxy has recorded it. The spec stays (settledness hashes it,
+// approval policies and history limits read it), and so does the status
+// settledness reads.
+func LeanParent(obj interface{}) (interface{}, error) {
+	u, ok := obj.(*unstructured.Unstructured)
+	if !ok {
+		return obj, nil
+	}
+	md, ok := u.Object["metadata"].(map[string]interface{})
+	if !ok {
+		return obj, nil
+	}
+	entries, _ := md["managedFields"].([]interface{})
+	var kept []interface{}
+	for _, e := range entries {
+		entry, _ := e.(map[string]interface{})
+		fields, _ := entry["fieldsV1"].(map[string]interface{})
+		status, _ := fields["f:status"].(map[string]interface{})
+		if _, owns := status["f:observedGeneration"]; !owns {
+			continue
+		}
+		lean := make(map[string]interface{}, len(entry))
+		for k, v := range entry {
+			lean[k] = v
+		}
+		lean["fieldsV1"] = map[string]interface{}{"f:status": map[string]interface{}{"f:observedGeneration": map[string]interface{}{}}}
+		kept = append(kept, lean)
+	}
+	if kept == nil {
+		delete(md, "managedFields")
+	} else {
+		md["managedFields"] = kept
+	}
+	return obj, nil
+}
+
+// LeanChild is the transform of the caches of children: metadata without
+// managedFields and labels, which no decision reads of a stored child (a
+// policy that might is evaluated on the whole child, read live).
+func LeanChild(obj interface{}) (interface{}, error) {
+	if m, ok := obj.(*metav1.PartialObjectMetadata); ok {
+		m.ManagedFields = nil
+		m.Labels = nil
+	}
+	return obj, nil
 }

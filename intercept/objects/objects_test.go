@@ -2,17 +2,20 @@ package objects
 
 import (
 	"context"
-	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"testing"
 	"time"
 
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/runtime/schema"
 	fakediscovery "k8s.io/client-go/discovery/fake"
 	dynamicfake "k8s.io/client-go/dynamic/fake"
+	metadatafake "k8s.io/client-go/metadata/fake"
 	clienttesting "k8s.io/client-go/testing"
+
+	"github.com/kausality-io/kausality-proxy/intercept/controllerid"
 )
 
 var (
@@ -31,12 +34,25 @@ func obj(apiVersion, kind, ns, name string) *unstructured.Unstructured {
 
 // newStore serves Deployments (namespaced) and Widgets (cluster-scoped)
 // from client-go fakes, and counts live GETs.
-func newStore(t *testing.T, objects ...runtime.Object) (*Store, *int) {
+func newStore(t *testing.T, objects ...*unstructured.Unstructured) (*Store, *int) {
 	t.Helper()
 	scheme := runtime.NewScheme()
+	var whole, metadata []runtime.Object
+	metaScheme := metadatafake.NewTestScheme()
+	metav1.AddMetaToScheme(metaScheme)
+	for _, o := range objects {
+		whole = append(whole, o)
+		m := &metav1.PartialObjectMetadata{}
+		m.SetGroupVersionKind(o.GroupVersionKind())
+		if err := runtime.DefaultUnstructuredConverter.FromUnstructured(o.Object["metadata"].(map[string]interface{}), &m.ObjectMeta); err != nil {
+			t.Fatal(err)
+		}
+		metadata = append(metadata, m)
+	}
 	dyn := dynamicfake.NewSimpleDynamicClientWithCustomListKinds(scheme, map[schema.GroupVersionResource]string{
 		deployments: "DeploymentList", widgets: "WidgetList",
-	}, objects...)
+	}, whole...)
+	meta := metadatafake.NewSimpleMetadataClient(metaScheme, metadata...)
 	gets := 0
 	dyn.PrependReactor("get", "*", func(clienttesting.Action) (bool, runtime.Object, error) {
 		gets++
@@ -49,15 +65,35 @@ func newStore(t *testing.T, objects ...runtime.Object) (*Store, *int) {
 	}
 	ctx, cancel := context.WithCancel(context.Background())
 	t.Cleanup(cancel)
-	return New(ctx, disc, dyn), &gets
+	return New(ctx, disc, dyn, meta), &gets
 }
 
+// web is a Deployment as kube-apiserver stores it: spec, status and
+// managedFields besides the metadata decisions read.
+func web() *unstructured.Unstructured {
+	u := obj("apps/v1", "Deployment", "prod", "web")
+	u.SetGeneration(3)
+	u.SetResourceVersion("42")
+	u.SetAnnotations(map[string]string{"kausality.io/mode": "enforce"})
+	u.SetOwnerReferences([]metav1.OwnerReference{{APIVersion: "example.com/v1", Kind: "Widget", Name: "w", UID: "w-uid", Controller: ptrTo(true)}})
+	u.SetManagedFields([]metav1.ManagedFieldsEntry{
+		{Manager: "kubectl", Operation: metav1.ManagedFieldsOperationApply, FieldsType: "FieldsV1", FieldsV1: &metav1.FieldsV1{Raw: []byte(`{"f:spec":{"f:replicas":{}}}`)}},
+		{Manager: "deployment-controller", Operation: metav1.ManagedFieldsOperationUpdate, Subresource: "status", FieldsType: "FieldsV1",
+			FieldsV1: &metav1.FieldsV1{Raw: []byte(`{"f:status":{"f:observedGeneration":{},"f:readyReplicas":{},"f:conditions":{}}}`)}},
+	})
+	u.Object["spec"] = map[string]interface{}{"replicas": int64(3), "revisionHistoryLimit": int64(2)}
+	u.Object["status"] = map[string]interface{}{"observedGeneration": int64(3), "readyReplicas": int64(3)}
+	return u
+}
+
+func ptrTo[T any](v T) *T { return &v }
+
 func TestStoreReadsLiveUntilSyncedThenFromCache(t *testing.T) {
-	s, gets := newStore(t, obj("apps/v1", "Deployment", "prod", "web"))
+	s, gets := newStore(t, web())
 	ctx := context.Background()
 
 	// The first read starts the informer and does not wait for it.
-	u, src, err := s.Get(ctx, deployments, "prod", "web")
+	u, src, err := s.GetShared(ctx, deployments, "prod", "web")
 	if err != nil || u.GetName() != "web" {
 		t.Fatalf("get: %v %v", u, err)
 	}
@@ -70,15 +106,15 @@ func TestStoreReadsLiveUntilSyncedThenFromCache(t *testing.T) {
 		t.Fatal(err)
 	}
 	before := *gets
-	u, src, err = s.Get(ctx, deployments, "prod", "web")
+	u, src, err = s.GetWhole(ctx, deployments, "prod", "web")
 	if err != nil || src != FromCache || *gets != before {
 		t.Fatalf("after sync: source %s, %d new GETs, err %v", src, *gets-before, err)
 	}
-	// Get copies: changing the result does not change the cache.
+	// GetWhole copies: changing the result does not change the cache.
 	u.SetLabels(map[string]string{"changed": "yes"})
-	again, _, _ := s.Get(ctx, deployments, "prod", "web")
+	again, _, _ := s.GetWhole(ctx, deployments, "prod", "web")
 	if again.GetLabels()["changed"] == "yes" {
-		t.Fatal("Get returned the informer's own object")
+		t.Fatal("GetWhole returned the informer's own object")
 	}
 	// GetShared does not copy: the same object twice.
 	a, srcA, _ := s.GetShared(ctx, deployments, "prod", "web")
@@ -89,8 +125,122 @@ func TestStoreReadsLiveUntilSyncedThenFromCache(t *testing.T) {
 
 	// A miss in a synced cache falls back to a live GET (maybe just created).
 	before = *gets
-	if _, src, err := s.Get(ctx, deployments, "prod", "missing"); !apierrors.IsNotFound(err) || src != FromLive || *gets != before+1 {
+	if _, src, err := s.GetShared(ctx, deployments, "prod", "missing"); !apierrors.IsNotFound(err) || src != FromLive || *gets != before+1 {
 		t.Fatalf("missing object: source %s, err %v, GETs %d", src, err, *gets-before)
+	}
+}
+
+// A cached parent keeps what decisions read (annotations, spec, the status
+// settledness reads, who owns status.observedGeneration) and loses the rest
+// of its managedFields.
+func TestParentsAreCachedWithoutManagedFields(t *testing.T) {
+	s, _ := newStore(t, web())
+	ctx := context.Background()
+	waitCtx, cancel := context.WithTimeout(ctx, 30*time.Second)
+	defer cancel()
+	if err := s.WaitForSync(waitCtx, deployments); err != nil {
+		t.Fatal(err)
+	}
+	u, src, err := s.GetShared(ctx, deployments, "prod", "web")
+	if err != nil || src != FromCache {
+		t.Fatalf("source %s, err %v", src, err)
+	}
+	if mf := u.GetManagedFields(); len(mf) != 1 || mf[0].Manager != "deployment-controller" || mf[0].Subresource != "status" ||
+		string(mf[0].FieldsV1.Raw) != `{"f:status":{"f:observedGeneration":{}}}` {
+		t.Errorf("managedFields cached: %v", mf)
+	}
+	if managers, err := controllerid.ObservedGenerationManagers(u); err != nil || len(managers) != 1 || managers[0] != "deployment-controller" {
+		t.Errorf("the controller is no longer found in the cached parent: %v, %v", managers, err)
+	}
+	if limit, _, _ := unstructured.NestedInt64(u.Object, "spec", "revisionHistoryLimit"); limit != 2 {
+		t.Errorf("spec.revisionHistoryLimit = %d, want 2", limit)
+	}
+	if g, _, _ := unstructured.NestedInt64(u.Object, "status", "observedGeneration"); g != 3 {
+		t.Errorf("status.observedGeneration = %d, want 3", g)
+	}
+	if u.GetAnnotations()["kausality.io/mode"] != "enforce" {
+		t.Errorf("annotations lost: %v", u.GetAnnotations())
+	}
+}
+
+// A cached child is its metadata: no spec, no status, no managedFields;
+// what a decision reads of it (ownerReferences, annotations,
+// resourceVersion, generation) is there.
+func TestChildrenAreCachedAsMetadataOnly(t *testing.T) {
+	s, gets := newStore(t, web())
+	ctx := context.Background()
+	waitCtx, cancel := context.WithTimeout(ctx, 30*time.Second)
+	defer cancel()
+	if err := s.WaitForMetadataSync(waitCtx, deployments); err != nil {
+		t.Fatal(err)
+	}
+	before := *gets
+	u, src, err := s.GetMetadata(ctx, deployments, "prod", "web")
+	if err != nil || src != FromCache || *gets != before {
+		t.Fatalf("source %s, %d GETs, err %v", src, *gets-before, err)
+	}
+	for _, field := range []string{"spec", "status"} {
+		if _, ok := u.Object[field]; ok {
+			t.Errorf("the cached child has a %s", field)
+		}
+	}
+	if len(u.GetManagedFields()) != 0 {
+		t.Errorf("managedFields cached: %v", u.GetManagedFields())
+	}
+	if u.GroupVersionKind() != (schema.GroupVersionKind{Group: "apps", Version: "v1", Kind: "Deployment"}) {
+		t.Errorf("kind = %v", u.GroupVersionKind())
+	}
+	if u.GetResourceVersion() != "42" || u.GetGeneration() != 3 || u.GetAnnotations()["kausality.io/mode"] != "enforce" {
+		t.Errorf("metadata lost: rv %q generation %d annotations %v", u.GetResourceVersion(), u.GetGeneration(), u.GetAnnotations())
+	}
+	if ref := metav1.GetControllerOf(u); ref == nil || ref.UID != "w-uid" {
+		t.Errorf("controller reference lost: %v", u.GetOwnerReferences())
+	}
+	// Changing the result does not change the cache.
+	u.SetAnnotations(nil)
+	again, _, _ := s.GetMetadata(ctx, deployments, "prod", "web")
+	if again.GetAnnotations()["kausality.io/mode"] != "enforce" {
+		t.Error("GetMetadata returned the cache's own metadata")
+	}
+	owned, err := s.Owned(ctx, deployments, "prod", "w-uid", true)
+	if err != nil || len(owned) != 1 || owned[0].Object["spec"] != nil {
+		t.Errorf("Owned from the cache of children: %v, %v", owned, err)
+	}
+	// A child never cached as a parent is read whole live.
+	before = *gets
+	whole, src, err := s.GetWhole(ctx, deployments, "prod", "web")
+	if err != nil || src != FromLive || *gets != before+1 || whole.Object["spec"] == nil {
+		t.Errorf("GetWhole of a child: source %s, %d GETs, err %v", src, *gets-before, err)
+	}
+}
+
+func TestLeanTransforms(t *testing.T) {
+	parent, err := LeanParent(web())
+	if err != nil {
+		t.Fatal(err)
+	}
+	u := parent.(*unstructured.Unstructured)
+	if len(u.GetManagedFields()) != 1 || u.Object["spec"] == nil || u.Object["status"] == nil {
+		t.Errorf("LeanParent: %v", u.Object)
+	}
+	// A parent whose status nobody wrote keeps no managedFields at all.
+	bare := web()
+	bare.SetManagedFields(bare.GetManagedFields()[:1])
+	if out, _ := LeanParent(bare); out.(*unstructured.Unstructured).Object["metadata"].(map[string]interface{})["managedFields"] != nil {
+		t.Errorf("LeanParent kept managedFields that own no observedGeneration: %v", bare.GetManagedFields())
+	}
+	child := &metav1.PartialObjectMetadata{ObjectMeta: metav1.ObjectMeta{Name: "c", ManagedFields: web().GetManagedFields(),
+		Labels: map[string]string{"app": "web"}, Annotations: map[string]string{"a": "b"}}}
+	out, err := LeanChild(child)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if m := out.(*metav1.PartialObjectMetadata); m.ManagedFields != nil || m.Labels != nil || m.Annotations["a"] != "b" {
+		t.Errorf("LeanChild: %+v", m.ObjectMeta)
+	}
+	// Anything else passes through.
+	if out, err := LeanParent("tombstone"); err != nil || out != "tombstone" {
+		t.Errorf("LeanParent of a non-object: %v %v", out, err)
 	}
 }
 

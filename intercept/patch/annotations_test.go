@@ -6,6 +6,7 @@ import (
 	"reflect"
 	"testing"
 
+	"github.com/kausality-io/kausality-proxy/internal/testutil"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	cbor "k8s.io/apimachinery/pkg/runtime/serializer/cbor/direct"
@@ -125,7 +126,7 @@ func TestAddAnnotations(t *testing.T) {
 		{name: "json: the patch creates the annotations map", patchType: types.JSONPatchType, current: noAnnotations,
 			patch: `[{"op":"add","path":"/metadata/annotations","value":{"user":"1"}}]`, annotations: setTrace, want: map[string]string{"user": "1", traceKey: trace}},
 		{name: "json: keys with / and ~ and empty values", patchType: types.JSONPatchType, current: base,
-			patch: `[]`, annotations: map[string]*string{"a/b~c": ptr(""), "x~1": ptr("v")}, want: map[string]string{revKey: "4", "a/b~c": "", "x~1": "v"}},
+			patch: `[]`, annotations: map[string]*string{"a/b~c": testutil.Ptr(""), "x~1": testutil.Ptr("v")}, want: map[string]string{revKey: "4", "a/b~c": "", "x~1": "v"}},
 		{name: "json: object without metadata", patchType: types.JSONPatchType,
 			current: &unstructured.Unstructured{Object: map[string]interface{}{"apiVersion": "example.com/v1", "kind": "Widget", "spec": map[string]interface{}{}}},
 			patch:   `[]`, annotations: setTrace, want: map[string]string{traceKey: trace}},
@@ -169,7 +170,7 @@ func TestAddAnnotations(t *testing.T) {
 				}
 				return
 			case tt.status != nil:
-				wantStatus(t, err, tt.status.code, tt.status.reason, tt.status.msg)
+				testutil.WantStatusError(t, err, tt.status.code, tt.status.reason, tt.status.msg)
 				return
 			case err != nil:
 				t.Fatalf("unexpected error: %v", err)
@@ -195,7 +196,7 @@ func TestAddAnnotationsKeepsUserBytes(t *testing.T) {
 	// The user's part of a merge patch passes through unchanged (number
 	// formatting included); only metadata.annotations is re-encoded.
 	patch := []byte(`{"spec":{"replicas":1e1,"x":1.50},"metadata":{"labels":{"b":"1","a":"2"}}}`)
-	out, err := AddAnnotations(types.MergePatchType, patch, map[string]*string{"k": ptr("v")}, nil)
+	out, err := AddAnnotations(types.MergePatchType, patch, map[string]*string{"k": testutil.Ptr("v")}, nil)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -206,7 +207,7 @@ func TestAddAnnotationsKeepsUserBytes(t *testing.T) {
 
 	// JSON patch: user operations are kept verbatim, ours appended.
 	out, err = AddAnnotations(types.JSONPatchType, []byte(`[{"op":"test","path":"/spec/replicas","value":3}]`),
-		map[string]*string{"example.com/a~b": ptr("v"), "gone": nil}, withAnnotations(currentDeployment(t), map[string]string{"gone": "x"}))
+		map[string]*string{"example.com/a~b": testutil.Ptr("v"), "gone": nil}, withAnnotations(currentDeployment(t), map[string]string{"gone": "x"}))
 	if err != nil {
 		t.Fatal(err)
 	}

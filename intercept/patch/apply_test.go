@@ -5,6 +5,7 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/kausality-io/kausality-proxy/internal/testutil"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/runtime/schema"
@@ -102,7 +103,7 @@ func TestServerSideApply(t *testing.T) {
 
 	t.Run("create fills the namespace from the request", func(t *testing.T) {
 		cfg := strings.Replace(webConfig("2", "app=nginx:1"), "  namespace: default\n", "", 1)
-		got := mustApply(t, nil, cfg, Options{FieldManager: "kubectl", Namespace: ptr("prod"), Name: "web"})
+		got := mustApply(t, nil, cfg, Options{FieldManager: "kubectl", Namespace: testutil.Ptr("prod"), Name: "web"})
 		if got.GetNamespace() != "prod" {
 			t.Errorf("namespace %q", got.GetNamespace())
 		}
@@ -153,9 +154,9 @@ func TestServerSideApply(t *testing.T) {
 		}, "injector", managedfields.NewDeducedTypeConverter())
 		// The injector now owns the whole (atomic) list: conflict ...
 		_, err := Apply(types.ApplyYAMLPatchType, cur, []byte(webConfig("2", "app=nginx:2")), deducedKubectl)
-		wantStatus(t, err, 409, metav1.StatusReasonConflict, `Apply failed with 1 conflict: conflict with "injector" using apps/v1: .spec.template.spec.containers`)
+		testutil.WantStatusError(t, err, 409, metav1.StatusReasonConflict, `Apply failed with 1 conflict: conflict with "injector" using apps/v1: .spec.template.spec.containers`)
 		// ... and forcing replaces it wholesale.
-		got, err := Apply(types.ApplyYAMLPatchType, cur, []byte(webConfig("2", "app=nginx:2")), Options{FieldManager: "kubectl", Force: ptr(true)})
+		got, err := Apply(types.ApplyYAMLPatchType, cur, []byte(webConfig("2", "app=nginx:2")), Options{FieldManager: "kubectl", Force: testutil.Ptr(true)})
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -167,10 +168,10 @@ func TestServerSideApply(t *testing.T) {
 	t.Run("conflicts with a controller are 409, force takes over", func(t *testing.T) {
 		cur := mustApply(t, nil, webConfig("2", "app=nginx:1"), Options{FieldManager: "app-controller", TypeConverter: builtinConverter})
 		_, err := Apply(types.ApplyYAMLPatchType, cur, []byte(webConfig("5", "app=nginx:1")), kubectl)
-		wantStatus(t, err, 409, metav1.StatusReasonConflict, `Apply failed with 1 conflict: conflict with "app-controller": .spec.replicas`)
+		testutil.WantStatusError(t, err, 409, metav1.StatusReasonConflict, `Apply failed with 1 conflict: conflict with "app-controller": .spec.replicas`)
 
 		forced := kubectl
-		forced.Force = ptr(true)
+		forced.Force = testutil.Ptr(true)
 		got, err := Apply(types.ApplyYAMLPatchType, cur, []byte(webConfig("5", "app=nginx:1")), forced)
 		if err != nil {
 			t.Fatal(err)
@@ -189,7 +190,7 @@ func TestServerSideApply(t *testing.T) {
 	t.Run("an object without managedFields is owned by before-first-apply", func(t *testing.T) {
 		cfg := "apiVersion: apps/v1\nkind: Deployment\nmetadata:\n  name: web\nspec:\n  replicas: 5\n"
 		_, err := Apply(types.ApplyYAMLPatchType, currentDeployment(t), []byte(cfg), kubectl)
-		wantStatus(t, err, 409, metav1.StatusReasonConflict, `Apply failed with 1 conflict: conflict with "before-first-apply" using apps/v1: .spec.replicas`)
+		testutil.WantStatusError(t, err, 409, metav1.StatusReasonConflict, `Apply failed with 1 conflict: conflict with "before-first-apply" using apps/v1: .spec.replicas`)
 	})
 
 	t.Run("cbor apply", func(t *testing.T) {
@@ -248,7 +249,7 @@ func TestServerSideApplyErrors(t *testing.T) {
 			err: errWant{400, metav1.StatusReasonBadRequest, `failed to create typed patch object (default/web; apps/v1, Kind=Deployment): .spec.frobnicate: field not declared in schema`}},
 		{name: "wrong name", patch: strings.Replace(webConfig("2", "app=nginx:1"), "name: web", "name: other", 1), opts: Options{FieldManager: "m"},
 			err: errWant{400, metav1.StatusReasonBadRequest, `the patch sets metadata.name, which does not match the name on the URL (web)`}},
-		{name: "wrong namespace", patch: webConfig("2", "app=nginx:1"), opts: Options{FieldManager: "m", Namespace: ptr("prod")},
+		{name: "wrong namespace", patch: webConfig("2", "app=nginx:1"), opts: Options{FieldManager: "m", Namespace: testutil.Ptr("prod")},
 			err: errWant{400, metav1.StatusReasonBadRequest, `the patch sets metadata.namespace, which does not match the namespace on the request (prod)`}},
 	}
 	for _, tt := range tests {
@@ -265,7 +266,7 @@ func TestServerSideApplyErrors(t *testing.T) {
 			if err == nil {
 				t.Fatalf("expected an error, got %s", jsonOf(t, got.Object))
 			}
-			wantStatus(t, err, tt.err.code, tt.err.reason, tt.err.msg)
+			testutil.WantStatusError(t, err, tt.err.code, tt.err.reason, tt.err.msg)
 		})
 	}
 }
@@ -334,7 +335,7 @@ func TestServerSideApplyCustomResource(t *testing.T) {
 	t.Run("deduced converter treats the list as atomic", func(t *testing.T) {
 		cur := mustApply(t, nil, widgetCfg("http=80"), Options{FieldManager: "a"})
 		_, err := Apply(types.ApplyYAMLPatchType, cur, []byte(widgetCfg("https=443")), Options{FieldManager: "b"})
-		wantStatus(t, err, 409, metav1.StatusReasonConflict, `Apply failed with 1 conflict: conflict with "a": .spec.ports`)
+		testutil.WantStatusError(t, err, 409, metav1.StatusReasonConflict, `Apply failed with 1 conflict: conflict with "a": .spec.ports`)
 	})
 
 	t.Run("create", func(t *testing.T) {

@@ -3,6 +3,7 @@ package patch
 import (
 	"testing"
 
+	"github.com/kausality-io/kausality-proxy/internal/testutil"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	cbor "k8s.io/apimachinery/pkg/runtime/serializer/cbor/direct"
 	"k8s.io/apimachinery/pkg/types"
@@ -14,7 +15,7 @@ import (
 func deploymentApplyConfig(b testing.TB, image string) map[string]interface{} {
 	d := testDeployment()
 	d.Spec.Template.Spec.Containers[0].Image = image
-	u := toUnstructured(b, d)
+	u := testutil.ToUnstructured(b, d)
 	unstructured.RemoveNestedField(u.Object, "status")
 	return u.Object
 }

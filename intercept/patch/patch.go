@@ -62,7 +62,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"net/http"
+	"net/http" //nolint:depguard // status codes only: its errors are metav1.Status values with the HTTP code
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -80,7 +80,7 @@ import (
 	"k8s.io/apimachinery/pkg/util/mergepatch"
 	"k8s.io/apimachinery/pkg/util/strategicpatch"
 	"k8s.io/apimachinery/pkg/util/validation/field"
-	"k8s.io/client-go/kubernetes/scheme"
+	"k8s.io/client-go/kubernetes/scheme" //nolint:depguard // the codec of the built-in kinds, not a client
 
 	"github.com/kausality-io/kausality-proxy/intercept/body"
 )

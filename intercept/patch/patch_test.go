@@ -8,6 +8,7 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/kausality-io/kausality-proxy/internal/testutil"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
@@ -94,7 +95,7 @@ func TestApplyNonApply(t *testing.T) {
 			err: &errWant{400, metav1.StatusReasonBadRequest, `the patch sets metadata.namespace, which does not match the namespace on the request (default)`}},
 		{name: "json patch without an object", patchType: types.JSONPatchType, noCurrent: true, patch: `[]`, opts: Options{Name: "web"},
 			err: &errWant{404, metav1.StatusReasonNotFound, `"web" does not exist: only an apply patch can create an object`}},
-		{name: "json patch with force", patchType: types.JSONPatchType, patch: `[]`, opts: Options{Force: ptr(true)},
+		{name: "json patch with force", patchType: types.JSONPatchType, patch: `[]`, opts: Options{Force: testutil.Ptr(true)},
 			err: &errWant{422, metav1.StatusReasonInvalid, `PatchOptions.meta.k8s.io "" is invalid: force: Forbidden: may not be specified for non-apply patch`}},
 
 		// merge patch
@@ -213,7 +214,7 @@ func TestApplyNonApply(t *testing.T) {
 				if err == nil {
 					t.Fatalf("expected an error, got %s", jsonOf(t, got.Object))
 				}
-				wantStatus(t, err, tt.err.code, tt.err.reason, tt.err.msg)
+				testutil.WantStatusError(t, err, tt.err.code, tt.err.reason, tt.err.msg)
 				return
 			}
 			if err != nil {
@@ -279,7 +280,7 @@ func TestTypeFor(t *testing.T) {
 		}
 	}
 	_, err := TypeFor("application/json")
-	wantStatus(t, err, 415, metav1.StatusReasonUnsupportedMediaType, "the body of the request was in an unknown format - accepted media types include: "+allPatchTypes)
+	testutil.WantStatusError(t, err, 415, metav1.StatusReasonUnsupportedMediaType, "the body of the request was in an unknown format - accepted media types include: "+allPatchTypes)
 }
 
 func TestEffectiveFieldManager(t *testing.T) {

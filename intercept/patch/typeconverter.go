@@ -3,8 +3,8 @@ package patch
 import (
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/util/managedfields"
-	"k8s.io/client-go/applyconfigurations"
-	"k8s.io/client-go/kubernetes/scheme"
+	"k8s.io/client-go/applyconfigurations" //nolint:depguard // the built-in kinds' schemas for structured merge, not a client
+	"k8s.io/client-go/kubernetes/scheme"   //nolint:depguard // the codec of the built-in kinds, not a client
 	"sigs.k8s.io/structured-merge-diff/v6/typed"
 )
 

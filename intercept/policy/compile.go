@@ -14,6 +14,7 @@ import (
 	"github.com/google/cel-go/cel"
 	"github.com/google/cel-go/checker"
 	celast "github.com/google/cel-go/common/ast"
+	"github.com/kausality-io/kausality-proxy/api/v1alpha1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/types"
@@ -90,14 +91,14 @@ type Compiled struct {
 	UID        types.UID
 	Generation int64
 	// ServiceAccounts are the controllers a ClusterApprovalPolicy is for.
-	ServiceAccounts []ServiceAccountRef
+	ServiceAccounts []v1alpha1.ServiceAccountRef
 	// Problems found while compiling; the rules they name never match.
 	Problems []Problem
 	rules    []compiledRule
 }
 
 type compiledRule struct {
-	Rule
+	v1alpha1.ApprovalRule
 	index  int
 	broken bool
 	expiry time.Time
@@ -161,29 +162,29 @@ func (requestSizeEstimator) EstimateCallCost(string, string, *checker.AstNode, [
 func compileCEL(expr string) (*expression, string, string) {
 	e, err := celEnv()
 	if err != nil {
-		return nil, ReasonInvalid, "CEL environment: " + err.Error()
+		return nil, v1alpha1.ReasonInvalid, "CEL environment: " + err.Error()
 	}
 	ast, iss := e.Compile(expr)
 	if iss.Err() != nil {
-		return nil, ReasonInvalid, "compilation failed: " + iss.Err().Error()
+		return nil, v1alpha1.ReasonInvalid, "compilation failed: " + iss.Err().Error()
 	}
 	if !ast.OutputType().IsExactType(cel.BoolType) && !ast.OutputType().IsExactType(cel.DynType) {
-		return nil, ReasonInvalid, "must evaluate to bool but got " + ast.OutputType().String()
+		return nil, v1alpha1.ReasonInvalid, "must evaluate to bool but got " + ast.OutputType().String()
 	}
 	if msg := celPatternProblem(ast.NativeRep().Expr()); msg != "" {
-		return nil, ReasonInvalid, msg
+		return nil, v1alpha1.ReasonInvalid, msg
 	}
 	est, err := e.EstimateCost(ast, &library.CostEstimator{SizeEstimator: requestSizeEstimator{}})
 	if err != nil {
-		return nil, ReasonInvalid, "cost estimation failed: " + err.Error()
+		return nil, v1alpha1.ReasonInvalid, "cost estimation failed: " + err.Error()
 	}
 	if est.Max > CostLimit {
-		return nil, ReasonCostExceeded, fmt.Sprintf("estimated cost %s exceeds the cost limit %d for an object of the largest request size (%d bytes): iterate over fewer or smaller values",
+		return nil, v1alpha1.ReasonCostExceeded, fmt.Sprintf("estimated cost %s exceeds the cost limit %d for an object of the largest request size (%d bytes): iterate over fewer or smaller values",
 			estimate(est.Max), CostLimit, celconfig.MaxRequestSizeBytes)
 	}
 	prog, err := e.Program(ast, cel.InterruptCheckFrequency(celconfig.CheckFrequency))
 	if err != nil {
-		return nil, ReasonInvalid, "program instantiation failed: " + err.Error()
+		return nil, v1alpha1.ReasonInvalid, "program instantiation failed: " + err.Error()
 	}
 	return &expression{ast: ast, prog: prog}, "", ""
 }
@@ -283,28 +284,28 @@ func Compile(u *unstructured.Unstructured) *Compiled {
 		UID:        u.GetUID(),
 		Generation: u.GetGeneration(),
 	}
-	var rules []Rule
+	var rules []v1alpha1.ApprovalRule
 	var err error
 	switch u.GetKind() {
-	case KindCluster:
-		var p ClusterApprovalPolicy
+	case v1alpha1.ClusterApprovalPolicyKind:
+		var p v1alpha1.ClusterApprovalPolicy
 		err = runtime.DefaultUnstructuredConverter.FromUnstructured(u.Object, &p)
 		rules, c.ServiceAccounts = p.Spec.Rules, p.Spec.ServiceAccounts
 	default:
-		var p ApprovalPolicy
+		var p v1alpha1.ApprovalPolicy
 		err = runtime.DefaultUnstructuredConverter.FromUnstructured(u.Object, &p)
 		rules = p.Spec.Rules
 	}
 	if err != nil {
-		c.Problems = append(c.Problems, Problem{Rule: -1, Reason: ReasonInvalid, Message: "cannot read the policy: " + err.Error()})
+		c.Problems = append(c.Problems, Problem{Rule: -1, Reason: v1alpha1.ReasonInvalid, Message: "cannot read the policy: " + err.Error()})
 		return c
 	}
-	if u.GetKind() != KindCluster && c.Ref.Namespace == "" {
-		c.Problems = append(c.Problems, Problem{Rule: -1, Reason: ReasonInvalid, Message: "an ApprovalPolicy needs a namespace"})
+	if u.GetKind() != v1alpha1.ClusterApprovalPolicyKind && c.Ref.Namespace == "" {
+		c.Problems = append(c.Problems, Problem{Rule: -1, Reason: v1alpha1.ReasonInvalid, Message: "an ApprovalPolicy needs a namespace"})
 		return c
 	}
 	if len(rules) > MaxRules {
-		c.Problems = append(c.Problems, Problem{Rule: -1, Reason: ReasonInvalid,
+		c.Problems = append(c.Problems, Problem{Rule: -1, Reason: v1alpha1.ReasonInvalid,
 			Message: fmt.Sprintf("the policy has %d rules, more than %d: none of them applies; split it or merge rules", len(rules), MaxRules)})
 		return c
 	}
@@ -314,56 +315,57 @@ func Compile(u *unstructured.Unstructured) *Compiled {
 	return c
 }
 
-func (c *Compiled) compileRule(i int, r Rule) compiledRule {
-	cr := compiledRule{Rule: r, index: i}
+func (c *Compiled) compileRule(i int, r v1alpha1.ApprovalRule) compiledRule {
+	cr := compiledRule{ApprovalRule: r, index: i}
 	fail := func(reason, msg string) {
 		cr.broken = true
 		c.Problems = append(c.Problems, Problem{Rule: i, Reason: reason, Message: msg})
 	}
 	switch r.Mode {
-	case ModeAlways:
-	case ModeOnce, ModeGeneration:
-		fail(ReasonUnsupportedMode, "mode "+r.Mode+" needs per-object state a policy does not have; use always, or a kausality.io/approvals annotation")
+	case v1alpha1.ModeAlways:
+	case v1alpha1.ModeOnce, v1alpha1.ModeGeneration:
+		fail(v1alpha1.ReasonUnsupportedMode, "mode "+r.Mode+" needs per-object state a policy does not have; use always, or a kausality.io/approvals annotation")
 	default:
-		fail(ReasonInvalid, "unknown mode "+strconv.Quote(r.Mode))
+		fail(v1alpha1.ReasonInvalid, "unknown mode "+strconv.Quote(r.Mode))
 	}
 	for _, g := range []struct{ field, pattern string }{{"namespace", r.Namespace}, {"name", r.Name}} {
 		if _, err := path.Match(g.pattern, ""); err != nil {
-			fail(ReasonInvalid, g.field+" "+strconv.Quote(g.pattern)+": "+err.Error())
+			fail(v1alpha1.ReasonInvalid, g.field+" "+strconv.Quote(g.pattern)+": "+err.Error())
 		}
 	}
-	if c.Ref.Kind != KindCluster {
+	if c.Ref.Kind != v1alpha1.ClusterApprovalPolicyKind {
 		// A namespaced policy is written by whoever administers its
 		// namespace, who need not be able to read, let alone approve,
 		// anything elsewhere.
 		switch {
-		case r.Namespace == "" || r.Namespace == Wildcard:
+		case r.Namespace == "" || r.Namespace == v1alpha1.Wildcard:
 			cr.Namespace = c.Ref.Namespace
 		case glob(r.Namespace, c.Ref.Namespace):
 			cr.Namespace = c.Ref.Namespace
 		case cr.broken:
 			// Already reported: a namespace that is no glob.
 		default:
-			fail(ReasonOutsideNamespace, "namespace "+strconv.Quote(r.Namespace)+" is outside the policy's namespace "+c.Ref.Namespace+
+			fail(v1alpha1.ReasonOutsideNamespace, "namespace "+strconv.Quote(r.Namespace)+" is outside the policy's namespace "+c.Ref.Namespace+
 				": an ApprovalPolicy approves writes in its own namespace only; use a ClusterApprovalPolicy for others")
 		}
 	}
 	if r.Expiry != "" {
 		t, err := time.Parse(time.RFC3339, r.Expiry)
 		if err != nil {
-			fail(ReasonInvalid, "expiry: "+err.Error())
+			fail(v1alpha1.ReasonInvalid, "expiry: "+err.Error())
 		}
 		cr.expiry = t
 	}
 	if r.Prereqs != nil {
 		if strings.TrimSpace(r.Prereqs.CEL) == "" {
-			fail(ReasonInvalid, "prereqs.cel is empty")
+			fail(v1alpha1.ReasonInvalid, "prereqs.cel is empty")
 		} else if prog, reason, msg := compileCEL(r.Prereqs.CEL); prog == nil {
 			fail(reason, "prereqs.cel: "+msg)
 		} else {
 			cr.prereq = prog
 		}
 	}
+	//nolint:nestif // compiling a match nests as the rule's match does (cel, regexp)
 	if r.Match != nil {
 		if r.Match.CEL != "" {
 			if prog, reason, msg := compileCEL(r.Match.CEL); prog == nil {
@@ -375,9 +377,9 @@ func (c *Compiled) compileRule(i int, r Rule) compiledRule {
 		if r.Match.Regexp != "" {
 			anchored := `^(?:` + r.Match.Regexp + `)$`
 			if _, msg := regexpSize(r.Match.Regexp); msg != "" {
-				fail(ReasonInvalid, "match.regexp: "+msg)
+				fail(v1alpha1.ReasonInvalid, "match.regexp: "+msg)
 			} else if re, err := regexp.Compile(anchored); err != nil {
-				fail(ReasonInvalid, "match.regexp: "+err.Error())
+				fail(v1alpha1.ReasonInvalid, "match.regexp: "+err.Error())
 			} else {
 				cr.re = re
 				cr.reInstructions, _ = regexpSize(anchored)

@@ -7,6 +7,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/kausality-io/kausality-proxy/api/v1alpha1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 )
 
@@ -19,19 +20,19 @@ func policyOf(kind, namespace string, rules ...map[string]any) *unstructured.Uns
 	}
 	spec := map[string]any{"rules": list}
 	meta := map[string]any{"name": "ctrl", "uid": "uid-" + kind, "generation": int64(1)}
-	if kind == KindCluster {
+	if kind == v1alpha1.ClusterApprovalPolicyKind {
 		spec["serviceAccounts"] = []any{map[string]any{"namespace": "infra", "name": "ctrl"}}
 	} else {
 		meta["namespace"] = namespace
 	}
 	return &unstructured.Unstructured{Object: map[string]any{
-		"apiVersion": Group + "/" + Version, "kind": kind, "metadata": meta, "spec": spec,
+		"apiVersion": v1alpha1.Group + "/" + v1alpha1.Version, "kind": kind, "metadata": meta, "spec": spec,
 	}}
 }
 
 // cmRule is a rule for ConfigMaps; extra fields are merged in.
 func cmRule(extra map[string]any) map[string]any {
-	r := map[string]any{"apiVersion": "v1", "kind": "ConfigMap", "mode": ModeAlways}
+	r := map[string]any{"apiVersion": "v1", "kind": "ConfigMap", "mode": v1alpha1.ModeAlways}
 	for k, v := range extra {
 		r[k] = v
 	}
@@ -63,21 +64,21 @@ func TestCompileBounds(t *testing.T) {
 		reason   string
 		contains string
 	}{
-		{"rules at the cap", policyOf(KindNamespaced, "infra", many[:MaxRules]...), "", ""},
-		{"rules over the cap", policyOf(KindNamespaced, "infra", many...), ReasonInvalid, fmt.Sprintf("%d rules, more than %d", MaxRules+1, MaxRules)},
-		{"regexp too long", policyOf(KindNamespaced, "infra", match(map[string]any{"regexp": strings.Repeat("a", MaxRegexpLength+1)})), ReasonInvalid, "bytes long"},
-		{"regexp program too large", policyOf(KindNamespaced, "infra", match(map[string]any{"regexp": strings.Repeat(`.{0,1000}`, 36)})), ReasonInvalid, "instructions"},
-		{"regexp within the bounds", policyOf(KindNamespaced, "infra", match(map[string]any{"regexp": `{"data":{"v":"[0-9a-f]{64}"}}`})), "", ""},
-		{"CEL pattern from the object", policyOf(KindNamespaced, "infra", match(map[string]any{"cel": "'a'.matches(object.data.re)"})), ReasonInvalid, "must be a string literal"},
-		{"CEL pattern program too large", policyOf(KindNamespaced, "infra", match(map[string]any{"cel": "object.data.v.matches('" + strings.Repeat(`.{0,1000}`, 36) + "')"})), ReasonInvalid, "matches(): the pattern compiles to"},
-		{"CEL global matches", policyOf(KindNamespaced, "infra", match(map[string]any{"cel": "matches(object.data.v, object.data.re)"})), ReasonInvalid, "must be a string literal"},
-		{"CEL find with a literal", policyOf(KindNamespaced, "infra", match(map[string]any{"cel": "object.data.v.find('[0-9]+') == '1'"})), "", ""},
-		{"estimate over the limit for a large object", policyOf(KindNamespaced, "infra", match(map[string]any{"cel": "object.data.all(k, object.data.all(l, k != l))"})), ReasonCostExceeded, "largest request size"},
-		{"estimate near the limit", policyOf(KindNamespaced, "infra", match(map[string]any{"cel": nearLimit})), "", ""},
-		{"a field of the object", policyOf(KindNamespaced, "infra", match(map[string]any{"cel": "object.data.version == oldObject.data.version + '0'"})), "", ""},
-		{"namespace elsewhere", policyOf(KindNamespaced, "teama", cmRule(map[string]any{"namespace": "enf"})), ReasonOutsideNamespace, `namespace "enf" is outside the policy's namespace teama`},
-		{"namespace glob elsewhere", policyOf(KindNamespaced, "teama", cmRule(map[string]any{"namespace": "e*"})), ReasonOutsideNamespace, "use a ClusterApprovalPolicy"},
-		{"cluster policy in any namespace", policyOf(KindCluster, "", cmRule(map[string]any{"namespace": "enf"})), "", ""},
+		{"rules at the cap", policyOf(v1alpha1.ApprovalPolicyKind, "infra", many[:MaxRules]...), "", ""},
+		{"rules over the cap", policyOf(v1alpha1.ApprovalPolicyKind, "infra", many...), v1alpha1.ReasonInvalid, fmt.Sprintf("%d rules, more than %d", MaxRules+1, MaxRules)},
+		{"regexp too long", policyOf(v1alpha1.ApprovalPolicyKind, "infra", match(map[string]any{"regexp": strings.Repeat("a", MaxRegexpLength+1)})), v1alpha1.ReasonInvalid, "bytes long"},
+		{"regexp program too large", policyOf(v1alpha1.ApprovalPolicyKind, "infra", match(map[string]any{"regexp": strings.Repeat(`.{0,1000}`, 36)})), v1alpha1.ReasonInvalid, "instructions"},
+		{"regexp within the bounds", policyOf(v1alpha1.ApprovalPolicyKind, "infra", match(map[string]any{"regexp": `{"data":{"v":"[0-9a-f]{64}"}}`})), "", ""},
+		{"CEL pattern from the object", policyOf(v1alpha1.ApprovalPolicyKind, "infra", match(map[string]any{"cel": "'a'.matches(object.data.re)"})), v1alpha1.ReasonInvalid, "must be a string literal"},
+		{"CEL pattern program too large", policyOf(v1alpha1.ApprovalPolicyKind, "infra", match(map[string]any{"cel": "object.data.v.matches('" + strings.Repeat(`.{0,1000}`, 36) + "')"})), v1alpha1.ReasonInvalid, "matches(): the pattern compiles to"},
+		{"CEL global matches", policyOf(v1alpha1.ApprovalPolicyKind, "infra", match(map[string]any{"cel": "matches(object.data.v, object.data.re)"})), v1alpha1.ReasonInvalid, "must be a string literal"},
+		{"CEL find with a literal", policyOf(v1alpha1.ApprovalPolicyKind, "infra", match(map[string]any{"cel": "object.data.v.find('[0-9]+') == '1'"})), "", ""},
+		{"estimate over the limit for a large object", policyOf(v1alpha1.ApprovalPolicyKind, "infra", match(map[string]any{"cel": "object.data.all(k, object.data.all(l, k != l))"})), v1alpha1.ReasonCostExceeded, "largest request size"},
+		{"estimate near the limit", policyOf(v1alpha1.ApprovalPolicyKind, "infra", match(map[string]any{"cel": nearLimit})), "", ""},
+		{"a field of the object", policyOf(v1alpha1.ApprovalPolicyKind, "infra", match(map[string]any{"cel": "object.data.version == oldObject.data.version + '0'"})), "", ""},
+		{"namespace elsewhere", policyOf(v1alpha1.ApprovalPolicyKind, "teama", cmRule(map[string]any{"namespace": "enf"})), v1alpha1.ReasonOutsideNamespace, `namespace "enf" is outside the policy's namespace teama`},
+		{"namespace glob elsewhere", policyOf(v1alpha1.ApprovalPolicyKind, "teama", cmRule(map[string]any{"namespace": "e*"})), v1alpha1.ReasonOutsideNamespace, "use a ClusterApprovalPolicy"},
+		{"cluster policy in any namespace", policyOf(v1alpha1.ClusterApprovalPolicyKind, "", cmRule(map[string]any{"namespace": "enf"})), "", ""},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			c := Compile(tc.policy)
@@ -104,15 +105,15 @@ func TestNamespaceScope(t *testing.T) {
 		req    Request
 		match  bool
 	}{
-		{"namespaced, no namespace: its own", policyOf(KindNamespaced, "teama", cmRule(nil)), cm("teama"), true},
-		{"namespaced, no namespace: not another", policyOf(KindNamespaced, "teama", cmRule(nil)), cm("enf"), false},
-		{"namespaced, *: not another", policyOf(KindNamespaced, "teama", cmRule(map[string]any{"namespace": "*"})), cm("enf"), false},
-		{"namespaced, glob of its own: not another it matches", policyOf(KindNamespaced, "teama", cmRule(map[string]any{"namespace": "team*"})), cm("teamb"), false},
-		{"namespaced, glob of its own: its own", policyOf(KindNamespaced, "teama", cmRule(map[string]any{"namespace": "team*"})), cm("teama"), true},
-		{"namespaced, naming another", policyOf(KindNamespaced, "teama", cmRule(map[string]any{"namespace": "enf"})), cm("enf"), false},
-		{"namespaced: not a cluster-scoped object", policyOf(KindNamespaced, "teama", cmRule(nil)), cm(""), false},
-		{"cluster, *: any", policyOf(KindCluster, "", cmRule(map[string]any{"namespace": "*"})), cm("enf"), true},
-		{"cluster, exact", policyOf(KindCluster, "", cmRule(map[string]any{"namespace": "enf"})), cm("enf"), true},
+		{"namespaced, no namespace: its own", policyOf(v1alpha1.ApprovalPolicyKind, "teama", cmRule(nil)), cm("teama"), true},
+		{"namespaced, no namespace: not another", policyOf(v1alpha1.ApprovalPolicyKind, "teama", cmRule(nil)), cm("enf"), false},
+		{"namespaced, *: not another", policyOf(v1alpha1.ApprovalPolicyKind, "teama", cmRule(map[string]any{"namespace": "*"})), cm("enf"), false},
+		{"namespaced, glob of its own: not another it matches", policyOf(v1alpha1.ApprovalPolicyKind, "teama", cmRule(map[string]any{"namespace": "team*"})), cm("teamb"), false},
+		{"namespaced, glob of its own: its own", policyOf(v1alpha1.ApprovalPolicyKind, "teama", cmRule(map[string]any{"namespace": "team*"})), cm("teama"), true},
+		{"namespaced, naming another", policyOf(v1alpha1.ApprovalPolicyKind, "teama", cmRule(map[string]any{"namespace": "enf"})), cm("enf"), false},
+		{"namespaced: not a cluster-scoped object", policyOf(v1alpha1.ApprovalPolicyKind, "teama", cmRule(nil)), cm(""), false},
+		{"cluster, *: any", policyOf(v1alpha1.ClusterApprovalPolicyKind, "", cmRule(map[string]any{"namespace": "*"})), cm("enf"), true},
+		{"cluster, exact", policyOf(v1alpha1.ClusterApprovalPolicyKind, "", cmRule(map[string]any{"namespace": "enf"})), cm("enf"), true},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			res := Evaluate([]*Compiled{Compile(tc.policy)}, tc.req)
@@ -132,8 +133,8 @@ func TestWriteBudget(t *testing.T) {
 		rules[i] = cmRule(map[string]any{"match": map[string]any{"cel": "!(" + nearLimit + ")"}})
 	}
 	rules = append(rules, cmRule(nil))
-	expensive := Compile(policyOf(KindNamespaced, "infra", rules...))
-	cheap := Compile(policyOf(KindCluster, "", cmRule(nil)))
+	expensive := Compile(policyOf(v1alpha1.ApprovalPolicyKind, "infra", rules...))
+	cheap := Compile(policyOf(v1alpha1.ClusterApprovalPolicyKind, "", cmRule(nil)))
 	if len(expensive.Problems) != 0 {
 		t.Fatalf("problems: %+v", expensive.Problems)
 	}
@@ -142,7 +143,7 @@ func TestWriteBudget(t *testing.T) {
 	if res.Hit != nil {
 		t.Fatalf("matched %s after the budget ran out", res.Hit)
 	}
-	if len(res.Problems) != 1 || res.Problems[0].Reason != ReasonBudgetExceeded || res.Problems[0].Policy != expensive.Ref {
+	if len(res.Problems) != 1 || res.Problems[0].Reason != v1alpha1.ReasonBudgetExceeded || res.Problems[0].Policy != expensive.Ref {
 		t.Fatalf("problems %+v, want the budget of %s", res.Problems, expensive.Ref)
 	}
 	if !strings.Contains(res.Unfinished, expensive.Ref.String()) || !strings.Contains(res.Unfinished, "did not approve") {
@@ -159,11 +160,11 @@ func TestWriteBudget(t *testing.T) {
 // TestRequestBudget: the writes of one request are each matched within
 // what is left of the request's budget.
 func TestRequestBudget(t *testing.T) {
-	p := Compile(policyOf(KindNamespaced, "infra", cmRule(map[string]any{"match": map[string]any{"cel": nearLimit}})))
+	p := Compile(policyOf(v1alpha1.ApprovalPolicyKind, "infra", cmRule(map[string]any{"match": map[string]any{"cel": nearLimit}})))
 	m := NewMatcher(context.Background(), p)
 	m.remaining = 1000
 	res := m.Match(Request{APIVersion: "v1", Kind: "ConfigMap", Namespace: "infra", Name: "cm", New: configMap("", nil)})
-	if res.Hit != nil || len(res.Problems) != 1 || res.Problems[0].Reason != ReasonBudgetExceeded || m.remaining != 0 {
+	if res.Hit != nil || len(res.Problems) != 1 || res.Problems[0].Reason != v1alpha1.ReasonBudgetExceeded || m.remaining != 0 {
 		t.Fatalf("result %+v, remaining %d", res, m.remaining)
 	}
 	if !strings.Contains(res.Problems[0].Message, "budget (1000 of") {
@@ -175,7 +176,7 @@ func TestRequestBudget(t *testing.T) {
 // write from memory; new objects (a live read) are matched again, from
 // what is left of the request's budget.
 func TestMatcherMatchesOncePerWrite(t *testing.T) {
-	p := Compile(policyOf(KindNamespaced, "infra", cmRule(map[string]any{"match": map[string]any{"cel": nearLimit}})))
+	p := Compile(policyOf(v1alpha1.ApprovalPolicyKind, "infra", cmRule(map[string]any{"match": map[string]any{"cel": nearLimit}})))
 	m := NewMatcher(context.Background(), p)
 	req := Request{APIVersion: "v1", Kind: "ConfigMap", Namespace: "infra", Name: "cm", New: configMap("", nil)}
 	first := m.Match(req)
@@ -198,7 +199,7 @@ func TestMatcherMatchesOncePerWrite(t *testing.T) {
 // TestMatchStopsWithTheRequest: a request that has ended evaluates
 // nothing more, and nothing matches.
 func TestMatchStopsWithTheRequest(t *testing.T) {
-	p := Compile(policyOf(KindNamespaced, "infra", cmRule(map[string]any{"match": map[string]any{"cel": "true"}})))
+	p := Compile(policyOf(v1alpha1.ApprovalPolicyKind, "infra", cmRule(map[string]any{"match": map[string]any{"cel": "true"}})))
 	ctx, cancel := context.WithTimeout(context.Background(), time.Nanosecond)
 	defer cancel()
 	<-ctx.Done()

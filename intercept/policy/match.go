@@ -15,6 +15,7 @@ import (
 	"github.com/google/cel-go/common"
 	"github.com/google/cel-go/common/types"
 	"github.com/google/cel-go/interpreter"
+	"github.com/kausality-io/kausality-proxy/api/v1alpha1"
 	celconfig "k8s.io/apiserver/pkg/apis/cel"
 )
 
@@ -164,7 +165,7 @@ func (m *Matcher) match(req Request) Result {
 				msg := fmt.Sprintf("the write spent its policy evaluation budget (%d of %d per write, %d per request) at rule %d: the rules of the writer's policies cost too much together; rule %d and the rules after it were not tried",
 					budget, WriteBudget, RequestBudget, r.index, r.index)
 				res.Problems = append(res.Problems, EvalProblem{Policy: p.Ref, UID: string(p.UID), Generation: p.Generation,
-					Problem: Problem{Rule: -1, Reason: ReasonBudgetExceeded, Message: msg}})
+					Problem: Problem{Rule: -1, Reason: v1alpha1.ReasonBudgetExceeded, Message: msg}})
 				res.Unfinished = "approval policies not fully evaluated: " + p.Ref.String() + ": " + msg + ", and did not approve"
 				return res
 			case err != nil:
@@ -224,6 +225,7 @@ func (e *evaluation) matches(r *compiledRule) (bool, *Problem, error) {
 			return false, prob, err
 		}
 	}
+	//nolint:nestif // the regexp's budget check and its match are one charged step
 	if r.re != nil {
 		if e.desired == nil {
 			s, err := DesiredJSON(req.New)
@@ -234,7 +236,7 @@ func (e *evaluation) matches(r *compiledRule) (bool, *Problem, error) {
 		}
 		cost := regexpCost(len(*e.desired), r.reInstructions)
 		if cost > CostLimit {
-			return false, &Problem{Rule: r.index, Reason: ReasonCostExceeded,
+			return false, &Problem{Rule: r.index, Reason: v1alpha1.ReasonCostExceeded,
 				Message: fmt.Sprintf("match.regexp: matching %d bytes of desired state would cost %d, more than the cost limit %d", len(*e.desired), cost, CostLimit)}, nil
 		}
 		if err := e.spend(cost); err != nil {
@@ -292,7 +294,7 @@ func (e *evaluation) eval(r *compiledRule, x *expression, object, oldObject map[
 				e.remaining = 0
 				return false, nil, errBudget
 			case cancelled.Cause == interpreter.CostLimitExceeded:
-				return false, &Problem{Rule: r.index, Reason: ReasonCostExceeded,
+				return false, &Problem{Rule: r.index, Reason: v1alpha1.ReasonCostExceeded,
 					Message: field + ": evaluation exceeded the cost limit " + strconv.Itoa(CostLimit)}, nil
 			}
 			return false, nil, fmt.Errorf("%s: %w", field, err)
@@ -312,7 +314,7 @@ func nullable(m map[string]any) any {
 
 // glob matches value against a rule's namespace or name pattern.
 func glob(pattern, value string) bool {
-	if pattern == "" || pattern == Wildcard {
+	if pattern == "" || pattern == v1alpha1.Wildcard {
 		return true
 	}
 	ok, err := path.Match(pattern, value)

@@ -5,6 +5,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/kausality-io/kausality-proxy/api/v1alpha1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"sigs.k8s.io/yaml"
 )
@@ -87,13 +88,13 @@ spec:
 		name, doc, reason, contains string
 	}{
 		{"design format compiles", designPolicy, "", ""},
-		{"invalid CEL", rule("    mode: always\n    match: {cel: 'object.data.version =='}\n"), ReasonInvalid, "match.cel: compilation failed"},
-		{"not bool", rule("    mode: always\n    prereqs: {cel: '1 + 1'}\n"), ReasonInvalid, "must evaluate to bool"},
-		{"statically too costly", rule("    mode: always\n    match: {cel: '" + costly + "'}\n"), ReasonCostExceeded, "exceeds the cost limit"},
-		{"bad regexp", rule("    mode: always\n    match: {regexp: '(['}\n"), ReasonInvalid, "match.regexp"},
-		{"bad expiry", rule("    mode: always\n    expiry: tomorrow\n"), ReasonInvalid, "expiry"},
-		{"once unsupported", rule("    mode: once\n"), ReasonUnsupportedMode, "mode once"},
-		{"bad glob", rule("    mode: always\n    name: '[x'\n"), ReasonInvalid, "name"},
+		{"invalid CEL", rule("    mode: always\n    match: {cel: 'object.data.version =='}\n"), v1alpha1.ReasonInvalid, "match.cel: compilation failed"},
+		{"not bool", rule("    mode: always\n    prereqs: {cel: '1 + 1'}\n"), v1alpha1.ReasonInvalid, "must evaluate to bool"},
+		{"statically too costly", rule("    mode: always\n    match: {cel: '" + costly + "'}\n"), v1alpha1.ReasonCostExceeded, "exceeds the cost limit"},
+		{"bad regexp", rule("    mode: always\n    match: {regexp: '(['}\n"), v1alpha1.ReasonInvalid, "match.regexp"},
+		{"bad expiry", rule("    mode: always\n    expiry: tomorrow\n"), v1alpha1.ReasonInvalid, "expiry"},
+		{"once unsupported", rule("    mode: once\n"), v1alpha1.ReasonUnsupportedMode, "mode once"},
+		{"bad glob", rule("    mode: always\n    name: '[x'\n"), v1alpha1.ReasonInvalid, "name"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			c := Compile(policyFrom(t, tc.doc))
@@ -179,7 +180,7 @@ spec:
 		{"glob name mismatch", []*Compiled{newOrigins}, Request{APIVersion: "v1", Kind: "ConfigMap", Name: "c12",
 			Old: configMap("prod", map[string]any{"version": "1"}), New: configMap("prod", map[string]any{"version": "10"})}, "", ""},
 		{"regexp too costly for the object", []*Compiled{bigRegexp}, Request{APIVersion: "v1", Kind: "ConfigMap", Namespace: "infra", Name: "x",
-			New: configMap("", map[string]any{"v": strings.Repeat("a", 100_000)})}, "", ReasonCostExceeded},
+			New: configMap("", map[string]any{"v": strings.Repeat("a", 100_000)})}, "", v1alpha1.ReasonCostExceeded},
 		{"regexp within the limit", []*Compiled{bigRegexp}, Request{APIVersion: "v1", Kind: "ConfigMap", Namespace: "infra", Name: "x",
 			New: configMap("", map[string]any{"v": "a"})}, "ApprovalPolicy infra/p rule 0", ""},
 	} {

@@ -47,6 +47,7 @@ import (
 
 	"github.com/kausality-io/kausality-proxy/intercept/approval"
 	"github.com/kausality-io/kausality-proxy/intercept/decision"
+	"github.com/kausality-io/kausality-proxy/internal/proxynamespace"
 )
 
 const (
@@ -113,6 +114,7 @@ func digestOf(data string) string {
 // Store keeps the records of one namespace.
 type Store struct {
 	configMaps corev1client.ConfigMapInterface
+	namespace  string
 	replica    string
 	clock      clock.PassiveClock
 	// records watches the records, so that looking for orphans costs no
@@ -130,7 +132,7 @@ func New(client kubernetes.Interface, namespace, replica string, c clock.Passive
 	selector := labels.SelectorFromSet(labels.Set{managedByLabel: managedBy, componentLabel: component}).String()
 	factory := informers.NewSharedInformerFactoryWithOptions(client, 0, informers.WithNamespace(namespace),
 		informers.WithTweakListOptions(func(lo *metav1.ListOptions) { lo.LabelSelector = selector }))
-	return &Store{configMaps: client.CoreV1().ConfigMaps(namespace), replica: replica, clock: c,
+	return &Store{configMaps: client.CoreV1().ConfigMaps(namespace), namespace: namespace, replica: replica, clock: c,
 		factory: factory, records: factory.Core().V1().ConfigMaps().Informer()}
 }
 
@@ -152,6 +154,9 @@ func (s *Store) Open(ctx context.Context, r Reservation) (*Record, error) {
 		Data:       map[string]string{dataKey: string(data)},
 	}
 	created, err := s.configMaps.Create(ctx, cm, metav1.CreateOptions{FieldManager: managedBy})
+	if proxynamespace.Missing(err) {
+		return nil, fmt.Errorf("recording the reservation of a once approval on %s: %w", r.Parent, proxynamespace.MissingError(s.namespace))
+	}
 	if err != nil {
 		return nil, fmt.Errorf("recording the reservation of a once approval on %s: %w", r.Parent, err)
 	}

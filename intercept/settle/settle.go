@@ -11,7 +11,9 @@
 // settled at its current spec is drift. A generation bump that changes no
 // spec (a Deployment's annotation edit) is not a spec change.
 //
-// Pure apart from Memory, which is a concurrency-safe map.
+// Pure apart from Memory, which is a concurrency-safe map that keeps what
+// it learns in the cluster through a Durable, so every replica decides
+// alike.
 package settle
 
 import (
@@ -21,8 +23,10 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"time"
 
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/apimachinery/pkg/types"
 	"sigs.k8s.io/cli-utils/pkg/kstatus/status"
 
@@ -130,27 +134,71 @@ func recordedBehind(obj *unstructured.Unstructured) (int64, bool) {
 	return og, true
 }
 
-// DefaultMaxRemembered bounds Memory: past it, an arbitrary entry is
-// forgotten, which makes that parent's next decision lenient.
-const DefaultMaxRemembered = 200000
+// DefaultMaxAge is how long Memory keeps a parent it has not seen: the
+// caches deliver every parent they hold at each resync, so only parents no
+// longer cached age out, and what the cluster records of them is read back
+// when they are seen again.
+const DefaultMaxAge = time.Hour
+
+// Durable is where Memory keeps what it learns for every replica: a
+// record it can read back when it has no entry for a parent (after a
+// restart, or after the entry aged out), and a place it reports a change
+// of what it knows to, to be written.
+type Durable interface {
+	// Lookup returns the record the cluster holds of the parent uid in
+	// namespace.
+	Lookup(namespace string, uid types.UID) (Record, bool)
+	// Changed says Memory knows something new of uid, to be written.
+	Changed(namespace string, uid types.UID)
+	// Gone says uid was deleted: its record can go.
+	Gone(namespace string, uid types.UID)
+}
 
 // entry is what Memory knows of one object.
 type entry struct {
+	namespace string
 	// settled is the spec hash the object last settled at ("" = never seen
-	// settled).
-	settled string
+	// settled), at generation settledAt.
+	settled   string
+	settledAt int64
 	// current is the spec hash last seen, first seen at generation since.
 	current string
 	since   int64
 	// newest is the highest generation seen.
 	newest int64
-	// moved: a spec other than settled was seen after the object settled,
-	// so a return to the settled spec (a rollback) is a change being
-	// carried out, not a settled parent.
-	moved bool
 	// seen is the view of the object at resourceVersion seen.rv: the same
 	// version of an object is assessed again on every write under it.
 	seen view
+	// lastSeen bounds how long an object no cache delivers is kept.
+	lastSeen time.Time
+}
+
+// record is e as the cluster keeps it.
+func (e *entry) record() Record {
+	return Record{Settled: e.settled, SettledAt: e.settledAt, Current: e.current, Since: e.since}
+}
+
+// moved: a spec other than settled was seen after the object settled, so
+// a return to the settled spec (a rollback) is a change being carried out,
+// not a settled parent.
+func (e *entry) moved() bool { return e.record().Moved() }
+
+// knowledge is what a write of e's record would tell other replicas.
+type knowledge struct {
+	settled, current string
+	since            int64
+	moved            bool
+}
+
+func (e *entry) known() knowledge {
+	return knowledge{settled: e.settled, current: e.current, since: e.since, moved: e.moved()}
+}
+
+// take adopts what r says beyond what e knows.
+func (e *entry) take(r Record) {
+	m := Merge(e.record(), r)
+	e.settled, e.settledAt, e.current, e.since = m.Settled, m.SettledAt, m.Current, m.Since
+	e.newest = max(e.newest, m.Since, m.SettledAt)
 }
 
 // view is what one version of an object says: its spec hash, and whether
@@ -163,30 +211,59 @@ type view struct {
 }
 
 // Memory remembers, per object UID, the spec hash at which the object last
-// settled, and since which generation it has had its current spec. After a
-// restart it knows nothing.
+// settled, and since which generation it has had its current spec. It
+// learns only from parent kinds (a kind becomes one when a write under an
+// object of it is decided), keeps a parent it has not seen for maxAge at
+// most, and, with a Durable, shares what it learns with every replica.
 type Memory struct {
-	mu  sync.Mutex
-	m   map[types.UID]*entry
-	max int
+	mu          sync.Mutex
+	m           map[types.UID]*entry
+	parentKinds map[schema.GroupKind]bool
+	maxAge      time.Duration
+	now         func() time.Time
+	lastSweep   time.Time
+	durable     Durable
 }
 
-// NewMemory returns an empty Memory holding at most max entries (0: the
-// default).
-func NewMemory(max int) *Memory {
-	if max <= 0 {
-		max = DefaultMaxRemembered
+// NewMemory returns an empty Memory that forgets a parent not seen for
+// maxAge (0: DefaultMaxAge).
+func NewMemory(maxAge time.Duration) *Memory {
+	if maxAge <= 0 {
+		maxAge = DefaultMaxAge
 	}
-	return &Memory{m: map[types.UID]*entry{}, max: max}
+	return &Memory{m: map[types.UID]*entry{}, parentKinds: map[schema.GroupKind]bool{}, maxAge: maxAge, now: time.Now}
 }
 
-// Observe learns from obj as a cache sees it change.
+// SetDurable makes m read what it does not know from d and report what it
+// learns to d. Call it before m is used.
+func (m *Memory) SetDurable(d Durable) { m.durable = d }
+
+// SetClock replaces the clock m ages entries by.
+func (m *Memory) SetClock(now func() time.Time) { m.now = now }
+
+// AddParentKind makes m learn from every object of kind gk its caches
+// deliver; Assess does so for the kind of each parent it is asked about.
+func (m *Memory) AddParentKind(gk schema.GroupKind) {
+	m.mu.Lock()
+	m.parentKinds[gk] = true
+	m.mu.Unlock()
+}
+
+// Observe learns from obj as a cache sees it change, when obj is of a
+// parent kind: settledness means nothing for a kind that owns nothing the
+// proxy decides, and Pods alone would outnumber every parent.
 func (m *Memory) Observe(obj *unstructured.Unstructured) {
 	if m == nil || obj == nil || obj.GetUID() == "" {
 		return
 	}
+	m.mu.Lock()
+	parent := m.parentKinds[obj.GroupVersionKind().GroupKind()]
+	m.mu.Unlock()
+	if !parent {
+		return
+	}
 	v := m.view(obj)
-	m.learn(obj.GetUID(), v, obj.GetGeneration())
+	m.learn(obj, v)
 }
 
 // view computes what obj says, or takes it from the last time this
@@ -214,27 +291,88 @@ func (m *Memory) Forget(uid types.UID) {
 		return
 	}
 	m.mu.Lock()
+	e, ok := m.m[uid]
 	delete(m.m, uid)
 	m.mu.Unlock()
+	if ok && m.durable != nil {
+		m.durable.Gone(e.namespace, uid)
+	}
 }
 
-// learn records one sighting of an object, whose version says v, and
-// returns a copy of its entry.
-func (m *Memory) learn(uid types.UID, v view, generation int64) entry {
-	hash, current := v.hash, v.current
+// Record returns what m knows of uid, as the cluster keeps it, and the
+// parent's namespace.
+func (m *Memory) Record(uid types.UID) (string, Record, bool) {
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	e, ok := m.m[uid]
+	if !ok || e.settled == "" {
+		return "", Record{}, false
+	}
+	return e.namespace, e.record(), true
+}
+
+// Merge adopts what another replica recorded of uid, when m holds uid;
+// one it does not hold is read from the Durable when it is next seen.
+func (m *Memory) Merge(uid types.UID, r Record) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	if e, ok := m.m[uid]; ok {
+		e.take(r)
+	}
+}
+
+// sweep drops the entries not seen for maxAge; m.mu is held.
+func (m *Memory) sweep(now time.Time) {
+	if now.Sub(m.lastSweep) < m.maxAge/4 {
+		return
+	}
+	m.lastSweep = now
+	for uid, e := range m.m {
+		if now.Sub(e.lastSeen) > m.maxAge {
+			delete(m.m, uid)
+		}
+	}
+}
+
+// learn records one sighting of obj, whose version says v, and returns a
+// copy of its entry.
+func (m *Memory) learn(obj *unstructured.Unstructured, v view) entry {
+	uid, generation := obj.GetUID(), obj.GetGeneration()
+	hash, current := v.hash, v.current
+	now := m.now()
+	m.mu.Lock()
+	m.sweep(now)
+	e, ok := m.m[uid]
 	if !ok {
-		if len(m.m) >= m.max {
-			for k := range m.m {
-				delete(m.m, k)
-				break
+		e = &entry{namespace: obj.GetNamespace(), current: hash, since: generation}
+		if m.durable != nil {
+			if r, found := m.durable.Lookup(obj.GetNamespace(), uid); found {
+				// What the cluster records comes first: this sighting
+				// is then learned on top of it, as by the replica that
+				// wrote it.
+				e = &entry{namespace: obj.GetNamespace(), settled: r.Settled, settledAt: r.SettledAt,
+					current: r.Current, since: r.Since, newest: max(r.Since, r.SettledAt)}
 			}
 		}
-		e = &entry{current: hash, since: generation}
 		m.m[uid] = e
 	}
+	e.lastSeen = now
+	before := e.known()
+	m.sight(e, v, generation, hash, current)
+	out := *e
+	// A settlement at a generation that changed no spec (an annotation
+	// edit) is not news worth a write: only the spec settled at, the
+	// spec now, since when, and whether it moved after settling are.
+	changed := e.settled != "" && e.known() != before
+	m.mu.Unlock()
+	if changed && m.durable != nil {
+		m.durable.Changed(out.namespace, uid)
+	}
+	return out
+}
+
+// sight applies one sighting to e; m.mu is held.
+func (m *Memory) sight(e *entry, v view, generation int64, hash string, current bool) {
 	if v.rv != "" {
 		e.seen = v
 	}
@@ -244,14 +382,11 @@ func (m *Memory) learn(uid types.UID, v view, generation int64) entry {
 		// cached parent): it tells nothing about the object now, and
 		// taking it would undo a settlement learned since, such as one
 		// from a status write the proxy forwarded itself.
-		return *e
+		return
 	}
 	e.newest = max(e.newest, generation)
 	if e.current != hash {
 		e.current, e.since = hash, generation
-		if e.settled != "" && hash != e.settled {
-			e.moved = true
-		}
 	}
 	if generation > 0 && generation < e.since {
 		// A sighting older than one already seen (a slow cache): the spec
@@ -259,9 +394,9 @@ func (m *Memory) learn(uid types.UID, v view, generation int64) entry {
 		e.since = generation
 	}
 	if current {
-		e.settled, e.moved = hash, false
+		e.settled = hash
+		e.settledAt = max(e.settledAt, generation)
 	}
-	return *e
 }
 
 // Facts are what a decision needs to know about a parent's intent.
@@ -282,17 +417,18 @@ type Facts struct {
 
 // Assess returns the facts about parent and learns from it.
 func (m *Memory) Assess(parent *unstructured.Unstructured) Facts {
+	m.AddParentKind(parent.GroupVersionKind().GroupKind())
 	v := m.view(parent)
 	now, why := v.current, v.why
-	e := m.learn(parent.GetUID(), v, parent.GetGeneration())
+	e := m.learn(parent, v)
 	f := Facts{SpecSince: e.since, Known: e.settled != ""}
 	switch {
 	case now:
 		f.AtCurrentSpec = true
 		f.Reason = "is settled at its current spec (" + why + ")"
 	case e.settled == "":
-		f.Reason = "has not been seen settled since the proxy started, and is not settled now (" + why + "): lenient"
-	case e.settled == e.current && !e.moved:
+		f.Reason = "has never been seen settled, and is not settled now (" + why + "): lenient"
+	case e.settled == e.current && !e.moved():
 		f.AtCurrentSpec = true
 		f.Reason = "has not changed its spec since it last settled (now " + why + ")"
 	case e.settled == e.current:

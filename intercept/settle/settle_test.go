@@ -3,9 +3,10 @@ package settle
 import (
 	"strconv"
 	"testing"
+	"time"
 
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
-	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/apimachinery/pkg/runtime/schema"
 )
 
 // deployment is a Deployment at generation gen whose status says
@@ -68,6 +69,9 @@ func TestAssessFollowsARollout(t *testing.T) {
 // written is known to be settled when its controller drifts later.
 func TestObserveAndForget(t *testing.T) {
 	m := NewMemory(0)
+	other := deployment("v1", 1, 1, 3, 3)
+	other.SetUID("u-other")
+	m.Assess(other) // a write under a Deployment makes Deployments parents
 	m.Observe(deployment("v1", 1, 1, 3, 3))
 	if f := m.Assess(deployment("v1", 1, 1, 3, 2)); !f.AtCurrentSpec || !f.Known {
 		t.Fatalf("observed settle not remembered: %+v", f)
@@ -78,15 +82,36 @@ func TestObserveAndForget(t *testing.T) {
 	}
 }
 
-func TestMemoryIsBounded(t *testing.T) {
-	m := NewMemory(2)
-	for _, uid := range []string{"a", "b", "c"} {
-		d := deployment("v1", 1, 1, 1, 1)
-		d.SetUID(typesUID(uid))
-		m.Observe(d)
+// Only parent kinds teach the memory, and a parent no cache delivers for
+// longer than the memory's age is dropped, whoever else is seen.
+func TestMemoryLearnsFromParentKindsAndAgesOut(t *testing.T) {
+	now := time.Unix(1000, 0)
+	m := NewMemory(time.Hour)
+	m.SetClock(func() time.Time { return now })
+	pod := &unstructured.Unstructured{Object: map[string]interface{}{"apiVersion": "v1", "kind": "Pod",
+		"metadata": map[string]interface{}{"name": "p", "namespace": "ns", "uid": "pod-1"}}}
+	m.Observe(pod)
+	m.Observe(deployment("v1", 1, 1, 3, 3))
+	if len(m.m) != 0 {
+		t.Fatalf("learned from %d objects of kinds that are no parent, want 0", len(m.m))
 	}
-	if len(m.m) != 2 {
-		t.Fatalf("memory holds %d entries, want 2", len(m.m))
+	m.Assess(deployment("v1", 1, 1, 3, 3))
+	other := deployment("v1", 1, 1, 3, 3)
+	other.SetUID("u-2")
+	m.Observe(other)
+	m.Observe(pod)
+	if _, ok := m.m["u-2"]; !ok || len(m.m) != 2 {
+		t.Fatalf("entries %v, want the two Deployments", m.m)
+	}
+	now = now.Add(50 * time.Minute)
+	m.Observe(other)
+	now = now.Add(20 * time.Minute)
+	m.Observe(other)
+	if _, ok := m.m["u-1"]; ok {
+		t.Fatal("a parent not seen for longer than the age is still held")
+	}
+	if _, ok := m.m["u-2"]; !ok {
+		t.Fatal("a parent seen within the age was dropped")
 	}
 }
 
@@ -101,7 +126,14 @@ func TestSpecHashIgnoresMetadataAndStatus(t *testing.T) {
 	}
 }
 
-func typesUID(s string) types.UID { return types.UID(s) }
+// parentMemory is a Memory that learns from Deployments and Widgets as a
+// cache delivers them.
+func parentMemory() *Memory {
+	m := NewMemory(0)
+	m.AddParentKind(schema.GroupKind{Group: "apps", Kind: "Deployment"})
+	m.AddParentKind(schema.GroupKind{Group: "example.io", Kind: "Widget"})
+	return m
+}
 
 // A rollback to the spec the parent settled at before, started while a
 // newer spec was still rolling out, is a change being carried out.
@@ -128,7 +160,7 @@ func TestAssessRollbackMidRollout(t *testing.T) {
 // Annotation-only generation bumps keep the generation the spec was first
 // seen at: an approval written for that generation still names this spec.
 func TestSpecSinceSurvivesAnnotationBumps(t *testing.T) {
-	m := NewMemory(0)
+	m := parentMemory()
 	m.Observe(deployment("v1", 4, 4, 3, 3))
 	if f := m.Assess(deployment("v1", 6, 4, 3, 3)); f.SpecSince != 4 || !f.AtCurrentSpec {
 		t.Fatalf("after two annotation bumps: %+v, want SpecSince 4 at the current spec", f)
@@ -145,7 +177,7 @@ func TestSpecSinceSurvivesAnnotationBumps(t *testing.T) {
 // controller's next write under the stale cached parent would pass as
 // expected when it is drift.
 func TestLateSightingOfAnOlderSpecKeepsTheSettlement(t *testing.T) {
-	m := NewMemory(0)
+	m := parentMemory()
 	before := deployment("v1", 1, 1, 3, 3)
 	m.Observe(before)
 	bumped := deployment("v2", 2, 1, 3, 3)
@@ -157,7 +189,7 @@ func TestLateSightingOfAnOlderSpecKeepsTheSettlement(t *testing.T) {
 	}
 	// A late sighting of the current spec still teaches when it was first
 	// seen.
-	m2 := NewMemory(0)
+	m2 := parentMemory()
 	m2.Observe(deployment("v1", 5, 5, 3, 3))
 	m2.Observe(deployment("v1", 3, 3, 3, 3))
 	if f := m2.Assess(deployment("v1", 5, 5, 3, 3)); f.SpecSince != 3 {

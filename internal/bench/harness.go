@@ -95,6 +95,8 @@ func quickRunConfig() RunConfig {
 }
 
 // startHarness starts the control plane, both proxies and all clients.
+//
+//nolint:funlen // the bench harness's startup is one sequence of steps, each undone on failure
 func startHarness(ctx context.Context, rc RunConfig, workDir string) (_ *Harness, retErr error) {
 	h := &Harness{cfg: rc, workDir: workDir, parents: map[string]*appsv1.Deployment{}}
 	defer func() {
@@ -124,6 +126,11 @@ func startHarness(ctx context.Context, rc RunConfig, workDir string) (_ *Harness
 	h.K8sVersion = kubeModuleVersion()
 	if v, err := h.admin.Discovery().ServerVersion(); err == nil && !strings.HasPrefix(v.GitVersion, "v0.0.0") {
 		h.K8sVersion = v.GitVersion
+	}
+
+	// kausality-proxy is ready only once its namespace exists, as deployed.
+	if _, err := h.admin.CoreV1().Namespaces().Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: "kausality-system"}}, metav1.CreateOptions{}); err != nil {
+		return nil, err
 	}
 
 	h.targets[direct], err = newTarget(direct, h.cp.Host, h.cp.CAData, user)

@@ -44,6 +44,7 @@ func main() {
 	}
 }
 
+//nolint:funlen // flag parsing and the run of the scenarios, a command's main
 func run() error {
 	root, err := testenv.RepoRoot()
 	if err != nil {
@@ -56,6 +57,7 @@ func run() error {
 		quick   = flag.Bool("quick", false, "Tiny sizes, for checking the harness itself; the numbers mean nothing.")
 		profile = flag.Bool("profile", true, "Record and report CPU and heap profiles of kausality-proxy.")
 		command = flag.String("command", "make bench", "How this run was started, for the report.")
+		scale   = flag.Int("scale", 0, "Run the scale profile instead, with this many parents (and ten times as many children), and write -out.")
 	)
 	flag.Parse()
 	rc := defaultRunConfig()
@@ -63,16 +65,24 @@ func run() error {
 		rc = quickRunConfig()
 	}
 	rc.Profile = *profile
+	if *scale > 0 {
+		return runScale(root, *scale, *out, *workDir, *command, rc)
+	}
+	return runAll(root, rc, *out, *micro, *workDir, *quick, *command)
+}
+
+// runAll is `make bench`: every row, written to out.
+func runAll(root string, rc RunConfig, out, micro, workDir string, quick bool, command string) error {
 
 	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGINT, syscall.SIGTERM)
 	defer stop()
-	runDir := filepath.Join(*workDir, "run-"+time.Now().Format("20060102-150405"))
+	runDir := filepath.Join(workDir, "run-"+time.Now().Format("20060102-150405"))
 	if err := os.MkdirAll(runDir, 0o755); err != nil {
 		return err
 	}
 	logf("work dir %s", runDir)
 
-	res := &Results{Started: time.Now(), Config: rc, Command: *command, Quick: *quick, RunDir: runDir}
+	res := &Results{Started: time.Now(), Config: rc, Command: command, Quick: quick, RunDir: runDir}
 	res.Machine = describeMachine(root)
 	res.LoadStart = loadAvg()
 
@@ -136,14 +146,14 @@ func run() error {
 	res.Duration = time.Since(start)
 	res.LoadEnd = loadAvg()
 
-	if *micro != "" {
-		f, err := os.Open(*micro)
+	if micro != "" {
+		f, err := os.Open(micro)
 		if err != nil {
 			return err
 		}
 		res.Micro = parseMicro(f)
 		f.Close()
-		res.MicroFile = *micro
+		res.MicroFile = micro
 	}
 	raw, _ := json.MarshalIndent(res, "", "  ")
 	if err := os.WriteFile(filepath.Join(runDir, "results.json"), raw, 0o644); err != nil {
@@ -151,11 +161,11 @@ func run() error {
 	}
 	md := render(res)
 	fmt.Println(summaryTable(res))
-	if *out != "" {
-		if err := os.WriteFile(*out, []byte(md), 0o644); err != nil {
+	if out != "" {
+		if err := os.WriteFile(out, []byte(md), 0o644); err != nil {
 			return err
 		}
-		logf("wrote %s", *out)
+		logf("wrote %s", out)
 	}
 	return nil
 }
@@ -179,4 +189,36 @@ func loadAvg() string {
 		return "?"
 	}
 	return strings.Join(f[:3], " ")
+}
+
+// runScale runs the scale profile alone and writes its report to out.
+func runScale(root string, parents int, out, workDir, command string, rc RunConfig) error {
+	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGINT, syscall.SIGTERM)
+	defer stop()
+	runDir := filepath.Join(workDir, "scale-"+time.Now().Format("20060102-150405"))
+	if err := os.MkdirAll(runDir, 0o755); err != nil {
+		return err
+	}
+	logf("work dir %s", runDir)
+	started, loadStart := time.Now(), loadAvg()
+	h, err := startHarness(ctx, rc, runDir)
+	if err != nil {
+		return err
+	}
+	defer h.Stop()
+	res, err := h.scaleProfile(ctx, parents)
+	if err != nil {
+		return err
+	}
+	raw, _ := json.MarshalIndent(res, "", "  ")
+	if err := os.WriteFile(filepath.Join(runDir, "scale.json"), raw, 0o644); err != nil {
+		return err
+	}
+	md := renderScale(res, rc, describeMachine(root), command, started, time.Since(started), loadStart)
+	fmt.Print(md)
+	if out == "" {
+		return nil
+	}
+	logf("wrote %s", out)
+	return os.WriteFile(out, []byte(md), 0o644)
 }

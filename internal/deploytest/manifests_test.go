@@ -23,9 +23,9 @@ import (
 	"k8s.io/client-go/tools/clientcmd"
 	certutil "k8s.io/client-go/util/cert"
 
-	"github.com/kausality-io/kausality-proxy/intercept/escalation"
 	"github.com/kausality-io/kausality-proxy/internal/testenv"
 	"github.com/kausality-io/kausality-proxy/proxy"
+	"github.com/kausality-io/kausality-proxy/report/escalation"
 )
 
 // certManagerCRDs are minimal stand-ins for cert-manager's CRDs (group,

@@ -35,6 +35,7 @@ func main() {
 	}
 }
 
+//nolint:funlen // flag parsing and the startup of the dev server, a command's main
 func run() error {
 	opts := proxy.NewOptions()
 	opts.SecureServing.BindPort = 6443
@@ -48,19 +49,28 @@ func run() error {
 		return err
 	}
 
-	zc := zap.NewDevelopmentConfig()
-	log, err := zc.Build()
+	if err := os.MkdirAll(*workDir, 0o700); err != nil {
+		return err
+	}
+	decisionLogPath := filepath.Join(*workDir, "decisions.log")
+	decisionLog, err := os.OpenFile(decisionLogPath, os.O_CREATE|os.O_WRONLY|os.O_TRUNC, 0o600)
 	if err != nil {
 		return err
 	}
+	defer func() { _ = decisionLog.Close() }()
+	// Everything, as JSON, to the file; the console gets the proxy's
+	// messages and only the decisions a person needs to see.
+	fileCore := zapcore.NewCore(zapcore.NewJSONEncoder(zap.NewProductionEncoderConfig()), zapcore.AddSync(decisionLog), zapcore.DebugLevel)
+	consoleEncoder := zap.NewDevelopmentEncoderConfig()
+	consoleEncoder.EncodeTime = zapcore.TimeEncoderOfLayout("15:04:05")
+	consoleCore := zapcore.NewCore(zapcore.NewConsoleEncoder(consoleEncoder), zapcore.Lock(os.Stderr), zapcore.InfoLevel)
+	log := zap.New(zapcore.NewTee(fileCore, newDecisionConsole(consoleCore, os.Stderr)))
+	fmt.Fprintf(os.Stderr, "The console shows the proxy's messages and each decision that is not a routine Allow.\nEvery decision, as JSON: %s\n\n", decisionLogPath)
 	// The k8s.io libraries log retried failures as errors every few
 	// seconds; a stack trace on each would bury what they say.
 	klog.SetLogger(zapr.NewLogger(log.Named("klog").WithOptions(zap.AddStacktrace(zapcore.DPanicLevel))))
 	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGINT, syscall.SIGTERM)
 	defer stop()
-	if err := os.MkdirAll(*workDir, 0o700); err != nil {
-		return err
-	}
 
 	var cp *testenv.ControlPlane
 	if opts.UpstreamKubeconfig == "" {
@@ -95,6 +105,7 @@ func run() error {
 	if err != nil && opts.SecureServing.ServerCert.CertKey.CertFile == "" {
 		return fmt.Errorf("reading the proxy's self-signed certificate: %w", err)
 	}
+	//nolint:nestif // the embedded control plane's optional parts
 	if cp != nil {
 		admin, err := cp.AddUser("dev-admin", []string{"system:masters"})
 		if err != nil {

@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"os"
 	"strings"
 
 	authenticationv1 "k8s.io/api/authentication/v1"
@@ -21,7 +22,9 @@ import (
 	"k8s.io/client-go/tools/clientcmd"
 	"k8s.io/client-go/util/retry"
 
+	"github.com/kausality-io/kausality-proxy/api/v1alpha1"
 	"github.com/kausality-io/kausality-proxy/intercept/annotations"
+	"github.com/kausality-io/kausality-proxy/intercept/config"
 	"github.com/kausality-io/kausality-proxy/intercept/policy"
 )
 
@@ -221,14 +224,14 @@ func (c *cluster) policiesFor(ctx context.Context, user string) ([]*unstructured
 		return nil, nil
 	}
 	var out []*unstructured.Unstructured
-	p, err := c.dyn.Resource(policy.ApprovalPoliciesGVR).Namespace(sa.Namespace).Get(ctx, sa.Name, metav1.GetOptions{})
+	p, err := c.dyn.Resource(v1alpha1.ApprovalPoliciesGVR).Namespace(sa.Namespace).Get(ctx, sa.Name, metav1.GetOptions{})
 	switch {
 	case err == nil:
 		out = append(out, p)
 	case !apierrors.IsNotFound(err):
 		return out, err
 	}
-	list, err := c.dyn.Resource(policy.ClusterApprovalPoliciesGVR).List(ctx, metav1.ListOptions{})
+	list, err := c.dyn.Resource(v1alpha1.ClusterApprovalPoliciesGVR).List(ctx, metav1.ListOptions{})
 	switch {
 	case apierrors.IsNotFound(err):
 		return out, nil
@@ -244,4 +247,50 @@ func (c *cluster) policiesFor(ctx context.Context, user string) ([]*unstructured
 		}
 	}
 	return out, nil
+}
+
+const (
+	// defaultProxyConfigMap is where the shipped manifests keep the
+	// proxy's --config file.
+	defaultProxyConfigMap = "kausality-system/kausality-proxy-config"
+	proxyConfigKey        = "config.yaml"
+)
+
+// proxyUngatedKinds returns the proxy's ungatedChildKinds and where they
+// were read: from file when set (an error when it cannot be read: it was
+// asked for), else from the ConfigMap named configMap. A ConfigMap that
+// cannot be read or parsed gives the defaults, with the reason in the
+// source, so that why still explains the rest.
+func (c *cluster) proxyUngatedKinds(ctx context.Context, file, configMap string) ([]schema.GroupKind, string, error) {
+	if file != "" {
+		data, err := os.ReadFile(file)
+		if err != nil {
+			return nil, "", fmt.Errorf("--proxy-config: %w", err)
+		}
+		cfg, err := config.Parse(data)
+		if err != nil {
+			return nil, "", fmt.Errorf("--proxy-config %s: %w", file, err)
+		}
+		return cfg.UngatedChildKinds, "the file " + file, nil
+	}
+	ns, name, ok := strings.Cut(configMap, "/")
+	if !ok || ns == "" || name == "" {
+		return nil, "", fmt.Errorf("--proxy-config-map must be NAMESPACE/NAME, not %q", configMap)
+	}
+	defaults := func(why string) ([]schema.GroupKind, string, error) {
+		return config.DefaultUngatedChildKinds, "the defaults: " + why + "; pass --proxy-config or --proxy-config-map", nil
+	}
+	cm, err := c.kube.CoreV1().ConfigMaps(ns).Get(ctx, name, metav1.GetOptions{})
+	if err != nil {
+		return defaults(fmt.Sprintf("the proxy's configuration, ConfigMap %s, cannot be read (%v)", configMap, err))
+	}
+	data, ok := cm.Data[proxyConfigKey]
+	if !ok {
+		return defaults(fmt.Sprintf("ConfigMap %s has no key %s", configMap, proxyConfigKey))
+	}
+	cfg, err := config.Parse([]byte(data))
+	if err != nil {
+		return defaults(fmt.Sprintf("ConfigMap %s does not parse as the proxy's configuration (%v)", configMap, err))
+	}
+	return cfg.UngatedChildKinds, "ConfigMap " + configMap, nil
 }

@@ -15,7 +15,6 @@ import (
 	"sigs.k8s.io/yaml"
 
 	"github.com/kausality-io/kausality-proxy/intercept/annotations"
-	"github.com/kausality-io/kausality-proxy/intercept/config"
 	"github.com/kausality-io/kausality-proxy/intercept/decision"
 	"github.com/kausality-io/kausality-proxy/intercept/trace"
 )
@@ -28,6 +27,10 @@ type options struct {
 	output      string
 	defaultMode string
 	now         func() time.Time
+	// proxyConfigFile and proxyConfigMap say where the proxy's
+	// configuration is, for the child kinds it leaves ungated.
+	proxyConfigFile string
+	proxyConfigMap  string
 }
 
 // NewCommand returns `kubectl kausality` writing to out. Errors are
@@ -58,7 +61,7 @@ Exit codes: 0 success, 1 error (nothing was written).`,
 	clientcmd.BindOverrideFlags(o.overrides, pf, clientcmd.RecommendedConfigOverrideFlags(""))
 	pf.StringVarP(&o.output, "output", "o", "", "Output format: json or yaml (default: text).")
 	cmd.AddCommand(o.whyCommand(), o.traceCommand(), o.approveCommand(), o.rejectCommand(),
-		o.freezeCommand(), o.unfreezeCommand(), o.snoozeCommand(), o.unsnoozeCommand(), o.resetControllersCommand())
+		o.freezeCommand(), o.unfreezeCommand(), o.snoozeCommand(), o.unsnoozeCommand(), o.resetControllersCommand(), o.driftsCommand())
 	return cmd
 }
 
@@ -120,46 +123,70 @@ engine), with what would unblock it.
 
 The plugin cannot see the proxy's memory of where each parent last settled;
 when the parent does not look settled now, why also says what the proxy
-decides if it remembers the parent settled at its current spec.`,
+decides if it remembers the parent settled at its current spec.
+
+Which child kinds the proxy traces without gating (ungatedChildKinds) comes
+from the proxy's configuration: the file --proxy-config names, else the
+ConfigMap --proxy-config-map names (the one the deployed proxy's --config
+is mounted from). When neither can be read, why says so and assumes the
+defaults.`,
 		Args: cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
-			mode, set, w := annotations.ParseMode(o.defaultMode)
-			if !set || w != nil {
-				return fmt.Errorf("--default-mode must be log or enforce, not %q", o.defaultMode)
-			}
 			c, err := o.cluster()
 			if err != nil {
 				return err
 			}
-			ctx := cmd.Context()
 			t, err := c.resolve(args[0])
 			if err != nil {
 				return err
 			}
-			child, err := c.get(ctx, t)
+			ex, err := o.explain(cmd.Context(), c, t, controller, fieldManager)
 			if err != nil {
 				return err
 			}
-			f := Facts{Child: child, DefaultMode: mode, Controller: controller, FieldManager: fieldManager,
-				UngatedKinds: config.DefaultUngatedChildKinds, Now: o.now(),
-				PoliciesFor: func(user string) ([]*unstructured.Unstructured, error) { return c.policiesFor(ctx, user) }}
-			nsMode, nsOK := c.namespaceMode(ctx, child.GetNamespace(), annotations.Mode)
-			f.NamespaceMode, f.NamespaceUnknown = nsMode, !nsOK
-			if pt, ok, err := c.parentOf(child); err != nil {
-				f.ParentError = err.Error()
-			} else if ok {
-				if f.Parent, err = c.get(ctx, pt); err != nil {
-					f.Parent, f.ParentError = nil, err.Error()
-				}
-			}
-			ex := Explain(f)
 			return o.print(ex, func(w io.Writer) { RenderWhy(w, ex, args[0]) })
 		},
 	}
 	cmd.Flags().StringVar(&controller, "controller", "", "The controller's user name, when the plugin cannot find it (the proxy records only hashes).")
 	cmd.Flags().StringVar(&fieldManager, "field-manager", "", "The controller's field manager (default: the owner of the parent's status.observedGeneration).")
 	cmd.Flags().StringVar(&o.defaultMode, "default-mode", o.defaultMode, "The proxy's --default-mode (log or enforce), which the plugin cannot read.")
+	cmd.Flags().StringVar(&o.proxyConfigFile, "proxy-config", "", "The proxy's --config file, for a proxy whose configuration is not in the cluster.")
+	cmd.Flags().StringVar(&o.proxyConfigMap, "proxy-config-map", defaultProxyConfigMap,
+		"NAMESPACE/NAME of the ConfigMap holding the proxy's --config file (key "+proxyConfigKey+"), read unless --proxy-config is set.")
 	return cmd
+}
+
+// explain gathers what why needs about the child t, live, and explains it.
+func (o *options) explain(ctx context.Context, c *cluster, t target, controller, fieldManager string) (Explanation, error) {
+	mode, set, w := annotations.ParseMode(o.defaultMode)
+	if !set || w != nil {
+		return Explanation{}, fmt.Errorf("--default-mode must be log or enforce, not %q", o.defaultMode)
+	}
+	child, err := c.get(ctx, t)
+	if err != nil {
+		return Explanation{}, err
+	}
+	configMap := o.proxyConfigMap
+	if configMap == "" {
+		configMap = defaultProxyConfigMap
+	}
+	kinds, source, err := c.proxyUngatedKinds(ctx, o.proxyConfigFile, configMap)
+	if err != nil {
+		return Explanation{}, err
+	}
+	f := Facts{Child: child, DefaultMode: mode, Controller: controller, FieldManager: fieldManager,
+		UngatedKinds: kinds, UngatedSource: source, Now: o.now(),
+		PoliciesFor: func(user string) ([]*unstructured.Unstructured, error) { return c.policiesFor(ctx, user) }}
+	nsMode, nsOK := c.namespaceMode(ctx, child.GetNamespace(), annotations.Mode)
+	f.NamespaceMode, f.NamespaceUnknown = nsMode, !nsOK
+	if pt, ok, err := c.parentOf(child); err != nil {
+		f.ParentError = err.Error()
+	} else if ok {
+		if f.Parent, err = c.get(ctx, pt); err != nil {
+			f.Parent, f.ParentError = nil, err.Error()
+		}
+	}
+	return Explain(f), nil
 }
 
 func (o *options) traceCommand() *cobra.Command {
@@ -287,11 +314,7 @@ Entries already there are kept as written; a concurrent edit is never lost.`,
 				return fmt.Errorf("--mode must be once, generation or always, not %q", mode)
 			}
 			return o.editParentOf(cmd.Context(), args[0], func(child, parent *unstructured.Unstructured, st annotations.Stamp) (annotations.Edit, error) {
-				a := annotations.Approval{APIVersion: child.GetAPIVersion(), Kind: child.GetKind(), Name: child.GetName(), Mode: m}
-				if m != annotations.ApprovalAlways {
-					a.Generation = parent.GetGeneration()
-				}
-				return annotations.AddApproval(parent.GetAnnotations()[annotations.Approvals], a, st)
+				return approveEdit(decision.RefOf(child), parent, m, st)
 			})
 		},
 	}
@@ -308,11 +331,7 @@ func (o *options) rejectCommand() *cobra.Command {
 		Args:  cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			return o.editParentOf(cmd.Context(), args[0], func(child, parent *unstructured.Unstructured, st annotations.Stamp) (annotations.Edit, error) {
-				r := annotations.Rejection{APIVersion: child.GetAPIVersion(), Kind: child.GetKind(), Name: child.GetName(), Reason: reason}
-				if thisGeneration {
-					r.Generation = parent.GetGeneration()
-				}
-				return annotations.AddRejection(parent.GetAnnotations()[annotations.Rejections], r, st)
+				return rejectEdit(decision.RefOf(child), parent, reason, thisGeneration, st)
 			})
 		},
 	}
@@ -320,6 +339,25 @@ func (o *options) rejectCommand() *cobra.Command {
 	cmd.Flags().StringVar(&reason, "reason", "", "Why (shown in every denial). Required.")
 	cmd.Flags().BoolVar(&thisGeneration, "this-generation", false, "Reject only while the parent keeps its current spec (default: until removed).")
 	return cmd
+}
+
+// approveEdit adds to parent the approval of the child's drift in mode m;
+// once and generation approvals are for the parent's generation as read.
+func approveEdit(child decision.ObjectRef, parent *unstructured.Unstructured, m annotations.ApprovalMode, st annotations.Stamp) (annotations.Edit, error) {
+	a := annotations.Approval{APIVersion: child.APIVersion, Kind: child.Kind, Name: child.Name, Mode: m}
+	if m != annotations.ApprovalAlways {
+		a.Generation = parent.GetGeneration()
+	}
+	return annotations.AddApproval(parent.GetAnnotations()[annotations.Approvals], a, st)
+}
+
+// rejectEdit adds to parent the rejection of the child's drift.
+func rejectEdit(child decision.ObjectRef, parent *unstructured.Unstructured, reason string, thisGeneration bool, st annotations.Stamp) (annotations.Edit, error) {
+	r := annotations.Rejection{APIVersion: child.APIVersion, Kind: child.Kind, Name: child.Name, Reason: reason}
+	if thisGeneration {
+		r.Generation = parent.GetGeneration()
+	}
+	return annotations.AddRejection(parent.GetAnnotations()[annotations.Rejections], r, st)
 }
 
 // parentCommand is a command that edits the named parent's annotations.

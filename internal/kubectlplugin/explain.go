@@ -46,8 +46,10 @@ type Facts struct {
 	// Controller and FieldManager override who the controller is.
 	Controller   string
 	FieldManager string
-	// UngatedKinds are the proxy's ungatedChildKinds.
-	UngatedKinds []schema.GroupKind
+	// UngatedKinds are the proxy's ungatedChildKinds, read from
+	// UngatedSource.
+	UngatedKinds  []schema.GroupKind
+	UngatedSource string
 	// PoliciesFor reads the ApprovalPolicies and ClusterApprovalPolicies
 	// that apply to a controller user, as the proxy selects them; nil
 	// reads none.
@@ -66,8 +68,11 @@ type Explanation struct {
 	Freeze     *annotations.FreezeInfo `json:"freeze,omitempty"`
 	Snooze     *SnoozeView             `json:"snooze,omitempty"`
 	Policies   []PolicyView            `json:"policies,omitempty"`
-	Trace      trace.Trace             `json:"trace,omitempty"`
-	TraceError string                  `json:"traceError,omitempty"`
+	// Ungated says whether the child's kind is one the proxy traces but
+	// does not gate, and from which configuration that is known.
+	Ungated    *UngatedView `json:"ungated,omitempty"`
+	Trace      trace.Trace  `json:"trace,omitempty"`
+	TraceError string       `json:"traceError,omitempty"`
 	// Verdict is the decision on a desired-state write by the controller
 	// now, with settledness as the parent reports it.
 	Verdict *Verdict `json:"verdict,omitempty"`
@@ -77,6 +82,29 @@ type Explanation struct {
 	IfRemembered *Verdict `json:"ifRemembered,omitempty"`
 	Warnings     []string `json:"warnings,omitempty"`
 	Notes        []string `json:"notes,omitempty"`
+}
+
+// UngatedView says whether writes of the child's kind by its controller
+// under a settled parent are traced rather than gated.
+type UngatedView struct {
+	Kind    schema.GroupKind `json:"kind"`
+	Ungated bool             `json:"ungated"`
+	// Source is where the list was read: the proxy's configuration, or
+	// the defaults when it could not be read.
+	Source string `json:"source"`
+	Reason string `json:"reason"`
+}
+
+// ungatedView explains the child's kind against the configured list.
+func ungatedView(child *unstructured.Unstructured, kinds []schema.GroupKind, source string) *UngatedView {
+	gk := child.GroupVersionKind().GroupKind()
+	v := &UngatedView{Kind: gk, Ungated: slices.Contains(kinds, gk), Source: source}
+	if v.Ungated {
+		v.Reason = gk.Kind + " children are attempts their controller makes by design (on a timer or after a failure): its writes are traced, not gated, even under a settled parent"
+	} else {
+		v.Reason = gk.Kind + " is not in ungatedChildKinds: its controller's writes under a settled parent are gated"
+	}
+	return v
 }
 
 // PolicyView is an approval policy that applies to the controller, and
@@ -171,6 +199,8 @@ var conventionalControllers = map[string]string{
 }
 
 // Explain builds the explanation of f.
+//
+//nolint:funlen // one explanation, line by line, in the order the user reads it
 func Explain(f Facts) Explanation {
 	now := f.Now
 	if now.IsZero() {
@@ -202,6 +232,7 @@ func Explain(f Facts) Explanation {
 		pv.ObservedGeneration, pv.ObservedGenerationSource = g, src
 	}
 	ex.Parent = pv
+	ex.Ungated = ungatedView(child, f.UngatedKinds, f.UngatedSource)
 
 	cv, decideParent := identifyController(f)
 	ex.Controller = cv

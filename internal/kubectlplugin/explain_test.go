@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/apimachinery/pkg/runtime/schema"
 
 	"github.com/kausality-io/kausality-proxy/intercept/annotations"
 	"github.com/kausality-io/kausality-proxy/intercept/config"
@@ -110,6 +111,13 @@ func TestWhyGolden(t *testing.T) {
 		{"drift-held", func(t *testing.T) Facts {
 			return Facts{Child: replicaSet(t, personTrace, true), Parent: deployment(t, false, record), NamespaceMode: "enforce"}
 		}},
+		{"configured-ungated-kind", func(t *testing.T) Facts {
+			// The same drift as drift-held, with the proxy configured to
+			// leave ReplicaSets ungated: traced, not held.
+			return Facts{Child: replicaSet(t, personTrace, true), Parent: deployment(t, false, record), NamespaceMode: "enforce",
+				UngatedKinds:  []schema.GroupKind{{Kind: "Pod"}, {Group: "apps", Kind: "ReplicaSet"}},
+				UngatedSource: "ConfigMap kausality-system/kausality-proxy-config"}
+		}},
 		{"drift-parent-looks-busy", func(t *testing.T) Facts {
 			return Facts{Child: replicaSet(t, personTrace, true), Parent: deployment(t, true, record), NamespaceMode: "enforce"}
 		}},
@@ -162,7 +170,9 @@ func TestWhyGolden(t *testing.T) {
 			if f.DefaultMode == "" {
 				f.DefaultMode = annotations.ModeLog
 			}
-			f.UngatedKinds = config.DefaultUngatedChildKinds
+			if f.UngatedKinds == nil {
+				f.UngatedKinds, f.UngatedSource = config.DefaultUngatedChildKinds, "the defaults"
+			}
 			var buf bytes.Buffer
 			RenderWhy(&buf, Explain(f), "replicaset/web-6d4")
 			golden(t, "why-"+tt.name, buf.String())

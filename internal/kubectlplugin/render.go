@@ -16,6 +16,8 @@ import (
 
 // RenderWhy writes the human-readable explanation. The approve hint names
 // the child as the user named it (arg), so it can be pasted back.
+//
+//nolint:funlen // one rendering, line by line, in the order the user reads it
 func RenderWhy(w io.Writer, ex Explanation, arg string) {
 	p := &printer{w: w}
 	p.line("Child:       %s", ex.Child)
@@ -54,6 +56,13 @@ func RenderWhy(w io.Writer, ex Explanation, arg string) {
 	}
 	if m := ex.Mode; m != nil {
 		p.line("Mode:        %s (from %s: %s)", m.Mode, m.Source, m.Detail)
+	}
+	if u := ex.Ungated; u != nil {
+		state := "no"
+		if u.Ungated {
+			state = "yes"
+		}
+		p.line("Ungated:     %s: %s (ungatedChildKinds from %s)", state, u.Reason, u.Source)
 	}
 	p.entries("Approvals:", ex.Approvals)
 	p.entries("Rejections:", ex.Rejections)

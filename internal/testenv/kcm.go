@@ -62,6 +62,8 @@ type ControllerManager struct {
 // The process is stopped by cm.Stop or by cp.Stop. StartControllerManager
 // returns once the controllers are starting, or fails with the log's tail if
 // the process exits first.
+//
+//nolint:funlen // the controller manager's startup is one sequence of steps, each undone on failure
 func (cp *ControlPlane) StartControllerManager(ctx context.Context, server string, caData []byte) (*ControllerManager, error) {
 	if err := CheckBinaries(cp.BinDir, BinKubeControllerManager); err != nil {
 		return nil, err

@@ -198,6 +198,8 @@ type ControlPlane struct {
 
 // Start starts etcd and kube-apiserver from BinDir() using envtest. It fails
 // (never skips) if the binaries are missing.
+//
+//nolint:funlen // the control plane's startup is one sequence of steps, each undone on failure
 func Start(ctx context.Context, opts Options) (_ *ControlPlane, retErr error) {
 	binDir, err := BinDir()
 	if err != nil {

@@ -1,0 +1,167 @@
+package settle
+
+import (
+	"testing"
+
+	"k8s.io/apimachinery/pkg/types"
+)
+
+func TestMerge(t *testing.T) {
+	settledV1 := Record{Settled: "v1", SettledAt: 3, Current: "v1", Since: 2, Changed: 10}
+	tests := []struct {
+		name string
+		a, b Record
+		want Record
+	}{
+		{"equal records", settledV1, settledV1, settledV1},
+		{"a later settlement wins", settledV1,
+			Record{Settled: "v2", SettledAt: 5, Current: "v2", Since: 5, Changed: 20},
+			Record{Settled: "v2", SettledAt: 5, Current: "v2", Since: 5, Changed: 20}},
+		{"a spec move after settling is kept beside the settlement", settledV1,
+			Record{Settled: "v1", SettledAt: 3, Current: "v2", Since: 4, Changed: 11},
+			Record{Settled: "v1", SettledAt: 3, Current: "v2", Since: 4, Changed: 11}},
+		{"the same spec keeps the earliest generation it was seen at", settledV1,
+			Record{Settled: "v1", SettledAt: 4, Current: "v1", Since: 4},
+			Record{Settled: "v1", SettledAt: 4, Current: "v1", Since: 2, Changed: 10}},
+		{"equal generations, unequal hashes: the larger hash, on every replica",
+			Record{Settled: "a", SettledAt: 3, Current: "a", Since: 3},
+			Record{Settled: "b", SettledAt: 3, Current: "b", Since: 3},
+			Record{Settled: "b", SettledAt: 3, Current: "b", Since: 3}},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			if got := Merge(tt.a, tt.b); got != tt.want {
+				t.Fatalf("Merge(a, b) = %+v, want %+v", got, tt.want)
+			}
+			if got := Merge(tt.b, tt.a); got != tt.want {
+				t.Fatalf("Merge(b, a) = %+v, want %+v: replicas would not converge", got, tt.want)
+			}
+			if got := Merge(tt.want, tt.b); got != tt.want {
+				t.Fatalf("merging again changed the record: %+v", got)
+			}
+		})
+	}
+}
+
+func TestRecordMoved(t *testing.T) {
+	for _, tt := range []struct {
+		r    Record
+		want bool
+	}{
+		{Record{Current: "v1", Since: 1}, false},
+		{Record{Settled: "v1", SettledAt: 1, Current: "v1", Since: 1}, false},
+		{Record{Settled: "v1", SettledAt: 2, Current: "v1", Since: 1}, false},
+		{Record{Settled: "v1", SettledAt: 1, Current: "v2", Since: 2}, true},
+		{Record{Settled: "v1", SettledAt: 1, Current: "v1", Since: 3}, true},
+	} {
+		if got := tt.r.Moved(); got != tt.want {
+			t.Errorf("%+v.Moved() = %v, want %v", tt.r, got, tt.want)
+		}
+	}
+}
+
+func TestDecodeRecord(t *testing.T) {
+	r := Record{Settled: "v1", SettledAt: 3, Current: "v2", Since: 4, Changed: 9}
+	got, err := DecodeRecord(r.Encode())
+	if err != nil || got != r {
+		t.Fatalf("round trip: %+v, %v", got, err)
+	}
+	for _, bad := range []string{"", "{", `{"s":"v1"}`, `{"c":"v1","cg":-1}`} {
+		if _, err := DecodeRecord(bad); err == nil {
+			t.Errorf("DecodeRecord(%q) accepted", bad)
+		}
+	}
+}
+
+// clusterRecords is a Durable as the cluster keeps it, shared by the
+// replicas of a test.
+type clusterRecords struct {
+	records map[types.UID]Record
+	memory  []*Memory
+}
+
+func (c *clusterRecords) Lookup(_ string, uid types.UID) (Record, bool) {
+	r, ok := c.records[uid]
+	return r, ok
+}
+
+func (c *clusterRecords) Changed(_ string, uid types.UID) {
+	for _, m := range c.memory {
+		if _, r, ok := m.Record(uid); ok {
+			c.records[uid] = Merge(c.records[uid], r)
+		}
+	}
+	for _, m := range c.memory {
+		m.Merge(uid, c.records[uid])
+	}
+}
+
+func (c *clusterRecords) Gone(_ string, uid types.UID) { delete(c.records, uid) }
+
+func (c *clusterRecords) replica() *Memory {
+	m := NewMemory(0)
+	m.SetDurable(c)
+	c.memory = append(c.memory, m)
+	return m
+}
+
+// A replica restarted after the parent settled is not lenient: a person
+// scaled the new ReplicaSet, so the Deployment is not Current, and the
+// controller's revert is drift on the restarted replica as on the one that
+// saw the settlement. The window an approval names survives too.
+func TestRestartedReplicaReadsWhatTheClusterRecords(t *testing.T) {
+	cluster := &clusterRecords{records: map[types.UID]Record{}}
+	first := cluster.replica()
+	first.Assess(deployment("v1", 4, 4, 3, 3))
+	if f := first.Assess(deployment("v1", 6, 4, 3, 2)); !f.AtCurrentSpec || f.SpecSince != 4 {
+		t.Fatalf("the replica that saw the settlement: %+v", f)
+	}
+
+	restarted := cluster.replica()
+	if f := restarted.Assess(deployment("v1", 6, 4, 3, 2)); !f.AtCurrentSpec || !f.Known || f.SpecSince != 4 {
+		t.Fatalf("a restarted replica: %+v, want settled at the current spec since generation 4", f)
+	}
+	without := NewMemory(0)
+	if f := without.Assess(deployment("v1", 6, 4, 3, 2)); f.AtCurrentSpec {
+		t.Fatalf("without the cluster's record the test shows nothing: %+v", f)
+	}
+
+	// A spec change one replica sees is carried out on the other as well,
+	// and a rollback to the settled spec stays a change until it settles.
+	first.Assess(deployment("v2", 7, 7, 3, 1))
+	if f := restarted.Assess(deployment("v1", 8, 8, 3, 1)); f.AtCurrentSpec {
+		t.Fatalf("a rollback after a move another replica saw: %+v", f)
+	}
+	restarted.Assess(deployment("v1", 8, 8, 3, 3))
+	if f := first.Assess(deployment("v1", 8, 8, 3, 2)); !f.AtCurrentSpec {
+		t.Fatalf("a settlement another replica saw: %+v", f)
+	}
+}
+
+// Only news is written: a settlement at a generation that changed no spec
+// writes nothing.
+func TestMemoryWritesOnlyNews(t *testing.T) {
+	counting := &countingDurable{}
+	m := NewMemory(0)
+	m.SetDurable(counting)
+	m.Assess(deployment("v1", 1, 1, 3, 1)) // not settled: nothing to tell
+	m.Assess(deployment("v1", 1, 1, 3, 3)) // settled: 1
+	m.Assess(deployment("v1", 1, 1, 3, 3))
+	m.Assess(deployment("v1", 2, 2, 3, 3)) // an annotation bump, settled: no news
+	m.Assess(deployment("v2", 3, 3, 3, 1)) // a spec move: 2
+	m.Assess(deployment("v2", 3, 3, 3, 2))
+	m.Assess(deployment("v2", 3, 3, 3, 3)) // settled at v2: 3
+	if counting.changed != 3 {
+		t.Fatalf("%d writes, want 3", counting.changed)
+	}
+	m.Forget("u-1")
+	if counting.gone != 1 {
+		t.Fatalf("a deleted parent's record was not dropped")
+	}
+}
+
+type countingDurable struct{ changed, gone int }
+
+func (c *countingDurable) Lookup(string, types.UID) (Record, bool) { return Record{}, false }
+func (c *countingDurable) Changed(string, types.UID)               { c.changed++ }
+func (c *countingDurable) Gone(string, types.UID)                  { c.gone++ }

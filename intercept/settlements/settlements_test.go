@@ -1,0 +1,178 @@
+package settlements
+
+import (
+	"context"
+	"fmt"
+	"strconv"
+	"sync"
+	"testing"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/client-go/kubernetes/fake"
+	clienttesting "k8s.io/client-go/testing"
+
+	"github.com/kausality-io/kausality-proxy/intercept/settle"
+	"github.com/kausality-io/kausality-proxy/internal/testutil"
+)
+
+const proxyNamespace = "kausality-system"
+
+// preconditionedUpdates makes the fake refuse an update whose
+// resourceVersion is not the stored one, as kube-apiserver does, and
+// stamp a new one; conflicts counts the refusals.
+func preconditionedUpdates(client *fake.Clientset) *int {
+	var mu sync.Mutex
+	next, conflicts := 1000, 0
+	client.PrependReactor("update", "configmaps", func(a clienttesting.Action) (bool, runtime.Object, error) {
+		mu.Lock()
+		defer mu.Unlock()
+		cm := a.(clienttesting.UpdateAction).GetObject().(*corev1.ConfigMap)
+		stored, err := client.Tracker().Get(corev1.SchemeGroupVersion.WithResource("configmaps"), cm.Namespace, cm.Name)
+		if err == nil && stored.(*corev1.ConfigMap).ResourceVersion != cm.ResourceVersion {
+			conflicts++
+			return true, nil, apierrors.NewConflict(corev1.Resource("configmaps"), cm.Name, fmt.Errorf("resourceVersion %s is not the stored one", cm.ResourceVersion))
+		}
+		next++
+		cm.ResourceVersion = strconv.Itoa(next)
+		return false, nil, nil
+	})
+	return &conflicts
+}
+
+// deployment is Deployment name (uid) in ns at generation gen running
+// image, Current when settled.
+func deployment(ns, name, image string, gen int64, settled bool) *unstructured.Unstructured {
+	updated := int64(1)
+	if settled {
+		updated = 3
+	}
+	return &unstructured.Unstructured{Object: map[string]interface{}{
+		"apiVersion": "apps/v1", "kind": "Deployment",
+		"metadata": map[string]interface{}{"name": name, "namespace": ns, "uid": "uid-" + name, "generation": gen},
+		"spec":     map[string]interface{}{"replicas": int64(3), "template": map[string]interface{}{"spec": map[string]interface{}{"image": image}}},
+		"status": map[string]interface{}{"observedGeneration": gen, "replicas": int64(3), "updatedReplicas": updated,
+			"readyReplicas": updated, "availableReplicas": updated,
+			"conditions": []interface{}{map[string]interface{}{"type": "Available", "status": "True"}}},
+	}}
+}
+
+// replica is one proxy replica's memory and store on the shared client.
+func replica(t *testing.T, ctx context.Context, client *fake.Clientset) (*settle.Memory, *Store) {
+	t.Helper()
+	m := settle.NewMemory(0)
+	s := New(client, proxyNamespace, nil)
+	s.Attach(m)
+	s.Run(ctx)
+	testutil.Eventually(t, 10*time.Second, "the records are read", func() error {
+		if !s.HasSynced() {
+			return fmt.Errorf("not synced")
+		}
+		return nil
+	})
+	return m, s
+}
+
+// Replicas learning different parents of one namespace at once converge on
+// one ConfigMap holding all of them, through conflicts; a replica started
+// afterwards is not lenient about any of them; a deleted parent's record
+// goes.
+func TestReplicasConvergeAndARestartedReplicaReadsTheRecords(t *testing.T) {
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	client := fake.NewClientset()
+	testutil.ConfigMapResourceVersions(client)
+	conflicts := preconditionedUpdates(client)
+	one, _ := replica(t, ctx, client)
+	two, _ := replica(t, ctx, client)
+
+	const parents = 20
+	var wg sync.WaitGroup
+	for i := range parents {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			m := one
+			if i%2 == 1 {
+				m = two
+			}
+			m.Assess(deployment("apps", "web"+strconv.Itoa(i), "v1", 1, true))
+		}()
+	}
+	wg.Wait()
+	testutil.Eventually(t, 20*time.Second, "every settlement recorded", func() error {
+		cm, err := client.CoreV1().ConfigMaps(proxyNamespace).Get(ctx, Name("apps"), metav1.GetOptions{})
+		if err != nil {
+			return err
+		}
+		if len(cm.Data) != parents {
+			return fmt.Errorf("%d records, want %d (%d conflicts so far)", len(cm.Data), parents, *conflicts)
+		}
+		return nil
+	})
+
+	t.Logf("%d updates refused for a stale resourceVersion, and retried", *conflicts)
+	restarted, _ := replica(t, ctx, client)
+	for i := range parents {
+		name := "web" + strconv.Itoa(i)
+		// A person scaled its ReplicaSet: not Current now.
+		if f := restarted.Assess(deployment("apps", name, "v1", 2, false)); !f.AtCurrentSpec || f.SpecSince != 1 {
+			t.Fatalf("%s on a restarted replica: %+v, want settled at its spec since generation 1", name, f)
+		}
+	}
+	without := settle.NewMemory(0)
+	if f := without.Assess(deployment("apps", "web0", "v1", 2, false)); f.AtCurrentSpec {
+		t.Fatalf("without the records the test shows nothing: %+v", f)
+	}
+
+	// A spec change one replica sees reaches the others' entries.
+	one.Assess(deployment("apps", "web1", "v2", 3, false))
+	testutil.Eventually(t, 10*time.Second, "the spec move reaches replica two", func() error {
+		if _, r, ok := two.Record("uid-web1"); !ok || r.Current != settle.SpecHash(deployment("apps", "web1", "v2", 3, false)) {
+			return fmt.Errorf("replica two knows %+v", r)
+		}
+		return nil
+	})
+
+	one.Forget("uid-web0")
+	testutil.Eventually(t, 10*time.Second, "the deleted parent's record goes", func() error {
+		cm, err := client.CoreV1().ConfigMaps(proxyNamespace).Get(ctx, Name("apps"), metav1.GetOptions{})
+		if err != nil {
+			return err
+		}
+		if _, ok := cm.Data["uid-web0"]; ok {
+			return fmt.Errorf("still recorded")
+		}
+		return nil
+	})
+}
+
+func TestBound(t *testing.T) {
+	data := map[string]string{
+		"old":    settle.Record{Current: "a", Since: 1, Changed: 10}.Encode(),
+		"newer":  settle.Record{Current: "a", Since: 1, Changed: 30}.Encode(),
+		"middle": settle.Record{Current: "a", Since: 1, Changed: 20}.Encode(),
+		"broken": "{",
+	}
+	Bound(data, 2)
+	if len(data) != 2 || data["newer"] == "" || data["middle"] == "" {
+		t.Fatalf("kept %v, want the two changed last", data)
+	}
+	Bound(data, 5)
+	if len(data) != 2 {
+		t.Fatalf("a bound not reached dropped records: %v", data)
+	}
+}
+
+func TestName(t *testing.T) {
+	if Name("") == Name("cluster-scoped") || Name("") == Name("")+"." {
+		t.Fatal("cluster-scoped parents share a record with a namespace")
+	}
+	if got := Name("apps"); got != "kausality-settledness.apps" {
+		t.Fatalf("Name(apps) = %q", got)
+	}
+}

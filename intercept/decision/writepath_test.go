@@ -155,6 +155,12 @@ func TestNeeds(t *testing.T) {
 		{name: "a denial without changes asks only about the parent", d: Decision{Result: Deny, Category: Frozen},
 			held: Held{MainResource: true}, want: Need{ParentAccess: true}},
 		{name: "a warning names the parent", d: Decision{Result: Allow, Warnings: []string{"w"}}, held: Held{}, want: Need{ParentAccess: true}},
+		{name: "a verdict on the child's metadata that depends on its content: the whole child first, nothing else",
+			d:    Decision{Result: Deny, Drift: true, ConfirmWithServer: true},
+			held: Held{Confirmable: true, MainResource: true, ParentFromCache: true, ChildMetadataOnly: true, Operation: Update},
+			want: Need{LiveChild: true}},
+		{name: "an Expected write stands on the child's metadata", d: Decision{Result: Allow, Category: Expected},
+			held: Held{Confirmable: true, MainResource: true, ChildMetadataOnly: true, Operation: Update}},
 		{name: "asked already", d: Decision{Result: Deny, Drift: true},
 			held: Held{HasChanges: true, ChildAccessKnown: true, ParentAccessKnown: true}},
 	}

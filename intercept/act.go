@@ -1,23 +1,26 @@
-// Acting on a decision: refusing with a Status, writing annotations into
-// the body, the dry run before a once approval is reserved, DriftReports,
-// and what the proxy learns from a status write it forwarded.
+// Acting on a decision: refusing with a Status, the request to forward
+// (annotations written into the body, the precondition the decision rests
+// on), the port that forwards it, and what follows success: the parent
+// writes, DriftReports, and what the proxy learns from a status write.
 
 package intercept
 
 import (
 	"bytes"
+	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
-	"io"
 	"net/http"
 	"strconv"
 	"strings"
 
+	"go.uber.org/zap"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/apimachinery/pkg/util/validation/field"
-	"k8s.io/apiserver/pkg/endpoints/request"
 
 	"github.com/kausality-io/kausality-proxy/intercept/annotations"
 	"github.com/kausality-io/kausality-proxy/intercept/body"
@@ -30,72 +33,35 @@ import (
 // kube-apiserver accepted, before the cache sees it: the status is the
 // write's, the spec is the stored one (a status write never changes it,
 // whatever spec its body carries).
-func (i *Interceptor) learnStatus(p *pending) {
-	if p.old == nil || p.new == nil {
+func (i *Interceptor) learnStatus(f *facts) {
+	if f.old == nil || f.new == nil {
 		return
 	}
-	status, ok := p.new.Object["status"]
+	status, ok := f.new.Object["status"]
 	if !ok {
 		return
 	}
-	obj := &unstructured.Unstructured{Object: make(map[string]interface{}, len(p.old.Object))}
-	for k, v := range p.old.Object {
+	obj := &unstructured.Unstructured{Object: make(map[string]interface{}, len(f.old.Object))}
+	for k, v := range f.old.Object {
 		obj.Object[k] = v
 	}
 	obj.Object["status"] = status
 	i.settled.Observe(obj)
 }
 
-// preflight sends out as a server-side dry run and reports whether
-// kube-apiserver would accept it. When it would not, its answer has been
-// written to w and nothing was changed anywhere.
-func (i *Interceptor) preflight(w http.ResponseWriter, out *http.Request, forward http.Handler, writeError ErrorWriter) bool {
-	data, err := readAll(out)
-	if err != nil {
-		writeError(w, apierrors.NewInternalError(err))
-		return false
-	}
-	dry, err := dryRunOf(out, data)
-	if err != nil {
-		writeError(w, err)
-		return false
-	}
-	rec := newBufferedResponse(maxPreflightAnswer)
-	forward.ServeHTTP(rec, dry)
-	if rec.code >= 200 && rec.code < 300 {
-		return true
-	}
-	rec.replay(w, writeError)
-	return false
-}
-
-// readAll reads a replayable request body without consuming it.
-func readAll(r *http.Request) ([]byte, error) {
-	if r.GetBody == nil {
-		return nil, nil
-	}
-	b, err := r.GetBody()
-	if err != nil {
-		return nil, err
-	}
-	defer func() { _ = b.Close() }()
-	return io.ReadAll(b)
-}
-
 // report sends the DriftReport the decision calls for, once the outcome is
 // known: after a denial, or after the upstream accepted the write (a
 // reserved once approval is only really used then).
-func (i *Interceptor) report(r *http.Request, p *pending, d *decision.Decision) {
+func (i *Interceptor) report(f *facts, d *decision.Decision) {
 	if i.cfg.Drifts == nil {
 		return
 	}
-	u, _ := request.UserFrom(r.Context())
-	i.cfg.Drifts.Observe(d, report.Write{Operation: p.op, OldObject: p.old, NewObject: p.new,
-		Changes: p.changes, User: u, FieldManager: p.w.fieldManager, DryRun: p.w.dryRun}, p.parent)
+	i.cfg.Drifts.Observe(d, report.Write{Operation: f.op, OldObject: f.old, NewObject: f.new,
+		Changes: f.changes, User: f.req.user, FieldManager: f.req.w.fieldManager, DryRun: f.dryRun}, f.parent.obj)
 }
 
-func (i *Interceptor) deny(w http.ResponseWriter, r *http.Request, p *pending, d *decision.Decision, writeError ErrorWriter) {
-	p.outcome = "denied"
+// deny refuses the write with the decision's Status.
+func (i *Interceptor) deny(w http.ResponseWriter, f *facts, d *decision.Decision, writeError ErrorWriter) {
 	for _, warning := range d.Warnings {
 		w.Header().Add("Warning", formatWarning(warning))
 	}
@@ -106,66 +72,164 @@ func (i *Interceptor) deny(w http.ResponseWriter, r *http.Request, p *pending, d
 		Message: d.Message,
 		Details: &metav1.StatusDetails{
 			Name:   d.Child.Name,
-			Group:  p.w.gvr.Group,
-			Kind:   p.w.gvr.Resource,
+			Group:  f.req.w.gvr.Group,
+			Kind:   f.req.w.gvr.Resource,
 			Causes: d.Causes,
 		},
 	}}
-	i.recordDecision(p, d)
+	i.recordDecision(f, d, "denied")
 	writeError(w, err)
-	if !p.w.dryRun {
-		i.report(r, p, d)
+	if !f.dryRun {
+		i.report(f, d)
 	}
 }
 
-// mutate returns the request to forward: unchanged, or with the child
-// annotation changes the decision asks for written into its body.
-func (i *Interceptor) mutate(r *http.Request, p *pending, d *decision.Decision) (*http.Request, error) {
+// forwarded is the request to forward for a decided write.
+type forwarded struct {
+	req *http.Request
+	// preconditionAdded: the proxy added the resourceVersion the decision
+	// rests on, which the client did not send.
+	preconditionAdded bool
+}
+
+// prepare returns the request to forward: unchanged, or with the child
+// annotation changes the decision asks for written into its body, and the
+// resourceVersion the decision was confirmed on as a precondition.
+func prepare(r *http.Request, f *facts, d *decision.Decision) (forwarded, error) {
+	wr := f.req.w
 	// A status write carries annotations too: kube-apiserver keeps them
 	// for most built-in kinds.
-	annotate := !d.ChildAnnotations.Empty() && p.new != nil && (p.w.sub == mainResource || p.w.sub == statusSubresource)
-	precondition := p.precondition != "" && p.w.sub == mainResource && p.op == decision.Update
+	annotate := !d.ChildAnnotations.Empty() && f.new != nil && (wr.sub == mainResource || wr.sub == statusSubresource)
+	precondition := f.precondition != "" && (wr.sub == mainResource || wr.sub == scaleSubresource) && f.op == decision.Update
 	if !annotate && !precondition {
-		return r, nil
+		return forwarded{req: r}, nil
 	}
+	contentType := r.Header.Get("Content-Type")
 	var (
-		data        = p.data
-		contentType = r.Header.Get("Content-Type")
-		err         error
+		data  []byte
+		added bool
+		err   error
 	)
-	if p.w.verb == "patch" {
-		if annotate {
-			data, err = patch.AddAnnotations(p.patchTy, data, d.ChildAnnotations.Pointers(), p.new)
-			if errors.Is(err, patch.ErrNotRewritable) {
-				// Forwarding it would remove every kausality.io annotation,
-				// the object's own mode and the trace included.
-				return nil, apierrors.NewInvalid(p.kind.GroupKind(), p.w.info.Name, field.ErrorList{field.Forbidden(
-					field.NewPath("metadata", "annotations"),
-					"kausality-proxy: this patch replaces metadata.annotations as a whole, which would drop the kausality.io annotations the proxy keeps on this object; patch individual annotation keys instead")})
-			}
-		}
-		if err == nil && precondition {
-			data, _, err = patch.WithResourceVersion(p.patchTy, data, p.precondition)
-		}
+	if wr.verb == "patch" {
+		data, added, err = preparedPatch(f, d, annotate, precondition)
 	} else {
-		// The client's object, never the dry run's answer: what is
-		// forwarded is what the client sent, plus the proxy's own changes.
-		obj := p.sent.DeepCopy()
-		if annotate {
-			d.ChildAnnotations.Apply(obj)
-		}
-		if precondition && obj.GetResourceVersion() == "" {
-			obj.SetResourceVersion(p.precondition)
-		}
-		data, contentType, err = body.Encode(obj, p.format)
+		data, contentType, added, err = preparedObject(f, d, annotate, precondition)
 	}
 	if err != nil {
-		return nil, err
+		return forwarded{}, err
 	}
 	out := r.Clone(r.Context())
 	restoreBody(out, data)
 	out.Header.Set("Content-Type", contentType)
-	return out, nil
+	return forwarded{req: out, preconditionAdded: added}, nil
+}
+
+// preparedPatch is the patch to forward: with the child annotation
+// changes, and the precondition when the client's patch names none.
+func preparedPatch(f *facts, d *decision.Decision, annotate, precondition bool) (data []byte, added bool, err error) {
+	data = f.data
+	if annotate {
+		data, err = patch.AddAnnotations(f.patchType, data, d.ChildAnnotations.Pointers(), f.new)
+		if errors.Is(err, patch.ErrNotRewritable) {
+			// Forwarding it would remove every kausality.io annotation,
+			// the object's own mode and the trace included.
+			return nil, false, apierrors.NewInvalid(f.kind.GroupKind(), f.req.w.info.Name, field.ErrorList{field.Forbidden(
+				field.NewPath("metadata", "annotations"),
+				"kausality-proxy: this patch replaces metadata.annotations as a whole, which would drop the kausality.io annotations the proxy keeps on this object; patch individual annotation keys instead")})
+		}
+		if err != nil {
+			return nil, false, err
+		}
+	}
+	if !precondition {
+		return data, false, nil
+	}
+	return patch.WithResourceVersion(f.patchType, data, f.precondition)
+}
+
+// preparedObject is the object to forward: the client's object, never the
+// dry run's answer, plus the proxy's own changes.
+func preparedObject(f *facts, d *decision.Decision, annotate, precondition bool) (data []byte, contentType string, added bool, err error) {
+	obj := f.sent.DeepCopy()
+	if annotate {
+		d.ChildAnnotations.Apply(obj)
+	}
+	if precondition && obj.GetResourceVersion() == "" {
+		obj.SetResourceVersion(f.precondition)
+		added = true
+	}
+	data, contentType, err = body.Encode(obj, f.format)
+	return data, contentType, added, err
+}
+
+// afterSuccess is what follows a write kube-apiserver applied: what a
+// status write teaches, the parent writes, the trace of a /scale write,
+// and the DriftReport.
+func (i *Interceptor) afterSuccess(f *facts, d *decision.Decision) {
+	if f.req.w.sub == statusSubresource {
+		i.learnStatus(f)
+	}
+	i.sideWrites(d.ParentWrites)
+	if f.req.w.sub == scaleSubresource {
+		i.traceScaled(f, d)
+	}
+	i.report(f, d)
+}
+
+// sideWrites records controller identity and the lifecycle phase on
+// parents after the triggering write succeeded. They run in the
+// background: the caller's write is done and must not wait or fail on them.
+func (i *Interceptor) sideWrites(writes []decision.SideWrite) {
+	for _, sw := range writes {
+		if sw.AnnotationChanges.Empty() {
+			continue
+		}
+		go func() {
+			ctx, cancel := context.WithTimeout(context.Background(), i.cfg.SideWriteTimeout)
+			defer cancel()
+			if err := i.applySideWrite(ctx, sw); err != nil {
+				i.cfg.Log.Warn("side write failed", zap.String("target", sw.Target.String()),
+					zap.Strings("reasons", sw.Reasons), zap.Error(err))
+			}
+		}()
+	}
+}
+
+// maxSideWriteAttempts bounds the rebase loop of one side write.
+const maxSideWriteAttempts = 5
+
+// applySideWrite writes sw to its target from fresh state, under a
+// resourceVersion precondition: a person's edit that lands in between is
+// rebased on, never overwritten.
+func (i *Interceptor) applySideWrite(ctx context.Context, sw decision.SideWrite) error {
+	ri, err := i.resourceFor(sw.Target)
+	if err != nil {
+		return err
+	}
+	for attempt := 1; ; attempt++ {
+		fresh, err := ri.Get(ctx, sw.Target.Name, metav1.GetOptions{})
+		if apierrors.IsNotFound(err) {
+			return nil
+		}
+		if err != nil {
+			return err
+		}
+		changes := sw.RebaseOn(fresh)
+		if changes.Empty() {
+			return nil
+		}
+		data, err := annotationPatch(changes.Pointers(), fresh.GetResourceVersion())
+		if err != nil {
+			return err
+		}
+		_, err = ri.Patch(ctx, sw.Target.Name, types.MergePatchType, data, metav1.PatchOptions{FieldManager: FieldManager})
+		if err == nil || apierrors.IsNotFound(err) {
+			return nil
+		}
+		if !apierrors.IsConflict(err) || attempt >= maxSideWriteAttempts {
+			return err
+		}
+	}
 }
 
 // formatWarning renders an RFC 7234 warning as kube-apiserver does.
@@ -181,9 +245,119 @@ func formatWarning(text string) string {
 	return `299 - ` + strconv.Quote(annotations.Printable(text))
 }
 
-// maxPreflightAnswer bounds what is kept of a dry run's answer; only a
-// refusal is relayed, and refusals are small Status objects.
-const maxPreflightAnswer = 1 << 20
+// The one port through which the write path reaches kube-apiserver as the
+// caller: the write itself, and server-side dry runs of it. Only the
+// orchestration (serve.go) calls it; the proxy's own reads and writes go
+// through the object store and the writer client instead.
+
+// upstream sends requests to kube-apiserver as the caller.
+type upstream interface {
+	// send forwards r and writes kube-apiserver's answer to w.
+	send(w http.ResponseWriter, r *http.Request)
+	// dryRun sends r with body data as a server-side dry run and holds
+	// kube-apiserver's answer, at most limit bytes of it.
+	dryRun(r *http.Request, data []byte, limit int) (*bufferedResponse, error)
+}
+
+// forwarder is the upstream of the proxy's handler chain.
+type forwarder struct{ next http.Handler }
+
+func (f forwarder) send(w http.ResponseWriter, r *http.Request) { f.next.ServeHTTP(w, r) }
+
+func (f forwarder) dryRun(r *http.Request, data []byte, limit int) (*bufferedResponse, error) {
+	dry, err := dryRunOf(r, data)
+	if err != nil {
+		return nil, err
+	}
+	answer := newBufferedResponse(limit)
+	f.next.ServeHTTP(answer, dry)
+	return answer, nil
+}
+
+// dryRunOf is req as a server-side dry run, with body data. The dryRun
+// goes where kube-apiserver reads it: a DELETE with a body takes its
+// options from the body alone (a dryRun in the query next to a body is
+// ignored, and the "dry run" would delete).
+func dryRunOf(req *http.Request, data []byte) (*http.Request, error) {
+	dry := req.Clone(req.Context())
+	dry.RequestURI = ""
+	if req.Method == http.MethodDelete && len(data) > 0 {
+		opts, err := deleteOptionsOf(req, data)
+		if err != nil {
+			return nil, err
+		}
+		opts.DryRun = []string{metav1.DryRunAll}
+		opts.TypeMeta = metav1.TypeMeta{APIVersion: metav1.SchemeGroupVersion.String(), Kind: "DeleteOptions"}
+		if data, err = json.Marshal(opts); err != nil {
+			return nil, apierrors.NewInternalError(err)
+		}
+		dry.Header.Set("Content-Type", "application/json")
+	} else {
+		q := dry.URL.Query()
+		q.Set("dryRun", metav1.DryRunAll)
+		dry.URL.RawQuery = q.Encode()
+	}
+	restoreBody(dry, data)
+	return dry, nil
+}
+
+// conflictCatcher passes an answer through to the client, except a 409
+// when hold is set: that one is kept from the client (headers included),
+// so that the write can be decided again.
+type conflictCatcher struct {
+	w      http.ResponseWriter
+	hold   bool
+	header http.Header
+	code   int
+	held   bool
+}
+
+func newConflictCatcher(w http.ResponseWriter, hold bool) *conflictCatcher {
+	return &conflictCatcher{w: w, hold: hold, header: http.Header{}}
+}
+
+func (c *conflictCatcher) Header() http.Header {
+	if c.code != 0 && !c.held {
+		return c.w.Header()
+	}
+	return c.header
+}
+
+func (c *conflictCatcher) WriteHeader(code int) {
+	if c.code != 0 || code >= 100 && code < 200 {
+		if !c.held {
+			c.w.WriteHeader(code)
+		}
+		return
+	}
+	c.code = code
+	if c.hold && code == http.StatusConflict {
+		c.held = true
+		return
+	}
+	for k, vs := range c.header {
+		c.w.Header()[k] = vs
+	}
+	c.w.WriteHeader(code)
+}
+
+func (c *conflictCatcher) Write(p []byte) (int, error) {
+	if c.code == 0 {
+		c.WriteHeader(http.StatusOK)
+	}
+	if c.held {
+		return len(p), nil
+	}
+	return c.w.Write(p)
+}
+
+func (c *conflictCatcher) Flush() {
+	if !c.held && c.code != 0 {
+		_ = http.NewResponseController(c.w).Flush()
+	}
+}
+
+func (c *conflictCatcher) Unwrap() http.ResponseWriter { return c.w }
 
 // bufferedResponse holds an answer that may or may not be relayed.
 type bufferedResponse struct {
@@ -219,6 +393,9 @@ func (b *bufferedResponse) Write(p []byte) (int, error) {
 	return b.body.Write(p)
 }
 
+// succeeded reports a 2xx answer.
+func (b *bufferedResponse) succeeded() bool { return b.code >= 200 && b.code < 300 }
+
 // replay writes the held answer to w, or a Status saying what happened when
 // it was too large to hold.
 func (b *bufferedResponse) replay(w http.ResponseWriter, writeError ErrorWriter) {
@@ -238,5 +415,13 @@ func (b *bufferedResponse) replay(w http.ResponseWriter, writeError ErrorWriter)
 		w.Header()[k] = vs
 	}
 	w.WriteHeader(b.code)
-	_, _ = w.Write(b.body.Bytes())
+	_, _ = w.Write(b.body.Bytes()) //nolint:gosec // G705: kube-apiserver's own answer, relayed as the reverse proxy relays it
+}
+
+// refusedByServer is a dry run kube-apiserver refused: the write itself
+// would be refused the same way, and its answer is relayed.
+type refusedByServer struct{ answer *bufferedResponse }
+
+func (e *refusedByServer) Error() string {
+	return fmt.Sprintf("kube-apiserver refused a dry run of this write with %d", e.answer.code)
 }

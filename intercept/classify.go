@@ -43,6 +43,11 @@ type write struct {
 	sub          subresourceKind
 	dryRun       bool
 	fieldManager string
+	// explicitFieldManager: the client named its field manager; only an
+	// apply uses the one kube-apiserver derives from the User-Agent.
+	explicitFieldManager bool
+	// force is an apply's force query parameter, as sent.
+	force []string
 	// collection: a deletecollection. Every object it would delete is
 	// decided as a delete of that object (collection.go).
 	collection bool
@@ -115,5 +120,7 @@ func (i *Interceptor) classify(r *http.Request) (*write, bool) {
 	// from the User-Agent ("kube-controller-manager/v1.35.4 ..." gives
 	// "kube-controller-manager").
 	w.fieldManager = patch.EffectiveFieldManager(q.Get("fieldManager"), r.UserAgent())
+	w.explicitFieldManager = q.Get("fieldManager") != ""
+	w.force = q["force"]
 	return w, true
 }

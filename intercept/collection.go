@@ -30,31 +30,24 @@ import (
 	"strconv"
 	"strings"
 
-	"go.uber.org/zap"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
-	"k8s.io/apimachinery/pkg/api/meta"
 	"k8s.io/apimachinery/pkg/apis/meta/internalversion/scheme"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/runtime/schema"
-	"k8s.io/apiserver/pkg/endpoints/request"
 	"k8s.io/client-go/dynamic"
 	"k8s.io/client-go/metadata"
 
 	"github.com/kausality-io/kausality-proxy/intercept/annotations"
 	"github.com/kausality-io/kausality-proxy/intercept/body"
 	"github.com/kausality-io/kausality-proxy/intercept/decision"
-	"github.com/kausality-io/kausality-proxy/internal/httpx"
 )
 
 const (
 	// collectionPageSize is the page size of the proxy's list of what a
 	// deletecollection would delete.
 	collectionPageSize = 500
-	// maxNamedChildren bounds the objects a refusal names, in its message
-	// and in its causes; the count of the others is given.
-	maxNamedChildren = 10
 	// maxCollectionWarnings bounds the Warning headers of one answer: a
 	// header block has a size limit, and a thousand identical log-mode
 	// warnings say no more than ten.
@@ -67,12 +60,15 @@ const (
 // proxy lists a page at a time, as metadata unless a decision reads more,
 // and keeps an object only while a decision or its DriftReport needs it.
 type collection struct {
-	// members are the decided objects, in the order listed.
-	members []*member
-	// blocked are the first maxNamedChildren denied members, and denied
-	// is how many there are in all.
-	blocked []*member
-	denied  int
+	req *writeRequest
+	// namespace and kind are the objects'.
+	namespace string
+	kind      schema.GroupVersionKind
+	dryRun    bool
+	// members are the decided objects, in the order listed, and verdict
+	// their verdicts combined.
+	members []member
+	verdict decision.CollectionVerdict
 	// warnings are the decisions' warnings, and verdicts each object's
 	// verdict for a dry run's answer.
 	warnings, verdicts boundedList
@@ -91,198 +87,97 @@ type collection struct {
 	// parents holds one snapshot per controller ownerReference: the
 	// objects of one collection share few parents, and each is read (and
 	// confirmed live) once.
-	parents map[string]parentSnapshot
+	parents map[string]parentFacts
 }
 
+// member is one decided object of a deletecollection.
 type member struct {
-	p *pending
+	f facts
 	d decision.Decision
 }
 
-type parentSnapshot struct {
-	obj    *unstructured.Unstructured
-	source string
-}
-
 // add keeps what the rest of the request needs of a decided member.
-func (c *collection) add(m *member, dryRun bool) {
-	c.members = append(c.members, m)
-	if m.d.Result == decision.Deny {
-		c.denied++
-		if len(c.blocked) < maxNamedChildren {
-			c.blocked = append(c.blocked, m)
-		}
-	}
+func (c *collection) add(m member) {
+	c.verdict.Add(len(c.members), &m.d)
 	c.warnings.add(m.d.Warnings...)
-	if dryRun {
+	if c.dryRun {
 		c.verdicts.add(fmt.Sprintf("kausality dry-run: %s (%s): %s: %s", m.d.Result, m.d.Category, m.d.Child, m.d.Reason))
 	}
 	if !m.d.ConsumeOnce && m.d.Report != decision.ReportDetected {
 		// Decided, and neither re-decided on a reservation conflict nor
 		// reported: the listed object is no longer needed.
-		m.p.old = nil
+		m.f.old = nil
 	}
+	c.members = append(c.members, m)
 }
 
-func (i *Interceptor) serveCollection(w http.ResponseWriter, r *http.Request, p *pending, forward http.Handler, writeError ErrorWriter) {
-	if p.shadow() {
-		i.serveCollectionShadow(w, r, p, forward)
-		return
-	}
-	fail := func(err error) {
-		p.outcome = "error"
-		i.logError(r, p, err)
-		writeError(w, err)
-	}
-	failOrForward := func(err error) {
-		if !i.forwardIgnored(w, r, p, err, forward) {
-			fail(err)
-		}
-	}
-
-	data, err := i.readInterceptedBody(w, r)
-	if err != nil {
-		fail(err)
-		return
-	}
-	p.data = data
+// decideCollection lists what the deletecollection r would delete, and
+// decides each object with decide as the DELETE of it.
+func (i *Interceptor) decideCollection(r *http.Request, rq *writeRequest, data []byte, decide func(facts) (member, error)) (*collection, error) {
 	opts, err := deleteOptionsOf(r, data)
 	if err != nil {
-		fail(err)
-		return
+		return nil, err
+	}
+	kind, namespace, err := i.resolveKind(rq.w)
+	if err != nil {
+		return nil, err
 	}
 	// kube-apiserver reads the options of a deletecollection from its body
 	// when it has one, and from the query only when it has none: a dryRun
 	// in the body counts, one in the query next to a body does not. Any
 	// value counts, as in classify: one other than All is refused.
-	if dry := len(opts.DryRun) > 0; dry != p.w.dryRun {
-		wr := *p.w
-		wr.dryRun = dry
-		p.w = &wr
+	c := &collection{req: rq, namespace: namespace, kind: kind, dryRun: len(opts.DryRun) > 0, parents: map[string]parentFacts{}}
+	if rq.user != nil && i.cfg.Policies != nil {
+		c.whole = len(i.cfg.Policies.For(rq.user.GetName())) > 0
 	}
-
-	c, err := i.openCollection(r, p)
-	if err != nil {
-		failOrForward(err)
-		return
+	if err := i.readCollectionNamespace(r.Context(), c); err != nil || c.cleanup {
+		return c, err
 	}
-	if c.cleanup {
-		forward.ServeHTTP(w, r)
-		return
-	}
-	err = i.listCollection(r, p, c, func(obj *unstructured.Unstructured) error {
-		mp, err := i.collectionMember(r, p, c, obj)
+	err = i.listCollection(r, c, func(obj *unstructured.Unstructured) error {
+		f, err := i.memberFacts(r.Context(), c, obj)
 		if err != nil {
 			return err
 		}
-		d, err := i.decideConfirmed(r, mp, forward)
+		m, err := decide(f)
 		if err != nil {
 			return err
 		}
-		c.remember(mp)
-		c.add(&member{p: mp, d: d}, p.w.dryRun)
+		c.remember(&m.f)
+		c.add(m)
 		return nil
 	})
-	if err != nil {
-		failOrForward(err)
-		return
-	}
-	if c.denied > 0 {
-		i.refuseCollection(w, r, p, c, c.blocked, c.denied, writeError)
-		return
-	}
-
-	out, err := c.request(r, data)
-	if err != nil {
-		fail(err)
-		return
-	}
-	reserved, proceed := i.reserveCollection(w, r, p, c, out, forward, writeError)
-	if !proceed {
-		return
-	}
-	addCollectionWarnings(w, c)
-
-	// As for one write, each reserved approval is settled by the answer,
-	// or by what is still stored when the answer does not say.
-	settle := func(code int) {
-		for _, rw := range reserved {
-			i.settleReservation(rw, code)
-		}
-	}
-	rec := httpx.NewCodeRecorder(w)
-	rec.BeforeHeader = settle
-	forward.ServeHTTP(rec, out)
-	code := rec.Code()
-	if code == 0 {
-		settle(0)
-	}
-	succeeded := code >= 200 && code < 300
-	var parentWrites []decision.SideWrite
-	for _, m := range c.members {
-		m.p.outcome = "forwarded:" + strconv.Itoa(code)
-		if succeeded && !p.w.dryRun {
-			parentWrites = append(parentWrites, m.d.ParentWrites...)
-			i.report(r, m.p, &m.d)
-		}
-		i.recordDecision(m.p, &m.d)
-	}
-	i.sideWrites(distinctSideWrites(parentWrites))
+	return c, err
 }
 
-// openCollection resolves what the deletecollection deletes and gathers
-// the facts all its objects share: their kind and the namespace's mode.
-func (i *Interceptor) openCollection(r *http.Request, p *pending) (*collection, error) {
-	ctx := r.Context()
-	wr := p.w
-	kind, err := i.cfg.Objects.KindFor(wr.gvr)
-	if meta.IsNoMatchError(err) {
-		return nil, resourceNotFound()
+// readCollectionNamespace reads the mode of the collection's namespace,
+// and whether it is being deleted.
+func (i *Interceptor) readCollectionNamespace(ctx context.Context, c *collection) error {
+	ns := c.namespace
+	if ns == "" {
+		return nil
 	}
-	if err != nil {
-		return nil, i.unresolvable(fmt.Errorf("resolving the kind of %s: %w", wr.gvr, err))
+	nsObj, _, err := i.cfg.Objects.GetShared(ctx, namespacesGVR, "", ns)
+	switch {
+	case err == nil && nsObj.GetDeletionTimestamp() != nil:
+		// The namespace controller empties a namespace being deleted
+		// with deletecollection, parents included. Holding it would
+		// keep the namespace terminating for as long as a freeze
+		// stands; deleting the namespace was the decision.
+		c.cleanup = true
+	case err == nil:
+		c.nsMode = nsObj.GetAnnotations()[annotations.Mode]
+	case apierrors.IsNotFound(err):
+	default:
+		return i.unresolvable(fmt.Errorf("reading the namespace %s: %w", ns, err))
 	}
-	m, err := i.cfg.Objects.Mapping(kind)
-	if err != nil {
-		return nil, i.unresolvable(fmt.Errorf("resolving the resource of %s: %w", kind, err))
-	}
-	if m.Resource != wr.gvr {
-		return nil, resourceNotFound()
-	}
-	p.kind = kind
-	if m.Scope.Name() == meta.RESTScopeNameRoot {
-		p.namespace = ""
-	}
-
-	c := &collection{parents: map[string]parentSnapshot{}}
-	if u, ok := request.UserFrom(ctx); ok && i.cfg.Policies != nil {
-		c.whole = len(i.cfg.Policies.For(u.GetName())) > 0
-	}
-	if ns := p.namespace; ns != "" {
-		nsObj, _, err := i.cfg.Objects.GetShared(ctx, namespacesGVR, "", ns)
-		switch {
-		case err == nil && nsObj.GetDeletionTimestamp() != nil:
-			// The namespace controller empties a namespace being deleted
-			// with deletecollection, parents included. Holding it would
-			// keep the namespace terminating for as long as a freeze
-			// stands; deleting the namespace was the decision.
-			c.cleanup = true
-			return c, nil
-		case err == nil:
-			c.nsMode = nsObj.GetAnnotations()[annotations.Mode]
-		case apierrors.IsNotFound(err):
-		default:
-			return nil, i.unresolvable(fmt.Errorf("reading the namespace %s: %w", ns, err))
-		}
-	}
-	return c, nil
+	return nil
 }
 
 // listCollection lists what the deletecollection would delete, with the
 // proxy's credentials and the request's selectors, a page at a time, and
 // hands each object to each as it comes. Nothing of a page is kept past
 // it but what each keeps.
-func (i *Interceptor) listCollection(r *http.Request, p *pending, c *collection, each func(*unstructured.Unstructured) error) error {
+func (i *Interceptor) listCollection(r *http.Request, c *collection, each func(*unstructured.Unstructured) error) error {
 	opts, err := collectionListOptions(r.URL.Query())
 	if err != nil {
 		return err
@@ -294,7 +189,7 @@ func (i *Interceptor) listCollection(r *http.Request, p *pending, c *collection,
 		opts.Limit = collectionPageSize
 	}
 	for first := true; ; first = false {
-		page, err := i.listPage(r.Context(), p, c, opts)
+		page, err := i.listPage(r.Context(), c, opts)
 		var status apierrors.APIStatus
 		if errors.As(err, &status) && (status.Status().Code == http.StatusBadRequest || status.Status().Code == http.StatusUnprocessableEntity) {
 			// A selector kube-apiserver cannot parse: it refuses the
@@ -302,7 +197,7 @@ func (i *Interceptor) listCollection(r *http.Request, p *pending, c *collection,
 			return err
 		}
 		if err != nil {
-			return i.unresolvable(fmt.Errorf("listing the %s the deletecollection would delete: %w", p.w.gvr.GroupResource(), err))
+			return i.unresolvable(fmt.Errorf("listing the %s the deletecollection would delete: %w", c.req.w.gvr.GroupResource(), err))
 		}
 		if first {
 			c.snapshot = page.resourceVersion
@@ -329,8 +224,8 @@ type listedPage struct {
 
 // listPage lists one page: as metadata (PartialObjectMetadata, of the
 // collection's kind), or whole when a decision may read more.
-func (i *Interceptor) listPage(ctx context.Context, p *pending, c *collection, opts metav1.ListOptions) (*listedPage, error) {
-	gvr, ns := p.w.gvr, p.namespace
+func (i *Interceptor) listPage(ctx context.Context, c *collection, opts metav1.ListOptions) (*listedPage, error) {
+	gvr, ns := c.req.w.gvr, c.namespace
 	if c.whole || i.cfg.Metadata == nil {
 		var ri dynamic.ResourceInterface = i.cfg.Writer.Resource(gvr)
 		if ns != "" {
@@ -370,62 +265,64 @@ func (i *Interceptor) listPage(ctx context.Context, p *pending, c *collection, o
 			return nil, fmt.Errorf("converting the metadata of %s: %w", item.Name, err)
 		}
 		obj := &unstructured.Unstructured{Object: content}
-		obj.SetGroupVersionKind(p.kind)
+		obj.SetGroupVersionKind(c.kind)
 		page.items[k] = obj
 	}
 	return page, nil
 }
 
-// collectionMember is the pending DELETE of obj: the same facts, and so the
-// same decision input, a DELETE of obj by the same caller would have.
-func (i *Interceptor) collectionMember(r *http.Request, p *pending, c *collection, obj *unstructured.Unstructured) (*pending, error) {
-	info := *p.w.info
+// memberFacts are the facts of the DELETE of obj: the same facts, and so
+// the same decision input, a DELETE of obj by the same caller would have.
+func (i *Interceptor) memberFacts(ctx context.Context, c *collection, obj *unstructured.Unstructured) (facts, error) {
+	info := *c.req.w.info
 	info.Name = obj.GetName()
-	wr := *p.w
+	wr := *c.req.w
 	wr.info = &info
-	m := &pending{w: &wr, op: decision.Delete, namespace: p.namespace, settings: p.settings, controller: p.controller,
-		clock: p.clock, start: p.start, kind: p.kind, old: obj, changed: true, nsMode: c.nsMode,
-		policies: i.policyMatcher(r, p)} // one evaluation budget for the whole request
-	if c.recall(m) {
-		return m, nil
+	rq := *c.req // one evaluation budget of the policies for the whole request
+	rq.w = &wr
+	f := facts{req: &rq, dryRun: c.dryRun, op: decision.Delete, namespace: c.namespace, kind: c.kind, old: obj, changed: true, nsMode: c.nsMode}
+	if parent, ok := c.recall(&f); ok {
+		f.parent = parent
+		return f, nil
 	}
-	parent, source, err := i.parentOf(r.Context(), p.namespace, obj, true)
+	parent, source, err := i.parentOf(ctx, c.namespace, obj, true)
 	if err != nil {
-		return nil, err
+		return f, err
 	}
-	m.parent, m.parentSource = parent, source
-	c.remember(m)
-	return m, nil
+	f.parent = i.parentFactsOf(ctx, &f, parent, source)
+	c.remember(&f)
+	return f, nil
 }
 
-// parentKey names m's controller ownerReference ("" for none).
-func parentKey(m *pending) string {
-	ref := metav1.GetControllerOfNoCopy(m.old)
+// parentKey names the controller ownerReference of f's object ("" for
+// none).
+func parentKey(f *facts) string {
+	if f.old == nil {
+		return ""
+	}
+	ref := metav1.GetControllerOfNoCopy(f.old)
 	if ref == nil {
 		return ""
 	}
 	return ref.APIVersion + "\x00" + ref.Kind + "\x00" + ref.Name + "\x00" + string(ref.UID)
 }
 
-// recall gives m the collection's latest snapshot of its parent, and
-// reports whether there was one (or m has no parent).
-func (c *collection) recall(m *pending) bool {
-	key := parentKey(m)
+// recall is the collection's latest snapshot of f's parent; ok also when
+// f has no parent.
+func (c *collection) recall(f *facts) (parentFacts, bool) {
+	key := parentKey(f)
 	if key == "" {
-		return true
+		return parentFacts{}, true
 	}
 	s, ok := c.parents[key]
-	if ok {
-		m.parent, m.parentSource = s.obj, s.source
-	}
-	return ok
+	return s, ok
 }
 
-// remember keeps m's snapshot of its parent for its siblings: a parent
+// remember keeps f's snapshot of its parent for its siblings: a parent
 // confirmed live for one of them is not read again for the next.
-func (c *collection) remember(m *pending) {
-	if key := parentKey(m); key != "" && m.parent != nil {
-		c.parents[key] = parentSnapshot{obj: m.parent, source: m.parentSource}
+func (c *collection) remember(f *facts) {
+	if key := parentKey(f); key != "" && f.parent.obj != nil {
+		c.parents[key] = f.parent
 	}
 }
 
@@ -462,115 +359,24 @@ func (c *collection) request(r *http.Request, data []byte) (*http.Request, error
 	return out, nil
 }
 
-// reserveCollection takes off their parents the once approvals the
-// decisions consume, after a dry run of the whole request as the caller
-// has shown that kube-apiserver accepts it (as for one write). A conflict
-// re-decides that object from a fresh read of its parent. It reports false
-// when it has answered the request, and then holds no reservation.
-func (i *Interceptor) reserveCollection(w http.ResponseWriter, r *http.Request, p *pending, c *collection, out *http.Request,
-	forward http.Handler, writeError ErrorWriter) ([]reservedWrite, bool) {
-	if p.w.dryRun {
-		return nil, true
-	}
-	var reserved []reservedWrite
-	stop := func(err error) ([]reservedWrite, bool) {
-		for _, rw := range reserved {
-			i.giveBack(rw, "the deletecollection was not forwarded")
-		}
-		if err != nil && !i.forwardIgnored(w, r, p, err, forward) {
-			p.outcome = "error"
-			i.logError(r, p, err)
-			writeError(w, err)
-		}
-		return nil, false
-	}
-	preflighted := false
-	for _, m := range c.members {
-		for attempt := 1; ; attempt++ {
-			if m.d.Result == decision.Deny {
-				stop(nil)
-				i.refuseCollection(w, r, p, c, []*member{m}, 1, writeError)
-				return nil, false
-			}
-			upd := m.d.ApprovalsUpdate
-			if !m.d.ConsumeOnce || upd == nil {
-				break
-			}
-			if !preflighted {
-				if !i.preflight(w, out, forward, writeError) {
-					for _, m := range c.members {
-						m.p.outcome = "dry-run-refused"
-						i.recordDecision(m.p, &m.d)
-					}
-					return stop(nil)
-				}
-				preflighted = true
-			}
-			err := i.reserve(r.Context(), m.p, upd)
-			if err == nil {
-				reserved = append(reserved, reservedWriteOf(m.p, upd))
-				break
-			}
-			switch decision.OnReservationError(reservationError(err), attempt, maxReservationAttempts) {
-			case decision.RefuseRetryable:
-				return stop(apierrors.NewConflict(p.w.gvr.GroupResource(), m.p.w.info.Name,
-					fmt.Errorf("could not reserve the once approval on %s: the parent kept changing (%v); retry the request", upd.Target, err)))
-			case decision.RefuseAsFailure:
-				return stop(i.unresolvable(fmt.Errorf("reserving the once approval on %s: %w", upd.Target, err)))
-			}
-			if err := i.refreshParent(r.Context(), m.p); err != nil {
-				return stop(err)
-			}
-			c.remember(m.p)
-			if m.d, err = i.decideConfirmed(r, m.p, forward); err != nil {
-				return stop(err)
-			}
-		}
-	}
-	return reserved, true
-}
-
-// refuseCollection answers 403: the request deletes nothing, and says
-// which objects held it back (blocked, the first of denied) and why.
-func (i *Interceptor) refuseCollection(w http.ResponseWriter, r *http.Request, p *pending, c *collection, blocked []*member, denied int, writeError ErrorWriter) {
-	p.outcome = "denied"
-	for _, warning := range c.warnings.lines() {
-		w.Header().Add("Warning", formatWarning(warning))
-	}
-	for _, m := range c.members {
-		held := m.d.Result == decision.Deny
-		m.p.outcome = "denied"
-		if !held {
-			// Allowed on its own; the request it came in was refused.
-			m.p.outcome = "refused-with-collection"
-		}
-		i.recordDecision(m.p, &m.d)
-		if held && !p.w.dryRun {
-			i.report(r, m.p, &m.d)
-		}
-	}
-	writeError(w, collectionRefusal(p, len(c.members), blocked, denied))
-}
-
 // collectionRefusal is the 403 of a refused deletecollection. It names at
 // most maxNamedChildren of the blocked objects, and gives the first one's
 // full denial (parent, reason, how to unblock); details.causes carry, for
 // each named object, its own causes, each distinct cause once.
-func collectionRefusal(p *pending, total int, blocked []*member, denied int) *apierrors.StatusError {
+func collectionRefusal(f *facts, c *collection, verdict decision.CollectionVerdict) *apierrors.StatusError {
+	wr := f.req.w
 	where := ""
-	if p.namespace != "" {
-		where = " in namespace " + p.namespace
+	if c.namespace != "" {
+		where = " in namespace " + c.namespace
 	}
-	names := make([]string, 0, min(len(blocked), maxNamedChildren))
+	names := make([]string, 0, len(verdict.Blocked))
 	type causeKey struct{ typ, field, msg string }
 	seen := map[causeKey]bool{}
 	var causes []metav1.StatusCause
-	for k, m := range blocked {
-		if k == maxNamedChildren {
-			break
-		}
-		names = append(names, m.d.Child.String()+" ("+string(m.d.Category)+")")
-		for _, cause := range m.d.Causes {
+	for _, k := range verdict.Blocked {
+		d := &c.members[k].d
+		names = append(names, d.Child.String()+" ("+string(d.Category)+")")
+		for _, cause := range d.Causes {
 			key := causeKey{string(cause.Type), cause.Field, cause.Message}
 			if !seen[key] {
 				seen[key] = true
@@ -579,17 +385,17 @@ func collectionRefusal(p *pending, total int, blocked []*member, denied int) *ap
 		}
 	}
 	list := strings.Join(names, ", ")
-	if more := denied - len(names); more > 0 {
+	if more := verdict.Denied - len(names); more > 0 {
 		list += ", and " + strconv.Itoa(more) + " more"
 	}
 	msg := fmt.Sprintf("kausality: deletecollection of %s%s denied, nothing was deleted: %d of the %d objects it would delete may not be deleted: %s. %s",
-		p.w.gvr.GroupResource(), where, denied, total, list, blocked[0].d.Message)
+		wr.gvr.GroupResource(), where, verdict.Denied, len(c.members), list, c.members[verdict.Blocked[0]].d.Message)
 	return &apierrors.StatusError{ErrStatus: metav1.Status{
 		Status:  metav1.StatusFailure,
 		Code:    http.StatusForbidden,
 		Reason:  metav1.StatusReasonForbidden,
 		Message: msg,
-		Details: &metav1.StatusDetails{Group: p.w.gvr.Group, Kind: p.w.gvr.Resource, Causes: causes},
+		Details: &metav1.StatusDetails{Group: wr.gvr.Group, Kind: wr.gvr.Resource, Causes: causes},
 	}}
 }
 
@@ -715,61 +521,12 @@ func deleteOptionsOf(r *http.Request, data []byte) (*metav1.DeleteOptions, error
 	return opts, nil
 }
 
-// serveCollectionShadow decides a shadow controller's deletecollection
-// and logs each object's decision; the request goes upstream exactly as it
-// came. Whatever goes wrong while deciding is logged, never returned.
-func (i *Interceptor) serveCollectionShadow(w http.ResponseWriter, r *http.Request, p *pending, forward http.Handler) {
-	p.outcome = "shadow"
-	data, ok := i.readShadowBody(w, r, p, forward)
-	if !ok {
-		return
-	}
-	c, err := i.shadowCollection(r, p, data, forward)
-	restoreBody(r, data)
-	rec := httpx.NewCodeRecorder(w)
-	forward.ServeHTTP(rec, r)
-	p.outcome = "shadow:" + strconv.Itoa(rec.Code())
-	if err != nil {
-		i.logError(r, p, err)
-		return
-	}
-	for _, m := range c.members {
-		m.p.outcome = p.outcome
-		i.recordDecision(m.p, &m.d)
-	}
-}
+// collectionRefused: an object of the deletecollection may not be
+// deleted after all (decided again after a reservation conflict).
+type collectionRefused struct{ verdict decision.CollectionVerdict }
 
-// shadowCollection decides every object of a shadow deletecollection. A
-// panic is recovered: nothing may keep the request from being forwarded.
-func (i *Interceptor) shadowCollection(r *http.Request, p *pending, data []byte, forward http.Handler) (c *collection, err error) {
-	defer func() {
-		if rec := recover(); rec != nil {
-			i.cfg.Log.Error("panic while deciding a shadow deletecollection", zap.Any("panic", rec), zap.Stack("stack"))
-			c, err = nil, fmt.Errorf("panic while deciding: %v", rec)
-		}
-	}()
-	p.data = data
-	if c, err = i.openCollection(r, p); err != nil || c.cleanup {
-		return c, err
-	}
-	err = i.listCollection(r, p, c, func(obj *unstructured.Unstructured) error {
-		mp, err := i.collectionMember(r, p, c, obj)
-		if err != nil {
-			return err
-		}
-		d, err := i.decideConfirmed(r, mp, forward)
-		var refused *refusedByServer
-		if err != nil && !errors.As(err, &refused) {
-			return err
-		}
-		c.remember(mp)
-		c.add(&member{p: mp, d: d}, false)
-		return nil
-	})
-	if err != nil {
-		return nil, err
-	}
-	return c, nil
+func (e *collectionRefused) Error() string {
+	return "an object of the deletecollection may not be deleted"
 }
 
 func unsupportedDeleteOptions(mediaType string) *apierrors.StatusError {

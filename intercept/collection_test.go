@@ -293,10 +293,15 @@ func TestDeleteCollectionOnceApproval(t *testing.T) {
 		wantApproval bool
 		// wantDryRunIn: where the first forwarded request carried dryRun.
 		wantDryRunIn string
+		// deletes: kube-apiserver deletes the object before it answers
+		// code, as it does when a later object of the collection fails.
+		deletes bool
 	}{
 		{name: "options in the body", body: `{"kind":"DeleteOptions","apiVersion":"v1","propagationPolicy":"Background"}`, code: http.StatusOK, wantDryRunIn: "body"},
 		{name: "no body", code: http.StatusOK, wantDryRunIn: "query"},
 		{name: "kube-apiserver answers a conflict: the approval is put back", code: http.StatusConflict, wantApproval: true, wantDryRunIn: "query"},
+		{name: "kube-apiserver deleted the object, then answered a refusal: the approval stays spent", code: http.StatusUnprocessableEntity,
+			wantDryRunIn: "query", deletes: true},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			var (
@@ -311,6 +316,11 @@ func TestDeleteCollectionOnceApproval(t *testing.T) {
 				code := tc.code
 				if first {
 					code = http.StatusOK
+				}
+				if !first && tc.deletes {
+					if err := env.dyn.Resource(replicasetsGVR).Namespace("apps").Delete(context.Background(), "approved-1", metav1.DeleteOptions{}); err != nil {
+						t.Error(err)
+					}
 				}
 				recording(code, &sent, &mu)(w, r)
 			}

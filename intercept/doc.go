@@ -15,8 +15,10 @@
 //     may not change the object's approvals, rejections, freeze, snooze
 //     or mode (decision.OwnControlsRefused);
 //   - /scale writes, as writes of the scaled object's replicas field
-//     (spec.replicas, or a custom resource's specReplicasPath); the trace
-//     lands on the scaled object in a follow-up patch (scale.go);
+//     (spec.replicas, or a custom resource's specReplicasPath), confirmed
+//     with kube-apiserver as other writes are (its dry run answers the
+//     Scale it would store); the trace lands on the scaled object in a
+//     follow-up patch (scale.go);
 //   - deletecollection, as a DELETE of every object it would delete (the
 //     proxy lists them with the request's selectors, a page at a time and
 //     as metadata unless the caller's approval policies read more, and
@@ -41,20 +43,39 @@
 // (authorize.go): the proxy reads and writes with credentials stronger than
 // any caller's, so it does nothing for a write kube-apiserver would refuse.
 //
-// One write goes one way: classify (classify.go, final) → gather the facts
-// (facts.go: the body decoded once, the stored object, the parent, the
-// namespace) → decide (the pure decision package, policies included) → act
-// (act.go, parentwrites.go). serve.go orchestrates; Build makes the parts
-// (build.go).
+// One write goes one way, and each step is a file entered once:
+// classify (classify.go, final: nothing later rewrites it) → authorize
+// (authorize.go) → gather the facts (facts.go: the body read and decoded
+// once, the stored object, the effective new object, the parent, the
+// namespace, all in one facts value that nothing changes afterwards) →
+// decide (decide.go: the input of the pure decision package) → when the
+// decision says it needs more (decision.Needs: a live read of the object,
+// kube-apiserver's dry-run result, a fresh parent, who may read what),
+// fetch it into a new facts value (refetch.go, the reads in parallel) and
+// decide again → act (act.go: refuse, or prepare the request and forward
+// it through the one upstream port; the parent writes and DriftReports
+// after success) → record (log.go). serve.go orchestrates and is the only
+// file that forwards. A write whose state moved under it (a once
+// approval's reservation conflicted, or the precondition the proxy added
+// failed) goes round again on fresh state, at most decision.MaxRounds
+// times, and a client that sent no resourceVersion never gets a 409 for
+// it. A deletecollection is the same steps for each object it would
+// delete; collection.go lists them and combines their verdicts
+// (decision.CollectionVerdict). Once approvals are reserved and settled
+// in reservations.go (its records in package reservations), with the
+// parent writes of parentwrites.go. Build makes the parts (build.go).
 //
-// Pure logic, no I/O (table-tested on their own; the linter's depguard
-// rule "pure" keeps client-go, net/http and time.Now out of them):
-// annotations, approval, body, controllerid, decision, decisionlog,
-// desired, history, lifecycle, patch, policy, rules, settle, trace. I/O:
-// objects (informer caches and live reads with the proxy's credentials),
-// reservations, config (the --config file and its watcher), and this
-// package's files, which carry out the decisions (policies.go watches the
-// approval policies and writes their status). Reporting drift to people is
-// beside the write path, in report; this package hands it decided writes
+// Pure, no I/O (table-tested on their own; the linter's depguard rule
+// "pure" keeps client-go, net/http and time.Now out of them): allowance,
+// annotations, approval, body, controllerid, decision (the verdict, and
+// the write path's rules in writepath.go), decisionlog, desired, history,
+// lifecycle, patch, policy (ApprovalPolicy matching), rules, settle,
+// trace. I/O: objects (informer caches and live reads with the proxy's
+// credentials), reservations (records of reserved once approvals),
+// settlements (the parents' settledness shared by the replicas), config
+// (the --config file and its watcher), and this package's files, which
+// carry out the decisions (approvalpolicies.go watches the approval
+// policies and writes their status). Reporting drift to people is beside
+// the write path, in report; this package hands it decided writes
 // through report.Reporter and nothing else.
 package intercept

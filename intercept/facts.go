@@ -1,14 +1,21 @@
-// Gathering the facts of one write, each read once: the kind, the stored
-// object, the effective new object, the desired-state change, the parent
-// and the namespace; and the decision's input built from them.
+// The facts of one write, gathered once into a value that nothing changes
+// afterwards: the kind, the stored object, the effective new object, the
+// desired-state change, the parent and the namespace. When a decision
+// needs more (refetch.go), a new value is made from the old one.
 
 package intercept
 
 import (
+	"bytes"
 	"context"
+	"errors"
 	"fmt"
+	"io"
 	"net/http"
+	"os"
+	"strconv"
 	"sync"
+	"time"
 
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/meta"
@@ -18,7 +25,6 @@ import (
 	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/apimachinery/pkg/util/managedfields"
-	"k8s.io/apiserver/pkg/endpoints/request"
 
 	"github.com/kausality-io/kausality-proxy/intercept/annotations"
 	"github.com/kausality-io/kausality-proxy/intercept/body"
@@ -27,200 +33,266 @@ import (
 	"github.com/kausality-io/kausality-proxy/intercept/history"
 	"github.com/kausality-io/kausality-proxy/intercept/objects"
 	"github.com/kausality-io/kausality-proxy/intercept/patch"
-	"github.com/kausality-io/kausality-proxy/intercept/policy"
+	"github.com/kausality-io/kausality-proxy/intercept/settle"
 )
 
-// load gathers the facts of the write: its kind, the stored object, the
-// effective new object, the desired-state change, the parent and the
-// namespace.
-func (i *Interceptor) load(r *http.Request, p *pending) error {
-	ctx := r.Context()
-	wr := p.w
-	if err := i.resolveKind(p); err != nil {
-		return err
+var namespacesGVR = schema.GroupVersionResource{Version: "v1", Resource: "namespaces"}
+
+// facts is what one decision is made on. A value: a round that learns
+// more makes a new one.
+type facts struct {
+	req  *writeRequest
+	data []byte
+	// dryRun: the query's dryRun, or a delete's options in its body.
+	dryRun bool
+	// op is the effective operation: an apply or a PUT of an object that
+	// does not exist is a create.
+	op decision.Operation
+	// namespace is the object's: the request's, or "" for cluster-scoped
+	// resources.
+	namespace string
+	kind      schema.GroupVersionKind
+	format    body.Format
+	patchType types.PatchType
+	// force is an apply's force parameter.
+	force *bool
+	// sent is the object the client sent (creates and updates), or the
+	// Scale of a /scale PUT.
+	sent     *unstructured.Unstructured
+	old, new *unstructured.Unstructured
+	changed  bool
+	changes  []desired.Change
+	// parent is the controller owner of the object after the write;
+	// formerParent the one the write moves the child away from.
+	parent, formerParent parentFacts
+	nsMode               string
+	// warnings are about facts that could not be read but were not needed.
+	warnings []string
+	// childLive: old was read live.
+	childLive bool
+	// oldIsMetadata: old is the cached metadata of the stored child, not
+	// the whole object (objects.Store caches children so).
+	oldIsMetadata bool
+	// confirmed: old and new are kube-apiserver's (a live read and a dry
+	// run), and precondition is the resourceVersion the write was decided
+	// on, which the forwarded write must still find.
+	confirmed    bool
+	precondition string
+	// childAccessKnown: whether the caller may read the object was asked;
+	// mayReadChild is the answer.
+	childAccessKnown, mayReadChild bool
+	// parentAccessKnown: whether the caller may read the parents was
+	// asked; their hidden fields are the answer.
+	parentAccessKnown bool
+}
+
+// parentFacts is a parent snapshot and what is known about it.
+type parentFacts struct {
+	obj *unstructured.Unstructured
+	// source: the cache, a live read, or "gone".
+	source string
+	// settle: has it settled at its current spec (nil when gone).
+	settle *settle.Facts
+	// revisions the parent controls, when the write deletes one of them.
+	revisions []history.Revision
+	hidden    bool
+}
+
+// gather reads the facts of the write whose body is data.
+func (i *Interceptor) gather(ctx context.Context, rq *writeRequest, data []byte, dryRun bool) (facts, error) {
+	wr := rq.w
+	f := facts{req: rq, data: data, dryRun: dryRun, op: wr.op, namespace: wr.namespace}
+	kind, namespace, err := i.resolveKind(wr)
+	if err != nil {
+		return f, err
 	}
-	kind := p.kind
+	f.kind, f.namespace = kind, namespace
 	// A whole object in the body is decoded once, before any read: a body
 	// that cannot be decoded costs no I/O, and its resourceVersion tells
 	// whether the cache is behind.
-	var decoded *unstructured.Unstructured
-	if p.op != decision.Delete && wr.sub != scaleSubresource && wr.verb != "patch" {
-		obj, format, err := body.Decode(r.Header.Get("Content-Type"), p.data, &kind)
-		if err != nil {
-			return err
+	if f.op != decision.Delete && wr.verb != "patch" {
+		decodeAs := &f.kind
+		if wr.sub == scaleSubresource {
+			decodeAs = &scaleKind
 		}
-		decoded, p.format, p.sent = obj, format, obj
+		obj, format, err := body.Decode(rq.contentType, data, decodeAs)
+		if err != nil {
+			return f, err
+		}
+		f.sent, f.format = obj, format
 	}
-
-	if p.op != decision.Create {
-		old, isMetadata, err := i.storedObject(ctx, wr, p.namespace, decoded, storedNeedOf(r, p))
+	if wr.verb == "patch" {
+		if f.patchType, err = patch.TypeFor(rq.contentType); err != nil {
+			return f, err
+		}
+		if f.force, err = readForce(rq.w.force); err != nil {
+			return f, err
+		}
+	}
+	if f.op != decision.Create {
+		stored, err := i.storedObject(ctx, &f, storedNeedOf(&f))
 		switch {
 		case apierrors.IsNotFound(err):
 		case err != nil:
-			return i.unresolvable(fmt.Errorf("reading the stored %s %s: %w", kind.Kind, qualifiedName(p.namespace, wr.info.Name), err))
+			return f, i.unresolvable(fmt.Errorf("reading the stored %s %s: %w", kind.Kind, qualifiedName(f.namespace, wr.info.Name), err))
 		default:
-			p.old, p.oldIsMetadata = old, isMetadata
+			f.old, f.childLive, f.oldIsMetadata = stored.obj, stored.live, stored.metadataOnly
 		}
 	}
-
-	if err := i.effectiveObject(r, p, decoded); err != nil {
-		return err
+	if f, err = i.withEffectiveObject(ctx, f); err != nil {
+		return f, err
 	}
-	if wr.sub != statusSubresource {
-		p.changed, p.changes = desiredChange(p.op, p.old, p.new)
-	}
-	if p.oldIsMetadata && wr.verb == "patch" && patch.OnlyMetadata(p.patchTy, p.data) {
+	if f.oldIsMetadata && wr.verb == "patch" && patch.OnlyMetadata(f.patchType, f.data) {
 		// A patch of metadata alone changes no desired state, whatever
 		// the child holds: its metadata is all the decision reads.
-		p.changed, p.changes, p.oldIsMetadata = false, nil, false
+		f.changed, f.changes, f.oldIsMetadata = false, nil, false
 	}
-	return i.readSurroundings(ctx, p)
+	return i.withSurroundings(ctx, f)
 }
 
-// resolveKind maps the request's resource to its kind and scope.
-func (i *Interceptor) resolveKind(p *pending) error {
-	wr := p.w
+// resolveKind maps the request's resource to its kind, and the object's
+// namespace ("" for cluster-scoped resources).
+func (i *Interceptor) resolveKind(wr *write) (schema.GroupVersionKind, string, error) {
 	kind, err := i.cfg.Objects.KindFor(wr.gvr)
 	if meta.IsNoMatchError(err) {
-		return resourceNotFound()
+		return kind, "", resourceNotFound()
 	}
 	if err != nil {
-		return i.unresolvable(fmt.Errorf("resolving the kind of %s: %w", wr.gvr, err))
+		return kind, "", i.unresolvable(fmt.Errorf("resolving the kind of %s: %w", wr.gvr, err))
 	}
 	m, err := i.cfg.Objects.Mapping(kind)
 	if err != nil {
-		return i.unresolvable(fmt.Errorf("resolving the resource of %s: %w", kind, err))
+		return kind, "", i.unresolvable(fmt.Errorf("resolving the resource of %s: %w", kind, err))
 	}
 	// Discovery matches resource names in any case; kube-apiserver serves
 	// only the canonical spelling. Anything else is not a resource, and
 	// must not become a cache of its own.
 	if m.Resource != wr.gvr {
-		return resourceNotFound()
+		return kind, "", resourceNotFound()
 	}
-	p.kind = kind
 	if m.Scope.Name() == meta.RESTScopeNameRoot {
-		p.namespace = ""
+		return kind, "", nil
 	}
-	return nil
+	return kind, wr.namespace, nil
 }
 
-// effectiveObject computes the object the write produces from the stored
-// one: the decoded body, the patched stored object, or the scaled one.
-func (i *Interceptor) effectiveObject(r *http.Request, p *pending, decoded *unstructured.Unstructured) error {
-	wr := p.w
+// withEffectiveObject computes the object the write produces from the
+// stored one: the decoded body, the patched stored object, or the scaled
+// one; and the desired-state change.
+func (i *Interceptor) withEffectiveObject(ctx context.Context, f facts) (facts, error) {
+	wr := f.req.w
 	var err error
 	switch {
-	case p.op == decision.Delete:
+	case f.op == decision.Delete:
 	case wr.sub == scaleSubresource:
-		if p.old == nil {
-			return apierrors.NewNotFound(wr.gvr.GroupResource(), wr.info.Name)
+		if f.old == nil {
+			return f, apierrors.NewNotFound(wr.gvr.GroupResource(), wr.info.Name)
 		}
-		p.new, err = i.scaledObject(r, p)
-		if err != nil {
-			return err
+		if f.new, err = i.scaledObject(ctx, &f); err != nil {
+			return f, err
 		}
 	case wr.verb == "patch":
-		return i.patched(r, p)
-	default:
-		p.new = decoded
-		if p.op == decision.Update && p.old == nil {
-			p.op = decision.Create // create-on-update (PUT of a missing object)
+		if f.new, err = patched(&f); err != nil {
+			return f, err
 		}
-		if p.new.GetNamespace() == "" && p.namespace != "" {
-			p.new.SetNamespace(p.namespace)
+		if f.old == nil {
+			f.op = decision.Create // an apply that creates
+		}
+	default:
+		f.new = f.sent
+		if f.op == decision.Update && f.old == nil {
+			f.op = decision.Create // create-on-update (PUT of a missing object)
+		}
+		if f.new.GetNamespace() == "" && f.namespace != "" {
+			f.new.SetNamespace(f.namespace)
 		}
 	}
-	return nil
+	if wr.sub != statusSubresource {
+		f.changed, f.changes = desiredChange(f.op, f.old, f.new)
+	}
+	return f, nil
 }
 
 // patched applies the request's patch to the stored object.
-func (i *Interceptor) patched(r *http.Request, p *pending) error {
-	wr := p.w
-	kind := p.kind
-	pt, err := patch.TypeFor(r.Header.Get("Content-Type"))
-	if err != nil {
-		return err
-	}
-	p.patchTy = pt
-	ns := p.namespace
+func patched(f *facts) (*unstructured.Unstructured, error) {
+	rq := f.req
+	ns := f.namespace
 	// kube-apiserver type-checks the patched object itself; skipping our
 	// copy of that check saves a third of a patch's cost.
-	opts := patch.Options{FieldManager: wr.fieldManager, Kind: kind, Name: wr.info.Name, Namespace: &ns, SkipTypeCheck: true}
-	if pt == types.ApplyYAMLPatchType || pt == types.ApplyCBORPatchType {
+	opts := patch.Options{FieldManager: rq.w.fieldManager, Kind: f.kind, Name: rq.w.info.Name, Namespace: &ns, SkipTypeCheck: true, Force: f.force}
+	if f.patchType == types.ApplyYAMLPatchType || f.patchType == types.ApplyCBORPatchType {
 		opts.TypeConverter = builtinTC()
-	}
-	if f := r.URL.Query()["force"]; len(f) > 0 {
-		// kube-apiserver's query conversion: anything but 0, false or
-		// no (any case) is true, and the first value counts.
-		if err := runtime.Convert_Slice_string_To_Pointer_bool(&f, &opts.Force, nil); err != nil {
-			return apierrors.NewBadRequest(fmt.Sprintf("the force parameter: %v", err))
-		}
-	}
-	if r.URL.Query().Get("fieldManager") == "" && pt != types.ApplyYAMLPatchType && pt != types.ApplyCBORPatchType {
+	} else if !rq.w.explicitFieldManager {
 		opts.FieldManager = ""
 	}
-	p.new, err = patch.Apply(pt, p.old, p.data, opts)
-	if err != nil {
-		return err
-	}
-	if p.old == nil {
-		p.op = decision.Create // an apply that creates
-	}
-	return nil
+	return patch.Apply(f.patchType, f.old, f.data, opts)
 }
 
-// readSurroundings reads what the decision needs besides the object: the
+// readForce reads an apply's force parameter as kube-apiserver does:
+// anything but 0, false or no (any case) is true, and the first value
+// counts.
+func readForce(f []string) (*bool, error) {
+	if len(f) == 0 {
+		return nil, nil
+	}
+	var force *bool
+	if err := runtime.Convert_Slice_string_To_Pointer_bool(&f, &force, nil); err != nil {
+		return nil, apierrors.NewBadRequest(fmt.Sprintf("the force parameter: %v", err))
+	}
+	return force, nil
+}
+
+// withSurroundings reads what the decision needs besides the object: the
 // parent (and the one the write moves the child away from) and the
 // namespace.
-func (i *Interceptor) readSurroundings(ctx context.Context, p *pending) error {
-	wr := p.w
+func (i *Interceptor) withSurroundings(ctx context.Context, f facts) (facts, error) {
 	// A status write is never gated: it records on the written object
 	// itself, and never fails because a parent cannot be read.
-	if wr.sub == statusSubresource {
-		return nil
+	if f.req.w.sub == statusSubresource {
+		return f, nil
 	}
 	// gated: the verdict depends on the parent and the namespace, so a
 	// failure to read them follows the failure policy. A write that
 	// changes no desired state is allowed whatever they say, so it goes
 	// on without them, with a warning.
-	gated := p.changed || p.op != decision.Update
-	bestEffort := func(err error) error {
+	gated := f.changed || f.op != decision.Update
+	bestEffort := func(err error) (facts, error) {
 		if gated {
-			return err
+			return f, err
 		}
-		p.warnings = append(p.warnings, "kausality: "+err.Error()+"; decided without it (this write changes no desired state)")
-		return nil
+		f.warnings = append(append([]string(nil), f.warnings...), "kausality: "+err.Error()+"; decided without it (this write changes no desired state)")
+		return f, nil
 	}
 
 	// The parent: the controller owner of the object after the write (of
 	// the stored object for deletes).
-	owned := p.new
+	owned := f.new
 	if owned == nil {
-		owned = p.old
+		owned = f.old
 	}
-	parent, source, err := i.parentOf(ctx, p.namespace, owned, p.op == decision.Delete)
+	parent, source, err := i.parentOf(ctx, f.namespace, owned, f.op == decision.Delete)
 	if err != nil {
 		return bestEffort(err)
 	}
-	p.parent, p.parentSource = parent, source
+	f.parent = i.parentFactsOf(ctx, &f, parent, source)
 	// A write that removes or re-points the controller ownerReference is
 	// decided against the owner it leaves too: moving a child away from a
 	// frozen or settled parent is a write under that parent.
-	if p.op == decision.Update && p.old != nil && p.new != nil && decision.ControllerMoved(p.old, p.new) {
-		former, source, err := i.parentOf(ctx, p.namespace, p.old, true)
+	if f.op == decision.Update && f.old != nil && f.new != nil && decision.ControllerMoved(f.old, f.new) {
+		former, source, err := i.parentOf(ctx, f.namespace, f.old, true)
 		if err != nil {
 			return bestEffort(err)
 		}
 		if source != "gone" {
-			p.formerParent, p.formerParentSource = former, source
+			f.formerParent = i.parentFactsOf(ctx, &f, former, source)
 		}
 	}
 
-	if ns := p.namespace; ns != "" {
+	if ns := f.namespace; ns != "" {
 		nsObj, _, err := i.cfg.Objects.GetShared(ctx, namespacesGVR, "", ns)
 		switch {
 		case err == nil:
-			p.nsMode = nsObj.GetAnnotations()[annotations.Mode]
+			f.nsMode = nsObj.GetAnnotations()[annotations.Mode]
 		case apierrors.IsNotFound(err):
 			// Writes into a namespace that does not exist fail upstream.
 		default:
@@ -229,7 +301,22 @@ func (i *Interceptor) readSurroundings(ctx context.Context, p *pending) error {
 			return bestEffort(i.unresolvable(fmt.Errorf("reading the namespace %s: %w", ns, err)))
 		}
 	}
-	return nil
+	return f, nil
+}
+
+// parentFactsOf is what the decision reads of parent: its snapshot, its
+// settledness, and the revisions it controls when the write deletes one.
+func (i *Interceptor) parentFactsOf(ctx context.Context, f *facts, parent *unstructured.Unstructured, source string) parentFacts {
+	pf := parentFacts{obj: parent, source: source}
+	if parent == nil {
+		return pf
+	}
+	if source != "gone" {
+		assessed := i.settled.Assess(parent)
+		pf.settle = &assessed
+	}
+	pf.revisions = i.ownedRevisions(ctx, f, parent)
+	return pf
 }
 
 // storedNeed is how much of the stored child a write needs before it is
@@ -238,7 +325,8 @@ type storedNeed int
 
 const (
 	// storedMetadata: the write is decided on the child's metadata, and
-	// re-decided on the whole child when the verdict depends on more.
+	// decided again on the whole child when the verdict depends on more
+	// (decision.Needs).
 	storedMetadata storedNeed = iota
 	// storedWhole: the write's effect is computed from the stored content
 	// (a JSON patch addresses its fields, a /scale write reads the
@@ -249,43 +337,41 @@ const (
 	storedWithManagedFields
 )
 
-// storedNeedOf says how much of the stored child the write needs.
-func storedNeedOf(r *http.Request, p *pending) storedNeed {
-	wr := p.w
+// storedNeedOf says how much of the stored child the write of f needs.
+func storedNeedOf(f *facts) storedNeed {
+	wr := f.req.w
+	apply := f.patchType == types.ApplyYAMLPatchType || f.patchType == types.ApplyCBORPatchType
 	switch {
 	case wr.sub != mainResource:
-		if wr.verb == "patch" && isApply(r) {
+		if wr.verb == "patch" && apply {
 			return storedWithManagedFields
 		}
 		return storedWhole
-	case p.op == decision.Delete, wr.verb == "update":
+	case f.op == decision.Delete, wr.verb == "update":
 		return storedMetadata
-	case wr.verb == "patch":
-		pt, err := patch.TypeFor(r.Header.Get("Content-Type"))
-		switch {
-		case err != nil, pt == types.MergePatchType, pt == types.StrategicMergePatchType:
-			// A merge patch leaves what it does not name as it is: applied
-			// to the metadata it gives the metadata the write stores. A
-			// content type that is not a patch fails in patched.
-			return storedMetadata
-		case pt == types.ApplyYAMLPatchType, pt == types.ApplyCBORPatchType:
-			return storedWithManagedFields
-		}
+	case f.patchType == types.MergePatchType, f.patchType == types.StrategicMergePatchType:
+		// A merge patch leaves what it does not name as it is: applied
+		// to the metadata it gives the metadata the write stores.
+		return storedMetadata
+	case apply:
+		return storedWithManagedFields
 	}
 	return storedWhole
 }
 
-func isApply(r *http.Request) bool {
-	pt, err := patch.TypeFor(r.Header.Get("Content-Type"))
-	return err == nil && (pt == types.ApplyYAMLPatchType || pt == types.ApplyCBORPatchType)
+// storedChild is the stored object as read: whether live, and whether only
+// its cached metadata.
+type storedChild struct {
+	obj                *unstructured.Unstructured
+	live, metadataOnly bool
 }
 
 // storedObject reads the object the write applies to, as much of it as
-// need says, and reports whether it is the cached metadata only. An update
-// carries the resourceVersion it was based on (in decoded); when the cache
-// holds an older one the cache is behind, and a live read gives the real
-// stored object.
-func (i *Interceptor) storedObject(ctx context.Context, wr *write, namespace string, decoded *unstructured.Unstructured, need storedNeed) (*unstructured.Unstructured, bool, error) {
+// need says. An update carries the resourceVersion it was based on (in
+// sent); when the cache holds an older one the cache is behind, and a live
+// read gives the real stored object.
+func (i *Interceptor) storedObject(ctx context.Context, f *facts, need storedNeed) (storedChild, error) {
+	wr := f.req.w
 	var (
 		old    *unstructured.Unstructured
 		source objects.Source
@@ -293,28 +379,31 @@ func (i *Interceptor) storedObject(ctx context.Context, wr *write, namespace str
 	)
 	switch need {
 	case storedWithManagedFields:
-		old, err = i.cfg.Objects.GetLive(ctx, wr.gvr, namespace, wr.info.Name)
-		return old, false, err
+		old, err = i.cfg.Objects.GetLive(ctx, wr.gvr, f.namespace, wr.info.Name)
+		return storedChild{obj: old, live: true}, err
 	case storedWhole:
-		old, source, err = i.cfg.Objects.GetWhole(ctx, wr.gvr, namespace, wr.info.Name)
+		old, source, err = i.cfg.Objects.GetWhole(ctx, wr.gvr, f.namespace, wr.info.Name)
 	default:
 		// A kind that is also a parent is cached whole anyway.
-		if whole, ok := i.cfg.Objects.GetCachedWhole(wr.gvr, namespace, wr.info.Name); ok {
+		if whole, ok := i.cfg.Objects.GetCachedWhole(wr.gvr, f.namespace, wr.info.Name); ok {
 			old, source, need = whole, objects.FromCache, storedWhole
 			break
 		}
-		old, source, err = i.cfg.Objects.GetMetadata(ctx, wr.gvr, namespace, wr.info.Name)
+		old, source, err = i.cfg.Objects.GetMetadata(ctx, wr.gvr, f.namespace, wr.info.Name)
 	}
-	if err != nil || source != objects.FromCache {
-		return old, false, err
+	if err != nil {
+		return storedChild{}, err
 	}
-	if decoded != nil && wr.verb == "update" {
-		if rv := decoded.GetResourceVersion(); rv != "" && rv != old.GetResourceVersion() {
-			old, err = i.cfg.Objects.GetLive(ctx, wr.gvr, namespace, wr.info.Name)
-			return old, false, err
+	if source != objects.FromCache {
+		return storedChild{obj: old, live: true}, nil
+	}
+	if f.sent != nil && wr.verb == "update" && wr.sub != scaleSubresource {
+		if rv := f.sent.GetResourceVersion(); rv != "" && rv != old.GetResourceVersion() {
+			old, err = i.cfg.Objects.GetLive(ctx, wr.gvr, f.namespace, wr.info.Name)
+			return storedChild{obj: old, live: true}, err
 		}
 	}
-	return old, need == storedMetadata, nil
+	return storedChild{obj: old, metadataOnly: need == storedMetadata}, nil
 }
 
 // parentOf reads the controller owner of owned (nil when it has none), and
@@ -367,122 +456,14 @@ func goneParent(ref *metav1.OwnerReference, namespace string) *unstructured.Unst
 	return u
 }
 
-// reloadStored replaces the stored object, which may come from a cache,
-// with a live read, and recomputes what the write makes of it.
-func (i *Interceptor) reloadStored(r *http.Request, p *pending) error {
-	wr := p.w
-	live, err := i.cfg.Objects.GetLive(r.Context(), wr.gvr, p.namespace, wr.info.Name)
-	switch {
-	case apierrors.IsNotFound(err):
-		// Deleted meanwhile: kube-apiserver answers the write itself.
-		return nil
-	case err != nil:
-		return i.unresolvable(fmt.Errorf("reading the stored %s %s: %w", p.kind.Kind, qualifiedName(p.namespace, wr.info.Name), err))
-	}
-	p.old, p.oldIsMetadata = live, false
-	if wr.verb == "patch" {
-		if err := i.patched(r, p); err != nil {
-			return err
-		}
-	}
-	p.changed, p.changes = desiredChange(p.op, p.old, p.new)
-	p.shownChanges = nil
-	return nil
-}
-
-// refreshParent replaces the snapshot with a live read.
-func (i *Interceptor) refreshParent(ctx context.Context, p *pending) error {
-	if p.parent == nil {
-		return nil
-	}
-	m, err := i.cfg.Objects.Mapping(p.parent.GroupVersionKind())
-	if err != nil {
-		return i.unresolvable(err)
-	}
-	ns := p.parent.GetNamespace()
-	if m.Scope.Name() == meta.RESTScopeNameRoot {
-		ns = ""
-	}
-	fresh, err := i.cfg.Objects.GetLive(ctx, m.Resource, ns, p.parent.GetName())
-	if apierrors.IsNotFound(err) {
-		ref := metav1.OwnerReference{APIVersion: p.parent.GetAPIVersion(), Kind: p.parent.GetKind(), Name: p.parent.GetName(), UID: p.parent.GetUID()}
-		p.parent, p.parentSource = goneParent(&ref, p.namespace), "gone"
-		return nil
-	}
-	if err != nil {
-		return i.unresolvable(fmt.Errorf("re-reading the parent: %w", err))
-	}
-	p.parent = fresh
-	p.parentSource = "live"
-	return nil
-}
-
-func (i *Interceptor) decide(r *http.Request, p *pending) decision.Decision {
-	d := decision.Decide(i.input(r, p, p.parent, p.parentSource))
-	if p.formerParent != nil {
-		d = decision.UnderBoth(d, decision.Decide(i.input(r, p, p.formerParent, p.formerParentSource)))
-	}
-	if len(p.warnings) > 0 {
-		d.Warnings = append(append([]string(nil), p.warnings...), d.Warnings...)
-	}
-	return d
-}
-
-// input is the decision's input for the write under parent.
-func (i *Interceptor) input(r *http.Request, p *pending, parent *unstructured.Unstructured, parentSource string) decision.Input {
-	u, _ := request.UserFrom(r.Context())
-	in := decision.Input{
-		Operation:         p.op,
-		OldObject:         p.old,
-		NewObject:         p.new,
-		DesiredChanged:    p.changed,
-		Changes:           p.changes,
-		StatusWrite:       p.w.sub == statusSubresource,
-		Parent:            parent,
-		User:              u,
-		FieldManager:      p.w.fieldManager,
-		Mode:              decision.ModeInputs{Namespace: p.nsMode, Default: i.cfg.DefaultMode},
-		DryRun:            p.w.dryRun,
-		Confirmed:         p.confirmed,
-		NoChangeIsCertain: p.noChangeIsCertain(),
-		StaleUpdate:       p.staleUpdate(),
-		Now:               i.cfg.Clock.Now(),
-		Lifecycle:         p.settings.Lifecycle,
-		UngatedKinds:      p.settings.UngatedChildKinds,
-		ParentHidden:      parent != nil && (parent != p.formerParent && p.parentHidden || parent == p.formerParent && p.formerParentHidden),
-	}
-	if parent != nil {
-		in.Policies = i.policyMatcher(r, p)
-	}
-	if p.controller != nil && p.controller.Mode != annotations.ModeShadow {
-		in.Mode.Controller = string(p.controller.Mode)
-	}
-	in.Child = decision.ObjectRef{APIVersion: p.kind.GroupVersion().String(), Kind: p.kind.Kind, Namespace: p.namespace, Name: p.w.info.Name}
-	if in.Child.Name == "" && p.new != nil {
-		in.Child.Name = p.new.GetName()
-		if in.Child.Name == "" {
-			in.Child.Name = p.new.GetGenerateName()
-		}
-	}
-	if p.shownChanges != nil {
-		in.Changes = p.shownChanges
-	}
-	in.OwnedRevisions = i.ownedRevisions(r.Context(), p, parent)
-	if parent != nil && parentSource != "gone" {
-		facts := i.settled.Assess(parent)
-		in.Settle = &facts
-	}
-	return in
-}
-
 // ownedRevisions lists the revisions the parent controls when the write
 // deletes one of them: only then can it be history pruning. A list that
 // fails leaves the write to be decided as any other delete.
-func (i *Interceptor) ownedRevisions(ctx context.Context, p *pending, parent *unstructured.Unstructured) []history.Revision {
-	if p.op != decision.Delete || parent == nil || p.old == nil || !history.Kept(parent.GroupVersionKind().GroupKind(), p.kind.GroupKind()) {
+func (i *Interceptor) ownedRevisions(ctx context.Context, f *facts, parent *unstructured.Unstructured) []history.Revision {
+	if f.op != decision.Delete || parent == nil || f.old == nil || !history.Kept(parent.GroupVersionKind().GroupKind(), f.kind.GroupKind()) {
 		return nil
 	}
-	objs, err := i.cfg.Objects.Owned(ctx, p.w.gvr, p.namespace, parent.GetUID(), history.RevisionInMetadata(p.kind.GroupKind()))
+	objs, err := i.cfg.Objects.Owned(ctx, f.req.w.gvr, f.namespace, parent.GetUID(), history.RevisionInMetadata(f.kind.GroupKind()))
 	if err != nil {
 		return nil
 	}
@@ -495,44 +476,9 @@ func (i *Interceptor) ownedRevisions(ctx context.Context, p *pending, parent *un
 	return revs
 }
 
-// policyMatcher is the request's Matcher of the writer's approval
-// policies, made when first needed.
-func (i *Interceptor) policyMatcher(r *http.Request, p *pending) *policy.Matcher {
-	if p.policies == nil && i.cfg.Policies != nil {
-		if u, ok := request.UserFrom(r.Context()); ok {
-			p.policies = policy.NewMatcher(r.Context(), i.cfg.Policies.For(u.GetName())...)
-		}
-	}
-	return p.policies
-}
-
-// noChangeIsCertain: a stale stored object cannot hide a desired-state
-// change of this write (see decision.Input.NoChangeIsCertain).
-func (p *pending) noChangeIsCertain() bool {
-	switch {
-	case p.w.verb == "patch" && p.w.sub == mainResource:
-		return patch.OnlyMetadata(p.patchTy, p.data)
-	case p.w.verb == "update" && p.sent != nil && p.old != nil:
-		return p.sent.GetResourceVersion() != "" && p.sent.GetResourceVersion() == p.old.GetResourceVersion()
-	}
-	return false
-}
-
-// staleUpdate: a PUT of a copy older than the stored object, which
-// kube-apiserver refuses with a conflict. The stored object was read live
-// when the cache did not have the version the PUT names (storedObject).
-func (p *pending) staleUpdate() bool {
-	if p.w.verb != "update" || p.sent == nil || p.old == nil {
-		return false
-	}
-	rv := p.sent.GetResourceVersion()
-	return rv != "" && rv != p.old.GetResourceVersion()
-}
-
 // desiredChange reports whether the write changes the desired state.
 func desiredChange(op decision.Operation, old, new *unstructured.Unstructured) (bool, []desired.Change) {
-	switch op {
-	case decision.Delete:
+	if op == decision.Delete {
 		return true, nil
 	}
 	return desired.Changed(old, new)
@@ -555,4 +501,131 @@ var (
 func builtinTC() managedfields.TypeConverter {
 	builtinConverterOnce.Do(func() { builtinConverter = patch.NewBuiltinTypeConverter(nil) })
 	return builtinConverter
+}
+
+// Reading the body, the first fact: whole, within the size limit and the
+// request's deadline.
+
+// readBody reads at most limit bytes, within the request's deadline: a
+// body trickled in a byte at a time must not hold a write (and its memory)
+// for longer than any other request may take. When the body is larger than
+// limit, the bytes read so far are put back in front of the rest, so the
+// request can still be forwarded untouched.
+func readBody(w http.ResponseWriter, r *http.Request, limit int64) (data []byte, tooLarge bool, err error) {
+	if r.Body == nil || r.Body == http.NoBody {
+		restoreBody(r, nil)
+		return nil, false, nil
+	}
+	if deadline, ok := r.Context().Deadline(); ok {
+		rc := http.NewResponseController(w)
+		if rc.SetReadDeadline(deadline) == nil {
+			// The connection may serve further requests.
+			defer func() { _ = rc.SetReadDeadline(time.Time{}) }()
+		}
+	}
+	orig := r.Body
+	data, err = io.ReadAll(io.LimitReader(orig, limit+1))
+	if err != nil {
+		if errors.Is(err, os.ErrDeadlineExceeded) || r.Context().Err() != nil {
+			return nil, false, bodyTimeout()
+		}
+		return nil, false, apierrors.NewBadRequest(fmt.Sprintf("reading the request body: %v", err))
+	}
+	if int64(len(data)) > limit {
+		r.Body = struct {
+			io.Reader
+			io.Closer
+		}{io.MultiReader(bytes.NewReader(data), orig), orig}
+		return data, true, nil
+	}
+	_ = orig.Close()
+	restoreBody(r, data)
+	return data, false, nil
+}
+
+func bodyTimeout() error {
+	return &apierrors.StatusError{ErrStatus: metav1.Status{
+		Status:  metav1.StatusFailure,
+		Code:    http.StatusGatewayTimeout,
+		Reason:  metav1.StatusReasonTimeout,
+		Message: "the request body did not arrive within the proxy's --request-timeout (or the request's shorter ?timeout=); nothing was written",
+		Details: &metav1.StatusDetails{RetryAfterSeconds: 1},
+	}}
+}
+
+// restoreBody makes data the body of r. The body is then in hand, so an
+// "Expect: 100-continue" of the caller's is dropped: passed upstream it
+// makes kube-apiserver answer "100 Continue" first, which the reverse proxy
+// relays as the first status of every answer the proxy reads or relays for
+// this write (a dry run taken for refused, a real answer for its interim
+// status).
+func restoreBody(r *http.Request, data []byte) {
+	r.Header.Del("Expect")
+	r.Body = io.NopCloser(bytes.NewReader(data))
+	r.ContentLength = int64(len(data))
+	r.GetBody = func() (io.ReadCloser, error) { return io.NopCloser(bytes.NewReader(data)), nil }
+	r.Header.Set("Content-Length", strconv.Itoa(len(data)))
+}
+
+// evictionGVK is the kind of an eviction's body when it names none.
+var evictionGVK = schema.GroupVersionKind{Group: "policy", Version: "v1", Kind: "Eviction"}
+
+// deleteDryRun reports whether the options of a delete or an eviction make
+// it a dry run. kube-apiserver takes a DELETE's options from its body when
+// it has one, and from the query only when it has none; an eviction's come
+// from its body (kubectl drain --dry-run=server sends them there) as well
+// as from the query. As in classify, any dryRun value counts: a value other
+// than "All" is refused by kube-apiserver, so the write changes nothing.
+func deleteDryRun(r *http.Request, wr *write, data []byte) (bool, error) {
+	switch {
+	case r.Method == http.MethodDelete && wr.sub == mainResource:
+		opts, err := deleteOptionsOf(r, data)
+		if err != nil {
+			return false, err
+		}
+		return len(opts.DryRun) > 0, nil
+	case len(data) == 0:
+		return false, nil
+	case wr.sub == evictionSubresource:
+		// Decoded as any other body, whatever its format: a dryRun the
+		// proxy cannot read would make a dry run consume a once approval.
+		eviction, _, err := body.DecodeOfKind(r.Header.Get("Content-Type"), data, evictionGVK)
+		if err != nil {
+			return false, err
+		}
+		dryRun, _, err := unstructured.NestedFieldNoCopy(eviction.Object, "deleteOptions", "dryRun")
+		if err != nil {
+			return false, apierrors.NewBadRequest(fmt.Sprintf("the Eviction's deleteOptions: %v", err))
+		}
+		values, ok := dryRun.([]any)
+		if dryRun != nil && !ok {
+			return false, apierrors.NewBadRequest(fmt.Sprintf("the Eviction's deleteOptions.dryRun must be a list of strings, got %s", body.Describe(dryRun)))
+		}
+		return len(values) > 0, nil
+	}
+	return false, nil
+}
+
+// readInterceptedBody reads the body of a write the proxy decides: the
+// whole of it, or a 413 when it is larger than --max-request-body-bytes.
+func (i *Interceptor) readInterceptedBody(w http.ResponseWriter, r *http.Request) ([]byte, error) {
+	data, tooLarge, err := readBody(w, r, i.cfg.MaxBodyBytes)
+	if err != nil {
+		return nil, err
+	}
+	if tooLarge {
+		return nil, apierrors.NewRequestEntityTooLargeError(fmt.Sprintf(
+			"the body of this intercepted write exceeds the proxy's limit of %d bytes (--max-request-body-bytes)", i.cfg.MaxBodyBytes))
+	}
+	return data, nil
+}
+
+// readShadowBody reads the body of a shadow controller's write; an error
+// when it cannot be read whole.
+func (i *Interceptor) readShadowBody(w http.ResponseWriter, r *http.Request) ([]byte, error) {
+	data, tooLarge, err := readBody(w, r, i.cfg.MaxBodyBytes)
+	if err == nil && tooLarge {
+		err = fmt.Errorf("body larger than %d bytes: not decided", i.cfg.MaxBodyBytes)
+	}
+	return data, err
 }

@@ -17,19 +17,26 @@ import (
 	"github.com/kausality-io/kausality-proxy/intercept/decision"
 )
 
-// forwardIgnored lets a write through undecided when err is a failure
-// --failure-policy=Ignore covers, and says so to the caller. It reports
-// whether it answered.
-func (i *Interceptor) forwardIgnored(w http.ResponseWriter, r *http.Request, p *pending, err error, forward http.Handler) bool {
+// ignoredWarning is the warning of a write let through undecided, when
+// err is a failure --failure-policy=Ignore covers.
+func ignoredWarning(err error) (string, bool) {
 	var ignored *ignoredError
 	if !errors.As(err, &ignored) {
-		return false
+		return "", false
 	}
-	p.outcome = "ignored-failure"
-	i.logError(r, p, err)
-	w.Header().Add("Warning", formatWarning("kausality: no drift decision was made (--failure-policy=Ignore): "+ignored.Error()))
-	forward.ServeHTTP(w, r)
-	return true
+	return formatWarning("kausality: no drift decision was made (--failure-policy=Ignore): " + ignored.Error()), true
+}
+
+// stillMoving is the answer to a write whose object or parent kept
+// changing for decision.MaxRounds decisions. It is retryable (client-go
+// retries a 429 with Retry-After by itself), and never a 409: a client
+// that sent no resourceVersion asked for its write to be applied to the
+// latest object, and a conflict would tell it that it had asked otherwise.
+func stillMoving(wr *write, what string) error {
+	e := apierrors.NewTooManyRequests(fmt.Sprintf(
+		"kausality-proxy: %s kept changing while this write to %s %s was decided (%d decisions on fresh state); nothing was written, retry the write",
+		what, wr.gvr.GroupResource(), wr.info.Name, decision.MaxRounds), 1)
+	return e
 }
 
 // reservationError classifies a failed reservation for the decision.

@@ -241,10 +241,9 @@ func configMap() *unstructured.Unstructured {
 	}}
 }
 
-// mutate writes the decision's child annotations into every body format
+// prepare writes the decision's child annotations into every body format
 // and every patch type, in the same request.
-func TestMutateEveryShape(t *testing.T) {
-	i := New(Config{})
+func TestPrepareEveryShape(t *testing.T) {
 	d := &decision.Decision{ChildAnnotations: &decision.AnnotationChanges{Set: map[string]string{"kausality.io/trace": `[{"kind":"X"}]`}}}
 	jsonBody := []byte(`{"apiVersion":"v1","kind":"ConfigMap","metadata":{"name":"c","namespace":"prod"},"data":{"k":"v2"}}`)
 	protoBody, _, err := body.Encode(configMap(), body.Protobuf)
@@ -274,11 +273,12 @@ func TestMutateEveryShape(t *testing.T) {
 		t.Run(tc.name, func(t *testing.T) {
 			r := httptest.NewRequest("PUT", "/api/v1/namespaces/prod/configmaps/c", bytes.NewReader(tc.data))
 			r.Header.Set("Content-Type", tc.contentType)
-			p := &pending{w: &write{verb: tc.verb, sub: mainResource}, data: tc.data, format: tc.format, patchTy: tc.patchType, new: configMap(), sent: configMap()}
-			out, err := i.mutate(r, p, d)
+			f := &facts{req: &writeRequest{w: &write{verb: tc.verb, sub: mainResource}}, data: tc.data, format: tc.format, patchType: tc.patchType, new: configMap(), sent: configMap()}
+			prepared, err := prepare(r, f, d)
 			if err != nil {
 				t.Fatal(err)
 			}
+			out := prepared.req
 			sent, _ := io.ReadAll(out.Body)
 			if out.ContentLength != int64(len(sent)) {
 				t.Fatalf("Content-Length %d for %d bytes", out.ContentLength, len(sent))
@@ -309,8 +309,8 @@ func TestMutateEveryShape(t *testing.T) {
 	}
 	// Nothing to write: the request is forwarded as it came.
 	r := httptest.NewRequest("PUT", "/", bytes.NewReader(jsonBody))
-	out, err := i.mutate(r, &pending{w: &write{verb: "update"}, new: configMap()}, &decision.Decision{})
-	if err != nil || out != r {
+	out, err := prepare(r, &facts{req: &writeRequest{w: &write{verb: "update"}}, new: configMap()}, &decision.Decision{})
+	if err != nil || out.req != r {
 		t.Fatalf("unchanged request was rebuilt: %v", err)
 	}
 	_ = context.Background

@@ -1,14 +1,19 @@
+// Recording a decided write: its decision line and its metrics.
+
 package intercept
 
 import (
-	"net/http"
+	"errors"
+	"strconv"
 	"strings"
+	"time"
 
 	"go.uber.org/zap"
-	"k8s.io/apiserver/pkg/endpoints/request"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 
 	"github.com/kausality-io/kausality-proxy/intercept/decision"
 	"github.com/kausality-io/kausality-proxy/intercept/decisionlog"
+	"github.com/prometheus/client_golang/prometheus"
 )
 
 // DecisionMessage is the message of every decision line, so that tools can
@@ -17,18 +22,18 @@ const DecisionMessage = decisionlog.Message
 
 // recordDecision records a decided write: its decision line and its
 // metrics.
-func (i *Interceptor) recordDecision(p *pending, d *decision.Decision) {
-	line := p.line(d.Actor.User, d.Child.Name)
+func (i *Interceptor) recordDecision(f *facts, d *decision.Decision, outcome string) {
+	line := f.line(d.Actor.User, d.Child.Name, outcome, i.cfg.Clock.Since(f.req.start))
 	line.Decided = true
-	line.Operation = string(p.op)
-	line.DesiredChanged = p.changed
+	line.Operation = string(f.op)
+	line.DesiredChanged = f.changed
 	line.Decision = string(d.Result)
 	line.Category = string(d.Category)
 	line.Reason = d.Reason
 	line.Drift = d.Drift
-	line.DryRun = p.w.dryRun
-	line.Confirmed = p.confirmed
-	line.WouldDeny = p.shadow() && d.Result == decision.Deny
+	line.DryRun = f.dryRun
+	line.Confirmed = f.confirmed
+	line.WouldDeny = f.req.shadow() && d.Result == decision.Deny
 	line.Snoozed = d.Snooze.Snoozed
 	line.Mode, line.ModeSource = string(d.Mode), string(d.ModeSource)
 	if d.Parent != nil {
@@ -36,7 +41,7 @@ func (i *Interceptor) recordDecision(p *pending, d *decision.Decision) {
 		line.ParentGeneration = d.Parent.Generation
 		line.ParentObservedGeneration = d.Parent.ObservedGeneration
 		line.LifecyclePhase = string(d.Parent.Phase)
-		line.ParentSource = p.parentSource
+		line.ParentSource = f.parent.source
 		line.IsController = d.Actor.IsController
 		line.ControllerDetermined = d.Actor.Determined
 		line.ControllerMethod = string(d.Actor.Method)
@@ -62,41 +67,113 @@ func (i *Interceptor) recordDecision(p *pending, d *decision.Decision) {
 		line.TraceHops = strings.Count(d.Trace, `"kind"`)
 		line.TraceOrigin = d.TraceOrigin
 	}
-	line.ChangedPaths = decisionlog.ChangedPaths(p.changes)
+	line.ChangedPaths = decisionlog.ChangedPaths(f.changes)
 	line.Warnings = d.Warnings
 	i.cfg.Log.Info(decisionlog.Message, zap.Inline(line))
-	i.metrics.observe(p, d)
+	i.metrics.observe(f.req, d, i.cfg.Clock.Since(f.req.start))
 }
 
 // logError records a write the proxy answered with an error of its own:
 // its decision line and its metrics.
-func (i *Interceptor) logError(r *http.Request, p *pending, err error) {
+func (i *Interceptor) logError(f *facts, outcome string, err error) {
 	user := ""
-	if u, ok := request.UserFrom(r.Context()); ok {
-		user = u.GetName()
+	if f.req.user != nil {
+		user = f.req.user.GetName()
 	}
-	line := p.line(user, p.w.info.Name)
+	line := f.line(user, f.req.w.info.Name, outcome, i.cfg.Clock.Since(f.req.start))
 	line.Decision = decisionlog.DecisionError
 	line.Error = err.Error()
 	i.cfg.Log.Info(decisionlog.Message, zap.Inline(line))
-	i.metrics.observeError(p, err)
+	i.metrics.observeError(f.req, err)
 }
 
 // line fills the fields every decision line has.
-func (p *pending) line(user, name string) *decisionlog.Line {
+func (f *facts) line(user, name, outcome string, latency time.Duration) *decisionlog.Line {
+	rq := f.req
 	return &decisionlog.Line{
 		User:         user,
-		FieldManager: p.w.fieldManager,
-		Verb:         p.w.verb,
-		Group:        p.w.gvr.Group,
-		Version:      p.w.gvr.Version,
-		Resource:     p.w.gvr.Resource,
-		Subresource:  p.w.info.Subresource,
-		Namespace:    p.namespace,
+		FieldManager: rq.w.fieldManager,
+		Verb:         rq.w.verb,
+		Group:        rq.w.gvr.Group,
+		Version:      rq.w.gvr.Version,
+		Resource:     rq.w.gvr.Resource,
+		Subresource:  rq.w.info.Subresource,
+		Namespace:    f.namespace,
 		Name:         name,
-		Shadow:       p.shadow(),
-		Controller:   p.controllerName(),
-		Outcome:      p.outcome,
-		Latency:      p.elapsed(),
+		Shadow:       rq.shadow(),
+		Controller:   rq.controllerName(),
+		Outcome:      outcome,
+		Latency:      latency,
 	}
+}
+
+// metrics of the write path. Label values are bounded: decisions,
+// categories and modes are enums, controllers are the names in the config
+// file, resources are the cluster's API resources. No object names, no
+// users.
+type metrics struct {
+	decisions *prometheus.CounterVec
+	latency   *prometheus.HistogramVec
+	errors    *prometheus.CounterVec
+	// reservations counts once approvals reserved for a write by what
+	// became of them.
+	reservations *prometheus.CounterVec
+}
+
+func newMetrics(reg prometheus.Registerer) *metrics {
+	m := &metrics{
+		decisions: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "kausality_proxy_decisions_total",
+			Help: "Decisions about intercepted writes, by result, category, mode, configured controller, resource and whether the controller is in shadow mode.",
+		}, []string{"decision", "category", "mode", "controller", "resource", "shadow"}),
+		latency: prometheus.NewHistogramVec(prometheus.HistogramOpts{
+			Name:    "kausality_proxy_decision_duration_seconds",
+			Help:    "Time from receiving an intercepted write to its decision line (forwarding included), by category.",
+			Buckets: []float64{0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5},
+		}, []string{"category", "shadow"}),
+		errors: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "kausality_proxy_intercept_errors_total",
+			Help: "Intercepted writes the proxy answered with an error of its own (bad body, unreadable parent, ...), by HTTP code.",
+		}, []string{"code", "shadow"}),
+		reservations: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "kausality_proxy_once_approvals_total",
+			Help: "Once approvals reserved for a write, by outcome: used (the write was applied), restored (it was not, and the approval is back on the parent), kept (the write got no clear answer and may have been applied), unsettled (kube-apiserver could not be read in time to tell), restore-failed.",
+		}, []string{"outcome"}),
+	}
+	if reg != nil {
+		reg.MustRegister(m.decisions, m.latency, m.errors, m.reservations)
+	}
+	return m
+}
+
+func (m *metrics) observe(rq *writeRequest, d *decision.Decision, elapsed time.Duration) {
+	if m == nil {
+		return
+	}
+	resource := rq.w.gvr.Resource
+	if rq.w.gvr.Group != "" {
+		resource = rq.w.gvr.Group + "/" + resource
+	}
+	shadow := strconv.FormatBool(rq.shadow())
+	m.decisions.WithLabelValues(string(d.Result), string(d.Category), string(d.Mode), rq.controllerName(), resource, shadow).Inc()
+	m.latency.WithLabelValues(string(d.Category), shadow).Observe(elapsed.Seconds())
+}
+
+func (m *metrics) observeError(rq *writeRequest, err error) {
+	if m == nil {
+		return
+	}
+	code := "500"
+	var status apierrors.APIStatus
+	if errors.As(err, &status) {
+		code = strconv.Itoa(int(status.Status().Code))
+	}
+	m.errors.WithLabelValues(code, strconv.FormatBool(rq.shadow())).Inc()
+}
+
+func (m *metrics) reservation(outcome string) {
+	if m == nil {
+		return
+	}
+	m.reservations.WithLabelValues(outcome).Inc()
 }

@@ -1,6 +1,6 @@
-// Writes the proxy makes to parents with its own credentials: reserving
-// and restoring once approvals, and recording controller identity and the
-// lifecycle phase after a successful write.
+// Writes the proxy makes to parents with its own credentials for once
+// approvals: taking one off before its write is forwarded, putting it back
+// when the write did not land, and taking a settled reservation's name off.
 
 package intercept
 
@@ -105,24 +105,12 @@ func (i *Interceptor) restoreApproval(upd *decision.ApprovalsUpdate, rec *reserv
 		current := parent.GetAnnotations()
 		set := map[string]*string{}
 		if rec != nil {
-			digest, named := annotations.ReservationDigest(current[annotations.Reservations], recordID)
-			if !named && orphan {
-				log.Warn("a reservation record was not honoured: its parent does not name it (settled already, or not written by the proxy)")
+			stamps, honoured := i.honouredStamps(ctx, log, upd, rec, orphan, current[annotations.Reservations])
+			if !honoured {
 				return false
 			}
-			if named && orphan && digest != rec.Digest() {
-				log.Error("a reservation record was not honoured: it is not what the proxy wrote when it took the approval off the parent, "+
-					"somebody who may write ConfigMaps in the proxy's namespace forged it; the approval stays spent, approve again if the write is still wanted",
-					zap.String("vouchedDigest", digest), zap.String("recordDigest", rec.Digest()))
-				// The record it names is gone with the claim.
-				if err := i.unstamp(ctx, upd.Target, recordID); err != nil {
-					log.Info("cannot take a forged reservation's name off its parent", zap.Error(err))
-				}
-				return false
-			}
-			if named {
-				rest, _ := annotations.RemoveReservation(current[annotations.Reservations], recordID)
-				set[annotations.Reservations] = nilIfEmpty(rest)
+			if stamps != nil {
+				set[annotations.Reservations] = *stamps
 			}
 		}
 		value, changed, err := upd.Restore(current[annotations.Approvals])
@@ -178,66 +166,36 @@ func (i *Interceptor) unstamp(ctx context.Context, target decision.ObjectRef, re
 	return errors.New("the parent kept changing")
 }
 
+// honouredStamps checks that the parent, whose reservations annotation is
+// stamps, vouches for rec, and returns the annotation's new value without
+// rec (nil: unchanged). A forged or unknown orphan is not honoured.
+func (i *Interceptor) honouredStamps(ctx context.Context, log *zap.Logger, upd *decision.ApprovalsUpdate, rec *reservations.Record, orphan bool, stamps string) (**string, bool) {
+	recordID := rec.ID()
+	digest, named := annotations.ReservationDigest(stamps, recordID)
+	switch {
+	case !named && orphan:
+		log.Warn("a reservation record was not honoured: its parent does not name it (settled already, or not written by the proxy)")
+		return nil, false
+	case named && orphan && digest != rec.Digest():
+		log.Error("a reservation record was not honoured: it is not what the proxy wrote when it took the approval off the parent, "+
+			"somebody who may write ConfigMaps in the proxy's namespace forged it; the approval stays spent, approve again if the write is still wanted",
+			zap.String("vouchedDigest", digest), zap.String("recordDigest", rec.Digest()))
+		// The record it names is gone with the claim.
+		if err := i.unstamp(ctx, upd.Target, recordID); err != nil {
+			log.Info("cannot take a forged reservation's name off its parent", zap.Error(err))
+		}
+		return nil, false
+	case named:
+		rest, _ := annotations.RemoveReservation(stamps, recordID)
+		value := nilIfEmpty(rest)
+		return &value, true
+	}
+	return nil, true
+}
+
 func nilIfEmpty(s string) *string {
 	if s == "" {
 		return nil
 	}
 	return &s
-}
-
-// sideWrites records controller identity and the lifecycle phase on
-// parents after the triggering write succeeded. They run in the
-// background: the caller's write is done and must not wait or fail on them.
-func (i *Interceptor) sideWrites(writes []decision.SideWrite) {
-	for _, sw := range writes {
-		if sw.AnnotationChanges.Empty() {
-			continue
-		}
-		sw := sw
-		go func() {
-			ctx, cancel := context.WithTimeout(context.Background(), i.cfg.SideWriteTimeout)
-			defer cancel()
-			if err := i.applySideWrite(ctx, sw); err != nil {
-				i.cfg.Log.Warn("side write failed", zap.String("target", sw.Target.String()),
-					zap.Strings("reasons", sw.Reasons), zap.Error(err))
-			}
-		}()
-	}
-}
-
-// maxSideWriteAttempts bounds the rebase loop of one side write.
-const maxSideWriteAttempts = 5
-
-// applySideWrite writes sw to its target from fresh state, under a
-// resourceVersion precondition: a person's edit that lands in between is
-// rebased on, never overwritten.
-func (i *Interceptor) applySideWrite(ctx context.Context, sw decision.SideWrite) error {
-	ri, err := i.resourceFor(sw.Target)
-	if err != nil {
-		return err
-	}
-	for attempt := 1; ; attempt++ {
-		fresh, err := ri.Get(ctx, sw.Target.Name, metav1.GetOptions{})
-		if apierrors.IsNotFound(err) {
-			return nil
-		}
-		if err != nil {
-			return err
-		}
-		changes := sw.RebaseOn(fresh)
-		if changes.Empty() {
-			return nil
-		}
-		data, err := annotationPatch(changes.Pointers(), fresh.GetResourceVersion())
-		if err != nil {
-			return err
-		}
-		_, err = ri.Patch(ctx, sw.Target.Name, types.MergePatchType, data, metav1.PatchOptions{FieldManager: FieldManager})
-		if err == nil || apierrors.IsNotFound(err) {
-			return nil
-		}
-		if !apierrors.IsConflict(err) || attempt >= maxSideWriteAttempts {
-			return err
-		}
-	}
 }

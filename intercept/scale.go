@@ -7,7 +7,6 @@ package intercept
 import (
 	"context"
 	"fmt"
-	"net/http"
 	"strings"
 	"sync"
 	"time"
@@ -20,7 +19,6 @@ import (
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/dynamic"
 
-	"github.com/kausality-io/kausality-proxy/intercept/body"
 	"github.com/kausality-io/kausality-proxy/intercept/decision"
 	"github.com/kausality-io/kausality-proxy/intercept/desired"
 	"github.com/kausality-io/kausality-proxy/intercept/patch"
@@ -42,33 +40,25 @@ const replicaPathTTL = time.Minute
 // writes). A PATCH applies to the Scale the apiserver would serve for the
 // stored object, owners of the replicas field included, so apply conflicts
 // match.
-func (i *Interceptor) scaledObject(r *http.Request, p *pending) (*unstructured.Unstructured, error) {
-	path, err := i.specReplicasPath(r.Context(), p.w.gvr)
+func (i *Interceptor) scaledObject(ctx context.Context, f *facts) (*unstructured.Unstructured, error) {
+	wr := f.req.w
+	path, err := i.specReplicasPath(ctx, wr.gvr)
 	if err != nil {
 		return nil, err
 	}
-	var scale *unstructured.Unstructured
-	if p.w.verb == "patch" {
-		pt, err := patch.TypeFor(r.Header.Get("Content-Type"))
+	scale := f.sent
+	if wr.verb == "patch" {
+		current, err := desired.ScaleFromTarget(f.old, path)
 		if err != nil {
 			return nil, err
 		}
-		current, err := desired.ScaleFromTarget(p.old, path)
-		if err != nil {
-			return nil, err
-		}
-		ns := p.namespace
-		scale, err = patch.Apply(pt, current, p.data, patch.Options{FieldManager: p.w.fieldManager, Kind: scaleKind, Name: p.w.info.Name, Namespace: &ns})
-		if err != nil {
-			return nil, err
-		}
-	} else {
-		scale, _, err = body.Decode(r.Header.Get("Content-Type"), p.data, &scaleKind)
+		ns := f.namespace
+		scale, err = patch.Apply(f.patchType, current, f.data, patch.Options{FieldManager: wr.fieldManager, Kind: scaleKind, Name: wr.info.Name, Namespace: &ns})
 		if err != nil {
 			return nil, err
 		}
 	}
-	return desired.ScaleToPath(scale, p.old, path)
+	return desired.ScaleToPath(scale, f.old, path)
 }
 
 // replicaPaths remembers where the scale subresource of each custom
@@ -136,12 +126,12 @@ func (i *Interceptor) specReplicasPath(ctx context.Context, gvr schema.GroupVers
 // has no room for them and kube-apiserver keeps only the replicas of it, so
 // they are written in a follow-up patch with the proxy's credentials. It
 // runs in the background: the caller's write is done.
-func (i *Interceptor) traceScaled(p *pending, d *decision.Decision) {
-	if p.w.sub != scaleSubresource || d.ChildAnnotations.Empty() || p.new == nil {
+func (i *Interceptor) traceScaled(f *facts, d *decision.Decision) {
+	if f.req.w.sub != scaleSubresource || d.ChildAnnotations.Empty() || f.new == nil {
 		return
 	}
 	changes := *d.ChildAnnotations
-	gvr, ns, name, scaled := p.w.gvr, p.namespace, p.w.info.Name, p.new
+	gvr, ns, name, scaled := f.req.w.gvr, f.namespace, f.req.w.info.Name, f.new
 	go func() {
 		ctx, cancel := context.WithTimeout(context.Background(), i.cfg.SideWriteTimeout)
 		defer cancel()

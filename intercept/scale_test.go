@@ -90,7 +90,7 @@ func TestCustomResourceScaleWritesTheCRDsReplicasPath(t *testing.T) {
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			env := newServeEnv(t, nil, allowAll, append([]serveOption{enforce, withFrozenFamily(0)}, tc.opts...)...)
-			env.upstream = echoDryRun
+			env.upstream = scaleDryRun
 			r := env.request(t, benchWrite{method: tc.method, path: scalePath, contentType: tc.ct, body: tc.body, user: "alice"})
 			r.Header.Set("User-Agent", kubectlUA)
 			rec := httptest.NewRecorder()
@@ -237,4 +237,23 @@ func TestScaleWriteLeavesATrace(t *testing.T) {
 			}
 		})
 	}
+}
+
+// scaleDryRun answers a dry run of a /scale write as kube-apiserver does,
+// with the Scale it would store: the body's replicas (a Scale, or a merge
+// patch of one).
+func scaleDryRun(w http.ResponseWriter, r *http.Request) {
+	if r.URL.Query().Get("dryRun") == "" {
+		echoDryRun(w, r)
+		return
+	}
+	data, _ := io.ReadAll(r.Body)
+	var sent struct {
+		Spec struct {
+			Replicas int `json:"replicas"`
+		} `json:"spec"`
+	}
+	_ = json.Unmarshal(data, &sent)
+	w.Header().Set("Content-Type", "application/json")
+	_, _ = w.Write(scaleBody("s", sent.Spec.Replicas))
 }

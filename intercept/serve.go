@@ -1,438 +1,574 @@
-// The orchestration of one intercepted write, in one direction: classify
-// (classify.go) → gather the facts (facts.go) → decide (the pure decision
-// package) → act (act.go, parentwrites.go). Policy lives in the decision
-// package; this file only carries it out.
+// The orchestration of intercepted writes, in one direction: classify
+// (classify.go, final) → gather the facts (facts.go, one value) → decide
+// (decide.go, the pure decision package) and fetch what the decision
+// still needs into a new facts value (refetch.go) → act (act.go,
+// reservations.go, parentwrites.go). A write whose state moved under it
+// (a reservation conflict, the proxy's own precondition failing) goes
+// round again on fresh state, at most decision.MaxRounds times. A
+// deletecollection is the same steps for each object it would delete
+// (collection.go lists them and combines their verdicts). This file alone
+// reaches kube-apiserver as the caller, through the upstream port
+// (act.go).
 
 package intercept
 
 import (
 	"errors"
 	"fmt"
+	"io"
 	"net/http"
 	"strconv"
 	"time"
 
 	"go.uber.org/zap"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
-	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
-	"k8s.io/apimachinery/pkg/runtime/schema"
-	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/apiserver/pkg/authentication/user"
 	"k8s.io/apiserver/pkg/endpoints/request"
-	"k8s.io/utils/clock"
 
 	"github.com/kausality-io/kausality-proxy/intercept/annotations"
-	"github.com/kausality-io/kausality-proxy/intercept/body"
 	"github.com/kausality-io/kausality-proxy/intercept/config"
 	"github.com/kausality-io/kausality-proxy/intercept/decision"
-	"github.com/kausality-io/kausality-proxy/intercept/desired"
-	"github.com/kausality-io/kausality-proxy/intercept/objects"
 	"github.com/kausality-io/kausality-proxy/intercept/policy"
-	"github.com/kausality-io/kausality-proxy/intercept/reservations"
 	"github.com/kausality-io/kausality-proxy/internal/httpx"
 )
 
-var namespacesGVR = schema.GroupVersionResource{Version: "v1", Resource: "namespaces"}
-
-// maxReservationAttempts bounds the re-decide loop when reserving a once
-// approval races another writer of the parent.
-const maxReservationAttempts = 3
-
-// pending is the state of one intercepted write.
-type pending struct {
-	// w is the classification: final, never rewritten.
-	w *write
-	// op is the effective operation: an apply or a PUT of an object that
-	// does not exist is a create.
-	op decision.Operation
-	// namespace is the object's: the request's, or "" for cluster-scoped
-	// resources (kube-apiserver's request info names a Namespace object's
-	// own name as its namespace).
-	namespace  string
-	settings   *config.Config
-	controller *config.Controller
-	clock      clock.PassiveClock
-	start      time.Time
-	kind       schema.GroupVersionKind
-	data       []byte
-	format     body.Format
-	patchTy    types.PatchType
-	old        *unstructured.Unstructured
-	// oldIsMetadata: old is the cached metadata of the stored child, not
-	// the whole object (objects.Store caches children so).
-	oldIsMetadata bool
-	new           *unstructured.Unstructured
-	changed       bool
-	changes       []desired.Change
-	// shownChanges are the changes messages may show: nil until a drift
-	// verdict asks, then changes, or changes without their values.
-	shownChanges []desired.Change
-	parent       *unstructured.Unstructured
-	parentSource string
-	// formerParent is the controller owner the write moves the child away
-	// from (removing or re-pointing the controller ownerReference).
-	formerParent       *unstructured.Unstructured
-	formerParentSource string
-	// parentHidden, formerParentHidden: the caller may not read that
-	// parent, so messages do not show it (known once
-	// parentsVisibilityKnown).
-	parentHidden, formerParentHidden bool
-	parentsVisibilityKnown           bool
-	// warnings are about facts that could not be read but were not needed.
-	warnings []string
-	// sent is the object the client sent (creates and updates).
-	sent *unstructured.Unstructured
-	// confirmed: old and new are kube-apiserver's (a live read and a dry
-	// run), and precondition is the resourceVersion the write was decided
-	// on, which the forwarded write must still find.
-	confirmed    bool
-	precondition string
+// writeRequest is one intercepted request as it arrived: who sent it,
+// the settings in force, and its classification. It never changes.
+type writeRequest struct {
+	w           *write
+	user        user.Info
+	settings    *config.Config
+	controller  *config.Controller
+	start       time.Time
+	contentType string
 	// policies matches the write against the writer's approval policies:
 	// one per request, so that deciding again reuses what it found, and
 	// one evaluation budget covers the request.
 	policies *policy.Matcher
-	// reservation records the once approval reserved for the write.
-	reservation *reservations.Record
-	nsMode      string
-	outcome     string // what finally happened, for the decision line
 }
 
-func (i *Interceptor) serveWrite(w http.ResponseWriter, r *http.Request, wr *write, forward http.Handler, writeError ErrorWriter) {
-	p := &pending{w: wr, op: wr.op, namespace: wr.namespace, clock: i.cfg.Clock, start: i.cfg.Clock.Now(), settings: i.cfg.Settings()}
+func (i *Interceptor) newWriteRequest(r *http.Request, wr *write) *writeRequest {
 	u, _ := request.UserFrom(r.Context())
-	p.controller = p.settings.ControllerFor(u, wr.fieldManager)
-	fail := func(err error) {
-		p.outcome = "error"
-		i.logError(r, p, err)
-		writeError(w, err)
+	settings := i.cfg.Settings()
+	rq := &writeRequest{w: wr, user: u, settings: settings, controller: settings.ControllerFor(u, wr.fieldManager),
+		start: i.cfg.Clock.Now(), contentType: r.Header.Get("Content-Type")}
+	if i.cfg.Policies != nil && u != nil {
+		rq.policies = policy.NewMatcher(r.Context(), i.cfg.Policies.For(u.GetName())...)
 	}
+	return rq
+}
 
+// shadow reports whether the writer's controller is in shadow mode.
+func (rq *writeRequest) shadow() bool {
+	return rq.controller != nil && rq.controller.Mode == annotations.ModeShadow
+}
+
+// controllerName is the configured name of the writer's controller.
+func (rq *writeRequest) controllerName() string {
+	if rq.controller == nil {
+		return ""
+	}
+	return rq.controller.Name
+}
+
+// maxFetchRounds bounds the fetches of one decision; decision.Needs asks
+// for each fact at most once, so it is never reached in practice.
+const maxFetchRounds = 4
+
+// maxPreflightAnswer bounds what is kept of a dry run's answer; only a
+// refusal is relayed, and refusals are small Status objects.
+const maxPreflightAnswer = 1 << 20
+
+// exchange is the client's side of one intercepted request: the answer
+// goes to w, errors as a Status through writeError.
+type exchange struct {
+	w          http.ResponseWriter
+	r          *http.Request
+	up         upstream
+	writeError ErrorWriter
+}
+
+// fail answers err, or lets the write through undecided when the failure
+// policy says so.
+func (i *Interceptor) fail(x exchange, f *facts, err error) {
+	if warning, ok := ignoredWarning(err); ok {
+		i.logError(f, "ignored-failure", err)
+		x.w.Header().Add("Warning", warning)
+		x.up.send(x.w, x.r)
+		return
+	}
+	i.logError(f, "error", err)
+	if apierrors.IsTooManyRequests(err) {
+		// client-go retries a 429 that says when, by itself.
+		x.w.Header().Set("Retry-After", "1")
+	}
+	x.writeError(x.w, err)
+}
+
+func (i *Interceptor) serveWrite(w http.ResponseWriter, r *http.Request, wr *write, next http.Handler, writeError ErrorWriter) {
+	rq := i.newWriteRequest(r, wr)
+	x := exchange{w: w, r: r, up: forwarder{next}, writeError: writeError}
 	// Nothing is read, decoded or written for a caller who may not write.
-	if err := i.authorizeWrite(r.Context(), u, wr); err != nil {
-		i.refuseUnauthorized(w, r, p, err, forward, writeError)
+	if err := i.authorizeWrite(r.Context(), rq.user, wr); err != nil {
+		i.refuseUnauthorized(x, rq, err)
 		return
 	}
-	if wr.collection {
-		i.serveCollection(w, r, p, forward, writeError)
-		return
+	switch {
+	case rq.shadow():
+		i.serveShadow(x, rq)
+	case wr.collection:
+		i.serveCollection(x, rq)
+	default:
+		i.serveOne(x, rq)
 	}
-
-	if p.shadow() {
-		i.serveShadow(w, r, p, forward)
-		return
-	}
-
-	data, err := i.readInterceptedBody(w, r)
-	if err != nil {
-		fail(err)
-		return
-	}
-	p.data = data
-	bodyDryRun, err := deleteDryRun(r, wr, data)
-	if err != nil {
-		fail(err)
-		return
-	}
-	if bodyDryRun && !wr.dryRun {
-		// kube-apiserver reads a delete's options from its body: a dry run
-		// there is as much a dry run as one in the query, and must consume
-		// nothing.
-		dry := *wr
-		dry.dryRun = true
-		wr, p.w = &dry, &dry
-	}
-
-	if err := i.load(r, p); err != nil {
-		if !i.forwardIgnored(w, r, p, err, forward) {
-			fail(err)
-		}
-		return
-	}
-	if p.skip() {
-		forward.ServeHTTP(w, r)
-		return
-	}
-
-	d, proceed := i.decideAndReserve(w, r, p, forward, writeError)
-	if !proceed {
-		return
-	}
-	reserved := d.ConsumeOnce && d.ApprovalsUpdate != nil && !wr.dryRun
-
-	out, err := i.mutate(r, p, &d)
-	if err != nil {
-		if reserved {
-			i.giveBack(reservedWriteOf(p, d.ApprovalsUpdate), "the write could not be prepared")
-		}
-		fail(err)
-		return
-	}
-	for _, warning := range d.Warnings {
-		w.Header().Add("Warning", formatWarning(warning))
-	}
-	if wr.dryRun {
-		w.Header().Add("Warning", formatWarning(fmt.Sprintf("kausality dry-run: %s (%s): %s", d.Result, d.Category, d.Reason)))
-	}
-
-	rec := httpx.NewCodeRecorder(w)
-	if reserved {
-		// Settled before the client hears the answer: a client that
-		// retries at once finds the approval back when it is put back.
-		reservation := reservedWriteOf(p, d.ApprovalsUpdate)
-		rec.BeforeHeader = func(code int) { i.settleReservation(reservation, code) }
-	}
-	forward.ServeHTTP(rec, out)
-	if reserved && rec.Code() == 0 {
-		// No answer was written at all: it does not say either.
-		i.settleReservation(reservedWriteOf(p, d.ApprovalsUpdate), 0)
-	}
-	succeeded := rec.Code() >= 200 && rec.Code() < 300
-	p.outcome = "forwarded:" + strconv.Itoa(rec.Code())
-	if succeeded && !wr.dryRun {
-		if wr.sub == statusSubresource {
-			i.learnStatus(p)
-		}
-		i.sideWrites(d.ParentWrites)
-		i.traceScaled(p, &d)
-		i.report(r, p, &d)
-	}
-	i.recordDecision(p, &d)
 }
 
 // refuseUnauthorized answers a write whose caller is not known to be
 // allowed to make it.
-func (i *Interceptor) refuseUnauthorized(w http.ResponseWriter, r *http.Request, p *pending, err error, forward http.Handler, writeError ErrorWriter) {
+func (i *Interceptor) refuseUnauthorized(x exchange, rq *writeRequest, err error) {
+	f := &facts{req: rq, op: rq.w.op, namespace: rq.w.namespace, dryRun: rq.w.dryRun}
 	var unavailable *authorizationUnavailableError
 	switch {
-	case p.shadow():
+	case rq.shadow():
 		// Shadow changes nothing: kube-apiserver answers as it would
 		// without the proxy.
-		p.outcome = "shadow:not-authorized"
-		forward.ServeHTTP(w, r)
+		x.up.send(x.w, x.r)
 	case errors.As(err, &unavailable) && decision.OnFailure(i.cfg.FailurePolicy, decision.Unreachable).Forward:
-		p.outcome = "ignored-failure"
-		i.logError(r, p, err)
-		w.Header().Add("Warning", formatWarning("kausality: no drift decision was made (--failure-policy=Ignore): "+err.Error()))
-		forward.ServeHTTP(w, r)
+		i.logError(f, "ignored-failure", err)
+		x.w.Header().Add("Warning", formatWarning("kausality: no drift decision was made (--failure-policy=Ignore): "+err.Error()))
+		x.up.send(x.w, x.r)
 	case errors.As(err, &unavailable):
-		p.outcome = "error"
-		i.logError(r, p, err)
-		writeError(w, unavailable.status())
+		i.logError(f, "error", err)
+		x.writeError(x.w, unavailable.status())
 	default:
-		p.outcome = "not-authorized"
-		writeError(w, err)
+		x.writeError(x.w, err)
 	}
 }
 
-// decideAndReserve decides the write and, when it consumes a once
-// approval, reserves the approval on the parent. It reports false when it
-// has answered the request itself (a denial, an error, a refused dry run).
-func (i *Interceptor) decideAndReserve(w http.ResponseWriter, r *http.Request, p *pending, forward http.Handler, writeError ErrorWriter) (decision.Decision, bool) {
-	wr := p.w
-	fail := func(err error) {
-		p.outcome = "error"
-		i.logError(r, p, err)
-		writeError(w, err)
+// serveOne serves a write of one object.
+func (i *Interceptor) serveOne(x exchange, rq *writeRequest) {
+	f := facts{req: rq, op: rq.w.op, namespace: rq.w.namespace, dryRun: rq.w.dryRun}
+	data, err := i.readInterceptedBody(x.w, x.r)
+	if err != nil {
+		i.fail(x, &f, err)
+		return
+	}
+	bodyDryRun, err := deleteDryRun(x.r, rq.w, data)
+	if err != nil {
+		i.fail(x, &f, err)
+		return
+	}
+	// kube-apiserver reads a delete's options from its body: a dry run
+	// there is as much a dry run as one in the query, and must consume
+	// nothing.
+	if f, err = i.gather(x.r.Context(), rq, data, rq.w.dryRun || bodyDryRun); err != nil {
+		i.fail(x, &f, err)
+		return
+	}
+	if f.op == decision.Delete && f.old == nil {
+		// Deleting what does not exist: kube-apiserver answers 404 itself.
+		x.up.send(x.w, x.r)
+		return
 	}
 	preflighted := false
-	for attempt := 1; ; attempt++ {
-		d, err := i.decideConfirmed(r, p, forward)
+rounds:
+	for round := 1; ; round++ {
+		var d decision.Decision
+		f, d, err = i.decideOnFacts(x.r, f, x.up)
 		var refused *refusedByServer
-		if errors.As(err, &refused) {
+		switch {
+		case errors.As(err, &refused):
 			// The write itself would be refused the same way; nothing
 			// was changed anywhere.
-			p.outcome = "dry-run-refused"
-			refused.answer.replay(w, writeError)
-			i.recordDecision(p, &d)
-			return d, false
+			refused.answer.replay(x.w, x.writeError)
+			i.recordDecision(&f, &d, "dry-run-refused")
+			return
+		case err != nil:
+			i.fail(x, &f, err)
+			return
 		}
+		var (
+			out      forwarded
+			reserved *reservedWrite
+		)
+		for _, step := range decision.StepsFor(&d, f.dryRun, preflighted) {
+			switch step {
+			case decision.StepRefuse:
+				i.deny(x.w, &f, &d, x.writeError)
+				return
+			case decision.StepPrepare:
+				if out, err = prepare(x.r, &f, &d); err != nil {
+					i.fail(x, &f, err)
+					return
+				}
+			case decision.StepPreflight:
+				if !i.preflight(x, out.req) {
+					i.recordDecision(&f, &d, "dry-run-refused")
+					return
+				}
+				preflighted = true
+			case decision.StepReserve:
+				rw, err := i.reserve(x.r.Context(), &f, d.ApprovalsUpdate)
+				if err != nil {
+					if f, err = i.afterReservationError(x, f, &d, err, round); err != nil {
+						i.fail(x, &f, err)
+						return
+					}
+					continue rounds
+				}
+				reserved = &rw
+			case decision.StepForward:
+				again, err := i.forward(x, &f, &d, out, reserved, round)
+				if err != nil {
+					i.fail(x, &f, err)
+					return
+				}
+				if !again {
+					return
+				}
+			}
+		}
+		// The proxy's precondition failed: the object moved since the
+		// decision. Decide again on what is stored now.
+		if f, err = i.afresh(x.r, f, x.up); err != nil {
+			i.fail(x, &f, err)
+			return
+		}
+	}
+}
+
+// decideOnFacts decides f, fetching what the decision still needs into a
+// new facts value and deciding again until it needs nothing more.
+func (i *Interceptor) decideOnFacts(r *http.Request, f facts, up upstream) (facts, decision.Decision, error) {
+	for fetches := 0; ; fetches++ {
+		d := i.decide(&f)
+		need := decision.Needs(&d, f.held())
+		if need.None() || fetches == maxFetchRounds {
+			return f, d, nil
+		}
+		next, err := i.refetch(r, f, need, up)
 		if err != nil {
-			if !i.forwardIgnored(w, r, p, err, forward) {
-				fail(err)
-			}
-			return d, false
+			return f, d, err
 		}
-		if d.Result == decision.Deny {
-			i.deny(w, r, p, &d, writeError)
-			return d, false
-		}
-		if !d.ConsumeOnce || d.ApprovalsUpdate == nil || wr.dryRun {
-			return d, true
-		}
-		// A once approval is written off the parent before the write is
-		// forwarded. That is a write with the proxy's credentials, so it is
-		// made only for a write kube-apiserver is going to accept: a dry
-		// run as the caller answers that first.
-		if !preflighted {
-			out, err := i.mutate(r, p, &d)
-			if err != nil {
-				fail(err)
-				return d, false
-			}
-			if !i.preflight(w, out, forward, writeError) {
-				p.outcome = "dry-run-refused"
-				i.recordDecision(p, &d)
-				return d, false
-			}
-			preflighted = true
-		}
-		err = i.reserve(r.Context(), p, d.ApprovalsUpdate)
-		if err == nil {
-			return d, true
-		}
-		switch decision.OnReservationError(reservationError(err), attempt, maxReservationAttempts) {
-		case decision.RefuseRetryable:
-			fail(apierrors.NewConflict(schema.GroupResource{Group: wr.gvr.Group, Resource: wr.gvr.Resource}, wr.info.Name,
-				fmt.Errorf("could not reserve the once approval on %s: the parent kept changing (%v); retry the write", d.ApprovalsUpdate.Target, err)))
-			return d, false
-		case decision.RefuseAsFailure:
-			err = i.unresolvable(fmt.Errorf("reserving the once approval on %s: %w", d.ApprovalsUpdate.Target, err))
-			if !i.forwardIgnored(w, r, p, err, forward) {
-				fail(err)
-			}
-			return d, false
-		}
-		// Someone else changed the parent (maybe took the approval), or
-		// deleted it: decide again from a fresh snapshot.
-		if err := i.refreshParent(r.Context(), p); err != nil {
-			if !i.forwardIgnored(w, r, p, err, forward) {
-				fail(err)
-			}
-			return d, false
-		}
+		f = next
 	}
 }
 
-// decideConfirmed decides, and confirms a drift verdict made from the cache.
-// The controller reacts to the same watch event as our cache; a cache a
-// beat behind shows the parent as reconciled when its spec has just
-// changed. Drift is rare, so it is confirmed with one live read and decided
-// again from that single fresh snapshot.
-func (i *Interceptor) decideConfirmed(r *http.Request, p *pending, forward http.Handler) (decision.Decision, error) {
-	d := i.decide(r, p)
-	if p.oldIsMetadata && !d.StandsOnMetadata(p.op) {
-		if err := i.reloadStored(r, p); err != nil {
-			return d, err
-		}
-		d = i.decide(r, p)
+// preflight sends out as a server-side dry run and reports whether
+// kube-apiserver would accept it. When it would not, its answer has been
+// written to the client and nothing was changed anywhere.
+func (i *Interceptor) preflight(x exchange, out *http.Request) bool {
+	data, err := readAll(out)
+	if err != nil {
+		x.writeError(x.w, err)
+		return false
 	}
-	if d.RecheckController && p.w.sub == mainResource {
-		if err := i.reloadStored(r, p); err != nil {
-			return d, err
-		}
-		d = i.decide(r, p)
+	answer, err := x.up.dryRun(out, data, maxPreflightAnswer)
+	if err != nil {
+		x.writeError(x.w, err)
+		return false
 	}
-	if d.ConfirmWithServer && p.w.sub == mainResource {
-		if err := i.confirmWithServer(r, p, forward); err != nil {
-			return d, err
-		}
-		d = i.decide(r, p)
+	if answer.succeeded() {
+		return true
 	}
-	if decision.NeedsConfirmation(&d, p.parentSource == string(objects.FromCache)) {
-		if err := i.refreshParent(r.Context(), p); err != nil {
-			return d, err
-		}
-		d = i.decide(r, p)
-	}
-	if (d.Drift || d.Result == decision.Deny) && p.shownChanges == nil && len(p.changes) > 0 {
-		// Drift and denial messages (frozen, rejected) list the changed
-		// fields with their stored and new values. The stored ones are
-		// shown only to a caller who may read the object, and never for a
-		// Secret.
-		p.shownChanges = p.changes
-		u, _ := request.UserFrom(r.Context())
-		if p.kind.GroupKind() == (schema.GroupKind{Kind: "Secret"}) || !i.mayRead(r.Context(), u, p.w) {
-			p.shownChanges = withoutValues(p.changes)
-			d = i.decide(r, p)
-		}
-	}
-	if (d.Result == decision.Deny || len(d.Warnings) > 0) && !p.parentsVisibilityKnown {
-		p.parentsVisibilityKnown = true
-		u, _ := request.UserFrom(r.Context())
-		p.parentHidden = p.parent != nil && !i.mayReadParent(r.Context(), u, p.parent)
-		p.formerParentHidden = p.formerParent != nil && !i.mayReadParent(r.Context(), u, p.formerParent)
-		if p.parentHidden || p.formerParentHidden {
-			d = i.decide(r, p)
-		}
-	}
-	return d, nil
+	answer.replay(x.w, x.writeError)
+	return false
 }
 
-// withoutValues keeps only the paths of changes.
-func withoutValues(changes []desired.Change) []desired.Change {
-	out := make([]desired.Change, len(changes))
-	for i, c := range changes {
-		out[i] = desired.Change{Path: c.Path}
+// afterReservationError returns the facts to decide again on after
+// reserving a once approval failed, or the error to answer.
+func (i *Interceptor) afterReservationError(x exchange, f facts, d *decision.Decision, err error, round int) (facts, error) {
+	switch decision.OnReservationError(reservationError(err), round, decision.MaxRounds) {
+	case decision.RefuseRetryable:
+		return f, stillMoving(f.req.w, "the parent "+d.ApprovalsUpdate.Target.String())
+	case decision.RefuseAsFailure:
+		return f, i.unresolvable(fmt.Errorf("reserving the once approval on %s: %w", d.ApprovalsUpdate.Target, err))
 	}
-	return out
+	// Someone else changed the parent (maybe took the approval), or
+	// deleted it: decide again from a fresh snapshot.
+	return i.refetch(x.r, f, decision.Need{FreshParent: true}, x.up)
+}
+
+// forward sends the decided write and acts on the answer. It reports true
+// when the proxy's own precondition failed and the write is to be decided
+// again; the client has heard nothing then.
+func (i *Interceptor) forward(x exchange, f *facts, d *decision.Decision, out forwarded, reserved *reservedWrite, round int) (bool, error) {
+	rec := httpx.NewCodeRecorder(x.w)
+	if reserved != nil {
+		// Settled before the client hears the answer: a client that
+		// retries at once finds the approval back when it is put back.
+		rec.BeforeHeader = func(code int) { i.settleReservation(*reserved, decision.OnWriteAnswer(code)) }
+	}
+	answer := newConflictCatcher(rec, out.preconditionAdded && !f.dryRun)
+	for _, warning := range d.Warnings {
+		answer.Header().Add("Warning", formatWarning(warning))
+	}
+	if f.dryRun {
+		answer.Header().Add("Warning", formatWarning(fmt.Sprintf("kausality dry-run: %s (%s): %s", d.Result, d.Category, d.Reason)))
+	}
+	x.up.send(answer, out.req)
+	if answer.held {
+		if reserved != nil {
+			i.settleReservation(*reserved, decision.OnWriteAnswer(http.StatusConflict))
+		}
+		switch decision.OnForwardedConflict(out.preconditionAdded, round) {
+		case decision.RefuseStillMoving:
+			return false, stillMoving(f.req.w, "the object")
+		default:
+			// One decision line per write: the round is only traced.
+			i.cfg.Log.Info("the object moved between the decision and the write; deciding again",
+				zap.String("resource", f.req.w.gvr.String()), zap.String("namespace", f.namespace),
+				zap.String("name", f.req.w.info.Name), zap.Int("round", round), zap.String("precondition", f.precondition))
+			return true, nil
+		}
+	}
+	if reserved != nil && rec.Code() == 0 {
+		// No answer was written at all: it does not say either.
+		i.settleReservation(*reserved, decision.OnWriteAnswer(0))
+	}
+	if rec.Code() >= 200 && rec.Code() < 300 && !f.dryRun {
+		i.afterSuccess(f, d)
+	}
+	i.recordDecision(f, d, "forwarded:"+strconv.Itoa(rec.Code()))
+	return false, nil
 }
 
 // serveShadow handles a write of a controller in shadow mode: the full
 // decision is computed and logged, and the request goes upstream exactly as
 // it came: no annotation, no approval consumed, no denial, no warning, no
 // side write. Whatever goes wrong while deciding is logged, never returned.
-func (i *Interceptor) serveShadow(w http.ResponseWriter, r *http.Request, p *pending, forward http.Handler) {
-	p.outcome = "shadow"
-	data, ok := i.readShadowBody(w, r, p, forward)
-	if !ok {
+func (i *Interceptor) serveShadow(x exchange, rq *writeRequest) {
+	f := facts{req: rq, op: rq.w.op, namespace: rq.w.namespace, dryRun: rq.w.dryRun}
+	data, err := i.readShadowBody(x.w, x.r)
+	if err != nil {
+		// A body that cannot be read whole is not decided: the request
+		// goes upstream as it came.
+		i.logError(&f, "shadow", err)
+		x.up.send(x.w, x.r)
 		return
 	}
-	d, decided, err := i.shadowDecision(r, p, data, forward)
-	restoreBody(r, data)
-	rec := httpx.NewCodeRecorder(w)
-	forward.ServeHTTP(rec, r)
-	p.outcome = "shadow:" + strconv.Itoa(rec.Code())
-	switch {
-	case err != nil:
-		i.logError(r, p, err)
-	case decided:
-		i.recordDecision(p, &d)
+	decided, decideErr := i.shadowDecisions(x, rq, data)
+	restoreBody(x.r, data)
+	rec := httpx.NewCodeRecorder(x.w)
+	x.up.send(rec, x.r)
+	outcome := "shadow:" + strconv.Itoa(rec.Code())
+	if decideErr != nil {
+		i.logError(&f, outcome, decideErr)
+		return
+	}
+	for _, m := range decided {
+		i.recordDecision(&m.f, &m.d, outcome)
 	}
 }
 
-// shadowDecision decides a shadow write. Nothing that goes wrong here,
-// a panic included, may keep the request from being forwarded.
-func (i *Interceptor) shadowDecision(r *http.Request, p *pending, data []byte, forward http.Handler) (d decision.Decision, decided bool, err error) {
+// shadowDecisions decides a shadow write, or each object of a shadow
+// deletecollection. Nothing that goes wrong here, a panic included, may
+// keep the request from being forwarded.
+func (i *Interceptor) shadowDecisions(x exchange, rq *writeRequest, data []byte) (decided []member, err error) {
 	defer func() {
 		if rec := recover(); rec != nil {
 			i.cfg.Log.Error("panic while deciding a shadow write", zap.Any("panic", rec), zap.Stack("stack"))
-			err = fmt.Errorf("panic while deciding: %v", rec)
+			decided, err = nil, fmt.Errorf("panic while deciding: %v", rec)
 		}
 	}()
-	p.data = data
-	if err := i.load(r, p); err != nil {
-		return d, false, err
+	decideShadow := func(f facts) (member, error) {
+		f, d, err := i.decideOnFacts(x.r, f, x.up)
+		var refused *refusedByServer
+		if errors.As(err, &refused) {
+			// kube-apiserver refuses the write itself: the unconfirmed
+			// decision is what is logged.
+			err = nil
+		}
+		return member{f: f, d: d}, err
 	}
-	if p.skip() {
-		return d, false, nil
+	if rq.w.collection {
+		c, err := i.decideCollection(x.r, rq, data, decideShadow)
+		if err != nil || c.cleanup {
+			return nil, err
+		}
+		return c.members, nil
 	}
-	d, err = i.decideConfirmed(r, p, forward)
-	var refused *refusedByServer
-	if errors.As(err, &refused) {
-		// kube-apiserver refuses the write itself: the unconfirmed
-		// decision is what is logged.
-		return d, true, nil
+	bodyDryRun, err := deleteDryRun(x.r, rq.w, data)
+	if err != nil {
+		return nil, err
 	}
-	return d, err == nil, err
+	f, err := i.gather(x.r.Context(), rq, data, rq.w.dryRun || bodyDryRun)
+	if err != nil || f.op == decision.Delete && f.old == nil {
+		return nil, err
+	}
+	m, err := decideShadow(f)
+	if err != nil {
+		return nil, err
+	}
+	return []member{m}, nil
 }
 
-// elapsed is how long the write has taken so far.
-func (p *pending) elapsed() time.Duration { return p.clock.Since(p.start) }
-
-// shadow reports whether the writer's controller is in shadow mode.
-func (p *pending) shadow() bool {
-	return p.controller != nil && p.controller.Mode == annotations.ModeShadow
-}
-
-// controllerName is the configured name of the writer's controller.
-func (p *pending) controllerName() string {
-	if p.controller == nil {
-		return ""
+// serveCollection serves a deletecollection: each object it would delete
+// is decided as the DELETE of it, with the same steps as one write, and
+// the verdicts are combined (collection.go).
+func (i *Interceptor) serveCollection(x exchange, rq *writeRequest) {
+	f := facts{req: rq, op: rq.w.op, namespace: rq.w.namespace, dryRun: rq.w.dryRun}
+	data, err := i.readInterceptedBody(x.w, x.r)
+	if err != nil {
+		i.fail(x, &f, err)
+		return
 	}
-	return p.controller.Name
+	c, err := i.decideCollection(x.r, rq, data, func(mf facts) (member, error) {
+		mf, d, err := i.decideOnFacts(x.r, mf, x.up)
+		return member{f: mf, d: d}, err
+	})
+	if err != nil {
+		i.fail(x, &f, err)
+		return
+	}
+	f.namespace, f.dryRun = c.namespace, c.dryRun
+	if c.cleanup {
+		x.up.send(x.w, x.r)
+		return
+	}
+	if verdict := c.verdict; verdict.Refused {
+		i.refuseCollection(x, &f, c, verdict)
+		return
+	}
+	out, err := c.request(x.r, data)
+	if err != nil {
+		i.fail(x, &f, err)
+		return
+	}
+	reserved, err := i.reserveCollection(x, c, out)
+	if err != nil {
+		for _, rw := range reserved {
+			i.giveBack(rw, "the deletecollection was not forwarded")
+		}
+		var refusal *collectionRefused
+		switch {
+		case errors.As(err, &refusal):
+			i.refuseCollection(x, &f, c, refusal.verdict)
+		case errors.Is(err, errPreflightRefused):
+			for k := range c.members {
+				i.recordDecision(&c.members[k].f, &c.members[k].d, "dry-run-refused")
+			}
+		default:
+			i.fail(x, &f, err)
+		}
+		return
+	}
+	i.forwardCollection(x, c, out, reserved)
 }
 
-// skip reports writes that turned out to need no decision.
-func (p *pending) skip() bool {
-	// Deleting what does not exist: the upstream answers 404 itself.
-	return p.op == decision.Delete && p.old == nil
+// forwardCollection forwards the decided deletecollection and acts on the
+// answer for each of its objects.
+func (i *Interceptor) forwardCollection(x exchange, c *collection, out *http.Request, reserved []reservedWrite) {
+	addCollectionWarnings(x.w, c)
+	// As for one write, each reserved approval is settled by the answer;
+	// an answer other than success is settled by what is still stored,
+	// since kube-apiserver may have deleted some of the objects before it
+	// failed.
+	settle := func(code int) {
+		for _, rw := range reserved {
+			i.settleReservation(rw, decision.OnCollectionAnswer(code))
+		}
+	}
+	rec := httpx.NewCodeRecorder(x.w)
+	rec.BeforeHeader = settle
+	x.up.send(rec, out)
+	code := rec.Code()
+	if code == 0 {
+		settle(0)
+	}
+	succeeded := code >= 200 && code < 300
+	var parentWrites []decision.SideWrite
+	for k := range c.members {
+		m := &c.members[k]
+		if succeeded && !c.dryRun {
+			parentWrites = append(parentWrites, m.d.ParentWrites...)
+			i.report(&m.f, &m.d)
+		}
+		i.recordDecision(&m.f, &m.d, "forwarded:"+strconv.Itoa(code))
+	}
+	i.sideWrites(distinctSideWrites(parentWrites))
+}
+
+// errPreflightRefused: kube-apiserver refused the dry run of a
+// deletecollection, and its answer was relayed.
+var errPreflightRefused = errors.New("the dry run of the deletecollection was refused")
+
+// reserveCollection takes off their parents the once approvals the
+// decisions consume, after a dry run of the whole request as the caller
+// has shown that kube-apiserver accepts it (as for one write). A conflict
+// decides that object again from a fresh read of its parent. On an error
+// it returns what it reserved, for the caller to put back.
+func (i *Interceptor) reserveCollection(x exchange, c *collection, out *http.Request) ([]reservedWrite, error) {
+	var reserved []reservedWrite
+	preflighted := false
+	for k := range c.members {
+		m := &c.members[k]
+	rounds:
+		for round := 1; ; round++ {
+			// The steps of each object's own DELETE, but the one request
+			// is prepared and forwarded once, for all of them.
+			for _, step := range decision.StepsFor(&m.d, c.dryRun, preflighted) {
+				switch step {
+				case decision.StepRefuse:
+					return reserved, &collectionRefused{verdict: decision.CollectionVerdict{Refused: true, Denied: 1, Blocked: []int{k}}}
+				case decision.StepPreflight:
+					if !i.preflight(x, out) {
+						return reserved, errPreflightRefused
+					}
+					preflighted = true
+				case decision.StepReserve:
+					rw, err := i.reserve(x.r.Context(), &m.f, m.d.ApprovalsUpdate)
+					if err != nil {
+						f, err := i.afterReservationError(x, m.f, &m.d, err, round)
+						if err != nil {
+							return reserved, err
+						}
+						c.remember(&f)
+						if m.f, m.d, err = i.decideOnFacts(x.r, f, x.up); err != nil {
+							return reserved, err
+						}
+						continue rounds
+					}
+					reserved = append(reserved, rw)
+				}
+			}
+			break
+		}
+	}
+	return reserved, nil
+}
+
+// refuseCollection answers 403: the request deletes nothing, and says
+// which objects held it back and why.
+func (i *Interceptor) refuseCollection(x exchange, f *facts, c *collection, verdict decision.CollectionVerdict) {
+	for _, warning := range c.warnings.lines() {
+		x.w.Header().Add("Warning", formatWarning(warning))
+	}
+	for k := range c.members {
+		m := &c.members[k]
+		held := m.d.Result == decision.Deny
+		outcome := "denied"
+		if !held {
+			// Allowed on its own; the request it came in was refused.
+			outcome = "refused-with-collection"
+		}
+		i.recordDecision(&m.f, &m.d, outcome)
+		if held && !c.dryRun {
+			i.report(&m.f, &m.d)
+		}
+	}
+	x.writeError(x.w, collectionRefusal(f, c, verdict))
+}
+
+// readAll reads a replayable request body without consuming it.
+func readAll(r *http.Request) ([]byte, error) {
+	if r.GetBody == nil {
+		return nil, nil
+	}
+	b, err := r.GetBody()
+	if err != nil {
+		return nil, err
+	}
+	defer func() { _ = b.Close() }()
+	return io.ReadAll(b)
 }

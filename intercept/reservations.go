@@ -16,6 +16,7 @@ import (
 	"go.uber.org/zap"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/apimachinery/pkg/util/wait"
 
@@ -79,14 +80,15 @@ type reservedWrite struct {
 	orphan bool
 }
 
-// reservedWriteOf describes the write p for the settlement of upd.
-func reservedWriteOf(p *pending, upd *decision.ApprovalsUpdate) reservedWrite {
-	rw := reservedWrite{approval: upd, op: p.op, gvr: p.w.gvr, namespace: p.namespace, name: p.w.info.Name, record: p.reservation}
-	if rw.name == "" && p.sent != nil {
-		rw.name = p.sent.GetName()
+// reservedWriteOf describes the write of f for the settlement of upd.
+func reservedWriteOf(f *facts, upd *decision.ApprovalsUpdate) reservedWrite {
+	wr := f.req.w
+	rw := reservedWrite{approval: upd, op: f.op, gvr: wr.gvr, namespace: f.namespace, name: wr.info.Name}
+	if rw.name == "" && f.sent != nil {
+		rw.name = f.sent.GetName()
 	}
-	if p.op != decision.Create && p.old != nil {
-		rw.before = decision.StoredState{Exists: true, UID: string(p.old.GetUID()), ResourceVersion: p.old.GetResourceVersion()}
+	if f.op != decision.Create && f.old != nil {
+		rw.before = decision.StoredState{Exists: true, UID: string(f.old.GetUID()), ResourceVersion: f.old.GetResourceVersion()}
 	}
 	return rw
 }
@@ -97,10 +99,10 @@ func reservedWriteFrom(rec *reservations.Record) reservedWrite {
 		before: rec.Before, record: rec, orphan: true}
 }
 
-// reserve records the reservation of upd for p's write, then takes the
+// reserve records the reservation of upd for f's write, then takes the
 // approval off the parent.
-func (i *Interceptor) reserve(ctx context.Context, p *pending, upd *decision.ApprovalsUpdate) error {
-	rw := reservedWriteOf(p, upd)
+func (i *Interceptor) reserve(ctx context.Context, f *facts, upd *decision.ApprovalsUpdate) (reservedWrite, error) {
+	rw := reservedWriteOf(f, upd)
 	var rec *reservations.Record
 	if i.cfg.Reservations != nil {
 		var err error
@@ -114,8 +116,8 @@ func (i *Interceptor) reserve(ctx context.Context, p *pending, upd *decision.App
 		}
 	}
 	stamps := ""
-	if p.parent != nil {
-		stamps = p.parent.GetAnnotations()[annotations.Reservations]
+	if parent := reservedParent(f, upd); parent != nil {
+		stamps = parent.GetAnnotations()[annotations.Reservations]
 	}
 	if err := i.reserveApproval(ctx, upd, rec, stamps); err != nil {
 		if rec != nil {
@@ -123,10 +125,19 @@ func (i *Interceptor) reserve(ctx context.Context, p *pending, upd *decision.App
 				i.reservationLog(rw).Info("cannot remove the record of a reservation that did not happen; it is settled later", zap.Error(cerr))
 			}
 		}
-		return err
+		return rw, err
 	}
-	p.reservation = rec
-	return nil
+	rw.record = rec
+	return rw, nil
+}
+
+// reservedParent is the snapshot of the parent upd takes the approval
+// off: the one the write joins, or the one it leaves.
+func reservedParent(f *facts, upd *decision.ApprovalsUpdate) *unstructured.Unstructured {
+	if p := f.formerParent.obj; p != nil && upd.Target == decision.RefOf(p) {
+		return p
+	}
+	return f.parent.obj
 }
 
 // settleReservation carries out what kube-apiserver's answer code means
@@ -134,8 +145,8 @@ func (i *Interceptor) reserve(ctx context.Context, p *pending, upd *decision.App
 // the caller hears of it, so a client that retries at once finds it. An
 // answer that does not say is settled by a read of the stored object, in
 // the background when kube-apiserver cannot be read now.
-func (i *Interceptor) settleReservation(rw reservedWrite, code int) {
-	switch decision.OnWriteAnswer(code) {
+func (i *Interceptor) settleReservation(rw reservedWrite, action decision.ReservedApprovalAction) {
+	switch action {
 	case decision.ApprovalUsed:
 		// The record only tells an orphan settlement what to check; the
 		// caller need not wait for it to go.

@@ -1,0 +1,123 @@
+// Deciding on a facts value: the pure decision package's input built from
+// it, under the parent the write ends up with and under the one it moves
+// the child away from, and what the decision may still ask for
+// (decision.Needs).
+
+package intercept
+
+import (
+	"k8s.io/apimachinery/pkg/runtime/schema"
+
+	"github.com/kausality-io/kausality-proxy/intercept/annotations"
+	"github.com/kausality-io/kausality-proxy/intercept/decision"
+	"github.com/kausality-io/kausality-proxy/intercept/desired"
+	"github.com/kausality-io/kausality-proxy/intercept/patch"
+)
+
+// decide decides f. It reads nothing: every fact it uses is in f.
+func (i *Interceptor) decide(f *facts) decision.Decision {
+	d := decision.Decide(i.input(f, &f.parent))
+	if f.formerParent.obj != nil {
+		d = decision.UnderBoth(d, decision.Decide(i.input(f, &f.formerParent)))
+	}
+	if len(f.warnings) > 0 {
+		d.Warnings = append(append([]string(nil), f.warnings...), d.Warnings...)
+	}
+	return d
+}
+
+// input is the decision's input for the write under parent.
+func (i *Interceptor) input(f *facts, parent *parentFacts) decision.Input {
+	rq := f.req
+	in := decision.Input{
+		Operation:         f.op,
+		OldObject:         f.old,
+		NewObject:         f.new,
+		DesiredChanged:    f.changed,
+		Changes:           f.shownChanges(),
+		StatusWrite:       rq.w.sub == statusSubresource,
+		Parent:            parent.obj,
+		User:              rq.user,
+		FieldManager:      rq.w.fieldManager,
+		Mode:              decision.ModeInputs{Namespace: f.nsMode, Default: i.cfg.DefaultMode},
+		DryRun:            f.dryRun,
+		Confirmed:         f.confirmed,
+		NoChangeIsCertain: f.noChangeIsCertain(),
+		StaleUpdate:       f.staleUpdate(),
+		Now:               i.cfg.Clock.Now(),
+		Lifecycle:         rq.settings.Lifecycle,
+		UngatedKinds:      rq.settings.UngatedChildKinds,
+		ParentHidden:      parent.obj != nil && parent.hidden,
+		OwnedRevisions:    parent.revisions,
+		Settle:            parent.settle,
+	}
+	if parent.obj != nil {
+		in.Policies = rq.policies
+	}
+	if rq.controller != nil && rq.controller.Mode != annotations.ModeShadow {
+		in.Mode.Controller = string(rq.controller.Mode)
+	}
+	in.Child = decision.ObjectRef{APIVersion: f.kind.GroupVersion().String(), Kind: f.kind.Kind, Namespace: f.namespace, Name: rq.w.info.Name}
+	if in.Child.Name == "" && f.new != nil {
+		in.Child.Name = f.new.GetName()
+		if in.Child.Name == "" {
+			in.Child.Name = f.new.GetGenerateName()
+		}
+	}
+	return in
+}
+
+// shownChanges are the changes messages may show: with their stored and
+// new values only to a caller who may read the object, and never for a
+// Secret.
+func (f *facts) shownChanges() []desired.Change {
+	if !f.childAccessKnown || f.mayReadChild && f.kind.GroupKind() != (schema.GroupKind{Kind: "Secret"}) {
+		return f.changes
+	}
+	out := make([]desired.Change, len(f.changes))
+	for i, c := range f.changes {
+		out[i] = desired.Change{Path: c.Path}
+	}
+	return out
+}
+
+// held says which of f's facts are first-hand, for decision.Needs.
+func (f *facts) held() decision.Held {
+	sub := f.req.w.sub
+	return decision.Held{
+		Confirmable:       (sub == mainResource || sub == scaleSubresource) && !f.confirmed,
+		MainResource:      sub == mainResource,
+		ChildLive:         f.childLive,
+		ParentFromCache:   f.parent.source == "cache",
+		ChildAccessKnown:  f.childAccessKnown,
+		ParentAccessKnown: f.parentAccessKnown,
+		HasChanges:        len(f.changes) > 0,
+		ChildMetadataOnly: f.oldIsMetadata,
+		Operation:         f.op,
+	}
+}
+
+// noChangeIsCertain: a stale stored object cannot hide a desired-state
+// change of this write (see decision.Input.NoChangeIsCertain).
+func (f *facts) noChangeIsCertain() bool {
+	wr := f.req.w
+	switch {
+	case wr.verb == "patch" && wr.sub == mainResource:
+		return patch.OnlyMetadata(f.patchType, f.data)
+	case wr.verb == "update" && wr.sub == mainResource && f.sent != nil && f.old != nil:
+		return f.sent.GetResourceVersion() != "" && f.sent.GetResourceVersion() == f.old.GetResourceVersion()
+	}
+	return false
+}
+
+// staleUpdate: a PUT of a copy older than the stored object, which
+// kube-apiserver refuses with a conflict. The stored object was read live
+// when the cache did not have the version the PUT names (storedObject).
+func (f *facts) staleUpdate() bool {
+	wr := f.req.w
+	if wr.verb != "update" || wr.sub != mainResource || f.sent == nil || f.old == nil {
+		return false
+	}
+	rv := f.sent.GetResourceVersion()
+	return rv != "" && rv != f.old.GetResourceVersion()
+}

@@ -1,0 +1,381 @@
+package decision
+
+// The write path's rules that are not about one write's verdict: what to
+// do when a fact cannot be established, which facts a verdict still needs
+// before it is acted on, and what to do when reserving a once approval or
+// the forwarded write meets a change made meanwhile. They are here, pure,
+// so the orchestration only carries them out.
+
+// FailurePolicy is --failure-policy: what happens to a write when a fact
+// the decision needs (the kind, the stored object, the parent) cannot be
+// read.
+type FailurePolicy string
+
+// Failure policies.
+const (
+	FailurePolicyFail   FailurePolicy = "Fail"
+	FailurePolicyIgnore FailurePolicy = "Ignore"
+)
+
+// FailureKind says why a fact could not be read.
+type FailureKind int
+
+// Failure kinds.
+const (
+	// Unreachable: kube-apiserver could not be reached or answered 503; a
+	// retry may succeed.
+	Unreachable FailureKind = iota
+	// Unreadable: kube-apiserver answered, but the fact cannot be had (an
+	// unmappable kind, a read the proxy may not make).
+	Unreadable
+)
+
+// FailureAction is what to do with a write whose facts are incomplete.
+type FailureAction struct {
+	// Forward: let the write through undecided, with a warning.
+	Forward bool
+	// Code is the status of the refusal when not forwarded: 503 (retry) or
+	// 500.
+	Code int
+}
+
+// OnFailure applies the failure policy.
+func OnFailure(policy FailurePolicy, kind FailureKind) FailureAction {
+	switch {
+	case policy == FailurePolicyIgnore:
+		return FailureAction{Forward: true}
+	case kind == Unreachable:
+		return FailureAction{Code: 503}
+	default:
+		return FailureAction{Code: 500}
+	}
+}
+
+// NeedsConfirmation reports whether d must be decided again from a live
+// read of the parent before it is acted on. The controller reacts to the
+// same watch event as the proxy's cache, and a cache a beat behind shows
+// the parent settled when its spec has just changed: a drift verdict from
+// the cache is confirmed. Other verdicts allow the write whatever the
+// parent's latest state, so they cost no extra round trip.
+func NeedsConfirmation(d *Decision, parentFromCache bool) bool {
+	return d.Drift && parentFromCache
+}
+
+// Held says which facts of a write are first-hand already, so that no
+// read is made twice.
+type Held struct {
+	// Confirmable: the write is of an object kube-apiserver can dry-run
+	// and the proxy can read (the main resource, or /scale of it).
+	Confirmable bool
+	// MainResource: the write is of the object itself (not a
+	// subresource); only such a write can change its controls.
+	MainResource bool
+	// ChildLive: the stored object was read live.
+	ChildLive bool
+	// ParentFromCache: the parent snapshot comes from the cache.
+	ParentFromCache bool
+	// ChildAccessKnown, ParentAccessKnown: whether the caller may read
+	// the object, and its parents, has been asked.
+	ChildAccessKnown, ParentAccessKnown bool
+	// HasChanges: the write changes desired fields a message may list.
+	HasChanges bool
+	// ChildMetadataOnly: the stored child is its cached metadata, not the
+	// whole object; Operation is the write's.
+	ChildMetadataOnly bool
+	Operation         Operation
+}
+
+// Need lists the facts a decision still needs. The reads behind the first
+// three are independent of each other and run together.
+type Need struct {
+	// LiveChild: the stored object, read live, with the write applied to
+	// it again.
+	LiveChild bool
+	// ServerResult: kube-apiserver's own result for the write (a live
+	// read of the object and a server-side dry run of the same request).
+	ServerResult bool
+	// FreshParent: the parent read live.
+	FreshParent bool
+	// ChildAccess, ParentAccess: whether the caller may read the object
+	// (a denial shows stored values only to readers) and its parents (a
+	// denial names them only to readers).
+	ChildAccess, ParentAccess bool
+}
+
+// None reports whether nothing is needed.
+func (n Need) None() bool { return n == Need{} }
+
+// Needs says what d still needs before it is acted on, given what is held.
+// The verdict's own facts come first: who may read what only matters for
+// the message of the verdict that stands.
+func Needs(d *Decision, h Held) Need {
+	var n Need
+	if h.ChildMetadataOnly && !h.ChildLive && !d.StandsOnMetadata(h.Operation) {
+		// Nothing else is asked of a verdict made on the child's metadata
+		// alone: the whole child may decide it otherwise, and cheaper.
+		n.LiveChild = true
+		return n
+	}
+	n.LiveChild = d.RecheckController && h.MainResource && !h.ChildLive
+	n.ServerResult = d.ConfirmWithServer && h.Confirmable
+	n.FreshParent = NeedsConfirmation(d, h.ParentFromCache)
+	if n.ServerResult {
+		// The dry run's facts include a live read of the object.
+		n.LiveChild = false
+	}
+	if !n.None() {
+		return n
+	}
+	n.ChildAccess = (d.Drift || d.Result == Deny) && h.HasChanges && !h.ChildAccessKnown
+	n.ParentAccess = (d.Result == Deny || len(d.Warnings) > 0) && !h.ParentAccessKnown
+	return n
+}
+
+// Step is one thing done with a decided write.
+type Step int
+
+// Steps, in the order they are done.
+const (
+	// StepRefuse answers the denial; nothing is forwarded.
+	StepRefuse Step = iota
+	// StepPrepare builds the request to forward: the child's annotations
+	// written into the body, and the resourceVersion the verdict was
+	// confirmed on.
+	StepPrepare
+	// StepPreflight dry-runs the prepared request as the caller: the
+	// proxy writes a parent with its own credentials only for a write
+	// kube-apiserver is going to accept.
+	StepPreflight
+	// StepReserve takes the once approval off its parent.
+	StepReserve
+	// StepForward forwards the prepared request; after success come the
+	// parent writes and the report.
+	StepForward
+)
+
+// StepsFor is what is done with d: refused, or prepared and forwarded, a
+// once approval reserved in between (after one preflight per write; a
+// dry run consumes nothing).
+func StepsFor(d *Decision, dryRun, preflighted bool) []Step {
+	switch {
+	case d.Result == Deny:
+		return []Step{StepRefuse}
+	case !d.ConsumeOnce || d.ApprovalsUpdate == nil || dryRun:
+		return []Step{StepPrepare, StepForward}
+	case preflighted:
+		return []Step{StepPrepare, StepReserve, StepForward}
+	default:
+		return []Step{StepPrepare, StepPreflight, StepReserve, StepForward}
+	}
+}
+
+// MaxRounds bounds how often one write is decided again on fresh state:
+// after a reservation conflict, or after the proxy's own precondition on
+// the forwarded write failed. Each round reads the state anew.
+const MaxRounds = 3
+
+// ConflictAction is what follows kube-apiserver's 409 for a forwarded
+// write.
+type ConflictAction int
+
+// Conflict actions.
+const (
+	// RelayConflict: the client named the resourceVersion (or the proxy
+	// added none): the 409 is kube-apiserver's answer to the client's own
+	// write, and goes back as it is.
+	RelayConflict ConflictAction = iota
+	// DecideAgainOnFreshState: the 409 is the proxy's precondition,
+	// which the client did not ask for; the object moved since the
+	// decision, so the write is decided again on what is stored now.
+	DecideAgainOnFreshState
+	// RefuseStillMoving: the object kept moving for MaxRounds decisions;
+	// the client gets a retryable answer, never a 409 it did not ask for.
+	RefuseStillMoving
+)
+
+// OnForwardedConflict decides what follows a 409 in round (1-based). A
+// client that sent no resourceVersion asked kube-apiserver to apply its
+// write to the latest object; the proxy adds a precondition only so that
+// drift is never admitted by a race, and when that precondition fails it
+// decides again rather than hand the client a conflict.
+func OnForwardedConflict(preconditionAddedByProxy bool, round int) ConflictAction {
+	switch {
+	case !preconditionAddedByProxy:
+		return RelayConflict
+	case round >= MaxRounds:
+		return RefuseStillMoving
+	default:
+		return DecideAgainOnFreshState
+	}
+}
+
+// ReservationError says how reserving a once approval on the parent failed.
+type ReservationError int
+
+// Reservation errors.
+const (
+	// ReservationConflict: the parent changed since it was read (maybe
+	// another write took the approval).
+	ReservationConflict ReservationError = iota
+	// ReservationParentGone: the parent no longer exists.
+	ReservationParentGone
+	// ReservationFailed: anything else (the proxy may not write the
+	// parent, kube-apiserver is down).
+	ReservationFailed
+)
+
+// ReservationAction is what to do after a failed reservation.
+type ReservationAction int
+
+// Reservation actions.
+const (
+	// DecideAgain from a fresh read of the parent.
+	DecideAgain ReservationAction = iota
+	// RefuseRetryable: answer 409, the client retries the write.
+	RefuseRetryable
+	// RefuseAsFailure: the failure policy applies; a retry would meet the
+	// same error, so it is not a conflict.
+	RefuseAsFailure
+)
+
+// OnReservationError decides what follows a failed reservation at attempt
+// (1-based) of at most maxAttempts.
+func OnReservationError(e ReservationError, attempt, maxAttempts int) ReservationAction {
+	switch {
+	case e == ReservationFailed:
+		return RefuseAsFailure
+	case attempt >= maxAttempts:
+		return RefuseRetryable
+	default:
+		// A conflict, or a parent deleted meanwhile (its children are then
+		// cleanup): the fresh snapshot decides.
+		return DecideAgain
+	}
+}
+
+// ReservedApprovalAction is what becomes of a reserved once approval when
+// kube-apiserver has answered the write it was reserved for.
+type ReservedApprovalAction int
+
+// Reserved approval actions.
+const (
+	// ApprovalUsed: the write was applied; the approval is spent.
+	ApprovalUsed ReservedApprovalAction = iota
+	// ApprovalRestore: kube-apiserver refused the write, so nothing was
+	// stored; the approval goes back.
+	ApprovalRestore
+	// ApprovalCheckStored: the answer does not say whether the write was
+	// applied (a 5xx, a broken connection, a timeout); what kube-apiserver
+	// stores decides (WriteNotApplied).
+	ApprovalCheckStored
+)
+
+// OnWriteAnswer decides the fate of a reserved once approval from the code
+// the write it was reserved for was answered with. kube-apiserver answers
+// 4xx only for a write it did not store (a conflict, an admission
+// refusal, a throttled request); a 5xx or no answer at all may come after
+// the object was stored.
+func OnWriteAnswer(code int) ReservedApprovalAction {
+	switch {
+	case code >= 200 && code < 300:
+		return ApprovalUsed
+	case code >= 400 && code < 500:
+		return ApprovalRestore
+	default:
+		return ApprovalCheckStored
+	}
+}
+
+// OnCollectionAnswer decides the fate of the once approvals reserved for
+// the objects of a deletecollection from its answer code. kube-apiserver
+// deletes the objects one by one and may fail after some are gone, so
+// only success says that every object went; any other answer is settled
+// per object by what kube-apiserver stores, and only the approvals of
+// objects still stored as they were go back.
+func OnCollectionAnswer(code int) ReservedApprovalAction {
+	if code >= 200 && code < 300 {
+		return ApprovalUsed
+	}
+	return ApprovalCheckStored
+}
+
+// MaxNamedChildren bounds the objects a refused deletecollection names.
+const MaxNamedChildren = 10
+
+// CollectionVerdict combines the decisions of the objects one
+// deletecollection would delete: it stands only if every one of them is
+// allowed. A refused request is never narrowed to the rest: its success
+// would say that everything matching is gone.
+type CollectionVerdict struct {
+	Refused bool
+	// Denied counts the objects that may not be deleted; Blocked holds the
+	// indexes of the first MaxNamedChildren of them.
+	Denied  int
+	Blocked []int
+}
+
+// Add combines the decision of the object at index.
+func (v *CollectionVerdict) Add(index int, d *Decision) {
+	if d.Result != Deny {
+		return
+	}
+	v.Refused = true
+	v.Denied++
+	if len(v.Blocked) < MaxNamedChildren {
+		v.Blocked = append(v.Blocked, index)
+	}
+}
+
+// StoredState is what kube-apiserver stores under a write's object name.
+type StoredState struct {
+	Exists          bool   `json:"exists"`
+	UID             string `json:"uid,omitempty"`
+	ResourceVersion string `json:"resourceVersion,omitempty"`
+}
+
+// WriteNotApplied reports whether a write of op whose answer did not say
+// (see ApprovalCheckStored) was certainly not applied: kube-apiserver still
+// stores exactly what the proxy read before it forwarded the write. Every
+// change of the resourceVersion could be that write, and a create without
+// a name cannot be looked for, so anything else counts as applied and the
+// approval stays spent: an approval admits at most one write.
+func WriteNotApplied(op Operation, before, after StoredState) bool {
+	switch op {
+	case Create:
+		return !before.Exists && !after.Exists
+	case Update, Delete:
+		return before.Exists && after.Exists && before.ResourceVersion != "" &&
+			after.UID == before.UID && after.ResourceVersion == before.ResourceVersion
+	default:
+		return false
+	}
+}
+
+// UnderBoth combines the decisions of a write under the parent it ends up
+// with (primary) and under the parent it moves away from (former): the
+// write stands only if it stands under both, so moving a child away from a
+// frozen or settled parent is no way around it.
+//
+// A once approval the write uses under the former parent is consumed like
+// any other: the move is that parent's approved write. One write reserves
+// one approval, so a write that would use once approvals of both parents
+// is refused with what to approve instead.
+func UnderBoth(primary, former Decision) Decision {
+	if former.Result == Deny {
+		return former
+	}
+	if former.ConsumeOnce {
+		if primary.ConsumeOnce {
+			primary.Result, primary.Reason = Deny, "the write uses once approvals of both the parent it leaves and the one it joins; one write reserves one approval"
+			primary.Message = "this write moves " + primary.Child.String() + " between two parents and would use a once approval of each; " +
+				"one write can reserve only one: approve it on one of them with mode generation instead"
+			primary.ConsumeOnce, primary.ApprovalsUpdate, primary.ChildAnnotations = false, nil, nil
+			return primary
+		}
+		primary.ConsumeOnce, primary.ApprovalsUpdate, primary.Approval = true, former.ApprovalsUpdate, former.Approval
+		primary.Report = former.Report
+		primary.Reason += "; leaving its former parent uses its once approval (" + former.Reason + ")"
+	}
+	primary.Warnings = append(primary.Warnings, former.Warnings...)
+	return primary
+}

@@ -136,7 +136,7 @@ func New(cfg Config) *Interceptor {
 	if cfg.ReservationOrphanAge <= 0 {
 		cfg.ReservationOrphanAge = DefaultReservationOrphanAge
 	}
-	i := &Interceptor{cfg: cfg, metrics: newMetrics(cfg.Metrics), settled: settle.NewMemory(0),
+	i := &Interceptor{cfg: cfg, metrics: newMetrics(cfg.Metrics), settled: settle.NewMemory(0, time.Now),
 		settling: make(chan struct{}, maxSettlingReservations)}
 	if cfg.Settlements != nil {
 		cfg.Settlements.Attach(i.settled)

@@ -240,18 +240,33 @@ func (s *Store) GetKindShared(ctx context.Context, gvk schema.GroupVersionKind, 
 // kind and metadata only, without managedFields; a live read is whole. The
 // returned object is the caller's to change.
 func (s *Store) GetMetadata(ctx context.Context, gvr schema.GroupVersionResource, namespace, name string) (*unstructured.Unstructured, Source, error) {
-	if inf := s.metadataInformerFor(gvr); inf != nil && inf.Informer().HasSynced() {
-		obj, exists, err := inf.Informer().GetIndexer().GetByKey(cacheKey(namespace, name))
-		if err == nil && exists {
-			if m, ok := obj.(*metav1.PartialObjectMetadata); ok {
-				if u, err := s.metadataObject(gvr, m); err == nil {
-					return u, FromCache, nil
-				}
-			}
-		}
+	if u := s.cachedMetadata(gvr, namespace, name); u != nil {
+		return u, FromCache, nil
 	}
 	u, err := s.GetLive(ctx, gvr, namespace, name)
 	return u, FromLive, err
+}
+
+// cachedMetadata is namespace/name of gvr from the synced cache of
+// children, or nil.
+func (s *Store) cachedMetadata(gvr schema.GroupVersionResource, namespace, name string) *unstructured.Unstructured {
+	inf := s.metadataInformerFor(gvr)
+	if inf == nil || !inf.Informer().HasSynced() {
+		return nil
+	}
+	obj, exists, err := inf.Informer().GetIndexer().GetByKey(cacheKey(namespace, name))
+	if err != nil || !exists {
+		return nil
+	}
+	m, ok := obj.(*metav1.PartialObjectMetadata)
+	if !ok {
+		return nil
+	}
+	u, err := s.metadataObject(gvr, m)
+	if err != nil {
+		return nil
+	}
+	return u
 }
 
 // GetCachedWhole reads namespace/name of resource gvr from the cache of
@@ -316,7 +331,6 @@ func cacheKey(namespace, name string) string {
 // write's garbage.
 func (s *Store) GetShared(ctx context.Context, gvr schema.GroupVersionResource, namespace, name string) (*unstructured.Unstructured, Source, error) {
 	inf := s.informerFor(gvr)
-	//nolint:nestif // the cache-then-live-read fallback keeps its cases together
 	if inf != nil && inf.Informer().HasSynced() {
 		obj, exists, err := inf.Informer().GetIndexer().GetByKey(cacheKey(namespace, name))
 		if err == nil && exists {
@@ -348,38 +362,17 @@ const maxOwnedListed = 1000
 // metadata, they are listed live (at most maxOwnedListed objects of the
 // namespace are looked at). The objects must not be modified.
 func (s *Store) Owned(ctx context.Context, gvr schema.GroupVersionResource, namespace string, owner types.UID, metadataOnly bool) ([]*unstructured.Unstructured, error) {
-	var all []*unstructured.Unstructured
-	inf := s.metadataInformerFor(gvr)
-	if metadataOnly && inf != nil && inf.Informer().HasSynced() {
-		objs, err := inf.Lister().ByNamespace(namespace).List(labels.Everything())
-		if err != nil {
-			return nil, err
-		}
-		for _, o := range objs {
-			if m, ok := o.(*metav1.PartialObjectMetadata); ok {
-				if ref := metav1.GetControllerOfNoCopy(m); ref == nil || ref.UID != owner {
-					continue
-				}
-				u, err := s.metadataObject(gvr, m)
-				if err != nil {
-					return nil, err
-				}
-				all = append(all, u)
-			}
-		}
-	} else {
-		list, err := s.dynamic.Resource(gvr).Namespace(namespace).List(ctx, metav1.ListOptions{Limit: maxOwnedListed})
-		if err != nil {
-			return nil, err
-		}
-		for i := range list.Items {
-			all = append(all, &list.Items[i])
-		}
+	if inf := s.metadataInformerFor(gvr); metadataOnly && inf != nil && inf.Informer().HasSynced() {
+		return s.ownedFromCache(inf, gvr, namespace, owner)
+	}
+	list, err := s.dynamic.Resource(gvr).Namespace(namespace).List(ctx, metav1.ListOptions{Limit: maxOwnedListed})
+	if err != nil {
+		return nil, err
 	}
 	var owned []*unstructured.Unstructured
-	for _, u := range all {
-		if ref := metav1.GetControllerOfNoCopy(u); ref != nil && ref.UID == owner {
-			owned = append(owned, u)
+	for i := range list.Items {
+		if ref := metav1.GetControllerOfNoCopy(&list.Items[i]); ref != nil && ref.UID == owner {
+			owned = append(owned, &list.Items[i])
 		}
 	}
 	return owned, nil
@@ -518,4 +511,29 @@ func LeanChild(obj interface{}) (interface{}, error) {
 		m.Labels = nil
 	}
 	return obj, nil
+}
+
+// ownedFromCache lists, from the synced cache of children inf, the objects
+// of gvr in namespace whose controller is owner, as metadata.
+func (s *Store) ownedFromCache(inf informers.GenericInformer, gvr schema.GroupVersionResource, namespace string, owner types.UID) ([]*unstructured.Unstructured, error) {
+	objs, err := inf.Lister().ByNamespace(namespace).List(labels.Everything())
+	if err != nil {
+		return nil, err
+	}
+	var all []*unstructured.Unstructured
+	for _, o := range objs {
+		m, ok := o.(*metav1.PartialObjectMetadata)
+		if !ok {
+			continue
+		}
+		if ref := metav1.GetControllerOfNoCopy(m); ref == nil || ref.UID != owner {
+			continue
+		}
+		u, err := s.metadataObject(gvr, m)
+		if err != nil {
+			return nil, err
+		}
+		all = append(all, u)
+	}
+	return all, nil
 }

@@ -2,6 +2,7 @@ package settle
 
 import (
 	"testing"
+	"time"
 
 	"k8s.io/apimachinery/pkg/types"
 )
@@ -99,7 +100,7 @@ func (c *clusterRecords) Changed(_ string, uid types.UID) {
 func (c *clusterRecords) Gone(_ string, uid types.UID) { delete(c.records, uid) }
 
 func (c *clusterRecords) replica() *Memory {
-	m := NewMemory(0)
+	m := NewMemory(0, time.Now)
 	m.SetDurable(c)
 	c.memory = append(c.memory, m)
 	return m
@@ -121,7 +122,7 @@ func TestRestartedReplicaReadsWhatTheClusterRecords(t *testing.T) {
 	if f := restarted.Assess(deployment("v1", 6, 4, 3, 2)); !f.AtCurrentSpec || !f.Known || f.SpecSince != 4 {
 		t.Fatalf("a restarted replica: %+v, want settled at the current spec since generation 4", f)
 	}
-	without := NewMemory(0)
+	without := NewMemory(0, time.Now)
 	if f := without.Assess(deployment("v1", 6, 4, 3, 2)); f.AtCurrentSpec {
 		t.Fatalf("without the cluster's record the test shows nothing: %+v", f)
 	}
@@ -142,7 +143,7 @@ func TestRestartedReplicaReadsWhatTheClusterRecords(t *testing.T) {
 // writes nothing.
 func TestMemoryWritesOnlyNews(t *testing.T) {
 	counting := &countingDurable{}
-	m := NewMemory(0)
+	m := NewMemory(0, time.Now)
 	m.SetDurable(counting)
 	m.Assess(deployment("v1", 1, 1, 3, 1)) // not settled: nothing to tell
 	m.Assess(deployment("v1", 1, 1, 3, 3)) // settled: 1

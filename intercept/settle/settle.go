@@ -226,20 +226,17 @@ type Memory struct {
 }
 
 // NewMemory returns an empty Memory that forgets a parent not seen for
-// maxAge (0: DefaultMaxAge).
-func NewMemory(maxAge time.Duration) *Memory {
+// maxAge (0: DefaultMaxAge) by the clock now.
+func NewMemory(maxAge time.Duration, now func() time.Time) *Memory {
 	if maxAge <= 0 {
 		maxAge = DefaultMaxAge
 	}
-	return &Memory{m: map[types.UID]*entry{}, parentKinds: map[schema.GroupKind]bool{}, maxAge: maxAge, now: time.Now}
+	return &Memory{m: map[types.UID]*entry{}, parentKinds: map[schema.GroupKind]bool{}, maxAge: maxAge, now: now}
 }
 
 // SetDurable makes m read what it does not know from d and report what it
 // learns to d. Call it before m is used.
 func (m *Memory) SetDurable(d Durable) { m.durable = d }
-
-// SetClock replaces the clock m ages entries by.
-func (m *Memory) SetClock(now func() time.Time) { m.now = now }
 
 // AddParentKind makes m learn from every object of kind gk its caches
 // deliver; Assess does so for the kind of each parent it is asked about.

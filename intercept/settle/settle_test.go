@@ -29,7 +29,7 @@ func deployment(image string, gen, og, replicas, updated int64) *unstructured.Un
 // carries out a spec change is expected, for as long as the rollout takes,
 // although observedGeneration caught up long ago.
 func TestAssessFollowsARollout(t *testing.T) {
-	m := NewMemory(0)
+	m := NewMemory(0, time.Now)
 	steps := []struct {
 		name   string
 		parent *unstructured.Unstructured
@@ -53,7 +53,7 @@ func TestAssessFollowsARollout(t *testing.T) {
 
 	// With resourceVersions, each version's view is computed once and
 	// reused for every write under it, never for another version.
-	m = NewMemory(0)
+	m = NewMemory(0, time.Now)
 	for i, s := range steps {
 		s.parent.SetResourceVersion(strconv.Itoa(i + 1))
 		for range 2 {
@@ -68,7 +68,7 @@ func TestAssessFollowsARollout(t *testing.T) {
 // The caches teach the memory: a parent that settled while no child was
 // written is known to be settled when its controller drifts later.
 func TestObserveAndForget(t *testing.T) {
-	m := NewMemory(0)
+	m := NewMemory(0, time.Now)
 	other := deployment("v1", 1, 1, 3, 3)
 	other.SetUID("u-other")
 	m.Assess(other) // a write under a Deployment makes Deployments parents
@@ -86,8 +86,7 @@ func TestObserveAndForget(t *testing.T) {
 // longer than the memory's age is dropped, whoever else is seen.
 func TestMemoryLearnsFromParentKindsAndAgesOut(t *testing.T) {
 	now := time.Unix(1000, 0)
-	m := NewMemory(time.Hour)
-	m.SetClock(func() time.Time { return now })
+	m := NewMemory(time.Hour, func() time.Time { return now })
 	pod := &unstructured.Unstructured{Object: map[string]interface{}{"apiVersion": "v1", "kind": "Pod",
 		"metadata": map[string]interface{}{"name": "p", "namespace": "ns", "uid": "pod-1"}}}
 	m.Observe(pod)
@@ -129,7 +128,7 @@ func TestSpecHashIgnoresMetadataAndStatus(t *testing.T) {
 // parentMemory is a Memory that learns from Deployments and Widgets as a
 // cache delivers them.
 func parentMemory() *Memory {
-	m := NewMemory(0)
+	m := NewMemory(0, time.Now)
 	m.AddParentKind(schema.GroupKind{Group: "apps", Kind: "Deployment"})
 	m.AddParentKind(schema.GroupKind{Group: "example.io", Kind: "Widget"})
 	return m
@@ -138,7 +137,7 @@ func parentMemory() *Memory {
 // A rollback to the spec the parent settled at before, started while a
 // newer spec was still rolling out, is a change being carried out.
 func TestAssessRollbackMidRollout(t *testing.T) {
-	m := NewMemory(0)
+	m := NewMemory(0, time.Now)
 	steps := []struct {
 		name   string
 		parent *unstructured.Unstructured

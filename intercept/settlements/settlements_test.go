@@ -64,7 +64,7 @@ func deployment(ns, name, image string, gen int64, settled bool) *unstructured.U
 // replica is one proxy replica's memory and store on the shared client.
 func replica(t *testing.T, ctx context.Context, client *fake.Clientset) (*settle.Memory, *Store) {
 	t.Helper()
-	m := settle.NewMemory(0)
+	m := settle.NewMemory(0, time.Now)
 	s := New(client, proxyNamespace, nil)
 	s.Attach(m)
 	s.Run(ctx)
@@ -124,7 +124,7 @@ func TestReplicasConvergeAndARestartedReplicaReadsTheRecords(t *testing.T) {
 			t.Fatalf("%s on a restarted replica: %+v, want settled at its spec since generation 1", name, f)
 		}
 	}
-	without := settle.NewMemory(0)
+	without := settle.NewMemory(0, time.Now)
 	if f := without.Assess(deployment("apps", "web0", "v1", 2, false)); f.AtCurrentSpec {
 		t.Fatalf("without the records the test shows nothing: %+v", f)
 	}

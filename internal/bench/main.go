@@ -58,6 +58,7 @@ func run() error {
 		profile = flag.Bool("profile", true, "Record and report CPU and heap profiles of kausality-proxy.")
 		command = flag.String("command", "make bench", "How this run was started, for the report.")
 		scale   = flag.Int("scale", 0, "Run the scale profile instead, with this many parents (and ten times as many children), and write -out.")
+		cpuN    = flag.Int("cpu-per-write", 0, "Measure only CPU per intercepted and pass-through write, with this many writes per round and target (three rounds), and profile them; writes no report.")
 	)
 	flag.Parse()
 	rc := defaultRunConfig()
@@ -65,6 +66,9 @@ func run() error {
 		rc = quickRunConfig()
 	}
 	rc.Profile = *profile
+	if *cpuN > 0 {
+		return runCPUPerWrite(*cpuN, 3, *workDir, rc)
+	}
 	if *scale > 0 {
 		return runScale(root, *scale, *out, *workDir, *command, rc)
 	}

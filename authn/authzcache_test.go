@@ -51,7 +51,9 @@ func TestAuthorizationKeyTellsQuestionsApart(t *testing.T) {
 		{"group order", func(a *authorizer.AttributesRecord) { a.User.(*user.DefaultInfo).Groups = []string{"g2", "g1"} }},
 		{"group boundary", func(a *authorizer.AttributesRecord) { a.User.(*user.DefaultInfo).Groups = []string{"g1g2"} }},
 		{"extra value", func(a *authorizer.AttributesRecord) { a.User.(*user.DefaultInfo).Extra["scopes"] = []string{"a"} }},
-		{"extra key", func(a *authorizer.AttributesRecord) { a.User.(*user.DefaultInfo).Extra = map[string][]string{"scopes": {"a", "b"}} }},
+		{"extra key", func(a *authorizer.AttributesRecord) {
+			a.User.(*user.DefaultInfo).Extra = map[string][]string{"scopes": {"a", "b"}}
+		}},
 		{"no user", func(a *authorizer.AttributesRecord) { a.User = nil }},
 		{"verb", func(a *authorizer.AttributesRecord) { a.Verb = "update" }},
 		{"namespace", func(a *authorizer.AttributesRecord) { a.Namespace = "other" }},

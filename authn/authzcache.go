@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"k8s.io/apimachinery/pkg/util/cache"
+	"k8s.io/apiserver/pkg/authentication/user"
 	"k8s.io/apiserver/pkg/authorization/authorizer"
 )
 
@@ -82,45 +83,19 @@ func authorizationKey(attrs authorizer.Attributes) (string, bool) {
 	if size >= maxCachedAttributesSize {
 		return "", false
 	}
-	var b strings.Builder
-	b.Grow(size + 128)
-	field := func(s string) {
-		b.WriteString(strconv.Itoa(len(s)))
-		b.WriteByte(':')
-		b.WriteString(s)
-	}
-	list := func(v []string) {
-		b.WriteString(strconv.Itoa(len(v)))
-		b.WriteByte('[')
-		for _, s := range v {
-			field(s)
-		}
-	}
+	b := &keyBuilder{}
+	b.sb.Grow(size + 128)
+	field := b.field
 	if u := attrs.GetUser(); u != nil {
-		b.WriteByte('u')
-		field(u.GetName())
-		field(u.GetUID())
-		list(u.GetGroups())
-		extra := u.GetExtra()
-		keys := make([]string, 0, len(extra))
-		for k := range extra {
-			keys = append(keys, k)
-		}
-		slices.Sort(keys)
-		b.WriteString(strconv.Itoa(len(keys)))
-		b.WriteByte('{')
-		for _, k := range keys {
-			field(k)
-			list(extra[k])
-		}
+		b.user(u)
 	}
 	if !attrs.IsResourceRequest() {
-		b.WriteByte('n')
+		b.sb.WriteByte('n')
 		field(attrs.GetPath())
 		field(attrs.GetVerb())
-		return b.String(), true
+		return b.sb.String(), true
 	}
-	b.WriteByte('r')
+	b.sb.WriteByte('r')
 	for _, s := range []string{attrs.GetNamespace(), attrs.GetVerb(), attrs.GetAPIGroup(), attrs.GetAPIVersion(),
 		attrs.GetResource(), attrs.GetSubresource(), attrs.GetName()} {
 		field(s)
@@ -133,17 +108,53 @@ func authorizationKey(attrs authorizer.Attributes) (string, bool) {
 	if fieldErr != nil || labelErr != nil {
 		return "", false
 	}
-	b.WriteString(strconv.Itoa(len(fieldReqs)))
-	b.WriteByte('f')
+	b.sb.WriteString(strconv.Itoa(len(fieldReqs)))
+	b.sb.WriteByte('f')
 	for _, r := range fieldReqs {
 		field(string(r.Operator))
 		field(r.Field)
 		field(r.Value)
 	}
-	b.WriteString(strconv.Itoa(len(labelReqs)))
-	b.WriteByte('l')
+	b.sb.WriteString(strconv.Itoa(len(labelReqs)))
+	b.sb.WriteByte('l')
 	for _, r := range labelReqs {
 		field(r.String())
 	}
-	return b.String(), true
+	return b.sb.String(), true
+}
+
+// keyBuilder writes length-prefixed fields.
+type keyBuilder struct{ sb strings.Builder }
+
+func (b *keyBuilder) field(s string) {
+	b.sb.WriteString(strconv.Itoa(len(s)))
+	b.sb.WriteByte(':')
+	b.sb.WriteString(s)
+}
+
+func (b *keyBuilder) list(v []string) {
+	b.sb.WriteString(strconv.Itoa(len(v)))
+	b.sb.WriteByte('[')
+	for _, s := range v {
+		b.field(s)
+	}
+}
+
+func (b *keyBuilder) user(u user.Info) {
+	b.sb.WriteByte('u')
+	b.field(u.GetName())
+	b.field(u.GetUID())
+	b.list(u.GetGroups())
+	extra := u.GetExtra()
+	keys := make([]string, 0, len(extra))
+	for k := range extra {
+		keys = append(keys, k)
+	}
+	slices.Sort(keys)
+	b.sb.WriteString(strconv.Itoa(len(keys)))
+	b.sb.WriteByte('{')
+	for _, k := range keys {
+		b.field(k)
+		b.list(extra[k])
+	}
 }

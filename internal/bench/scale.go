@@ -337,6 +337,8 @@ func scaleChild(i int, parent string, uid types.UID) *appsv1.ReplicaSet {
 
 // renderScale writes docs/scale.md. With several runs, each cell shows
 // every run's figure, first run first, so the spread is visible.
+//
+//nolint:funlen // one document, written top to bottom
 func renderScale(runs []*ScaleResult, rc RunConfig, m Machine, command string, started time.Time, took time.Duration, loadStart string) string {
 	var b strings.Builder
 	p := func(format string, args ...any) { fmt.Fprintf(&b, format, args...) }

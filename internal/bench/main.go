@@ -45,7 +45,6 @@ func main() {
 	}
 }
 
-//nolint:funlen // flag parsing and the run of the scenarios, a command's main
 func run() error {
 	root, err := testenv.RepoRoot()
 	if err != nil {
@@ -78,6 +77,8 @@ func run() error {
 }
 
 // runAll is `make bench`: every row, written to out.
+//
+//nolint:funlen // the run of the scenarios, one after the other, a command's main
 func runAll(root string, rc RunConfig, out, micro, workDir string, quick bool, command string) error {
 
 	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGINT, syscall.SIGTERM)

@@ -59,6 +59,8 @@ type ScaleResult struct {
 // scaleProfile fills the cluster with parents (Deployments) and their
 // children (ReplicaSets), created directly at kube-apiserver, and measures
 // what the proxies hold and spend for them.
+//
+//nolint:funlen // one sequence of measurements, each reading the state the one before left
 func (h *Harness) scaleProfile(ctx context.Context, parents int) (*ScaleResult, error) {
 	for _, ns := range []string{nsWrites, nsPass, nsScale} {
 		if _, err := h.admin.CoreV1().Namespaces().Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: ns}}, metav1.CreateOptions{}); err != nil {

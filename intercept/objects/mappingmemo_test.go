@@ -42,9 +42,12 @@ func TestMappingMemo(t *testing.T) {
 		{"first mapping asks the mapper", func(m *mappingMemo) error { _, err := m.mapping(deployment, restMapping); return err }, 1, 1, false},
 		{"second mapping is remembered", func(m *mappingMemo) error { _, err := m.mapping(deployment, restMapping); return err }, 1, 1, false},
 		{"an unknown kind is asked every time", func(m *mappingMemo) error { _, err := m.mapping(ghost, restMapping); return err }, 1, 2, true},
-		{"an unknown resource is asked every time", func(m *mappingMemo) error { _, err := m.kindFor(ghosts, kindFor); return err }, 2, 2, true},
-		{"a failure forgets the kinds", func(m *mappingMemo) error { _, err := m.kindFor(deployments, kindFor); return err }, 3, 2, false},
-		{"a failure forgets the mappings", func(m *mappingMemo) error { _, err := m.mapping(deployment, restMapping); return err }, 3, 3, false},
+		{"a failed mapping forgets the mappings", func(m *mappingMemo) error { _, err := m.mapping(deployment, restMapping); return err }, 1, 3, false},
+		{"a failed mapping forgets the kinds", func(m *mappingMemo) error { _, err := m.kindFor(deployments, kindFor); return err }, 2, 3, false},
+		{"the kind is remembered again", func(m *mappingMemo) error { _, err := m.kindFor(deployments, kindFor); return err }, 2, 3, false},
+		{"an unknown resource is asked every time", func(m *mappingMemo) error { _, err := m.kindFor(ghosts, kindFor); return err }, 3, 3, true},
+		{"a failed kind lookup forgets the kinds", func(m *mappingMemo) error { _, err := m.kindFor(deployments, kindFor); return err }, 4, 3, false},
+		{"a failed kind lookup forgets the mappings", func(m *mappingMemo) error { _, err := m.mapping(deployment, restMapping); return err }, 4, 4, false},
 	}
 	m := newMappingMemo()
 	for _, st := range steps {

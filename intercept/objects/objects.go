@@ -22,7 +22,6 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/labels"
-	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/discovery"
@@ -296,7 +295,7 @@ func (s *Store) metadataObject(gvr schema.GroupVersionResource, m *metav1.Partia
 	if err != nil {
 		return nil, err
 	}
-	content, err := runtime.DefaultUnstructuredConverter.ToUnstructured(&m.ObjectMeta)
+	content, err := metadataContent(&m.ObjectMeta)
 	if err != nil {
 		return nil, err
 	}

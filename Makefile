@@ -196,14 +196,16 @@ bench: testbin ## Benchmark the proxy against direct and a bare reverse proxy; w
 
 # The scale profile: 10,000 parents and 100,000 children on the real control
 # plane, what the proxy holds and spends for them; minutes to create, so CI
-# does not run it. A smaller SCALE (parents) makes a quick run.
+# does not run it. A smaller SCALE (parents) makes a quick run; SCALE_RUNS=2
+# runs it twice, each on a fresh control plane, to show the spread.
 SCALE ?= 10000
+SCALE_RUNS ?= 1
 
 .PHONY: bench-scale
 bench-scale: testbin ## Measure memory and CPU per object the proxy does not decide about, at SCALE parents (10x children); writes docs/scale.md.
 	@mkdir -p $(BENCH_DIR)
 	$(GO) build -o $(BENCH_DIR)/kausality-bench ./internal/bench
-	KAUSALITY_TESTBIN=$(BIN) $(BENCH_DIR)/kausality-bench -scale $(SCALE) -out docs/scale.md -command 'make bench-scale SCALE=$(SCALE)' $(BENCH_ARGS)
+	KAUSALITY_TESTBIN=$(BIN) $(BENCH_DIR)/kausality-bench -scale $(SCALE) -runs $(SCALE_RUNS) -out docs/scale.md -command 'make bench-scale SCALE=$(SCALE) SCALE_RUNS=$(SCALE_RUNS)' $(BENCH_ARGS)
 
 .PHONY: bench-compare
 bench-compare: ## Compare fresh micro-benchmarks with internal/bench/baseline.txt (benchstat).

@@ -182,14 +182,18 @@ func New(cfg Config) (*Authenticator, error) {
 		if err != nil {
 			return nil, fmt.Errorf("SubjectAccessReview client: %w", err)
 		}
-		authz, err := authzwebhook.NewFromInterface(authorizationGroup{client: rc},
-			ttlOrDefault(cfg.AuthorizedTTL, DefaultAuthorizedTTL),
-			ttlOrDefault(cfg.UnauthorizedTTL, DefaultUnauthorizedTTL),
+		// The webhook's own cache is off (an entry expires as it is
+		// added): cachedAuthorizer keeps the answers, with a key that
+		// costs no JSON encoding per request.
+		const uncached = -time.Nanosecond
+		authz, err := authzwebhook.NewFromInterface(authorizationGroup{client: rc}, uncached, uncached,
 			*backoff, authorizer.DecisionNoOpinion, authzmetrics.NoopAuthorizerMetrics{}, nil)
 		if err != nil {
 			return nil, fmt.Errorf("SubjectAccessReview authorizer: %w", err)
 		}
-		a.authz = authz
+		a.authz = newCachedAuthorizer(authz,
+			ttlOrDefault(cfg.AuthorizedTTL, DefaultAuthorizedTTL),
+			ttlOrDefault(cfg.UnauthorizedTTL, DefaultUnauthorizedTTL))
 	}
 	return a, nil
 }

@@ -138,8 +138,12 @@ namespace; only if that is denied is the object's name reviewed too (RBAC
 resourceNames). The answers are cached by the whole review (user, groups,
 uid, extras, verb, group, resource, namespace, name) for
 --authorization-cache-ttl and --authorization-failure-cache-ttl, so a
-controller's writes make no extra round trip once the first was reviewed. A
-denial is kube-apiserver's own 403, word for word, and nothing was read,
+controller's writes make no extra round trip once the first was reviewed.
+The cache sits in front of k8s.io/apiserver's webhook authorizer (whose own
+cache is off, as it JSON-encodes the review on every lookup) and keys on
+the same fields, each length-prefixed, with groups in order and extras
+sorted; a review that failed is never cached, and it holds at most 8192
+answers. A denial is kube-apiserver's own 403, word for word, and nothing was read,
 decoded, cached or written for the request. A review that cannot be made
 follows --failure-policy: 503 with Fail, forwarded undecided with Ignore.
 

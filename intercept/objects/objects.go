@@ -22,7 +22,6 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/labels"
-	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/discovery"
@@ -67,6 +66,7 @@ type Store struct {
 	dynamic      dynamic.Interface
 	metadata     metadata.Interface
 	mapper       *restmapper.DeferredDiscoveryRESTMapper
+	memo         *mappingMemo
 	resync       time.Duration
 	maxInformers int
 	now          func() time.Time
@@ -165,6 +165,7 @@ func New(ctx context.Context, disc discovery.DiscoveryInterface, dyn dynamic.Int
 		dynamic:      dyn,
 		metadata:     meta,
 		mapper:       restmapper.NewDeferredDiscoveryRESTMapper(memory.NewMemCacheClient(disc)),
+		memo:         newMappingMemo(),
 		maxInformers: DefaultMaxInformers,
 		now:          time.Now,
 		ctx:          ctx,
@@ -179,11 +180,12 @@ func (s *Store) RESTMapper() meta.RESTMapper { return s.mapper }
 
 // Mapping resolves a kind to its resource and scope through discovery (no
 // guessing plurals). An unknown kind refreshes discovery, at most once per
-// discoveryResetInterval, since a CRD may have been installed since.
+// discoveryResetInterval, since a CRD may have been installed since. The
+// mapping is shared by every caller and must not be modified.
 func (s *Store) Mapping(gvk schema.GroupVersionKind) (*meta.RESTMapping, error) {
-	m, err := s.mapper.RESTMapping(gvk.GroupKind(), gvk.Version)
+	m, err := s.memo.mapping(gvk, s.mapper.RESTMapping)
 	if meta.IsNoMatchError(err) && s.mayResetDiscovery() {
-		m, err = s.mapper.RESTMapping(gvk.GroupKind(), gvk.Version)
+		m, err = s.memo.mapping(gvk, s.mapper.RESTMapping)
 	}
 	return m, err
 }
@@ -192,9 +194,9 @@ func (s *Store) Mapping(gvk schema.GroupVersionKind) (*meta.RESTMapping, error) 
 // case, as discovery's mapper matches them; the caller compares with the
 // canonical resource of the mapping when that matters.
 func (s *Store) KindFor(gvr schema.GroupVersionResource) (schema.GroupVersionKind, error) {
-	gvk, err := s.mapper.KindFor(gvr)
+	gvk, err := s.memo.kindFor(gvr, s.mapper.KindFor)
 	if meta.IsNoMatchError(err) && s.mayResetDiscovery() {
-		gvk, err = s.mapper.KindFor(gvr)
+		gvk, err = s.memo.kindFor(gvr, s.mapper.KindFor)
 	}
 	return gvk, err
 }
@@ -211,6 +213,7 @@ func (s *Store) mayResetDiscovery() bool {
 	s.lastReset = now
 	s.mu.Unlock()
 	s.mapper.Reset()
+	s.memo.forget()
 	return true
 }
 
@@ -303,11 +306,11 @@ func (s *Store) GetWhole(ctx context.Context, gvr schema.GroupVersionResource, n
 // metadataObject turns a cached child into an unstructured object that has
 // its kind: a metadata watch does not always say it.
 func (s *Store) metadataObject(gvr schema.GroupVersionResource, m *metav1.PartialObjectMetadata) (*unstructured.Unstructured, error) {
-	gvk, err := s.mapper.KindFor(gvr)
+	gvk, err := s.memo.kindFor(gvr, s.mapper.KindFor)
 	if err != nil {
 		return nil, err
 	}
-	content, err := runtime.DefaultUnstructuredConverter.ToUnstructured(&m.ObjectMeta)
+	content, err := metadataContent(&m.ObjectMeta)
 	if err != nil {
 		return nil, err
 	}

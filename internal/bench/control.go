@@ -217,8 +217,12 @@ func writeJSON(w http.ResponseWriter, v any) {
 var pageSize = int64(os.Getpagesize())
 
 // selfRSS is the resident set size of this process (/proc/self/statm).
-func selfRSS() int64 {
-	data, err := os.ReadFile("/proc/self/statm")
+func selfRSS() int64 { return rssOf("self") }
+
+// rssOf is the resident set size of process pid ("self" or a number), or 0
+// when it cannot be read.
+func rssOf(pid string) int64 {
+	data, err := os.ReadFile("/proc/" + pid + "/statm")
 	if err != nil {
 		return 0
 	}

@@ -23,6 +23,7 @@ import (
 	"os"
 	"os/signal"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"syscall"
 	"time"
@@ -44,7 +45,6 @@ func main() {
 	}
 }
 
-//nolint:funlen // flag parsing and the run of the scenarios, a command's main
 func run() error {
 	root, err := testenv.RepoRoot()
 	if err != nil {
@@ -58,6 +58,8 @@ func run() error {
 		profile = flag.Bool("profile", true, "Record and report CPU and heap profiles of kausality-proxy.")
 		command = flag.String("command", "make bench", "How this run was started, for the report.")
 		scale   = flag.Int("scale", 0, "Run the scale profile instead, with this many parents (and ten times as many children), and write -out.")
+		runs    = flag.Int("runs", 1, "With -scale: how many times to run the profile, each on a fresh control plane; the report shows every run's figures.")
+		cpuN    = flag.Int("cpu-per-write", 0, "Measure only CPU per intercepted and pass-through write, with this many writes per round and target (three rounds), and profile them; writes no report.")
 	)
 	flag.Parse()
 	rc := defaultRunConfig()
@@ -65,13 +67,18 @@ func run() error {
 		rc = quickRunConfig()
 	}
 	rc.Profile = *profile
+	if *cpuN > 0 {
+		return runCPUPerWrite(*cpuN, 3, *workDir, rc)
+	}
 	if *scale > 0 {
-		return runScale(root, *scale, *out, *workDir, *command, rc)
+		return runScale(root, *scale, max(*runs, 1), *out, *workDir, *command, rc)
 	}
 	return runAll(root, rc, *out, *micro, *workDir, *quick, *command)
 }
 
 // runAll is `make bench`: every row, written to out.
+//
+//nolint:funlen // the run of the scenarios, one after the other, a command's main
 func runAll(root string, rc RunConfig, out, micro, workDir string, quick bool, command string) error {
 
 	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGINT, syscall.SIGTERM)
@@ -192,7 +199,7 @@ func loadAvg() string {
 }
 
 // runScale runs the scale profile alone and writes its report to out.
-func runScale(root string, parents int, out, workDir, command string, rc RunConfig) error {
+func runScale(root string, parents, runs int, out, workDir, command string, rc RunConfig) error {
 	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGINT, syscall.SIGTERM)
 	defer stop()
 	runDir := filepath.Join(workDir, "scale-"+time.Now().Format("20060102-150405"))
@@ -201,24 +208,37 @@ func runScale(root string, parents int, out, workDir, command string, rc RunConf
 	}
 	logf("work dir %s", runDir)
 	started, loadStart := time.Now(), loadAvg()
-	h, err := startHarness(ctx, rc, runDir)
-	if err != nil {
-		return err
+	var results []*ScaleResult
+	for i := range runs {
+		dir := filepath.Join(runDir, strconv.Itoa(i+1))
+		if err := os.MkdirAll(dir, 0o755); err != nil {
+			return err
+		}
+		res, err := scaleRun(ctx, rc, dir, parents)
+		if err != nil {
+			return err
+		}
+		raw, _ := json.MarshalIndent(res, "", "  ")
+		if err := os.WriteFile(filepath.Join(dir, "scale.json"), raw, 0o644); err != nil {
+			return err
+		}
+		results = append(results, res)
 	}
-	defer h.Stop()
-	res, err := h.scaleProfile(ctx, parents)
-	if err != nil {
-		return err
-	}
-	raw, _ := json.MarshalIndent(res, "", "  ")
-	if err := os.WriteFile(filepath.Join(runDir, "scale.json"), raw, 0o644); err != nil {
-		return err
-	}
-	md := renderScale(res, rc, describeMachine(root), command, started, time.Since(started), loadStart)
+	md := renderScale(results, rc, describeMachine(root), command, started, time.Since(started), loadStart)
 	fmt.Print(md)
 	if out == "" {
 		return nil
 	}
 	logf("wrote %s", out)
 	return os.WriteFile(out, []byte(md), 0o644)
+}
+
+// scaleRun is one run of the scale profile on a control plane of its own.
+func scaleRun(ctx context.Context, rc RunConfig, dir string, parents int) (*ScaleResult, error) {
+	h, err := startHarness(ctx, rc, dir)
+	if err != nil {
+		return nil, err
+	}
+	defer h.Stop()
+	return h.scaleProfile(ctx, parents)
 }

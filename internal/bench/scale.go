@@ -3,7 +3,10 @@ package main
 import (
 	"context"
 	"fmt"
+	"os"
 	"path/filepath"
+	"slices"
+	"strconv"
 	"strings"
 	"time"
 
@@ -39,11 +42,25 @@ type ScaleResult struct {
 	// ChurnCPUTop and HeapTop are kausality-proxy's CPU profile during the
 	// churn and its heap once it holds the population (with -profile).
 	ChurnCPUTop, HeapTop string
+	// RSS is each proxy's resident memory after the churn, holding the
+	// population.
+	RSS []int64
+	// Ready is how long a kausality-proxy started against the populated
+	// cluster took until /readyz answered 200; Warm is how long after that
+	// until a decided write was answered from its caches alone.
+	Ready, Warm time.Duration
+	// ControllerManagerRSS is kube-controller-manager's resident memory
+	// once it holds the same objects (0: not measured, see
+	// ControllerManagerNote).
+	ControllerManagerRSS  int64
+	ControllerManagerNote string
 }
 
 // scaleProfile fills the cluster with parents (Deployments) and their
 // children (ReplicaSets), created directly at kube-apiserver, and measures
 // what the proxies hold and spend for them.
+//
+//nolint:funlen // one sequence of measurements, each reading the state the one before left
 func (h *Harness) scaleProfile(ctx context.Context, parents int) (*ScaleResult, error) {
 	for _, ns := range []string{nsWrites, nsPass, nsScale} {
 		if _, err := h.admin.CoreV1().Namespaces().Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: ns}}, metav1.CreateOptions{}); err != nil {
@@ -148,6 +165,7 @@ func (h *Harness) scaleProfile(ctx context.Context, parents int) (*ScaleResult, 
 	}
 	for i := range proxies {
 		res.CPUPerEvent = append(res.CPUPerEvent, (churned[i].CPU()-withChildren[i].CPU())/time.Duration(res.ChurnEvents))
+		res.RSS = append(res.RSS, churned[i].RSS)
 	}
 
 	var op opFunc
@@ -160,8 +178,92 @@ func (h *Harness) scaleProfile(ctx context.Context, parents int) (*ScaleResult, 
 	if err != nil {
 		return nil, err
 	}
+	if err := h.restartKausality(ctx, res, p); err != nil {
+		return nil, fmt.Errorf("restarting kausality-proxy: %w", err)
+	}
+	// Last: kube-controller-manager reconciles the Deployments, which
+	// writes the cluster the proxies were measured against.
+	h.controllerManagerMemory(ctx, res)
 	res.Load = loadAvg()
 	return res, nil
+}
+
+// restartKausality replaces kausality-proxy with a fresh process against
+// the populated cluster, and measures how long it takes to be ready and
+// then to answer a decided write from its caches.
+func (h *Harness) restartKausality(ctx context.Context, res *ScaleResult, p *pools) error {
+	old := h.targets[kausality]
+	old.stop()
+	dir := filepath.Join(h.workDir, "restart")
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		return err
+	}
+	start := time.Now()
+	child, ready, err := startChild(ctx, childSpec{
+		Role: roleKausality, Kubeconfig: filepath.Join(h.workDir, targetNames[kausality]+"-proxy.kubeconfig"),
+		ClientCAFile: h.cp.ClientCAFile, WorkDir: dir, ConfigFile: filepath.Join(h.workDir, "kausality-config.yaml"),
+	})
+	if err != nil {
+		return err
+	}
+	res.Ready = time.Since(start)
+	t, err := newTarget(kausality, ready.ServeURL, ready.CAData, old.cfg)
+	if err != nil {
+		child.stop()
+		return err
+	}
+	t.ctl, t.cmd, t.stdin, t.pid = child.ctl, child.cmd, child.stdin, child.pid
+	h.targets[kausality] = t
+	logf("scale: restarted kausality-proxy ready in %s", res.Ready.Round(time.Millisecond))
+	start = time.Now()
+	if err := h.warmInformers(ctx, p); err != nil {
+		return err
+	}
+	res.Warm = time.Since(start)
+	return nil
+}
+
+// controllerManagerMemory starts kube-controller-manager (every default
+// controller, directly at kube-apiserver) and reads its RSS once it has
+// stopped growing: the memory of a controller platform teams already run
+// and size, holding the same objects in its own caches. A failure is
+// reported in the document rather than failing the run.
+func (h *Harness) controllerManagerMemory(ctx context.Context, res *ScaleResult) {
+	cm, err := h.cp.StartControllerManager(ctx, h.cp.Host, h.cp.CAData)
+	if err != nil {
+		res.ControllerManagerNote = fmt.Sprintf("kube-controller-manager did not start: %v", err)
+		return
+	}
+	defer func() { _ = cm.Stop() }()
+	pid := strconv.Itoa(cm.Pid())
+	// Settled: three samples 5 s apart within 2% of each other, after
+	// at least 30 s; at most 5 minutes.
+	start := time.Now()
+	var samples []int64
+	settled := false
+	for !settled && time.Since(start) < 5*time.Minute {
+		select {
+		case <-ctx.Done():
+			res.ControllerManagerNote = ctx.Err().Error()
+			return
+		case <-time.After(5 * time.Second):
+		}
+		rss := rssOf(pid)
+		if rss == 0 {
+			res.ControllerManagerNote = "kube-controller-manager's /proc/" + pid + "/statm could not be read"
+			return
+		}
+		samples = append(samples, rss)
+		if n := len(samples); n >= 3 && time.Since(start) >= 30*time.Second {
+			lo, hi := slices.Min(samples[n-3:]), slices.Max(samples[n-3:])
+			settled = float64(hi-lo) <= 0.02*float64(hi)
+		}
+	}
+	res.ControllerManagerRSS = samples[len(samples)-1]
+	if !settled {
+		res.ControllerManagerNote = "its RSS was still changing by more than 2% after 5 minutes; the last sample is shown"
+	}
+	logf("scale: kube-controller-manager RSS %.1f MiB after %s", float64(res.ControllerManagerRSS)/(1<<20), time.Since(start).Round(time.Second))
 }
 
 // settledStats waits until both proxies have taken in what the cluster
@@ -235,10 +337,14 @@ func scaleChild(i int, parent string, uid types.UID) *appsv1.ReplicaSet {
 	}
 }
 
-// renderScale writes docs/scale.md.
-func renderScale(res *ScaleResult, rc RunConfig, m Machine, command string, started time.Time, took time.Duration, loadStart string) string {
+// renderScale writes docs/scale.md. With several runs, each cell shows
+// every run's figure, first run first, so the spread is visible.
+//
+//nolint:funlen // one document, written top to bottom
+func renderScale(runs []*ScaleResult, rc RunConfig, m Machine, command string, started time.Time, took time.Duration, loadStart string) string {
 	var b strings.Builder
 	p := func(format string, args ...any) { fmt.Fprintf(&b, format, args...) }
+	res := runs[0]
 	p("# Scale profile\n\n")
 	p("Generated by `%s` on %s (%s). Do not edit by hand.\n\n", command, started.UTC().Format("2006-01-02 15:04 MST"), took.Round(time.Second))
 	p("What the proxy holds and spends for objects it does not decide about, on a real control plane: ")
@@ -247,35 +353,84 @@ func renderScale(res *ScaleResult, rc RunConfig, m Machine, command string, star
 	p("The proxy's caches of Deployments and ReplicaSets were started before (by decided writes elsewhere), so the population arrives through their watches. ")
 	p("Memory is the growth after a garbage collection, divided by the objects added; CPU is the proxy's user+system time during %d label updates of children, divided by the updates. ", res.ChurnEvents)
 	p("The bare reverse proxy (no logic, no caches) is the floor.\n\n")
+	loads := make([]string, len(runs))
+	for i, r := range runs {
+		loads[i] = r.Load
+	}
 	p("Machine: %s, %d CPUs, %s; load %s at the start, %s at the end. `SCALE=%d`; `make bench-scale` without SCALE runs 10000 parents and 100000 children.\n\n",
-		m.CPU, m.NProc, m.Memory, loadStart, res.Load, res.Parents)
+		m.CPU, m.NProc, m.Memory, loadStart, strings.Join(loads, " / "), res.Parents)
+	if len(runs) > 1 {
+		p("%d runs, each on a fresh control plane: every cell shows each run's figure (first / second ...), so the spread between runs is visible.\n\n", len(runs))
+	}
 	p("| | goal | %s |\n|---|---|%s\n", strings.Join(res.Targets, " | "), strings.Repeat("---|", len(res.Targets)))
-	row := func(name, goal string, vals []string) { p("| %s | %s | %s |\n", name, goal, strings.Join(vals, " | ")) }
-	kib := func(v []float64) []string {
-		out := make([]string, len(v))
-		for i, x := range v {
-			out[i] = fmt.Sprintf("%.2f KiB", x/1024)
+	// cells formats figure(run, target) for every target, runs joined.
+	cells := func(format func(r *ScaleResult, target int) string) []string {
+		out := make([]string, len(res.Targets))
+		for t := range out {
+			vals := make([]string, len(runs))
+			for i, r := range runs {
+				vals[i] = format(r, t)
+			}
+			out[t] = strings.Join(vals, " / ")
 		}
 		return out
 	}
-	row("Go heap per parent", "≤ 4 KiB", kib(res.ParentHeap))
-	row("RSS per parent", "", kib(res.ParentRSS))
-	row("Go heap per child", "≤ 1 KiB", kib(res.ChildHeap))
-	row("RSS per child", "", kib(res.ChildRSS))
-	cpu := make([]string, len(res.CPUPerEvent))
-	for i, c := range res.CPUPerEvent {
-		cpu[i] = fmt.Sprintf("%.3f ms", float64(c)/float64(time.Millisecond))
+	row := func(name, goal string, vals []string) { p("| %s | %s | %s |\n", name, goal, strings.Join(vals, " | ")) }
+	kib := func(pick func(r *ScaleResult) []float64) []string {
+		return cells(func(r *ScaleResult, t int) string { return fmt.Sprintf("%.2f KiB", pick(r)[t]/1024) })
 	}
-	row("CPU per watch event of a child nobody writes", "≤ 0.05 ms", cpu)
+	row("Go heap per parent", "≤ 4 KiB", kib(func(r *ScaleResult) []float64 { return r.ParentHeap }))
+	row("RSS per parent", "", kib(func(r *ScaleResult) []float64 { return r.ParentRSS }))
+	row("Go heap per child", "≤ 1 KiB", kib(func(r *ScaleResult) []float64 { return r.ChildHeap }))
+	row("RSS per child", "", kib(func(r *ScaleResult) []float64 { return r.ChildRSS }))
+	row("CPU per watch event of a child nobody writes", "≤ 0.05 ms", cells(func(r *ScaleResult, t int) string {
+		return fmt.Sprintf("%.3f ms", float64(r.CPUPerEvent[t])/float64(time.Millisecond))
+	}))
+	row("RSS holding the population", "kausality-proxy ≤ ½ kube-controller-manager's", cells(func(r *ScaleResult, t int) string {
+		return fmt.Sprintf("%.1f MiB", float64(r.RSS[t])/(1<<20))
+	}))
 	p("\n")
+	join := func(f func(r *ScaleResult) string) string {
+		vals := make([]string, len(runs))
+		for i, r := range runs {
+			vals[i] = f(r)
+		}
+		return strings.Join(vals, " / ")
+	}
+	verdict := func(r *ScaleResult) string {
+		if r.ControllerManagerRSS == 0 {
+			return "not measured (" + r.ControllerManagerNote + ")"
+		}
+		kRSS := float64(r.RSS[len(r.RSS)-1])
+		ratio := kRSS / float64(r.ControllerManagerRSS)
+		met := "met"
+		if ratio > 0.5 {
+			met = "missed"
+		}
+		out := fmt.Sprintf("%.1f MiB (kausality-proxy is %.2f× of it: goal %s)", float64(r.ControllerManagerRSS)/(1<<20), ratio, met)
+		if r.ControllerManagerNote != "" {
+			out += "; " + r.ControllerManagerNote
+		}
+		return out
+	}
+	p("kube-controller-manager holding the same objects: %s. ", join(verdict))
+	p("It runs every default controller, connected directly to kube-apiserver, started after the measurements above (its deployment controller adopts the ReplicaSets and creates one more per Deployment, so it holds a little more than the proxies did); its RSS is read from /proc once three samples 5 s apart agree within 2%%.\n\n")
+	p("Time to ready after a restart: %s until a kausality-proxy started against the populated cluster answered /readyz with 200 (process start included), then %s until a decided write was answered from its caches alone (no request of its own upstream).\n\n",
+		join(func(r *ScaleResult) string { return fmt.Sprintf("%.2f s", r.Ready.Seconds()) }),
+		join(func(r *ScaleResult) string { return fmt.Sprintf("%.2f s", r.Warm.Seconds()) }))
 	w := res.Write
-	p("A decided write beside that population (%s, %d samples): p50 direct %.2f ms, bare %.2f ms, kausality-proxy %.2f ms; upstream requests per write: %s.\n\n",
-		w.Name, rc.WriteN, w.S[direct].P50, w.S[bare].P50, w.S[kausality].P50, w.Upstream)
-	p("Creating the objects took %s (parents) and %s (children).\n\n", res.CreateParents.Round(time.Millisecond), res.CreateChilden.Round(time.Millisecond))
-	p("Not measured here yet: time to ready after a restart, and kube-controller-manager holding the same objects.\n")
+	p("A decided write beside that population (%s, %d samples): p50 direct %s ms, bare %s ms, kausality-proxy %s ms; upstream requests per write: %s.\n\n",
+		w.Name, rc.WriteN,
+		join(func(r *ScaleResult) string { return fmt.Sprintf("%.2f", r.Write.S[direct].P50) }),
+		join(func(r *ScaleResult) string { return fmt.Sprintf("%.2f", r.Write.S[bare].P50) }),
+		join(func(r *ScaleResult) string { return fmt.Sprintf("%.2f", r.Write.S[kausality].P50) }),
+		join(func(r *ScaleResult) string { return r.Write.Upstream.String() }))
+	p("Creating the objects took %s (parents) and %s (children).\n",
+		join(func(r *ScaleResult) string { return r.CreateParents.Round(time.Millisecond).String() }),
+		join(func(r *ScaleResult) string { return r.CreateChilden.Round(time.Millisecond).String() }))
 	for _, prof := range []struct{ title, top string }{
-		{"kausality-proxy's CPU during the churn", res.ChurnCPUTop},
-		{"kausality-proxy's heap holding the population (inuse_space)", res.HeapTop},
+		{"kausality-proxy's CPU during the churn (first run)", res.ChurnCPUTop},
+		{"kausality-proxy's heap holding the population (inuse_space, first run)", res.HeapTop},
 	} {
 		if prof.top != "" {
 			p("\n<details><summary>%s</summary>\n\n```\n%s\n```\n</details>\n", prof.title, prof.top)

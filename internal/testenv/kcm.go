@@ -263,6 +263,10 @@ func (cm *ControllerManager) Stop() error {
 	}
 }
 
+// Pid is the process id, for reading what the process costs (its memory
+// in /proc) beside the proxy's.
+func (cm *ControllerManager) Pid() int { return cm.cmd.Process.Pid }
+
 // Config is a rest.Config with kube-controller-manager's own identity, as
 // it connects (to Server).
 func (cm *ControllerManager) Config() (*rest.Config, error) {

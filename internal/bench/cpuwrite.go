@@ -1,0 +1,75 @@
+package main
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"os/signal"
+	"path/filepath"
+	"syscall"
+	"time"
+
+	appsv1 "k8s.io/api/apps/v1"
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+)
+
+// runCPUPerWrite measures only what a write costs the proxies in CPU: an
+// intercepted Expected merge patch and a pass-through one, each beside the
+// bare proxy, then profiles kausality-proxy under each. It is the short
+// loop for working on CPU per write without the whole of `make bench`.
+func runCPUPerWrite(perRound, rounds int, workDir string, rc RunConfig) error {
+	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGINT, syscall.SIGTERM)
+	defer stop()
+	runDir := filepath.Join(workDir, "cpu-"+time.Now().Format("20060102-150405"))
+	if err := os.MkdirAll(runDir, 0o755); err != nil {
+		return err
+	}
+	logf("work dir %s", runDir)
+	h, err := startHarness(ctx, rc, runDir)
+	if err != nil {
+		return err
+	}
+	defer h.Stop()
+	for _, ns := range []string{nsWrites, nsPass} {
+		if _, err := h.admin.CoreV1().Namespaces().Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: ns}}, metav1.CreateOptions{}); err != nil {
+			return err
+		}
+	}
+	if err := h.setupParents(ctx); err != nil {
+		return err
+	}
+	p := &pools{m: map[string]*appsv1.ReplicaSet{}}
+	if err := h.setupPools(ctx, p, scExpected, scPass); err != nil {
+		return err
+	}
+	if err := h.warmInformers(ctx, p); err != nil {
+		return err
+	}
+	k := h.targets[kausality]
+	for _, sc := range []scenario{scExpected, scPass} {
+		op := h.patchUnderLoad(sc, p)
+		l, err := h.load(ctx, "merge PATCH, "+sc.key, 4, perRound, rounds, op)
+		if err != nil {
+			return err
+		}
+		fmt.Printf("%s: CPU ms per 1,000 writes: bare %.0f, kausality-proxy %.0f (%.2fx)\n",
+			sc.title, l.CPUPer1000(bare), l.CPUPer1000(kausality), l.CPUPer1000(kausality)/l.CPUPer1000(bare))
+		if !rc.Profile {
+			continue
+		}
+		cpu := filepath.Join(runDir, "cpu-"+sc.key+".pprof")
+		if err := k.ctl.call(ctx, "/cpuprofile/start?path="+cpu, nil); err != nil {
+			return err
+		}
+		err = runWorkers(ctx, 4, perRound*rounds, func(w, i int) error { return op(ctx, k, w, i) })
+		if stopErr := k.ctl.call(ctx, "/cpuprofile/stop", nil); err == nil {
+			err = stopErr
+		}
+		if err != nil {
+			return err
+		}
+		fmt.Printf("profile %s\n%s\n", cpu, pprofTop(cpu, true, ""))
+	}
+	return nil
+}

@@ -3,6 +3,7 @@ package allowance
 import (
 	"encoding/json"
 	"fmt"
+	"github.com/kausality-io/kausality-proxy/intercept/desired"
 	"sort"
 	"strconv"
 	"strings"
@@ -244,38 +245,12 @@ func appendSeg(at []segment, s segment) []segment {
 	return append(append(make([]segment, 0, len(at)+1), at...), s)
 }
 
-// scalarEqual compares leaves; numbers compare by value whatever their Go
-// type (JSON decoding gives int64 or float64).
+// scalarEqual compares leaves as desired state does; two nulls are equal.
 func scalarEqual(a, b any) bool {
 	if a == nil || b == nil {
 		return a == nil && b == nil
 	}
-	if x, ok := number(a); ok {
-		y, ok := number(b)
-		return ok && x == y
-	}
-	switch a.(type) {
-	case map[string]any, []any:
-		return false
-	}
-	return a == b
-}
-
-func number(v any) (float64, bool) {
-	switch n := v.(type) {
-	case int64:
-		return float64(n), true
-	case int:
-		return float64(n), true
-	case int32:
-		return float64(n), true
-	case float64:
-		return n, true
-	case json.Number:
-		f, err := n.Float64()
-		return f, err == nil
-	}
-	return 0, false
+	return desired.EqualScalar(a, b)
 }
 
 // lookup returns the value at a concrete path of obj, rendered as text:

@@ -297,7 +297,7 @@ func (d *differ) walk(path *fieldPath, a, b interface{}) {
 		d.walkList(path, al, bl)
 		return
 	}
-	if !equalScalar(a, b) {
+	if !EqualScalar(a, b) {
 		d.add(path, a, b)
 	}
 }
@@ -421,7 +421,10 @@ func isEmpty(v interface{}) bool {
 	return false
 }
 
-func equalScalar(a, b interface{}) bool {
+// EqualScalar compares two decoded JSON leaves: numbers by value whatever
+// their Go type (decoding gives int64 or float64), strings and booleans as
+// themselves; anything else, or leaves of different kinds, differ.
+func EqualScalar(a, b interface{}) bool {
 	if af, ok := number(a); ok {
 		bf, ok := number(b)
 		return ok && af == bf

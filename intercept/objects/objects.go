@@ -422,21 +422,32 @@ func (s *Store) informerFor(gvr schema.GroupVersionResource) informers.GenericIn
 	if uncached[gvr.GroupResource()] {
 		return nil
 	}
+	return s.lazyInformer(s.informers, gvr, func() informers.GenericInformer {
+		inf := dynamicinformer.NewFilteredDynamicInformer(s.dynamic, gvr, metav1.NamespaceAll, s.resync,
+			cache.Indexers{cache.NamespaceIndex: cache.MetaNamespaceIndexFunc}, nil)
+		_ = inf.Informer().SetTransform(LeanParent)
+		for _, o := range s.observers {
+			observe(inf, o)
+		}
+		return inf
+	})
+}
+
+// lazyInformer returns the informer of gvr in started, starting it with
+// start when the store holds fewer than its most caches of that sort; nil
+// when it holds that many.
+func (s *Store) lazyInformer(started map[schema.GroupVersionResource]informers.GenericInformer, gvr schema.GroupVersionResource,
+	start func() informers.GenericInformer) informers.GenericInformer {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	if inf, ok := s.informers[gvr]; ok {
+	if inf, ok := started[gvr]; ok {
 		return inf
 	}
-	if len(s.informers) >= s.maxInformers {
+	if len(started) >= s.maxInformers {
 		return nil
 	}
-	inf := dynamicinformer.NewFilteredDynamicInformer(s.dynamic, gvr, metav1.NamespaceAll, s.resync,
-		cache.Indexers{cache.NamespaceIndex: cache.MetaNamespaceIndexFunc}, nil)
-	_ = inf.Informer().SetTransform(LeanParent)
-	s.informers[gvr] = inf
-	for _, o := range s.observers {
-		observe(inf, o)
-	}
+	inf := start()
+	started[gvr] = inf
 	go inf.Informer().RunWithContext(s.ctx)
 	return inf
 }
@@ -447,23 +458,15 @@ func (s *Store) metadataInformerFor(gvr schema.GroupVersionResource) informers.G
 	if uncached[gvr.GroupResource()] || s.metadata == nil {
 		return nil
 	}
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	if inf, ok := s.metadataInformers[gvr]; ok {
+	return s.lazyInformer(s.metadataInformers, gvr, func() informers.GenericInformer {
+		inf := metadatainformer.NewFilteredMetadataInformer(s.metadata, gvr, metav1.NamespaceAll, s.resync,
+			cache.Indexers{cache.NamespaceIndex: cache.MetaNamespaceIndexFunc}, nil)
+		_ = inf.Informer().SetTransform(LeanChild)
+		for _, o := range s.observers {
+			observeMetadata(inf, o)
+		}
 		return inf
-	}
-	if len(s.metadataInformers) >= s.maxInformers {
-		return nil
-	}
-	inf := metadatainformer.NewFilteredMetadataInformer(s.metadata, gvr, metav1.NamespaceAll, s.resync,
-		cache.Indexers{cache.NamespaceIndex: cache.MetaNamespaceIndexFunc}, nil)
-	_ = inf.Informer().SetTransform(LeanChild)
-	s.metadataInformers[gvr] = inf
-	for _, o := range s.observers {
-		observeMetadata(inf, o)
-	}
-	go inf.Informer().RunWithContext(s.ctx)
-	return inf
+	})
 }
 
 // LeanParent is the transform of the caches of parents: of managedFields,

@@ -38,10 +38,19 @@ type AllowancePolicies struct {
 
 	mu       sync.Mutex
 	compiled map[types.UID]*allowance.Compiled
+	// exceeded holds, per policy name, the problems evaluations of its
+	// current generation ran into (cost limits, the write's budget): they
+	// stay in its status until its spec changes.
+	exceeded map[string]allowanceProblemsAt
 	// unserved is set when kube-apiserver answers 404 for the kind (its
 	// CRD is not installed): the informer never syncs, and there are no
 	// policies to wait for.
 	unserved atomic.Bool
+}
+
+type allowanceProblemsAt struct {
+	generation int64
+	problems   []allowance.Problem
 }
 
 // NewAllowancePolicies returns the watcher; Run starts it.
@@ -51,6 +60,7 @@ func NewAllowancePolicies(dyn dynamic.Interface, log *zap.Logger) *AllowancePoli
 		queue:    workqueue.NewTypedRateLimitingQueue(workqueue.DefaultTypedControllerRateLimiter[string]()),
 		log:      log,
 		compiled: map[types.UID]*allowance.Compiled{},
+		exceeded: map[string]allowanceProblemsAt{},
 	}
 	p.informer = dynamicinformer.NewFilteredDynamicInformer(dyn, v1alpha1.AllowancePoliciesGVR, metav1.NamespaceAll, 0, cache.Indexers{}, nil)
 	_, _ = p.informer.Informer().AddEventHandler(cache.ResourceEventHandlerFuncs{
@@ -63,6 +73,7 @@ func NewAllowancePolicies(dyn dynamic.Interface, log *zap.Logger) *AllowancePoli
 			if u, ok := obj.(*unstructured.Unstructured); ok {
 				p.mu.Lock()
 				delete(p.compiled, u.GetUID())
+				delete(p.exceeded, u.GetName())
 				p.mu.Unlock()
 			}
 		},
@@ -132,6 +143,29 @@ func (p *AllowancePolicies) compile(u *unstructured.Unstructured) *allowance.Com
 	return compiled
 }
 
+// Report records problems evaluations ran into, for the policies' status.
+func (p *AllowancePolicies) Report(problems []allowance.EvalProblem) {
+	for _, pr := range problems {
+		p.mu.Lock()
+		cur := p.exceeded[pr.Policy]
+		if cur.generation != pr.Generation {
+			cur = allowanceProblemsAt{generation: pr.Generation}
+		}
+		known := false
+		for _, q := range cur.problems {
+			known = known || q == pr.Problem
+		}
+		if !known {
+			cur.problems = append(cur.problems, pr.Problem)
+			p.exceeded[pr.Policy] = cur
+		}
+		p.mu.Unlock()
+		if !known {
+			p.queue.Add(pr.Policy)
+		}
+	}
+}
+
 func (p *AllowancePolicies) processNext(ctx context.Context) bool {
 	key, quit := p.queue.Get()
 	if quit {
@@ -160,7 +194,14 @@ func (p *AllowancePolicies) syncStatus(ctx context.Context, key string) error {
 	if !ok {
 		return nil
 	}
-	want := allowance.StatusCondition(p.compile(stored))
+	compiled := p.compile(stored)
+	p.mu.Lock()
+	var extra []allowance.Problem
+	if e, ok := p.exceeded[stored.GetName()]; ok && e.generation == stored.GetGeneration() {
+		extra = e.problems
+	}
+	p.mu.Unlock()
+	want := allowance.StatusCondition(compiled, extra...)
 
 	var status v1alpha1.AllowancePolicyStatus
 	if raw, found, _ := unstructured.NestedMap(stored.Object, "status"); found {

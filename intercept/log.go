@@ -62,6 +62,24 @@ func (i *Interceptor) recordDecision(f *facts, d *decision.Decision, outcome str
 	if len(d.PolicyProblems) > 0 && i.cfg.Policies != nil {
 		i.cfg.Policies.Report(d.PolicyProblems)
 	}
+	if a := d.Allowances; a != nil {
+		line.AllowanceMode = string(a.Mode)
+		for _, j := range a.Justification {
+			just := j.Mutation + " <- " + j.By.Policy + " (" + j.By.Initiator
+			if len(j.By.Trace) > 0 {
+				h := j.By.Trace[0]
+				just += ", " + h.Kind + "/" + h.Name + " " + h.Field
+			}
+			line.AllowanceJustified = append(line.AllowanceJustified, just+")")
+		}
+		for _, v := range a.Violations {
+			line.AllowanceViolations = append(line.AllowanceViolations, v.Mutation)
+		}
+		line.AllowanceGranted, line.AllowancePruned, line.AllowanceUnfinished = a.Granted, a.Pruned, a.Unfinished
+		if len(a.Problems) > 0 && i.cfg.AllowancePolicies != nil {
+			i.cfg.AllowancePolicies.Report(a.Problems)
+		}
+	}
 	if d.Trace != "" {
 		line.HasTrace = true
 		line.TraceHops = strings.Count(d.Trace, `"kind"`)

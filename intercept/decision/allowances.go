@@ -18,8 +18,9 @@ import (
 	"github.com/kausality-io/kausality-proxy/intercept/trace"
 )
 
-// CauseAllowance: Field names the mutated field (or create, delete) that
-// no allowance covers, Message the allowance that would be needed.
+// CauseAllowance is the cause of an allowance violation: Field names the
+// mutated field (or create, delete) that no allowance covers, Message the
+// allowance that would be needed.
 const CauseAllowance metav1.CauseType = "KausalityAllowance"
 
 // AllowanceInputs is what the allowance check needs beyond Input.

@@ -113,7 +113,7 @@ func TestDecideAllowances(t *testing.T) {
 		name: "a parent kind no policy speaks of is not checked",
 		d:    Decision{Result: Allow, Category: Expected},
 		in: Input{Operation: Update, DesiredChanged: true, User: ctrl, Parent: allowanceObject("StatefulSet", 2, 4, "app:1", nil), Settle: unsettled,
-			Child: ObjectRef{Kind: "Pod", Name: "web-0"},
+			Child:     ObjectRef{Kind: "Pod", Name: "web-0"},
 			OldObject: allowanceObject("Pod", 1, 4, "app:1", nil), NewObject: allowanceObject("Pod", 1, 4, "evil:1", nil)},
 		ns: enforce,
 	}} {

@@ -13,6 +13,7 @@ import (
 	"testing"
 	"time"
 
+	autoscalingv1 "k8s.io/api/autoscaling/v1"
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/types"
@@ -190,6 +191,29 @@ func TestAllowancesHoldTemplateChangeInScaleWindow(t *testing.T) {
 	if checked == 0 {
 		t.Error("no decision line says allowances applied")
 	}
+
+	// A /scale carries its allowances to the Deployment with the write
+	// that follows it; the controller's scaling then passes.
+	before, err := alice.AppsV1().Deployments(ns).Get(ctx, "web", metav1.GetOptions{})
+	mustf(t, err, "reading the Deployment")
+	_, err = alice.AppsV1().Deployments(ns).UpdateScale(ctx, "web",
+		&autoscalingv1.Scale{ObjectMeta: metav1.ObjectMeta{Name: "web", Namespace: ns}, Spec: autoscalingv1.ScaleSpec{Replicas: 5}}, metav1.UpdateOptions{})
+	mustf(t, err, "alice scales the Deployment through /scale")
+	eventually(t, 120*time.Second, "the /scale carried out", func() error {
+		d, err := alice.AppsV1().Deployments(ns).Get(ctx, "web", metav1.GetOptions{})
+		if err != nil {
+			return err
+		}
+		// The side write itself bumps a Deployment's generation once more.
+		scaled := before.Generation + 1
+		if !strings.Contains(d.Annotations[annotations.Allowances], fmt.Sprintf(`"mutation":"spec.replicas","generation":%d,"initiator":"alice"`, scaled)) {
+			return fmt.Errorf("no allowance of generation %d: %s", scaled, d.Annotations[annotations.Allowances])
+		}
+		if d.Status.ObservedGeneration != d.Generation || d.Status.AvailableReplicas != 5 {
+			return fmt.Errorf("generation %d status %+v", d.Generation, d.Status)
+		}
+		return nil
+	})
 
 	// Without the mode, allowances change nothing: the same write passes.
 	off := allowanceNamespace(t, "allow-off", "")

@@ -119,6 +119,8 @@ func Build(o Options) (*Interceptor, error) {
 	}
 	policies := NewPolicies(dyn, o.Log.Named("approvalpolicies"))
 	policies.Run(background)
+	allowancePolicies := NewAllowancePolicies(dyn, o.Log.Named("allowancepolicies"))
+	allowancePolicies.Run(background)
 	// Reservations are kept next to the drift records, in the proxy's
 	// own namespace.
 	reserved := reservations.New(client, o.Drifts.Namespace, replicaIdentity(o.Drifts.Identity), nil)
@@ -131,6 +133,7 @@ func Build(o Options) (*Interceptor, error) {
 		Reservations:         reserved,
 		ReservationOrphanAge: o.ReservationOrphanAge,
 		Policies:             policies,
+		AllowancePolicies:    allowancePolicies,
 		Drifts:               reporter,
 		Objects:              store,
 		Writer:               dyn,

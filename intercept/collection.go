@@ -80,6 +80,8 @@ type collection struct {
 	// cleanup: the namespace is being deleted.
 	cleanup bool
 	nsMode  string
+	// nsAllowanceMode is the namespace's kausality.io/allowance-mode.
+	nsAllowanceMode string
 	// whole: a decision may read more of an object than its metadata
 	// (the caller's approval policies see oldObject), so it is listed
 	// whole.
@@ -166,6 +168,7 @@ func (i *Interceptor) readCollectionNamespace(ctx context.Context, c *collection
 		c.cleanup = true
 	case err == nil:
 		c.nsMode = nsObj.GetAnnotations()[annotations.Mode]
+		c.nsAllowanceMode = nsObj.GetAnnotations()[annotations.AllowanceMode]
 	case apierrors.IsNotFound(err):
 	default:
 		return i.unresolvable(fmt.Errorf("reading the namespace %s: %w", ns, err))
@@ -280,7 +283,7 @@ func (i *Interceptor) memberFacts(ctx context.Context, c *collection, obj *unstr
 	wr.info = &info
 	rq := *c.req // one evaluation budget of the policies for the whole request
 	rq.w = &wr
-	f := facts{req: &rq, dryRun: c.dryRun, op: decision.Delete, namespace: c.namespace, kind: c.kind, old: obj, changed: true, nsMode: c.nsMode}
+	f := facts{req: &rq, dryRun: c.dryRun, op: decision.Delete, namespace: c.namespace, kind: c.kind, old: obj, changed: true, nsMode: c.nsMode, nsAllowanceMode: c.nsAllowanceMode}
 	if parent, ok := c.recall(&f); ok {
 		f.parent = parent
 		return f, nil

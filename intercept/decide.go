@@ -6,6 +6,8 @@
 package intercept
 
 import (
+	"context"
+
 	"k8s.io/apimachinery/pkg/runtime/schema"
 
 	"github.com/kausality-io/kausality-proxy/intercept/annotations"
@@ -16,10 +18,12 @@ import (
 
 // decide decides f. It reads nothing: every fact it uses is in f.
 func (i *Interceptor) decide(f *facts) decision.Decision {
-	d := decision.Decide(i.input(f, &f.parent))
+	in := i.input(f, &f.parent)
+	d := decision.Decide(in)
 	if f.formerParent.obj != nil {
 		d = decision.UnderBoth(d, decision.Decide(i.input(f, &f.formerParent)))
 	}
+	d = decision.DecideAllowances(f.req.context(), d, in, i.allowanceInputs(f))
 	if len(f.warnings) > 0 {
 		d.Warnings = append(append([]string(nil), f.warnings...), d.Warnings...)
 	}
@@ -120,4 +124,27 @@ func (f *facts) staleUpdate() bool {
 	}
 	rv := f.sent.GetResourceVersion()
 	return rv != "" && rv != f.old.GetResourceVersion()
+}
+
+// allowanceInputs are the facts of f the allowance check needs.
+func (i *Interceptor) allowanceInputs(f *facts) decision.AllowanceInputs {
+	a := decision.AllowanceInputs{Policies: f.req.allowances}
+	if f.nsAllowanceMode != "" {
+		a.NamespaceAnnotations = map[string]string{annotations.AllowanceMode: f.nsAllowanceMode}
+	}
+	if f.old != nil && f.old.GetAnnotations()[annotations.Allowances] != "" {
+		if _, r, ok := i.settled.Record(f.old.GetUID()); ok {
+			a.ObjectSettledGeneration = r.SettledAt
+		}
+	}
+	return a
+}
+
+// context is the request's context, or the background for steps made
+// without one.
+func (rq *writeRequest) context() context.Context {
+	if rq.ctx == nil {
+		return context.Background()
+	}
+	return rq.ctx
 }

@@ -66,6 +66,8 @@ type facts struct {
 	// formerParent the one the write moves the child away from.
 	parent, formerParent parentFacts
 	nsMode               string
+	// nsAllowanceMode is the namespace's kausality.io/allowance-mode.
+	nsAllowanceMode string
 	// warnings are about facts that could not be read but were not needed.
 	warnings []string
 	// childLive: old was read live.
@@ -293,6 +295,7 @@ func (i *Interceptor) withSurroundings(ctx context.Context, f facts) (facts, err
 		switch {
 		case err == nil:
 			f.nsMode = nsObj.GetAnnotations()[annotations.Mode]
+			f.nsAllowanceMode = nsObj.GetAnnotations()[annotations.AllowanceMode]
 		case apierrors.IsNotFound(err):
 			// Writes into a namespace that does not exist fail upstream.
 		default:

@@ -77,6 +77,9 @@ type Config struct {
 	// Policies gives decisions the writer's approval policies; nil means
 	// none.
 	Policies PolicySource
+	// AllowancePolicies are the compiled AllowancePolicies; nil means
+	// none, and readiness waits for nothing.
+	AllowancePolicies *AllowancePolicies
 	// Clock tells decisions the time (snooze, trace timestamps) and
 	// measures latency; nil is the real clock.
 	Clock clock.PassiveClock

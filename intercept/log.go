@@ -62,6 +62,7 @@ func (i *Interceptor) recordDecision(f *facts, d *decision.Decision, outcome str
 	if len(d.PolicyProblems) > 0 && i.cfg.Policies != nil {
 		i.cfg.Policies.Report(d.PolicyProblems)
 	}
+	i.allowanceFields(line, d)
 	if d.Trace != "" {
 		line.HasTrace = true
 		line.TraceHops = strings.Count(d.Trace, `"kind"`)
@@ -176,4 +177,29 @@ func (m *metrics) reservation(outcome string) {
 		return
 	}
 	m.reservations.WithLabelValues(outcome).Inc()
+}
+
+// allowanceFields fills the line's allowance fields, and hands the
+// problems evaluations ran into to the policies' status.
+func (i *Interceptor) allowanceFields(line *decisionlog.Line, d *decision.Decision) {
+	a := d.Allowances
+	if a == nil {
+		return
+	}
+	line.AllowanceMode = string(a.Mode)
+	for _, j := range a.Justification {
+		just := j.Mutation + " <- " + j.By.Policy + " (" + j.By.Initiator
+		if len(j.By.Trace) > 0 {
+			h := j.By.Trace[0]
+			just += ", " + h.Kind + "/" + h.Name + " " + h.Field
+		}
+		line.AllowanceJustified = append(line.AllowanceJustified, just+")")
+	}
+	for _, v := range a.Violations {
+		line.AllowanceViolations = append(line.AllowanceViolations, v.Mutation)
+	}
+	line.AllowanceGranted, line.AllowancePruned, line.AllowanceUnfinished = a.Granted, a.Pruned, a.Unfinished
+	if len(a.Problems) > 0 && i.cfg.AllowancePolicies != nil {
+		i.cfg.AllowancePolicies.Report(a.Problems)
+	}
 }

@@ -43,6 +43,11 @@ func (p *Policies) HasSynced() bool {
 // policies are still being listed.
 var errPoliciesNotSynced = errors.New("the approval-policy caches have not synced")
 
+// errAllowancePoliciesNotSynced is what readiness reports while the
+// allowance policies are still being listed: a controller's write checked
+// before would be a violation a policy allows.
+var errAllowancePoliciesNotSynced = errors.New("the allowance-policy cache has not synced")
+
 // errSettlementsNotSynced is what readiness reports while the records of
 // the parents' settledness are still being read: a replica that decided
 // before would be lenient about parents the cluster records as settled.
@@ -50,8 +55,8 @@ var errSettlementsNotSynced = errors.New("the records of the parents' settlednes
 
 // Ready reports why the write path cannot decide as it would with complete
 // information yet, or nil when it can. The caches it waits for are those
-// every decision may consult: the approval policies and the records of
-// settledness. The object caches
+// every decision may consult: the approval and allowance policies and the
+// records of settledness. The object caches
 // start lazily and fall back to live reads, so they never hold a decision
 // back.
 func (i *Interceptor) Ready() error {
@@ -60,6 +65,9 @@ func (i *Interceptor) Ready() error {
 	}
 	if s, ok := i.cfg.Policies.(interface{ HasSynced() bool }); ok && !s.HasSynced() {
 		return errPoliciesNotSynced
+	}
+	if i.cfg.AllowancePolicies != nil && !i.cfg.AllowancePolicies.HasSynced() {
+		return errAllowancePoliciesNotSynced
 	}
 	if i.cfg.Settlements != nil && !i.cfg.Settlements.HasSynced() {
 		return errSettlementsNotSynced

@@ -13,6 +13,7 @@
 package intercept
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	"io"
@@ -25,6 +26,7 @@ import (
 	"k8s.io/apiserver/pkg/authentication/user"
 	"k8s.io/apiserver/pkg/endpoints/request"
 
+	"github.com/kausality-io/kausality-proxy/intercept/allowance"
 	"github.com/kausality-io/kausality-proxy/intercept/annotations"
 	"github.com/kausality-io/kausality-proxy/intercept/config"
 	"github.com/kausality-io/kausality-proxy/intercept/decision"
@@ -45,6 +47,10 @@ type writeRequest struct {
 	// one per request, so that deciding again reuses what it found, and
 	// one evaluation budget covers the request.
 	policies *policy.Matcher
+	// allowances are the AllowancePolicies as the request found them, and
+	// ctx bounds their CEL evaluations to the request.
+	allowances []*allowance.Compiled
+	ctx        context.Context
 }
 
 func (i *Interceptor) newWriteRequest(r *http.Request, wr *write) *writeRequest {
@@ -54,6 +60,10 @@ func (i *Interceptor) newWriteRequest(r *http.Request, wr *write) *writeRequest 
 		start: i.cfg.Clock.Now(), contentType: r.Header.Get("Content-Type")}
 	if i.cfg.Policies != nil && u != nil {
 		rq.policies = policy.NewMatcher(r.Context(), i.cfg.Policies.For(u.GetName())...)
+	}
+	rq.ctx = r.Context()
+	if i.cfg.AllowancePolicies != nil {
+		rq.allowances = i.cfg.AllowancePolicies.All()
 	}
 	return rq
 }

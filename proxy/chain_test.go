@@ -102,8 +102,8 @@ func (f *fakeUpstream) serve(w http.ResponseWriter, r *http.Request) {
 		_ = json.NewEncoder(w).Encode(sar)
 		return
 	}
-	if strings.HasPrefix(r.URL.Path, "/apis/kausality.io/") {
-		// The proxy's own watches of its approval policies run from its
+	if strings.HasPrefix(r.URL.Path, "/apis/kausality.io/") || strings.HasPrefix(r.URL.Path, "/apis/kausal.io/") {
+		// The proxy's own watches of its approval and allowance policies run from its
 		// start, whoever calls; they are not a caller's traffic. An empty
 		// list, then a watch that stays open with no events, as on a
 		// cluster without policies.

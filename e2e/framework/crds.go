@@ -138,8 +138,8 @@ func SprocketCRD() *apiextensionsv1.CustomResourceDefinition {
 	}
 }
 
-// PolicyCRDs are the proxy's own ApprovalPolicy and ClusterApprovalPolicy
-// CRDs, read from the manifests the deployment uses.
+// PolicyCRDs are the proxy's own ApprovalPolicy, ClusterApprovalPolicy and
+// AllowancePolicy CRDs, read from the manifests the deployment uses.
 func PolicyCRDs() ([]*apiextensionsv1.CustomResourceDefinition, error) {
 	_, here, _, ok := goruntime.Caller(0)
 	if !ok {
@@ -147,7 +147,7 @@ func PolicyCRDs() ([]*apiextensionsv1.CustomResourceDefinition, error) {
 	}
 	dir := filepath.Join(filepath.Dir(here), "..", "..", "manifests", "base", "crds")
 	var out []*apiextensionsv1.CustomResourceDefinition
-	for _, f := range []string{"kausality.io_approvalpolicies.yaml", "kausality.io_clusterapprovalpolicies.yaml"} {
+	for _, f := range []string{"kausality.io_approvalpolicies.yaml", "kausality.io_clusterapprovalpolicies.yaml", "kausal.io_allowancepolicies.yaml"} {
 		data, err := os.ReadFile(filepath.Join(dir, f))
 		if err != nil {
 			return nil, err

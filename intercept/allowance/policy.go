@@ -69,6 +69,9 @@ type allowed struct {
 // Valid reports whether the policy compiled; an invalid one never applies.
 func (c *Compiled) Valid() bool { return c != nil && len(c.Problems) == 0 }
 
+// Kind is the kind of the parent whose changes the policy speaks of.
+func (c *Compiled) Kind() string { return c.kind }
+
 // Compile reads and checks an AllowancePolicy: every path parses, every
 // CEL condition compiles within kube-apiserver's cost limit, subjects and
 // mutations are of known kinds.

@@ -16,6 +16,10 @@ func (d *Decision) StandsOnMetadata(op Operation) bool {
 	if op == Delete {
 		return true
 	}
+	if d.Allowances != nil && d.Allowances.Checked {
+		// The allowances a write needs are its changed fields.
+		return false
+	}
 	switch d.Category {
 	case Expected, NoParent, ParentDeleting:
 		return true

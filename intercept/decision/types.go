@@ -435,6 +435,9 @@ type Decision struct {
 	Message string `json:"message,omitempty"`
 	// Causes carry the same details for tools (Status details.causes).
 	Causes []metav1.StatusCause `json:"causes,omitempty"`
+
+	// Allowances is what the allowance check found (nil: not applied).
+	Allowances *AllowanceOutcome `json:"allowances,omitempty"`
 }
 
 // String renders the decision as JSON (for logs and debugging).

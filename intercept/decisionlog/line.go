@@ -79,6 +79,19 @@ type Line struct {
 	// ns/name rule 0"), or is PolicyNone for drift no rule matched.
 	Policy string `json:"policy,omitempty"`
 
+	// Allowance fields are written only when allowances apply to the
+	// write (its allowance mode is not off).
+	AllowanceMode string `json:"allowanceMode,omitempty"`
+	// AllowanceJustified: "mutation <- policy (initiator, first hop)" per
+	// justified mutation; AllowanceViolations the mutations nothing
+	// allowed; AllowanceGranted the policies whose allowances the write
+	// adds; AllowancePruned the consumed allowances it drops.
+	AllowanceJustified  []string `json:"allowanceJustified,omitempty"`
+	AllowanceViolations []string `json:"allowanceViolations,omitempty"`
+	AllowanceGranted    []string `json:"allowanceGranted,omitempty"`
+	AllowancePruned     int      `json:"allowancePruned,omitempty"`
+	AllowanceUnfinished string   `json:"allowanceUnfinished,omitempty"`
+
 	HasTrace    bool `json:"-"`
 	TraceHops   int  `json:"traceHops,omitempty"`
 	TraceOrigin bool `json:"traceOrigin,omitempty"`
@@ -153,6 +166,9 @@ func (l *Line) MarshalLogObject(enc zapcore.ObjectEncoder) error {
 	if l.Policy != "" {
 		enc.AddString("policy", l.Policy)
 	}
+	if l.AllowanceMode != "" {
+		l.marshalAllowances(enc)
+	}
 	if l.HasTrace {
 		enc.AddInt("traceHops", l.TraceHops)
 		enc.AddBool("traceOrigin", l.TraceOrigin)
@@ -167,6 +183,25 @@ func (l *Line) MarshalLogObject(enc zapcore.ObjectEncoder) error {
 		enc.AddString("error", l.Error)
 	}
 	return nil
+}
+
+func (l *Line) marshalAllowances(enc zapcore.ObjectEncoder) {
+	enc.AddString("allowanceMode", l.AllowanceMode)
+	if len(l.AllowanceJustified) > 0 {
+		_ = enc.AddArray("allowanceJustified", stringArray(l.AllowanceJustified))
+	}
+	if len(l.AllowanceViolations) > 0 {
+		_ = enc.AddArray("allowanceViolations", stringArray(l.AllowanceViolations))
+	}
+	if len(l.AllowanceGranted) > 0 {
+		_ = enc.AddArray("allowanceGranted", stringArray(l.AllowanceGranted))
+	}
+	if l.AllowancePruned > 0 {
+		enc.AddInt("allowancePruned", l.AllowancePruned)
+	}
+	if l.AllowanceUnfinished != "" {
+		enc.AddString("allowanceUnfinished", l.AllowanceUnfinished)
+	}
 }
 
 // ChangedPaths are the paths of changes, for Line.ChangedPaths. The values

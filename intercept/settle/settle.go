@@ -410,6 +410,9 @@ type Facts struct {
 	SpecSince int64
 	// Reason says how AtCurrentSpec was decided.
 	Reason string
+	// SettledAt is the generation at which the proxy last saw the parent
+	// settled (0: never).
+	SettledAt int64
 }
 
 // Assess returns the facts about parent and learns from it.
@@ -418,7 +421,7 @@ func (m *Memory) Assess(parent *unstructured.Unstructured) Facts {
 	v := m.view(parent)
 	now, why := v.current, v.why
 	e := m.learn(parent, v)
-	f := Facts{SpecSince: e.since, Known: e.settled != ""}
+	f := Facts{SpecSince: e.since, Known: e.settled != "", SettledAt: e.settledAt}
 	switch {
 	case now:
 		f.AtCurrentSpec = true

@@ -1,0 +1,304 @@
+package decision
+
+// Allowances beside drift gating: after Decide has said whether a write
+// may happen at all, the allowance check says whether this write's
+// mutations follow from the change of the parent that started them. It
+// only ever holds more: a write Decide denies stays denied.
+
+import (
+	"context"
+	"errors"
+	"strings"
+
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+
+	"github.com/kausality-io/kausality-proxy/intercept/allowance"
+	"github.com/kausality-io/kausality-proxy/intercept/annotations"
+	"github.com/kausality-io/kausality-proxy/intercept/trace"
+)
+
+// CauseAllowance is the cause of an allowance violation: Field names the
+// mutated field (or create, delete) that no allowance covers, Message the
+// allowance that would be needed.
+const CauseAllowance metav1.CauseType = "KausalityAllowance"
+
+// AllowanceInputs is what the allowance check needs beyond Input.
+type AllowanceInputs struct {
+	// Policies are the compiled AllowancePolicies, invalid ones included
+	// (they apply to nothing).
+	Policies []*allowance.Compiled
+	// NamespaceAnnotations are the annotations of the written object's
+	// namespace (its allowance mode).
+	NamespaceAnnotations map[string]string
+	// ObjectSettledGeneration is the latest generation at which the
+	// written object was seen settled (0: unknown), for pruning the
+	// allowances it carries.
+	ObjectSettledGeneration int64
+}
+
+// AllowanceOutcome is what the allowance check found, for the decision
+// line and the reports.
+type AllowanceOutcome struct {
+	Mode allowance.Mode `json:"mode"`
+	// Checked: a controller's write was checked against its parent's
+	// allowances (or its standing duty). Such a verdict depends on what
+	// the write changes, so it never stands on the child's metadata alone.
+	Checked       bool                      `json:"checked,omitempty"`
+	Justification []allowance.Justification `json:"justification,omitempty"`
+	Violations    []allowance.Violation     `json:"violations,omitempty"`
+	// Granted names the policies whose allowances the write adds to the
+	// written object; Pruned counts the consumed allowances it drops.
+	Granted    []string `json:"granted,omitempty"`
+	Pruned     int      `json:"pruned,omitempty"`
+	Unfinished string   `json:"unfinished,omitempty"`
+	// Problems are evaluations the policies' status should report.
+	Problems []allowance.EvalProblem `json:"-"`
+}
+
+// DecideAllowances applies the allowance check to d, decided by Decide on
+// in. ctx bounds the CEL evaluations to the request.
+func DecideAllowances(ctx context.Context, d Decision, in Input, a AllowanceInputs) Decision {
+	if d.Result == Deny {
+		return d
+	}
+	if d.Category == StatusWrite || d.Category == NoDesiredChange || !in.DesiredChanged {
+		return prune(d, in, a)
+	}
+	switch d.Category {
+	case NewOrigin, NoParent:
+		return initiate(ctx, d, in, a)
+	case Expected, ParentInitializing, ControllerUnknown, SelfHealing, HistoryPruned:
+		if in.Parent == nil || !governed(a.Policies, in.Parent.GetKind()) {
+			return d
+		}
+		return use(ctx, d, in, a)
+	}
+	return prune(d, in, a)
+}
+
+// governed reports whether a valid policy speaks of changes of kind. The
+// children of a parent no policy speaks of (a Service's EndpointSlices)
+// are not checked: nothing could ever allow their writes, and turning
+// allowances on for a namespace would stop every such controller.
+func governed(policies []*allowance.Compiled, kind string) bool {
+	for _, p := range policies {
+		if p.Valid() && p.Kind() == kind {
+			return true
+		}
+	}
+	return false
+}
+
+// prune drops the consumed allowances of an object other writes carry,
+// so the annotation does not grow with allowances nothing can use.
+func prune(d Decision, in Input, a AllowanceInputs) Decision {
+	if in.Operation != Update || in.OldObject == nil || in.NewObject == nil {
+		return d
+	}
+	stored := in.OldObject.GetAnnotations()
+	if stored[allowance.Annotation] == "" {
+		return d
+	}
+	mode, _ := allowance.ModeOf(stored, a.NamespaceAnnotations)
+	if mode == allowance.ModeOff {
+		return d
+	}
+	out := &AllowanceOutcome{Mode: mode}
+	d = carry(d, stored, a.ObjectSettledGeneration, nil, out)
+	if out.Pruned > 0 {
+		d.Allowances = out
+	}
+	return d
+}
+
+// initiate grants the allowances a person's (or CI's, or an autoscaler's)
+// change of the object starts, on the forwarded write.
+func initiate(ctx context.Context, d Decision, in Input, a AllowanceInputs) Decision {
+	if in.Operation == Delete || in.NewObject == nil {
+		return d
+	}
+	var stored map[string]string
+	if in.OldObject != nil {
+		stored = in.OldObject.GetAnnotations()
+	}
+	mode, warn := allowance.ModeOf(stored, a.NamespaceAnnotations)
+	if mode == allowance.ModeOff {
+		return d
+	}
+	if warn != nil {
+		d.Warnings = append(d.Warnings, warn.String())
+	}
+	ch := allowance.Change{Subject: subjectOf(in), Kind: in.NewObject.GetKind(), Name: in.NewObject.GetName(),
+		New: in.NewObject.Object, Generation: 1}
+	if in.OldObject != nil {
+		ch.Old, ch.Generation = in.OldObject.Object, in.OldObject.GetGeneration()+1
+	}
+	g := allowance.Initiate(ctx, a.Policies, ch)
+	out := &AllowanceOutcome{Mode: mode, Granted: g.Policies, Unfinished: g.Unfinished, Problems: g.Problems}
+	d.Allowances = out
+	return carry(d, stored, a.ObjectSettledGeneration, g.Allowances, out)
+}
+
+// use checks a controller's write of a child against the parent's
+// allowances (or, for a standing duty, against the parent's policies),
+// and passes on what the child's own policies grant.
+func use(ctx context.Context, d Decision, in Input, a AllowanceInputs) Decision {
+	parentAnn := in.Parent.GetAnnotations()
+	mode, warn := allowance.ModeOf(parentAnn, a.NamespaceAnnotations)
+	if mode == allowance.ModeOff {
+		return d
+	}
+	if warn != nil {
+		d.Warnings = append(d.Warnings, warn.String())
+	}
+	ch := allowance.Change{Subject: subjectOf(in), Kind: in.Child.Kind, Name: in.Child.Name}
+	if in.OldObject != nil {
+		ch.Old, ch.Generation = in.OldObject.Object, in.OldObject.GetGeneration()+1
+	} else {
+		ch.Generation = 1
+	}
+	if in.Operation != Delete && in.NewObject != nil {
+		ch.New = in.NewObject.Object
+	}
+	if in.Operation == Delete {
+		ch.New = nil
+	}
+	var v allowance.Verdict
+	if d.Category == SelfHealing || d.Category == HistoryPruned {
+		v = allowance.Standing(a.Policies, allowance.Duty{Kind: in.Parent.GetKind(), Name: in.Parent.GetName(),
+			Generation: in.Parent.GetGeneration(), Initiator: traceOrigin(parentAnn)}, ch)
+	} else {
+		set, err := allowance.Parse(parentAnn[allowance.Annotation])
+		if err != nil {
+			d.Warnings = append(d.Warnings, "parent "+in.Parent.GetKind()+" "+in.Parent.GetName()+": "+err.Error()+" (counted as no allowances)")
+		}
+		v = allowance.Use(a.Policies, allowance.Parent{Kind: in.Parent.GetKind(), Name: in.Parent.GetName(),
+			Allowances: set.Allowances, SettledGeneration: SettledGeneration(in.Parent, in)}, ch)
+	}
+	out := &AllowanceOutcome{Mode: mode, Checked: true, Justification: v.Justification, Violations: v.Violations}
+	d.Allowances = out
+	if !v.Allowed() {
+		d = violated(d, mode, v.Violations)
+		if d.Result == Deny {
+			return d
+		}
+	}
+	if ch.New == nil {
+		return d
+	}
+	g := allowance.Propagate(ctx, a.Policies, v, ch)
+	out.Granted, out.Unfinished, out.Problems = g.Policies, g.Unfinished, g.Problems
+	var stored map[string]string
+	if in.OldObject != nil {
+		stored = in.OldObject.GetAnnotations()
+	}
+	return carry(d, stored, a.ObjectSettledGeneration, g.Allowances, out)
+}
+
+// violated decides a violation by the mode: shadow only records it (the
+// decision line), log warns, enforce denies.
+func violated(d Decision, mode allowance.Mode, vs []allowance.Violation) Decision {
+	msgs := make([]string, len(vs))
+	for i, v := range vs {
+		msgs[i] = v.Message
+	}
+	msg := "kausality-proxy: " + strings.Join(msgs, "; ")
+	switch mode {
+	case allowance.ModeEnforce:
+		d.Result, d.Reason, d.Message = Deny, "allowance violation", msg
+		d.ChildAnnotations, d.ParentWrites, d.Trace = nil, nil, ""
+		d.ConsumeOnce, d.ApprovalsUpdate, d.Report = false, nil, ReportNone
+		causes := make([]metav1.StatusCause, 0, len(vs))
+		for _, v := range vs {
+			causes = append(causes, metav1.StatusCause{Type: CauseAllowance, Field: v.Mutation,
+				Message: "needs an allowance {kind: " + v.NeededKind + ", mutation: " + v.NeededMutation + "} on the parent"})
+		}
+		d.Causes = append(causes, d.Causes...)
+	case allowance.ModeLog:
+		d.Warnings = append(d.Warnings, msg+" (allowance-mode log: allowed)")
+	}
+	return d
+}
+
+// carry sets the written object's kausal.io/allowances in the forwarded
+// write: the stored ones without those consumed, plus granted.
+func carry(d Decision, stored map[string]string, settledGeneration int64, granted []allowance.Allowance, out *AllowanceOutcome) Decision {
+	raw, had := stored[allowance.Annotation]
+	set, err := allowance.Parse(raw)
+	if err != nil {
+		d.Warnings = append(d.Warnings, err.Error()+" (counted as no allowances)")
+	}
+	set, pruned := allowance.Prune(set, settledGeneration)
+	out.Pruned = len(pruned)
+	if len(granted) == 0 && len(pruned) == 0 {
+		return d
+	}
+	value, err := set.Add(granted...).String()
+	if errors.Is(err, allowance.ErrTooLarge) {
+		// Allowances only ever permit: forwarding without the new ones
+		// holds the writes they would have allowed, nothing more.
+		d.Warnings = append(d.Warnings, err.Error()+"; the write is forwarded without the allowances it would grant")
+		value, err = set.String()
+	}
+	if err != nil {
+		return d
+	}
+	if had && value == raw {
+		return d
+	}
+	changes := &AnnotationChanges{Set: map[string]string{}}
+	if d.ChildAnnotations != nil {
+		for k, v := range d.ChildAnnotations.Set {
+			changes.Set[k] = v
+		}
+		changes.Remove = append(changes.Remove, d.ChildAnnotations.Remove...)
+	}
+	if value == "" || value == "[]" {
+		delete(changes.Set, allowance.Annotation)
+		changes.Remove = appendMissing(changes.Remove, allowance.Annotation)
+	} else {
+		changes.Set[allowance.Annotation] = value
+	}
+	d.ChildAnnotations = changes
+	return d
+}
+
+func appendMissing(keys []string, key string) []string {
+	for _, k := range keys {
+		if k == key {
+			return keys
+		}
+	}
+	return append(keys, key)
+}
+
+// SettledGeneration is the latest generation at which parent is known to
+// have settled: its own when it has settled at its current spec, else the
+// one the settledness facts recorded (0: never, which consumes nothing).
+func SettledGeneration(parent *unstructured.Unstructured, in Input) int64 {
+	if in.Settle == nil {
+		return 0
+	}
+	if in.Settle.AtCurrentSpec {
+		return parent.GetGeneration()
+	}
+	return in.Settle.SettledAt
+}
+
+func subjectOf(in Input) allowance.Subject {
+	if in.User == nil {
+		return allowance.Subject{}
+	}
+	return allowance.Subject{User: in.User.GetName(), Groups: in.User.GetGroups()}
+}
+
+// traceOrigin is the user who started the parent's current desired state,
+// as its trace records.
+func traceOrigin(ann map[string]string) string {
+	t, err := trace.Parse(ann[annotations.Trace])
+	if err != nil || len(t) == 0 {
+		return ""
+	}
+	return t[0].User
+}

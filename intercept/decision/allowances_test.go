@@ -1,0 +1,152 @@
+package decision
+
+import (
+	"context"
+	"strings"
+	"testing"
+
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/apiserver/pkg/authentication/user"
+
+	"github.com/kausality-io/kausality-proxy/api/v1alpha1"
+	"github.com/kausality-io/kausality-proxy/intercept/allowance"
+	"github.com/kausality-io/kausality-proxy/intercept/annotations"
+	"github.com/kausality-io/kausality-proxy/intercept/settle"
+)
+
+const testController = "system:serviceaccount:kube-system:deployment-controller"
+
+func allowanceTestPolicies() []*allowance.Compiled {
+	return []*allowance.Compiled{allowance.CompileSpec("deployment-replicas", "uid-1", 1, v1alpha1.AllowancePolicySpec{
+		Match: v1alpha1.AllowanceMatch{Kind: "Deployment", Fields: []string{"spec.replicas"}},
+		Subjects: []v1alpha1.AllowanceSubject{
+			{Kind: v1alpha1.SubjectUser, Name: "alice", MayInitiate: true},
+			{Kind: v1alpha1.SubjectServiceAccount, Namespace: "kube-system", Name: "deployment-controller"},
+		},
+		Allow: []v1alpha1.AllowedMutation{{Kind: "ReplicaSet", Relation: v1alpha1.RelationChild, Mutations: []string{"spec.replicas"}}},
+	})}
+}
+
+func allowanceObject(kind string, generation int64, replicas int64, image string, ann map[string]string) *unstructured.Unstructured {
+	u := &unstructured.Unstructured{Object: map[string]any{"apiVersion": "apps/v1", "kind": kind,
+		"metadata": map[string]any{"name": "web", "namespace": "ns", "generation": generation},
+		"spec": map[string]any{"replicas": replicas, "template": map[string]any{"spec": map[string]any{
+			"containers": []any{map[string]any{"name": "app", "image": image}}}}}}}
+	if ann != nil {
+		u.SetAnnotations(ann)
+	}
+	return u
+}
+
+func TestDecideAllowances(t *testing.T) {
+	enforce := map[string]string{annotations.AllowanceMode: "enforce"}
+	granted := `[{"kind":"ReplicaSet","mutation":"spec.replicas","generation":2,"initiator":"alice","policy":"deployment-replicas","trace":[{"kind":"Deployment","name":"web","generation":2,"field":"spec.replicas"}]}]`
+	parent := allowanceObject("Deployment", 2, 4, "app:1", map[string]string{annotations.Allowances: granted})
+	alice := &user.DefaultInfo{Name: "alice"}
+	ctrl := &user.DefaultInfo{Name: testController}
+	unsettled := &settle.Facts{SettledAt: 1}
+
+	for _, tc := range []struct {
+		name      string
+		d         Decision
+		in        Input
+		ns        map[string]string
+		wantDeny  bool
+		wantWarn  string
+		wantSet   string // substring of the forwarded kausal.io/allowances
+		wantCause string
+	}{{
+		name: "a person's scale grants the ReplicaSet replicas",
+		d:    Decision{Result: Allow, Category: NoParent},
+		in: Input{Operation: Update, DesiredChanged: true, User: alice,
+			OldObject: allowanceObject("Deployment", 1, 2, "app:1", nil), NewObject: allowanceObject("Deployment", 1, 4, "app:1", nil)},
+		ns:      enforce,
+		wantSet: `"mutation":"spec.replicas","generation":2,"initiator":"alice"`,
+	}, {
+		name: "mode off: a person's scale grants nothing",
+		d:    Decision{Result: Allow, Category: NoParent},
+		in: Input{Operation: Update, DesiredChanged: true, User: alice,
+			OldObject: allowanceObject("Deployment", 1, 2, "app:1", nil), NewObject: allowanceObject("Deployment", 1, 4, "app:1", nil)},
+	}, {
+		name: "the controller scales the ReplicaSet: allowed",
+		d:    Decision{Result: Allow, Category: Expected},
+		in: Input{Operation: Update, DesiredChanged: true, User: ctrl, Parent: parent, Settle: unsettled, Child: ObjectRef{Kind: "ReplicaSet", Name: "web-1"},
+			OldObject: allowanceObject("ReplicaSet", 1, 2, "app:1", nil), NewObject: allowanceObject("ReplicaSet", 1, 4, "app:1", nil)},
+		ns: enforce,
+	}, {
+		name: "the controller changes the template in the scale window: denied in enforce",
+		d:    Decision{Result: Allow, Category: Expected},
+		in: Input{Operation: Update, DesiredChanged: true, User: ctrl, Parent: parent, Settle: unsettled, Child: ObjectRef{Kind: "ReplicaSet", Name: "web-1"},
+			OldObject: allowanceObject("ReplicaSet", 1, 4, "app:1", nil), NewObject: allowanceObject("ReplicaSet", 1, 4, "evil:1", nil)},
+		ns:        enforce,
+		wantDeny:  true,
+		wantCause: "spec.template.spec.containers[0].image",
+	}, {
+		name: "the same in log mode: allowed with a warning",
+		d:    Decision{Result: Allow, Category: Expected},
+		in: Input{Operation: Update, DesiredChanged: true, User: ctrl, Parent: parent, Settle: unsettled, Child: ObjectRef{Kind: "ReplicaSet", Name: "web-1"},
+			OldObject: allowanceObject("ReplicaSet", 1, 4, "app:1", nil), NewObject: allowanceObject("ReplicaSet", 1, 4, "evil:1", nil)},
+		ns:       map[string]string{annotations.AllowanceMode: "log"},
+		wantWarn: "spec.template.spec.containers[0].image",
+	}, {
+		name: "the same in shadow mode: allowed untouched",
+		d:    Decision{Result: Allow, Category: Expected},
+		in: Input{Operation: Update, DesiredChanged: true, User: ctrl, Parent: parent, Settle: unsettled, Child: ObjectRef{Kind: "ReplicaSet", Name: "web-1"},
+			OldObject: allowanceObject("ReplicaSet", 1, 4, "app:1", nil), NewObject: allowanceObject("ReplicaSet", 1, 4, "evil:1", nil)},
+		ns: map[string]string{annotations.AllowanceMode: "shadow"},
+	}, {
+		name: "the parent settled at the allowance's generation: consumed, denied",
+		d:    Decision{Result: Allow, Category: Expected},
+		in: Input{Operation: Update, DesiredChanged: true, User: ctrl, Parent: parent, Settle: &settle.Facts{SettledAt: 2}, Child: ObjectRef{Kind: "ReplicaSet", Name: "web-1"},
+			OldObject: allowanceObject("ReplicaSet", 1, 2, "app:1", nil), NewObject: allowanceObject("ReplicaSet", 1, 4, "app:1", nil)},
+		ns:        enforce,
+		wantDeny:  true,
+		wantCause: "spec.replicas",
+	}, {
+		name: "a drift denial stays a denial, unexplained by allowances",
+		d:    Decision{Result: Deny, Category: DriftUnapproved},
+		in: Input{Operation: Update, DesiredChanged: true, User: ctrl, Parent: parent, Settle: unsettled, Child: ObjectRef{Kind: "ReplicaSet", Name: "web-1"},
+			OldObject: allowanceObject("ReplicaSet", 1, 2, "app:1", nil), NewObject: allowanceObject("ReplicaSet", 1, 4, "app:1", nil)},
+		ns:       enforce,
+		wantDeny: true,
+	}, {
+		name: "a parent kind no policy speaks of is not checked",
+		d:    Decision{Result: Allow, Category: Expected},
+		in: Input{Operation: Update, DesiredChanged: true, User: ctrl, Parent: allowanceObject("StatefulSet", 2, 4, "app:1", nil), Settle: unsettled,
+			Child:     ObjectRef{Kind: "Pod", Name: "web-0"},
+			OldObject: allowanceObject("Pod", 1, 4, "app:1", nil), NewObject: allowanceObject("Pod", 1, 4, "evil:1", nil)},
+		ns: enforce,
+	}} {
+		t.Run(tc.name, func(t *testing.T) {
+			got := DecideAllowances(context.Background(), tc.d, tc.in, AllowanceInputs{Policies: allowanceTestPolicies(), NamespaceAnnotations: tc.ns})
+			if (got.Result == Deny) != tc.wantDeny {
+				t.Fatalf("result %s (%s), want deny=%v", got.Result, got.Message, tc.wantDeny)
+			}
+			if tc.wantCause != "" {
+				found := false
+				for _, c := range got.Causes {
+					found = found || c.Type == CauseAllowance && c.Field == tc.wantCause
+				}
+				if !found || !strings.Contains(got.Message, annotations.Allowances) {
+					t.Errorf("the denial names no allowance for %s: %s %+v", tc.wantCause, got.Message, got.Causes)
+				}
+			}
+			if tc.wantWarn != "" && !strings.Contains(strings.Join(got.Warnings, "\n"), tc.wantWarn) {
+				t.Errorf("no warning about %s: %q", tc.wantWarn, got.Warnings)
+			}
+			if tc.wantWarn == "" && len(got.Warnings) > 0 {
+				t.Errorf("unexpected warnings %q", got.Warnings)
+			}
+			var set string
+			if got.ChildAnnotations != nil {
+				set = got.ChildAnnotations.Set[annotations.Allowances]
+			}
+			if tc.wantSet == "" && set != "" || !strings.Contains(set, tc.wantSet) {
+				t.Errorf("forwarded allowances %q, want them to contain %q", set, tc.wantSet)
+			}
+			if tc.ns == nil && got.Allowances != nil {
+				t.Errorf("allowances applied with the mode off: %+v", got.Allowances)
+			}
+		})
+	}
+}

@@ -334,6 +334,9 @@ nothing. A chain of allowances starts only at an authenticated writer that a
 policy names with mayInitiate, never at a controller. Whoever may write
 AllowancePolicies can grant any controller anything: RBAC on them is as
 sensitive as on ClusterApprovalPolicy. kausality.io/allowance-mode is a
-person's control, which a parent's own controller cannot change.
+person's control, which a parent's own controller cannot change. Allowances
+only ever hold more than drift gating does: a write drift gating denies
+stays denied, and an allowance denial sends nothing upstream. A replica is
+not ready until its AllowancePolicy cache has synced.
 */
 package authn

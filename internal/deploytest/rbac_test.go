@@ -88,6 +88,7 @@ var proxyReads = map[string][]string{
 	"scheduling.k8s.io":            {"priorityclasses"},
 	"storage.k8s.io":               {"csidrivers", "csinodes", "csistoragecapacities", "storageclasses", "volumeattachments", "volumeattributesclasses"},
 	"kausality.io":                 {"approvalpolicies", "clusterapprovalpolicies"},
+	"kausal.io":                    {"allowancepolicies"},
 }
 
 // policyStatusWrites are the status subresources the proxy writes: the
@@ -117,6 +118,7 @@ func expectedRoles() map[string][]string {
 		core = append(core, atoms(read, g, rs...)...)
 	}
 	core = append(core, atoms([]string{"update"}, "kausality.io", policyStatusWrites...)...)
+	core = append(core, atoms([]string{"update"}, "kausal.io", "allowancepolicies/status")...)
 	var parents []string
 	for g, rs := range parentPatches {
 		parents = append(parents, atoms([]string{"patch"}, g, rs...)...)

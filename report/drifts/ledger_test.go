@@ -20,9 +20,13 @@ type noObjects struct{ observers int }
 func (*noObjects) GetKindShared(context.Context, schema.GroupVersionKind, string, string) (*unstructured.Unstructured, objects.Source, error) {
 	return nil, "", nil
 }
-func (*noObjects) Mapping(schema.GroupVersionKind) (*meta.RESTMapping, error)     { return nil, nil }
-func (*noObjects) WaitForSync(context.Context, schema.GroupVersionResource) error { return nil }
-func (n *noObjects) AddObserver(objects.Observer)                                 { n.observers++ }
+func (*noObjects) GetMetadata(context.Context, schema.GroupVersionResource, string, string) (*unstructured.Unstructured, objects.Source, error) {
+	return nil, "", nil
+}
+func (*noObjects) WaitForMetadataSync(context.Context, schema.GroupVersionResource) error { return nil }
+func (*noObjects) Mapping(schema.GroupVersionKind) (*meta.RESTMapping, error)             { return nil, nil }
+func (*noObjects) WaitForSync(context.Context, schema.GroupVersionResource) error         { return nil }
+func (n *noObjects) AddObserver(objects.Observer)                                         { n.observers++ }
 
 func TestNewRefusesWhatCannotWork(t *testing.T) {
 	for _, tc := range []struct {

@@ -125,7 +125,7 @@ func (l *Ledger) observe(ctx context.Context, rec *Record) (Observed, error) {
 	if o.Parent, err = l.read(ctx, sp.Parent.APIVersion, sp.Parent.Kind, sp.Parent.Namespace, sp.Parent.Name); err != nil {
 		return o, err
 	}
-	if o.Child, err = l.read(ctx, sp.Child.APIVersion, sp.Child.Kind, sp.Child.Namespace, sp.Child.Name); err != nil {
+	if o.Child, err = l.readChild(ctx, sp.Child.APIVersion, sp.Child.Kind, sp.Child.Namespace, sp.Child.Name); err != nil {
 		return o, err
 	}
 	for _, other := range l.pairRecords(PairHash(rec.Report)) {
@@ -161,6 +161,29 @@ func (l *Ledger) read(ctx context.Context, apiVersion, kind, namespace, name str
 		cancel()
 	}
 	obj, _, err := l.o.Objects.GetKindShared(ctx, gvk, namespace, name)
+	if apierrors.IsNotFound(err) {
+		return nil, nil
+	}
+	if err != nil {
+		return nil, fmt.Errorf("reading %s %s/%s: %w", kind, namespace, name, err)
+	}
+	return obj, nil
+}
+
+// readChild returns the child's metadata, nil when it does not exist:
+// whether a drift ended needs only the child's identity, and a whole-object
+// cache of every drifted kind would hold payloads the proxy never decides
+// on. The first read of a kind starts its cache of metadata.
+func (l *Ledger) readChild(ctx context.Context, apiVersion, kind, namespace, name string) (*unstructured.Unstructured, error) {
+	gvk := schema.FromAPIVersionAndKind(apiVersion, kind)
+	m, err := l.o.Objects.Mapping(gvk)
+	if err != nil {
+		return nil, fmt.Errorf("reading %s %s/%s: %w", kind, namespace, name, err)
+	}
+	syncCtx, cancel := context.WithTimeout(ctx, readTimeout/2)
+	_ = l.o.Objects.WaitForMetadataSync(syncCtx, m.Resource)
+	cancel()
+	obj, _, err := l.o.Objects.GetMetadata(ctx, m.Resource, namespace, name)
 	if apierrors.IsNotFound(err) {
 		return nil, nil
 	}

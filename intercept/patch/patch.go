@@ -238,7 +238,7 @@ func applyJSON(patchType types.PatchType, current *unstructured.Unstructured, pa
 			return nil, apierrors.NewRequestEntityTooLargeError(fmt.Sprintf(
 				"The allowed maximum operations in a JSON patch is %d, got %d", MaxJSONPatchOperations, len(ops)))
 		}
-		if patched, err = ops.Apply(currentJSON); err != nil {
+		if patched, err = applyJSONPatchOps(ops, currentJSON); err != nil {
 			// kube-apiserver: 422 Invalid, also when the copy limit is hit.
 			// The library's errors name operations, paths and sizes, not
 			// values.
@@ -508,4 +508,17 @@ func pruneNulls(v interface{}) interface{} {
 		}
 	}
 	return v
+}
+
+// applyJSONPatchOps applies ops to doc. The library panics on some
+// operations it does not validate (a replace of the whole document without
+// a value); such a patch is invalid input, answered as any other patch that
+// cannot be applied, not a crash of the write.
+func applyJSONPatchOps(ops jsonpatch.Patch, doc []byte) (patched []byte, err error) {
+	defer func() {
+		if r := recover(); r != nil {
+			patched, err = nil, fmt.Errorf("an operation is malformed (%v)", r)
+		}
+	}()
+	return ops.Apply(doc)
 }

@@ -152,6 +152,9 @@ func runAll(root string, rc RunConfig, out, micro, workDir string, quick bool, c
 	}
 	res.Duration = time.Since(start)
 	res.LoadEnd = loadAvg()
+	if end, err := h.targets[kausality].ctl.Stats(ctx); err == nil {
+		res.Background = end.Background
+	}
 
 	if micro != "" {
 		f, err := os.Open(micro)

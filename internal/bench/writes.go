@@ -210,12 +210,18 @@ func (h *Harness) writeOps(sc scenario, p *pools) []struct {
 // writes measures every write of every scenario.
 func (h *Harness) writes(ctx context.Context) ([]Row, *pools, error) {
 	p := &pools{m: map[string]*appsv1.ReplicaSet{}}
-	if err := h.setupPools(ctx, p, scExpected, scOrigin, scDrift, scPass); err != nil {
+	if err := h.setupAllowances(ctx); err != nil {
+		return nil, nil, fmt.Errorf("allowances: %w", err)
+	}
+	if err := h.setupPools(ctx, p, scExpected, scOrigin, scDrift, scPass, scAllowance); err != nil {
 		return nil, nil, err
 	}
 	// Warm the proxy up: the first intercepted writes start its informers
 	// (replicasets, deployments, namespaces); wait until they answer.
 	if err := h.warmInformers(ctx, p); err != nil {
+		return nil, nil, err
+	}
+	if err := h.checkAllowancesEnforced(ctx, p); err != nil {
 		return nil, nil, err
 	}
 	var rows []Row
@@ -241,6 +247,18 @@ func (h *Harness) writes(ctx context.Context) ([]Row, *pools, error) {
 			continue
 		}
 		r, err := h.row(ctx, scDrift.title, w.name, scDrift.kind, h.cfg.WriteN, h.cfg.Warmup, w.op)
+		if err != nil {
+			return nil, nil, err
+		}
+		r.Note = note
+		rows = append(rows, r)
+	}
+	for _, w := range h.writeOps(scAllowance, p) {
+		note, ok := allowanceRows[w.name]
+		if !ok {
+			continue
+		}
+		r, err := h.row(ctx, scAllowance.title, w.name, scAllowance.kind, h.cfg.WriteN, h.cfg.Warmup, w.op)
 		if err != nil {
 			return nil, nil, err
 		}

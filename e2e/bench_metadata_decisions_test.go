@@ -13,6 +13,7 @@ import (
 
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
+	auditv1 "k8s.io/apiserver/pkg/apis/audit/v1"
 	"k8s.io/utils/ptr"
 
 	"github.com/kausality-io/kausality-proxy/e2e/framework"
@@ -62,11 +63,30 @@ func TestMetadataDecidesJSONPatchAndApply(t *testing.T) {
 			return nil
 		})
 		before := len(env.Recorder.Requests(gadgetPath))
+		start := time.Now()
 		mark := wgMark(t)
 		mustf(t, write(), "%s", what)
 		wgExpectDecision(t, wgDecision(t, mark, "gadgets", f.ns, "g"), "Allow", "Expected")
 		if sent := env.Recorder.Requests(gadgetPath)[before:]; len(sent) != 1 || sent[0].Method != http.MethodPatch {
-			t.Fatalf("%s sent %d requests upstream, want the one PATCH: %+v", what, len(sent), methods(sent))
+			t.Fatalf("%s forwarded %d requests, want the one PATCH: %+v", what, len(sent), methods(sent))
+		}
+		// The proxy's own reads are not forwarded requests: kube-apiserver's
+		// audit log shows every request that reached it for the Gadget.
+		var seen []auditv1.Event
+		eventually(t, time.Minute, "the write is audited", func() error {
+			seen = auditedSince(t, start, func(e auditv1.Event) bool {
+				return e.Stage == auditv1.StageResponseComplete && e.ObjectRef != nil &&
+					e.ObjectRef.Resource == "gadgets" && e.ObjectRef.Namespace == f.ns && e.ObjectRef.Name == "g"
+			})
+			for _, e := range seen {
+				if e.Verb == "patch" {
+					return nil
+				}
+			}
+			return fmt.Errorf("not yet:%s", describeEvents(seen))
+		})
+		if len(seen) != 1 {
+			t.Fatalf("%s made %d requests of the Gadget reach kube-apiserver, want the one PATCH:%s", what, len(seen), describeEvents(seen))
 		}
 	}
 	forgedKept := func(what string) {

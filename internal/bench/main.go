@@ -165,6 +165,9 @@ func runAll(root string, rc RunConfig, out, micro, workDir string, quick bool, c
 		f.Close()
 		res.MicroFile = micro
 	}
+	if doc, err := os.ReadFile(filepath.Join(root, scaleDoc)); err == nil {
+		res.ScaleDoc = string(doc)
+	}
 	raw, _ := json.MarshalIndent(res, "", "  ")
 	if err := os.WriteFile(filepath.Join(runDir, "results.json"), raw, 0o644); err != nil {
 		return err

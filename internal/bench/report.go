@@ -34,6 +34,8 @@ type Results struct {
 	Profiles           []Profile
 	Micro              []MicroResult
 	MicroFile          string
+	// ScaleDoc is docs/scale.md as the run found it (empty: none).
+	ScaleDoc string `json:"-"`
 	// Background is what kausality-proxy sent upstream over the run that
 	// no call caused (Stats.Background).
 	Background map[string]int64
@@ -342,6 +344,8 @@ func render(res *Results) string {
 		}
 	}
 
+	renderScaleSection(&b, res.ScaleDoc)
+
 	if len(res.Micro) > 0 {
 		p("## Micro-benchmarks")
 		p("")
@@ -377,7 +381,8 @@ func render(res *Results) string {
 	p("- kausality-proxy runs in a child process exactly as `e2e/framework/local.go` runs it (`proxy.Options` → `Config` → `Complete` → `New` → `Run`), with its own client-certificate identity (`system:masters`), the default mode `log`, JSON decision logs at info level to a file, and a `--config` that excludes the namespace `%s` (pass-through rows).", nsPass)
 	p("- The bare proxy is a child process too: `net/http` TLS server (HTTP/2, client certificates verified against the same CA) → `httputil.ReverseProxy` (`FlushInterval: -1`) → client-go HTTP/2 transport with its own client certificate; upgrade requests go out over HTTP/1.1.")
 	p("- Upstream requests of kausality-proxy are counted at its two transports: `Options.WrapUpstreamTransport` (forwarded requests) and `rest.Config.WrapTransport` of its upstream config (its own clients, recognised by their User-Agent `kausality-proxy`: informers, live GETs, reviews, side writes). %s", backgroundLine(res.Background, res.Duration))
-	p("- Writes go to ReplicaSets owned (controller: true) by Deployments whose status was written by the field manager `%s`, which the proxy therefore identifies as their controller. UPDATE and PATCH rotate over %d objects per target so that the proxy's informer has seen an object's previous write before the next one; every write sets a new `spec.minReadySeconds`, i.e. changes the desired state. CREATE makes a new ReplicaSet each time.", fmController, poolSize)
+	p("- Writes go to ReplicaSets owned (controller: true) by Deployments whose status was written by the field manager `%s`, which the proxy therefore identifies as their controller. UPDATE and PATCH rotate over %d objects per target so that the proxy's informer has seen an object's previous write before the next one; every write sets a new `spec.minReadySeconds`, i.e. changes the desired state. CREATE makes a new ReplicaSet each time. The apply configuration carries the controller reference, as a controller's does.", fmController, poolSize)
+	p("- Allowance rows: the namespace `%s` has `kausality.io/allowance-mode: enforce` and the shipped AllowancePolicies (`%s`) are in force; its Deployment's pod template was changed by a person through kausality-proxy, so it carries the allowances of a rollout (ReplicaSet create, delete, spec.replicas, spec.minReadySeconds), and nothing reconciles it. Before the rows run, a write of a ReplicaSet's pod template, which no allowance covers, is checked to be refused.", nsAllowances, shippedAllowancePolicies)
 	p("- Sizes: GET %d iterations, LIST %d (of %d objects), large LIST %d, writes %d per row, upgrade %d, warm-up %d per row (GET %d); WATCH %d watchers per column × %d events; %d open watches; load: GET %d in flight, writes 4 in flight, %d rounds.",
 		res.Config.GetN, res.Config.ListN, res.Config.ListObjects, res.Config.BigListN, res.Config.WriteN, res.Config.UpgradeN, res.Config.Warmup, res.Config.Warmup*4,
 		res.Config.Watchers, res.Config.WatchEvents, res.Config.OpenWatches, res.Config.LoadConcurrency, res.Config.LoadRounds)

@@ -115,6 +115,8 @@ func (h *Harness) writeOps(sc scenario, p *pools) []struct {
 	op   opFunc
 } {
 	rsPath := "/apis/apps/v1/namespaces/" + sc.ns + "/replicasets"
+	parent := h.parents[sc.ns+"/"+sc.parent]
+	owner := fmt.Sprintf(`[{"apiVersion":"apps/v1","kind":"Deployment","name":%q,"uid":%q,"controller":true,"blockOwnerDeletion":true}]`, parent.Name, parent.UID)
 	q := "?fieldManager=" + url.QueryEscape(sc.fieldManager)
 	// Every write sets a value never set before: each one changes the
 	// desired state.
@@ -199,7 +201,10 @@ func (h *Harness) writeOps(sc scenario, p *pools) []struct {
 			return fmt.Sprintf(`{"spec":{"minReadySeconds":%d}}`, v)
 		}, "")},
 		{"PATCH apply (server-side apply, force)", patch("application/apply-patch+yaml", func(name string, v int32) string {
-			return fmt.Sprintf(`{"apiVersion":"apps/v1","kind":"ReplicaSet","metadata":{"name":%q,"namespace":%q},"spec":{"minReadySeconds":%d}}`, name, sc.ns, v)
+			// A controller applies its child with its controller
+			// reference, as it created it.
+			return fmt.Sprintf(`{"apiVersion":"apps/v1","kind":"ReplicaSet","metadata":{"name":%q,"namespace":%q,"ownerReferences":%s},"spec":{"minReadySeconds":%d}}`,
+				name, sc.ns, owner, v)
 		}, "&force=true")},
 		{"PATCH merge-patch, labels only", patch("application/merge-patch+json", func(_ string, v int32) string {
 			return fmt.Sprintf(`{"metadata":{"labels":{"bench-seq":"%d"}}}`, v)

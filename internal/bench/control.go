@@ -97,23 +97,29 @@ func (c *upstreamCounter) wrapForwarded(rt http.RoundTripper) http.RoundTripper 
 func (c *upstreamCounter) wrapAll(rt http.RoundTripper) http.RoundTripper {
 	return rtFunc(func(r *http.Request) (*http.Response, error) {
 		if strings.HasPrefix(r.Header.Get("User-Agent"), "kausality-proxy") {
-			key := r.Method + " " + r.URL.Path
-			count := c.own
-			if info, err := c.info.NewRequestInfo(r); err == nil && info.IsResourceRequest {
-				key = info.Verb + " " + info.Resource
-				if info.Subresource != "" {
-					key += "/" + info.Subresource
-				}
-				if c.isBackground(info) {
-					count = c.background
-				}
-			}
-			c.mu.Lock()
-			count[key]++
-			c.mu.Unlock()
+			c.countOwn(r)
 		}
 		return rt.RoundTrip(r)
 	})
+}
+
+// countOwn counts one request of the proxy's own clients, by "verb
+// resource", as background or not.
+func (c *upstreamCounter) countOwn(r *http.Request) {
+	key := r.Method + " " + r.URL.Path
+	count := c.own
+	if info, err := c.info.NewRequestInfo(r); err == nil && info.IsResourceRequest {
+		key = info.Verb + " " + info.Resource
+		if info.Subresource != "" {
+			key += "/" + info.Subresource
+		}
+		if c.isBackground(info) {
+			count = c.background
+		}
+	}
+	c.mu.Lock()
+	count[key]++
+	c.mu.Unlock()
 }
 
 // isBackground reports whether info is one of the proxy's periodic

@@ -14,8 +14,9 @@ import (
 // OnMetadata is what a JSON patch or an apply makes of an object known
 // only by its metadata (its spec, data and status unknown).
 type OnMetadata struct {
-	// Object is the metadata the write stores, exact where Exact says so,
-	// beside whatever content the write names.
+	// Object is the metadata the write stores (for an apply, with the
+	// Kausality annotations it omits removed), beside whatever content an
+	// apply configuration names.
 	Object *unstructured.Unstructured
 	// ChangesContent: the write may change the object's desired state
 	// (anything but apiVersion, kind, metadata and status). Whether it

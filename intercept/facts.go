@@ -193,6 +193,8 @@ func (i *Interceptor) withEffectiveObject(ctx context.Context, f facts) (facts, 
 		if f.new, err = i.scaledObject(ctx, &f); err != nil {
 			return f, err
 		}
+	case wr.verb == "patch" && f.oldIsMetadata && f.patchType != types.MergePatchType && f.patchType != types.StrategicMergePatchType:
+		return i.patchedMetadata(ctx, f)
 	case wr.verb == "patch":
 		if f.new, err = patched(&f); err != nil {
 			return f, err
@@ -213,6 +215,29 @@ func (i *Interceptor) withEffectiveObject(ctx context.Context, f facts) (facts, 
 		f.changed, f.changes = desiredChange(f.op, f.old, f.new)
 	}
 	return f, nil
+}
+
+// patchedMetadata is what a JSON patch or an apply makes of the stored
+// child's cached metadata; when that depends on more than the metadata,
+// the child is read whole.
+func (i *Interceptor) patchedMetadata(ctx context.Context, f facts) (facts, error) {
+	ns := f.namespace
+	opts := patch.Options{Kind: f.kind, Name: f.req.w.info.Name, Namespace: &ns, SkipTypeCheck: true}
+	if view, ok := patch.ApplyToMetadata(f.patchType, f.old, f.data, opts); ok {
+		f.new = view.Object
+		f.changed, f.changes = desiredChange(f.op, f.old, f.new)
+		f.changed = f.changed || view.ChangesContent
+		return f, nil
+	}
+	live, err := i.cfg.Objects.GetLive(ctx, f.req.w.gvr, f.namespace, f.req.w.info.Name)
+	switch {
+	case apierrors.IsNotFound(err):
+		live = nil
+	case err != nil:
+		return f, i.unresolvable(fmt.Errorf("reading the stored %s %s: %w", f.kind.Kind, qualifiedName(f.namespace, f.req.w.info.Name), err))
+	}
+	f.old, f.childLive, f.oldIsMetadata = live, true, false
+	return i.withEffectiveObject(ctx, f)
 }
 
 // patched applies the request's patch to the stored object.
@@ -338,6 +363,8 @@ const (
 	// storedWithManagedFields: an apply is merged with the stored field
 	// ownership, which no cache keeps.
 	storedWithManagedFields
+	// storedMetadataOnly: as storedMetadata, also for a kind cached whole.
+	storedMetadataOnly
 )
 
 // storedNeedOf says how much of the stored child the write of f needs.
@@ -350,16 +377,18 @@ func storedNeedOf(f *facts) storedNeed {
 			return storedWithManagedFields
 		}
 		return storedWhole
-	case f.op == decision.Delete, wr.verb == "update":
-		return storedMetadata
-	case f.patchType == types.MergePatchType, f.patchType == types.StrategicMergePatchType:
-		// A merge patch leaves what it does not name as it is: applied
-		// to the metadata it gives the metadata the write stores.
-		return storedMetadata
 	case apply:
-		return storedWithManagedFields
+		// Decided on the metadata first (patch.ApplyToMetadata); the
+		// field ownership the merge needs is in no cache, so a whole
+		// cached object is no better.
+		return storedMetadataOnly
 	}
-	return storedWhole
+	// A merge patch leaves what it does not name as it is: applied to the
+	// metadata it gives the metadata the write stores. A JSON patch is
+	// tried on the metadata (patch.ApplyToMetadata). An update or a delete
+	// is decided on the metadata, and the whole child read only for a
+	// verdict that turns on it.
+	return storedMetadata
 }
 
 // storedChild is the stored object as read: whether live, and whether only
@@ -386,6 +415,14 @@ func (i *Interceptor) storedObject(ctx context.Context, f *facts, need storedNee
 		return storedChild{obj: old, live: true}, err
 	case storedWhole:
 		old, source, err = i.cfg.Objects.GetWhole(ctx, wr.gvr, f.namespace, wr.info.Name)
+	case storedMetadataOnly:
+		need = storedMetadata
+		if whole, ok := i.cfg.Objects.GetCachedWhole(wr.gvr, f.namespace, wr.info.Name); ok {
+			old, source = &unstructured.Unstructured{Object: map[string]interface{}{
+				"apiVersion": whole.GetAPIVersion(), "kind": whole.GetKind(), "metadata": whole.Object["metadata"]}}, objects.FromCache
+			break
+		}
+		old, source, err = i.cfg.Objects.GetMetadata(ctx, wr.gvr, f.namespace, wr.info.Name)
 	default:
 		// A kind that is also a parent is cached whole anyway.
 		if whole, ok := i.cfg.Objects.GetCachedWhole(wr.gvr, f.namespace, wr.info.Name); ok {

@@ -129,6 +129,7 @@ func serveKausality(ctx context.Context, spec childSpec, upstream *rest.Config, 
 	}
 	opts.ConfigFile = spec.ConfigFile
 	opts.WrapUpstreamTransport = counter.wrapForwarded
+	counter.proxyNamespace = opts.Drifts.Namespace
 	opts.ShutdownTimeout = 2 * time.Second
 	srv, err := proxy.NewServer(opts, log)
 	if err != nil {

@@ -43,6 +43,10 @@ type Stats struct {
 	// wire towards kube-apiserver.
 	Forwarded int64            `json:"forwarded"`
 	Own       map[string]int64 `json:"own"`
+	// Background counts the own requests no call causes, by "verb
+	// resource": the probe of the proxy's namespace and the Lease of the
+	// DriftReport sender, both periodic. They are not in Own.
+	Background map[string]int64 `json:"background,omitempty"`
 }
 
 // CPU is user+system time.
@@ -60,11 +64,15 @@ type upstreamCounter struct {
 	forwarded atomic.Int64
 	mu        sync.Mutex
 	own       map[string]int64
-	info      *request.RequestInfoFactory
+	// background: see Stats.Background; proxyNamespace is the namespace
+	// the proxy keeps its records and Lease in.
+	background     map[string]int64
+	proxyNamespace string
+	info           *request.RequestInfoFactory
 }
 
 func newUpstreamCounter() *upstreamCounter {
-	return &upstreamCounter{own: map[string]int64{}, info: &request.RequestInfoFactory{
+	return &upstreamCounter{own: map[string]int64{}, background: map[string]int64{}, info: &request.RequestInfoFactory{
 		APIPrefixes:          sets.NewString("api", "apis"),
 		GrouplessAPIPrefixes: sets.NewString("api"),
 	}}
@@ -89,29 +97,62 @@ func (c *upstreamCounter) wrapForwarded(rt http.RoundTripper) http.RoundTripper 
 func (c *upstreamCounter) wrapAll(rt http.RoundTripper) http.RoundTripper {
 	return rtFunc(func(r *http.Request) (*http.Response, error) {
 		if strings.HasPrefix(r.Header.Get("User-Agent"), "kausality-proxy") {
-			key := r.Method + " " + r.URL.Path
-			if info, err := c.info.NewRequestInfo(r); err == nil && info.IsResourceRequest {
-				key = info.Verb + " " + info.Resource
-				if info.Subresource != "" {
-					key += "/" + info.Subresource
-				}
-			}
-			c.mu.Lock()
-			c.own[key]++
-			c.mu.Unlock()
+			c.countOwn(r)
 		}
 		return rt.RoundTrip(r)
 	})
 }
 
-func (c *upstreamCounter) ownSnapshot() map[string]int64 {
+// countOwn counts one request of the proxy's own clients, by "verb
+// resource", as background or not.
+func (c *upstreamCounter) countOwn(r *http.Request) {
+	key := r.Method + " " + r.URL.Path
+	count := c.own
+	if info, err := c.info.NewRequestInfo(r); err == nil && info.IsResourceRequest {
+		key = info.Verb + " " + info.Resource
+		if info.Subresource != "" {
+			key += "/" + info.Subresource
+		}
+		if c.isBackground(info) {
+			count = c.background
+		}
+	}
+	c.mu.Lock()
+	count[key]++
+	c.mu.Unlock()
+}
+
+// isBackground reports whether info is one of the proxy's periodic
+// requests, which no call causes: the readiness probe of its own namespace
+// (a GET of that namespace) and the renewal of the DriftReport sender's
+// Lease. Everything else the proxy's own clients send (live reads, dry
+// runs, reviews, drift records, parent writes) is counted against the row
+// it happens in.
+func (c *upstreamCounter) isBackground(info *request.RequestInfo) bool {
+	if c.proxyNamespace == "" {
+		return false
+	}
+	switch {
+	case info.Resource == "namespaces" && info.Name == c.proxyNamespace && info.Subresource == "":
+		return info.Verb == "get"
+	case info.Resource == "leases" && info.APIGroup == "coordination.k8s.io":
+		return info.Namespace == c.proxyNamespace
+	}
+	return false
+}
+
+func (c *upstreamCounter) ownSnapshot() (own, background map[string]int64) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	out := make(map[string]int64, len(c.own))
+	own = make(map[string]int64, len(c.own))
 	for k, v := range c.own {
-		out[k] = v
+		own[k] = v
 	}
-	return out
+	background = make(map[string]int64, len(c.background))
+	for k, v := range c.background {
+		background[k] = v
+	}
+	return own, background
 }
 
 // controlServer exposes a child's stats, memory sampling, CPU profiling and
@@ -204,7 +245,7 @@ func (c *controlServer) stats() Stats {
 	}
 	if c.counter != nil {
 		s.Forwarded = c.counter.forwarded.Load()
-		s.Own = c.counter.ownSnapshot()
+		s.Own, s.Background = c.counter.ownSnapshot()
 	}
 	return s
 }

@@ -152,6 +152,9 @@ func runAll(root string, rc RunConfig, out, micro, workDir string, quick bool, c
 	}
 	res.Duration = time.Since(start)
 	res.LoadEnd = loadAvg()
+	if end, err := h.targets[kausality].ctl.Stats(ctx); err == nil {
+		res.Background = end.Background
+	}
 
 	if micro != "" {
 		f, err := os.Open(micro)
@@ -161,6 +164,9 @@ func runAll(root string, rc RunConfig, out, micro, workDir string, quick bool, c
 		res.Micro = parseMicro(f)
 		f.Close()
 		res.MicroFile = micro
+	}
+	if doc, err := os.ReadFile(filepath.Join(root, scaleDoc)); err == nil {
+		res.ScaleDoc = string(doc)
 	}
 	raw, _ := json.MarshalIndent(res, "", "  ")
 	if err := os.WriteFile(filepath.Join(runDir, "results.json"), raw, 0o644); err != nil {

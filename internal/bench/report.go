@@ -9,6 +9,7 @@ import (
 	"path/filepath"
 	"runtime"
 	"runtime/debug"
+	"sort"
 	"strings"
 	"time"
 )
@@ -33,6 +34,30 @@ type Results struct {
 	Profiles           []Profile
 	Micro              []MicroResult
 	MicroFile          string
+	// ScaleDoc is docs/scale.md as the run found it (empty: none).
+	ScaleDoc string `json:"-"`
+	// Background is what kausality-proxy sent upstream over the run that
+	// no call caused (Stats.Background).
+	Background map[string]int64
+}
+
+// backgroundLine says which of the proxy's own requests are not counted
+// per call, and how many there were over the run.
+func backgroundLine(bg map[string]int64, d time.Duration) string {
+	s := "Its periodic requests, which no call causes, are not counted per call: a GET of its own namespace (readiness) and the DriftReport sender's Lease (get, update)"
+	if len(bg) == 0 {
+		return s + "."
+	}
+	keys := make([]string, 0, len(bg))
+	for k := range bg {
+		keys = append(keys, k)
+	}
+	sort.Strings(keys)
+	parts := make([]string, 0, len(keys))
+	for _, k := range keys {
+		parts = append(parts, fmt.Sprintf("%d %s", bg[k], k))
+	}
+	return fmt.Sprintf("%s; over the run's %s they were %s.", s, d.Round(time.Second), strings.Join(parts, ", "))
 }
 
 // Goals: reads within 5% of a bare reverse proxy, intercepted writes with a
@@ -221,7 +246,9 @@ func render(res *Results) string {
 	p("throughput (one request in flight: iterations ÷ time spent in them). \"kausality upstream requests per call\" is what")
 	p("kausality-proxy sent to kube-apiserver per request during the row, counted at its transports: `fwd` is the forwarded")
 	p("request itself, anything else is the proxy's own clients (`get deployments` is a live GET; informers' long-running")
-	p("watches are not counted).")
+	p("watches are not counted). Only requests a call causes are counted: the proxy's periodic requests (the readiness probe")
+	p("of its own namespace and the renewal of the DriftReport sender's Lease) run whatever the calls, and are listed apart")
+	p("in [Method](#method).")
 	b.WriteString(summaryTable(res))
 	p("")
 
@@ -317,6 +344,8 @@ func render(res *Results) string {
 		}
 	}
 
+	renderScaleSection(&b, res.ScaleDoc)
+
 	if len(res.Micro) > 0 {
 		p("## Micro-benchmarks")
 		p("")
@@ -351,8 +380,9 @@ func render(res *Results) string {
 	p("- Client: one Go process, the same client certificate (user `bench-admin`, group `system:masters`) for all three targets, HTTP/2 with keep-alive (client-go's transport), bodies read to the last byte; responses are not decoded while timed. The bearer-token row uses a service-account token: kausality-proxy reviews it once (TokenReview, cached) and passes it through.")
 	p("- kausality-proxy runs in a child process exactly as `e2e/framework/local.go` runs it (`proxy.Options` → `Config` → `Complete` → `New` → `Run`), with its own client-certificate identity (`system:masters`), the default mode `log`, JSON decision logs at info level to a file, and a `--config` that excludes the namespace `%s` (pass-through rows).", nsPass)
 	p("- The bare proxy is a child process too: `net/http` TLS server (HTTP/2, client certificates verified against the same CA) → `httputil.ReverseProxy` (`FlushInterval: -1`) → client-go HTTP/2 transport with its own client certificate; upgrade requests go out over HTTP/1.1.")
-	p("- Upstream requests of kausality-proxy are counted at its two transports: `Options.WrapUpstreamTransport` (forwarded requests) and `rest.Config.WrapTransport` of its upstream config (its own clients, recognised by their User-Agent `kausality-proxy`: informers, live GETs, reviews, side writes).")
-	p("- Writes go to ReplicaSets owned (controller: true) by Deployments whose status was written by the field manager `%s`, which the proxy therefore identifies as their controller. UPDATE and PATCH rotate over %d objects per target so that the proxy's informer has seen an object's previous write before the next one; every write sets a new `spec.minReadySeconds`, i.e. changes the desired state. CREATE makes a new ReplicaSet each time.", fmController, poolSize)
+	p("- Upstream requests of kausality-proxy are counted at its two transports: `Options.WrapUpstreamTransport` (forwarded requests) and `rest.Config.WrapTransport` of its upstream config (its own clients, recognised by their User-Agent `kausality-proxy`: informers, live GETs, reviews, side writes). %s", backgroundLine(res.Background, res.Duration))
+	p("- Writes go to ReplicaSets owned (controller: true) by Deployments whose status was written by the field manager `%s`, which the proxy therefore identifies as their controller. UPDATE and PATCH rotate over %d objects per target so that the proxy's informer has seen an object's previous write before the next one; every write sets a new `spec.minReadySeconds`, i.e. changes the desired state. CREATE makes a new ReplicaSet each time. The apply configuration carries the controller reference, as a controller's does.", fmController, poolSize)
+	p("- Allowance rows: the namespace `%s` has `kausality.io/allowance-mode: enforce` and the shipped AllowancePolicies (`%s`) are in force; its Deployment's pod template was changed by a person through kausality-proxy, so it carries the allowances of a rollout (ReplicaSet create, delete, spec.replicas, spec.minReadySeconds), and nothing reconciles it. Before the rows run, a write of a ReplicaSet's pod template, which no allowance covers, is checked to be refused.", nsAllowances, shippedAllowancePolicies)
 	p("- Sizes: GET %d iterations, LIST %d (of %d objects), large LIST %d, writes %d per row, upgrade %d, warm-up %d per row (GET %d); WATCH %d watchers per column × %d events; %d open watches; load: GET %d in flight, writes 4 in flight, %d rounds.",
 		res.Config.GetN, res.Config.ListN, res.Config.ListObjects, res.Config.BigListN, res.Config.WriteN, res.Config.UpgradeN, res.Config.Warmup, res.Config.Warmup*4,
 		res.Config.Watchers, res.Config.WatchEvents, res.Config.OpenWatches, res.Config.LoadConcurrency, res.Config.LoadRounds)

@@ -115,6 +115,8 @@ func (h *Harness) writeOps(sc scenario, p *pools) []struct {
 	op   opFunc
 } {
 	rsPath := "/apis/apps/v1/namespaces/" + sc.ns + "/replicasets"
+	parent := h.parents[sc.ns+"/"+sc.parent]
+	owner := fmt.Sprintf(`[{"apiVersion":"apps/v1","kind":"Deployment","name":%q,"uid":%q,"controller":true,"blockOwnerDeletion":true}]`, parent.Name, parent.UID)
 	q := "?fieldManager=" + url.QueryEscape(sc.fieldManager)
 	// Every write sets a value never set before: each one changes the
 	// desired state.
@@ -199,7 +201,10 @@ func (h *Harness) writeOps(sc scenario, p *pools) []struct {
 			return fmt.Sprintf(`{"spec":{"minReadySeconds":%d}}`, v)
 		}, "")},
 		{"PATCH apply (server-side apply, force)", patch("application/apply-patch+yaml", func(name string, v int32) string {
-			return fmt.Sprintf(`{"apiVersion":"apps/v1","kind":"ReplicaSet","metadata":{"name":%q,"namespace":%q},"spec":{"minReadySeconds":%d}}`, name, sc.ns, v)
+			// A controller applies its child with its controller
+			// reference, as it created it.
+			return fmt.Sprintf(`{"apiVersion":"apps/v1","kind":"ReplicaSet","metadata":{"name":%q,"namespace":%q,"ownerReferences":%s},"spec":{"minReadySeconds":%d}}`,
+				name, sc.ns, owner, v)
 		}, "&force=true")},
 		{"PATCH merge-patch, labels only", patch("application/merge-patch+json", func(_ string, v int32) string {
 			return fmt.Sprintf(`{"metadata":{"labels":{"bench-seq":"%d"}}}`, v)
@@ -210,12 +215,18 @@ func (h *Harness) writeOps(sc scenario, p *pools) []struct {
 // writes measures every write of every scenario.
 func (h *Harness) writes(ctx context.Context) ([]Row, *pools, error) {
 	p := &pools{m: map[string]*appsv1.ReplicaSet{}}
-	if err := h.setupPools(ctx, p, scExpected, scOrigin, scDrift, scPass); err != nil {
+	if err := h.setupAllowances(ctx); err != nil {
+		return nil, nil, fmt.Errorf("allowances: %w", err)
+	}
+	if err := h.setupPools(ctx, p, scExpected, scOrigin, scDrift, scPass, scAllowance); err != nil {
 		return nil, nil, err
 	}
 	// Warm the proxy up: the first intercepted writes start its informers
 	// (replicasets, deployments, namespaces); wait until they answer.
 	if err := h.warmInformers(ctx, p); err != nil {
+		return nil, nil, err
+	}
+	if err := h.checkAllowancesEnforced(ctx, p); err != nil {
 		return nil, nil, err
 	}
 	var rows []Row
@@ -241,6 +252,18 @@ func (h *Harness) writes(ctx context.Context) ([]Row, *pools, error) {
 			continue
 		}
 		r, err := h.row(ctx, scDrift.title, w.name, scDrift.kind, h.cfg.WriteN, h.cfg.Warmup, w.op)
+		if err != nil {
+			return nil, nil, err
+		}
+		r.Note = note
+		rows = append(rows, r)
+	}
+	for _, w := range h.writeOps(scAllowance, p) {
+		note, ok := allowanceRows[w.name]
+		if !ok {
+			continue
+		}
+		r, err := h.row(ctx, scAllowance.title, w.name, scAllowance.kind, h.cfg.WriteN, h.cfg.Warmup, w.op)
 		if err != nil {
 			return nil, nil, err
 		}

@@ -197,18 +197,24 @@ func use(ctx context.Context, d Decision, in Input, a AllowanceInputs) Decision 
 }
 
 // violated decides a violation by the mode: shadow only records it (the
-// decision line), log warns, enforce denies.
+// decision line), log warns and reports, enforce denies and reports. A
+// violation is reported as drift is: the people watching DriftReports are
+// the ones who must learn that a controller did what nothing allowed.
 func violated(d Decision, mode allowance.Mode, vs []allowance.Violation) Decision {
 	msgs := make([]string, len(vs))
 	for i, v := range vs {
 		msgs[i] = v.Message
 	}
 	msg := "kausality-proxy: " + strings.Join(msgs, "; ")
+	report := ReportNone
+	if !d.Snooze.Snoozed {
+		report = ReportDetected
+	}
 	switch mode {
 	case allowance.ModeEnforce:
 		d.Result, d.Reason, d.Message = Deny, "allowance violation", msg
 		d.ChildAnnotations, d.ParentWrites, d.Trace = nil, nil, ""
-		d.ConsumeOnce, d.ApprovalsUpdate, d.Report = false, nil, ReportNone
+		d.ConsumeOnce, d.ApprovalsUpdate, d.Report = false, nil, report
 		causes := make([]metav1.StatusCause, 0, len(vs))
 		for _, v := range vs {
 			causes = append(causes, metav1.StatusCause{Type: CauseAllowance, Field: v.Mutation,
@@ -217,6 +223,7 @@ func violated(d Decision, mode allowance.Mode, vs []allowance.Violation) Decisio
 		d.Causes = append(causes, d.Causes...)
 	case allowance.ModeLog:
 		d.Warnings = append(d.Warnings, msg+" (allowance-mode log: allowed)")
+		d.Report = report
 	}
 	return d
 }

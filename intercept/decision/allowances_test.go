@@ -55,6 +55,8 @@ func TestDecideAllowances(t *testing.T) {
 		wantWarn  string
 		wantSet   string // substring of the forwarded kausal.io/allowances
 		wantCause string
+		// wantReport: a DriftReport is sent for the write.
+		wantReport bool
 	}{{
 		name: "a person's scale grants the ReplicaSet replicas",
 		d:    Decision{Result: Allow, Category: NoParent},
@@ -78,12 +80,21 @@ func TestDecideAllowances(t *testing.T) {
 		d:    Decision{Result: Allow, Category: Expected},
 		in: Input{Operation: Update, DesiredChanged: true, User: ctrl, Parent: parent, Settle: unsettled, Child: ObjectRef{Kind: "ReplicaSet", Name: "web-1"},
 			OldObject: allowanceObject("ReplicaSet", 1, 4, "app:1", nil), NewObject: allowanceObject("ReplicaSet", 1, 4, "evil:1", nil)},
-		ns:        enforce,
-		wantDeny:  true,
-		wantCause: "spec.template.spec.containers[0].image",
+		ns:         enforce,
+		wantDeny:   true,
+		wantCause:  "spec.template.spec.containers[0].image",
+		wantReport: true,
 	}, {
 		name: "the same in log mode: allowed with a warning",
 		d:    Decision{Result: Allow, Category: Expected},
+		in: Input{Operation: Update, DesiredChanged: true, User: ctrl, Parent: parent, Settle: unsettled, Child: ObjectRef{Kind: "ReplicaSet", Name: "web-1"},
+			OldObject: allowanceObject("ReplicaSet", 1, 4, "app:1", nil), NewObject: allowanceObject("ReplicaSet", 1, 4, "evil:1", nil)},
+		ns:         map[string]string{annotations.AllowanceMode: "log"},
+		wantWarn:   "spec.template.spec.containers[0].image",
+		wantReport: true,
+	}, {
+		name: "the same in log mode while snoozed: allowed with a warning, not reported",
+		d:    Decision{Result: Allow, Category: Expected, Snooze: SnoozeState{Snoozed: true}},
 		in: Input{Operation: Update, DesiredChanged: true, User: ctrl, Parent: parent, Settle: unsettled, Child: ObjectRef{Kind: "ReplicaSet", Name: "web-1"},
 			OldObject: allowanceObject("ReplicaSet", 1, 4, "app:1", nil), NewObject: allowanceObject("ReplicaSet", 1, 4, "evil:1", nil)},
 		ns:       map[string]string{annotations.AllowanceMode: "log"},
@@ -99,9 +110,10 @@ func TestDecideAllowances(t *testing.T) {
 		d:    Decision{Result: Allow, Category: Expected},
 		in: Input{Operation: Update, DesiredChanged: true, User: ctrl, Parent: parent, Settle: &settle.Facts{SettledAt: 2}, Child: ObjectRef{Kind: "ReplicaSet", Name: "web-1"},
 			OldObject: allowanceObject("ReplicaSet", 1, 2, "app:1", nil), NewObject: allowanceObject("ReplicaSet", 1, 4, "app:1", nil)},
-		ns:        enforce,
-		wantDeny:  true,
-		wantCause: "spec.replicas",
+		ns:         enforce,
+		wantDeny:   true,
+		wantCause:  "spec.replicas",
+		wantReport: true,
 	}, {
 		name: "a drift denial stays a denial, unexplained by allowances",
 		d:    Decision{Result: Deny, Category: DriftUnapproved},
@@ -130,6 +142,9 @@ func TestDecideAllowances(t *testing.T) {
 				if !found || !strings.Contains(got.Message, annotations.Allowances) {
 					t.Errorf("the denial names no allowance for %s: %s %+v", tc.wantCause, got.Message, got.Causes)
 				}
+			}
+			if (got.Report == ReportDetected) != tc.wantReport && tc.d.Result != Deny {
+				t.Errorf("report %q, want a Detected report: %v", got.Report, tc.wantReport)
 			}
 			if tc.wantWarn != "" && !strings.Contains(strings.Join(got.Warnings, "\n"), tc.wantWarn) {
 				t.Errorf("no warning about %s: %q", tc.wantWarn, got.Warnings)

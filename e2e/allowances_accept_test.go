@@ -104,7 +104,7 @@ spec:
   match:
     kind: Deployment
     fields: ["spec.replicas"]
-    cel: ["has(object.metadata.annotations) && 'jira' in object.metadata.annotations"]
+    cel: ["has(object.metadata.annotations) && has(object.metadata.annotations.jira)"]
     capture: ["metadata.annotations[jira]"]
   subjects:
   - {kind: Group, name: "system:authenticated", mayInitiate: true}

@@ -19,8 +19,11 @@ const MaxTraceHops = 16
 // controller's write of a child for Use and Propagate.
 type Change struct {
 	Subject Subject
-	Kind    string
-	Name    string
+	// Group and Kind of the written object; policies naming another group
+	// do not apply to it.
+	Group string
+	Kind  string
+	Name  string
 	// Old is the stored object (nil on create), New the one written (nil
 	// on delete).
 	Old, New map[string]any
@@ -82,7 +85,7 @@ func Initiate(ctx context.Context, policies []*Compiled, ch Change) Grant {
 	e := newEvaluation(ctx)
 	var g Grant
 	for _, p := range sortedPolicies(policies) {
-		if !p.Valid() || p.kind != ch.Kind {
+		if !p.Governs(ch.Group, ch.Kind) {
 			continue
 		}
 		if _, may := p.matchesSubject(ch.Subject); !may {
@@ -209,7 +212,7 @@ func sortedPolicies(policies []*Compiled) []*Compiled {
 
 // Parent is what Use needs of the parent of a written child.
 type Parent struct {
-	Kind, Name string
+	Group, Kind, Name string
 	Allowances []Allowance
 	// SettledGeneration is the latest generation at which the parent is
 	// known to have settled (0: never); allowances of that generation or
@@ -286,8 +289,11 @@ func Use(policies []*Compiled, parent Parent, w Change) Verdict {
 		if a.Kind != w.Kind || Consumed(a, parent.SettledGeneration) {
 			continue
 		}
+		// The policy that granted the allowance must still speak of this
+		// parent and this child: a kind named alike in another group is
+		// not the one the policy means.
 		p := byName[a.Policy]
-		if !p.Valid() {
+		if !p.Governs(parent.Group, parent.Kind) || !p.allows(w.Group, w.Kind, a.Mutation) {
 			continue
 		}
 		if matched, _ := p.matchesSubject(w.Subject); !matched {
@@ -376,7 +382,7 @@ func Propagate(ctx context.Context, policies []*Compiled, v Verdict, w Change) G
 	e := newEvaluation(ctx)
 	var g Grant
 	for _, p := range sortedPolicies(policies) {
-		if !p.Valid() || p.kind != w.Kind {
+		if !p.Governs(w.Group, w.Kind) {
 			continue
 		}
 		if matched, _ := p.matchesSubject(w.Subject); !matched {
@@ -409,7 +415,7 @@ func Propagate(ctx context.Context, policies []*Compiled, v Verdict, w Change) G
 // has already told apart: re-creating an attempt (a Pod, a Job) under a
 // settled parent, or pruning revision history beyond its limit.
 type Duty struct {
-	Kind, Name string
+	Group, Kind, Name string
 	Generation int64
 	// Initiator of the parent's current desired state, as far as it is
 	// known (the origin of its trace); it becomes the initiator of what
@@ -429,7 +435,7 @@ func Standing(policies []*Compiled, parent Duty, w Change) Verdict {
 	for _, m := range v.Mutations {
 		var found *Allowance
 		for _, p := range sorted {
-			if !p.Valid() || p.kind != parent.Kind || len(p.fields) == 0 {
+			if !p.Governs(parent.Group, parent.Kind) || len(p.fields) == 0 {
 				continue
 			}
 			if matched, _ := p.matchesSubject(w.Subject); !matched {
@@ -438,7 +444,7 @@ func Standing(policies []*Compiled, parent Duty, w Change) Verdict {
 			hop := Hop{Kind: parent.Kind, Name: parent.Name, Generation: parent.Generation, Field: render(p.fields[0])}
 			var ofKind []Allowance
 			for _, a := range p.grant(parent.Generation, parent.Initiator, []Hop{hop}) {
-				if a.Kind == w.Kind {
+				if a.Kind == w.Kind && p.allows(w.Group, w.Kind, a.Mutation) {
 					ofKind = append(ofKind, a)
 				}
 			}

@@ -5,8 +5,10 @@ import (
 	"strings"
 	"testing"
 
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apiserver/pkg/authentication/user"
+	"k8s.io/utils/ptr"
 
 	"github.com/kausality-io/kausality-proxy/api/v1alpha1"
 	"github.com/kausality-io/kausality-proxy/intercept/allowance"
@@ -161,6 +163,31 @@ func TestDecideAllowances(t *testing.T) {
 			}
 			if tc.ns == nil && got.Allowances != nil {
 				t.Errorf("allowances applied with the mode off: %+v", got.Allowances)
+			}
+		})
+	}
+}
+
+// TestParentGroup: the parent's group comes from its snapshot, or from
+// the child's controller reference when the snapshot does not say.
+func TestParentGroup(t *testing.T) {
+	parent := &unstructured.Unstructured{Object: map[string]any{"metadata": map[string]any{"name": "web", "uid": "p-1"}}}
+	child := allowanceObject("ReplicaSet", 1, 1, "app:1", nil)
+	child.SetOwnerReferences([]metav1.OwnerReference{{APIVersion: "example.com/v1", Kind: "Deployment", Name: "web", UID: "p-1", Controller: ptr.To(true)}})
+	for _, tc := range []struct {
+		name       string
+		apiVersion string
+		want       string
+	}{
+		{"from the snapshot", "apps/v1", "apps"},
+		{"the core group", "v1", ""},
+		{"from the controller reference", "", "example.com"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			p := parent.DeepCopy()
+			p.SetAPIVersion(tc.apiVersion)
+			if got := parentGroup(Input{Parent: p, NewObject: child}); got != tc.want {
+				t.Errorf("parentGroup = %q, want %q", got, tc.want)
 			}
 		})
 	}

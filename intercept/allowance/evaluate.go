@@ -213,7 +213,7 @@ func sortedPolicies(policies []*Compiled) []*Compiled {
 // Parent is what Use needs of the parent of a written child.
 type Parent struct {
 	Group, Kind, Name string
-	Allowances []Allowance
+	Allowances        []Allowance
 	// SettledGeneration is the latest generation at which the parent is
 	// known to have settled (0: never); allowances of that generation or
 	// earlier are consumed.
@@ -416,7 +416,7 @@ func Propagate(ctx context.Context, policies []*Compiled, v Verdict, w Change) G
 // settled parent, or pruning revision history beyond its limit.
 type Duty struct {
 	Group, Kind, Name string
-	Generation int64
+	Generation        int64
 	// Initiator of the parent's current desired state, as far as it is
 	// known (the origin of its trace); it becomes the initiator of what
 	// the write passes on.

@@ -40,7 +40,10 @@ func TestAllowancesAcceptWithoutMayInitiate(t *testing.T) {
 	bystander := intentPerson(t, "accept-bystander")
 	_, rsName := intentSettledDeployment(t, initiator, ns, "web", 2, false)
 
-	env.Recorder.Watch(rsName)
+	// The ReplicaSet's name is its template's hash, the same in every
+	// namespace: the marker names the namespace too.
+	marker := "/namespaces/" + ns + "/replicasets/" + rsName
+	env.Recorder.Watch(marker)
 	mark := wgMark(t)
 	scaled, err := bystander.AppsV1().Deployments(ns).Patch(ctx, "web", types.MergePatchType, []byte(`{"spec":{"replicas":4}}`), metav1.PatchOptions{})
 	mustf(t, err, "the bystander scales the Deployment (RBAC allows it)")
@@ -56,7 +59,7 @@ func TestAllowancesAcceptWithoutMayInitiate(t *testing.T) {
 	// The real deployment controller's scaling is a violation.
 	acceptWaitDenied(t, mark, ns, rsName, deploymentControllerUser, "spec.replicas")
 	intentExpectReplicas(t, bystander, ns, rsName, 2, "after the refused scaling")
-	for _, r := range env.Recorder.Requests(rsName) {
+	for _, r := range env.Recorder.Requests(marker) {
 		if r.Method != http.MethodGet && strings.Contains(string(r.Body), `"replicas":4`) {
 			t.Errorf("a write of the ReplicaSet reached kube-apiserver: %s %s %s", r.Method, r.Path, r.Body)
 		}

@@ -157,14 +157,47 @@ func (c *Compiled) grant(generation int64, initiator string, trace []Hop) []Allo
 	return out
 }
 
-// evaluation spends one write's CEL budget across policies.
+// Budget is what the allowance policies' CEL may cost in one request,
+// across every write the request decides: a request is decided again
+// after each live read, and a deletecollection decides each of its
+// objects. It is the approval policies' request budget, held apart from
+// theirs as kube-apiserver holds each admission policy's apart. Not safe
+// for concurrent use.
+type Budget struct {
+	remaining int64
+}
+
+// NewBudget is the budget of one request.
+func NewBudget() *Budget { return &Budget{remaining: policy.RequestBudget} }
+
+type budgetKey struct{}
+
+// WithBudget returns ctx carrying b: the evaluations made under it share
+// it. Without one, every evaluation has a request's budget of its own.
+func WithBudget(ctx context.Context, b *Budget) context.Context {
+	return context.WithValue(ctx, budgetKey{}, b)
+}
+
+// evaluation spends one write's CEL budget across policies, drawn from
+// the request's.
 type evaluation struct {
 	ctx       context.Context
+	request   *Budget
 	remaining int64
 }
 
 func newEvaluation(ctx context.Context) *evaluation {
-	return &evaluation{ctx: ctx, remaining: policy.WriteBudget}
+	request, _ := ctx.Value(budgetKey{}).(*Budget)
+	if request == nil {
+		request = NewBudget()
+	}
+	return &evaluation{ctx: ctx, request: request, remaining: min(policy.WriteBudget, request.remaining)}
+}
+
+// spend charges cost to the write and to the request.
+func (e *evaluation) spend(cost int64) {
+	e.remaining -= cost
+	e.request.remaining = max(e.request.remaining-cost, 0)
 }
 
 // conditions evaluates the policy's CEL on the change; stop is true when
@@ -177,10 +210,10 @@ func (e *evaluation) conditions(p *Compiled, ch Change, g *Grant) (ok, stop bool
 		}
 		limited := e.remaining < policy.CostLimit
 		holds, spent, err := cond.Eval(e.ctx, ch.New, ch.Old, e.remaining)
-		e.remaining -= spent
+		e.spend(spent)
 		switch {
 		case errors.Is(err, policy.ErrConditionCost) && limited:
-			g.Unfinished = "allowance policies not fully evaluated: the write spent its CEL budget at " + p.Name +
+			g.Unfinished = "allowance policies not fully evaluated: the write (or the request it is part of) spent its CEL budget at " + p.Name +
 				"; it and the policies after it granted nothing"
 			g.Problems = append(g.Problems, EvalProblem{Policy: p.Name, Generation: p.Generation,
 				Problem: Problem{Field: indexed("spec.match.cel", i), Reason: v1alpha1.ReasonBudgetExceeded, Message: g.Unfinished}})

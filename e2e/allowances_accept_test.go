@@ -126,7 +126,7 @@ func TestAllowancesAcceptAttestation(t *testing.T) {
 	acceptPolicies(t, "e2e-accept-jira-", withoutPolicy("deployment-replicas"), jiraReplicasPolicy)
 	const policy = "e2e-accept-jira-deployment-replicas-with-ticket"
 	ns := allowanceNamespace(t, "accept-jira", "enforce")
-	allowanceReadyPods(t, ns)
+	pause := allowanceReadyPods(t, ns)
 	alice := intentPerson(t, "alice")
 	_, rsName := intentSettledDeployment(t, alice, ns, "web", 2, false)
 
@@ -138,6 +138,10 @@ func TestAllowancesAcceptAttestation(t *testing.T) {
 	}
 	acceptWaitDenied(t, mark, ns, rsName, deploymentControllerUser, "spec.replicas")
 
+	// New pods stay unready: the ReplicaSet does not settle, so the
+	// allowances it is given are not consumed and pruned before they are
+	// read.
+	pause(true)
 	d, err = alice.AppsV1().Deployments(ns).Patch(ctx, "web", types.MergePatchType,
 		[]byte(`{"metadata":{"annotations":{"jira":"INFRA-23232"}},"spec":{"replicas":4}}`), metav1.PatchOptions{})
 	mustf(t, err, "alice scales with a ticket")

@@ -134,7 +134,10 @@ func TestAllowancesHoldTemplateChangeInScaleWindow(t *testing.T) {
 		return nil
 	})
 
-	env.Recorder.Watch(rsName)
+	// A ReplicaSet's name is its template's hash, the same in every
+	// namespace: the marker names the namespace too.
+	marker := "/namespaces/" + ns + "/replicasets/" + rsName
+	env.Recorder.Watch(marker)
 	ctrl := intentServiceAccount(t, "deployment-controller")
 	err = allowanceChangeTemplate(ctrl, ns, rsName)
 	status, ok := err.(apierrors.APIStatus)
@@ -152,7 +155,7 @@ func TestAllowancesHoldTemplateChangeInScaleWindow(t *testing.T) {
 	if !named {
 		t.Errorf("no cause names the mutated field: %+v", s.Details.Causes)
 	}
-	for _, r := range env.Recorder.Requests(rsName) {
+	for _, r := range env.Recorder.Requests(marker) {
 		if strings.Contains(string(r.Body), allowanceEvilImage) {
 			t.Errorf("the refused write reached kube-apiserver: %s %s", r.Method, r.Path)
 		}

@@ -61,7 +61,7 @@ func (i *Interceptor) newWriteRequest(r *http.Request, wr *write) *writeRequest 
 	if i.cfg.Policies != nil && u != nil {
 		rq.policies = policy.NewMatcher(r.Context(), i.cfg.Policies.For(u.GetName())...)
 	}
-	rq.ctx = r.Context()
+	rq.ctx = allowance.WithBudget(r.Context(), allowance.NewBudget())
 	if i.cfg.AllowancePolicies != nil {
 		rq.allowances = i.cfg.AllowancePolicies.All()
 	}

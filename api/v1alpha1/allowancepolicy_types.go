@@ -78,6 +78,11 @@ type AllowanceMatch struct {
 	// Kind of the parent, e.g. Deployment.
 	// +kubebuilder:validation:MinLength=1
 	Kind string `json:"kind"`
+	// Group is the API group of the parent kind: apps for a Deployment,
+	// "" for the core group. Unset, the kind matches in every group, so a
+	// custom resource named like a built-in kind matches too.
+	// +optional
+	Group *string `json:"group,omitempty"`
 	// Fields whose change triggers the policy: paths of the desired state
 	// such as spec.replicas or spec.template.spec.containers[*].image;
 	// [*] matches any index, a path matches every field below it.
@@ -116,6 +121,11 @@ type AllowedMutation struct {
 	// Kind of the child, e.g. ReplicaSet.
 	// +kubebuilder:validation:MinLength=1
 	Kind string `json:"kind"`
+	// Group is the API group of the child kind: apps for a ReplicaSet,
+	// "" for the core group (a Pod). Unset, the kind matches in every
+	// group.
+	// +optional
+	Group *string `json:"group,omitempty"`
 	// Relation of the child to the parent; Child (by controller
 	// ownerReference) is the only one.
 	// +kubebuilder:validation:Enum=Child

@@ -19,8 +19,11 @@ const MaxTraceHops = 16
 // controller's write of a child for Use and Propagate.
 type Change struct {
 	Subject Subject
-	Kind    string
-	Name    string
+	// Group and Kind of the written object; policies naming another group
+	// do not apply to it.
+	Group string
+	Kind  string
+	Name  string
 	// Old is the stored object (nil on create), New the one written (nil
 	// on delete).
 	Old, New map[string]any
@@ -82,7 +85,7 @@ func Initiate(ctx context.Context, policies []*Compiled, ch Change) Grant {
 	e := newEvaluation(ctx)
 	var g Grant
 	for _, p := range sortedPolicies(policies) {
-		if !p.Valid() || p.kind != ch.Kind {
+		if !p.Governs(ch.Group, ch.Kind) {
 			continue
 		}
 		if _, may := p.matchesSubject(ch.Subject); !may {
@@ -154,14 +157,47 @@ func (c *Compiled) grant(generation int64, initiator string, trace []Hop) []Allo
 	return out
 }
 
-// evaluation spends one write's CEL budget across policies.
+// Budget is what the allowance policies' CEL may cost in one request,
+// across every write the request decides: a request is decided again
+// after each live read, and a deletecollection decides each of its
+// objects. It is the approval policies' request budget, held apart from
+// theirs as kube-apiserver holds each admission policy's apart. Not safe
+// for concurrent use.
+type Budget struct {
+	remaining int64
+}
+
+// NewBudget is the budget of one request.
+func NewBudget() *Budget { return &Budget{remaining: policy.RequestBudget} }
+
+type budgetKey struct{}
+
+// WithBudget returns ctx carrying b: the evaluations made under it share
+// it. Without one, every evaluation has a request's budget of its own.
+func WithBudget(ctx context.Context, b *Budget) context.Context {
+	return context.WithValue(ctx, budgetKey{}, b)
+}
+
+// evaluation spends one write's CEL budget across policies, drawn from
+// the request's.
 type evaluation struct {
 	ctx       context.Context
+	request   *Budget
 	remaining int64
 }
 
 func newEvaluation(ctx context.Context) *evaluation {
-	return &evaluation{ctx: ctx, remaining: policy.WriteBudget}
+	request, _ := ctx.Value(budgetKey{}).(*Budget)
+	if request == nil {
+		request = NewBudget()
+	}
+	return &evaluation{ctx: ctx, request: request, remaining: min(policy.WriteBudget, request.remaining)}
+}
+
+// spend charges cost to the write and to the request.
+func (e *evaluation) spend(cost int64) {
+	e.remaining -= cost
+	e.request.remaining = max(e.request.remaining-cost, 0)
 }
 
 // conditions evaluates the policy's CEL on the change; stop is true when
@@ -174,10 +210,10 @@ func (e *evaluation) conditions(p *Compiled, ch Change, g *Grant) (ok, stop bool
 		}
 		limited := e.remaining < policy.CostLimit
 		holds, spent, err := cond.Eval(e.ctx, ch.New, ch.Old, e.remaining)
-		e.remaining -= spent
+		e.spend(spent)
 		switch {
 		case errors.Is(err, policy.ErrConditionCost) && limited:
-			g.Unfinished = "allowance policies not fully evaluated: the write spent its CEL budget at " + p.Name +
+			g.Unfinished = "allowance policies not fully evaluated: the write (or the request it is part of) spent its CEL budget at " + p.Name +
 				"; it and the policies after it granted nothing"
 			g.Problems = append(g.Problems, EvalProblem{Policy: p.Name, Generation: p.Generation,
 				Problem: Problem{Field: indexed("spec.match.cel", i), Reason: v1alpha1.ReasonBudgetExceeded, Message: g.Unfinished}})
@@ -209,8 +245,8 @@ func sortedPolicies(policies []*Compiled) []*Compiled {
 
 // Parent is what Use needs of the parent of a written child.
 type Parent struct {
-	Kind, Name string
-	Allowances []Allowance
+	Group, Kind, Name string
+	Allowances        []Allowance
 	// SettledGeneration is the latest generation at which the parent is
 	// known to have settled (0: never); allowances of that generation or
 	// earlier are consumed.
@@ -286,8 +322,11 @@ func Use(policies []*Compiled, parent Parent, w Change) Verdict {
 		if a.Kind != w.Kind || Consumed(a, parent.SettledGeneration) {
 			continue
 		}
+		// The policy that granted the allowance must still speak of this
+		// parent and this child: a kind named alike in another group is
+		// not the one the policy means.
 		p := byName[a.Policy]
-		if !p.Valid() {
+		if !p.Governs(parent.Group, parent.Kind) || !p.allows(w.Group, w.Kind, a.Mutation) {
 			continue
 		}
 		if matched, _ := p.matchesSubject(w.Subject); !matched {
@@ -376,7 +415,7 @@ func Propagate(ctx context.Context, policies []*Compiled, v Verdict, w Change) G
 	e := newEvaluation(ctx)
 	var g Grant
 	for _, p := range sortedPolicies(policies) {
-		if !p.Valid() || p.kind != w.Kind {
+		if !p.Governs(w.Group, w.Kind) {
 			continue
 		}
 		if matched, _ := p.matchesSubject(w.Subject); !matched {
@@ -409,8 +448,8 @@ func Propagate(ctx context.Context, policies []*Compiled, v Verdict, w Change) G
 // has already told apart: re-creating an attempt (a Pod, a Job) under a
 // settled parent, or pruning revision history beyond its limit.
 type Duty struct {
-	Kind, Name string
-	Generation int64
+	Group, Kind, Name string
+	Generation        int64
 	// Initiator of the parent's current desired state, as far as it is
 	// known (the origin of its trace); it becomes the initiator of what
 	// the write passes on.
@@ -429,7 +468,7 @@ func Standing(policies []*Compiled, parent Duty, w Change) Verdict {
 	for _, m := range v.Mutations {
 		var found *Allowance
 		for _, p := range sorted {
-			if !p.Valid() || p.kind != parent.Kind || len(p.fields) == 0 {
+			if !p.Governs(parent.Group, parent.Kind) || len(p.fields) == 0 {
 				continue
 			}
 			if matched, _ := p.matchesSubject(w.Subject); !matched {
@@ -438,7 +477,7 @@ func Standing(policies []*Compiled, parent Duty, w Change) Verdict {
 			hop := Hop{Kind: parent.Kind, Name: parent.Name, Generation: parent.Generation, Field: render(p.fields[0])}
 			var ofKind []Allowance
 			for _, a := range p.grant(parent.Generation, parent.Initiator, []Hop{hop}) {
-				if a.Kind == w.Kind {
+				if a.Kind == w.Kind && p.allows(w.Group, w.Kind, a.Mutation) {
 					ofKind = append(ofKind, a)
 				}
 			}

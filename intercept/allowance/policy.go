@@ -49,6 +49,7 @@ type Compiled struct {
 	Problems   []Problem
 
 	kind     string
+	group    *string
 	fields   [][]segment
 	cel      []*policy.Condition
 	capture  []captured
@@ -63,7 +64,14 @@ type captured struct {
 
 type allowed struct {
 	kind      string
+	group     *string
 	mutations []string
+}
+
+// groupMatches reports whether an object of group is of the policy's
+// group; a policy that names no group speaks of the kind in every group.
+func groupMatches(want *string, group string) bool {
+	return want == nil || *want == group
 }
 
 // Valid reports whether the policy compiled; an invalid one never applies.
@@ -71,6 +79,29 @@ func (c *Compiled) Valid() bool { return c != nil && len(c.Problems) == 0 }
 
 // Kind is the kind of the parent whose changes the policy speaks of.
 func (c *Compiled) Kind() string { return c.kind }
+
+// Governs reports whether the policy speaks of changes of objects of the
+// group and kind: a valid policy for the kind that names their group, or
+// no group.
+func (c *Compiled) Governs(group, kind string) bool {
+	return c.Valid() && c.kind == kind && groupMatches(c.group, group)
+}
+
+// allows reports whether the policy lets the controller make the
+// mutation (as an allowance names it) to a child of the group and kind.
+func (c *Compiled) allows(group, kind, mutation string) bool {
+	for _, a := range c.allow {
+		if a.kind != kind || !groupMatches(a.group, group) {
+			continue
+		}
+		for _, m := range a.mutations {
+			if m == mutation {
+				return true
+			}
+		}
+	}
+	return false
+}
 
 // Compile reads and checks an AllowancePolicy: every path parses, every
 // CEL condition compiles within kube-apiserver's cost limit, subjects and
@@ -87,7 +118,7 @@ func Compile(u *unstructured.Unstructured) *Compiled {
 
 // CompileSpec compiles a policy's spec.
 func CompileSpec(name string, uid types.UID, generation int64, spec v1alpha1.AllowancePolicySpec) *Compiled {
-	c := &Compiled{Name: name, UID: uid, Generation: generation, kind: spec.Match.Kind}
+	c := &Compiled{Name: name, UID: uid, Generation: generation, kind: spec.Match.Kind, group: spec.Match.Group}
 	if spec.Match.Kind == "" {
 		c.fail("spec.match.kind", ReasonInvalid, "the parent kind is required")
 	}
@@ -189,7 +220,7 @@ func (c *Compiled) compileAllow(allow []v1alpha1.AllowedMutation) {
 				c.fail(indexed(field+".mutations", j), ReasonInvalid, err.Error()+" (a mutation is a field path, create or delete)")
 			}
 		}
-		c.allow = append(c.allow, allowed{kind: a.Kind, mutations: a.Mutations})
+		c.allow = append(c.allow, allowed{kind: a.Kind, group: a.Group, mutations: a.Mutations})
 	}
 }
 

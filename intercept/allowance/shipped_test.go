@@ -67,7 +67,8 @@ func (c *cluster) add(key string, g Grant) {
 func (c *cluster) change(s Subject, kind, name string, old, new map[string]any) {
 	key := kind + "/" + name
 	c.generation[key]++
-	g := Initiate(context.Background(), c.policies, Change{Subject: s, Kind: kind, Name: name, Old: old, New: new, Generation: c.generation[key]})
+	g := Initiate(context.Background(), c.policies, Change{Subject: s, Group: builtinGroup(kind), Kind: kind, Name: name, Old: old, New: new,
+		Generation: c.generation[key]})
 	c.add(key, g)
 }
 
@@ -75,7 +76,7 @@ func (c *cluster) change(s Subject, kind, name string, old, new map[string]any) 
 // carries out the parent's change.
 func (c *cluster) controller(user, parentKind, parentName, kind, name string, old, new map[string]any) {
 	pk := parentKind + "/" + parentName
-	parent := Parent{Kind: parentKind, Name: parentName, Allowances: c.allowances[pk].Allowances, SettledGeneration: c.settledAt[pk]}
+	parent := Parent{Group: builtinGroup(parentKind), Kind: parentKind, Name: parentName, Allowances: c.allowances[pk].Allowances, SettledGeneration: c.settledAt[pk]}
 	c.decide(Use(c.policies, parent, c.childChange(user, kind, name, old, new)), user, kind, name, old, new)
 }
 
@@ -84,7 +85,7 @@ func (c *cluster) controller(user, parentKind, parentName, kind, name string, ol
 // history pruning).
 func (c *cluster) duty(user, parentKind, parentName, kind, name string, old, new map[string]any) {
 	pk := parentKind + "/" + parentName
-	d := Duty{Kind: parentKind, Name: parentName, Generation: c.generation[pk], Initiator: alice}
+	d := Duty{Group: builtinGroup(parentKind), Kind: parentKind, Name: parentName, Generation: c.generation[pk], Initiator: alice}
 	c.decide(Standing(c.policies, d, c.childChange(user, kind, name, old, new)), user, kind, name, old, new)
 }
 
@@ -93,7 +94,7 @@ func (c *cluster) childChange(user, kind, name string, old, new map[string]any) 
 	if new != nil && len(ChangedPaths(old, new)) > 0 {
 		c.generation[key]++
 	}
-	return Change{Subject: Subject{User: user, Groups: []string{"system:serviceaccounts", "system:authenticated"}}, Kind: kind, Name: name,
+	return Change{Subject: Subject{User: user, Groups: []string{"system:serviceaccounts", "system:authenticated"}}, Group: builtinGroup(kind), Kind: kind, Name: name,
 		Old: old, New: new, Generation: c.generation[key]}
 }
 
@@ -101,7 +102,7 @@ func (c *cluster) decide(v Verdict, user, kind, name string, old, new map[string
 	for _, x := range v.Violations {
 		c.violations = append(c.violations, x.Message)
 	}
-	w := Change{Subject: Subject{User: user}, Kind: kind, Name: name, Old: old, New: new, Generation: c.generation[kind+"/"+name]}
+	w := Change{Subject: Subject{User: user}, Group: builtinGroup(kind), Kind: kind, Name: name, Old: old, New: new, Generation: c.generation[kind+"/"+name]}
 	c.add(kind+"/"+name, Propagate(context.Background(), c.policies, v, w))
 }
 
@@ -112,6 +113,18 @@ func (c *cluster) settle(kind, name string) {
 	c.settledAt[key] = c.generation[key]
 	kept, _ := Prune(c.allowances[key], c.settledAt[key])
 	c.allowances[key] = kept
+}
+
+// builtinGroup is the API group of the workload kinds the shipped
+// policies speak of.
+func builtinGroup(kind string) string {
+	switch kind {
+	case "Deployment", "ReplicaSet", "StatefulSet", "DaemonSet", "ControllerRevision":
+		return "apps"
+	case "Job", "CronJob":
+		return "batch"
+	}
+	return ""
 }
 
 func (c *cluster) noViolations() {
@@ -349,4 +362,26 @@ func TestShippedPoliciesJobAndCronJob(t *testing.T) {
 	c.duty(cjc, "CronJob", "tick", "Job", "tick-2", nil, job("tick-2"))
 	c.duty(cjc, "CronJob", "tick", "Job", "tick-1", job("tick-1"), nil)
 	c.noViolations()
+}
+
+// TestShippedPoliciesNameTheirGroups: the shipped policies speak of the
+// workload kinds of kube-controller-manager only, not of a custom
+// resource that shares a kind's name.
+func TestShippedPoliciesNameTheirGroups(t *testing.T) {
+	policies := shippedPolicies(t)
+	for _, kind := range []string{"Deployment", "ReplicaSet", "StatefulSet", "DaemonSet", "Job", "CronJob"} {
+		governed, custom := false, false
+		for _, p := range policies {
+			governed = governed || p.Governs(builtinGroup(kind), kind)
+			custom = custom || p.Governs("example.com", kind)
+		}
+		if !governed || custom {
+			t.Errorf("%s: governed in %q %v, in example.com %v; want only the former", kind, builtinGroup(kind), governed, custom)
+		}
+	}
+	g := Initiate(context.Background(), policies, Change{Subject: person, Group: "example.com", Kind: "Deployment", Name: "web",
+		Old: deploy(1, "app:1", 10), New: deploy(3, "app:1", 10), Generation: 2})
+	if len(g.Allowances) > 0 {
+		t.Errorf("a scale of a custom Deployment granted %v", g.Allowances)
+	}
 }

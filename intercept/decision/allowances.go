@@ -12,6 +12,7 @@ import (
 
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/apimachinery/pkg/runtime/schema"
 
 	"github.com/kausality-io/kausality-proxy/intercept/allowance"
 	"github.com/kausality-io/kausality-proxy/intercept/annotations"
@@ -69,7 +70,7 @@ func DecideAllowances(ctx context.Context, d Decision, in Input, a AllowanceInpu
 	case NewOrigin, NoParent:
 		return initiate(ctx, d, in, a)
 	case Expected, ParentInitializing, ControllerUnknown, SelfHealing, HistoryPruned:
-		if in.Parent == nil || !governed(a.Policies, in.Parent.GetKind()) {
+		if in.Parent == nil || !governed(a.Policies, parentGroup(in), in.Parent.GetKind()) {
 			return d
 		}
 		return use(ctx, d, in, a)
@@ -77,17 +78,44 @@ func DecideAllowances(ctx context.Context, d Decision, in Input, a AllowanceInpu
 	return prune(d, in, a)
 }
 
-// governed reports whether a valid policy speaks of changes of kind. The
-// children of a parent no policy speaks of (a Service's EndpointSlices)
-// are not checked: nothing could ever allow their writes, and turning
-// allowances on for a namespace would stop every such controller.
-func governed(policies []*allowance.Compiled, kind string) bool {
+// governed reports whether a valid policy speaks of changes of the group
+// and kind. The children of a parent no policy speaks of (a Service's
+// EndpointSlices) are not checked: nothing could ever allow their writes,
+// and turning allowances on for a namespace would stop every such
+// controller.
+func governed(policies []*allowance.Compiled, group, kind string) bool {
 	for _, p := range policies {
-		if p.Valid() && p.Kind() == kind {
+		if p.Governs(group, kind) {
 			return true
 		}
 	}
 	return false
+}
+
+// parentGroup is the API group of the written child's parent: its
+// snapshot's, or, when the snapshot does not say, the one the child's
+// controller reference names.
+func parentGroup(in Input) string {
+	if av := in.Parent.GetAPIVersion(); av != "" {
+		return groupOf(av)
+	}
+	for _, obj := range []*unstructured.Unstructured{in.NewObject, in.OldObject} {
+		if obj == nil {
+			continue
+		}
+		if ref := metav1.GetControllerOfNoCopy(obj); ref != nil && ref.UID == in.Parent.GetUID() {
+			return groupOf(ref.APIVersion)
+		}
+	}
+	return ""
+}
+
+func groupOf(apiVersion string) string {
+	gv, err := schema.ParseGroupVersion(apiVersion)
+	if err != nil {
+		return ""
+	}
+	return gv.Group
 }
 
 // prune drops the consumed allowances of an object other writes carry,
@@ -129,8 +157,12 @@ func initiate(ctx context.Context, d Decision, in Input, a AllowanceInputs) Deci
 	if warn != nil {
 		d.Warnings = append(d.Warnings, warn.String())
 	}
-	ch := allowance.Change{Subject: subjectOf(in), Kind: in.NewObject.GetKind(), Name: in.NewObject.GetName(),
-		New: in.NewObject.Object, Generation: 1}
+	apiVersion := in.Child.APIVersion
+	if apiVersion == "" {
+		apiVersion = in.NewObject.GetAPIVersion()
+	}
+	ch := allowance.Change{Subject: subjectOf(in), Group: groupOf(apiVersion), Kind: in.NewObject.GetKind(),
+		Name: in.NewObject.GetName(), New: in.NewObject.Object, Generation: 1}
 	if in.OldObject != nil {
 		ch.Old, ch.Generation = in.OldObject.Object, in.OldObject.GetGeneration()+1
 	}
@@ -152,7 +184,7 @@ func use(ctx context.Context, d Decision, in Input, a AllowanceInputs) Decision 
 	if warn != nil {
 		d.Warnings = append(d.Warnings, warn.String())
 	}
-	ch := allowance.Change{Subject: subjectOf(in), Kind: in.Child.Kind, Name: in.Child.Name}
+	ch := allowance.Change{Subject: subjectOf(in), Group: groupOf(in.Child.APIVersion), Kind: in.Child.Kind, Name: in.Child.Name}
 	if in.OldObject != nil {
 		ch.Old, ch.Generation = in.OldObject.Object, in.OldObject.GetGeneration()+1
 	} else {
@@ -166,14 +198,14 @@ func use(ctx context.Context, d Decision, in Input, a AllowanceInputs) Decision 
 	}
 	var v allowance.Verdict
 	if d.Category == SelfHealing || d.Category == HistoryPruned {
-		v = allowance.Standing(a.Policies, allowance.Duty{Kind: in.Parent.GetKind(), Name: in.Parent.GetName(),
+		v = allowance.Standing(a.Policies, allowance.Duty{Group: parentGroup(in), Kind: in.Parent.GetKind(), Name: in.Parent.GetName(),
 			Generation: in.Parent.GetGeneration(), Initiator: traceOrigin(parentAnn)}, ch)
 	} else {
 		set, err := allowance.Parse(parentAnn[allowance.Annotation])
 		if err != nil {
 			d.Warnings = append(d.Warnings, "parent "+in.Parent.GetKind()+" "+in.Parent.GetName()+": "+err.Error()+" (counted as no allowances)")
 		}
-		v = allowance.Use(a.Policies, allowance.Parent{Kind: in.Parent.GetKind(), Name: in.Parent.GetName(),
+		v = allowance.Use(a.Policies, allowance.Parent{Group: parentGroup(in), Kind: in.Parent.GetKind(), Name: in.Parent.GetName(),
 			Allowances: set.Allowances, SettledGeneration: SettledGeneration(in.Parent, in)}, ch)
 	}
 	out := &AllowanceOutcome{Mode: mode, Checked: true, Justification: v.Justification, Violations: v.Violations}
@@ -197,18 +229,24 @@ func use(ctx context.Context, d Decision, in Input, a AllowanceInputs) Decision 
 }
 
 // violated decides a violation by the mode: shadow only records it (the
-// decision line), log warns, enforce denies.
+// decision line), log warns and reports, enforce denies and reports. A
+// violation is reported as drift is: the people watching DriftReports are
+// the ones who must learn that a controller did what nothing allowed.
 func violated(d Decision, mode allowance.Mode, vs []allowance.Violation) Decision {
 	msgs := make([]string, len(vs))
 	for i, v := range vs {
 		msgs[i] = v.Message
 	}
 	msg := "kausality-proxy: " + strings.Join(msgs, "; ")
+	report := ReportNone
+	if !d.Snooze.Snoozed {
+		report = ReportDetected
+	}
 	switch mode {
 	case allowance.ModeEnforce:
 		d.Result, d.Reason, d.Message = Deny, "allowance violation", msg
 		d.ChildAnnotations, d.ParentWrites, d.Trace = nil, nil, ""
-		d.ConsumeOnce, d.ApprovalsUpdate, d.Report = false, nil, ReportNone
+		d.ConsumeOnce, d.ApprovalsUpdate, d.Report = false, nil, report
 		causes := make([]metav1.StatusCause, 0, len(vs))
 		for _, v := range vs {
 			causes = append(causes, metav1.StatusCause{Type: CauseAllowance, Field: v.Mutation,
@@ -217,6 +255,7 @@ func violated(d Decision, mode allowance.Mode, vs []allowance.Violation) Decisio
 		d.Causes = append(causes, d.Causes...)
 	case allowance.ModeLog:
 		d.Warnings = append(d.Warnings, msg+" (allowance-mode log: allowed)")
+		d.Report = report
 	}
 	return d
 }

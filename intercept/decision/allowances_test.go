@@ -5,8 +5,10 @@ import (
 	"strings"
 	"testing"
 
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apiserver/pkg/authentication/user"
+	"k8s.io/utils/ptr"
 
 	"github.com/kausality-io/kausality-proxy/api/v1alpha1"
 	"github.com/kausality-io/kausality-proxy/intercept/allowance"
@@ -55,6 +57,8 @@ func TestDecideAllowances(t *testing.T) {
 		wantWarn  string
 		wantSet   string // substring of the forwarded kausal.io/allowances
 		wantCause string
+		// wantReport: a DriftReport is sent for the write.
+		wantReport bool
 	}{{
 		name: "a person's scale grants the ReplicaSet replicas",
 		d:    Decision{Result: Allow, Category: NoParent},
@@ -78,12 +82,21 @@ func TestDecideAllowances(t *testing.T) {
 		d:    Decision{Result: Allow, Category: Expected},
 		in: Input{Operation: Update, DesiredChanged: true, User: ctrl, Parent: parent, Settle: unsettled, Child: ObjectRef{Kind: "ReplicaSet", Name: "web-1"},
 			OldObject: allowanceObject("ReplicaSet", 1, 4, "app:1", nil), NewObject: allowanceObject("ReplicaSet", 1, 4, "evil:1", nil)},
-		ns:        enforce,
-		wantDeny:  true,
-		wantCause: "spec.template.spec.containers[0].image",
+		ns:         enforce,
+		wantDeny:   true,
+		wantCause:  "spec.template.spec.containers[0].image",
+		wantReport: true,
 	}, {
 		name: "the same in log mode: allowed with a warning",
 		d:    Decision{Result: Allow, Category: Expected},
+		in: Input{Operation: Update, DesiredChanged: true, User: ctrl, Parent: parent, Settle: unsettled, Child: ObjectRef{Kind: "ReplicaSet", Name: "web-1"},
+			OldObject: allowanceObject("ReplicaSet", 1, 4, "app:1", nil), NewObject: allowanceObject("ReplicaSet", 1, 4, "evil:1", nil)},
+		ns:         map[string]string{annotations.AllowanceMode: "log"},
+		wantWarn:   "spec.template.spec.containers[0].image",
+		wantReport: true,
+	}, {
+		name: "the same in log mode while snoozed: allowed with a warning, not reported",
+		d:    Decision{Result: Allow, Category: Expected, Snooze: SnoozeState{Snoozed: true}},
 		in: Input{Operation: Update, DesiredChanged: true, User: ctrl, Parent: parent, Settle: unsettled, Child: ObjectRef{Kind: "ReplicaSet", Name: "web-1"},
 			OldObject: allowanceObject("ReplicaSet", 1, 4, "app:1", nil), NewObject: allowanceObject("ReplicaSet", 1, 4, "evil:1", nil)},
 		ns:       map[string]string{annotations.AllowanceMode: "log"},
@@ -99,9 +112,10 @@ func TestDecideAllowances(t *testing.T) {
 		d:    Decision{Result: Allow, Category: Expected},
 		in: Input{Operation: Update, DesiredChanged: true, User: ctrl, Parent: parent, Settle: &settle.Facts{SettledAt: 2}, Child: ObjectRef{Kind: "ReplicaSet", Name: "web-1"},
 			OldObject: allowanceObject("ReplicaSet", 1, 2, "app:1", nil), NewObject: allowanceObject("ReplicaSet", 1, 4, "app:1", nil)},
-		ns:        enforce,
-		wantDeny:  true,
-		wantCause: "spec.replicas",
+		ns:         enforce,
+		wantDeny:   true,
+		wantCause:  "spec.replicas",
+		wantReport: true,
 	}, {
 		name: "a drift denial stays a denial, unexplained by allowances",
 		d:    Decision{Result: Deny, Category: DriftUnapproved},
@@ -131,6 +145,9 @@ func TestDecideAllowances(t *testing.T) {
 					t.Errorf("the denial names no allowance for %s: %s %+v", tc.wantCause, got.Message, got.Causes)
 				}
 			}
+			if (got.Report == ReportDetected) != tc.wantReport && tc.d.Result != Deny {
+				t.Errorf("report %q, want a Detected report: %v", got.Report, tc.wantReport)
+			}
 			if tc.wantWarn != "" && !strings.Contains(strings.Join(got.Warnings, "\n"), tc.wantWarn) {
 				t.Errorf("no warning about %s: %q", tc.wantWarn, got.Warnings)
 			}
@@ -146,6 +163,31 @@ func TestDecideAllowances(t *testing.T) {
 			}
 			if tc.ns == nil && got.Allowances != nil {
 				t.Errorf("allowances applied with the mode off: %+v", got.Allowances)
+			}
+		})
+	}
+}
+
+// TestParentGroup: the parent's group comes from its snapshot, or from
+// the child's controller reference when the snapshot does not say.
+func TestParentGroup(t *testing.T) {
+	parent := &unstructured.Unstructured{Object: map[string]any{"metadata": map[string]any{"name": "web", "uid": "p-1"}}}
+	child := allowanceObject("ReplicaSet", 1, 1, "app:1", nil)
+	child.SetOwnerReferences([]metav1.OwnerReference{{APIVersion: "example.com/v1", Kind: "Deployment", Name: "web", UID: "p-1", Controller: ptr.To(true)}})
+	for _, tc := range []struct {
+		name       string
+		apiVersion string
+		want       string
+	}{
+		{"from the snapshot", "apps/v1", "apps"},
+		{"the core group", "v1", ""},
+		{"from the controller reference", "", "example.com"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			p := parent.DeepCopy()
+			p.SetAPIVersion(tc.apiVersion)
+			if got := parentGroup(Input{Parent: p, NewObject: child}); got != tc.want {
+				t.Errorf("parentGroup = %q, want %q", got, tc.want)
 			}
 		})
 	}

@@ -48,8 +48,8 @@ func NewCommand(out io.Writer) *cobra.Command {
 		Short: "Explain and steer kausality-proxy's drift decisions",
 		Long: `kubectl kausality explains what kausality-proxy decides about a child object's
 writes and edits the parent annotations that steer it: approvals,
-rejections, freeze and snooze. It works against kube-apiserver directly or
-through the proxy.
+rejections, freeze and snooze. It lists an object's allowances and their
+trace. It works against kube-apiserver directly or through the proxy.
 
 Exit codes: 0 success, 1 error (nothing was written).`,
 		SilenceUsage:  true,
@@ -61,7 +61,7 @@ Exit codes: 0 success, 1 error (nothing was written).`,
 	clientcmd.BindOverrideFlags(o.overrides, pf, clientcmd.RecommendedConfigOverrideFlags(""))
 	pf.StringVarP(&o.output, "output", "o", "", "Output format: json or yaml (default: text).")
 	cmd.AddCommand(o.whyCommand(), o.traceCommand(), o.approveCommand(), o.rejectCommand(),
-		o.freezeCommand(), o.unfreezeCommand(), o.snoozeCommand(), o.unsnoozeCommand(), o.resetControllersCommand(), o.driftsCommand())
+		o.freezeCommand(), o.unfreezeCommand(), o.snoozeCommand(), o.unsnoozeCommand(), o.resetControllersCommand(), o.driftsCommand(), o.allowancesCommand())
 	return cmd
 }
 

@@ -82,7 +82,7 @@ func TestAllowancesGolden(t *testing.T) {
 		{"record-unreadable", "", func(t *testing.T) AllowanceFacts {
 			return AllowanceFacts{Object: rolloutDeployment(t, map[string]string{allowance.Annotation: deploymentAllowances, annotations.AllowanceMode: "Log "}),
 				NamespaceUnknown: true, Settledness: records(nil, `configmaps "kausality-settledness.shop" is forbidden`),
-				ChildrenErrors:   []string{"the ReplicaSet children of Deployment shop/web could not be listed: forbidden"}}
+				ChildrenErrors: []string{"the ReplicaSet children of Deployment shop/web could not be listed: forbidden"}}
 		}},
 		{"oversized", "", func(t *testing.T) AllowanceFacts {
 			big := `[` + strings.Repeat(`{"kind":"ReplicaSet","mutation":"spec.replicas","generation":5,"policy":"p","trace":[{"kind":"Deployment","name":"web","generation":5,"field":"spec.replicas"}]},`, 300)

@@ -99,7 +99,7 @@ type ChildAllowanceSet struct {
 func ExplainAllowances(f AllowanceFacts) AllowancesReport {
 	obj := f.Object
 	r := AllowancesReport{Object: decision.RefOf(obj), Generation: obj.GetGeneration(), Allowances: []AllowanceView{},
-		Mode: allowanceModeView(obj, f.NamespaceAnnotations, f.NamespaceUnknown)}
+		Mode: allowanceModeView(obj, "the object", f.NamespaceAnnotations, f.NamespaceUnknown)}
 	r.Settled = settledView(obj, lookup(f, obj))
 	set, err := allowance.Parse(obj.GetAnnotations()[allowance.Annotation])
 	if err != nil {
@@ -177,7 +177,7 @@ func allowanceViews(as []allowance.Allowance, s SettledView) []AllowanceView {
 
 // allowanceModeView reads the mode as allowance.ModeOf does, saying which
 // annotation it came from.
-func allowanceModeView(obj *unstructured.Unstructured, namespace map[string]string, namespaceUnknown bool) AllowanceModeView {
+func allowanceModeView(obj *unstructured.Unstructured, what string, namespace map[string]string, namespaceUnknown bool) AllowanceModeView {
 	stored := obj.GetAnnotations()
 	mode, warn := allowance.ModeOf(stored, namespace)
 	v := AllowanceModeView{Mode: mode}
@@ -186,13 +186,13 @@ func allowanceModeView(obj *unstructured.Unstructured, namespace map[string]stri
 	}
 	switch {
 	case strings.TrimSpace(stored[annotations.AllowanceMode]) != "":
-		v.Source = "annotation " + annotations.AllowanceMode + " on the object"
+		v.Source = "annotation " + annotations.AllowanceMode + " on " + what
 	case strings.TrimSpace(namespace[annotations.AllowanceMode]) != "":
 		v.Source = "annotation " + annotations.AllowanceMode + " on namespace " + obj.GetNamespace()
 	case namespaceUnknown:
-		v.Source = "no " + annotations.AllowanceMode + " on the object; the namespace could not be read, its mode is unknown"
+		v.Source = "no " + annotations.AllowanceMode + " on " + what + "; the namespace could not be read, its mode is unknown"
 	default:
-		v.Source = "no " + annotations.AllowanceMode + " on the object or its namespace: allowances are neither granted nor checked"
+		v.Source = "no " + annotations.AllowanceMode + " on " + what + " or its namespace: allowances are neither granted nor checked"
 	}
 	return v
 }

@@ -88,6 +88,23 @@ func (c *cluster) allowances(ctx context.Context, t target, proxyNamespace strin
 	return ExplainAllowances(f), nil
 }
 
+// allowancePolicies reads every AllowancePolicy; a cluster without the
+// kind has none.
+func (c *cluster) allowancePolicies(ctx context.Context) ([]*unstructured.Unstructured, error) {
+	list, err := c.dyn.Resource(v1alpha1.AllowancePoliciesGVR).List(ctx, metav1.ListOptions{})
+	switch {
+	case apierrors.IsNotFound(err):
+		return nil, nil
+	case err != nil:
+		return nil, err
+	}
+	out := make([]*unstructured.Unstructured, len(list.Items))
+	for i := range list.Items {
+		out[i] = &list.Items[i]
+	}
+	return out, nil
+}
+
 // settlednessRecords reads the proxy's settledness records of a namespace
 // once and looks objects up in them.
 func (c *cluster) settlednessRecords(ctx context.Context, proxyNamespace string) func(*unstructured.Unstructured) SettlednessLookup {
@@ -135,20 +152,17 @@ func (c *cluster) childKinds(ctx context.Context, obj *unstructured.Unstructured
 		seen[a.Kind] = true
 	}
 	var listErr error
-	list, err := c.dyn.Resource(v1alpha1.AllowancePoliciesGVR).List(ctx, metav1.ListOptions{})
-	switch {
-	case apierrors.IsNotFound(err):
-	case err != nil:
+	policies, err := c.allowancePolicies(ctx)
+	if err != nil {
 		listErr = fmt.Errorf("the AllowancePolicies could not be read (%v): only the child kinds %s names are listed", err, allowance.Annotation)
-	default:
-		for i := range list.Items {
-			var p v1alpha1.AllowancePolicy
-			if runtime.DefaultUnstructuredConverter.FromUnstructured(list.Items[i].Object, &p) != nil || p.Spec.Match.Kind != obj.GetKind() {
-				continue
-			}
-			for _, a := range p.Spec.Allow {
-				seen[a.Kind] = true
-			}
+	}
+	for _, u := range policies {
+		var p v1alpha1.AllowancePolicy
+		if runtime.DefaultUnstructuredConverter.FromUnstructured(u.Object, &p) != nil || p.Spec.Match.Kind != obj.GetKind() {
+			continue
+		}
+		for _, a := range p.Spec.Allow {
+			seen[a.Kind] = true
 		}
 	}
 	kinds := make([]string, 0, len(seen))

@@ -54,7 +54,7 @@ func childReplicaSet(t *testing.T, name, value string) *unstructured.Unstructure
 // records answers as the proxy's settledness ConfigMap would.
 func records(recs map[string]settle.Record, err string) func(*unstructured.Unstructured) SettlednessLookup {
 	return func(o *unstructured.Unstructured) SettlednessLookup {
-		l := SettlednessLookup{Source: "ConfigMap kausality-system/kausality-settledness.shop", Error: err}
+		l := SettlednessLookup{Source: "ConfigMap kausality-system/kausality-settledness." + o.GetNamespace(), Error: err}
 		if r, ok := recs[string(o.GetUID())]; ok {
 			l.Record = &r
 		}

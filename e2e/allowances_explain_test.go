@@ -29,8 +29,6 @@ import (
 // nothing covers, and `kubectl kausality allowances` lists the
 // Deployment's allowances with their initiator, policy and trace, and the
 // ones its ReplicaSet carries from it.
-//
-//nolint:funlen // one scenario, checked step by step
 func TestAllowancesExplained(t *testing.T) {
 	ctx := context.Background()
 	applyShippedAllowancePolicies(t)

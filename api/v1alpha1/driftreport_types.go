@@ -62,6 +62,31 @@ type DriftReportSpec struct {
 	// scalars, truncated). A Resolved report repeats the changes of the
 	// Detected report it closes.
 	Changes []Change `json:"changes,omitempty"`
+
+	// Allowances is set when the write mutated fields no allowance on the
+	// parent covers, in allowance-mode log or enforce: the report is then
+	// about those mutations, whether or not the write was drift.
+	Allowances *AllowanceVerdict `json:"allowances,omitempty"`
+}
+
+// AllowanceVerdict is what the allowance check found wrong with a write.
+type AllowanceVerdict struct {
+	// Mode is the allowance mode the write was decided in: log or enforce.
+	Mode string `json:"mode"`
+	// Violations are the mutations no usable allowance covered.
+	Violations []AllowanceViolation `json:"violations"`
+}
+
+// AllowanceViolation is one mutation nothing allowed, and the allowance
+// the parent would have to carry for it.
+type AllowanceViolation struct {
+	// Field is the mutated field path of the child's desired state, or
+	// create or delete.
+	Field string `json:"field"`
+	// NeededKind and NeededMutation name the missing allowance: an entry
+	// {kind, mutation} in the parent's kausal.io/allowances.
+	NeededKind     string `json:"neededKind"`
+	NeededMutation string `json:"neededMutation"`
 }
 
 // ParentRef describes the parent as seen when the report was made.

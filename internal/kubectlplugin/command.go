@@ -31,6 +31,8 @@ type options struct {
 	// configuration is, for the child kinds it leaves ungated.
 	proxyConfigFile string
 	proxyConfigMap  string
+	// proxyNamespace holds the proxy's settledness records.
+	proxyNamespace string
 }
 
 // NewCommand returns `kubectl kausality` writing to out. Errors are
@@ -48,8 +50,8 @@ func NewCommand(out io.Writer) *cobra.Command {
 		Short: "Explain and steer kausality-proxy's drift decisions",
 		Long: `kubectl kausality explains what kausality-proxy decides about a child object's
 writes and edits the parent annotations that steer it: approvals,
-rejections, freeze and snooze. It works against kube-apiserver directly or
-through the proxy.
+rejections, freeze and snooze. It lists an object's allowances and their
+trace. It works against kube-apiserver directly or through the proxy.
 
 Exit codes: 0 success, 1 error (nothing was written).`,
 		SilenceUsage:  true,
@@ -61,7 +63,7 @@ Exit codes: 0 success, 1 error (nothing was written).`,
 	clientcmd.BindOverrideFlags(o.overrides, pf, clientcmd.RecommendedConfigOverrideFlags(""))
 	pf.StringVarP(&o.output, "output", "o", "", "Output format: json or yaml (default: text).")
 	cmd.AddCommand(o.whyCommand(), o.traceCommand(), o.approveCommand(), o.rejectCommand(),
-		o.freezeCommand(), o.unfreezeCommand(), o.snoozeCommand(), o.unsnoozeCommand(), o.resetControllersCommand(), o.driftsCommand())
+		o.freezeCommand(), o.unfreezeCommand(), o.snoozeCommand(), o.unsnoozeCommand(), o.resetControllersCommand(), o.driftsCommand(), o.allowancesCommand())
 	return cmd
 }
 
@@ -121,6 +123,11 @@ apply, the trace, and what the proxy would decide for a desired-state write
 of the child by its controller now (computed with the proxy's own decision
 engine), with what would unblock it.
 
+When allowances are on for the parent (kausality.io/allowance-mode), why
+also says which check such a write gets, the parent's allowances for the
+child's kind and whether the controller can use them, what nothing covers,
+and the AllowancePolicies that name the controller.
+
 The plugin cannot see the proxy's memory of where each parent last settled;
 when the parent does not look settled now, why also says what the proxy
 decides if it remembers the parent settled at its current spec.
@@ -151,6 +158,8 @@ defaults.`,
 	cmd.Flags().StringVar(&fieldManager, "field-manager", "", "The controller's field manager (default: the owner of the parent's status.observedGeneration).")
 	cmd.Flags().StringVar(&o.defaultMode, "default-mode", o.defaultMode, "The proxy's --default-mode (log or enforce), which the plugin cannot read.")
 	cmd.Flags().StringVar(&o.proxyConfigFile, "proxy-config", "", "The proxy's --config file, for a proxy whose configuration is not in the cluster.")
+	cmd.Flags().StringVar(&o.proxyNamespace, "proxy-namespace", "kausality-system",
+		"The proxy's namespace, where it keeps the settledness records that consume allowances (its --drift-namespace).")
 	cmd.Flags().StringVar(&o.proxyConfigMap, "proxy-config-map", defaultProxyConfigMap,
 		"NAMESPACE/NAME of the ConfigMap holding the proxy's --config file (key "+proxyConfigKey+"), read unless --proxy-config is set.")
 	return cmd
@@ -179,6 +188,11 @@ func (o *options) explain(ctx context.Context, c *cluster, t target, controller,
 		PoliciesFor: func(user string) ([]*unstructured.Unstructured, error) { return c.policiesFor(ctx, user) }}
 	nsMode, nsOK := c.namespaceMode(ctx, child.GetNamespace(), annotations.Mode)
 	f.NamespaceMode, f.NamespaceUnknown = nsMode, !nsOK
+	f.NamespaceAllowanceMode, _ = c.namespaceMode(ctx, child.GetNamespace(), annotations.AllowanceMode)
+	if f.AllowancePolicies, err = c.allowancePolicies(ctx); err != nil {
+		f.AllowancePoliciesError = err.Error()
+	}
+	f.Settledness = c.settlednessRecords(ctx, o.proxyNamespace)
 	if pt, ok, err := c.parentOf(child); err != nil {
 		f.ParentError = err.Error()
 	} else if ok {

@@ -26,6 +26,7 @@ import (
 	"k8s.io/client-go/tools/clientcmd"
 	"sigs.k8s.io/yaml"
 
+	"github.com/kausality-io/kausality-proxy/api/v1alpha1"
 	"github.com/kausality-io/kausality-proxy/intercept/annotations"
 	"github.com/kausality-io/kausality-proxy/intercept/decision"
 	"github.com/kausality-io/kausality-proxy/intercept/desired"
@@ -52,6 +53,9 @@ type DriftRow struct {
 	Held       bool        `json:"held"`
 	Trace      trace.Trace `json:"trace,omitempty"`
 	TraceError string      `json:"traceError,omitempty"`
+	// Allowances are the mutations no allowance on the parent covered,
+	// when the allowance check reported the write.
+	Allowances *v1alpha1.AllowanceVerdict `json:"allowances,omitempty"`
 }
 
 // State is how the row reads in the list: held, reported or shadow.
@@ -135,7 +139,7 @@ func rowOf(rec *drifts.Record) DriftRow {
 	row := DriftRow{
 		ID: s.ID, Parent: notify.ParentObject(s.Parent), ParentGeneration: s.Parent.Generation, Child: notify.ChildObject(s.Child),
 		Controller: s.Request.User, Changes: s.Changes, DetectedAt: rec.State.DetectedAt.Time,
-		Mode: rec.State.Mode, Held: rec.State.Held,
+		Mode: rec.State.Mode, Held: rec.State.Held, Allowances: s.Allowances,
 	}
 	// The record keeps the last hops of the written object's trace.
 	if obj := rawObject(s.NewObject); obj != nil {

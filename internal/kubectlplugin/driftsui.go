@@ -472,6 +472,13 @@ func (m *driftsModel) detailLines(r DriftRow) []string {
 		add("  - %s: %s", c.Path, c.Old)
 		add("  + %s: %s", c.Path, c.New)
 	}
+	if a := r.Allowances; a != nil {
+		add("Allowances:  %s: mutations no allowance on the parent covers", a.Mode)
+		for _, v := range a.Violations {
+			add("  %s: needs {kind: %s, mutation: %s} in %s of %s", v.Field, v.NeededKind, v.NeededMutation, annotations.Allowances, objectText(r.Parent))
+		}
+		add("  An approval does not grant an allowance: a change of %s by someone an AllowancePolicy lets initiate it does.", objectText(r.Parent))
+	}
 	var tree strings.Builder
 	printer := &printer{w: &tree}
 	printer.traceSection(r.Trace, r.TraceError)

@@ -9,6 +9,7 @@ import (
 	tea "github.com/charmbracelet/bubbletea"
 	"github.com/charmbracelet/x/ansi"
 
+	"github.com/kausality-io/kausality-proxy/api/v1alpha1"
 	"github.com/kausality-io/kausality-proxy/intercept/annotations"
 	"github.com/kausality-io/kausality-proxy/intercept/desired"
 )
@@ -153,6 +154,17 @@ func TestDriftsModelView(t *testing.T) {
 			`de":"once"}]`,
 			"Deny (DriftUnapproved)",
 			"esc back",
+		}},
+		{name: "detail of an allowance violation", width: 100, setup: func(m *driftsModel) {
+			rows := append([]DriftRow(nil), m.rows...)
+			rows[0].Allowances = &v1alpha1.AllowanceVerdict{Mode: "enforce", Violations: []v1alpha1.AllowanceViolation{
+				{Field: "spec.template", NeededKind: "ReplicaSet", NeededMutation: "spec.template"}}}
+			m.Update(recordsMsg{rows: rows, synced: true})
+			m.Update(keyMsg("enter"))
+		}, want: []string{
+			"Allowances:  enforce: mutations no allowance on the parent covers",
+			"  spec.template: needs {kind: ReplicaSet, mutation: spec.template} in kausal.io/allowances of",
+			"An approval does not grant an allowance",
 		}},
 		{name: "detail of a reported drift", width: 80, setup: func(m *driftsModel) {
 			m.Update(keyMsg("down"))

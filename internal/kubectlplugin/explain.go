@@ -55,6 +55,15 @@ type Facts struct {
 	// reads none.
 	PoliciesFor func(user string) ([]*unstructured.Unstructured, error)
 	Now         time.Time
+	// NamespaceAllowanceMode is the kausality.io/allowance-mode annotation
+	// of the child's namespace.
+	NamespaceAllowanceMode string
+	// AllowancePolicies are the AllowancePolicies as read;
+	// AllowancePoliciesError says why they could not be read.
+	AllowancePolicies      []*unstructured.Unstructured
+	AllowancePoliciesError string
+	// Settledness looks up the proxy's settledness record of the parent.
+	Settledness func(*unstructured.Unstructured) SettlednessLookup
 }
 
 // Explanation is the output of `why`.
@@ -76,6 +85,8 @@ type Explanation struct {
 	// Verdict is the decision on a desired-state write by the controller
 	// now, with settledness as the parent reports it.
 	Verdict *Verdict `json:"verdict,omitempty"`
+	// Allowances explains the allowance check of that write.
+	Allowances *AllowanceExplanation `json:"allowances,omitempty"`
 	// IfRemembered is the decision when the proxy remembers the parent
 	// settled at its current spec, which the plugin cannot see; set only
 	// when it differs from Verdict.
@@ -302,6 +313,11 @@ func Explain(f Facts) Explanation {
 	d := decide(f, cv, decideParent, facts, policies, now)
 	ex.Mode = modeView(d, f)
 	ex.Verdict = verdictOf(d, "settledness as the parent reports it now (settle.Current)")
+	controllerName := cv.User
+	if f.Controller != "" {
+		controllerName = f.Controller
+	}
+	ex.Allowances = explainAllowances(f, controllerName, d)
 	for _, w := range d.Warnings {
 		if !slices.Contains(ex.Warnings, w) {
 			ex.Warnings = append(ex.Warnings, w)

@@ -101,6 +101,9 @@ func RenderWhy(w io.Writer, ex Explanation, arg string) {
 			p.line("               never matches: %s", strings.Join(strings.Fields(pr.String()), " "))
 		}
 	}
+	if ex.Allowances != nil {
+		p.allowanceSection(ex.Allowances)
+	}
 	p.traceSection(ex.Trace, ex.TraceError)
 
 	if ex.Verdict != nil {

@@ -100,6 +100,15 @@ func boundStrings(sp *v1alpha1.DriftReportSpec, limit int) {
 		&sp.Child.Name, &sp.Child.UID, &sp.Request.User, &sp.Request.UID, &sp.Request.FieldManager, &sp.Request.Operation} {
 		*s = truncateTo(*s, limit)
 	}
+	if a := sp.Allowances; a != nil {
+		// A copy: the violations belong to the report being summarized.
+		vs := make([]v1alpha1.AllowanceViolation, len(a.Violations))
+		for i, v := range a.Violations {
+			vs[i] = v1alpha1.AllowanceViolation{Field: truncateTo(v.Field, limit), NeededKind: truncateTo(v.NeededKind, limit),
+				NeededMutation: truncateTo(v.NeededMutation, limit)}
+		}
+		sp.Allowances = &v1alpha1.AllowanceVerdict{Mode: a.Mode, Violations: vs}
+	}
 	if len(sp.Request.Groups) > maxGroups {
 		sp.Request.Groups = sp.Request.Groups[:maxGroups]
 	}

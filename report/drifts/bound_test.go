@@ -151,3 +151,23 @@ func TestTruncateTo(t *testing.T) {
 		}
 	}
 }
+
+// A record keeps the allowance violations, each string bounded, in a copy:
+// the report being summarized belongs to the request.
+func TestSummarizeKeepsAllowanceViolations(t *testing.T) {
+	long := "spec." + strings.Repeat("f", 4<<10)
+	in := v1alpha1.AllowanceVerdict{Mode: "enforce", Violations: []v1alpha1.AllowanceViolation{
+		{Field: "spec.template", NeededKind: "ReplicaSet", NeededMutation: "spec.template"},
+		{Field: long, NeededKind: "ReplicaSet", NeededMutation: long}}}
+	r := v1alpha1.DriftReport{Spec: v1alpha1.DriftReportSpec{ID: "0123456789abcdef", Allowances: &in}}
+	got := summarize(r).Spec.Allowances
+	if got == nil || got.Mode != "enforce" || len(got.Violations) != 2 || got.Violations[0] != in.Violations[0] {
+		t.Fatalf("allowances %+v", got)
+	}
+	if v := got.Violations[1]; len(v.Field) > maxStringLen || len(v.NeededMutation) > maxStringLen || v.NeededKind != "ReplicaSet" {
+		t.Errorf("a long field is kept at %d bytes, want at most %d", len(v.Field), maxStringLen)
+	}
+	if in.Violations[1].Field != long {
+		t.Error("summarize changed the request's report")
+	}
+}

@@ -13,6 +13,7 @@ import (
 	"k8s.io/client-go/util/retry"
 
 	"github.com/kausality-io/kausality-proxy/api/v1alpha1"
+	"github.com/kausality-io/kausality-proxy/intercept/annotations"
 	"github.com/kausality-io/kausality-proxy/intercept/decision"
 	"github.com/kausality-io/kausality-proxy/intercept/settle"
 	"github.com/kausality-io/kausality-proxy/internal/proxynamespace"
@@ -32,7 +33,11 @@ const recordTimeout = 10 * time.Second
 // parent or the child changes, which the sender sees in its informers
 // whichever replica served the write that ended it.
 func (l *Ledger) Observe(d *decision.Decision, w notify.Write, parent *unstructured.Unstructured) {
-	if l == nil || d == nil || d.Parent == nil || w.DryRun || d.Report != decision.ReportDetected {
+	if l == nil || d == nil || d.Parent == nil || w.DryRun {
+		return
+	}
+	allowances := notify.AllowanceVerdict(d)
+	if d.Report != decision.ReportDetected && (d.Report != decision.ReportNone || allowances == nil) {
 		return
 	}
 	r := notify.FromDecision(d, w)
@@ -44,6 +49,11 @@ func (l *Ledger) Observe(d *decision.Decision, w notify.Write, parent *unstructu
 	// A record keeps a bounded summary, made now: the objects belong to
 	// the request.
 	rec := &Record{Name: name, Report: summarize(r), State: State{ParentSpecHash: settle.SpecHash(parent), Mode: d.Mode, Held: d.Result == decision.Deny}}
+	if d.Report != decision.ReportDetected {
+		// Only the allowance check found something: its mode is the
+		// record's.
+		rec.State.Mode = annotations.DriftMode(allowances.Mode)
+	}
 	if !l.allow(rec) {
 		l.suppress(QuotaRate, rec)
 		return

@@ -34,8 +34,9 @@ type Observed struct {
 // was deleted (or replaced by an object of the same name), a denied create
 // was not made after all, the parent's
 // spec changed (the controller's write is now the expected reconciliation
-// of a new spec), an approval now admits the write, or a newer drift of
-// the pair replaced it. A rejection does not end it: the write stays
+// of a new spec), an approval now admits the write (unless the write also
+// mutated what no allowance covers), or a newer drift of the pair replaced
+// it. A rejection does not end it: the write stays
 // blocked, and people still need to know.
 func Resolve(r *Record, o Observed) (string, bool) {
 	sp := &r.Report.Spec
@@ -54,7 +55,9 @@ func Resolve(r *Record, o Observed) (string, bool) {
 	if parentSpecChanged(r, o.Parent) {
 		return v1alpha1.ReasonParentChanged, true
 	}
-	if approved(r, o.Parent) {
+	// An approval admits drift, never a mutation no allowance covers: a
+	// record of one stays open until the parent changes.
+	if r.Report.Spec.Allowances == nil && approved(r, o.Parent) {
 		return v1alpha1.ReasonApproved, true
 	}
 	if o.Superseded {

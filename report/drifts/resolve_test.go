@@ -102,6 +102,12 @@ func TestResolve(t *testing.T) {
 		{name: "an always approval by wildcard",
 			observed: Observed{Parent: parentAt(5, 3, approvals(`[{"apiVersion":"*","kind":"*","name":"*","mode":"always"}]`)), Child: childWithUID("child-uid")},
 			want:     v1alpha1.ReasonApproved},
+		{name: "an approval does not end a violation of allowances", record: func(r *Record) {
+			r.Report.Spec.Allowances = &v1alpha1.AllowanceVerdict{Mode: "enforce", Violations: []v1alpha1.AllowanceViolation{{Field: "spec.template", NeededKind: "ReplicaSet", NeededMutation: "spec.template"}}}
+		}, observed: Observed{Parent: parentAt(5, 3, approvals(`[{"apiVersion":"*","kind":"*","name":"*","mode":"always"}]`)), Child: childWithUID("child-uid")}},
+		{name: "a violation of allowances ends when the parent's spec changes", record: func(r *Record) {
+			r.Report.Spec.Allowances = &v1alpha1.AllowanceVerdict{Mode: "log"}
+		}, observed: Observed{Parent: parentAt(5, 4, nil), Child: childWithUID("child-uid")}, want: v1alpha1.ReasonParentChanged},
 		{name: "an approval for an older spec does not count",
 			observed: Observed{Parent: parentAt(5, 3, approvals(`[{"apiVersion":"apps/v1","kind":"ReplicaSet","name":"web-1","generation":2,"mode":"once"}]`)), Child: childWithUID("child-uid")}},
 		{name: "an approval for another child does not count",

@@ -39,7 +39,19 @@ func TestPost(t *testing.T) {
 				"2. `apps/v1 ReplicaSet web-6d4` generation 3",
 				"0123456789abcdef",
 			},
-			absent: []string{"<!channel>"},
+			absent: []string{"<!channel>", "Not allowed"},
+		},
+		{
+			name: "a violation of allowances names the field and the allowance it needed", buttons: true,
+			report: func() v1alpha1.DriftReport {
+				r := testReport()
+				r.Spec.Allowances = &v1alpha1.AllowanceVerdict{Mode: "enforce", Violations: []v1alpha1.AllowanceViolation{
+					{Field: "spec.template.spec.containers[0].image", NeededKind: "ReplicaSet", NeededMutation: "spec.template.spec.containers[0].image"}}}
+				return r
+			},
+			want: []string{"*Not allowed (allowance-mode enforce)*",
+				"spec.template.spec.containers[0].image: needs {kind: ReplicaSet, mutation: spec.template.spec.containers[0].image}",
+				"An approval does not grant an allowance"},
 		},
 		{
 			name: "the values of a Secret never appear", report: secretReport, buttons: true,

@@ -165,6 +165,9 @@ func describe(r v1alpha1.DriftReport) []slack.Block {
 	}
 	blocks := []slack.Block{slack.NewSectionBlock(nil, fields, nil)}
 	blocks = append(blocks, section(changesText(r)))
+	if a := allowancesText(r); a != "" {
+		blocks = append(blocks, section(a))
+	}
 	if t := traceText(r); t != "" {
 		blocks = append(blocks, section(t))
 	}
@@ -193,6 +196,29 @@ func changesText(r v1alpha1.DriftReport) string {
 		lines = append(lines, line)
 	}
 	return title + "```\n" + strings.Join(lines, "\n") + "\n```"
+}
+
+// allowancesText renders the mutations no allowance covered, each with
+// the allowance it needed; "" when the report has none.
+func allowancesText(r v1alpha1.DriftReport) string {
+	a := r.Spec.Allowances
+	if a == nil {
+		return ""
+	}
+	title := "*Not allowed (allowance-mode " + escape(a.Mode) + ")*: the parent carries no allowance for\n"
+	tail := "An approval does not grant an allowance: a change of the parent by someone an AllowancePolicy lets initiate it does."
+	var lines []string
+	used := len(title) + len(tail) + len("```\n```\n") + 40
+	for i, v := range a.Violations {
+		line := code(v.Field) + ": needs {kind: " + code(v.NeededKind) + ", mutation: " + code(v.NeededMutation) + "}"
+		if i == maxChangeLines || used+len(line)+1 > maxSectionText {
+			lines = append(lines, fmt.Sprintf("… and %d more", len(a.Violations)-i))
+			break
+		}
+		used += len(line) + 1
+		lines = append(lines, line)
+	}
+	return title + "```\n" + strings.Join(lines, "\n") + "\n```\n" + tail
 }
 
 func changeLine(c desired.Change, secret bool) string {

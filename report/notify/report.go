@@ -12,6 +12,7 @@ import (
 	"k8s.io/apiserver/pkg/authentication/user"
 
 	"github.com/kausality-io/kausality-proxy/api/v1alpha1"
+	"github.com/kausality-io/kausality-proxy/intercept/allowance"
 	"github.com/kausality-io/kausality-proxy/intercept/decision"
 	"github.com/kausality-io/kausality-proxy/intercept/desired"
 )
@@ -101,6 +102,11 @@ func FromDecision(d *decision.Decision, w Write) v1alpha1.DriftReport {
 	r := v1alpha1.DriftReport{APIVersion: v1alpha1.DriftReportAPIVersion, Kind: v1alpha1.DriftReportKind}
 	s := &r.Spec
 	s.Phase = v1alpha1.DriftReportPhase(d.Report)
+	if s.Allowances = AllowanceVerdict(d); s.Allowances != nil && d.Report == decision.ReportNone {
+		// A write that is no drift but mutates what nothing allowed is
+		// reported as a drift of its own.
+		s.Phase = v1alpha1.PhaseDetected
+	}
 	if p := d.Parent; p != nil {
 		s.Parent = v1alpha1.ParentRef{
 			APIVersion: p.Ref.APIVersion, Kind: p.Ref.Kind, Namespace: p.Ref.Namespace, Name: p.Ref.Name,
@@ -140,4 +146,26 @@ func FromDecision(d *decision.Decision, w Write) v1alpha1.DriftReport {
 		s.ID = ID(ParentObject(s.Parent), ChildObject(s.Child), s.Changes)
 	}
 	return r
+}
+
+// MaxAllowanceViolations bounds the violations a report carries: one per
+// mutated field, and a write may change many.
+const MaxAllowanceViolations = 32
+
+// AllowanceVerdict is what a report says about the allowance check of d:
+// the mutations nothing allowed, when the mode reports them (log and
+// enforce; shadow only logs). nil otherwise.
+func AllowanceVerdict(d *decision.Decision) *v1alpha1.AllowanceVerdict {
+	a := d.Allowances
+	if a == nil || len(a.Violations) == 0 || (a.Mode != allowance.ModeLog && a.Mode != allowance.ModeEnforce) {
+		return nil
+	}
+	v := &v1alpha1.AllowanceVerdict{Mode: string(a.Mode)}
+	for i, x := range a.Violations {
+		if i == MaxAllowanceViolations {
+			break
+		}
+		v.Violations = append(v.Violations, v1alpha1.AllowanceViolation{Field: x.Mutation, NeededKind: x.NeededKind, NeededMutation: x.NeededMutation})
+	}
+	return v
 }

@@ -9,11 +9,12 @@ import "slices"
 // entry it matches may initiate.
 func (c *Compiled) Names(s Subject) (named, mayInitiate bool) { return c.matchesSubject(s) }
 
-// Allows lists the mutations the policy allows on children of kind.
-func (c *Compiled) Allows(kind string) []string {
+// Allows lists the mutations the policy allows on children of the group
+// and kind.
+func (c *Compiled) Allows(group, kind string) []string {
 	var out []string
 	for _, a := range c.allow {
-		if a.kind == kind {
+		if a.kind == kind && groupMatches(a.group, group) {
 			out = append(out, a.mutations...)
 		}
 	}
@@ -29,14 +30,42 @@ func (c *Compiled) Fields() []string {
 	return out
 }
 
+// AllowedKind is a child kind a policy allows mutations of; a nil group
+// means the kind in every group.
+type AllowedKind struct {
+	Group *string
+	Kind  string
+}
+
+// String names the kind as a person reads it: "ReplicaSet.apps", "Pod"
+// for the core group, the bare kind when every group is meant.
+func (k AllowedKind) String() string {
+	if k.Group == nil || *k.Group == "" {
+		return k.Kind
+	}
+	return k.Kind + "." + *k.Group
+}
+
 // AllowedKinds are the child kinds the policy allows mutations of, in the
 // order it lists them.
-func (c *Compiled) AllowedKinds() []string {
-	var out []string
+func (c *Compiled) AllowedKinds() []AllowedKind {
+	var out []AllowedKind
 	for _, a := range c.allow {
-		if !slices.Contains(out, a.kind) {
-			out = append(out, a.kind)
+		k := AllowedKind{Group: a.group, Kind: a.kind}
+		if !slices.ContainsFunc(out, func(o AllowedKind) bool { return o.Kind == k.Kind && equalGroup(o.Group, k.Group) }) {
+			out = append(out, k)
 		}
 	}
 	return out
+}
+
+func equalGroup(a, b *string) bool {
+	return (a == nil) == (b == nil) && (a == nil || *a == *b)
+}
+
+// SpeaksOf reports whether the policy names the group and kind as its
+// parent's, valid or not, so that a person sees an invalid policy that
+// would otherwise apply.
+func (c *Compiled) SpeaksOf(group, kind string) bool {
+	return c != nil && c.kind == kind && groupMatches(c.group, group)
 }

@@ -93,23 +93,25 @@ func explainAllowances(f Facts, controller string, d decision.Decision) *Allowan
 	byName := map[string]*allowance.Compiled{}
 	subject := subjectOf(controller)
 	governed := false
+	parentGroup, childGroup := parent.GroupVersionKind().Group, child.GroupVersionKind().Group
 	for _, p := range compiled {
 		byName[p.Name] = p
-		governed = governed || (p.Valid() && p.Kind() == parent.GetKind())
+		governsParent, governsChild := p.SpeaksOf(parentGroup, parent.GetKind()), p.SpeaksOf(childGroup, child.GetKind())
+		governed = governed || (p.Valid() && governsParent)
 		if controller == "" {
 			continue
 		}
 		// The policies of other kinds say nothing about this write.
-		if p.Kind() != parent.GetKind() && p.Kind() != child.GetKind() {
+		if !governsParent && !governsChild {
 			continue
 		}
 		if named, may := p.Names(subject); named {
 			v := AllowancePolicyView{Name: p.Name, Kind: p.Kind(), Fields: p.Fields(), MayInitiate: may, Problems: p.Problems}
-			if p.Kind() == parent.GetKind() {
-				v.Allows = p.Allows(child.GetKind())
+			if governsParent {
+				v.Allows = p.Allows(childGroup, child.GetKind())
 			} else {
 				for _, k := range p.AllowedKinds() {
-					v.PassesOn = append(v.PassesOn, k+": "+strings.Join(p.Allows(k), ", "))
+					v.PassesOn = append(v.PassesOn, k.String()+": "+strings.Join(p.Allows(groupOf(k), k.Kind), ", "))
 				}
 			}
 			ex.Policies = append(ex.Policies, v)
@@ -255,4 +257,13 @@ func (p *printer) allowanceSection(a *AllowanceExplanation) {
 	for _, e := range a.Errors {
 		p.line("  error:     %s", e)
 	}
+}
+
+// groupOf is the group an allowed kind names, or the core group for a
+// kind named in every group: either way its own mutations are listed.
+func groupOf(k allowance.AllowedKind) string {
+	if k.Group == nil {
+		return ""
+	}
+	return *k.Group
 }

@@ -113,6 +113,7 @@ func TestWhyAllowances(t *testing.T) {
 		{"drift is not checked", decision.DriftUnapproved, "", "enforce", "shipped", deployCtrl, allowance.ModeEnforce, "none for this verdict", "", ""},
 		{"off", decision.Expected, "", "", "shipped", deployCtrl, allowance.ModeOff, "none: allowances are off", "", ""},
 		{"no policy for the parent kind", decision.Expected, "", "enforce", "none", deployCtrl, allowance.ModeEnforce, "none: no valid AllowancePolicy speaks of Deployment", "", ""},
+		{"policies for a Deployment of another group", decision.Expected, "", "enforce", "othergroup", deployCtrl, allowance.ModeEnforce, "none: no valid AllowancePolicy speaks of Deployment", "", ""},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -127,6 +128,12 @@ func TestWhyAllowances(t *testing.T) {
 				f.AllowancePolicies = nil
 			case "team":
 				f.AllowancePolicies = f.AllowancePolicies[len(f.AllowancePolicies)-1:]
+			case "othergroup":
+				for _, p := range f.AllowancePolicies {
+					if err := unstructured.SetNestedField(p.Object, "example.com", "spec", "match", "group"); err != nil {
+						t.Fatal(err)
+					}
+				}
 			}
 			ex := explainAllowances(f, tt.controller, decision.Decision{Category: tt.category})
 			if ex.Mode.Mode != tt.wantMode {

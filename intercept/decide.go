@@ -8,8 +8,10 @@ package intercept
 import (
 	"context"
 
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/runtime/schema"
 
+	"github.com/kausality-io/kausality-proxy/intercept/allowance"
 	"github.com/kausality-io/kausality-proxy/intercept/annotations"
 	"github.com/kausality-io/kausality-proxy/intercept/decision"
 	"github.com/kausality-io/kausality-proxy/intercept/desired"
@@ -128,9 +130,12 @@ func (f *facts) staleUpdate() bool {
 
 // allowanceInputs are the facts of f the allowance check needs.
 func (i *Interceptor) allowanceInputs(f *facts) decision.AllowanceInputs {
-	a := decision.AllowanceInputs{Policies: f.req.allowances}
+	var a decision.AllowanceInputs
 	if f.nsAllowanceMode != "" {
 		a.NamespaceAnnotations = map[string]string{annotations.AllowanceMode: f.nsAllowanceMode}
+	}
+	if i.cfg.AllowancePolicies != nil && allowancesChecked(f, a.NamespaceAnnotations) {
+		a.Policies = i.cfg.AllowancePolicies.All()
 	}
 	if f.old != nil && f.old.GetAnnotations()[annotations.Allowances] != "" {
 		if _, r, ok := i.settled.Record(f.old.GetUID()); ok {
@@ -138,6 +143,23 @@ func (i *Interceptor) allowanceInputs(f *facts) decision.AllowanceInputs {
 		}
 	}
 	return a
+}
+
+// allowancesChecked reports whether an allowance mode is on where the
+// allowance check looks for it: the stored object's (allowances it
+// initiates or prunes) or the parent's (allowances its children use),
+// else the namespace's. With every mode off the policies are not read.
+func allowancesChecked(f *facts, namespace map[string]string) bool {
+	for _, obj := range []*unstructured.Unstructured{f.old, f.parent.obj} {
+		var ann map[string]string
+		if obj != nil {
+			ann = obj.GetAnnotations()
+		}
+		if mode, _ := allowance.ModeOf(ann, namespace); mode != allowance.ModeOff {
+			return true
+		}
+	}
+	return false
 }
 
 // context is the request's context, or the background for steps made

@@ -26,7 +26,6 @@ import (
 	"k8s.io/apiserver/pkg/authentication/user"
 	"k8s.io/apiserver/pkg/endpoints/request"
 
-	"github.com/kausality-io/kausality-proxy/intercept/allowance"
 	"github.com/kausality-io/kausality-proxy/intercept/annotations"
 	"github.com/kausality-io/kausality-proxy/intercept/config"
 	"github.com/kausality-io/kausality-proxy/intercept/decision"
@@ -47,10 +46,9 @@ type writeRequest struct {
 	// one per request, so that deciding again reuses what it found, and
 	// one evaluation budget covers the request.
 	policies *policy.Matcher
-	// allowances are the AllowancePolicies as the request found them, and
-	// ctx bounds their CEL evaluations to the request.
-	allowances []*allowance.Compiled
-	ctx        context.Context
+	// ctx bounds the CEL evaluations of the allowance policies to the
+	// request.
+	ctx context.Context
 }
 
 func (i *Interceptor) newWriteRequest(r *http.Request, wr *write) *writeRequest {
@@ -62,9 +60,6 @@ func (i *Interceptor) newWriteRequest(r *http.Request, wr *write) *writeRequest 
 		rq.policies = policy.NewMatcher(r.Context(), i.cfg.Policies.For(u.GetName())...)
 	}
 	rq.ctx = r.Context()
-	if i.cfg.AllowancePolicies != nil {
-		rq.allowances = i.cfg.AllowancePolicies.All()
-	}
 	return rq
 }
 

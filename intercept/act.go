@@ -19,13 +19,13 @@ import (
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
-	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/apimachinery/pkg/util/validation/field"
 
 	"github.com/kausality-io/kausality-proxy/intercept/annotations"
 	"github.com/kausality-io/kausality-proxy/intercept/body"
 	"github.com/kausality-io/kausality-proxy/intercept/decision"
 	"github.com/kausality-io/kausality-proxy/intercept/patch"
+	"github.com/kausality-io/kausality-proxy/intercept/sidewrites"
 	"github.com/kausality-io/kausality-proxy/report"
 )
 
@@ -187,48 +187,11 @@ func (i *Interceptor) sideWrites(writes []decision.SideWrite) {
 		go func() {
 			ctx, cancel := context.WithTimeout(context.Background(), i.cfg.SideWriteTimeout)
 			defer cancel()
-			if err := i.applySideWrite(ctx, sw); err != nil {
+			if err := i.sideWriter.Apply(ctx, sw); err != nil {
 				i.cfg.Log.Warn("side write failed", zap.String("target", sw.Target.String()),
 					zap.Strings("reasons", sw.Reasons), zap.Error(err))
 			}
 		}()
-	}
-}
-
-// maxSideWriteAttempts bounds the rebase loop of one side write.
-const maxSideWriteAttempts = 5
-
-// applySideWrite writes sw to its target from fresh state, under a
-// resourceVersion precondition: a person's edit that lands in between is
-// rebased on, never overwritten.
-func (i *Interceptor) applySideWrite(ctx context.Context, sw decision.SideWrite) error {
-	ri, err := i.resourceFor(sw.Target)
-	if err != nil {
-		return err
-	}
-	for attempt := 1; ; attempt++ {
-		fresh, err := ri.Get(ctx, sw.Target.Name, metav1.GetOptions{})
-		if apierrors.IsNotFound(err) {
-			return nil
-		}
-		if err != nil {
-			return err
-		}
-		changes := sw.RebaseOn(fresh)
-		if changes.Empty() {
-			return nil
-		}
-		data, err := annotationPatch(changes.Pointers(), fresh.GetResourceVersion())
-		if err != nil {
-			return err
-		}
-		_, err = ri.Patch(ctx, sw.Target.Name, types.MergePatchType, data, metav1.PatchOptions{FieldManager: FieldManager})
-		if err == nil || apierrors.IsNotFound(err) {
-			return nil
-		}
-		if !apierrors.IsConflict(err) || attempt >= maxSideWriteAttempts {
-			return err
-		}
 	}
 }
 
@@ -424,4 +387,51 @@ type refusedByServer struct{ answer *bufferedResponse }
 
 func (e *refusedByServer) Error() string {
 	return fmt.Sprintf("kube-apiserver refused a dry run of this write with %d", e.answer.code)
+}
+
+// reserve takes the once approval upd off its parent for f's write.
+func (i *Interceptor) reserve(ctx context.Context, f *facts, upd *decision.ApprovalsUpdate) (sidewrites.Write, error) {
+	wr := f.req.w
+	rw := sidewrites.Write{Approval: upd, Operation: f.op, GVR: wr.gvr, Namespace: f.namespace, Name: wr.info.Name}
+	if rw.Name == "" && f.sent != nil {
+		rw.Name = f.sent.GetName()
+	}
+	if f.op != decision.Create && f.old != nil {
+		rw.Before = decision.StoredState{Exists: true, UID: string(f.old.GetUID()), ResourceVersion: f.old.GetResourceVersion()}
+	}
+	stamps := ""
+	if parent := reservedParent(f, upd); parent != nil {
+		stamps = parent.GetAnnotations()[annotations.Reservations]
+	}
+	return i.approvals.Reserve(ctx, rw, stamps)
+}
+
+// reservedParent is the snapshot of the parent upd takes the approval
+// off: the one the write joins, or the one it leaves.
+func reservedParent(f *facts, upd *decision.ApprovalsUpdate) *unstructured.Unstructured {
+	if p := f.formerParent.obj; p != nil && upd.Target == decision.RefOf(p) {
+		return p
+	}
+	return f.parent.obj
+}
+
+// traceScaled records, after a /scale write succeeded, the annotations the
+// decision gives the scaled object (its trace and updaters). A Scale body
+// has no room for them and kube-apiserver keeps only the replicas of it, so
+// they are written in a follow-up patch with the proxy's credentials. It
+// runs in the background: the caller's write is done.
+func (i *Interceptor) traceScaled(f *facts, d *decision.Decision) {
+	if f.req.w.sub != scaleSubresource || d.ChildAnnotations.Empty() || f.new == nil {
+		return
+	}
+	changes := *d.ChildAnnotations
+	gvr, ns, name, scaled := f.req.w.gvr, f.namespace, f.req.w.info.Name, f.new
+	go func() {
+		ctx, cancel := context.WithTimeout(context.Background(), i.cfg.SideWriteTimeout)
+		defer cancel()
+		if err := i.sideWriter.AnnotateScaled(ctx, gvr, ns, name, scaled, changes); err != nil {
+			i.cfg.Log.Warn("recording the trace of a /scale write failed", zap.String("resource", gvr.String()),
+				zap.String("namespace", ns), zap.String("name", name), zap.Error(err))
+		}
+	}()
 }

@@ -184,7 +184,7 @@ func (i *Interceptor) Run(ctx context.Context) {
 	if i.watcher != nil {
 		go i.watcher.Run(ctx)
 	}
-	go i.settleOrphanedReservations(ctx)
+	go i.approvals.RunOrphanSettlement(ctx)
 	i.cfg.Drifts.Run(ctx)
 }
 

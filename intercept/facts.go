@@ -33,6 +33,7 @@ import (
 	"github.com/kausality-io/kausality-proxy/intercept/history"
 	"github.com/kausality-io/kausality-proxy/intercept/objects"
 	"github.com/kausality-io/kausality-proxy/intercept/patch"
+	"github.com/kausality-io/kausality-proxy/intercept/scalepath"
 	"github.com/kausality-io/kausality-proxy/intercept/settle"
 )
 
@@ -631,4 +632,48 @@ func (i *Interceptor) readShadowBody(w http.ResponseWriter, r *http.Request) ([]
 		err = fmt.Errorf("body larger than %d bytes: not decided", i.cfg.MaxBodyBytes)
 	}
 	return data, err
+}
+
+var scaleKind = schema.GroupVersionKind{Group: "autoscaling", Version: "v1", Kind: "Scale"}
+
+// scaledObject turns a /scale write into the write of the replicas field on
+// the scaled object it amounts to (HPA and kubectl scale become spec
+// writes). A PATCH applies to the Scale the apiserver would serve for the
+// stored object, owners of the replicas field included, so apply conflicts
+// match.
+func (i *Interceptor) scaledObject(ctx context.Context, f *facts) (*unstructured.Unstructured, error) {
+	wr := f.req.w
+	path, err := i.specReplicasPath(ctx, wr.gvr)
+	if err != nil {
+		return nil, err
+	}
+	scale := f.sent
+	if wr.verb == "patch" {
+		current, err := desired.ScaleFromTarget(f.old, path)
+		if err != nil {
+			return nil, err
+		}
+		ns := f.namespace
+		scale, err = patch.Apply(f.patchType, current, f.data, patch.Options{FieldManager: wr.fieldManager, Kind: scaleKind, Name: wr.info.Name, Namespace: &ns})
+		if err != nil {
+			return nil, err
+		}
+	}
+	return desired.ScaleToPath(scale, f.old, path)
+}
+
+// specReplicasPath is where the /scale of gvr writes. A resource without
+// a scale subresource is kube-apiserver's 404.
+func (i *Interceptor) specReplicasPath(ctx context.Context, gvr schema.GroupVersionResource) (string, error) {
+	path, scalable, err := i.scalePaths.SpecReplicasPath(ctx, gvr)
+	var unreadable *scalepath.UnreadableError
+	switch {
+	case errors.As(err, &unreadable):
+		return "", i.unresolvable(unreadable.Err)
+	case err != nil:
+		return "", err
+	case !scalable:
+		return "", resourceNotFound()
+	}
+	return path, nil
 }

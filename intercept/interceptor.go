@@ -20,8 +20,10 @@ import (
 	"github.com/kausality-io/kausality-proxy/intercept/objects"
 	"github.com/kausality-io/kausality-proxy/intercept/policy"
 	"github.com/kausality-io/kausality-proxy/intercept/reservations"
+	"github.com/kausality-io/kausality-proxy/intercept/scalepath"
 	"github.com/kausality-io/kausality-proxy/intercept/settle"
 	"github.com/kausality-io/kausality-proxy/intercept/settlements"
+	"github.com/kausality-io/kausality-proxy/intercept/sidewrites"
 	"github.com/kausality-io/kausality-proxy/report"
 )
 
@@ -121,6 +123,10 @@ type Config struct {
 	Settlements *settlements.Store
 }
 
+// DefaultReservationOrphanAge is when a reservation whose replica has not
+// settled it is settled by any replica.
+const DefaultReservationOrphanAge = sidewrites.DefaultReservationOrphanAge
+
 // Interceptor holds what write interception needs across requests.
 type Interceptor struct {
 	cfg     Config
@@ -129,12 +135,14 @@ type Interceptor struct {
 	// the caches and from the parents read for decisions.
 	settled *settle.Memory
 	// scalePaths remembers where custom resources keep their replicas.
-	scalePaths replicaPaths
+	scalePaths *scalepath.Resolver
 	// watcher and stopBackground are set by Build, which owns the parts.
 	watcher        *config.Watcher
 	stopBackground context.CancelFunc
-	// settling bounds the reservations settled in the background.
-	settling chan struct{}
+	// sideWriter makes the proxy's own writes to parents.
+	sideWriter *sidewrites.Writer
+	// approvals reserves once approvals and settles them.
+	approvals *sidewrites.Approvals
 }
 
 // New returns an Interceptor. A nil Objects store makes it a pass-through:
@@ -165,8 +173,10 @@ func New(cfg Config) *Interceptor {
 	if cfg.ReservationOrphanAge <= 0 {
 		cfg.ReservationOrphanAge = DefaultReservationOrphanAge
 	}
-	i := &Interceptor{cfg: cfg, metrics: newMetrics(cfg.Metrics), settled: settle.NewMemory(0, time.Now),
-		settling: make(chan struct{}, maxSettlingReservations)}
+	i := &Interceptor{cfg: cfg, metrics: newMetrics(cfg.Metrics), settled: settle.NewMemory(0, time.Now)}
+	i.scalePaths = scalepath.New(cfg.Objects, cfg.Clock)
+	i.sideWriter = &sidewrites.Writer{Objects: cfg.Objects, Dynamic: cfg.Writer, FieldManager: FieldManager, Log: cfg.Log, Timeout: cfg.SideWriteTimeout}
+	i.approvals = sidewrites.NewApprovals(i.sideWriter, cfg.Reservations, cfg.Clock, cfg.ReservationOrphanAge, i.metrics.reservation)
 	if cfg.Settlements != nil {
 		cfg.Settlements.Attach(i.settled)
 	}

@@ -2,7 +2,7 @@
 // (classify.go, final) → gather the facts (facts.go, one value) → decide
 // (decide.go, the pure decision package) and fetch what the decision
 // still needs into a new facts value (refetch.go) → act (act.go,
-// reservations.go, parentwrites.go). A write whose state moved under it
+// reservations.go, sidewrites.go). A write whose state moved under it
 // (a reservation conflict, the proxy's own precondition failing) goes
 // round again on fresh state, at most decision.MaxRounds times. A
 // deletecollection is the same steps for each object it would delete
@@ -30,6 +30,7 @@ import (
 	"github.com/kausality-io/kausality-proxy/intercept/config"
 	"github.com/kausality-io/kausality-proxy/intercept/decision"
 	"github.com/kausality-io/kausality-proxy/intercept/policy"
+	"github.com/kausality-io/kausality-proxy/intercept/sidewrites"
 	"github.com/kausality-io/kausality-proxy/internal/httpx"
 )
 
@@ -194,7 +195,7 @@ rounds:
 		}
 		var (
 			out      forwarded
-			reserved *reservedWrite
+			reserved *sidewrites.Write
 		)
 		for _, step := range decision.StepsFor(&d, f.dryRun, preflighted) {
 			switch step {
@@ -297,12 +298,12 @@ func (i *Interceptor) afterReservationError(x exchange, f facts, d *decision.Dec
 // forward sends the decided write and acts on the answer. It reports true
 // when the proxy's own precondition failed and the write is to be decided
 // again; the client has heard nothing then.
-func (i *Interceptor) forward(x exchange, f *facts, d *decision.Decision, out forwarded, reserved *reservedWrite, round int) (bool, error) {
+func (i *Interceptor) forward(x exchange, f *facts, d *decision.Decision, out forwarded, reserved *sidewrites.Write, round int) (bool, error) {
 	rec := httpx.NewCodeRecorder(x.w)
 	if reserved != nil {
 		// Settled before the client hears the answer: a client that
 		// retries at once finds the approval back when it is put back.
-		rec.BeforeHeader = func(code int) { i.settleReservation(*reserved, decision.OnWriteAnswer(code)) }
+		rec.BeforeHeader = func(code int) { i.approvals.Settle(*reserved, decision.OnWriteAnswer(code)) }
 	}
 	answer := newConflictCatcher(rec, out.preconditionAdded && !f.dryRun)
 	for _, warning := range d.Warnings {
@@ -314,7 +315,7 @@ func (i *Interceptor) forward(x exchange, f *facts, d *decision.Decision, out fo
 	x.up.send(answer, out.req)
 	if answer.held {
 		if reserved != nil {
-			i.settleReservation(*reserved, decision.OnWriteAnswer(http.StatusConflict))
+			i.approvals.Settle(*reserved, decision.OnWriteAnswer(http.StatusConflict))
 		}
 		switch decision.OnForwardedConflict(out.preconditionAdded, round) {
 		case decision.RefuseStillMoving:
@@ -329,7 +330,7 @@ func (i *Interceptor) forward(x exchange, f *facts, d *decision.Decision, out fo
 	}
 	if reserved != nil && rec.Code() == 0 {
 		// No answer was written at all: it does not say either.
-		i.settleReservation(*reserved, decision.OnWriteAnswer(0))
+		i.approvals.Settle(*reserved, decision.OnWriteAnswer(0))
 	}
 	if rec.Code() >= 200 && rec.Code() < 300 && !f.dryRun {
 		i.afterSuccess(f, d)
@@ -443,7 +444,7 @@ func (i *Interceptor) serveCollection(x exchange, rq *writeRequest) {
 	reserved, err := i.reserveCollection(x, c, out)
 	if err != nil {
 		for _, rw := range reserved {
-			i.giveBack(rw, "the deletecollection was not forwarded")
+			i.approvals.GiveBack(rw, "the deletecollection was not forwarded")
 		}
 		var refusal *collectionRefused
 		switch {
@@ -463,7 +464,7 @@ func (i *Interceptor) serveCollection(x exchange, rq *writeRequest) {
 
 // forwardCollection forwards the decided deletecollection and acts on the
 // answer for each of its objects.
-func (i *Interceptor) forwardCollection(x exchange, c *collection, out *http.Request, reserved []reservedWrite) {
+func (i *Interceptor) forwardCollection(x exchange, c *collection, out *http.Request, reserved []sidewrites.Write) {
 	addCollectionWarnings(x.w, c)
 	// As for one write, each reserved approval is settled by the answer;
 	// an answer other than success is settled by what is still stored,
@@ -471,7 +472,7 @@ func (i *Interceptor) forwardCollection(x exchange, c *collection, out *http.Req
 	// failed.
 	settle := func(code int) {
 		for _, rw := range reserved {
-			i.settleReservation(rw, decision.OnCollectionAnswer(code))
+			i.approvals.Settle(rw, decision.OnCollectionAnswer(code))
 		}
 	}
 	rec := httpx.NewCodeRecorder(x.w)
@@ -503,8 +504,8 @@ var errPreflightRefused = errors.New("the dry run of the deletecollection was re
 // has shown that kube-apiserver accepts it (as for one write). A conflict
 // decides that object again from a fresh read of its parent. On an error
 // it returns what it reserved, for the caller to put back.
-func (i *Interceptor) reserveCollection(x exchange, c *collection, out *http.Request) ([]reservedWrite, error) {
-	var reserved []reservedWrite
+func (i *Interceptor) reserveCollection(x exchange, c *collection, out *http.Request) ([]sidewrites.Write, error) {
+	var reserved []sidewrites.Write
 	preflighted := false
 	for k := range c.members {
 		m := &c.members[k]

@@ -1,12 +1,13 @@
 // Deciding on a facts value: the pure decision package's input built from
 // it, under the parent the write ends up with and under the one it moves
-// the child away from, and what the decision may still ask for
-// (decision.Needs).
+// the child away from, and the loop that fetches what the decision still
+// asks for (decision.Needs) into a new facts value and decides again.
 
 package intercept
 
 import (
 	"context"
+	"net/http"
 
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/runtime/schema"
@@ -17,6 +18,27 @@ import (
 	"github.com/kausality-io/kausality-proxy/intercept/desired"
 	"github.com/kausality-io/kausality-proxy/intercept/patch"
 )
+
+// maxFetchRounds bounds the fetches of one decision; decision.Needs asks
+// for each fact at most once, so it is never reached in practice.
+const maxFetchRounds = 4
+
+// decideOnFacts decides f, fetching what the decision still needs into a
+// new facts value and deciding again until it needs nothing more.
+func (i *Interceptor) decideOnFacts(r *http.Request, f facts, up upstream) (facts, decision.Decision, error) {
+	for fetches := 0; ; fetches++ {
+		d := i.decide(&f)
+		need := decision.Needs(&d, f.held())
+		if need.None() || fetches == maxFetchRounds {
+			return f, d, nil
+		}
+		next, err := i.refetch(r, f, need, up)
+		if err != nil {
+			return f, d, err
+		}
+		f = next
+	}
+}
 
 // decide decides f. It reads nothing: every fact it uses is in f.
 func (i *Interceptor) decide(f *facts) decision.Decision {

@@ -13,6 +13,7 @@ import (
 	"k8s.io/client-go/metadata"
 	"k8s.io/utils/clock"
 
+	"github.com/kausality-io/kausality-proxy/intercept/access"
 	"github.com/kausality-io/kausality-proxy/intercept/allowance"
 	"github.com/kausality-io/kausality-proxy/intercept/annotations"
 	"github.com/kausality-io/kausality-proxy/intercept/config"
@@ -139,6 +140,8 @@ type Interceptor struct {
 	// watcher and stopBackground are set by Build, which owns the parts.
 	watcher        *config.Watcher
 	stopBackground context.CancelFunc
+	// access asks what the caller may do.
+	access *access.Checker
 	// sideWriter makes the proxy's own writes to parents.
 	sideWriter *sidewrites.Writer
 	// approvals reserves once approvals and settles them.
@@ -174,6 +177,7 @@ func New(cfg Config) *Interceptor {
 		cfg.ReservationOrphanAge = DefaultReservationOrphanAge
 	}
 	i := &Interceptor{cfg: cfg, metrics: newMetrics(cfg.Metrics), settled: settle.NewMemory(0, time.Now)}
+	i.access = &access.Checker{Authorizer: cfg.Authorizer, Objects: cfg.Objects}
 	i.scalePaths = scalepath.New(cfg.Objects, cfg.Clock)
 	i.sideWriter = &sidewrites.Writer{Objects: cfg.Objects, Dynamic: cfg.Writer, FieldManager: FieldManager, Log: cfg.Log, Timeout: cfg.SideWriteTimeout}
 	i.approvals = sidewrites.NewApprovals(i.sideWriter, cfg.Reservations, cfg.Clock, cfg.ReservationOrphanAge, i.metrics.reservation)

@@ -26,6 +26,7 @@ import (
 	"k8s.io/apiserver/pkg/authentication/user"
 	"k8s.io/apiserver/pkg/endpoints/request"
 
+	"github.com/kausality-io/kausality-proxy/intercept/access"
 	"github.com/kausality-io/kausality-proxy/intercept/annotations"
 	"github.com/kausality-io/kausality-proxy/intercept/config"
 	"github.com/kausality-io/kausality-proxy/intercept/decision"
@@ -77,10 +78,6 @@ func (rq *writeRequest) controllerName() string {
 	return rq.controller.Name
 }
 
-// maxFetchRounds bounds the fetches of one decision; decision.Needs asks
-// for each fact at most once, so it is never reached in practice.
-const maxFetchRounds = 4
-
 // maxPreflightAnswer bounds what is kept of a dry run's answer; only a
 // refusal is relayed, and refusals are small Status objects.
 const maxPreflightAnswer = 1 << 20
@@ -115,7 +112,7 @@ func (i *Interceptor) serveWrite(w http.ResponseWriter, r *http.Request, wr *wri
 	rq := i.newWriteRequest(r, wr)
 	x := exchange{w: w, r: r, up: forwarder{next}, writeError: writeError}
 	// Nothing is read, decoded or written for a caller who may not write.
-	if err := i.authorizeWrite(r.Context(), rq.user, wr); err != nil {
+	if err := i.access.Write(r.Context(), writeAttributes(rq.user, wr, wr.info.Verb), wr.info.Name); err != nil {
 		i.refuseUnauthorized(x, rq, err)
 		return
 	}
@@ -133,7 +130,7 @@ func (i *Interceptor) serveWrite(w http.ResponseWriter, r *http.Request, wr *wri
 // allowed to make it.
 func (i *Interceptor) refuseUnauthorized(x exchange, rq *writeRequest, err error) {
 	f := &facts{req: rq, op: rq.w.op, namespace: rq.w.namespace, dryRun: rq.w.dryRun}
-	var unavailable *authorizationUnavailableError
+	var unavailable *access.UnavailableError
 	switch {
 	case rq.shadow():
 		// Shadow changes nothing: kube-apiserver answers as it would
@@ -145,7 +142,7 @@ func (i *Interceptor) refuseUnauthorized(x exchange, rq *writeRequest, err error
 		x.up.send(x.w, x.r)
 	case errors.As(err, &unavailable):
 		i.logError(f, "error", err)
-		x.writeError(x.w, unavailable.status())
+		x.writeError(x.w, unavailable.Status())
 	default:
 		x.writeError(x.w, err)
 	}
@@ -240,23 +237,6 @@ rounds:
 			i.fail(x, &f, err)
 			return
 		}
-	}
-}
-
-// decideOnFacts decides f, fetching what the decision still needs into a
-// new facts value and deciding again until it needs nothing more.
-func (i *Interceptor) decideOnFacts(r *http.Request, f facts, up upstream) (facts, decision.Decision, error) {
-	for fetches := 0; ; fetches++ {
-		d := i.decide(&f)
-		need := decision.Needs(&d, f.held())
-		if need.None() || fetches == maxFetchRounds {
-			return f, d, nil
-		}
-		next, err := i.refetch(r, f, need, up)
-		if err != nil {
-			return f, d, err
-		}
-		f = next
 	}
 }
 

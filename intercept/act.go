@@ -26,6 +26,7 @@ import (
 	"github.com/kausality-io/kausality-proxy/intercept/decision"
 	"github.com/kausality-io/kausality-proxy/intercept/patch"
 	"github.com/kausality-io/kausality-proxy/intercept/sidewrites"
+	"github.com/kausality-io/kausality-proxy/internal/httpx"
 	"github.com/kausality-io/kausality-proxy/report"
 )
 
@@ -387,6 +388,143 @@ type refusedByServer struct{ answer *bufferedResponse }
 
 func (e *refusedByServer) Error() string {
 	return fmt.Sprintf("kube-apiserver refused a dry run of this write with %d", e.answer.code)
+}
+
+// moved says what moved while a decided write was acted on, so that it is
+// decided again.
+type moved int
+
+const (
+	// nothingMoved: the client has its answer.
+	nothingMoved moved = iota
+	// parentMoved: the once approval could not be taken off the parent,
+	// which changed since it was read.
+	parentMoved
+	// objectMoved: the proxy's precondition failed on the forwarded
+	// write; the client has heard nothing yet.
+	objectMoved
+)
+
+// act carries out the steps of decision d on f's write (decision.StepsFor):
+// refuse it, or prepare it, preflight it, reserve its once approval and
+// forward it, and record what came of it. preflighted is kept across the
+// rounds of one write.
+func (i *Interceptor) act(x exchange, f facts, d *decision.Decision, round int, preflighted *bool) (moved, error) {
+	var (
+		out      forwarded
+		reserved *sidewrites.Write
+		err      error
+	)
+	for _, step := range decision.StepsFor(d, f.dryRun, *preflighted) {
+		switch step {
+		case decision.StepRefuse:
+			i.deny(x.w, &f, d, x.writeError)
+			return nothingMoved, nil
+		case decision.StepPrepare:
+			if out, err = prepare(x.r, &f, d); err != nil {
+				return nothingMoved, err
+			}
+		case decision.StepPreflight:
+			if !i.preflight(x, out.req) {
+				i.recordDecision(&f, d, "dry-run-refused")
+				return nothingMoved, nil
+			}
+			*preflighted = true
+		case decision.StepReserve:
+			rw, err := i.reserve(x.r.Context(), &f, d.ApprovalsUpdate)
+			if err != nil {
+				if err := i.reservationFailed(f, d, err, round); err != nil {
+					return nothingMoved, err
+				}
+				return parentMoved, nil
+			}
+			reserved = &rw
+		case decision.StepForward:
+			again, err := i.forward(x, &f, d, out, reserved, round)
+			if err != nil || !again {
+				return nothingMoved, err
+			}
+		}
+	}
+	return objectMoved, nil
+}
+
+// preflight sends out as a server-side dry run and reports whether
+// kube-apiserver would accept it. When it would not, its answer has been
+// written to the client and nothing was changed anywhere.
+func (i *Interceptor) preflight(x exchange, out *http.Request) bool {
+	data, err := readAll(out)
+	if err != nil {
+		x.writeError(x.w, err)
+		return false
+	}
+	answer, err := x.up.dryRun(out, data, maxPreflightAnswer)
+	if err != nil {
+		x.writeError(x.w, err)
+		return false
+	}
+	if answer.succeeded() {
+		return true
+	}
+	answer.replay(x.w, x.writeError)
+	return false
+}
+
+// reservationFailed is the error to answer after reserving a once
+// approval failed, or nil when the parent moved and the write is to be
+// decided again on a fresh read of it.
+func (i *Interceptor) reservationFailed(f facts, d *decision.Decision, err error, round int) error {
+	switch decision.OnReservationError(reservationError(err), round, decision.MaxRounds) {
+	case decision.RefuseRetryable:
+		return stillMoving(f.req.w, "the parent "+d.ApprovalsUpdate.Target.String())
+	case decision.RefuseAsFailure:
+		return i.unresolvable(fmt.Errorf("reserving the once approval on %s: %w", d.ApprovalsUpdate.Target, err))
+	}
+	return nil
+}
+
+// forward sends the decided write and acts on the answer. It reports true
+// when the proxy's own precondition failed and the write is to be decided
+// again; the client has heard nothing then.
+func (i *Interceptor) forward(x exchange, f *facts, d *decision.Decision, out forwarded, reserved *sidewrites.Write, round int) (bool, error) {
+	rec := httpx.NewCodeRecorder(x.w)
+	if reserved != nil {
+		// Settled before the client hears the answer: a client that
+		// retries at once finds the approval back when it is put back.
+		rec.BeforeHeader = func(code int) { i.approvals.Settle(*reserved, decision.OnWriteAnswer(code)) }
+	}
+	answer := newConflictCatcher(rec, out.preconditionAdded && !f.dryRun)
+	for _, warning := range d.Warnings {
+		answer.Header().Add("Warning", formatWarning(warning))
+	}
+	if f.dryRun {
+		answer.Header().Add("Warning", formatWarning(fmt.Sprintf("kausality dry-run: %s (%s): %s", d.Result, d.Category, d.Reason)))
+	}
+	x.up.send(answer, out.req)
+	if answer.held {
+		if reserved != nil {
+			i.approvals.Settle(*reserved, decision.OnWriteAnswer(http.StatusConflict))
+		}
+		switch decision.OnForwardedConflict(out.preconditionAdded, round) {
+		case decision.RefuseStillMoving:
+			return false, stillMoving(f.req.w, "the object")
+		default:
+			// One decision line per write: the round is only traced.
+			i.cfg.Log.Info("the object moved between the decision and the write; deciding again",
+				zap.String("resource", f.req.w.gvr.String()), zap.String("namespace", f.namespace),
+				zap.String("name", f.req.w.info.Name), zap.Int("round", round), zap.String("precondition", f.precondition))
+			return true, nil
+		}
+	}
+	if reserved != nil && rec.Code() == 0 {
+		// No answer was written at all: it does not say either.
+		i.approvals.Settle(*reserved, decision.OnWriteAnswer(0))
+	}
+	if rec.Code() >= 200 && rec.Code() < 300 && !f.dryRun {
+		i.afterSuccess(f, d)
+	}
+	i.recordDecision(f, d, "forwarded:"+strconv.Itoa(rec.Code()))
+	return false, nil
 }
 
 // reserve takes the once approval upd off its parent for f's write.

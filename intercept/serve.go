@@ -174,7 +174,6 @@ func (i *Interceptor) serveOne(x exchange, rq *writeRequest) {
 		return
 	}
 	preflighted := false
-rounds:
 	for round := 1; ; round++ {
 		var d decision.Decision
 		f, d, err = i.decideOnFacts(x.r, f, x.up)
@@ -190,133 +189,27 @@ rounds:
 			i.fail(x, &f, err)
 			return
 		}
-		var (
-			out      forwarded
-			reserved *sidewrites.Write
-		)
-		for _, step := range decision.StepsFor(&d, f.dryRun, preflighted) {
-			switch step {
-			case decision.StepRefuse:
-				i.deny(x.w, &f, &d, x.writeError)
-				return
-			case decision.StepPrepare:
-				if out, err = prepare(x.r, &f, &d); err != nil {
-					i.fail(x, &f, err)
-					return
-				}
-			case decision.StepPreflight:
-				if !i.preflight(x, out.req) {
-					i.recordDecision(&f, &d, "dry-run-refused")
-					return
-				}
-				preflighted = true
-			case decision.StepReserve:
-				rw, err := i.reserve(x.r.Context(), &f, d.ApprovalsUpdate)
-				if err != nil {
-					if f, err = i.afterReservationError(x, f, &d, err, round); err != nil {
-						i.fail(x, &f, err)
-						return
-					}
-					continue rounds
-				}
-				reserved = &rw
-			case decision.StepForward:
-				again, err := i.forward(x, &f, &d, out, reserved, round)
-				if err != nil {
-					i.fail(x, &f, err)
-					return
-				}
-				if !again {
-					return
-				}
-			}
+		moved, err := i.act(x, f, &d, round, &preflighted)
+		switch {
+		case err != nil:
+			i.fail(x, &f, err)
+			return
+		case moved == nothingMoved:
+			return
+		case moved == parentMoved:
+			// Someone else changed the parent (maybe took the approval),
+			// or deleted it: decide again from a fresh snapshot.
+			f, err = i.refetch(x.r, f, decision.Need{FreshParent: true}, x.up)
+		default:
+			// The proxy's precondition failed: the object moved since the
+			// decision. Decide again on what is stored now.
+			f, err = i.afresh(x.r, f, x.up)
 		}
-		// The proxy's precondition failed: the object moved since the
-		// decision. Decide again on what is stored now.
-		if f, err = i.afresh(x.r, f, x.up); err != nil {
+		if err != nil {
 			i.fail(x, &f, err)
 			return
 		}
 	}
-}
-
-// preflight sends out as a server-side dry run and reports whether
-// kube-apiserver would accept it. When it would not, its answer has been
-// written to the client and nothing was changed anywhere.
-func (i *Interceptor) preflight(x exchange, out *http.Request) bool {
-	data, err := readAll(out)
-	if err != nil {
-		x.writeError(x.w, err)
-		return false
-	}
-	answer, err := x.up.dryRun(out, data, maxPreflightAnswer)
-	if err != nil {
-		x.writeError(x.w, err)
-		return false
-	}
-	if answer.succeeded() {
-		return true
-	}
-	answer.replay(x.w, x.writeError)
-	return false
-}
-
-// afterReservationError returns the facts to decide again on after
-// reserving a once approval failed, or the error to answer.
-func (i *Interceptor) afterReservationError(x exchange, f facts, d *decision.Decision, err error, round int) (facts, error) {
-	switch decision.OnReservationError(reservationError(err), round, decision.MaxRounds) {
-	case decision.RefuseRetryable:
-		return f, stillMoving(f.req.w, "the parent "+d.ApprovalsUpdate.Target.String())
-	case decision.RefuseAsFailure:
-		return f, i.unresolvable(fmt.Errorf("reserving the once approval on %s: %w", d.ApprovalsUpdate.Target, err))
-	}
-	// Someone else changed the parent (maybe took the approval), or
-	// deleted it: decide again from a fresh snapshot.
-	return i.refetch(x.r, f, decision.Need{FreshParent: true}, x.up)
-}
-
-// forward sends the decided write and acts on the answer. It reports true
-// when the proxy's own precondition failed and the write is to be decided
-// again; the client has heard nothing then.
-func (i *Interceptor) forward(x exchange, f *facts, d *decision.Decision, out forwarded, reserved *sidewrites.Write, round int) (bool, error) {
-	rec := httpx.NewCodeRecorder(x.w)
-	if reserved != nil {
-		// Settled before the client hears the answer: a client that
-		// retries at once finds the approval back when it is put back.
-		rec.BeforeHeader = func(code int) { i.approvals.Settle(*reserved, decision.OnWriteAnswer(code)) }
-	}
-	answer := newConflictCatcher(rec, out.preconditionAdded && !f.dryRun)
-	for _, warning := range d.Warnings {
-		answer.Header().Add("Warning", formatWarning(warning))
-	}
-	if f.dryRun {
-		answer.Header().Add("Warning", formatWarning(fmt.Sprintf("kausality dry-run: %s (%s): %s", d.Result, d.Category, d.Reason)))
-	}
-	x.up.send(answer, out.req)
-	if answer.held {
-		if reserved != nil {
-			i.approvals.Settle(*reserved, decision.OnWriteAnswer(http.StatusConflict))
-		}
-		switch decision.OnForwardedConflict(out.preconditionAdded, round) {
-		case decision.RefuseStillMoving:
-			return false, stillMoving(f.req.w, "the object")
-		default:
-			// One decision line per write: the round is only traced.
-			i.cfg.Log.Info("the object moved between the decision and the write; deciding again",
-				zap.String("resource", f.req.w.gvr.String()), zap.String("namespace", f.namespace),
-				zap.String("name", f.req.w.info.Name), zap.Int("round", round), zap.String("precondition", f.precondition))
-			return true, nil
-		}
-	}
-	if reserved != nil && rec.Code() == 0 {
-		// No answer was written at all: it does not say either.
-		i.approvals.Settle(*reserved, decision.OnWriteAnswer(0))
-	}
-	if rec.Code() >= 200 && rec.Code() < 300 && !f.dryRun {
-		i.afterSuccess(f, d)
-	}
-	i.recordDecision(f, d, "forwarded:"+strconv.Itoa(rec.Code()))
-	return false, nil
 }
 
 // serveShadow handles a write of a controller in shadow mode: the full
@@ -505,7 +398,10 @@ func (i *Interceptor) reserveCollection(x exchange, c *collection, out *http.Req
 				case decision.StepReserve:
 					rw, err := i.reserve(x.r.Context(), &m.f, m.d.ApprovalsUpdate)
 					if err != nil {
-						f, err := i.afterReservationError(x, m.f, &m.d, err, round)
+						if err := i.reservationFailed(m.f, &m.d, err, round); err != nil {
+							return reserved, err
+						}
+						f, err := i.refetch(x.r, m.f, decision.Need{FreshParent: true}, x.up)
 						if err != nil {
 							return reserved, err
 						}

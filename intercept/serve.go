@@ -148,12 +148,23 @@ func (i *Interceptor) refuseUnauthorized(x exchange, rq *writeRequest, err error
 	}
 }
 
-// serveOne serves a write of one object.
-func (i *Interceptor) serveOne(x exchange, rq *writeRequest) {
+// readWrite reads the body of rq's write, with the facts the request
+// alone gives. It reports false when the body could not be read, and the
+// client has its answer.
+func (i *Interceptor) readWrite(x exchange, rq *writeRequest) (facts, []byte, bool) {
 	f := facts{req: rq, op: rq.w.op, namespace: rq.w.namespace, dryRun: rq.w.dryRun}
 	data, err := i.readInterceptedBody(x.w, x.r)
 	if err != nil {
 		i.fail(x, &f, err)
+		return f, nil, false
+	}
+	return f, data, true
+}
+
+// serveOne serves a write of one object.
+func (i *Interceptor) serveOne(x exchange, rq *writeRequest) {
+	f, data, ok := i.readWrite(x, rq)
+	if !ok {
 		return
 	}
 	bodyDryRun, err := deleteDryRun(x.r, rq.w, data)
@@ -286,10 +297,8 @@ func (i *Interceptor) shadowDecisions(x exchange, rq *writeRequest, data []byte)
 // is decided as the DELETE of it, with the same steps as one write, and
 // the verdicts are combined (collection.go).
 func (i *Interceptor) serveCollection(x exchange, rq *writeRequest) {
-	f := facts{req: rq, op: rq.w.op, namespace: rq.w.namespace, dryRun: rq.w.dryRun}
-	data, err := i.readInterceptedBody(x.w, x.r)
-	if err != nil {
-		i.fail(x, &f, err)
+	f, data, ok := i.readWrite(x, rq)
+	if !ok {
 		return
 	}
 	c, err := i.decideCollection(x.r, rq, data, func(mf facts) (member, error) {

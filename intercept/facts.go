@@ -104,6 +104,24 @@ type parentFacts struct {
 	hidden    bool
 }
 
+// gatherOne reads the body of rq's write of one object from r and gathers
+// its facts. On an error, the facts are those known so far.
+func (i *Interceptor) gatherOne(w http.ResponseWriter, r *http.Request, rq *writeRequest) (facts, error) {
+	f := facts{req: rq, op: rq.w.op, namespace: rq.w.namespace, dryRun: rq.w.dryRun}
+	data, err := i.readInterceptedBody(w, r)
+	if err != nil {
+		return f, err
+	}
+	bodyDryRun, err := deleteDryRun(r, rq.w, data)
+	if err != nil {
+		return f, err
+	}
+	// kube-apiserver reads a delete's options from its body: a dry run
+	// there is as much a dry run as one in the query, and must consume
+	// nothing.
+	return i.gather(r.Context(), rq, data, rq.w.dryRun || bodyDryRun)
+}
+
 // gather reads the facts of the write whose body is data.
 func (i *Interceptor) gather(ctx context.Context, rq *writeRequest, data []byte, dryRun bool) (facts, error) {
 	wr := rq.w

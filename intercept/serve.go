@@ -148,34 +148,10 @@ func (i *Interceptor) refuseUnauthorized(x exchange, rq *writeRequest, err error
 	}
 }
 
-// readWrite reads the body of rq's write, with the facts the request
-// alone gives. It reports false when the body could not be read, and the
-// client has its answer.
-func (i *Interceptor) readWrite(x exchange, rq *writeRequest) (facts, []byte, bool) {
-	f := facts{req: rq, op: rq.w.op, namespace: rq.w.namespace, dryRun: rq.w.dryRun}
-	data, err := i.readInterceptedBody(x.w, x.r)
-	if err != nil {
-		i.fail(x, &f, err)
-		return f, nil, false
-	}
-	return f, data, true
-}
-
 // serveOne serves a write of one object.
 func (i *Interceptor) serveOne(x exchange, rq *writeRequest) {
-	f, data, ok := i.readWrite(x, rq)
-	if !ok {
-		return
-	}
-	bodyDryRun, err := deleteDryRun(x.r, rq.w, data)
+	f, err := i.gatherOne(x.w, x.r, rq)
 	if err != nil {
-		i.fail(x, &f, err)
-		return
-	}
-	// kube-apiserver reads a delete's options from its body: a dry run
-	// there is as much a dry run as one in the query, and must consume
-	// nothing.
-	if f, err = i.gather(x.r.Context(), rq, data, rq.w.dryRun || bodyDryRun); err != nil {
 		i.fail(x, &f, err)
 		return
 	}
@@ -297,8 +273,10 @@ func (i *Interceptor) shadowDecisions(x exchange, rq *writeRequest, data []byte)
 // is decided as the DELETE of it, with the same steps as one write, and
 // the verdicts are combined (collection.go).
 func (i *Interceptor) serveCollection(x exchange, rq *writeRequest) {
-	f, data, ok := i.readWrite(x, rq)
-	if !ok {
+	f := facts{req: rq, op: rq.w.op, namespace: rq.w.namespace, dryRun: rq.w.dryRun}
+	data, err := i.readInterceptedBody(x.w, x.r)
+	if err != nil {
+		i.fail(x, &f, err)
 		return
 	}
 	c, err := i.decideCollection(x.r, rq, data, func(mf facts) (member, error) {

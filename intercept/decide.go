@@ -17,6 +17,7 @@ import (
 	"github.com/kausality-io/kausality-proxy/intercept/decision"
 	"github.com/kausality-io/kausality-proxy/intercept/desired"
 	"github.com/kausality-io/kausality-proxy/intercept/patch"
+	"github.com/kausality-io/kausality-proxy/intercept/upstream"
 )
 
 // maxFetchRounds bounds the fetches of one decision; decision.Needs asks
@@ -25,7 +26,7 @@ const maxFetchRounds = 4
 
 // decideOnFacts decides f, fetching what the decision still needs into a
 // new facts value and deciding again until it needs nothing more.
-func (i *Interceptor) decideOnFacts(r *http.Request, f facts, up upstream) (facts, decision.Decision, error) {
+func (i *Interceptor) decideOnFacts(r *http.Request, f facts, up upstream.Port) (facts, decision.Decision, error) {
 	for fetches := 0; ; fetches++ {
 		d := i.decide(&f)
 		need := decision.Needs(&d, f.held())

@@ -16,7 +16,6 @@ import (
 	"io"
 	"net/http"
 	"os"
-	"strconv"
 	"sync"
 	"time"
 
@@ -38,6 +37,7 @@ import (
 	"github.com/kausality-io/kausality-proxy/intercept/patch"
 	"github.com/kausality-io/kausality-proxy/intercept/scalepath"
 	"github.com/kausality-io/kausality-proxy/intercept/settle"
+	"github.com/kausality-io/kausality-proxy/intercept/upstream"
 )
 
 var namespacesGVR = schema.GroupVersionResource{Version: "v1", Resource: "namespaces"}
@@ -538,7 +538,7 @@ func builtinTC() managedfields.TypeConverter {
 // request can still be forwarded untouched.
 func readBody(w http.ResponseWriter, r *http.Request, limit int64) (data []byte, tooLarge bool, err error) {
 	if r.Body == nil || r.Body == http.NoBody {
-		restoreBody(r, nil)
+		upstream.RestoreBody(r, nil)
 		return nil, false, nil
 	}
 	if deadline, ok := r.Context().Deadline(); ok {
@@ -564,7 +564,7 @@ func readBody(w http.ResponseWriter, r *http.Request, limit int64) (data []byte,
 		return data, true, nil
 	}
 	_ = orig.Close()
-	restoreBody(r, data)
+	upstream.RestoreBody(r, data)
 	return data, false, nil
 }
 
@@ -576,20 +576,6 @@ func bodyTimeout() error {
 		Message: "the request body did not arrive within the proxy's --request-timeout (or the request's shorter ?timeout=); nothing was written",
 		Details: &metav1.StatusDetails{RetryAfterSeconds: 1},
 	}}
-}
-
-// restoreBody makes data the body of r. The body is then in hand, so an
-// "Expect: 100-continue" of the caller's is dropped: passed upstream it
-// makes kube-apiserver answer "100 Continue" first, which the reverse proxy
-// relays as the first status of every answer the proxy reads or relays for
-// this write (a dry run taken for refused, a real answer for its interim
-// status).
-func restoreBody(r *http.Request, data []byte) {
-	r.Header.Del("Expect")
-	r.Body = io.NopCloser(bytes.NewReader(data))
-	r.ContentLength = int64(len(data))
-	r.GetBody = func() (io.ReadCloser, error) { return io.NopCloser(bytes.NewReader(data)), nil }
-	r.Header.Set("Content-Length", strconv.Itoa(len(data)))
 }
 
 // evictionGVK is the kind of an eviction's body when it names none.
@@ -604,7 +590,7 @@ var evictionGVK = schema.GroupVersionKind{Group: "policy", Version: "v1", Kind: 
 func deleteDryRun(r *http.Request, wr *write, data []byte) (bool, error) {
 	switch {
 	case r.Method == http.MethodDelete && wr.sub == mainResource:
-		opts, err := deleteOptionsOf(r, data)
+		opts, err := upstream.DeleteOptionsOf(r, data)
 		if err != nil {
 			return false, err
 		}
@@ -711,7 +697,7 @@ type serverResult struct {
 
 // refetch returns f with need fetched. r is the client's request, which a
 // dry run repeats through up.
-func (i *Interceptor) refetch(r *http.Request, f facts, need decision.Need, up upstream) (facts, error) {
+func (i *Interceptor) refetch(r *http.Request, f facts, need decision.Need, up upstream.Port) (facts, error) {
 	got, err := i.fetch(r, &f, need, up)
 	if err != nil {
 		return f, err
@@ -757,7 +743,7 @@ type fetched struct {
 }
 
 // fetch makes the independent reads need asks for, together.
-func (i *Interceptor) fetch(r *http.Request, f *facts, need decision.Need, up upstream) (fetched, error) {
+func (i *Interceptor) fetch(r *http.Request, f *facts, need decision.Need, up upstream.Port) (fetched, error) {
 	var (
 		got                        fetched
 		wg                         sync.WaitGroup
@@ -812,7 +798,7 @@ func (i *Interceptor) withLiveChild(ctx context.Context, f facts, live *unstruct
 // afresh returns f as a new round starts it after the state moved: the
 // object and its parent are read live again, and nothing the last round
 // confirmed counts.
-func (i *Interceptor) afresh(r *http.Request, f facts, up upstream) (facts, error) {
+func (i *Interceptor) afresh(r *http.Request, f facts, up upstream.Port) (facts, error) {
 	f.confirmed, f.precondition, f.childLive = false, "", false
 	if f.op == decision.Create {
 		return i.refetch(r, f, decision.Need{FreshParent: true}, up)
@@ -837,7 +823,7 @@ func (i *Interceptor) liveChild(ctx context.Context, f *facts) (*unstructured.Un
 // serverResultOf reads the stored object live and asks kube-apiserver, in
 // a dry run as the caller, what the same request would store. The
 // answer is read here, whatever the caller accepts.
-func (i *Interceptor) serverResultOf(r *http.Request, f *facts, up upstream) (serverResult, error) {
+func (i *Interceptor) serverResultOf(r *http.Request, f *facts, up upstream.Port) (serverResult, error) {
 	var (
 		wg      sync.WaitGroup
 		live    *unstructured.Unstructured
@@ -856,7 +842,7 @@ func (i *Interceptor) serverResultOf(r *http.Request, f *facts, up upstream) (se
 	}
 	dry := r.Clone(r.Context())
 	dry.Header.Set("Accept", "application/json")
-	answer, err := up.dryRun(dry, f.data, maxConfirmAnswer)
+	answer, err := up.DryRun(dry, f.data, maxConfirmAnswer)
 	wg.Wait()
 	if err != nil {
 		return serverResult{}, err
@@ -868,14 +854,14 @@ func (i *Interceptor) serverResultOf(r *http.Request, f *facts, up upstream) (se
 		// Deleted meanwhile: kube-apiserver answers the write itself.
 		return serverResult{}, nil
 	}
-	if !answer.succeeded() {
-		return serverResult{}, &refusedByServer{answer}
+	if !answer.Succeeded() {
+		return serverResult{}, &upstream.RefusedError{Answer: answer}
 	}
-	if answer.truncated {
+	if answer.Truncated() {
 		return serverResult{}, i.unresolvable(fmt.Errorf("kube-apiserver's dry run of this write answered more than %d bytes", maxConfirmAnswer))
 	}
 	stored := &unstructured.Unstructured{}
-	if err := stored.UnmarshalJSON(answer.body.Bytes()); err != nil {
+	if err := stored.UnmarshalJSON(answer.Body()); err != nil {
 		return serverResult{}, i.unresolvable(fmt.Errorf("reading kube-apiserver's dry run of this write: %w", err))
 	}
 	if f.req.w.sub == scaleSubresource {

@@ -32,6 +32,7 @@ import (
 	"github.com/kausality-io/kausality-proxy/intercept/decision"
 	"github.com/kausality-io/kausality-proxy/intercept/policy"
 	"github.com/kausality-io/kausality-proxy/intercept/sidewrites"
+	"github.com/kausality-io/kausality-proxy/intercept/upstream"
 	"github.com/kausality-io/kausality-proxy/internal/httpx"
 )
 
@@ -87,7 +88,7 @@ const maxPreflightAnswer = 1 << 20
 type exchange struct {
 	w          http.ResponseWriter
 	r          *http.Request
-	up         upstream
+	up         upstream.Port
 	writeError ErrorWriter
 }
 
@@ -97,7 +98,7 @@ func (i *Interceptor) fail(x exchange, f *facts, err error) {
 	if warning, ok := ignoredWarning(err); ok {
 		i.logError(f, "ignored-failure", err)
 		x.w.Header().Add("Warning", warning)
-		x.up.send(x.w, x.r)
+		x.up.Send(x.w, x.r)
 		return
 	}
 	i.logError(f, "error", err)
@@ -110,7 +111,7 @@ func (i *Interceptor) fail(x exchange, f *facts, err error) {
 
 func (i *Interceptor) serveWrite(w http.ResponseWriter, r *http.Request, wr *write, next http.Handler, writeError ErrorWriter) {
 	rq := i.newWriteRequest(r, wr)
-	x := exchange{w: w, r: r, up: forwarder{next}, writeError: writeError}
+	x := exchange{w: w, r: r, up: upstream.Forwarder{Next: next}, writeError: writeError}
 	// Nothing is read, decoded or written for a caller who may not write.
 	if err := i.access.Write(r.Context(), writeAttributes(rq.user, wr, wr.info.Verb), wr.info.Name); err != nil {
 		i.refuseUnauthorized(x, rq, err)
@@ -135,11 +136,11 @@ func (i *Interceptor) refuseUnauthorized(x exchange, rq *writeRequest, err error
 	case rq.shadow():
 		// Shadow changes nothing: kube-apiserver answers as it would
 		// without the proxy.
-		x.up.send(x.w, x.r)
+		x.up.Send(x.w, x.r)
 	case errors.As(err, &unavailable) && decision.OnFailure(i.cfg.FailurePolicy, decision.Unreachable).Forward:
 		i.logError(f, "ignored-failure", err)
 		x.w.Header().Add("Warning", formatWarning("kausality: no drift decision was made (--failure-policy=Ignore): "+err.Error()))
-		x.up.send(x.w, x.r)
+		x.up.Send(x.w, x.r)
 	case errors.As(err, &unavailable):
 		i.logError(f, "error", err)
 		x.writeError(x.w, unavailable.Status())
@@ -157,19 +158,19 @@ func (i *Interceptor) serveOne(x exchange, rq *writeRequest) {
 	}
 	if f.op == decision.Delete && f.old == nil {
 		// Deleting what does not exist: kube-apiserver answers 404 itself.
-		x.up.send(x.w, x.r)
+		x.up.Send(x.w, x.r)
 		return
 	}
 	preflighted := false
 	for round := 1; ; round++ {
 		var d decision.Decision
 		f, d, err = i.decideOnFacts(x.r, f, x.up)
-		var refused *refusedByServer
+		var refused *upstream.RefusedError
 		switch {
 		case errors.As(err, &refused):
 			// The write itself would be refused the same way; nothing
 			// was changed anywhere.
-			refused.answer.replay(x.w, x.writeError)
+			refused.Answer.Replay(x.w, x.writeError)
 			i.recordDecision(&f, &d, "dry-run-refused")
 			return
 		case err != nil:
@@ -210,13 +211,13 @@ func (i *Interceptor) serveShadow(x exchange, rq *writeRequest) {
 		// A body that cannot be read whole is not decided: the request
 		// goes upstream as it came.
 		i.logError(&f, "shadow", err)
-		x.up.send(x.w, x.r)
+		x.up.Send(x.w, x.r)
 		return
 	}
 	decided, decideErr := i.shadowDecisions(x, rq, data)
-	restoreBody(x.r, data)
+	upstream.RestoreBody(x.r, data)
 	rec := httpx.NewCodeRecorder(x.w)
-	x.up.send(rec, x.r)
+	x.up.Send(rec, x.r)
 	outcome := "shadow:" + strconv.Itoa(rec.Code())
 	if decideErr != nil {
 		i.logError(&f, outcome, decideErr)
@@ -239,7 +240,7 @@ func (i *Interceptor) shadowDecisions(x exchange, rq *writeRequest, data []byte)
 	}()
 	decideShadow := func(f facts) (member, error) {
 		f, d, err := i.decideOnFacts(x.r, f, x.up)
-		var refused *refusedByServer
+		var refused *upstream.RefusedError
 		if errors.As(err, &refused) {
 			// kube-apiserver refuses the write itself: the unconfirmed
 			// decision is what is logged.
@@ -289,7 +290,7 @@ func (i *Interceptor) serveCollection(x exchange, rq *writeRequest) {
 	}
 	f.namespace, f.dryRun = c.namespace, c.dryRun
 	if c.cleanup {
-		x.up.send(x.w, x.r)
+		x.up.Send(x.w, x.r)
 		return
 	}
 	if verdict := c.verdict; verdict.Refused {
@@ -337,7 +338,7 @@ func (i *Interceptor) forwardCollection(x exchange, c *collection, out *http.Req
 	}
 	rec := httpx.NewCodeRecorder(x.w)
 	rec.BeforeHeader = settle
-	x.up.send(rec, out)
+	x.up.Send(rec, out)
 	code := rec.Code()
 	if code == 0 {
 		settle(0)

@@ -93,6 +93,7 @@ func NewConflictCatcher(w http.ResponseWriter, hold bool) *ConflictCatcher {
 	return &ConflictCatcher{w: w, hold: hold, header: http.Header{}}
 }
 
+// Header implements http.ResponseWriter.
 func (c *ConflictCatcher) Header() http.Header {
 	if c.code != 0 && !c.held {
 		return c.w.Header()
@@ -100,6 +101,7 @@ func (c *ConflictCatcher) Header() http.Header {
 	return c.header
 }
 
+// WriteHeader implements http.ResponseWriter.
 func (c *ConflictCatcher) WriteHeader(code int) {
 	if c.code != 0 || code >= 100 && code < 200 {
 		if !c.held {
@@ -118,6 +120,7 @@ func (c *ConflictCatcher) WriteHeader(code int) {
 	c.w.WriteHeader(code)
 }
 
+// Write implements http.ResponseWriter.
 func (c *ConflictCatcher) Write(p []byte) (int, error) {
 	if c.code == 0 {
 		c.WriteHeader(http.StatusOK)
@@ -128,12 +131,14 @@ func (c *ConflictCatcher) Write(p []byte) (int, error) {
 	return c.w.Write(p)
 }
 
+// Flush implements http.Flusher.
 func (c *ConflictCatcher) Flush() {
 	if !c.held && c.code != 0 {
 		_ = http.NewResponseController(c.w).Flush()
 	}
 }
 
+// Unwrap lets http.ResponseController reach the client's writer.
 func (c *ConflictCatcher) Unwrap() http.ResponseWriter { return c.w }
 
 // Held reports whether a 409 was kept from the client.
@@ -153,8 +158,10 @@ func newAnswer(limit int) *Answer {
 	return &Answer{header: http.Header{}, limit: limit}
 }
 
+// Header implements http.ResponseWriter.
 func (b *Answer) Header() http.Header { return b.header }
 
+// WriteHeader implements http.ResponseWriter.
 func (b *Answer) WriteHeader(code int) {
 	// An informational 1xx is not the answer; the final status follows.
 	if b.code == 0 && (code < 100 || code >= 200) {
@@ -162,6 +169,7 @@ func (b *Answer) WriteHeader(code int) {
 	}
 }
 
+// Write implements http.ResponseWriter.
 func (b *Answer) Write(p []byte) (int, error) {
 	if b.code == 0 {
 		b.code = http.StatusOK
@@ -202,7 +210,7 @@ func (b *Answer) Replay(w http.ResponseWriter, writeError func(http.ResponseWrit
 		w.Header()[k] = vs
 	}
 	w.WriteHeader(b.code)
-	_, _ = w.Write(b.body.Bytes()) //nolint:gosec // G705: kube-apiserver's own answer, relayed as the reverse proxy relays it
+	_, _ = w.Write(b.body.Bytes())
 }
 
 // RefusedError is a dry run kube-apiserver refused: the write itself

@@ -22,7 +22,6 @@ import (
 	"time"
 
 	"go.uber.org/zap"
-	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apiserver/pkg/authentication/user"
 	"k8s.io/apiserver/pkg/endpoints/request"
 
@@ -31,7 +30,6 @@ import (
 	"github.com/kausality-io/kausality-proxy/intercept/config"
 	"github.com/kausality-io/kausality-proxy/intercept/decision"
 	"github.com/kausality-io/kausality-proxy/intercept/policy"
-	"github.com/kausality-io/kausality-proxy/intercept/sidewrites"
 	"github.com/kausality-io/kausality-proxy/intercept/upstream"
 	"github.com/kausality-io/kausality-proxy/internal/httpx"
 )
@@ -90,23 +88,6 @@ type exchange struct {
 	r          *http.Request
 	up         upstream.Port
 	writeError ErrorWriter
-}
-
-// fail answers err, or lets the write through undecided when the failure
-// policy says so.
-func (i *Interceptor) fail(x exchange, f *facts, err error) {
-	if warning, ok := ignoredWarning(err); ok {
-		i.logError(f, "ignored-failure", err)
-		x.w.Header().Add("Warning", warning)
-		x.up.Send(x.w, x.r)
-		return
-	}
-	i.logError(f, "error", err)
-	if apierrors.IsTooManyRequests(err) {
-		// client-go retries a 429 that says when, by itself.
-		x.w.Header().Set("Retry-After", "1")
-	}
-	x.writeError(x.w, err)
 }
 
 func (i *Interceptor) serveWrite(w http.ResponseWriter, r *http.Request, wr *write, next http.Handler, writeError ErrorWriter) {
@@ -293,141 +274,7 @@ func (i *Interceptor) serveCollection(x exchange, rq *writeRequest) {
 		x.up.Send(x.w, x.r)
 		return
 	}
-	if verdict := c.verdict; verdict.Refused {
-		i.refuseCollection(x, &f, c, verdict)
-		return
-	}
-	out, err := c.request(x.r, data)
-	if err != nil {
-		i.fail(x, &f, err)
-		return
-	}
-	reserved, err := i.reserveCollection(x, c, out)
-	if err != nil {
-		for _, rw := range reserved {
-			i.approvals.GiveBack(rw, "the deletecollection was not forwarded")
-		}
-		var refusal *collectionRefused
-		switch {
-		case errors.As(err, &refusal):
-			i.refuseCollection(x, &f, c, refusal.verdict)
-		case errors.Is(err, errPreflightRefused):
-			for k := range c.members {
-				i.recordDecision(&c.members[k].f, &c.members[k].d, "dry-run-refused")
-			}
-		default:
-			i.fail(x, &f, err)
-		}
-		return
-	}
-	i.forwardCollection(x, c, out, reserved)
-}
-
-// forwardCollection forwards the decided deletecollection and acts on the
-// answer for each of its objects.
-func (i *Interceptor) forwardCollection(x exchange, c *collection, out *http.Request, reserved []sidewrites.Write) {
-	addCollectionWarnings(x.w, c)
-	// As for one write, each reserved approval is settled by the answer;
-	// an answer other than success is settled by what is still stored,
-	// since kube-apiserver may have deleted some of the objects before it
-	// failed.
-	settle := func(code int) {
-		for _, rw := range reserved {
-			i.approvals.Settle(rw, decision.OnCollectionAnswer(code))
-		}
-	}
-	rec := httpx.NewCodeRecorder(x.w)
-	rec.BeforeHeader = settle
-	x.up.Send(rec, out)
-	code := rec.Code()
-	if code == 0 {
-		settle(0)
-	}
-	succeeded := code >= 200 && code < 300
-	var parentWrites []decision.SideWrite
-	for k := range c.members {
-		m := &c.members[k]
-		if succeeded && !c.dryRun {
-			parentWrites = append(parentWrites, m.d.ParentWrites...)
-			i.report(&m.f, &m.d)
-		}
-		i.recordDecision(&m.f, &m.d, "forwarded:"+strconv.Itoa(code))
-	}
-	i.sideWrites(distinctSideWrites(parentWrites))
-}
-
-// errPreflightRefused: kube-apiserver refused the dry run of a
-// deletecollection, and its answer was relayed.
-var errPreflightRefused = errors.New("the dry run of the deletecollection was refused")
-
-// reserveCollection takes off their parents the once approvals the
-// decisions consume, after a dry run of the whole request as the caller
-// has shown that kube-apiserver accepts it (as for one write). A conflict
-// decides that object again from a fresh read of its parent. On an error
-// it returns what it reserved, for the caller to put back.
-func (i *Interceptor) reserveCollection(x exchange, c *collection, out *http.Request) ([]sidewrites.Write, error) {
-	var reserved []sidewrites.Write
-	preflighted := false
-	for k := range c.members {
-		m := &c.members[k]
-	rounds:
-		for round := 1; ; round++ {
-			// The steps of each object's own DELETE, but the one request
-			// is prepared and forwarded once, for all of them.
-			for _, step := range decision.StepsFor(&m.d, c.dryRun, preflighted) {
-				switch step {
-				case decision.StepRefuse:
-					return reserved, &collectionRefused{verdict: decision.CollectionVerdict{Refused: true, Denied: 1, Blocked: []int{k}}}
-				case decision.StepPreflight:
-					if !i.preflight(x, out) {
-						return reserved, errPreflightRefused
-					}
-					preflighted = true
-				case decision.StepReserve:
-					rw, err := i.reserve(x.r.Context(), &m.f, m.d.ApprovalsUpdate)
-					if err != nil {
-						if err := i.reservationFailed(m.f, &m.d, err, round); err != nil {
-							return reserved, err
-						}
-						f, err := i.refetch(x.r, m.f, decision.Need{FreshParent: true}, x.up)
-						if err != nil {
-							return reserved, err
-						}
-						c.remember(&f)
-						if m.f, m.d, err = i.decideOnFacts(x.r, f, x.up); err != nil {
-							return reserved, err
-						}
-						continue rounds
-					}
-					reserved = append(reserved, rw)
-				}
-			}
-			break
-		}
-	}
-	return reserved, nil
-}
-
-// refuseCollection answers 403: the request deletes nothing, and says
-// which objects held it back and why.
-func (i *Interceptor) refuseCollection(x exchange, f *facts, c *collection, verdict decision.CollectionVerdict) {
-	for _, warning := range c.warnings.lines() {
-		x.w.Header().Add("Warning", formatWarning(warning))
-	}
-	for k := range c.members {
-		m := &c.members[k]
-		held := m.d.Result == decision.Deny
-		outcome := "denied"
-		if !held {
-			// Allowed on its own; the request it came in was refused.
-			outcome = "refused-with-collection"
-		}
-		i.recordDecision(&m.f, &m.d, outcome)
-		if held && !c.dryRun {
-			i.report(&m.f, &m.d)
-		}
-	}
-	x.writeError(x.w, collectionRefusal(f, c, verdict))
+	i.actOnCollection(x, f, c, data)
 }
 
 // readAll reads a replayable request body without consuming it.

@@ -1,14 +1,14 @@
-// The orchestration of intercepted writes, in one direction: classify
-// (classify.go, final) → gather the facts (facts.go, one value) → decide
-// (decide.go, the pure decision package) and fetch what the decision
-// still needs into a new facts value (refetch.go) → act (act.go,
-// reservations.go, sidewrites.go). A write whose state moved under it
-// (a reservation conflict, the proxy's own precondition failing) goes
-// round again on fresh state, at most decision.MaxRounds times. A
+// The orchestration of intercepted writes, in one direction, each step
+// called once: classify (classify.go, final) → authorize (package access)
+// → gather the facts (facts.go, one value) → decide (decide.go: the pure
+// decision package, and the loop that has facts.go fetch what the decision
+// still needs into a new facts value) → act (act.go, with the port to
+// kube-apiserver in package upstream and the proxy's own writes in package
+// sidewrites) → record (log.go). A write whose state moved under it (a
+// reservation conflict, the proxy's own precondition failing) goes round
+// again on fresh state, at most decision.MaxRounds times. A
 // deletecollection is the same steps for each object it would delete
-// (collection.go lists them and combines their verdicts). This file alone
-// reaches kube-apiserver as the caller, through the upstream port
-// (act.go).
+// (collection.go lists them and combines their verdicts).
 
 package intercept
 

@@ -131,7 +131,7 @@ write the caller may not make still reserves and restores an approval,
 bumping the parent's generation; a made-up resource spelling starts a
 cluster-wide cache.
 
-So the interceptor (intercept/authorize.go) asks first, with the cached
+So the interceptor (intercept/access) asks first, with the cached
 SubjectAccessReview authorizer of this package (Authenticator.Authorizer),
 whether the effective user may do the request's verb on its resource in its
 namespace; only if that is denied is the object's name reviewed too (RBAC

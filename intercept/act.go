@@ -6,9 +6,7 @@
 package intercept
 
 import (
-	"bytes"
 	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"net/http"
@@ -19,13 +17,15 @@ import (
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
-	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/apimachinery/pkg/util/validation/field"
 
 	"github.com/kausality-io/kausality-proxy/intercept/annotations"
 	"github.com/kausality-io/kausality-proxy/intercept/body"
 	"github.com/kausality-io/kausality-proxy/intercept/decision"
 	"github.com/kausality-io/kausality-proxy/intercept/patch"
+	"github.com/kausality-io/kausality-proxy/intercept/sidewrites"
+	"github.com/kausality-io/kausality-proxy/intercept/upstream"
+	"github.com/kausality-io/kausality-proxy/internal/httpx"
 	"github.com/kausality-io/kausality-proxy/report"
 )
 
@@ -119,7 +119,7 @@ func prepare(r *http.Request, f *facts, d *decision.Decision) (forwarded, error)
 		return forwarded{}, err
 	}
 	out := r.Clone(r.Context())
-	restoreBody(out, data)
+	upstream.RestoreBody(out, data)
 	out.Header.Set("Content-Type", contentType)
 	return forwarded{req: out, preconditionAdded: added}, nil
 }
@@ -187,48 +187,11 @@ func (i *Interceptor) sideWrites(writes []decision.SideWrite) {
 		go func() {
 			ctx, cancel := context.WithTimeout(context.Background(), i.cfg.SideWriteTimeout)
 			defer cancel()
-			if err := i.applySideWrite(ctx, sw); err != nil {
+			if err := i.sideWriter.Apply(ctx, sw); err != nil {
 				i.cfg.Log.Warn("side write failed", zap.String("target", sw.Target.String()),
 					zap.Strings("reasons", sw.Reasons), zap.Error(err))
 			}
 		}()
-	}
-}
-
-// maxSideWriteAttempts bounds the rebase loop of one side write.
-const maxSideWriteAttempts = 5
-
-// applySideWrite writes sw to its target from fresh state, under a
-// resourceVersion precondition: a person's edit that lands in between is
-// rebased on, never overwritten.
-func (i *Interceptor) applySideWrite(ctx context.Context, sw decision.SideWrite) error {
-	ri, err := i.resourceFor(sw.Target)
-	if err != nil {
-		return err
-	}
-	for attempt := 1; ; attempt++ {
-		fresh, err := ri.Get(ctx, sw.Target.Name, metav1.GetOptions{})
-		if apierrors.IsNotFound(err) {
-			return nil
-		}
-		if err != nil {
-			return err
-		}
-		changes := sw.RebaseOn(fresh)
-		if changes.Empty() {
-			return nil
-		}
-		data, err := annotationPatch(changes.Pointers(), fresh.GetResourceVersion())
-		if err != nil {
-			return err
-		}
-		_, err = ri.Patch(ctx, sw.Target.Name, types.MergePatchType, data, metav1.PatchOptions{FieldManager: FieldManager})
-		if err == nil || apierrors.IsNotFound(err) {
-			return nil
-		}
-		if !apierrors.IsConflict(err) || attempt >= maxSideWriteAttempts {
-			return err
-		}
 	}
 }
 
@@ -245,183 +208,327 @@ func formatWarning(text string) string {
 	return `299 - ` + strconv.Quote(annotations.Printable(text))
 }
 
-// The one port through which the write path reaches kube-apiserver as the
-// caller: the write itself, and server-side dry runs of it. Only the
-// orchestration (serve.go) calls it; the proxy's own reads and writes go
-// through the object store and the writer client instead.
+// moved says what moved while a decided write was acted on, so that it is
+// decided again.
+type moved int
 
-// upstream sends requests to kube-apiserver as the caller.
-type upstream interface {
-	// send forwards r and writes kube-apiserver's answer to w.
-	send(w http.ResponseWriter, r *http.Request)
-	// dryRun sends r with body data as a server-side dry run and holds
-	// kube-apiserver's answer, at most limit bytes of it.
-	dryRun(r *http.Request, data []byte, limit int) (*bufferedResponse, error)
+const (
+	// nothingMoved: the client has its answer.
+	nothingMoved moved = iota
+	// parentMoved: the once approval could not be taken off the parent,
+	// which changed since it was read.
+	parentMoved
+	// objectMoved: the proxy's precondition failed on the forwarded
+	// write; the client has heard nothing yet.
+	objectMoved
+)
+
+// act carries out the steps of decision d on f's write (decision.StepsFor):
+// refuse it, or prepare it, preflight it, reserve its once approval and
+// forward it, and record what came of it. preflighted is kept across the
+// rounds of one write.
+func (i *Interceptor) act(x exchange, f facts, d *decision.Decision, round int, preflighted *bool) (moved, error) {
+	var (
+		out      forwarded
+		reserved *sidewrites.Write
+		err      error
+	)
+	for _, step := range decision.StepsFor(d, f.dryRun, *preflighted) {
+		switch step {
+		case decision.StepRefuse:
+			i.deny(x.w, &f, d, x.writeError)
+			return nothingMoved, nil
+		case decision.StepPrepare:
+			if out, err = prepare(x.r, &f, d); err != nil {
+				return nothingMoved, err
+			}
+		case decision.StepPreflight:
+			if !i.preflight(x, out.req) {
+				i.recordDecision(&f, d, "dry-run-refused")
+				return nothingMoved, nil
+			}
+			*preflighted = true
+		case decision.StepReserve:
+			rw, err := i.reserve(x.r.Context(), &f, d.ApprovalsUpdate)
+			if err != nil {
+				if err := i.reservationFailed(f, d, err, round); err != nil {
+					return nothingMoved, err
+				}
+				return parentMoved, nil
+			}
+			reserved = &rw
+		case decision.StepForward:
+			again, err := i.forward(x, &f, d, out, reserved, round)
+			if err != nil || !again {
+				return nothingMoved, err
+			}
+		}
+	}
+	return objectMoved, nil
 }
 
-// forwarder is the upstream of the proxy's handler chain.
-type forwarder struct{ next http.Handler }
-
-func (f forwarder) send(w http.ResponseWriter, r *http.Request) { f.next.ServeHTTP(w, r) }
-
-func (f forwarder) dryRun(r *http.Request, data []byte, limit int) (*bufferedResponse, error) {
-	dry, err := dryRunOf(r, data)
+// preflight sends out as a server-side dry run and reports whether
+// kube-apiserver would accept it. When it would not, its answer has been
+// written to the client and nothing was changed anywhere.
+func (i *Interceptor) preflight(x exchange, out *http.Request) bool {
+	data, err := readAll(out)
 	if err != nil {
-		return nil, err
+		x.writeError(x.w, err)
+		return false
 	}
-	answer := newBufferedResponse(limit)
-	f.next.ServeHTTP(answer, dry)
-	return answer, nil
+	answer, err := x.up.DryRun(out, data, maxPreflightAnswer)
+	if err != nil {
+		x.writeError(x.w, err)
+		return false
+	}
+	if answer.Succeeded() {
+		return true
+	}
+	answer.Replay(x.w, x.writeError)
+	return false
 }
 
-// dryRunOf is req as a server-side dry run, with body data. The dryRun
-// goes where kube-apiserver reads it: a DELETE with a body takes its
-// options from the body alone (a dryRun in the query next to a body is
-// ignored, and the "dry run" would delete).
-func dryRunOf(req *http.Request, data []byte) (*http.Request, error) {
-	dry := req.Clone(req.Context())
-	dry.RequestURI = ""
-	if req.Method == http.MethodDelete && len(data) > 0 {
-		opts, err := deleteOptionsOf(req, data)
-		if err != nil {
-			return nil, err
+// reservationFailed is the error to answer after reserving a once
+// approval failed, or nil when the parent moved and the write is to be
+// decided again on a fresh read of it.
+func (i *Interceptor) reservationFailed(f facts, d *decision.Decision, err error, round int) error {
+	switch decision.OnReservationError(reservationError(err), round, decision.MaxRounds) {
+	case decision.RefuseRetryable:
+		return stillMoving(f.req.w, "the parent "+d.ApprovalsUpdate.Target.String())
+	case decision.RefuseAsFailure:
+		return i.unresolvable(fmt.Errorf("reserving the once approval on %s: %w", d.ApprovalsUpdate.Target, err))
+	}
+	return nil
+}
+
+// forward sends the decided write and acts on the answer. It reports true
+// when the proxy's own precondition failed and the write is to be decided
+// again; the client has heard nothing then.
+func (i *Interceptor) forward(x exchange, f *facts, d *decision.Decision, out forwarded, reserved *sidewrites.Write, round int) (bool, error) {
+	rec := httpx.NewCodeRecorder(x.w)
+	if reserved != nil {
+		// Settled before the client hears the answer: a client that
+		// retries at once finds the approval back when it is put back.
+		rec.BeforeHeader = func(code int) { i.approvals.Settle(*reserved, decision.OnWriteAnswer(code)) }
+	}
+	answer := upstream.NewConflictCatcher(rec, out.preconditionAdded && !f.dryRun)
+	for _, warning := range d.Warnings {
+		answer.Header().Add("Warning", formatWarning(warning))
+	}
+	if f.dryRun {
+		answer.Header().Add("Warning", formatWarning(fmt.Sprintf("kausality dry-run: %s (%s): %s", d.Result, d.Category, d.Reason)))
+	}
+	x.up.Send(answer, out.req)
+	if answer.Held() {
+		if reserved != nil {
+			i.approvals.Settle(*reserved, decision.OnWriteAnswer(http.StatusConflict))
 		}
-		opts.DryRun = []string{metav1.DryRunAll}
-		opts.TypeMeta = metav1.TypeMeta{APIVersion: metav1.SchemeGroupVersion.String(), Kind: "DeleteOptions"}
-		if data, err = json.Marshal(opts); err != nil {
-			return nil, apierrors.NewInternalError(err)
+		switch decision.OnForwardedConflict(out.preconditionAdded, round) {
+		case decision.RefuseStillMoving:
+			return false, stillMoving(f.req.w, "the object")
+		default:
+			// One decision line per write: the round is only traced.
+			i.cfg.Log.Info("the object moved between the decision and the write; deciding again",
+				zap.String("resource", f.req.w.gvr.String()), zap.String("namespace", f.namespace),
+				zap.String("name", f.req.w.info.Name), zap.Int("round", round), zap.String("precondition", f.precondition))
+			return true, nil
 		}
-		dry.Header.Set("Content-Type", "application/json")
-	} else {
-		q := dry.URL.Query()
-		q.Set("dryRun", metav1.DryRunAll)
-		dry.URL.RawQuery = q.Encode()
 	}
-	restoreBody(dry, data)
-	return dry, nil
-}
-
-// conflictCatcher passes an answer through to the client, except a 409
-// when hold is set: that one is kept from the client (headers included),
-// so that the write can be decided again.
-type conflictCatcher struct {
-	w      http.ResponseWriter
-	hold   bool
-	header http.Header
-	code   int
-	held   bool
-}
-
-func newConflictCatcher(w http.ResponseWriter, hold bool) *conflictCatcher {
-	return &conflictCatcher{w: w, hold: hold, header: http.Header{}}
-}
-
-func (c *conflictCatcher) Header() http.Header {
-	if c.code != 0 && !c.held {
-		return c.w.Header()
+	if reserved != nil && rec.Code() == 0 {
+		// No answer was written at all: it does not say either.
+		i.approvals.Settle(*reserved, decision.OnWriteAnswer(0))
 	}
-	return c.header
+	if rec.Code() >= 200 && rec.Code() < 300 && !f.dryRun {
+		i.afterSuccess(f, d)
+	}
+	i.recordDecision(f, d, "forwarded:"+strconv.Itoa(rec.Code()))
+	return false, nil
 }
 
-func (c *conflictCatcher) WriteHeader(code int) {
-	if c.code != 0 || code >= 100 && code < 200 {
-		if !c.held {
-			c.w.WriteHeader(code)
+// actOnCollection carries out the combined verdict of a deletecollection:
+// refuse it whole, or reserve the once approvals its objects use, forward
+// it pinned to the decided list, and record what came of each object.
+func (i *Interceptor) actOnCollection(x exchange, f facts, c *collection, data []byte) {
+	if verdict := c.verdict; verdict.Refused {
+		i.refuseCollection(x, &f, c, verdict)
+		return
+	}
+	out, err := c.request(x.r, data)
+	if err != nil {
+		i.fail(x, &f, err)
+		return
+	}
+	reserved, err := i.reserveCollection(x, c, out)
+	if err != nil {
+		for _, rw := range reserved {
+			i.approvals.GiveBack(rw, "the deletecollection was not forwarded")
+		}
+		var refusal *collectionRefused
+		switch {
+		case errors.As(err, &refusal):
+			i.refuseCollection(x, &f, c, refusal.verdict)
+		case errors.Is(err, errPreflightRefused):
+			for k := range c.members {
+				i.recordDecision(&c.members[k].f, &c.members[k].d, "dry-run-refused")
+			}
+		default:
+			i.fail(x, &f, err)
 		}
 		return
 	}
-	c.code = code
-	if c.hold && code == http.StatusConflict {
-		c.held = true
+	i.forwardCollection(x, c, out, reserved)
+}
+
+// forwardCollection forwards the decided deletecollection and acts on the
+// answer for each of its objects.
+func (i *Interceptor) forwardCollection(x exchange, c *collection, out *http.Request, reserved []sidewrites.Write) {
+	addCollectionWarnings(x.w, c)
+	// As for one write, each reserved approval is settled by the answer;
+	// an answer other than success is settled by what is still stored,
+	// since kube-apiserver may have deleted some of the objects before it
+	// failed.
+	settle := func(code int) {
+		for _, rw := range reserved {
+			i.approvals.Settle(rw, decision.OnCollectionAnswer(code))
+		}
+	}
+	rec := httpx.NewCodeRecorder(x.w)
+	rec.BeforeHeader = settle
+	x.up.Send(rec, out)
+	code := rec.Code()
+	if code == 0 {
+		settle(0)
+	}
+	succeeded := code >= 200 && code < 300
+	var parentWrites []decision.SideWrite
+	for k := range c.members {
+		m := &c.members[k]
+		if succeeded && !c.dryRun {
+			parentWrites = append(parentWrites, m.d.ParentWrites...)
+			i.report(&m.f, &m.d)
+		}
+		i.recordDecision(&m.f, &m.d, "forwarded:"+strconv.Itoa(code))
+	}
+	i.sideWrites(distinctSideWrites(parentWrites))
+}
+
+// errPreflightRefused: kube-apiserver refused the dry run of a
+// deletecollection, and its answer was relayed.
+var errPreflightRefused = errors.New("the dry run of the deletecollection was refused")
+
+// reserveCollection takes off their parents the once approvals the
+// decisions consume, after a dry run of the whole request as the caller
+// has shown that kube-apiserver accepts it (as for one write). A conflict
+// decides that object again from a fresh read of its parent. On an error
+// it returns what it reserved, for the caller to put back.
+func (i *Interceptor) reserveCollection(x exchange, c *collection, out *http.Request) ([]sidewrites.Write, error) {
+	var reserved []sidewrites.Write
+	preflighted := false
+	for k := range c.members {
+		m := &c.members[k]
+	rounds:
+		for round := 1; ; round++ {
+			// The steps of each object's own DELETE, but the one request
+			// is prepared and forwarded once, for all of them.
+			for _, step := range decision.StepsFor(&m.d, c.dryRun, preflighted) {
+				switch step {
+				case decision.StepRefuse:
+					return reserved, &collectionRefused{verdict: decision.CollectionVerdict{Refused: true, Denied: 1, Blocked: []int{k}}}
+				case decision.StepPreflight:
+					if !i.preflight(x, out) {
+						return reserved, errPreflightRefused
+					}
+					preflighted = true
+				case decision.StepReserve:
+					rw, err := i.reserve(x.r.Context(), &m.f, m.d.ApprovalsUpdate)
+					if err != nil {
+						if err := i.reservationFailed(m.f, &m.d, err, round); err != nil {
+							return reserved, err
+						}
+						f, err := i.refetch(x.r, m.f, decision.Need{FreshParent: true}, x.up)
+						if err != nil {
+							return reserved, err
+						}
+						c.remember(&f)
+						if m.f, m.d, err = i.decideOnFacts(x.r, f, x.up); err != nil {
+							return reserved, err
+						}
+						continue rounds
+					}
+					reserved = append(reserved, rw)
+				}
+			}
+			break
+		}
+	}
+	return reserved, nil
+}
+
+// refuseCollection answers 403: the request deletes nothing, and says
+// which objects held it back and why.
+func (i *Interceptor) refuseCollection(x exchange, f *facts, c *collection, verdict decision.CollectionVerdict) {
+	for _, warning := range c.warnings.lines() {
+		x.w.Header().Add("Warning", formatWarning(warning))
+	}
+	for k := range c.members {
+		m := &c.members[k]
+		held := m.d.Result == decision.Deny
+		outcome := "denied"
+		if !held {
+			// Allowed on its own; the request it came in was refused.
+			outcome = "refused-with-collection"
+		}
+		i.recordDecision(&m.f, &m.d, outcome)
+		if held && !c.dryRun {
+			i.report(&m.f, &m.d)
+		}
+	}
+	x.writeError(x.w, collectionRefusal(f, c, verdict))
+}
+
+// reserve takes the once approval upd off its parent for f's write.
+func (i *Interceptor) reserve(ctx context.Context, f *facts, upd *decision.ApprovalsUpdate) (sidewrites.Write, error) {
+	wr := f.req.w
+	rw := sidewrites.Write{Approval: upd, Operation: f.op, GVR: wr.gvr, Namespace: f.namespace, Name: wr.info.Name}
+	if rw.Name == "" && f.sent != nil {
+		rw.Name = f.sent.GetName()
+	}
+	if f.op != decision.Create && f.old != nil {
+		rw.Before = decision.StoredState{Exists: true, UID: string(f.old.GetUID()), ResourceVersion: f.old.GetResourceVersion()}
+	}
+	stamps := ""
+	if parent := reservedParent(f, upd); parent != nil {
+		stamps = parent.GetAnnotations()[annotations.Reservations]
+	}
+	return i.approvals.Reserve(ctx, rw, stamps)
+}
+
+// reservedParent is the snapshot of the parent upd takes the approval
+// off: the one the write joins, or the one it leaves.
+func reservedParent(f *facts, upd *decision.ApprovalsUpdate) *unstructured.Unstructured {
+	if p := f.formerParent.obj; p != nil && upd.Target == decision.RefOf(p) {
+		return p
+	}
+	return f.parent.obj
+}
+
+// traceScaled records, after a /scale write succeeded, the annotations the
+// decision gives the scaled object (its trace and updaters). A Scale body
+// has no room for them and kube-apiserver keeps only the replicas of it, so
+// they are written in a follow-up patch with the proxy's credentials. It
+// runs in the background: the caller's write is done.
+func (i *Interceptor) traceScaled(f *facts, d *decision.Decision) {
+	if f.req.w.sub != scaleSubresource || d.ChildAnnotations.Empty() || f.new == nil {
 		return
 	}
-	for k, vs := range c.header {
-		c.w.Header()[k] = vs
-	}
-	c.w.WriteHeader(code)
-}
-
-func (c *conflictCatcher) Write(p []byte) (int, error) {
-	if c.code == 0 {
-		c.WriteHeader(http.StatusOK)
-	}
-	if c.held {
-		return len(p), nil
-	}
-	return c.w.Write(p)
-}
-
-func (c *conflictCatcher) Flush() {
-	if !c.held && c.code != 0 {
-		_ = http.NewResponseController(c.w).Flush()
-	}
-}
-
-func (c *conflictCatcher) Unwrap() http.ResponseWriter { return c.w }
-
-// bufferedResponse holds an answer that may or may not be relayed.
-type bufferedResponse struct {
-	header    http.Header
-	code      int
-	body      bytes.Buffer
-	limit     int
-	truncated bool
-}
-
-func newBufferedResponse(limit int) *bufferedResponse {
-	return &bufferedResponse{header: http.Header{}, limit: limit}
-}
-
-func (b *bufferedResponse) Header() http.Header { return b.header }
-
-func (b *bufferedResponse) WriteHeader(code int) {
-	// An informational 1xx is not the answer; the final status follows.
-	if b.code == 0 && (code < 100 || code >= 200) {
-		b.code = code
-	}
-}
-
-func (b *bufferedResponse) Write(p []byte) (int, error) {
-	if b.code == 0 {
-		b.code = http.StatusOK
-	}
-	if room := b.limit - b.body.Len(); room < len(p) {
-		b.truncated = true
-		b.body.Write(p[:max(room, 0)])
-		return len(p), nil
-	}
-	return b.body.Write(p)
-}
-
-// succeeded reports a 2xx answer.
-func (b *bufferedResponse) succeeded() bool { return b.code >= 200 && b.code < 300 }
-
-// replay writes the held answer to w, or a Status saying what happened when
-// it was too large to hold.
-func (b *bufferedResponse) replay(w http.ResponseWriter, writeError ErrorWriter) {
-	if b.truncated || b.code == 0 {
-		code := int32(http.StatusBadGateway)
-		if b.code >= 400 && b.code <= 599 {
-			code = int32(b.code)
+	changes := *d.ChildAnnotations
+	gvr, ns, name, scaled := f.req.w.gvr, f.namespace, f.req.w.info.Name, f.new
+	go func() {
+		ctx, cancel := context.WithTimeout(context.Background(), i.cfg.SideWriteTimeout)
+		defer cancel()
+		if err := i.sideWriter.AnnotateScaled(ctx, gvr, ns, name, scaled, changes); err != nil {
+			i.cfg.Log.Warn("recording the trace of a /scale write failed", zap.String("resource", gvr.String()),
+				zap.String("namespace", ns), zap.String("name", name), zap.Error(err))
 		}
-		writeError(w, &apierrors.StatusError{ErrStatus: metav1.Status{Status: metav1.StatusFailure, Code: code,
-			Message: fmt.Sprintf("kube-apiserver refused a dry run of this write with %d, and its answer was too large to relay; nothing was written", b.code)}})
-		return
-	}
-	for k, vs := range b.header {
-		if strings.EqualFold(k, "Content-Length") {
-			continue
-		}
-		w.Header()[k] = vs
-	}
-	w.WriteHeader(b.code)
-	_, _ = w.Write(b.body.Bytes()) //nolint:gosec // G705: kube-apiserver's own answer, relayed as the reverse proxy relays it
-}
-
-// refusedByServer is a dry run kube-apiserver refused: the write itself
-// would be refused the same way, and its answer is relayed.
-type refusedByServer struct{ answer *bufferedResponse }
-
-func (e *refusedByServer) Error() string {
-	return fmt.Sprintf("kube-apiserver refused a dry run of this write with %d", e.answer.code)
+	}()
 }

@@ -19,6 +19,7 @@ import (
 	"github.com/kausality-io/kausality-proxy/intercept/annotations"
 	"github.com/kausality-io/kausality-proxy/intercept/config"
 	"github.com/kausality-io/kausality-proxy/intercept/objects"
+	"github.com/kausality-io/kausality-proxy/intercept/policywatch"
 	"github.com/kausality-io/kausality-proxy/intercept/reservations"
 	"github.com/kausality-io/kausality-proxy/intercept/settlements"
 	"github.com/kausality-io/kausality-proxy/report"
@@ -117,9 +118,9 @@ func Build(o Options) (*Interceptor, error) {
 		stop()
 		return nil, err
 	}
-	policies := NewPolicies(dyn, o.Log.Named("approvalpolicies"))
+	policies := policywatch.NewApprovals(dyn, FieldManager, o.Log.Named("approvalpolicies"))
 	policies.Run(background)
-	allowancePolicies := NewAllowancePolicies(dyn, o.Log.Named("allowancepolicies"))
+	allowancePolicies := policywatch.NewAllowances(dyn, FieldManager, o.Log.Named("allowancepolicies"))
 	allowancePolicies.Run(background)
 	// Reservations are kept next to the drift records, in the proxy's
 	// own namespace.
@@ -183,7 +184,7 @@ func (i *Interceptor) Run(ctx context.Context) {
 	if i.watcher != nil {
 		go i.watcher.Run(ctx)
 	}
-	go i.settleOrphanedReservations(ctx)
+	go i.approvals.RunOrphanSettlement(ctx)
 	i.cfg.Drifts.Run(ctx)
 }
 

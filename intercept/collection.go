@@ -23,7 +23,6 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"mime"
 	"net/http"
 	"net/url"
 	"slices"
@@ -40,8 +39,8 @@ import (
 	"k8s.io/client-go/metadata"
 
 	"github.com/kausality-io/kausality-proxy/intercept/annotations"
-	"github.com/kausality-io/kausality-proxy/intercept/body"
 	"github.com/kausality-io/kausality-proxy/intercept/decision"
+	"github.com/kausality-io/kausality-proxy/intercept/upstream"
 )
 
 const (
@@ -116,7 +115,7 @@ func (c *collection) add(m member) {
 // decideCollection lists what the deletecollection r would delete, and
 // decides each object with decide as the DELETE of it.
 func (i *Interceptor) decideCollection(r *http.Request, rq *writeRequest, data []byte, decide func(facts) (member, error)) (*collection, error) {
-	opts, err := deleteOptionsOf(r, data)
+	opts, err := upstream.DeleteOptionsOf(r, data)
 	if err != nil {
 		return nil, err
 	}
@@ -343,7 +342,7 @@ func (c *collection) request(r *http.Request, data []byte) (*http.Request, error
 	}
 	out := r.Clone(r.Context())
 	if len(data) == 0 {
-		opts, err := deleteOptionsOf(r, nil)
+		opts, err := upstream.DeleteOptionsOf(r, nil)
 		if err != nil {
 			return nil, err
 		}
@@ -358,7 +357,7 @@ func (c *collection) request(r *http.Request, data []byte) (*http.Request, error
 	q.Set("resourceVersionMatch", string(metav1.ResourceVersionMatchExact))
 	out.URL.RawQuery = q.Encode()
 	out.RequestURI = ""
-	restoreBody(out, data)
+	upstream.RestoreBody(out, data)
 	return out, nil
 }
 
@@ -479,64 +478,10 @@ func collectionListOptions(q url.Values) (metav1.ListOptions, error) {
 	}, nil
 }
 
-// deleteOptionsOf are the DeleteOptions of a delete or deletecollection,
-// decoded as kube-apiserver decodes them: from the body when there is one,
-// else from the query.
-func deleteOptionsOf(r *http.Request, data []byte) (*metav1.DeleteOptions, error) {
-	opts := &metav1.DeleteOptions{}
-	if len(data) == 0 {
-		if err := scheme.ParameterCodec.DecodeParameters(r.URL.Query(), metav1.SchemeGroupVersion, opts); err != nil {
-			return nil, apierrors.NewBadRequest(err.Error())
-		}
-		return opts, nil
-	}
-	mediaType := "application/json"
-	if ct := r.Header.Get("Content-Type"); ct != "" {
-		var err error
-		if mediaType, _, err = mime.ParseMediaType(ct); err != nil {
-			return nil, unsupportedDeleteOptions(ct)
-		}
-	}
-	if mediaType == runtime.ContentTypeCBOR {
-		// kube-apiserver's DeleteOptions codecs have no CBOR; the proxy's
-		// own decoder reads it, as for any other body.
-		obj, _, err := body.DecodeOfKind(mediaType, data, schema.GroupVersionKind{Version: "v1", Kind: "DeleteOptions"})
-		if err != nil {
-			return nil, err
-		}
-		if err := runtime.DefaultUnstructuredConverter.FromUnstructured(obj.Object, opts); err != nil {
-			return nil, apierrors.NewBadRequest(fmt.Sprintf("the CBOR body is not DeleteOptions: %v", err))
-		}
-		return opts, nil
-	}
-	info, ok := runtime.SerializerInfoForMediaType(scheme.Codecs.SupportedMediaTypes(), mediaType)
-	if !ok {
-		return nil, unsupportedDeleteOptions(mediaType)
-	}
-	defaultGVK := metav1.SchemeGroupVersion.WithKind("DeleteOptions")
-	obj, _, err := scheme.Codecs.DecoderToVersion(info.Serializer, metav1.SchemeGroupVersion).Decode(data, &defaultGVK, opts)
-	if err != nil {
-		return nil, apierrors.NewBadRequest(err.Error())
-	}
-	if obj != opts {
-		return nil, apierrors.NewBadRequest("decoded object cannot be converted to DeleteOptions")
-	}
-	return opts, nil
-}
-
 // collectionRefused: an object of the deletecollection may not be
 // deleted after all (decided again after a reservation conflict).
 type collectionRefused struct{ verdict decision.CollectionVerdict }
 
 func (e *collectionRefused) Error() string {
 	return "an object of the deletecollection may not be deleted"
-}
-
-func unsupportedDeleteOptions(mediaType string) *apierrors.StatusError {
-	return &apierrors.StatusError{ErrStatus: metav1.Status{
-		Status:  metav1.StatusFailure,
-		Code:    http.StatusUnsupportedMediaType,
-		Reason:  metav1.StatusReasonUnsupportedMediaType,
-		Message: fmt.Sprintf("the body of a deletecollection must be DeleteOptions in JSON, YAML, protobuf or CBOR; got Content-Type %q", mediaType),
-	}}
 }

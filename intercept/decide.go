@@ -1,20 +1,45 @@
 // Deciding on a facts value: the pure decision package's input built from
 // it, under the parent the write ends up with and under the one it moves
-// the child away from, and what the decision may still ask for
-// (decision.Needs).
+// the child away from, and the loop that fetches what the decision still
+// asks for (decision.Needs) into a new facts value and decides again.
 
 package intercept
 
 import (
 	"context"
+	"net/http"
 
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/runtime/schema"
 
+	"github.com/kausality-io/kausality-proxy/intercept/allowance"
 	"github.com/kausality-io/kausality-proxy/intercept/annotations"
 	"github.com/kausality-io/kausality-proxy/intercept/decision"
 	"github.com/kausality-io/kausality-proxy/intercept/desired"
 	"github.com/kausality-io/kausality-proxy/intercept/patch"
+	"github.com/kausality-io/kausality-proxy/intercept/upstream"
 )
+
+// maxFetchRounds bounds the fetches of one decision; decision.Needs asks
+// for each fact at most once, so it is never reached in practice.
+const maxFetchRounds = 4
+
+// decideOnFacts decides f, fetching what the decision still needs into a
+// new facts value and deciding again until it needs nothing more.
+func (i *Interceptor) decideOnFacts(r *http.Request, f facts, up upstream.Port) (facts, decision.Decision, error) {
+	for fetches := 0; ; fetches++ {
+		d := i.decide(&f)
+		need := decision.Needs(&d, f.held())
+		if need.None() || fetches == maxFetchRounds {
+			return f, d, nil
+		}
+		next, err := i.refetch(r, f, need, up)
+		if err != nil {
+			return f, d, err
+		}
+		f = next
+	}
+}
 
 // decide decides f. It reads nothing: every fact it uses is in f.
 func (i *Interceptor) decide(f *facts) decision.Decision {
@@ -128,9 +153,12 @@ func (f *facts) staleUpdate() bool {
 
 // allowanceInputs are the facts of f the allowance check needs.
 func (i *Interceptor) allowanceInputs(f *facts) decision.AllowanceInputs {
-	a := decision.AllowanceInputs{Policies: f.req.allowances}
+	var a decision.AllowanceInputs
 	if f.nsAllowanceMode != "" {
 		a.NamespaceAnnotations = map[string]string{annotations.AllowanceMode: f.nsAllowanceMode}
+	}
+	if i.cfg.AllowancePolicies != nil && allowancesChecked(f, a.NamespaceAnnotations) {
+		a.Policies = i.cfg.AllowancePolicies.All()
 	}
 	if f.old != nil && f.old.GetAnnotations()[annotations.Allowances] != "" {
 		if _, r, ok := i.settled.Record(f.old.GetUID()); ok {
@@ -138,6 +166,23 @@ func (i *Interceptor) allowanceInputs(f *facts) decision.AllowanceInputs {
 		}
 	}
 	return a
+}
+
+// allowancesChecked reports whether an allowance mode is on where the
+// allowance check looks for it: the stored object's (allowances it
+// initiates or prunes) or the parent's (allowances its children use),
+// else the namespace's. With every mode off the policies are not read.
+func allowancesChecked(f *facts, namespace map[string]string) bool {
+	for _, obj := range []*unstructured.Unstructured{f.old, f.parent.obj} {
+		var ann map[string]string
+		if obj != nil {
+			ann = obj.GetAnnotations()
+		}
+		if mode, _ := allowance.ModeOf(ann, namespace); mode != allowance.ModeOff {
+			return true
+		}
+	}
+	return false
 }
 
 // context is the request's context, or the background for steps made

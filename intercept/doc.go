@@ -18,7 +18,7 @@
 //     (spec.replicas, or a custom resource's specReplicasPath), confirmed
 //     with kube-apiserver as other writes are (its dry run answers the
 //     Scale it would store); the trace lands on the scaled object in a
-//     follow-up patch (scale.go);
+//     follow-up patch (sidewrites);
 //   - deletecollection, as a DELETE of every object it would delete (the
 //     proxy lists them with the request's selectors, a page at a time and
 //     as metadata unless the caller's approval policies read more, and
@@ -40,42 +40,51 @@
 // headers, and nothing is consumed, written or reported.
 //
 // Before any of this, the caller must be authorized for the write
-// (authorize.go): the proxy reads and writes with credentials stronger than
-// any caller's, so it does nothing for a write kube-apiserver would refuse.
+// (package access): the proxy reads and writes with credentials stronger
+// than any caller's, so it does nothing for a write kube-apiserver would
+// refuse.
 //
-// One write goes one way, and each step is a file entered once:
-// classify (classify.go, final: nothing later rewrites it) → authorize
-// (authorize.go) → gather the facts (facts.go: the body read and decoded
-// once, the stored object, the effective new object, the parent, the
-// namespace, all in one facts value that nothing changes afterwards) →
-// decide (decide.go: the input of the pure decision package) → when the
-// decision says it needs more (decision.Needs: a live read of the object,
-// kube-apiserver's dry-run result, a fresh parent, who may read what),
-// fetch it into a new facts value (refetch.go, the reads in parallel) and
-// decide again → act (act.go: refuse, or prepare the request and forward
-// it through the one upstream port; the parent writes and DriftReports
-// after success) → record (log.go). serve.go orchestrates and is the only
-// file that forwards. A write whose state moved under it (a once
-// approval's reservation conflicted, or the precondition the proxy added
-// failed) goes round again on fresh state, at most decision.MaxRounds
-// times, and a client that sent no resourceVersion never gets a 409 for
-// it. A deletecollection is the same steps for each object it would
-// delete; collection.go lists them and combines their verdicts
-// (decision.CollectionVerdict). Once approvals are reserved and settled
-// in reservations.go (its records in package reservations), with the
-// parent writes of parentwrites.go. Build makes the parts (build.go).
+// One write goes one way, and each step is a file entered once from
+// serve.go, which orchestrates: classify (classify.go, final: nothing
+// later rewrites it) → authorize (access) → gather the facts (gatherOne
+// in facts.go: the body read and decoded once, the stored object, the
+// effective new object, the parent, the namespace, all in one facts value
+// that nothing changes afterwards) → decide (decideOnFacts in decide.go:
+// the input of the pure decision package; when the decision says it needs
+// more, decision.Needs: a live read of the object, kube-apiserver's
+// dry-run result, a fresh parent, who may read what, the loop has the
+// fetchers of facts.go read it into a new facts value, the reads in
+// parallel, and decides again) → act (act in act.go: refuse, or prepare
+// the request, preflight it, reserve its once approval and forward it
+// through the one port to kube-apiserver, package upstream; the parent
+// writes and DriftReports after success) → record (log.go). A write whose
+// state moved under it (a once approval's reservation conflicted, or the
+// precondition the proxy added failed) goes round again on fresh state,
+// at most decision.MaxRounds times, and a client that sent no
+// resourceVersion never gets a 409 for it. A deletecollection is the same
+// steps for each object it would delete; collection.go lists them and
+// combines their verdicts (decision.CollectionVerdict). What fails is
+// answered as failures.go says (the failure policy carried out). Build
+// makes the parts (build.go); interceptor.go is the facade.
 //
 // Pure, no I/O (table-tested on their own; the linter's depguard rule
 // "pure" keeps client-go, net/http and time.Now out of them): allowance,
 // annotations, approval, body, controllerid, decision (the verdict, and
 // the write path's rules in writepath.go), decisionlog, desired, history,
-// lifecycle, patch, policy (ApprovalPolicy matching), rules, settle,
-// trace. I/O: objects (informer caches and live reads with the proxy's
-// credentials), reservations (records of reserved once approvals),
-// settlements (the parents' settledness shared by the replicas), config
-// (the --config file and its watcher), and this package's files, which
-// carry out the decisions (approvalpolicies.go watches the approval
-// policies and writes their status). Reporting drift to people is beside
-// the write path, in report; this package hands it decided writes
-// through report.Reporter and nothing else.
+// lifecycle, patch, policy (ApprovalPolicy matching, and the Ready
+// condition of every policy kind), rules, settle, trace. I/O: objects
+// (informer caches and live reads with the proxy's credentials), access
+// (the caller's SubjectAccessReviews), upstream (kube-apiserver as the
+// caller), sidewrites (the proxy's own writes around a forwarded write:
+// a decision's parent annotations, once approvals reserved, put back and
+// settled, orphans included, the trace of a /scale write), reservations
+// (the records of reserved once approvals), scalepath (where a custom
+// resource's /scale keeps its replicas), policywatch (the ApprovalPolicy,
+// ClusterApprovalPolicy and AllowancePolicy informers, compiled once per
+// generation, and the writer of their Ready condition), settlements (the
+// parents' settledness shared by the replicas), config (the --config
+// file and its watcher), and this package's files, which carry out one
+// write. Reporting drift to people is beside the write path, in report;
+// this package hands it decided writes through report.Reporter and
+// nothing else.
 package intercept

@@ -1,7 +1,10 @@
 // The facts of one write, gathered once into a value that nothing changes
 // afterwards: the kind, the stored object, the effective new object, the
 // desired-state change, the parent and the namespace. When a decision
-// needs more (refetch.go), a new value is made from the old one.
+// needs more, the loop in decide.go has it fetched here into a new value
+// made from the old one: a live read of the object, kube-apiserver's own
+// result for the write, a live read of the parent, and whether the caller
+// may read them. Those reads are independent, so they run together.
 
 package intercept
 
@@ -13,7 +16,6 @@ import (
 	"io"
 	"net/http"
 	"os"
-	"strconv"
 	"sync"
 	"time"
 
@@ -33,7 +35,9 @@ import (
 	"github.com/kausality-io/kausality-proxy/intercept/history"
 	"github.com/kausality-io/kausality-proxy/intercept/objects"
 	"github.com/kausality-io/kausality-proxy/intercept/patch"
+	"github.com/kausality-io/kausality-proxy/intercept/scalepath"
 	"github.com/kausality-io/kausality-proxy/intercept/settle"
+	"github.com/kausality-io/kausality-proxy/intercept/upstream"
 )
 
 var namespacesGVR = schema.GroupVersionResource{Version: "v1", Resource: "namespaces"}
@@ -98,6 +102,24 @@ type parentFacts struct {
 	// revisions the parent controls, when the write deletes one of them.
 	revisions []history.Revision
 	hidden    bool
+}
+
+// gatherOne reads the body of rq's write of one object from r and gathers
+// its facts. On an error, the facts are those known so far.
+func (i *Interceptor) gatherOne(w http.ResponseWriter, r *http.Request, rq *writeRequest) (facts, error) {
+	f := facts{req: rq, op: rq.w.op, namespace: rq.w.namespace, dryRun: rq.w.dryRun}
+	data, err := i.readInterceptedBody(w, r)
+	if err != nil {
+		return f, err
+	}
+	bodyDryRun, err := deleteDryRun(r, rq.w, data)
+	if err != nil {
+		return f, err
+	}
+	// kube-apiserver reads a delete's options from its body: a dry run
+	// there is as much a dry run as one in the query, and must consume
+	// nothing.
+	return i.gather(r.Context(), rq, data, rq.w.dryRun || bodyDryRun)
 }
 
 // gather reads the facts of the write whose body is data.
@@ -553,7 +575,7 @@ func builtinTC() managedfields.TypeConverter {
 // request can still be forwarded untouched.
 func readBody(w http.ResponseWriter, r *http.Request, limit int64) (data []byte, tooLarge bool, err error) {
 	if r.Body == nil || r.Body == http.NoBody {
-		restoreBody(r, nil)
+		upstream.RestoreBody(r, nil)
 		return nil, false, nil
 	}
 	if deadline, ok := r.Context().Deadline(); ok {
@@ -579,7 +601,7 @@ func readBody(w http.ResponseWriter, r *http.Request, limit int64) (data []byte,
 		return data, true, nil
 	}
 	_ = orig.Close()
-	restoreBody(r, data)
+	upstream.RestoreBody(r, data)
 	return data, false, nil
 }
 
@@ -591,20 +613,6 @@ func bodyTimeout() error {
 		Message: "the request body did not arrive within the proxy's --request-timeout (or the request's shorter ?timeout=); nothing was written",
 		Details: &metav1.StatusDetails{RetryAfterSeconds: 1},
 	}}
-}
-
-// restoreBody makes data the body of r. The body is then in hand, so an
-// "Expect: 100-continue" of the caller's is dropped: passed upstream it
-// makes kube-apiserver answer "100 Continue" first, which the reverse proxy
-// relays as the first status of every answer the proxy reads or relays for
-// this write (a dry run taken for refused, a real answer for its interim
-// status).
-func restoreBody(r *http.Request, data []byte) {
-	r.Header.Del("Expect")
-	r.Body = io.NopCloser(bytes.NewReader(data))
-	r.ContentLength = int64(len(data))
-	r.GetBody = func() (io.ReadCloser, error) { return io.NopCloser(bytes.NewReader(data)), nil }
-	r.Header.Set("Content-Length", strconv.Itoa(len(data)))
 }
 
 // evictionGVK is the kind of an eviction's body when it names none.
@@ -619,7 +627,7 @@ var evictionGVK = schema.GroupVersionKind{Group: "policy", Version: "v1", Kind: 
 func deleteDryRun(r *http.Request, wr *write, data []byte) (bool, error) {
 	switch {
 	case r.Method == http.MethodDelete && wr.sub == mainResource:
-		opts, err := deleteOptionsOf(r, data)
+		opts, err := upstream.DeleteOptionsOf(r, data)
 		if err != nil {
 			return false, err
 		}
@@ -668,4 +676,265 @@ func (i *Interceptor) readShadowBody(w http.ResponseWriter, r *http.Request) ([]
 		err = fmt.Errorf("body larger than %d bytes: not decided", i.cfg.MaxBodyBytes)
 	}
 	return data, err
+}
+
+var scaleKind = schema.GroupVersionKind{Group: "autoscaling", Version: "v1", Kind: "Scale"}
+
+// scaledObject turns a /scale write into the write of the replicas field on
+// the scaled object it amounts to (HPA and kubectl scale become spec
+// writes). A PATCH applies to the Scale the apiserver would serve for the
+// stored object, owners of the replicas field included, so apply conflicts
+// match.
+func (i *Interceptor) scaledObject(ctx context.Context, f *facts) (*unstructured.Unstructured, error) {
+	wr := f.req.w
+	path, err := i.specReplicasPath(ctx, wr.gvr)
+	if err != nil {
+		return nil, err
+	}
+	scale := f.sent
+	if wr.verb == "patch" {
+		current, err := desired.ScaleFromTarget(f.old, path)
+		if err != nil {
+			return nil, err
+		}
+		ns := f.namespace
+		scale, err = patch.Apply(f.patchType, current, f.data, patch.Options{FieldManager: wr.fieldManager, Kind: scaleKind, Name: wr.info.Name, Namespace: &ns})
+		if err != nil {
+			return nil, err
+		}
+	}
+	return desired.ScaleToPath(scale, f.old, path)
+}
+
+// specReplicasPath is where the /scale of gvr writes. A resource without
+// a scale subresource is kube-apiserver's 404.
+func (i *Interceptor) specReplicasPath(ctx context.Context, gvr schema.GroupVersionResource) (string, error) {
+	path, scalable, err := i.scalePaths.SpecReplicasPath(ctx, gvr)
+	var unreadable *scalepath.UnreadableError
+	switch {
+	case errors.As(err, &unreadable):
+		return "", i.unresolvable(unreadable.Err)
+	case err != nil:
+		return "", err
+	case !scalable:
+		return "", resourceNotFound()
+	}
+	return path, nil
+}
+
+// maxConfirmAnswer bounds what is kept of a confirming dry run's answer:
+// the object kube-apiserver would store.
+const maxConfirmAnswer = 16 << 20
+
+// serverResult is kube-apiserver's own view of the write: the object as
+// stored (nil: deleted meanwhile) and the object the write would store.
+type serverResult struct {
+	live, stored *unstructured.Unstructured
+}
+
+// refetch returns f with need fetched. r is the client's request, which a
+// dry run repeats through up.
+func (i *Interceptor) refetch(r *http.Request, f facts, need decision.Need, up upstream.Port) (facts, error) {
+	got, err := i.fetch(r, &f, need, up)
+	if err != nil {
+		return f, err
+	}
+	if need.FreshParent && f.parent.obj != nil {
+		f.parent = got.parent
+	}
+	switch {
+	case need.ServerResult:
+		f.confirmed = true
+		if got.server.live != nil {
+			f.old, f.new, f.childLive, f.oldIsMetadata = got.server.live, got.server.stored, true, false
+			f.precondition = got.server.live.GetResourceVersion()
+			f.changed, f.changes = desiredChange(f.op, f.old, f.new)
+		}
+	case need.LiveChild && got.live != nil:
+		if f, err = i.withLiveChild(r.Context(), f, got.live); err != nil {
+			return f, err
+		}
+	}
+	ctx := r.Context()
+	if need.ChildAccess {
+		f.childAccessKnown = true
+		f.mayReadChild = f.kind.GroupKind() != (schema.GroupKind{Kind: "Secret"}) && i.access.MayGet(ctx, writeAttributes(f.req.user, f.req.w, "get"), f.req.w.info.Name)
+	}
+	if need.ParentAccess {
+		f.parentAccessKnown = true
+		if f.parent.obj != nil {
+			f.parent.hidden = !i.access.MayGetParent(ctx, f.req.user, f.parent.obj)
+		}
+		if f.formerParent.obj != nil {
+			f.formerParent.hidden = !i.access.MayGetParent(ctx, f.req.user, f.formerParent.obj)
+		}
+	}
+	return f, nil
+}
+
+// fetched is what one round of reads brought.
+type fetched struct {
+	live   *unstructured.Unstructured
+	server serverResult
+	parent parentFacts
+}
+
+// fetch makes the independent reads need asks for, together.
+func (i *Interceptor) fetch(r *http.Request, f *facts, need decision.Need, up upstream.Port) (fetched, error) {
+	var (
+		got                        fetched
+		wg                         sync.WaitGroup
+		liveErr, serverErr, parErr error
+	)
+	if need.LiveChild {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			got.live, liveErr = i.liveChild(r.Context(), f)
+		}()
+	}
+	if need.ServerResult {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			got.server, serverErr = i.serverResultOf(r, f, up)
+		}()
+	}
+	if need.FreshParent && f.parent.obj != nil {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			got.parent, parErr = i.freshParent(r.Context(), f)
+		}()
+	}
+	wg.Wait()
+	return got, errors.Join(serverErr, liveErr, parErr)
+}
+
+// withLiveChild returns f with the stored object read live, and what the
+// write makes of it: a PUT's object is the client's whatever is stored; a
+// patch and a /scale write apply to it.
+func (i *Interceptor) withLiveChild(ctx context.Context, f facts, live *unstructured.Unstructured) (facts, error) {
+	f.old, f.childLive, f.oldIsMetadata = live, true, false
+	var err error
+	switch {
+	case f.req.w.sub == scaleSubresource:
+		f.new, err = i.scaledObject(ctx, &f)
+	case f.req.w.verb == "patch":
+		f.new, err = patched(&f)
+	}
+	if err != nil {
+		return f, err
+	}
+	if f.req.w.sub != statusSubresource {
+		f.changed, f.changes = desiredChange(f.op, f.old, f.new)
+	}
+	return f, nil
+}
+
+// afresh returns f as a new round starts it after the state moved: the
+// object and its parent are read live again, and nothing the last round
+// confirmed counts.
+func (i *Interceptor) afresh(r *http.Request, f facts, up upstream.Port) (facts, error) {
+	f.confirmed, f.precondition, f.childLive = false, "", false
+	if f.op == decision.Create {
+		return i.refetch(r, f, decision.Need{FreshParent: true}, up)
+	}
+	return i.refetch(r, f, decision.Need{LiveChild: true, FreshParent: true}, up)
+}
+
+// liveChild reads the stored object live; nil when it is gone (then
+// kube-apiserver answers the write itself).
+func (i *Interceptor) liveChild(ctx context.Context, f *facts) (*unstructured.Unstructured, error) {
+	wr := f.req.w
+	live, err := i.cfg.Objects.GetLive(ctx, wr.gvr, f.namespace, wr.info.Name)
+	switch {
+	case apierrors.IsNotFound(err):
+		return nil, nil
+	case err != nil:
+		return nil, i.unresolvable(fmt.Errorf("reading the stored %s %s: %w", f.kind.Kind, qualifiedName(f.namespace, wr.info.Name), err))
+	}
+	return live, nil
+}
+
+// serverResultOf reads the stored object live and asks kube-apiserver, in
+// a dry run as the caller, what the same request would store. The
+// answer is read here, whatever the caller accepts.
+func (i *Interceptor) serverResultOf(r *http.Request, f *facts, up upstream.Port) (serverResult, error) {
+	var (
+		wg      sync.WaitGroup
+		live    *unstructured.Unstructured
+		liveErr error
+	)
+	if f.childLive {
+		// Read live already, for this round: the precondition is that
+		// read's resourceVersion.
+		live = f.old
+	} else {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			live, liveErr = i.liveChild(r.Context(), f)
+		}()
+	}
+	dry := r.Clone(r.Context())
+	dry.Header.Set("Accept", "application/json")
+	answer, err := up.DryRun(dry, f.data, maxConfirmAnswer)
+	wg.Wait()
+	if err != nil {
+		return serverResult{}, err
+	}
+	if liveErr != nil {
+		return serverResult{}, liveErr
+	}
+	if live == nil {
+		// Deleted meanwhile: kube-apiserver answers the write itself.
+		return serverResult{}, nil
+	}
+	if !answer.Succeeded() {
+		return serverResult{}, &upstream.RefusedError{Answer: answer}
+	}
+	if answer.Truncated() {
+		return serverResult{}, i.unresolvable(fmt.Errorf("kube-apiserver's dry run of this write answered more than %d bytes", maxConfirmAnswer))
+	}
+	stored := &unstructured.Unstructured{}
+	if err := stored.UnmarshalJSON(answer.Body()); err != nil {
+		return serverResult{}, i.unresolvable(fmt.Errorf("reading kube-apiserver's dry run of this write: %w", err))
+	}
+	if f.req.w.sub == scaleSubresource {
+		// The answer is the Scale kube-apiserver would store: the object
+		// it scales is the live one with those replicas.
+		path, err := i.specReplicasPath(r.Context(), f.req.w.gvr)
+		if err != nil {
+			return serverResult{}, err
+		}
+		if stored, err = desired.ScaleToPath(stored, live, path); err != nil {
+			return serverResult{}, apierrors.NewInternalError(err)
+		}
+	}
+	return serverResult{live: live, stored: stored}, nil
+}
+
+// freshParent reads f's parent live.
+func (i *Interceptor) freshParent(ctx context.Context, f *facts) (parentFacts, error) {
+	p := f.parent.obj
+	m, err := i.cfg.Objects.Mapping(p.GroupVersionKind())
+	if err != nil {
+		return parentFacts{}, i.unresolvable(err)
+	}
+	ns := p.GetNamespace()
+	if m.Scope.Name() == meta.RESTScopeNameRoot {
+		ns = ""
+	}
+	fresh, err := i.cfg.Objects.GetLive(ctx, m.Resource, ns, p.GetName())
+	if apierrors.IsNotFound(err) {
+		ref := metav1.OwnerReference{APIVersion: p.GetAPIVersion(), Kind: p.GetKind(), Name: p.GetName(), UID: p.GetUID()}
+		return parentFacts{obj: goneParent(&ref, f.namespace), source: "gone", hidden: f.parent.hidden}, nil
+	}
+	if err != nil {
+		return parentFacts{}, i.unresolvable(fmt.Errorf("re-reading the parent: %w", err))
+	}
+	pf := i.parentFactsOf(ctx, f, fresh, "live")
+	pf.hidden = f.parent.hidden
+	return pf, nil
 }

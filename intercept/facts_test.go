@@ -6,6 +6,8 @@ import (
 	"net/http/httptest"
 	"strings"
 	"testing"
+
+	"github.com/kausality-io/kausality-proxy/intercept/upstream"
 )
 
 // A body read whole is forwarded without the caller's Expect: nothing is
@@ -21,7 +23,7 @@ func TestReadBodyDropsExpectContinue(t *testing.T) {
 	if got := r.Header.Get("Expect"); got != "" {
 		t.Fatalf("Expect %q is still on the request", got)
 	}
-	dry, err := dryRunOf(r, data)
+	dry, err := upstream.DryRunOf(r, data)
 	if err != nil {
 		t.Fatal(err)
 	}

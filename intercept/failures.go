@@ -111,3 +111,20 @@ func resourceNotFound() error {
 type ignoredError struct{ err error }
 
 func (e *ignoredError) Error() string { return e.err.Error() }
+
+// fail answers err, or lets the write through undecided when the failure
+// policy says so.
+func (i *Interceptor) fail(x exchange, f *facts, err error) {
+	if warning, ok := ignoredWarning(err); ok {
+		i.logError(f, "ignored-failure", err)
+		x.w.Header().Add("Warning", warning)
+		x.up.Send(x.w, x.r)
+		return
+	}
+	i.logError(f, "error", err)
+	if apierrors.IsTooManyRequests(err) {
+		// client-go retries a 429 that says when, by itself.
+		x.w.Header().Set("Retry-After", "1")
+	}
+	x.writeError(x.w, err)
+}

@@ -25,6 +25,7 @@ import (
 	"github.com/kausality-io/kausality-proxy/intercept/config"
 	"github.com/kausality-io/kausality-proxy/intercept/decision"
 	"github.com/kausality-io/kausality-proxy/intercept/patch"
+	"github.com/kausality-io/kausality-proxy/intercept/upstream"
 )
 
 var infoFactory = &request.RequestInfoFactory{APIPrefixes: sets.NewString("api", "apis"), GrouplessAPIPrefixes: sets.NewString("api")}
@@ -339,7 +340,7 @@ func TestDryRunGoesWhereKubeAPIServerReadsIt(t *testing.T) {
 			if tc.contentType != "" {
 				r.Header.Set("Content-Type", tc.contentType)
 			}
-			dry, err := dryRunOf(r, []byte(tc.body))
+			dry, err := upstream.DryRunOf(r, []byte(tc.body))
 			if err != nil {
 				t.Fatal(err)
 			}

@@ -2,6 +2,7 @@ package intercept
 
 import (
 	"context"
+	"errors"
 	"net/http"
 	"time"
 
@@ -12,13 +13,18 @@ import (
 	"k8s.io/client-go/metadata"
 	"k8s.io/utils/clock"
 
+	"github.com/kausality-io/kausality-proxy/intercept/access"
+	"github.com/kausality-io/kausality-proxy/intercept/allowance"
 	"github.com/kausality-io/kausality-proxy/intercept/annotations"
 	"github.com/kausality-io/kausality-proxy/intercept/config"
 	"github.com/kausality-io/kausality-proxy/intercept/decision"
 	"github.com/kausality-io/kausality-proxy/intercept/objects"
+	"github.com/kausality-io/kausality-proxy/intercept/policy"
 	"github.com/kausality-io/kausality-proxy/intercept/reservations"
+	"github.com/kausality-io/kausality-proxy/intercept/scalepath"
 	"github.com/kausality-io/kausality-proxy/intercept/settle"
 	"github.com/kausality-io/kausality-proxy/intercept/settlements"
+	"github.com/kausality-io/kausality-proxy/intercept/sidewrites"
 	"github.com/kausality-io/kausality-proxy/report"
 )
 
@@ -39,6 +45,29 @@ const (
 // FieldManager is the field manager of the proxy's own writes (approval
 // reservations, controller identity, phase).
 const FieldManager = "kausality-proxy"
+
+// PolicySource gives decisions the approval policies of a writer, and
+// takes back what their evaluation found.
+type PolicySource interface {
+	// For returns the compiled policies that apply to user, namespaced
+	// first, then cluster policies by name. It does no I/O.
+	For(user string) []*policy.Compiled
+	// Report records evaluations that exceeded the cost limit or a
+	// write's budget, for the policies' status.
+	Report(problems []policy.EvalProblem)
+}
+
+// AllowanceSource gives decisions the AllowancePolicies, and takes back
+// what their evaluation found.
+type AllowanceSource interface {
+	// All returns every compiled policy, invalid ones included, by name.
+	// It does no I/O and the slice must not be changed.
+	All() []*allowance.Compiled
+	// Report records problems evaluations ran into, for the status.
+	Report(problems []allowance.EvalProblem)
+	// HasSynced reports whether All holds what kube-apiserver has.
+	HasSynced() bool
+}
 
 // Config configures an Interceptor.
 type Config struct {
@@ -79,7 +108,7 @@ type Config struct {
 	Policies PolicySource
 	// AllowancePolicies are the compiled AllowancePolicies; nil means
 	// none, and readiness waits for nothing.
-	AllowancePolicies *AllowancePolicies
+	AllowancePolicies AllowanceSource
 	// Clock tells decisions the time (snooze, trace timestamps) and
 	// measures latency; nil is the real clock.
 	Clock clock.PassiveClock
@@ -95,6 +124,10 @@ type Config struct {
 	Settlements *settlements.Store
 }
 
+// DefaultReservationOrphanAge is when a reservation whose replica has not
+// settled it is settled by any replica.
+const DefaultReservationOrphanAge = sidewrites.DefaultReservationOrphanAge
+
 // Interceptor holds what write interception needs across requests.
 type Interceptor struct {
 	cfg     Config
@@ -103,12 +136,16 @@ type Interceptor struct {
 	// the caches and from the parents read for decisions.
 	settled *settle.Memory
 	// scalePaths remembers where custom resources keep their replicas.
-	scalePaths replicaPaths
+	scalePaths *scalepath.Resolver
 	// watcher and stopBackground are set by Build, which owns the parts.
 	watcher        *config.Watcher
 	stopBackground context.CancelFunc
-	// settling bounds the reservations settled in the background.
-	settling chan struct{}
+	// access asks what the caller may do.
+	access *access.Checker
+	// sideWriter makes the proxy's own writes to parents.
+	sideWriter *sidewrites.Writer
+	// approvals reserves once approvals and settles them.
+	approvals *sidewrites.Approvals
 }
 
 // New returns an Interceptor. A nil Objects store makes it a pass-through:
@@ -139,8 +176,11 @@ func New(cfg Config) *Interceptor {
 	if cfg.ReservationOrphanAge <= 0 {
 		cfg.ReservationOrphanAge = DefaultReservationOrphanAge
 	}
-	i := &Interceptor{cfg: cfg, metrics: newMetrics(cfg.Metrics), settled: settle.NewMemory(0, time.Now),
-		settling: make(chan struct{}, maxSettlingReservations)}
+	i := &Interceptor{cfg: cfg, metrics: newMetrics(cfg.Metrics), settled: settle.NewMemory(0, time.Now)}
+	i.access = &access.Checker{Authorizer: cfg.Authorizer, Objects: cfg.Objects}
+	i.scalePaths = scalepath.New(cfg.Objects, cfg.Clock)
+	i.sideWriter = &sidewrites.Writer{Objects: cfg.Objects, Dynamic: cfg.Writer, FieldManager: FieldManager, Log: cfg.Log, Timeout: cfg.SideWriteTimeout}
+	i.approvals = sidewrites.NewApprovals(i.sideWriter, cfg.Reservations, cfg.Clock, cfg.ReservationOrphanAge, i.metrics.reservation)
 	if cfg.Settlements != nil {
 		cfg.Settlements.Attach(i.settled)
 	}
@@ -163,4 +203,39 @@ func (i *Interceptor) Wrap(forward http.Handler, writeError ErrorWriter) http.Ha
 		}
 		i.serveWrite(w, r, write, forward, writeError)
 	})
+}
+
+// errPoliciesNotSynced is what readiness reports while the approval
+// policies are still being listed.
+var errPoliciesNotSynced = errors.New("the approval-policy caches have not synced")
+
+// errAllowancePoliciesNotSynced is what readiness reports while the
+// allowance policies are still being listed: a controller's write checked
+// before would be a violation a policy allows.
+var errAllowancePoliciesNotSynced = errors.New("the allowance-policy cache has not synced")
+
+// errSettlementsNotSynced is what readiness reports while the records of
+// the parents' settledness are still being read: a replica that decided
+// before would be lenient about parents the cluster records as settled.
+var errSettlementsNotSynced = errors.New("the records of the parents' settledness have not been read yet")
+
+// Ready reports why the write path cannot decide as it would with complete
+// information yet, or nil when it can. The caches it waits for are those
+// every decision may consult: the approval and allowance policies and the
+// records of settledness. The object caches start lazily and fall back to
+// live reads, so they never hold a decision back.
+func (i *Interceptor) Ready() error {
+	if i == nil {
+		return nil
+	}
+	if s, ok := i.cfg.Policies.(interface{ HasSynced() bool }); ok && !s.HasSynced() {
+		return errPoliciesNotSynced
+	}
+	if i.cfg.AllowancePolicies != nil && !i.cfg.AllowancePolicies.HasSynced() {
+		return errAllowancePoliciesNotSynced
+	}
+	if i.cfg.Settlements != nil && !i.cfg.Settlements.HasSynced() {
+		return errSettlementsNotSynced
+	}
+	return nil
 }

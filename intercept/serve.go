@@ -1,14 +1,14 @@
-// The orchestration of intercepted writes, in one direction: classify
-// (classify.go, final) → gather the facts (facts.go, one value) → decide
-// (decide.go, the pure decision package) and fetch what the decision
-// still needs into a new facts value (refetch.go) → act (act.go,
-// reservations.go, parentwrites.go). A write whose state moved under it
-// (a reservation conflict, the proxy's own precondition failing) goes
-// round again on fresh state, at most decision.MaxRounds times. A
+// The orchestration of intercepted writes, in one direction, each step
+// called once: classify (classify.go, final) → authorize (package access)
+// → gather the facts (facts.go, one value) → decide (decide.go: the pure
+// decision package, and the loop that has facts.go fetch what the decision
+// still needs into a new facts value) → act (act.go, with the port to
+// kube-apiserver in package upstream and the proxy's own writes in package
+// sidewrites) → record (log.go). A write whose state moved under it (a
+// reservation conflict, the proxy's own precondition failing) goes round
+// again on fresh state, at most decision.MaxRounds times. A
 // deletecollection is the same steps for each object it would delete
-// (collection.go lists them and combines their verdicts). This file alone
-// reaches kube-apiserver as the caller, through the upstream port
-// (act.go).
+// (collection.go lists them and combines their verdicts).
 
 package intercept
 
@@ -22,15 +22,16 @@ import (
 	"time"
 
 	"go.uber.org/zap"
-	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apiserver/pkg/authentication/user"
 	"k8s.io/apiserver/pkg/endpoints/request"
 
+	"github.com/kausality-io/kausality-proxy/intercept/access"
 	"github.com/kausality-io/kausality-proxy/intercept/allowance"
 	"github.com/kausality-io/kausality-proxy/intercept/annotations"
 	"github.com/kausality-io/kausality-proxy/intercept/config"
 	"github.com/kausality-io/kausality-proxy/intercept/decision"
 	"github.com/kausality-io/kausality-proxy/intercept/policy"
+	"github.com/kausality-io/kausality-proxy/intercept/upstream"
 	"github.com/kausality-io/kausality-proxy/internal/httpx"
 )
 
@@ -47,10 +48,9 @@ type writeRequest struct {
 	// one per request, so that deciding again reuses what it found, and
 	// one evaluation budget covers the request.
 	policies *policy.Matcher
-	// allowances are the AllowancePolicies as the request found them, and
-	// ctx bounds their CEL evaluations to the request.
-	allowances []*allowance.Compiled
-	ctx        context.Context
+	// ctx bounds the CEL evaluations of the allowance policies to the
+	// request.
+	ctx context.Context
 }
 
 func (i *Interceptor) newWriteRequest(r *http.Request, wr *write) *writeRequest {
@@ -61,10 +61,9 @@ func (i *Interceptor) newWriteRequest(r *http.Request, wr *write) *writeRequest 
 	if i.cfg.Policies != nil && u != nil {
 		rq.policies = policy.NewMatcher(r.Context(), i.cfg.Policies.For(u.GetName())...)
 	}
+	// All of one request's allowance CEL evaluations, every round and every
+	// object of a collection, draw on one budget.
 	rq.ctx = allowance.WithBudget(r.Context(), allowance.NewBudget())
-	if i.cfg.AllowancePolicies != nil {
-		rq.allowances = i.cfg.AllowancePolicies.All()
-	}
 	return rq
 }
 
@@ -81,10 +80,6 @@ func (rq *writeRequest) controllerName() string {
 	return rq.controller.Name
 }
 
-// maxFetchRounds bounds the fetches of one decision; decision.Needs asks
-// for each fact at most once, so it is never reached in practice.
-const maxFetchRounds = 4
-
 // maxPreflightAnswer bounds what is kept of a dry run's answer; only a
 // refusal is relayed, and refusals are small Status objects.
 const maxPreflightAnswer = 1 << 20
@@ -94,32 +89,15 @@ const maxPreflightAnswer = 1 << 20
 type exchange struct {
 	w          http.ResponseWriter
 	r          *http.Request
-	up         upstream
+	up         upstream.Port
 	writeError ErrorWriter
-}
-
-// fail answers err, or lets the write through undecided when the failure
-// policy says so.
-func (i *Interceptor) fail(x exchange, f *facts, err error) {
-	if warning, ok := ignoredWarning(err); ok {
-		i.logError(f, "ignored-failure", err)
-		x.w.Header().Add("Warning", warning)
-		x.up.send(x.w, x.r)
-		return
-	}
-	i.logError(f, "error", err)
-	if apierrors.IsTooManyRequests(err) {
-		// client-go retries a 429 that says when, by itself.
-		x.w.Header().Set("Retry-After", "1")
-	}
-	x.writeError(x.w, err)
 }
 
 func (i *Interceptor) serveWrite(w http.ResponseWriter, r *http.Request, wr *write, next http.Handler, writeError ErrorWriter) {
 	rq := i.newWriteRequest(r, wr)
-	x := exchange{w: w, r: r, up: forwarder{next}, writeError: writeError}
+	x := exchange{w: w, r: r, up: upstream.Forwarder{Next: next}, writeError: writeError}
 	// Nothing is read, decoded or written for a caller who may not write.
-	if err := i.authorizeWrite(r.Context(), rq.user, wr); err != nil {
+	if err := i.access.Write(r.Context(), writeAttributes(rq.user, wr, wr.info.Verb), wr.info.Name); err != nil {
 		i.refuseUnauthorized(x, rq, err)
 		return
 	}
@@ -137,19 +115,19 @@ func (i *Interceptor) serveWrite(w http.ResponseWriter, r *http.Request, wr *wri
 // allowed to make it.
 func (i *Interceptor) refuseUnauthorized(x exchange, rq *writeRequest, err error) {
 	f := &facts{req: rq, op: rq.w.op, namespace: rq.w.namespace, dryRun: rq.w.dryRun}
-	var unavailable *authorizationUnavailableError
+	var unavailable *access.UnavailableError
 	switch {
 	case rq.shadow():
 		// Shadow changes nothing: kube-apiserver answers as it would
 		// without the proxy.
-		x.up.send(x.w, x.r)
+		x.up.Send(x.w, x.r)
 	case errors.As(err, &unavailable) && decision.OnFailure(i.cfg.FailurePolicy, decision.Unreachable).Forward:
 		i.logError(f, "ignored-failure", err)
 		x.w.Header().Add("Warning", formatWarning("kausality: no drift decision was made (--failure-policy=Ignore): "+err.Error()))
-		x.up.send(x.w, x.r)
+		x.up.Send(x.w, x.r)
 	case errors.As(err, &unavailable):
 		i.logError(f, "error", err)
-		x.writeError(x.w, unavailable.status())
+		x.writeError(x.w, unavailable.Status())
 	default:
 		x.writeError(x.w, err)
 	}
@@ -157,190 +135,53 @@ func (i *Interceptor) refuseUnauthorized(x exchange, rq *writeRequest, err error
 
 // serveOne serves a write of one object.
 func (i *Interceptor) serveOne(x exchange, rq *writeRequest) {
-	f := facts{req: rq, op: rq.w.op, namespace: rq.w.namespace, dryRun: rq.w.dryRun}
-	data, err := i.readInterceptedBody(x.w, x.r)
+	f, err := i.gatherOne(x.w, x.r, rq)
 	if err != nil {
-		i.fail(x, &f, err)
-		return
-	}
-	bodyDryRun, err := deleteDryRun(x.r, rq.w, data)
-	if err != nil {
-		i.fail(x, &f, err)
-		return
-	}
-	// kube-apiserver reads a delete's options from its body: a dry run
-	// there is as much a dry run as one in the query, and must consume
-	// nothing.
-	if f, err = i.gather(x.r.Context(), rq, data, rq.w.dryRun || bodyDryRun); err != nil {
 		i.fail(x, &f, err)
 		return
 	}
 	if f.op == decision.Delete && f.old == nil {
 		// Deleting what does not exist: kube-apiserver answers 404 itself.
-		x.up.send(x.w, x.r)
+		x.up.Send(x.w, x.r)
 		return
 	}
 	preflighted := false
-rounds:
 	for round := 1; ; round++ {
 		var d decision.Decision
 		f, d, err = i.decideOnFacts(x.r, f, x.up)
-		var refused *refusedByServer
+		var refused *upstream.RefusedError
 		switch {
 		case errors.As(err, &refused):
 			// The write itself would be refused the same way; nothing
 			// was changed anywhere.
-			refused.answer.replay(x.w, x.writeError)
+			refused.Answer.Replay(x.w, x.writeError)
 			i.recordDecision(&f, &d, "dry-run-refused")
 			return
 		case err != nil:
 			i.fail(x, &f, err)
 			return
 		}
-		var (
-			out      forwarded
-			reserved *reservedWrite
-		)
-		for _, step := range decision.StepsFor(&d, f.dryRun, preflighted) {
-			switch step {
-			case decision.StepRefuse:
-				i.deny(x.w, &f, &d, x.writeError)
-				return
-			case decision.StepPrepare:
-				if out, err = prepare(x.r, &f, &d); err != nil {
-					i.fail(x, &f, err)
-					return
-				}
-			case decision.StepPreflight:
-				if !i.preflight(x, out.req) {
-					i.recordDecision(&f, &d, "dry-run-refused")
-					return
-				}
-				preflighted = true
-			case decision.StepReserve:
-				rw, err := i.reserve(x.r.Context(), &f, d.ApprovalsUpdate)
-				if err != nil {
-					if f, err = i.afterReservationError(x, f, &d, err, round); err != nil {
-						i.fail(x, &f, err)
-						return
-					}
-					continue rounds
-				}
-				reserved = &rw
-			case decision.StepForward:
-				again, err := i.forward(x, &f, &d, out, reserved, round)
-				if err != nil {
-					i.fail(x, &f, err)
-					return
-				}
-				if !again {
-					return
-				}
-			}
+		moved, err := i.act(x, f, &d, round, &preflighted)
+		switch {
+		case err != nil:
+			i.fail(x, &f, err)
+			return
+		case moved == nothingMoved:
+			return
+		case moved == parentMoved:
+			// Someone else changed the parent (maybe took the approval),
+			// or deleted it: decide again from a fresh snapshot.
+			f, err = i.refetch(x.r, f, decision.Need{FreshParent: true}, x.up)
+		default:
+			// The proxy's precondition failed: the object moved since the
+			// decision. Decide again on what is stored now.
+			f, err = i.afresh(x.r, f, x.up)
 		}
-		// The proxy's precondition failed: the object moved since the
-		// decision. Decide again on what is stored now.
-		if f, err = i.afresh(x.r, f, x.up); err != nil {
+		if err != nil {
 			i.fail(x, &f, err)
 			return
 		}
 	}
-}
-
-// decideOnFacts decides f, fetching what the decision still needs into a
-// new facts value and deciding again until it needs nothing more.
-func (i *Interceptor) decideOnFacts(r *http.Request, f facts, up upstream) (facts, decision.Decision, error) {
-	for fetches := 0; ; fetches++ {
-		d := i.decide(&f)
-		need := decision.Needs(&d, f.held())
-		if need.None() || fetches == maxFetchRounds {
-			return f, d, nil
-		}
-		next, err := i.refetch(r, f, need, up)
-		if err != nil {
-			return f, d, err
-		}
-		f = next
-	}
-}
-
-// preflight sends out as a server-side dry run and reports whether
-// kube-apiserver would accept it. When it would not, its answer has been
-// written to the client and nothing was changed anywhere.
-func (i *Interceptor) preflight(x exchange, out *http.Request) bool {
-	data, err := readAll(out)
-	if err != nil {
-		x.writeError(x.w, err)
-		return false
-	}
-	answer, err := x.up.dryRun(out, data, maxPreflightAnswer)
-	if err != nil {
-		x.writeError(x.w, err)
-		return false
-	}
-	if answer.succeeded() {
-		return true
-	}
-	answer.replay(x.w, x.writeError)
-	return false
-}
-
-// afterReservationError returns the facts to decide again on after
-// reserving a once approval failed, or the error to answer.
-func (i *Interceptor) afterReservationError(x exchange, f facts, d *decision.Decision, err error, round int) (facts, error) {
-	switch decision.OnReservationError(reservationError(err), round, decision.MaxRounds) {
-	case decision.RefuseRetryable:
-		return f, stillMoving(f.req.w, "the parent "+d.ApprovalsUpdate.Target.String())
-	case decision.RefuseAsFailure:
-		return f, i.unresolvable(fmt.Errorf("reserving the once approval on %s: %w", d.ApprovalsUpdate.Target, err))
-	}
-	// Someone else changed the parent (maybe took the approval), or
-	// deleted it: decide again from a fresh snapshot.
-	return i.refetch(x.r, f, decision.Need{FreshParent: true}, x.up)
-}
-
-// forward sends the decided write and acts on the answer. It reports true
-// when the proxy's own precondition failed and the write is to be decided
-// again; the client has heard nothing then.
-func (i *Interceptor) forward(x exchange, f *facts, d *decision.Decision, out forwarded, reserved *reservedWrite, round int) (bool, error) {
-	rec := httpx.NewCodeRecorder(x.w)
-	if reserved != nil {
-		// Settled before the client hears the answer: a client that
-		// retries at once finds the approval back when it is put back.
-		rec.BeforeHeader = func(code int) { i.settleReservation(*reserved, decision.OnWriteAnswer(code)) }
-	}
-	answer := newConflictCatcher(rec, out.preconditionAdded && !f.dryRun)
-	for _, warning := range d.Warnings {
-		answer.Header().Add("Warning", formatWarning(warning))
-	}
-	if f.dryRun {
-		answer.Header().Add("Warning", formatWarning(fmt.Sprintf("kausality dry-run: %s (%s): %s", d.Result, d.Category, d.Reason)))
-	}
-	x.up.send(answer, out.req)
-	if answer.held {
-		if reserved != nil {
-			i.settleReservation(*reserved, decision.OnWriteAnswer(http.StatusConflict))
-		}
-		switch decision.OnForwardedConflict(out.preconditionAdded, round) {
-		case decision.RefuseStillMoving:
-			return false, stillMoving(f.req.w, "the object")
-		default:
-			// One decision line per write: the round is only traced.
-			i.cfg.Log.Info("the object moved between the decision and the write; deciding again",
-				zap.String("resource", f.req.w.gvr.String()), zap.String("namespace", f.namespace),
-				zap.String("name", f.req.w.info.Name), zap.Int("round", round), zap.String("precondition", f.precondition))
-			return true, nil
-		}
-	}
-	if reserved != nil && rec.Code() == 0 {
-		// No answer was written at all: it does not say either.
-		i.settleReservation(*reserved, decision.OnWriteAnswer(0))
-	}
-	if rec.Code() >= 200 && rec.Code() < 300 && !f.dryRun {
-		i.afterSuccess(f, d)
-	}
-	i.recordDecision(f, d, "forwarded:"+strconv.Itoa(rec.Code()))
-	return false, nil
 }
 
 // serveShadow handles a write of a controller in shadow mode: the full
@@ -354,13 +195,13 @@ func (i *Interceptor) serveShadow(x exchange, rq *writeRequest) {
 		// A body that cannot be read whole is not decided: the request
 		// goes upstream as it came.
 		i.logError(&f, "shadow", err)
-		x.up.send(x.w, x.r)
+		x.up.Send(x.w, x.r)
 		return
 	}
 	decided, decideErr := i.shadowDecisions(x, rq, data)
-	restoreBody(x.r, data)
+	upstream.RestoreBody(x.r, data)
 	rec := httpx.NewCodeRecorder(x.w)
-	x.up.send(rec, x.r)
+	x.up.Send(rec, x.r)
 	outcome := "shadow:" + strconv.Itoa(rec.Code())
 	if decideErr != nil {
 		i.logError(&f, outcome, decideErr)
@@ -383,7 +224,7 @@ func (i *Interceptor) shadowDecisions(x exchange, rq *writeRequest, data []byte)
 	}()
 	decideShadow := func(f facts) (member, error) {
 		f, d, err := i.decideOnFacts(x.r, f, x.up)
-		var refused *refusedByServer
+		var refused *upstream.RefusedError
 		if errors.As(err, &refused) {
 			// kube-apiserver refuses the write itself: the unconfirmed
 			// decision is what is logged.
@@ -433,141 +274,10 @@ func (i *Interceptor) serveCollection(x exchange, rq *writeRequest) {
 	}
 	f.namespace, f.dryRun = c.namespace, c.dryRun
 	if c.cleanup {
-		x.up.send(x.w, x.r)
+		x.up.Send(x.w, x.r)
 		return
 	}
-	if verdict := c.verdict; verdict.Refused {
-		i.refuseCollection(x, &f, c, verdict)
-		return
-	}
-	out, err := c.request(x.r, data)
-	if err != nil {
-		i.fail(x, &f, err)
-		return
-	}
-	reserved, err := i.reserveCollection(x, c, out)
-	if err != nil {
-		for _, rw := range reserved {
-			i.giveBack(rw, "the deletecollection was not forwarded")
-		}
-		var refusal *collectionRefused
-		switch {
-		case errors.As(err, &refusal):
-			i.refuseCollection(x, &f, c, refusal.verdict)
-		case errors.Is(err, errPreflightRefused):
-			for k := range c.members {
-				i.recordDecision(&c.members[k].f, &c.members[k].d, "dry-run-refused")
-			}
-		default:
-			i.fail(x, &f, err)
-		}
-		return
-	}
-	i.forwardCollection(x, c, out, reserved)
-}
-
-// forwardCollection forwards the decided deletecollection and acts on the
-// answer for each of its objects.
-func (i *Interceptor) forwardCollection(x exchange, c *collection, out *http.Request, reserved []reservedWrite) {
-	addCollectionWarnings(x.w, c)
-	// As for one write, each reserved approval is settled by the answer;
-	// an answer other than success is settled by what is still stored,
-	// since kube-apiserver may have deleted some of the objects before it
-	// failed.
-	settle := func(code int) {
-		for _, rw := range reserved {
-			i.settleReservation(rw, decision.OnCollectionAnswer(code))
-		}
-	}
-	rec := httpx.NewCodeRecorder(x.w)
-	rec.BeforeHeader = settle
-	x.up.send(rec, out)
-	code := rec.Code()
-	if code == 0 {
-		settle(0)
-	}
-	succeeded := code >= 200 && code < 300
-	var parentWrites []decision.SideWrite
-	for k := range c.members {
-		m := &c.members[k]
-		if succeeded && !c.dryRun {
-			parentWrites = append(parentWrites, m.d.ParentWrites...)
-			i.report(&m.f, &m.d)
-		}
-		i.recordDecision(&m.f, &m.d, "forwarded:"+strconv.Itoa(code))
-	}
-	i.sideWrites(distinctSideWrites(parentWrites))
-}
-
-// errPreflightRefused: kube-apiserver refused the dry run of a
-// deletecollection, and its answer was relayed.
-var errPreflightRefused = errors.New("the dry run of the deletecollection was refused")
-
-// reserveCollection takes off their parents the once approvals the
-// decisions consume, after a dry run of the whole request as the caller
-// has shown that kube-apiserver accepts it (as for one write). A conflict
-// decides that object again from a fresh read of its parent. On an error
-// it returns what it reserved, for the caller to put back.
-func (i *Interceptor) reserveCollection(x exchange, c *collection, out *http.Request) ([]reservedWrite, error) {
-	var reserved []reservedWrite
-	preflighted := false
-	for k := range c.members {
-		m := &c.members[k]
-	rounds:
-		for round := 1; ; round++ {
-			// The steps of each object's own DELETE, but the one request
-			// is prepared and forwarded once, for all of them.
-			for _, step := range decision.StepsFor(&m.d, c.dryRun, preflighted) {
-				switch step {
-				case decision.StepRefuse:
-					return reserved, &collectionRefused{verdict: decision.CollectionVerdict{Refused: true, Denied: 1, Blocked: []int{k}}}
-				case decision.StepPreflight:
-					if !i.preflight(x, out) {
-						return reserved, errPreflightRefused
-					}
-					preflighted = true
-				case decision.StepReserve:
-					rw, err := i.reserve(x.r.Context(), &m.f, m.d.ApprovalsUpdate)
-					if err != nil {
-						f, err := i.afterReservationError(x, m.f, &m.d, err, round)
-						if err != nil {
-							return reserved, err
-						}
-						c.remember(&f)
-						if m.f, m.d, err = i.decideOnFacts(x.r, f, x.up); err != nil {
-							return reserved, err
-						}
-						continue rounds
-					}
-					reserved = append(reserved, rw)
-				}
-			}
-			break
-		}
-	}
-	return reserved, nil
-}
-
-// refuseCollection answers 403: the request deletes nothing, and says
-// which objects held it back and why.
-func (i *Interceptor) refuseCollection(x exchange, f *facts, c *collection, verdict decision.CollectionVerdict) {
-	for _, warning := range c.warnings.lines() {
-		x.w.Header().Add("Warning", formatWarning(warning))
-	}
-	for k := range c.members {
-		m := &c.members[k]
-		held := m.d.Result == decision.Deny
-		outcome := "denied"
-		if !held {
-			// Allowed on its own; the request it came in was refused.
-			outcome = "refused-with-collection"
-		}
-		i.recordDecision(&m.f, &m.d, outcome)
-		if held && !c.dryRun {
-			i.report(&m.f, &m.d)
-		}
-	}
-	x.writeError(x.w, collectionRefusal(f, c, verdict))
+	i.actOnCollection(x, f, c, data)
 }
 
 // readAll reads a replayable request body without consuming it.

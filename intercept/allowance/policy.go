@@ -231,25 +231,15 @@ func indexed(field string, i int) string { return field + "[" + strconv.Itoa(i) 
 // evaluations ran into, given as extra) when it never applies.
 func StatusCondition(c *Compiled, extra ...Problem) metav1.Condition {
 	problems := append(append([]Problem(nil), c.Problems...), extra...)
-	cond := metav1.Condition{Type: ConditionReady, ObservedGeneration: c.Generation}
-	if len(problems) == 0 {
-		cond.Status, cond.Reason = metav1.ConditionTrue, ReasonCompiled
-		cond.Message = "the policy compiled; it applies to changes of " + c.kind + " by its subjects"
-		return cond
-	}
-	msgs := make([]string, len(problems))
+	findings := make([]policy.Finding, len(problems))
 	for i, p := range problems {
-		msgs[i] = p.String()
+		findings[i] = policy.Finding{Reason: p.Reason, Text: p.String()}
 	}
-	cond.Status, cond.Reason = metav1.ConditionFalse, problems[0].Reason
-	cond.Message = strconv.Itoa(len(problems)) + " problem(s): " + strings.Join(msgs, "; ")
+	brokenSuffix := ""
 	if len(c.Problems) > 0 {
-		cond.Message += "; the policy grants no allowances until they are fixed"
+		brokenSuffix = "; the policy grants no allowances until they are fixed"
 	}
-	if len(cond.Message) > 32768 {
-		cond.Message = cond.Message[:32768]
-	}
-	return cond
+	return policy.ReadyCondition(c.Generation, findings, "the policy compiled; it applies to changes of "+c.kind+" by its subjects", brokenSuffix)
 }
 
 // Subject is the authenticated caller of a write.

@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"go.uber.org/zap"
+	"k8s.io/apimachinery/pkg/util/wait"
 )
 
 // Watcher holds the current configuration and reloads it when the file
@@ -73,16 +74,14 @@ func (w *Watcher) Run(ctx context.Context) {
 	if w.path == "" {
 		return
 	}
-	t := time.NewTicker(w.interval)
-	defer t.Stop()
-	for {
-		select {
-		case <-ctx.Done():
-			return
-		case <-t.C:
-			w.Check()
-		}
+	// The file was read when the watcher was made: the first check is
+	// an interval later.
+	select {
+	case <-ctx.Done():
+		return
+	case <-time.After(w.interval):
 	}
+	wait.UntilWithContext(ctx, func(context.Context) { w.Check() }, w.interval)
 }
 
 // Check reloads the file if its content changed.

@@ -1,53 +1,22 @@
-// Writes the proxy makes to parents with its own credentials for once
-// approvals: taking one off before its write is forwarded, putting it back
-// when the write did not land, and taking a settled reservation's name off.
+// Writes to parents for once approvals: taking one off before its write
+// is forwarded, putting it back when the write did not land, and taking a
+// settled reservation's name off.
 
-package intercept
+package sidewrites
 
 import (
 	"context"
-	"encoding/json"
 	"errors"
 
 	"go.uber.org/zap"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
-	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/apimachinery/pkg/types"
-	"k8s.io/client-go/dynamic"
 
 	"github.com/kausality-io/kausality-proxy/intercept/annotations"
 	"github.com/kausality-io/kausality-proxy/intercept/decision"
 	"github.com/kausality-io/kausality-proxy/intercept/reservations"
 )
-
-// resourceFor maps a reference to its resource client.
-func (i *Interceptor) resourceFor(ref decision.ObjectRef) (dynamic.ResourceInterface, error) {
-	gv, err := schema.ParseGroupVersion(ref.APIVersion)
-	if err != nil {
-		return nil, err
-	}
-	m, err := i.cfg.Objects.Mapping(gv.WithKind(ref.Kind))
-	if err != nil {
-		return nil, err
-	}
-	if m.Scope.Name() == meta.RESTScopeNameRoot {
-		return i.cfg.Writer.Resource(m.Resource), nil
-	}
-	return i.cfg.Writer.Resource(m.Resource).Namespace(ref.Namespace), nil
-}
-
-// annotationPatch is a merge patch of metadata.annotations, with an
-// optional resourceVersion precondition (the apiserver answers 409 when the
-// object changed since).
-func annotationPatch(set map[string]*string, resourceVersion string) ([]byte, error) {
-	md := map[string]any{"annotations": set}
-	if resourceVersion != "" {
-		md["resourceVersion"] = resourceVersion
-	}
-	return json.Marshal(map[string]any{"metadata": md})
-}
 
 // reserveApproval takes a once approval off the parent before the write is
 // forwarded, and in the same patch vouches on the parent for the
@@ -55,8 +24,8 @@ func annotationPatch(set map[string]*string, resourceVersion string) ([]byte, er
 // resourceVersion precondition makes it exactly-once: of two concurrent
 // writes that both saw the approval, only one patch succeeds. stamps is
 // the parent's Reservations value in the snapshot the precondition names.
-func (i *Interceptor) reserveApproval(ctx context.Context, upd *decision.ApprovalsUpdate, rec *reservations.Record, stamps string) error {
-	ri, err := i.resourceFor(upd.Target)
+func (w *Writer) reserveApproval(ctx context.Context, upd *decision.ApprovalsUpdate, rec *reservations.Record, stamps string) error {
+	ri, err := w.ResourceFor(upd.Target)
 	if err != nil {
 		return err
 	}
@@ -68,11 +37,11 @@ func (i *Interceptor) reserveApproval(ctx context.Context, upd *decision.Approva
 		stamped := annotations.AddReservation(stamps, rec.ID(), rec.Digest())
 		set[annotations.Reservations] = &stamped
 	}
-	data, err := annotationPatch(set, upd.ResourceVersion)
+	data, err := AnnotationPatch(set, upd.ResourceVersion)
 	if err != nil {
 		return err
 	}
-	_, err = ri.Patch(ctx, upd.Target.Name, types.MergePatchType, data, metav1.PatchOptions{FieldManager: FieldManager})
+	_, err = ri.Patch(ctx, upd.Target.Name, types.MergePatchType, data, metav1.PatchOptions{FieldManager: w.FieldManager})
 	return err
 }
 
@@ -83,15 +52,15 @@ func (i *Interceptor) reserveApproval(ctx context.Context, upd *decision.Approva
 // the approval goes back only if the parent still vouches for exactly
 // the record's content: a record is trusted only as far as its parent
 // vouches for it. It reports whether the approval is back on the parent.
-func (i *Interceptor) restoreApproval(upd *decision.ApprovalsUpdate, rec *reservations.Record, orphan bool) bool {
-	ctx, cancel := context.WithTimeout(context.Background(), i.cfg.SideWriteTimeout)
+func (w *Writer) restoreApproval(upd *decision.ApprovalsUpdate, rec *reservations.Record, orphan bool) bool {
+	ctx, cancel := context.WithTimeout(context.Background(), w.Timeout)
 	defer cancel()
 	recordID := ""
 	if rec != nil {
 		recordID = rec.ID()
 	}
-	log := i.cfg.Log.With(zap.String("parent", upd.Target.String()), zap.String("approval", upd.Consumed.Name), zap.String("record", recordID))
-	ri, err := i.resourceFor(upd.Target)
+	log := w.Log.With(zap.String("parent", upd.Target.String()), zap.String("approval", upd.Consumed.Name), zap.String("record", recordID))
+	ri, err := w.ResourceFor(upd.Target)
 	if err != nil {
 		log.Error("cannot restore a reserved approval", zap.Error(err))
 		return false
@@ -105,7 +74,7 @@ func (i *Interceptor) restoreApproval(upd *decision.ApprovalsUpdate, rec *reserv
 		current := parent.GetAnnotations()
 		set := map[string]*string{}
 		if rec != nil {
-			stamps, honoured := i.honouredStamps(ctx, log, upd, rec, orphan, current[annotations.Reservations])
+			stamps, honoured := w.honouredStamps(ctx, log, upd, rec, orphan, current[annotations.Reservations])
 			if !honoured {
 				return false
 			}
@@ -124,8 +93,8 @@ func (i *Interceptor) restoreApproval(upd *decision.ApprovalsUpdate, rec *reserv
 		if len(set) == 0 {
 			return true
 		}
-		data, _ := annotationPatch(set, parent.GetResourceVersion())
-		_, err = ri.Patch(ctx, upd.Target.Name, types.MergePatchType, data, metav1.PatchOptions{FieldManager: FieldManager})
+		data, _ := AnnotationPatch(set, parent.GetResourceVersion())
+		_, err = ri.Patch(ctx, upd.Target.Name, types.MergePatchType, data, metav1.PatchOptions{FieldManager: w.FieldManager})
 		if err == nil {
 			return true
 		}
@@ -140,8 +109,8 @@ func (i *Interceptor) restoreApproval(upd *decision.ApprovalsUpdate, rec *reserv
 
 // unstamp takes a settled reservation's record off its parent. A name
 // left behind only costs a few bytes: it names no record any more.
-func (i *Interceptor) unstamp(ctx context.Context, target decision.ObjectRef, recordID string) error {
-	ri, err := i.resourceFor(target)
+func (w *Writer) unstamp(ctx context.Context, target decision.ObjectRef, recordID string) error {
+	ri, err := w.ResourceFor(target)
 	if err != nil {
 		return err
 	}
@@ -157,8 +126,8 @@ func (i *Interceptor) unstamp(ctx context.Context, target decision.ObjectRef, re
 		if !named {
 			return nil
 		}
-		data, _ := annotationPatch(map[string]*string{annotations.Reservations: nilIfEmpty(rest)}, parent.GetResourceVersion())
-		_, err = ri.Patch(ctx, target.Name, types.MergePatchType, data, metav1.PatchOptions{FieldManager: FieldManager})
+		data, _ := AnnotationPatch(map[string]*string{annotations.Reservations: nilIfEmpty(rest)}, parent.GetResourceVersion())
+		_, err = ri.Patch(ctx, target.Name, types.MergePatchType, data, metav1.PatchOptions{FieldManager: w.FieldManager})
 		if !apierrors.IsConflict(err) {
 			return err
 		}
@@ -169,7 +138,7 @@ func (i *Interceptor) unstamp(ctx context.Context, target decision.ObjectRef, re
 // honouredStamps checks that the parent, whose reservations annotation is
 // stamps, vouches for rec, and returns the annotation's new value without
 // rec (nil: unchanged). A forged or unknown orphan is not honoured.
-func (i *Interceptor) honouredStamps(ctx context.Context, log *zap.Logger, upd *decision.ApprovalsUpdate, rec *reservations.Record, orphan bool, stamps string) (**string, bool) {
+func (w *Writer) honouredStamps(ctx context.Context, log *zap.Logger, upd *decision.ApprovalsUpdate, rec *reservations.Record, orphan bool, stamps string) (**string, bool) {
 	recordID := rec.ID()
 	digest, named := annotations.ReservationDigest(stamps, recordID)
 	switch {
@@ -181,7 +150,7 @@ func (i *Interceptor) honouredStamps(ctx context.Context, log *zap.Logger, upd *
 			"somebody who may write ConfigMaps in the proxy's namespace forged it; the approval stays spent, approve again if the write is still wanted",
 			zap.String("vouchedDigest", digest), zap.String("recordDigest", rec.Digest()))
 		// The record it names is gone with the claim.
-		if err := i.unstamp(ctx, upd.Target, recordID); err != nil {
+		if err := w.unstamp(ctx, upd.Target, recordID); err != nil {
 			log.Info("cannot take a forged reservation's name off its parent", zap.Error(err))
 		}
 		return nil, false

@@ -1,0 +1,120 @@
+// Package access asks the authorizer what the caller of an intercepted
+// write may do: the write itself, before the proxy does anything for it
+// with its own credentials, and reading the object and its parents, which
+// decides what a message may show.
+package access
+
+import (
+	"context"
+	"fmt"
+
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/apiserver/pkg/authentication/user"
+	"k8s.io/apiserver/pkg/authorization/authorizer"
+	"k8s.io/apiserver/pkg/endpoints/handlers/responsewriters"
+
+	"github.com/kausality-io/kausality-proxy/intercept/objects"
+)
+
+// Checker asks Authorizer; a nil Authorizer refuses every write.
+type Checker struct {
+	Authorizer authorizer.Authorizer
+	// Objects maps a parent's kind to its resource.
+	Objects *objects.Store
+}
+
+// Write reports whether the caller may do what attrs (the attributes
+// kube-apiserver's own authorization filter builds, name left out) ask
+// of the object name, before the proxy does anything for the write with
+// its own credentials (reading the stored object, applying the patch,
+// starting an informer, writing the parent). Those credentials are
+// stronger than any caller's: without this check a caller who may not
+// touch a Secret could have the proxy read it and echo it in an error, or
+// make the proxy write an approval on a parent.
+//
+// The first review asks for the verb on every object of the resource in the
+// namespace; the authorizer caches it by user, groups, verb, resource and
+// namespace, so a controller's writes cost no round trip after the first. Only
+// when that says no is the object's own name reviewed, for RBAC rules that
+// list resourceNames.
+//
+// A denial is kube-apiserver's own 403, word for word. An error means the
+// review could not be made (an *UnavailableError).
+func (c *Checker) Write(ctx context.Context, attrs *authorizer.AttributesRecord, name string) error {
+	allowed, reason, err := c.authorize(ctx, attrs)
+	if err != nil || allowed {
+		return err
+	}
+	if name != "" {
+		attrs.Name = name
+		if allowed, reason, err = c.authorize(ctx, attrs); err != nil || allowed {
+			return err
+		}
+	}
+	return responsewriters.ForbiddenStatusError(attrs, reason)
+}
+
+// MayGet reports whether the caller may get the object attrs name, as
+// given by a write's attributes. Only then do messages show the stored
+// values the write would change.
+func (c *Checker) MayGet(ctx context.Context, attrs *authorizer.AttributesRecord, name string) bool {
+	attrs.Verb, attrs.Subresource, attrs.Name = "get", "", name
+	allowed, _, err := c.authorize(ctx, attrs)
+	return err == nil && allowed
+}
+
+// MayGetParent reports whether u may get parent. Only then do messages
+// name it and say what its annotations say: a caller who may write a child
+// may still be kept from reading its owner, its freeze reason included.
+func (c *Checker) MayGetParent(ctx context.Context, u user.Info, parent *unstructured.Unstructured) bool {
+	m, err := c.Objects.Mapping(parent.GroupVersionKind())
+	if err != nil {
+		return false
+	}
+	attrs := &authorizer.AttributesRecord{
+		User:            u,
+		Verb:            "get",
+		Namespace:       parent.GetNamespace(),
+		APIGroup:        m.Resource.Group,
+		APIVersion:      m.Resource.Version,
+		Resource:        m.Resource.Resource,
+		Name:            parent.GetName(),
+		ResourceRequest: true,
+	}
+	allowed, _, err := c.authorize(ctx, attrs)
+	return err == nil && allowed
+}
+
+func (c *Checker) authorize(ctx context.Context, attrs *authorizer.AttributesRecord) (bool, string, error) {
+	if c.Authorizer == nil {
+		return false, "kausality-proxy has no authorizer configured, so it refuses every intercepted write", nil
+	}
+	decision, reason, err := c.Authorizer.Authorize(ctx, attrs)
+	switch {
+	case decision == authorizer.DecisionAllow:
+		return true, reason, nil
+	case err != nil && decision != authorizer.DecisionDeny:
+		return false, reason, &UnavailableError{err: err, attrs: attrs}
+	}
+	return false, reason, nil
+}
+
+// UnavailableError is a SubjectAccessReview that could not be made.
+// Nothing was decided; --failure-policy says what happens.
+type UnavailableError struct {
+	err   error
+	attrs authorizer.Attributes
+}
+
+func (e *UnavailableError) Error() string {
+	return fmt.Sprintf("cannot check whether %s may %s %s: SubjectAccessReview failed: %v",
+		e.attrs.GetUser().GetName(), e.attrs.GetVerb(), e.attrs.GetResource(), e.err)
+}
+
+func (e *UnavailableError) Unwrap() error { return e.err }
+
+// Status is the retryable 503 a client sees when it cannot be authorized.
+func (e *UnavailableError) Status() error {
+	return apierrors.NewServiceUnavailable("kausality-proxy " + e.Error() + "; retry")
+}

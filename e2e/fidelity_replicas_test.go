@@ -36,12 +36,14 @@ func init() {
 	fidelityTwoReplicas = runTwoReplicas
 }
 
-// roundRobin sends each request to the next of its backends: the
-// operator's writes are spread across proxy replicas as a Service in
-// front of them would spread its connections, but per request, so that
-// consecutive writes of one reconcile land on different replicas.
+// roundRobin sends each write to the next of its backends, and a read to
+// the backend of the last write: the operator's writes are spread across
+// proxy replicas as a Service in front of them would spread connections,
+// but per write, so that consecutive writes of one reconcile land on
+// different replicas. (Alternating every request would send each
+// read-modify-write's write to the same replica.)
 type roundRobin struct {
-	next     atomic.Uint64
+	writes   atomic.Uint64
 	backends []roundRobinBackend
 }
 
@@ -51,7 +53,11 @@ type roundRobinBackend struct {
 }
 
 func (r *roundRobin) RoundTrip(req *http.Request) (*http.Response, error) {
-	b := r.backends[(r.next.Add(1)-1)%uint64(len(r.backends))]
+	n := r.writes.Load()
+	if req.Method != http.MethodGet {
+		n = r.writes.Add(1)
+	}
+	b := r.backends[n%uint64(len(r.backends))]
 	req = req.Clone(req.Context())
 	req.URL.Host, req.Host = b.host, ""
 	return b.transport.RoundTrip(req)

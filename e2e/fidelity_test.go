@@ -163,7 +163,8 @@ func TestWorkloadFidelity(t *testing.T) {
 			continue
 		}
 		if len(row.violations) > 0 {
-			t.Errorf("%s: %d allowance violations:\n%s", c.name(), len(row.violations), formatAllowanceLines(row.violations))
+			t.Errorf("%s: %d allowance violations:\n%s\nthe writes of their parents:\n%s", c.name(), len(row.violations),
+				formatAllowanceLines(row.violations), formatAllowanceLines(parentWrites(c.ns, row.violations, all)))
 		}
 		if row.allowanceChecked == 0 || row.traces.seen == 0 {
 			t.Errorf("%s: allowances were not in force: %d writes checked, %d allowances seen", c.name(), row.allowanceChecked, row.traces.seen)
@@ -263,12 +264,55 @@ func checkReplicaRun(t *testing.T, run *replicaRun) {
 	}
 }
 
+// parentWrites are the decision lines of writes to the parents of
+// violations: whether, and how, the allowances a violation lacked were
+// granted and pruned.
+func parentWrites(ns string, violations, all []framework.DecisionLine) []framework.DecisionLine {
+	parents := map[string]bool{}
+	for _, v := range violations {
+		parents[v.Str("parent")] = true
+	}
+	var out []framework.DecisionLine
+	for _, l := range all {
+		if l.Str("namespace") != ns {
+			continue
+		}
+		for p := range parents {
+			if strings.HasSuffix(p, "/"+l.Str("name")) && strings.Contains(p, " "+kindOfResource(l.Str("resource"))+" ") {
+				out = append(out, l)
+			}
+		}
+	}
+	return out
+}
+
+// kindOfResource is the kind of the workload resources the violations'
+// parents can be.
+func kindOfResource(resource string) string {
+	switch resource {
+	case "replicasets":
+		return "ReplicaSet"
+	case "deployments":
+		return "Deployment"
+	case "statefulsets":
+		return "StatefulSet"
+	case "daemonsets":
+		return "DaemonSet"
+	case "jobs":
+		return "Job"
+	case "cronjobs":
+		return "CronJob"
+	}
+	return resource
+}
+
 func formatAllowanceLines(lines []framework.DecisionLine) string {
 	var b strings.Builder
 	for _, l := range lines {
-		fmt.Fprintf(&b, "  %s %s %s/%s%s: %s %s violations=%v justified=%v unfinished=%q\n",
-			l.Str("user"), l.Str("verb"), l.Str("resource"), l.Str("name"), subresourceSuffix(l), l.Str("decision"),
-			l.Str("category"), l["allowanceViolations"], l["allowanceJustified"], l.Str("allowanceUnfinished"))
+		fmt.Fprintf(&b, "  %s %s %s %s/%s%s: %s %s gen=%v observed=%v violations=%v justified=%v granted=%v pruned=%v unfinished=%q\n",
+			l.Str("ts"), l.Str("user"), l.Str("verb"), l.Str("resource"), l.Str("name"), subresourceSuffix(l), l.Str("decision"),
+			l.Str("category"), l["parentGeneration"], l["parentObservedGeneration"], l["allowanceViolations"], l["allowanceJustified"],
+			l["allowanceGranted"], l["allowancePruned"], l.Str("allowanceUnfinished"))
 	}
 	return b.String()
 }

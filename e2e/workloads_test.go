@@ -537,7 +537,20 @@ func (w *workload) scaleReplicaSetDrift(t *testing.T, replicas int32) {
 	t.Helper()
 	rs := w.scaledReplicaSet(t)
 	d := &injectedDrift{what: fmt.Sprintf("bob's scale of ReplicaSet %s to %d", rs, replicas), controller: deploymentController, resource: "replicasets", name: rs}
-	w.injectDrift(t, d, func() { scaleRS(t, "bob", w.ns, rs, replicas) }, func() error {
+	// An update, not /scale: a /scale carries the allowances it grants in
+	// a write that follows it, which the replicaset controller can beat.
+	w.injectDrift(t, d, func() {
+		err := retry.RetryOnConflict(retry.DefaultRetry, func() error {
+			got, err := w.bob.AppsV1().ReplicaSets(w.ns).Get(context.Background(), rs, metav1.GetOptions{})
+			if err != nil {
+				return err
+			}
+			got.Spec.Replicas = ptr.To(replicas)
+			_, err = w.bob.AppsV1().ReplicaSets(w.ns).Update(context.Background(), got, metav1.UpdateOptions{})
+			return err
+		})
+		mustf(t, err, "bob scales ReplicaSet %s to %d", rs, replicas)
+	}, func() error {
 		got, err := w.admin.AppsV1().ReplicaSets(w.ns).Get(context.Background(), rs, metav1.GetOptions{})
 		if err != nil {
 			return err

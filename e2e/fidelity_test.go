@@ -39,8 +39,6 @@ const gatedConfig = framework.BaseConfig + "ungatedChildKinds: []\n"
 // pods, under ungatedChildKinds: []. The config is the proxy's, shared by
 // every namespace, so the second phase starts only when the first has
 // ended.
-//
-//nolint:funlen // one run, its phases and its checks read best in one place
 func TestWorkloadFidelity(t *testing.T) {
 	start := time.Now()
 	aliceCfg, err := cluster.UserThroughProxy("alice", "system:masters")
@@ -590,10 +588,10 @@ same revert is sent through the new process at once, before it has seen the Widg
 	b.WriteString("\n| Replica | Operator writes decided | False denials | Reverts denied | Decisions |\n|---|---:|---:|---:|---|\n")
 	for i, r := range run.replicas {
 		name := r.name
-		switch {
-		case i == 1:
+		switch i {
+		case 1:
 			name = "second replica (before the restart)"
-		case i == 2:
+		case 2:
 			name = "second replica, restarted"
 		}
 		fmt.Fprintf(b, "| %s | %d | %d | %d | %s |\n", name, r.writes, len(r.falseDenials), r.revertsDenied, formatCounts(r.byOutcome))

@@ -492,9 +492,13 @@ func (w *workload) waitDeployment(t *testing.T, replicas int32, image string) {
 
 func (w *workload) scaleDeployment(t *testing.T, replicas int32) {
 	t.Helper()
-	_, err := w.alice.AppsV1().Deployments(w.ns).UpdateScale(context.Background(), "web",
-		&autoscalingv1.Scale{ObjectMeta: metav1.ObjectMeta{Name: "web", Namespace: w.ns}, Spec: autoscalingv1.ScaleSpec{Replicas: replicas}}, metav1.UpdateOptions{})
-	mustf(t, err, "alice scales the deployment to %d", replicas)
+	if w.allowancesOn(t) {
+		w.scaleByUpdate(t, w.alice, "deployments", "web", replicas)
+	} else {
+		_, err := w.alice.AppsV1().Deployments(w.ns).UpdateScale(context.Background(), "web",
+			&autoscalingv1.Scale{ObjectMeta: metav1.ObjectMeta{Name: "web", Namespace: w.ns}, Spec: autoscalingv1.ScaleSpec{Replicas: replicas}}, metav1.UpdateOptions{})
+		mustf(t, err, "alice scales the deployment to %d", replicas)
+	}
 	w.waitDeployment(t, replicas, "registry.invalid/web:2")
 }
 
@@ -537,19 +541,12 @@ func (w *workload) scaleReplicaSetDrift(t *testing.T, replicas int32) {
 	t.Helper()
 	rs := w.scaledReplicaSet(t)
 	d := &injectedDrift{what: fmt.Sprintf("bob's scale of ReplicaSet %s to %d", rs, replicas), controller: deploymentController, resource: "replicasets", name: rs}
-	// An update, not /scale: a /scale carries the allowances it grants in
-	// a write that follows it, which the replicaset controller can beat.
 	w.injectDrift(t, d, func() {
-		err := retry.RetryOnConflict(retry.DefaultRetry, func() error {
-			got, err := w.bob.AppsV1().ReplicaSets(w.ns).Get(context.Background(), rs, metav1.GetOptions{})
-			if err != nil {
-				return err
-			}
-			got.Spec.Replicas = ptr.To(replicas)
-			_, err = w.bob.AppsV1().ReplicaSets(w.ns).Update(context.Background(), got, metav1.UpdateOptions{})
-			return err
-		})
-		mustf(t, err, "bob scales ReplicaSet %s to %d", rs, replicas)
+		if w.allowancesOn(t) {
+			w.scaleByUpdate(t, w.bob, "replicasets", rs, replicas)
+		} else {
+			scaleRS(t, "bob", w.ns, rs, replicas)
+		}
 	}, func() error {
 		got, err := w.admin.AppsV1().ReplicaSets(w.ns).Get(context.Background(), rs, metav1.GetOptions{})
 		if err != nil {

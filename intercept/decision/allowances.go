@@ -197,7 +197,7 @@ func use(ctx context.Context, d Decision, in Input, a AllowanceInputs) Decision 
 		ch.New = nil
 	}
 	var v allowance.Verdict
-	if d.Category == SelfHealing || d.Category == HistoryPruned {
+	if d.Category == SelfHealing || d.Category == HistoryPruned || createUnderSettledSpec(d, in) {
 		v = allowance.Standing(a.Policies, allowance.Duty{Group: parentGroup(in), Kind: in.Parent.GetKind(), Name: in.Parent.GetName(),
 			Generation: in.Parent.GetGeneration(), Initiator: traceOrigin(parentAnn)}, ch)
 	} else {
@@ -226,6 +226,17 @@ func use(ctx context.Context, d Decision, in Input, a AllowanceInputs) Decision 
 		stored = in.OldObject.GetAnnotations()
 	}
 	return carry(d, stored, a.ObjectSettledGeneration, g.Allowances, out)
+}
+
+// createUnderSettledSpec: drift gating counts the parent as initializing
+// (it reports no initialization signal, as a CronJob does), yet the parent
+// has settled at its current spec, which consumed the allowances of that
+// spec. A child its controller creates now, such as a CronJob's scheduled
+// Job, carries out no change: it is held to the parent's standing duties,
+// as re-creating an attempt is.
+func createUnderSettledSpec(d Decision, in Input) bool {
+	return d.Category == ParentInitializing && in.Operation == Create &&
+		in.Parent.GetGeneration() > 0 && SettledGeneration(in.Parent, in) >= in.Parent.GetGeneration()
 }
 
 // violated decides a violation by the mode: shadow only records it (the

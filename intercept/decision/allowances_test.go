@@ -192,3 +192,41 @@ func TestParentGroup(t *testing.T) {
 		})
 	}
 }
+
+// A CronJob drift gating counts as initializing, settled at its spec: the
+// allowances its spec granted are consumed, and its scheduled Job is a
+// standing duty, allowed by a policy that lets its controller create Jobs.
+func TestDecideAllowancesScheduledChild(t *testing.T) {
+	policies := []*allowance.Compiled{allowance.CompileSpec("cronjob-jobs", "uid-2", 1, v1alpha1.AllowancePolicySpec{
+		Match: v1alpha1.AllowanceMatch{Kind: "CronJob", Fields: []string{"spec"}},
+		Subjects: []v1alpha1.AllowanceSubject{
+			{Kind: v1alpha1.SubjectGroup, Name: "system:authenticated", MayInitiate: true},
+			{Kind: v1alpha1.SubjectServiceAccount, Namespace: "kube-system", Name: "cronjob-controller"},
+		},
+		Allow: []v1alpha1.AllowedMutation{{Kind: "Job", Relation: v1alpha1.RelationChild, Mutations: []string{"create"}}},
+	})}
+	enforce := map[string]string{annotations.AllowanceMode: "enforce"}
+	consumed := `[{"kind":"Job","mutation":"create","generation":1,"initiator":"alice","policy":"cronjob-jobs","trace":[{"kind":"CronJob","name":"tick","generation":1,"field":"spec"}]}]`
+	cronJob := &unstructured.Unstructured{Object: map[string]any{"apiVersion": "batch/v1", "kind": "CronJob",
+		"metadata": map[string]any{"name": "tick", "namespace": "ns", "generation": int64(1), "annotations": map[string]any{annotations.Allowances: consumed}}}}
+	job := &unstructured.Unstructured{Object: map[string]any{"apiVersion": "batch/v1", "kind": "Job", "metadata": map[string]any{"name": "tick-1", "namespace": "ns"}}}
+	for _, tc := range []struct {
+		name     string
+		user     string
+		settle   *settle.Facts
+		wantDeny bool
+	}{
+		{name: "settled at its spec: the scheduled Job is a standing duty", user: "system:serviceaccount:kube-system:cronjob-controller", settle: &settle.Facts{AtCurrentSpec: true}},
+		{name: "settled, but a writer no policy names", user: "system:serviceaccount:kube-system:job-controller", settle: &settle.Facts{AtCurrentSpec: true}, wantDeny: true},
+		{name: "never settled: the create needs an allowance, and the stored one names another writer", user: "system:serviceaccount:kube-system:job-controller", wantDeny: true},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			in := Input{Operation: Create, DesiredChanged: true, User: &user.DefaultInfo{Name: tc.user}, Parent: cronJob, Settle: tc.settle,
+				Child: ObjectRef{Kind: "Job", Name: "tick-1"}, NewObject: job}
+			got := DecideAllowances(context.Background(), Decision{Result: Allow, Category: ParentInitializing}, in, AllowanceInputs{Policies: policies, NamespaceAnnotations: enforce})
+			if (got.Result == Deny) != tc.wantDeny {
+				t.Fatalf("result %s (%s), want deny=%v", got.Result, got.Message, tc.wantDeny)
+			}
+		})
+	}
+}

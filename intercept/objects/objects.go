@@ -5,7 +5,9 @@
 //
 // What is cached follows what decisions read, not what the cluster holds.
 // Parents are cached whole but without managedFields, which are often half
-// of an object and which no decision reads. Children, the far larger
+// of an object and which no decision reads, and as JSON rather than as a
+// tree of maps: the parents writes are decided under are decoded when read,
+// the latest few kept decoded. Children, the far larger
 // population (every Pod, every ConfigMap), are cached as metadata only,
 // listed and watched in protobuf: ownerReferences, annotations,
 // resourceVersion and generation are what most writes are decided on. The
@@ -67,6 +69,7 @@ type Store struct {
 	metadata     metadata.Interface
 	mapper       *restmapper.DeferredDiscoveryRESTMapper
 	memo         *mappingMemo
+	parents      *parentMemo
 	resync       time.Duration
 	maxInformers int
 	now          func() time.Time
@@ -88,8 +91,9 @@ type Observer interface {
 }
 
 // MetadataObserver is an Observer that also hears of every change to a
-// cached child. It gets the child's metadata only: that is all the cache
-// holds of it.
+// cached child, and needs no more than metadata of a parent either. It
+// gets the child's metadata only: that is all the cache holds of it; and
+// of a parent, its identity (kind, name, namespace, UID, resourceVersion).
 type MetadataObserver interface {
 	Observer
 	ObserveMetadata(obj metav1.Object)
@@ -98,7 +102,9 @@ type MetadataObserver interface {
 // AddObserver registers o with every cache, present and future. Whole
 // objects reach it only from the caches of parents: what is learned from
 // an object (its settledness) is learned from parent kinds only, and a
-// child's watch event costs no more than a metadata update.
+// child's watch event costs no more than a metadata update. A parent is
+// decoded for o only when o needs more than its metadata (MetadataObserver)
+// and learns from its kind (KindFilter).
 func (s *Store) AddObserver(o Observer) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
@@ -133,25 +139,37 @@ func observeMetadata(inf informers.GenericInformer, o Observer) {
 	})
 }
 
-// observe registers o with inf.
+// KindFilter is an Observer that learns from some kinds of parent only:
+// a parent of another kind is not decoded for it.
+type KindFilter interface {
+	Learns(gk schema.GroupKind) bool
+}
+
+// observe registers o with inf, a cache of parents. An observer satisfied
+// with metadata (MetadataObserver) gets it; any other gets the parent
+// decoded, unless it says it does not learn from its kind.
 func observe(inf informers.GenericInformer, o Observer) {
+	mo, metadataOnly := o.(MetadataObserver)
+	filter, filters := o.(KindFilter)
+	changed := func(obj interface{}) {
+		p, ok := cachedParentObject(obj)
+		switch {
+		case !ok:
+		case metadataOnly:
+			mo.ObserveMetadata(p)
+		case filters && !filter.Learns(p.groupKind()):
+		default:
+			if u, err := p.object(); err == nil {
+				o.Observe(u)
+			}
+		}
+	}
 	_, _ = inf.Informer().AddEventHandler(cache.ResourceEventHandlerFuncs{
-		AddFunc: func(obj interface{}) {
-			if u, ok := obj.(*unstructured.Unstructured); ok {
-				o.Observe(u)
-			}
-		},
-		UpdateFunc: func(_, obj interface{}) {
-			if u, ok := obj.(*unstructured.Unstructured); ok {
-				o.Observe(u)
-			}
-		},
+		AddFunc:    changed,
+		UpdateFunc: func(_, obj interface{}) { changed(obj) },
 		DeleteFunc: func(obj interface{}) {
-			if d, ok := obj.(cache.DeletedFinalStateUnknown); ok {
-				obj = d.Obj
-			}
-			if u, ok := obj.(*unstructured.Unstructured); ok {
-				o.Forget(u.GetUID())
+			if p, ok := cachedParentObject(obj); ok {
+				o.Forget(p.UID)
 			}
 		},
 	})
@@ -166,6 +184,7 @@ func New(ctx context.Context, disc discovery.DiscoveryInterface, dyn dynamic.Int
 		metadata:     meta,
 		mapper:       restmapper.NewDeferredDiscoveryRESTMapper(memory.NewMemCacheClient(disc)),
 		memo:         newMappingMemo(),
+		parents:      newParentMemo(),
 		maxInformers: DefaultMaxInformers,
 		now:          time.Now,
 		ctx:          ctx,
@@ -284,10 +303,15 @@ func (s *Store) GetCachedWhole(gvr schema.GroupVersionResource, namespace, name 
 		return nil, false
 	}
 	obj, exists, err := inf.Informer().GetIndexer().GetByKey(cacheKey(namespace, name))
-	if u, isObject := obj.(*unstructured.Unstructured); isObject && err == nil && exists {
-		return u.DeepCopy(), true
+	if err != nil || !exists {
+		return nil, false
 	}
-	return nil, false
+	p, isParent := obj.(*compactParent)
+	if !isParent {
+		return nil, false
+	}
+	u, err := p.object()
+	return u, err == nil
 }
 
 // GetWhole reads namespace/name of resource gvr whole: from the cache of
@@ -328,17 +352,19 @@ func cacheKey(namespace, name string) string {
 
 // GetShared reads namespace/name of resource gvr as a parent (or a
 // namespace): from the cache of parents when it has synced and holds the
-// object, without managedFields then, live otherwise. The result may be the
-// informer's own object and must not be modified. Decisions only read
-// parents and namespaces, and copying them was a large share of a cache-hit
-// write's garbage.
+// object, without managedFields then, live otherwise. The result may be
+// shared with other readers (the parents last read are kept decoded) and
+// must not be modified. Decisions only read parents and namespaces, and
+// copying them was a large share of a cache-hit write's garbage.
 func (s *Store) GetShared(ctx context.Context, gvr schema.GroupVersionResource, namespace, name string) (*unstructured.Unstructured, Source, error) {
 	inf := s.informerFor(gvr)
 	if inf != nil && inf.Informer().HasSynced() {
 		obj, exists, err := inf.Informer().GetIndexer().GetByKey(cacheKey(namespace, name))
 		if err == nil && exists {
-			if u, ok := obj.(*unstructured.Unstructured); ok {
-				return u, FromCache, nil
+			if p, ok := obj.(*compactParent); ok {
+				if u, err := s.parents.shared(gvr, p); err == nil {
+					return u, FromCache, nil
+				}
 			}
 		}
 	}
@@ -425,7 +451,7 @@ func (s *Store) informerFor(gvr schema.GroupVersionResource) informers.GenericIn
 	return s.lazyInformer(s.informers, gvr, func() informers.GenericInformer {
 		inf := dynamicinformer.NewFilteredDynamicInformer(s.dynamic, gvr, metav1.NamespaceAll, s.resync,
 			cache.Indexers{cache.NamespaceIndex: cache.MetaNamespaceIndexFunc}, nil)
-		_ = inf.Informer().SetTransform(LeanParent)
+		_ = inf.Informer().SetTransform(compactParentOf)
 		for _, o := range s.observers {
 			observe(inf, o)
 		}
@@ -469,7 +495,8 @@ func (s *Store) metadataInformerFor(gvr schema.GroupVersionResource) informers.G
 	})
 }
 
-// LeanParent is the transform of the caches of parents: of managedFields,
+// LeanParent is the first step of the transform of the caches of parents
+// (the second keeps the object as JSON): of managedFields,
 // often as large as the rest of the object, it keeps only who owns
 // status.observedGeneration, which identifies the parent's controller
 // before the proxy has recorded it. The spec stays (settledness hashes it,

@@ -9,7 +9,8 @@
 // tree of maps: the parents writes are decided under are decoded when read,
 // the latest few kept decoded. Children, the far larger
 // population (every Pod, every ConfigMap), are cached as metadata only,
-// listed and watched in protobuf: ownerReferences, annotations,
+// listed and watched in protobuf and kept as protobuf bytes, which the
+// garbage collector does not scan: ownerReferences, annotations,
 // resourceVersion and generation are what most writes are decided on. The
 // full stored child is read live by the few decisions that depend on it.
 package objects
@@ -23,7 +24,6 @@ import (
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
-	"k8s.io/apimachinery/pkg/labels"
 	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/discovery"
@@ -121,19 +121,16 @@ func (s *Store) AddObserver(o Observer) {
 func observeMetadata(inf informers.GenericInformer, o Observer) {
 	mo, wantsChanges := o.(MetadataObserver)
 	changed := func(obj interface{}) {
-		if m, ok := obj.(*metav1.PartialObjectMetadata); ok && wantsChanges {
-			mo.ObserveMetadata(m)
+		if c, ok := cachedChild(obj); ok && wantsChanges {
+			mo.ObserveMetadata(c.GetObjectMeta())
 		}
 	}
 	_, _ = inf.Informer().AddEventHandler(cache.ResourceEventHandlerFuncs{
 		AddFunc:    changed,
 		UpdateFunc: func(_, obj interface{}) { changed(obj) },
 		DeleteFunc: func(obj interface{}) {
-			if d, ok := obj.(cache.DeletedFinalStateUnknown); ok {
-				obj = d.Obj
-			}
-			if m, ok := obj.(*metav1.PartialObjectMetadata); ok {
-				o.Forget(m.GetUID())
+			if c, ok := cachedChild(obj); ok {
+				o.Forget(c.uid)
 			}
 		},
 	})
@@ -280,8 +277,12 @@ func (s *Store) cachedMetadata(gvr schema.GroupVersionResource, namespace, name 
 	if err != nil || !exists {
 		return nil
 	}
-	m, ok := obj.(*metav1.PartialObjectMetadata)
+	c, ok := obj.(*compactChild)
 	if !ok {
+		return nil
+	}
+	m, err := c.metadata()
+	if err != nil {
 		return nil
 	}
 	u, err := s.metadataObject(gvr, m)
@@ -487,7 +488,7 @@ func (s *Store) metadataInformerFor(gvr schema.GroupVersionResource) informers.G
 	return s.lazyInformer(s.metadataInformers, gvr, func() informers.GenericInformer {
 		inf := metadatainformer.NewFilteredMetadataInformer(s.metadata, gvr, metav1.NamespaceAll, s.resync,
 			cache.Indexers{cache.NamespaceIndex: cache.MetaNamespaceIndexFunc}, nil)
-		_ = inf.Informer().SetTransform(LeanChild)
+		_ = inf.Informer().SetTransform(compactChildOf)
 		for _, o := range s.observers {
 			observeMetadata(inf, o)
 		}
@@ -535,7 +536,8 @@ func LeanParent(obj interface{}) (interface{}, error) {
 	return obj, nil
 }
 
-// LeanChild is the transform of the caches of children: metadata without
+// LeanChild is the first step of the transform of the caches of children
+// (the second keeps the metadata as protobuf): metadata without
 // managedFields and labels, which no decision reads of a stored child (a
 // policy that might is evaluated on the whole child, read live).
 func LeanChild(obj interface{}) (interface{}, error) {
@@ -549,15 +551,19 @@ func LeanChild(obj interface{}) (interface{}, error) {
 // ownedFromCache lists, from the synced cache of children inf, the objects
 // of gvr in namespace whose controller is owner, as metadata.
 func (s *Store) ownedFromCache(inf informers.GenericInformer, gvr schema.GroupVersionResource, namespace string, owner types.UID) ([]*unstructured.Unstructured, error) {
-	objs, err := inf.Lister().ByNamespace(namespace).List(labels.Everything())
+	objs, err := inf.Informer().GetIndexer().ByIndex(cache.NamespaceIndex, namespace)
 	if err != nil {
 		return nil, err
 	}
 	var all []*unstructured.Unstructured
 	for _, o := range objs {
-		m, ok := o.(*metav1.PartialObjectMetadata)
+		c, ok := o.(*compactChild)
 		if !ok {
 			continue
+		}
+		m, err := c.metadata()
+		if err != nil {
+			return nil, err
 		}
 		if ref := metav1.GetControllerOfNoCopy(m); ref == nil || ref.UID != owner {
 			continue

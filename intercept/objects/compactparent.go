@@ -1,11 +1,14 @@
 package objects
 
 import (
+	"encoding/json"
 	"fmt"
 
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/runtime/schema"
+	"k8s.io/apimachinery/pkg/types"
 	utiljson "k8s.io/apimachinery/pkg/util/json"
 	"k8s.io/client-go/tools/cache"
 	"k8s.io/utils/lru"
@@ -20,8 +23,9 @@ import (
 // parents written under rather than every parent of the cluster, and the
 // content a decision reads is the stored object's, field for field.
 type compactParent struct {
-	metav1.PartialObjectMetadata
-	json []byte
+	apiVersion, kind                      string
+	namespace, name, uid, resourceVersion string
+	json                                  []byte
 }
 
 // compactParentOf is the transform of the caches of parents: LeanParent,
@@ -35,15 +39,30 @@ func compactParentOf(obj interface{}) (interface{}, error) {
 	if !ok {
 		return lean, nil
 	}
-	data, err := u.MarshalJSON()
+	// json.Marshal returns a slice of exactly the encoding's length; an
+	// encoder's buffer would keep up to twice that for as long as the
+	// parent is cached.
+	data, err := json.Marshal(u.Object)
 	if err != nil {
 		return nil, fmt.Errorf("keeping %s %s/%s as JSON: %w", u.GetKind(), u.GetNamespace(), u.GetName(), err)
 	}
-	p := &compactParent{json: data}
-	p.APIVersion, p.Kind = u.GetAPIVersion(), u.GetKind()
-	p.Name, p.Namespace, p.UID, p.ResourceVersion = u.GetName(), u.GetNamespace(), u.GetUID(), u.GetResourceVersion()
-	return p, nil
+	return &compactParent{apiVersion: u.GetAPIVersion(), kind: u.GetKind(), namespace: u.GetNamespace(), name: u.GetName(),
+		uid: string(u.GetUID()), resourceVersion: u.GetResourceVersion(), json: data}, nil
 }
+
+// GetObjectMeta is p's identity: what the cache's key and namespace index
+// read (meta.Accessor), and what an observer of metadata gets.
+func (p *compactParent) GetObjectMeta() metav1.Object {
+	return &metav1.ObjectMeta{Namespace: p.namespace, Name: p.name, UID: types.UID(p.uid), ResourceVersion: p.resourceVersion}
+}
+
+// GetObjectKind is the kind p has.
+func (p *compactParent) GetObjectKind() schema.ObjectKind {
+	return &metav1.TypeMeta{APIVersion: p.apiVersion, Kind: p.kind}
+}
+
+// DeepCopyObject returns p itself: it is never modified once cached.
+func (p *compactParent) DeepCopyObject() runtime.Object { return p }
 
 // object decodes p into a new object.
 func (p *compactParent) object() (*unstructured.Unstructured, error) {
@@ -51,14 +70,14 @@ func (p *compactParent) object() (*unstructured.Unstructured, error) {
 	// util/json gives integers as int64, as every unstructured object
 	// from kube-apiserver has them.
 	if err := utiljson.Unmarshal(p.json, &u.Object); err != nil {
-		return nil, fmt.Errorf("decoding the cached %s %s/%s: %w", p.Kind, p.Namespace, p.Name, err)
+		return nil, fmt.Errorf("decoding the cached %s %s/%s: %w", p.kind, p.namespace, p.name, err)
 	}
 	return u, nil
 }
 
 // groupKind is the kind p has, without decoding it.
 func (p *compactParent) groupKind() schema.GroupKind {
-	return schema.FromAPIVersionAndKind(p.APIVersion, p.Kind).GroupKind()
+	return schema.FromAPIVersionAndKind(p.apiVersion, p.kind).GroupKind()
 }
 
 // decodedParents bounds the parents kept decoded: the ones writes were
@@ -86,9 +105,9 @@ func newParentMemo() *parentMemo { return &parentMemo{lru: lru.New(decodedParent
 // shared returns p decoded, from the memo when it holds p's version. The
 // object is shared: it must not be modified.
 func (m *parentMemo) shared(gvr schema.GroupVersionResource, p *compactParent) (*unstructured.Unstructured, error) {
-	k := decodedKey{gvr: gvr, key: cacheKey(p.Namespace, p.Name)}
+	k := decodedKey{gvr: gvr, key: cacheKey(p.namespace, p.name)}
 	if v, ok := m.lru.Get(k); ok {
-		if d := v.(decoded); d.uid == string(p.UID) && d.rv == p.ResourceVersion {
+		if d := v.(decoded); d.uid == p.uid && d.rv == p.resourceVersion {
 			return d.obj, nil
 		}
 	}
@@ -96,7 +115,7 @@ func (m *parentMemo) shared(gvr schema.GroupVersionResource, p *compactParent) (
 	if err != nil {
 		return nil, err
 	}
-	m.lru.Add(k, decoded{uid: string(p.UID), rv: p.ResourceVersion, obj: u})
+	m.lru.Add(k, decoded{uid: p.uid, rv: p.resourceVersion, obj: u})
 	return u, nil
 }
 

@@ -14,6 +14,7 @@ import (
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/client-go/tools/cache"
 	utiljson "k8s.io/apimachinery/pkg/util/json"
 )
 
@@ -49,9 +50,14 @@ func TestCompactParentDecodesToTheLeanObject(t *testing.T) {
 			if !ok {
 				t.Fatalf("transform gave %T", out)
 			}
-			if p.GetName() != u.GetName() || p.GetNamespace() != u.GetNamespace() || p.GetUID() != u.GetUID() ||
-				p.GetResourceVersion() != u.GetResourceVersion() || p.groupKind() != u.GroupVersionKind().GroupKind() {
-				t.Errorf("identity: %+v", p.PartialObjectMetadata)
+			m := p.GetObjectMeta()
+			if m.GetName() != u.GetName() || m.GetNamespace() != u.GetNamespace() || m.GetUID() != u.GetUID() ||
+				m.GetResourceVersion() != u.GetResourceVersion() || p.groupKind() != u.GroupVersionKind().GroupKind() ||
+				p.GetObjectKind().GroupVersionKind() != u.GroupVersionKind() {
+				t.Errorf("identity: %+v", p)
+			}
+			if key, err := cache.MetaNamespaceKeyFunc(p); err != nil || key != cacheKey(u.GetNamespace(), u.GetName()) {
+				t.Errorf("key %q, %v", key, err)
 			}
 			got, err := p.object()
 			if err != nil {

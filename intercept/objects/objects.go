@@ -153,7 +153,7 @@ func observe(inf informers.GenericInformer, o Observer) {
 		switch {
 		case !ok:
 		case metadataOnly:
-			mo.ObserveMetadata(p)
+			mo.ObserveMetadata(p.GetObjectMeta())
 		case filters && !filter.Learns(p.groupKind()):
 		default:
 			if u, err := p.object(); err == nil {
@@ -166,7 +166,7 @@ func observe(inf informers.GenericInformer, o Observer) {
 		UpdateFunc: func(_, obj interface{}) { changed(obj) },
 		DeleteFunc: func(obj interface{}) {
 			if p, ok := cachedParentObject(obj); ok {
-				o.Forget(p.UID)
+				o.Forget(types.UID(p.uid))
 			}
 		},
 	})

@@ -14,8 +14,8 @@ import (
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/apimachinery/pkg/types"
-	"k8s.io/client-go/tools/cache"
 	utiljson "k8s.io/apimachinery/pkg/util/json"
+	"k8s.io/client-go/tools/cache"
 )
 
 // storedDeployment is a Deployment as kube-apiserver returns it, defaults
@@ -217,6 +217,13 @@ func TestCachedParentsReachObserversAndReadersAsStored(t *testing.T) {
 	}
 	if m := meta.metadata[0]; m.GetUID() != "web-uid" || m.GetName() != "web" {
 		t.Errorf("metadata observer got %v/%v", m.GetName(), m.GetUID())
+	}
+
+	// An observer added once the cache runs hears of what it holds.
+	late := &recorder{learns: true}
+	s.AddObserver(late)
+	if len(late.observed) != 1 || late.observed[0].GetName() != "web" {
+		t.Errorf("a late observer got %d parents", len(late.observed))
 	}
 
 	first, src, err := s.GetShared(ctx, deployments, "prod", "web")

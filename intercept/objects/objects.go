@@ -18,7 +18,9 @@ package objects
 import (
 	"context"
 	"fmt"
+	"slices"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"k8s.io/apimachinery/pkg/api/meta"
@@ -80,7 +82,8 @@ type Store struct {
 	// metadataInformers are the caches of children: metadata only.
 	metadataInformers map[schema.GroupVersionResource]informers.GenericInformer
 	lastReset         time.Time
-	observers         []Observer
+	// observers is read on every watch event, without the lock.
+	observers atomic.Pointer[[]Observer]
 }
 
 // Observer sees every parent the caches hold as it changes, and the UIDs of
@@ -104,36 +107,81 @@ type MetadataObserver interface {
 // an object (its settledness) is learned from parent kinds only, and a
 // child's watch event costs no more than a metadata update. A parent is
 // decoded for o only when o needs more than its metadata (MetadataObserver)
-// and learns from its kind (KindFilter).
+// and learns from its kind (KindFilter). A cache started before o hears
+// of what it holds now, as a new handler of an informer would.
 func (s *Store) AddObserver(o Observer) {
 	s.mu.Lock()
-	defer s.mu.Unlock()
-	s.observers = append(s.observers, o)
+	next := append(slices.Clone(s.observersNow()), o)
+	s.observers.Store(&next)
+	var parents, children []cache.Store
 	for _, inf := range s.informers {
-		observe(inf, o)
+		parents = append(parents, inf.Informer().GetStore())
 	}
 	for _, inf := range s.metadataInformers {
-		observeMetadata(inf, o)
+		children = append(children, inf.Informer().GetStore())
+	}
+	s.mu.Unlock()
+	only := []Observer{o}
+	for _, st := range parents {
+		for _, obj := range st.List() {
+			parentChanged(only, obj)
+		}
+	}
+	for _, st := range children {
+		for _, obj := range st.List() {
+			childChanged(only, obj)
+		}
 	}
 }
 
-// observeMetadata registers o with inf, a cache of children.
-func observeMetadata(inf informers.GenericInformer, o Observer) {
-	mo, wantsChanges := o.(MetadataObserver)
-	changed := func(obj interface{}) {
-		if c, ok := cachedChild(obj); ok && wantsChanges {
-			mo.ObserveMetadata(c.GetObjectMeta())
-		}
+func (s *Store) observersNow() []Observer {
+	if os := s.observers.Load(); os != nil {
+		return *os
 	}
+	return nil
+}
+
+// handle gives every change inf delivers to the store's observers through
+// one handler: each handler of an informer is a goroutine of its own,
+// woken for every event.
+func (s *Store) handle(inf informers.GenericInformer, changed func([]Observer, interface{}), uidOf func(interface{}) (types.UID, bool)) {
 	_, _ = inf.Informer().AddEventHandler(cache.ResourceEventHandlerFuncs{
-		AddFunc:    changed,
-		UpdateFunc: func(_, obj interface{}) { changed(obj) },
+		AddFunc:    func(obj interface{}) { changed(s.observersNow(), obj) },
+		UpdateFunc: func(_, obj interface{}) { changed(s.observersNow(), obj) },
 		DeleteFunc: func(obj interface{}) {
-			if c, ok := cachedChild(obj); ok {
-				o.Forget(c.uid)
+			if uid, ok := uidOf(obj); ok {
+				for _, o := range s.observersNow() {
+					o.Forget(uid)
+				}
 			}
 		},
 	})
+}
+
+// childChanged tells observers of a change to a cached child: only those
+// that hear of children (MetadataObserver), with its identity.
+func childChanged(observers []Observer, obj interface{}) {
+	c, ok := cachedChild(obj)
+	if !ok {
+		return
+	}
+	var identity metav1.Object
+	for _, o := range observers {
+		if mo, ok := o.(MetadataObserver); ok {
+			if identity == nil {
+				identity = c.GetObjectMeta()
+			}
+			mo.ObserveMetadata(identity)
+		}
+	}
+}
+
+func childUID(obj interface{}) (types.UID, bool) {
+	c, ok := cachedChild(obj)
+	if !ok {
+		return "", false
+	}
+	return c.uid, true
 }
 
 // KindFilter is an Observer that learns from some kinds of parent only:
@@ -142,34 +190,47 @@ type KindFilter interface {
 	Learns(gk schema.GroupKind) bool
 }
 
-// observe registers o with inf, a cache of parents. An observer satisfied
-// with metadata (MetadataObserver) gets it; any other gets the parent
-// decoded, unless it says it does not learn from its kind.
-func observe(inf informers.GenericInformer, o Observer) {
-	mo, metadataOnly := o.(MetadataObserver)
-	filter, filters := o.(KindFilter)
-	changed := func(obj interface{}) {
-		p, ok := cachedParentObject(obj)
-		switch {
-		case !ok:
-		case metadataOnly:
-			mo.ObserveMetadata(p.GetObjectMeta())
-		case filters && !filter.Learns(p.groupKind()):
-		default:
-			if u, err := p.object(); err == nil {
-				o.Observe(u)
-			}
-		}
+// parentChanged tells observers of a change to a cached parent. An
+// observer satisfied with metadata (MetadataObserver) gets its identity;
+// any other the parent decoded, once for all of them, unless it says it
+// does not learn from its kind.
+func parentChanged(observers []Observer, obj interface{}) {
+	p, ok := cachedParentObject(obj)
+	if !ok {
+		return
 	}
-	_, _ = inf.Informer().AddEventHandler(cache.ResourceEventHandlerFuncs{
-		AddFunc:    changed,
-		UpdateFunc: func(_, obj interface{}) { changed(obj) },
-		DeleteFunc: func(obj interface{}) {
-			if p, ok := cachedParentObject(obj); ok {
-				o.Forget(types.UID(p.uid))
+	var (
+		identity metav1.Object
+		whole    *unstructured.Unstructured
+	)
+	for _, o := range observers {
+		if mo, ok := o.(MetadataObserver); ok {
+			if identity == nil {
+				identity = p.GetObjectMeta()
 			}
-		},
-	})
+			mo.ObserveMetadata(identity)
+			continue
+		}
+		if f, ok := o.(KindFilter); ok && !f.Learns(p.groupKind()) {
+			continue
+		}
+		if whole == nil {
+			u, err := p.object()
+			if err != nil {
+				return
+			}
+			whole = u
+		}
+		o.Observe(whole)
+	}
+}
+
+func parentUID(obj interface{}) (types.UID, bool) {
+	p, ok := cachedParentObject(obj)
+	if !ok {
+		return "", false
+	}
+	return types.UID(p.uid), true
 }
 
 // New returns a Store. Informers it starts run until ctx is done. meta
@@ -453,9 +514,7 @@ func (s *Store) informerFor(gvr schema.GroupVersionResource) informers.GenericIn
 		inf := dynamicinformer.NewFilteredDynamicInformer(s.dynamic, gvr, metav1.NamespaceAll, s.resync,
 			cache.Indexers{cache.NamespaceIndex: cache.MetaNamespaceIndexFunc}, nil)
 		_ = inf.Informer().SetTransform(compactParentOf)
-		for _, o := range s.observers {
-			observe(inf, o)
-		}
+		s.handle(inf, parentChanged, parentUID)
 		return inf
 	})
 }
@@ -489,9 +548,7 @@ func (s *Store) metadataInformerFor(gvr schema.GroupVersionResource) informers.G
 		inf := metadatainformer.NewFilteredMetadataInformer(s.metadata, gvr, metav1.NamespaceAll, s.resync,
 			cache.Indexers{cache.NamespaceIndex: cache.MetaNamespaceIndexFunc}, nil)
 		_ = inf.Informer().SetTransform(compactChildOf)
-		for _, o := range s.observers {
-			observeMetadata(inf, o)
-		}
+		s.handle(inf, childChanged, childUID)
 		return inf
 	})
 }

@@ -419,19 +419,33 @@ func cacheKey(namespace, name string) string {
 // must not be modified. Decisions only read parents and namespaces, and
 // copying them was a large share of a cache-hit write's garbage.
 func (s *Store) GetShared(ctx context.Context, gvr schema.GroupVersionResource, namespace, name string) (*unstructured.Unstructured, Source, error) {
-	inf := s.informerFor(gvr)
-	if inf != nil && inf.Informer().HasSynced() {
-		obj, exists, err := inf.Informer().GetIndexer().GetByKey(cacheKey(namespace, name))
-		if err == nil && exists {
-			if p, ok := obj.(*compactParent); ok {
-				if u, err := s.parents.shared(gvr, p); err == nil {
-					return u, FromCache, nil
-				}
-			}
-		}
+	if u := s.cachedShared(gvr, namespace, name); u != nil {
+		return u, FromCache, nil
 	}
 	u, err := s.GetLive(ctx, gvr, namespace, name)
 	return u, FromLive, err
+}
+
+// cachedShared is namespace/name of gvr from the synced cache of parents,
+// started if it was not, decoded and shared; or nil.
+func (s *Store) cachedShared(gvr schema.GroupVersionResource, namespace, name string) *unstructured.Unstructured {
+	inf := s.informerFor(gvr)
+	if inf == nil || !inf.Informer().HasSynced() {
+		return nil
+	}
+	obj, exists, err := inf.Informer().GetIndexer().GetByKey(cacheKey(namespace, name))
+	if err != nil || !exists {
+		return nil
+	}
+	p, ok := obj.(*compactParent)
+	if !ok {
+		return nil
+	}
+	u, err := s.parents.shared(gvr, p)
+	if err != nil {
+		return nil
+	}
+	return u
 }
 
 // GetLive reads the object from the upstream, bypassing the cache.

@@ -255,3 +255,11 @@ func TestCachedParentsReachObserversAndReadersAsStored(t *testing.T) {
 		return len(learner.forgot) == 1 && len(meta.forgot) == 1 && learner.forgot[0] == "web-uid"
 	})
 }
+
+func BenchmarkCachedParentCopy(b *testing.B) {
+	u := decodedDeployment(b, 1)
+	b.ReportAllocs()
+	for b.Loop() {
+		_ = u.DeepCopy()
+	}
+}

@@ -372,8 +372,13 @@ func (s *Store) GetCachedWhole(gvr schema.GroupVersionResource, namespace, name 
 	if !isParent {
 		return nil, false
 	}
-	u, err := p.object()
-	return u, err == nil
+	// Copying the decoded parent costs less than decoding it again: a
+	// write to a parent (its status) is often beside writes under it.
+	u, err := s.parents.shared(gvr, p)
+	if err != nil {
+		return nil, false
+	}
+	return u.DeepCopy(), true
 }
 
 // GetWhole reads namespace/name of resource gvr whole: from the cache of

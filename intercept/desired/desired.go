@@ -240,8 +240,11 @@ func renderJSON(b *strings.Builder, v interface{}, budget int) {
 		if len(v) > budget {
 			v = v[:budget]
 		}
-		out, _ := json.Marshal(v)
-		b.Write(out)
+		writeJSONString(b, v)
+	case int64:
+		b.WriteString(strconv.FormatInt(v, 10))
+	case bool:
+		b.WriteString(strconv.FormatBool(v))
 	default:
 		out, err := json.Marshal(v)
 		if err != nil {
@@ -250,6 +253,22 @@ func renderJSON(b *strings.Builder, v interface{}, budget int) {
 		}
 		b.Write(out)
 	}
+}
+
+// writeJSONString writes s as json.Marshal does. Most keys and values a
+// write changes are plain ASCII, which need no escaping and so no trip
+// through the encoder and its allocations.
+func writeJSONString(b *strings.Builder, s string) {
+	for i := 0; i < len(s); i++ {
+		if c := s[i]; c < 0x20 || c >= utf8.RuneSelf || c == '"' || c == '\\' || c == '<' || c == '>' || c == '&' {
+			out, _ := json.Marshal(s)
+			b.Write(out)
+			return
+		}
+	}
+	b.WriteByte('"')
+	b.WriteString(s)
+	b.WriteByte('"')
 }
 
 func truncate(s string, n int) string {

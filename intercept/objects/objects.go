@@ -5,9 +5,12 @@
 //
 // What is cached follows what decisions read, not what the cluster holds.
 // Parents are cached whole but without managedFields, which are often half
-// of an object and which no decision reads. Children, the far larger
+// of an object and which no decision reads, and as JSON rather than as a
+// tree of maps: the parents writes are decided under are decoded when read,
+// the latest few kept decoded. Children, the far larger
 // population (every Pod, every ConfigMap), are cached as metadata only,
-// listed and watched in protobuf: ownerReferences, annotations,
+// listed and watched in protobuf and kept as protobuf bytes, which the
+// garbage collector does not scan: ownerReferences, annotations,
 // resourceVersion and generation are what most writes are decided on. The
 // full stored child is read live by the few decisions that depend on it.
 package objects
@@ -15,13 +18,14 @@ package objects
 import (
 	"context"
 	"fmt"
+	"slices"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
-	"k8s.io/apimachinery/pkg/labels"
 	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/discovery"
@@ -67,6 +71,7 @@ type Store struct {
 	metadata     metadata.Interface
 	mapper       *restmapper.DeferredDiscoveryRESTMapper
 	memo         *mappingMemo
+	parents      *parentMemo
 	resync       time.Duration
 	maxInformers int
 	now          func() time.Time
@@ -77,7 +82,8 @@ type Store struct {
 	// metadataInformers are the caches of children: metadata only.
 	metadataInformers map[schema.GroupVersionResource]informers.GenericInformer
 	lastReset         time.Time
-	observers         []Observer
+	// observers is read on every watch event, without the lock.
+	observers atomic.Pointer[[]Observer]
 }
 
 // Observer sees every parent the caches hold as it changes, and the UIDs of
@@ -88,8 +94,9 @@ type Observer interface {
 }
 
 // MetadataObserver is an Observer that also hears of every change to a
-// cached child. It gets the child's metadata only: that is all the cache
-// holds of it.
+// cached child, and needs no more than metadata of a parent either. It
+// gets the child's metadata only: that is all the cache holds of it; and
+// of a parent, its identity (kind, name, namespace, UID, resourceVersion).
 type MetadataObserver interface {
 	Observer
 	ObserveMetadata(obj metav1.Object)
@@ -98,63 +105,132 @@ type MetadataObserver interface {
 // AddObserver registers o with every cache, present and future. Whole
 // objects reach it only from the caches of parents: what is learned from
 // an object (its settledness) is learned from parent kinds only, and a
-// child's watch event costs no more than a metadata update.
+// child's watch event costs no more than a metadata update. A parent is
+// decoded for o only when o needs more than its metadata (MetadataObserver)
+// and learns from its kind (KindFilter). A cache started before o hears
+// of what it holds now, as a new handler of an informer would.
 func (s *Store) AddObserver(o Observer) {
 	s.mu.Lock()
-	defer s.mu.Unlock()
-	s.observers = append(s.observers, o)
+	next := append(slices.Clone(s.observersNow()), o)
+	s.observers.Store(&next)
+	var parents, children []cache.Store
 	for _, inf := range s.informers {
-		observe(inf, o)
+		parents = append(parents, inf.Informer().GetStore())
 	}
 	for _, inf := range s.metadataInformers {
-		observeMetadata(inf, o)
+		children = append(children, inf.Informer().GetStore())
 	}
-}
-
-// observeMetadata registers o with inf, a cache of children.
-func observeMetadata(inf informers.GenericInformer, o Observer) {
-	mo, wantsChanges := o.(MetadataObserver)
-	changed := func(obj interface{}) {
-		if m, ok := obj.(*metav1.PartialObjectMetadata); ok && wantsChanges {
-			mo.ObserveMetadata(m)
+	s.mu.Unlock()
+	only := []Observer{o}
+	for _, st := range parents {
+		for _, obj := range st.List() {
+			parentChanged(only, obj)
 		}
 	}
+	for _, st := range children {
+		for _, obj := range st.List() {
+			childChanged(only, obj)
+		}
+	}
+}
+
+func (s *Store) observersNow() []Observer {
+	if os := s.observers.Load(); os != nil {
+		return *os
+	}
+	return nil
+}
+
+// handle gives every change inf delivers to the store's observers through
+// one handler: each handler of an informer is a goroutine of its own,
+// woken for every event.
+func (s *Store) handle(inf informers.GenericInformer, changed func([]Observer, interface{}), uidOf func(interface{}) (types.UID, bool)) {
 	_, _ = inf.Informer().AddEventHandler(cache.ResourceEventHandlerFuncs{
-		AddFunc:    changed,
-		UpdateFunc: func(_, obj interface{}) { changed(obj) },
+		AddFunc:    func(obj interface{}) { changed(s.observersNow(), obj) },
+		UpdateFunc: func(_, obj interface{}) { changed(s.observersNow(), obj) },
 		DeleteFunc: func(obj interface{}) {
-			if d, ok := obj.(cache.DeletedFinalStateUnknown); ok {
-				obj = d.Obj
-			}
-			if m, ok := obj.(*metav1.PartialObjectMetadata); ok {
-				o.Forget(m.GetUID())
+			if uid, ok := uidOf(obj); ok {
+				for _, o := range s.observersNow() {
+					o.Forget(uid)
+				}
 			}
 		},
 	})
 }
 
-// observe registers o with inf.
-func observe(inf informers.GenericInformer, o Observer) {
-	_, _ = inf.Informer().AddEventHandler(cache.ResourceEventHandlerFuncs{
-		AddFunc: func(obj interface{}) {
-			if u, ok := obj.(*unstructured.Unstructured); ok {
-				o.Observe(u)
+// childChanged tells observers of a change to a cached child: only those
+// that hear of children (MetadataObserver), with its identity.
+func childChanged(observers []Observer, obj interface{}) {
+	c, ok := cachedChild(obj)
+	if !ok {
+		return
+	}
+	var identity metav1.Object
+	for _, o := range observers {
+		if mo, ok := o.(MetadataObserver); ok {
+			if identity == nil {
+				identity = c.GetObjectMeta()
 			}
-		},
-		UpdateFunc: func(_, obj interface{}) {
-			if u, ok := obj.(*unstructured.Unstructured); ok {
-				o.Observe(u)
+			mo.ObserveMetadata(identity)
+		}
+	}
+}
+
+func childUID(obj interface{}) (types.UID, bool) {
+	c, ok := cachedChild(obj)
+	if !ok {
+		return "", false
+	}
+	return c.uid, true
+}
+
+// KindFilter is an Observer that learns from some kinds of parent only:
+// a parent of another kind is not decoded for it.
+type KindFilter interface {
+	Learns(gk schema.GroupKind) bool
+}
+
+// parentChanged tells observers of a change to a cached parent. An
+// observer satisfied with metadata (MetadataObserver) gets its identity;
+// any other the parent decoded, once for all of them, unless it says it
+// does not learn from its kind.
+func parentChanged(observers []Observer, obj interface{}) {
+	p, ok := cachedParentObject(obj)
+	if !ok {
+		return
+	}
+	var (
+		identity metav1.Object
+		whole    *unstructured.Unstructured
+	)
+	for _, o := range observers {
+		if mo, ok := o.(MetadataObserver); ok {
+			if identity == nil {
+				identity = p.GetObjectMeta()
 			}
-		},
-		DeleteFunc: func(obj interface{}) {
-			if d, ok := obj.(cache.DeletedFinalStateUnknown); ok {
-				obj = d.Obj
+			mo.ObserveMetadata(identity)
+			continue
+		}
+		if f, ok := o.(KindFilter); ok && !f.Learns(p.groupKind()) {
+			continue
+		}
+		if whole == nil {
+			u, err := p.object()
+			if err != nil {
+				return
 			}
-			if u, ok := obj.(*unstructured.Unstructured); ok {
-				o.Forget(u.GetUID())
-			}
-		},
-	})
+			whole = u
+		}
+		o.Observe(whole)
+	}
+}
+
+func parentUID(obj interface{}) (types.UID, bool) {
+	p, ok := cachedParentObject(obj)
+	if !ok {
+		return "", false
+	}
+	return types.UID(p.uid), true
 }
 
 // New returns a Store. Informers it starts run until ctx is done. meta
@@ -166,6 +242,7 @@ func New(ctx context.Context, disc discovery.DiscoveryInterface, dyn dynamic.Int
 		metadata:     meta,
 		mapper:       restmapper.NewDeferredDiscoveryRESTMapper(memory.NewMemCacheClient(disc)),
 		memo:         newMappingMemo(),
+		parents:      newParentMemo(),
 		maxInformers: DefaultMaxInformers,
 		now:          time.Now,
 		ctx:          ctx,
@@ -261,8 +338,12 @@ func (s *Store) cachedMetadata(gvr schema.GroupVersionResource, namespace, name 
 	if err != nil || !exists {
 		return nil
 	}
-	m, ok := obj.(*metav1.PartialObjectMetadata)
+	c, ok := obj.(*compactChild)
 	if !ok {
+		return nil
+	}
+	m, err := c.metadata()
+	if err != nil {
 		return nil
 	}
 	u, err := s.metadataObject(gvr, m)
@@ -284,10 +365,20 @@ func (s *Store) GetCachedWhole(gvr schema.GroupVersionResource, namespace, name 
 		return nil, false
 	}
 	obj, exists, err := inf.Informer().GetIndexer().GetByKey(cacheKey(namespace, name))
-	if u, isObject := obj.(*unstructured.Unstructured); isObject && err == nil && exists {
-		return u.DeepCopy(), true
+	if err != nil || !exists {
+		return nil, false
 	}
-	return nil, false
+	p, isParent := obj.(*compactParent)
+	if !isParent {
+		return nil, false
+	}
+	// Copying the decoded parent costs less than decoding it again: a
+	// write to a parent (its status) is often beside writes under it.
+	u, err := s.parents.shared(gvr, p)
+	if err != nil {
+		return nil, false
+	}
+	return u.DeepCopy(), true
 }
 
 // GetWhole reads namespace/name of resource gvr whole: from the cache of
@@ -328,22 +419,38 @@ func cacheKey(namespace, name string) string {
 
 // GetShared reads namespace/name of resource gvr as a parent (or a
 // namespace): from the cache of parents when it has synced and holds the
-// object, without managedFields then, live otherwise. The result may be the
-// informer's own object and must not be modified. Decisions only read
-// parents and namespaces, and copying them was a large share of a cache-hit
-// write's garbage.
+// object, without managedFields then, live otherwise. The result may be
+// shared with other readers (the parents last read are kept decoded) and
+// must not be modified. Decisions only read parents and namespaces, and
+// copying them was a large share of a cache-hit write's garbage.
 func (s *Store) GetShared(ctx context.Context, gvr schema.GroupVersionResource, namespace, name string) (*unstructured.Unstructured, Source, error) {
-	inf := s.informerFor(gvr)
-	if inf != nil && inf.Informer().HasSynced() {
-		obj, exists, err := inf.Informer().GetIndexer().GetByKey(cacheKey(namespace, name))
-		if err == nil && exists {
-			if u, ok := obj.(*unstructured.Unstructured); ok {
-				return u, FromCache, nil
-			}
-		}
+	if u := s.cachedShared(gvr, namespace, name); u != nil {
+		return u, FromCache, nil
 	}
 	u, err := s.GetLive(ctx, gvr, namespace, name)
 	return u, FromLive, err
+}
+
+// cachedShared is namespace/name of gvr from the synced cache of parents,
+// started if it was not, decoded and shared; or nil.
+func (s *Store) cachedShared(gvr schema.GroupVersionResource, namespace, name string) *unstructured.Unstructured {
+	inf := s.informerFor(gvr)
+	if inf == nil || !inf.Informer().HasSynced() {
+		return nil
+	}
+	obj, exists, err := inf.Informer().GetIndexer().GetByKey(cacheKey(namespace, name))
+	if err != nil || !exists {
+		return nil
+	}
+	p, ok := obj.(*compactParent)
+	if !ok {
+		return nil
+	}
+	u, err := s.parents.shared(gvr, p)
+	if err != nil {
+		return nil
+	}
+	return u
 }
 
 // GetLive reads the object from the upstream, bypassing the cache.
@@ -425,10 +532,8 @@ func (s *Store) informerFor(gvr schema.GroupVersionResource) informers.GenericIn
 	return s.lazyInformer(s.informers, gvr, func() informers.GenericInformer {
 		inf := dynamicinformer.NewFilteredDynamicInformer(s.dynamic, gvr, metav1.NamespaceAll, s.resync,
 			cache.Indexers{cache.NamespaceIndex: cache.MetaNamespaceIndexFunc}, nil)
-		_ = inf.Informer().SetTransform(LeanParent)
-		for _, o := range s.observers {
-			observe(inf, o)
-		}
+		_ = inf.Informer().SetTransform(compactParentOf)
+		s.handle(inf, parentChanged, parentUID)
 		return inf
 	})
 }
@@ -461,15 +566,14 @@ func (s *Store) metadataInformerFor(gvr schema.GroupVersionResource) informers.G
 	return s.lazyInformer(s.metadataInformers, gvr, func() informers.GenericInformer {
 		inf := metadatainformer.NewFilteredMetadataInformer(s.metadata, gvr, metav1.NamespaceAll, s.resync,
 			cache.Indexers{cache.NamespaceIndex: cache.MetaNamespaceIndexFunc}, nil)
-		_ = inf.Informer().SetTransform(LeanChild)
-		for _, o := range s.observers {
-			observeMetadata(inf, o)
-		}
+		_ = inf.Informer().SetTransform(compactChildOf)
+		s.handle(inf, childChanged, childUID)
 		return inf
 	})
 }
 
-// LeanParent is the transform of the caches of parents: of managedFields,
+// LeanParent is the first step of the transform of the caches of parents
+// (the second keeps the object as JSON): of managedFields,
 // often as large as the rest of the object, it keeps only who owns
 // status.observedGeneration, which identifies the parent's controller
 // before the proxy has recorded it. The spec stays (settledness hashes it,
@@ -508,7 +612,8 @@ func LeanParent(obj interface{}) (interface{}, error) {
 	return obj, nil
 }
 
-// LeanChild is the transform of the caches of children: metadata without
+// LeanChild is the first step of the transform of the caches of children
+// (the second keeps the metadata as protobuf): metadata without
 // managedFields and labels, which no decision reads of a stored child (a
 // policy that might is evaluated on the whole child, read live).
 func LeanChild(obj interface{}) (interface{}, error) {
@@ -522,15 +627,19 @@ func LeanChild(obj interface{}) (interface{}, error) {
 // ownedFromCache lists, from the synced cache of children inf, the objects
 // of gvr in namespace whose controller is owner, as metadata.
 func (s *Store) ownedFromCache(inf informers.GenericInformer, gvr schema.GroupVersionResource, namespace string, owner types.UID) ([]*unstructured.Unstructured, error) {
-	objs, err := inf.Lister().ByNamespace(namespace).List(labels.Everything())
+	objs, err := inf.Informer().GetIndexer().ByIndex(cache.NamespaceIndex, namespace)
 	if err != nil {
 		return nil, err
 	}
 	var all []*unstructured.Unstructured
 	for _, o := range objs {
-		m, ok := o.(*metav1.PartialObjectMetadata)
+		c, ok := o.(*compactChild)
 		if !ok {
 			continue
+		}
+		m, err := c.metadata()
+		if err != nil {
+			return nil, err
 		}
 		if ref := metav1.GetControllerOfNoCopy(m); ref == nil || ref.UID != owner {
 			continue

@@ -246,6 +246,17 @@ func (m *Memory) AddParentKind(gk schema.GroupKind) {
 	m.mu.Unlock()
 }
 
+// Learns reports whether m learns from objects of kind gk: a cache that
+// holds objects compactly decodes one for m only then.
+func (m *Memory) Learns(gk schema.GroupKind) bool {
+	if m == nil {
+		return false
+	}
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	return m.parentKinds[gk]
+}
+
 // Observe learns from obj as a cache sees it change, when obj is of a
 // parent kind: settledness means nothing for a kind that owns nothing the
 // proxy decides, and Pods alone would outnumber every parent.

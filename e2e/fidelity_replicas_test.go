@@ -17,6 +17,9 @@ import (
 	"github.com/kausality-io/kausality-proxy/e2e/framework"
 )
 
+// mainProxyName names the suite's own proxy among the replicas.
+const mainProxyName = "main proxy"
+
 // The parts of the fidelity run that need the local control plane: the
 // in-test operators (their CRDs and service account), the shipped
 // AllowancePolicies, and extra proxy replicas.
@@ -90,7 +93,6 @@ func runTwoReplicas(t *testing.T) *replicaRun {
 		run.steps = append(run.steps, what)
 	}
 	f := newWGFamily(t, "fidelity-replicas", "enforce")
-	run.ns = f.ns
 	second := replicaPeer(t, "fidelity")
 	viaMain := f.ctrl
 	viaSecond := viaMain.via(t, second)

@@ -220,7 +220,6 @@ func enforceAllowances(t *testing.T, ns string) {
 
 // replicaRun is the two-replica run's figures.
 type replicaRun struct {
-	ns           string
 	steps        []string
 	replicas     []replicaFigures
 	revertsTried int
@@ -235,8 +234,6 @@ type replicaFigures struct {
 	falseDenials  []framework.DecisionLine
 	revertsDenied int
 }
-
-const mainProxyName = "main proxy"
 
 // checkReplicaRun fails the test unless the operator's writes reached
 // every replica, none was falsely denied, and each replica denied a

@@ -25,8 +25,8 @@ import (
 // with their API group. One that speaks of a Widget of another group does
 // not govern the test group's Widget: its controller creates a Gadget in
 // an enforce namespace unchecked. Named with the Widget's own group, the
-// same policy governs it, and the same create (no allowance on the Widget)
-// is refused.
+// same policy governs it, and the same create (no allowance on the Widget,
+// which is still working on its spec) is refused.
 func TestAllowancesAcceptKindInItsGroup(t *testing.T) {
 	ctx := context.Background()
 	dyn, err := dynamic.NewForConfig(cluster.Direct())
@@ -49,6 +49,11 @@ spec:
 	_, err = directClient(t).CoreV1().Namespaces().Patch(ctx, f.ns, types.MergePatchType,
 		[]byte(fmt.Sprintf(`{"metadata":{"annotations":{%q:"enforce"}}}`, annotations.AllowanceMode)), metav1.PatchOptions{})
 	mustf(t, err, "turning allowances on for the namespace")
+
+	// The Widget reports that it is working on its spec, so the creates
+	// below carry out a change of it (they need an allowance) rather than
+	// a standing duty of a parent settled at its spec.
+	f.setStatus(false)
 
 	mark := wgMark(t)
 	_, err = f.createGadget("other-group", "a", false)

@@ -1,7 +1,7 @@
-// The orchestration of intercepted writes, in one direction, each step
-// called once: classify (classify.go, final) → authorize (package access)
-// → gather the facts (facts.go, one value) → decide (decide.go: the pure
-// decision package, and the loop that has facts.go fetch what the decision
+// The orchestration of intercepted writes, in one direction, each file
+// entered once: classify (classify.go, final) → authorize (package access)
+// → decide (decide.go: the facts gathered by facts.go into one value, the
+// pure decision package, and the loop that fetches what the decision
 // still needs into a new facts value) → act (act.go, with the port to
 // kube-apiserver in package upstream and the proxy's own writes in package
 // sidewrites) → record (log.go). A write whose state moved under it (a

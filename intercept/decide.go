@@ -4,7 +4,9 @@
 // them, and the loop that fetches what the decision still asks for
 // (decision.Needs) into a new facts value and decides again. The fetchers
 // are here with the loop, so that a write, however many rounds it takes,
-// enters this file once from serve.go and facts.go once from here.
+// enters this file once from serve.go and facts.go once from here; only a
+// patch or a /scale write read live again goes back to facts.go, to apply
+// the write to what was read.
 
 package intercept
 

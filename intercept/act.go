@@ -9,6 +9,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io"
 	"net/http"
 	"strconv"
 	"strings"
@@ -531,4 +532,17 @@ func (i *Interceptor) traceScaled(f *facts, d *decision.Decision) {
 				zap.String("namespace", ns), zap.String("name", name), zap.Error(err))
 		}
 	}()
+}
+
+// readAll reads a replayable request body without consuming it.
+func readAll(r *http.Request) ([]byte, error) {
+	if r.GetBody == nil {
+		return nil, nil
+	}
+	b, err := r.GetBody()
+	if err != nil {
+		return nil, err
+	}
+	defer func() { _ = b.Close() }()
+	return io.ReadAll(b)
 }

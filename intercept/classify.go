@@ -4,8 +4,6 @@ import (
 	"net/http"
 
 	"k8s.io/apimachinery/pkg/runtime/schema"
-	"k8s.io/apiserver/pkg/authentication/user"
-	"k8s.io/apiserver/pkg/authorization/authorizer"
 	"k8s.io/apiserver/pkg/endpoints/request"
 
 	"github.com/kausality-io/kausality-proxy/intercept/decision"
@@ -125,19 +123,4 @@ func (i *Interceptor) classify(r *http.Request) (*write, bool) {
 	w.explicitFieldManager = q.Get("fieldManager") != ""
 	w.force = q["force"]
 	return w, true
-}
-
-// writeAttributes are the attributes kube-apiserver's own authorization
-// filter builds from the request info, name left out.
-func writeAttributes(u user.Info, wr *write, verb string) *authorizer.AttributesRecord {
-	return &authorizer.AttributesRecord{
-		User:            u,
-		Verb:            verb,
-		Namespace:       wr.info.Namespace,
-		APIGroup:        wr.info.APIGroup,
-		APIVersion:      wr.info.APIVersion,
-		Resource:        wr.info.Resource,
-		Subresource:     wr.info.Subresource,
-		ResourceRequest: true,
-	}
 }

@@ -44,23 +44,24 @@
 // than any caller's, so it does nothing for a write kube-apiserver would
 // refuse.
 //
-// One write goes one way, and each step is a file entered once from
-// serve.go, which orchestrates: classify (classify.go, final: nothing
-// later rewrites it) → authorize (access) → gather the facts (gatherOne
-// in facts.go: the body read and decoded once, the stored object, the
-// effective new object, the parent, the namespace, all in one facts value
-// that nothing changes afterwards) → decide (decideOnFacts in decide.go:
-// the input of the pure decision package; when the decision says it needs
-// more, decision.Needs: a live read of the object, kube-apiserver's
-// dry-run result, a fresh parent, who may read what, the loop has the
-// fetchers of facts.go read it into a new facts value, the reads in
-// parallel, and decides again) → act (act in act.go: refuse, or prepare
-// the request, preflight it, reserve its once approval and forward it
-// through the one port to kube-apiserver, package upstream; the parent
-// writes and DriftReports after success) → record (log.go). A write whose
-// state moved under it (a once approval's reservation conflicted, or the
-// precondition the proxy added failed) goes round again on fresh state,
-// at most decision.MaxRounds times, and a client that sent no
+// One write goes one way, and each file is entered once: classify
+// (classify.go, final: nothing later rewrites it) → authorize (access,
+// from serve.go, which orchestrates) → decide (decideOne in decide.go,
+// which owns everything up to the verdict: it has facts.go gather the
+// write's own facts, the body read and decoded once, the stored object,
+// the effective new object, into one facts value that nothing changes
+// afterwards; reads the surroundings, the parent and the namespace;
+// builds the input of the pure decision package; and, when the decision
+// says it needs more, decision.Needs: a live read of the object,
+// kube-apiserver's dry-run result, a fresh parent, who may read what,
+// fetches it into a new facts value, the reads in parallel, and decides
+// again) → act (act in act.go: refuse, or prepare the request, preflight
+// it, reserve its once approval and forward it through the one port to
+// kube-apiserver, package upstream; the parent writes and DriftReports
+// after success) → record (log.go). A write whose state moved under it
+// (a once approval's reservation conflicted, or the precondition the
+// proxy added failed) goes round again on fresh state (decideAgain), at
+// most decision.MaxRounds times, and a client that sent no
 // resourceVersion never gets a 409 for it. A deletecollection is the same
 // steps for each object it would delete; collection.go lists them and
 // combines their verdicts (decision.CollectionVerdict). What fails is

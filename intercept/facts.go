@@ -1,10 +1,8 @@
 // The facts of one write, gathered once into a value that nothing changes
-// afterwards: the kind, the stored object, the effective new object, the
-// desired-state change, the parent and the namespace. When a decision
-// needs more, the loop in decide.go has it fetched here into a new value
-// made from the old one: a live read of the object, kube-apiserver's own
-// result for the write, a live read of the parent, and whether the caller
-// may read them. Those reads are independent, so they run together.
+// afterwards: the body read and decoded once, the kind, the stored object,
+// the effective new object and the desired-state change. decide.go adds
+// the surroundings (the parent, the namespace) and, when a decision needs
+// more, fetches it into a new value made from the old one.
 
 package intercept
 
@@ -27,8 +25,8 @@ import (
 	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/apimachinery/pkg/util/managedfields"
+	"k8s.io/client-go/tools/cache"
 
-	"github.com/kausality-io/kausality-proxy/intercept/annotations"
 	"github.com/kausality-io/kausality-proxy/intercept/body"
 	"github.com/kausality-io/kausality-proxy/intercept/decision"
 	"github.com/kausality-io/kausality-proxy/intercept/desired"
@@ -122,7 +120,8 @@ func (i *Interceptor) gatherOne(w http.ResponseWriter, r *http.Request, rq *writ
 	return i.gather(r.Context(), rq, data, rq.w.dryRun || bodyDryRun)
 }
 
-// gather reads the facts of the write whose body is data.
+// gather reads the write's own facts, its body being data; its
+// surroundings are read by decideGathered.
 func (i *Interceptor) gather(ctx context.Context, rq *writeRequest, data []byte, dryRun bool) (facts, error) {
 	wr := rq.w
 	f := facts{req: rq, data: data, dryRun: dryRun, op: wr.op, namespace: wr.namespace}
@@ -158,7 +157,7 @@ func (i *Interceptor) gather(ctx context.Context, rq *writeRequest, data []byte,
 		switch {
 		case apierrors.IsNotFound(err):
 		case err != nil:
-			return f, i.unresolvable(fmt.Errorf("reading the stored %s %s: %w", kind.Kind, qualifiedName(f.namespace, wr.info.Name), err))
+			return f, i.unresolvable(fmt.Errorf("reading the stored %s %s: %w", kind.Kind, cache.NewObjectName(f.namespace, wr.info.Name).String(), err))
 		default:
 			f.old, f.childLive, f.oldIsMetadata = stored.obj, stored.live, stored.metadataOnly
 		}
@@ -171,7 +170,7 @@ func (i *Interceptor) gather(ctx context.Context, rq *writeRequest, data []byte,
 		// the child holds: its metadata is all the decision reads.
 		f.changed, f.changes, f.oldIsMetadata = false, nil, false
 	}
-	return i.withSurroundings(ctx, f)
+	return f, nil
 }
 
 // resolveKind maps the request's resource to its kind, and the object's
@@ -234,7 +233,7 @@ func (i *Interceptor) withEffectiveObject(ctx context.Context, f facts) (facts, 
 		}
 	}
 	if wr.sub != statusSubresource {
-		f.changed, f.changes = desiredChange(f.op, f.old, f.new)
+		f.changed, f.changes = decision.DesiredChange(f.op, f.old, f.new)
 	}
 	return f, nil
 }
@@ -247,7 +246,7 @@ func (i *Interceptor) patchedMetadata(ctx context.Context, f facts) (facts, erro
 	opts := patch.Options{Kind: f.kind, Name: f.req.w.info.Name, Namespace: &ns, SkipTypeCheck: true}
 	if view, ok := patch.ApplyToMetadata(f.patchType, f.old, f.data, opts); ok {
 		f.new = view.Object
-		f.changed, f.changes = desiredChange(f.op, f.old, f.new)
+		f.changed, f.changes = decision.DesiredChange(f.op, f.old, f.new)
 		f.changed = f.changed || view.ChangesContent
 		return f, nil
 	}
@@ -256,7 +255,7 @@ func (i *Interceptor) patchedMetadata(ctx context.Context, f facts) (facts, erro
 	case apierrors.IsNotFound(err):
 		live = nil
 	case err != nil:
-		return f, i.unresolvable(fmt.Errorf("reading the stored %s %s: %w", f.kind.Kind, qualifiedName(f.namespace, f.req.w.info.Name), err))
+		return f, i.unresolvable(fmt.Errorf("reading the stored %s %s: %w", f.kind.Kind, cache.NewObjectName(f.namespace, f.req.w.info.Name).String(), err))
 	}
 	f.old, f.childLive, f.oldIsMetadata = live, true, false
 	return i.withEffectiveObject(ctx, f)
@@ -289,84 +288,6 @@ func readForce(f []string) (*bool, error) {
 		return nil, apierrors.NewBadRequest(fmt.Sprintf("the force parameter: %v", err))
 	}
 	return force, nil
-}
-
-// withSurroundings reads what the decision needs besides the object: the
-// parent (and the one the write moves the child away from) and the
-// namespace.
-func (i *Interceptor) withSurroundings(ctx context.Context, f facts) (facts, error) {
-	// A status write is never gated: it records on the written object
-	// itself, and never fails because a parent cannot be read.
-	if f.req.w.sub == statusSubresource {
-		return f, nil
-	}
-	// gated: the verdict depends on the parent and the namespace, so a
-	// failure to read them follows the failure policy. A write that
-	// changes no desired state is allowed whatever they say, so it goes
-	// on without them, with a warning.
-	gated := f.changed || f.op != decision.Update
-	bestEffort := func(err error) (facts, error) {
-		if gated {
-			return f, err
-		}
-		f.warnings = append(append([]string(nil), f.warnings...), "kausality: "+err.Error()+"; decided without it (this write changes no desired state)")
-		return f, nil
-	}
-
-	// The parent: the controller owner of the object after the write (of
-	// the stored object for deletes).
-	owned := f.new
-	if owned == nil {
-		owned = f.old
-	}
-	parent, source, err := i.parentOf(ctx, f.namespace, owned, f.op == decision.Delete)
-	if err != nil {
-		return bestEffort(err)
-	}
-	f.parent = i.parentFactsOf(ctx, &f, parent, source)
-	// A write that removes or re-points the controller ownerReference is
-	// decided against the owner it leaves too: moving a child away from a
-	// frozen or settled parent is a write under that parent.
-	if f.op == decision.Update && f.old != nil && f.new != nil && decision.ControllerMoved(f.old, f.new) {
-		former, source, err := i.parentOf(ctx, f.namespace, f.old, true)
-		if err != nil {
-			return bestEffort(err)
-		}
-		if source != "gone" {
-			f.formerParent = i.parentFactsOf(ctx, &f, former, source)
-		}
-	}
-
-	if ns := f.namespace; ns != "" {
-		nsObj, _, err := i.cfg.Objects.GetShared(ctx, namespacesGVR, "", ns)
-		switch {
-		case err == nil:
-			f.nsMode = nsObj.GetAnnotations()[annotations.Mode]
-			f.nsAllowanceMode = nsObj.GetAnnotations()[annotations.AllowanceMode]
-		case apierrors.IsNotFound(err):
-			// Writes into a namespace that does not exist fail upstream.
-		default:
-			// The namespace may say enforce: deciding without it would
-			// fail open.
-			return bestEffort(i.unresolvable(fmt.Errorf("reading the namespace %s: %w", ns, err)))
-		}
-	}
-	return f, nil
-}
-
-// parentFactsOf is what the decision reads of parent: its snapshot, its
-// settledness, and the revisions it controls when the write deletes one.
-func (i *Interceptor) parentFactsOf(ctx context.Context, f *facts, parent *unstructured.Unstructured, source string) parentFacts {
-	pf := parentFacts{obj: parent, source: source}
-	if parent == nil {
-		return pf
-	}
-	if source != "gone" {
-		assessed := i.settled.Assess(parent)
-		pf.settle = &assessed
-	}
-	pf.revisions = i.ownedRevisions(ctx, f, parent)
-	return pf
 }
 
 // storedNeed is how much of the stored child a write needs before it is
@@ -466,91 +387,6 @@ func (i *Interceptor) storedObject(ctx context.Context, f *facts, need storedNee
 		}
 	}
 	return storedChild{obj: old, metadataOnly: need == storedMetadata}, nil
-}
-
-// parentOf reads the controller owner of owned (nil when it has none), and
-// where it came from: the cache, a live read, or "gone".
-func (i *Interceptor) parentOf(ctx context.Context, namespace string, owned *unstructured.Unstructured, unservedIsGone bool) (*unstructured.Unstructured, string, error) {
-	if owned == nil {
-		return nil, "", nil
-	}
-	ref := metav1.GetControllerOfNoCopy(owned)
-	if ref == nil {
-		return nil, "", nil
-	}
-	gv, err := schema.ParseGroupVersion(ref.APIVersion)
-	if err != nil {
-		return nil, "", apierrors.NewBadRequest(fmt.Sprintf("the controller ownerReference has an invalid apiVersion %q: %v", ref.APIVersion, err))
-	}
-	// The parent snapshot is only read: no copy of the cached object.
-	parent, source, err := i.cfg.Objects.GetKindShared(ctx, gv.WithKind(ref.Kind), namespace, ref.Name)
-	switch {
-	case apierrors.IsNotFound(err):
-		// The parent is gone: garbage collection is cleaning up, which is
-		// allowed like any write under a deleting parent.
-		return goneParent(ref, namespace), "gone", nil
-	case unservedIsGone && meta.IsNoMatchError(err):
-		// Its kind is not served even after a fresh discovery: removing a
-		// CustomResourceDefinition removes every object of its kind, so
-		// no such parent exists. Deleting an orphan, or moving a child
-		// away from it, is cleanup; a write that keeps the reference is
-		// refused with a message that says how to fix it.
-		return goneParent(ref, namespace), "gone", nil
-	case err != nil:
-		return nil, "", i.unresolvable(fmt.Errorf("reading the parent %s %s: %w", ref.Kind, ref.Name, err))
-	}
-	if ref.UID != "" && parent.GetUID() != ref.UID {
-		return goneParent(ref, namespace), "gone", nil
-	}
-	return parent, string(source), nil
-}
-
-// goneParent stands in for a parent that no longer exists: deleting.
-func goneParent(ref *metav1.OwnerReference, namespace string) *unstructured.Unstructured {
-	u := &unstructured.Unstructured{}
-	u.SetAPIVersion(ref.APIVersion)
-	u.SetKind(ref.Kind)
-	u.SetName(ref.Name)
-	u.SetNamespace(namespace)
-	u.SetUID(ref.UID)
-	now := metav1.Now()
-	u.SetDeletionTimestamp(&now)
-	return u
-}
-
-// ownedRevisions lists the revisions the parent controls when the write
-// deletes one of them: only then can it be history pruning. A list that
-// fails leaves the write to be decided as any other delete.
-func (i *Interceptor) ownedRevisions(ctx context.Context, f *facts, parent *unstructured.Unstructured) []history.Revision {
-	if f.op != decision.Delete || parent == nil || f.old == nil || !history.Kept(parent.GroupVersionKind().GroupKind(), f.kind.GroupKind()) {
-		return nil
-	}
-	objs, err := i.cfg.Objects.Owned(ctx, f.req.w.gvr, f.namespace, parent.GetUID(), history.RevisionInMetadata(f.kind.GroupKind()))
-	if err != nil {
-		return nil
-	}
-	revs := make([]history.Revision, 0, len(objs))
-	for _, o := range objs {
-		if r, ok := history.RevisionOf(o); ok {
-			revs = append(revs, r)
-		}
-	}
-	return revs
-}
-
-// desiredChange reports whether the write changes the desired state.
-func desiredChange(op decision.Operation, old, new *unstructured.Unstructured) (bool, []desired.Change) {
-	if op == decision.Delete {
-		return true, nil
-	}
-	return desired.Changed(old, new)
-}
-
-func qualifiedName(namespace, name string) string {
-	if namespace == "" {
-		return name
-	}
-	return namespace + "/" + name
 }
 
 // builtinTC types server-side apply of built-in kinds with the schema
@@ -720,221 +556,4 @@ func (i *Interceptor) specReplicasPath(ctx context.Context, gvr schema.GroupVers
 		return "", resourceNotFound()
 	}
 	return path, nil
-}
-
-// maxConfirmAnswer bounds what is kept of a confirming dry run's answer:
-// the object kube-apiserver would store.
-const maxConfirmAnswer = 16 << 20
-
-// serverResult is kube-apiserver's own view of the write: the object as
-// stored (nil: deleted meanwhile) and the object the write would store.
-type serverResult struct {
-	live, stored *unstructured.Unstructured
-}
-
-// refetch returns f with need fetched. r is the client's request, which a
-// dry run repeats through up.
-func (i *Interceptor) refetch(r *http.Request, f facts, need decision.Need, up upstream.Port) (facts, error) {
-	got, err := i.fetch(r, &f, need, up)
-	if err != nil {
-		return f, err
-	}
-	if need.FreshParent && f.parent.obj != nil {
-		f.parent = got.parent
-	}
-	switch {
-	case need.ServerResult:
-		f.confirmed = true
-		if got.server.live != nil {
-			f.old, f.new, f.childLive, f.oldIsMetadata = got.server.live, got.server.stored, true, false
-			f.precondition = got.server.live.GetResourceVersion()
-			f.changed, f.changes = desiredChange(f.op, f.old, f.new)
-		}
-	case need.LiveChild && got.live != nil:
-		if f, err = i.withLiveChild(r.Context(), f, got.live); err != nil {
-			return f, err
-		}
-	}
-	ctx := r.Context()
-	if need.ChildAccess {
-		f.childAccessKnown = true
-		f.mayReadChild = f.kind.GroupKind() != (schema.GroupKind{Kind: "Secret"}) && i.access.MayGet(ctx, writeAttributes(f.req.user, f.req.w, "get"), f.req.w.info.Name)
-	}
-	if need.ParentAccess {
-		f.parentAccessKnown = true
-		if f.parent.obj != nil {
-			f.parent.hidden = !i.access.MayGetParent(ctx, f.req.user, f.parent.obj)
-		}
-		if f.formerParent.obj != nil {
-			f.formerParent.hidden = !i.access.MayGetParent(ctx, f.req.user, f.formerParent.obj)
-		}
-	}
-	return f, nil
-}
-
-// fetched is what one round of reads brought.
-type fetched struct {
-	live   *unstructured.Unstructured
-	server serverResult
-	parent parentFacts
-}
-
-// fetch makes the independent reads need asks for, together.
-func (i *Interceptor) fetch(r *http.Request, f *facts, need decision.Need, up upstream.Port) (fetched, error) {
-	var (
-		got                        fetched
-		wg                         sync.WaitGroup
-		liveErr, serverErr, parErr error
-	)
-	if need.LiveChild {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			got.live, liveErr = i.liveChild(r.Context(), f)
-		}()
-	}
-	if need.ServerResult {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			got.server, serverErr = i.serverResultOf(r, f, up)
-		}()
-	}
-	if need.FreshParent && f.parent.obj != nil {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			got.parent, parErr = i.freshParent(r.Context(), f)
-		}()
-	}
-	wg.Wait()
-	return got, errors.Join(serverErr, liveErr, parErr)
-}
-
-// withLiveChild returns f with the stored object read live, and what the
-// write makes of it: a PUT's object is the client's whatever is stored; a
-// patch and a /scale write apply to it.
-func (i *Interceptor) withLiveChild(ctx context.Context, f facts, live *unstructured.Unstructured) (facts, error) {
-	f.old, f.childLive, f.oldIsMetadata = live, true, false
-	var err error
-	switch {
-	case f.req.w.sub == scaleSubresource:
-		f.new, err = i.scaledObject(ctx, &f)
-	case f.req.w.verb == "patch":
-		f.new, err = patched(&f)
-	}
-	if err != nil {
-		return f, err
-	}
-	if f.req.w.sub != statusSubresource {
-		f.changed, f.changes = desiredChange(f.op, f.old, f.new)
-	}
-	return f, nil
-}
-
-// afresh returns f as a new round starts it after the state moved: the
-// object and its parent are read live again, and nothing the last round
-// confirmed counts.
-func (i *Interceptor) afresh(r *http.Request, f facts, up upstream.Port) (facts, error) {
-	f.confirmed, f.precondition, f.childLive = false, "", false
-	if f.op == decision.Create {
-		return i.refetch(r, f, decision.Need{FreshParent: true}, up)
-	}
-	return i.refetch(r, f, decision.Need{LiveChild: true, FreshParent: true}, up)
-}
-
-// liveChild reads the stored object live; nil when it is gone (then
-// kube-apiserver answers the write itself).
-func (i *Interceptor) liveChild(ctx context.Context, f *facts) (*unstructured.Unstructured, error) {
-	wr := f.req.w
-	live, err := i.cfg.Objects.GetLive(ctx, wr.gvr, f.namespace, wr.info.Name)
-	switch {
-	case apierrors.IsNotFound(err):
-		return nil, nil
-	case err != nil:
-		return nil, i.unresolvable(fmt.Errorf("reading the stored %s %s: %w", f.kind.Kind, qualifiedName(f.namespace, wr.info.Name), err))
-	}
-	return live, nil
-}
-
-// serverResultOf reads the stored object live and asks kube-apiserver, in
-// a dry run as the caller, what the same request would store. The
-// answer is read here, whatever the caller accepts.
-func (i *Interceptor) serverResultOf(r *http.Request, f *facts, up upstream.Port) (serverResult, error) {
-	var (
-		wg      sync.WaitGroup
-		live    *unstructured.Unstructured
-		liveErr error
-	)
-	if f.childLive {
-		// Read live already, for this round: the precondition is that
-		// read's resourceVersion.
-		live = f.old
-	} else {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			live, liveErr = i.liveChild(r.Context(), f)
-		}()
-	}
-	dry := r.Clone(r.Context())
-	dry.Header.Set("Accept", "application/json")
-	answer, err := up.DryRun(dry, f.data, maxConfirmAnswer)
-	wg.Wait()
-	if err != nil {
-		return serverResult{}, err
-	}
-	if liveErr != nil {
-		return serverResult{}, liveErr
-	}
-	if live == nil {
-		// Deleted meanwhile: kube-apiserver answers the write itself.
-		return serverResult{}, nil
-	}
-	if !answer.Succeeded() {
-		return serverResult{}, &upstream.RefusedError{Answer: answer}
-	}
-	if answer.Truncated() {
-		return serverResult{}, i.unresolvable(fmt.Errorf("kube-apiserver's dry run of this write answered more than %d bytes", maxConfirmAnswer))
-	}
-	stored := &unstructured.Unstructured{}
-	if err := stored.UnmarshalJSON(answer.Body()); err != nil {
-		return serverResult{}, i.unresolvable(fmt.Errorf("reading kube-apiserver's dry run of this write: %w", err))
-	}
-	if f.req.w.sub == scaleSubresource {
-		// The answer is the Scale kube-apiserver would store: the object
-		// it scales is the live one with those replicas.
-		path, err := i.specReplicasPath(r.Context(), f.req.w.gvr)
-		if err != nil {
-			return serverResult{}, err
-		}
-		if stored, err = desired.ScaleToPath(stored, live, path); err != nil {
-			return serverResult{}, apierrors.NewInternalError(err)
-		}
-	}
-	return serverResult{live: live, stored: stored}, nil
-}
-
-// freshParent reads f's parent live.
-func (i *Interceptor) freshParent(ctx context.Context, f *facts) (parentFacts, error) {
-	p := f.parent.obj
-	m, err := i.cfg.Objects.Mapping(p.GroupVersionKind())
-	if err != nil {
-		return parentFacts{}, i.unresolvable(err)
-	}
-	ns := p.GetNamespace()
-	if m.Scope.Name() == meta.RESTScopeNameRoot {
-		ns = ""
-	}
-	fresh, err := i.cfg.Objects.GetLive(ctx, m.Resource, ns, p.GetName())
-	if apierrors.IsNotFound(err) {
-		ref := metav1.OwnerReference{APIVersion: p.GetAPIVersion(), Kind: p.GetKind(), Name: p.GetName(), UID: p.GetUID()}
-		return parentFacts{obj: goneParent(&ref, f.namespace), source: "gone", hidden: f.parent.hidden}, nil
-	}
-	if err != nil {
-		return parentFacts{}, i.unresolvable(fmt.Errorf("re-reading the parent: %w", err))
-	}
-	pf := i.parentFactsOf(ctx, f, fresh, "live")
-	pf.hidden = f.parent.hidden
-	return pf, nil
 }

@@ -33,7 +33,7 @@ func (i *Interceptor) recordDecision(f *facts, d *decision.Decision, outcome str
 	line.Drift = d.Drift
 	line.DryRun = f.dryRun
 	line.Confirmed = f.confirmed
-	line.WouldDeny = f.req.shadow() && d.Result == decision.Deny
+	line.WouldDeny = f.req.shadow && d.Result == decision.Deny
 	line.Snoozed = d.Snooze.Snoozed
 	line.Mode, line.ModeSource = string(d.Mode), string(d.ModeSource)
 	if d.Parent != nil {
@@ -101,8 +101,8 @@ func (f *facts) line(user, name, outcome string, latency time.Duration) *decisio
 		Subresource:  rq.w.info.Subresource,
 		Namespace:    f.namespace,
 		Name:         name,
-		Shadow:       rq.shadow(),
-		Controller:   rq.controllerName(),
+		Shadow:       rq.shadow,
+		Controller:   rq.controllerName,
 		Outcome:      outcome,
 		Latency:      latency,
 	}
@@ -155,8 +155,8 @@ func (m *metrics) observe(rq *writeRequest, d *decision.Decision, elapsed time.D
 	if rq.w.gvr.Group != "" {
 		resource = rq.w.gvr.Group + "/" + resource
 	}
-	shadow := strconv.FormatBool(rq.shadow())
-	m.decisions.WithLabelValues(string(d.Result), string(d.Category), string(d.Mode), rq.controllerName(), resource, shadow).Inc()
+	shadow := strconv.FormatBool(rq.shadow)
+	m.decisions.WithLabelValues(string(d.Result), string(d.Category), string(d.Mode), rq.controllerName, resource, shadow).Inc()
 	m.latency.WithLabelValues(string(d.Category), shadow).Observe(elapsed.Seconds())
 }
 
@@ -169,7 +169,7 @@ func (m *metrics) observeError(rq *writeRequest, err error) {
 	if errors.As(err, &status) {
 		code = strconv.Itoa(int(status.Status().Code))
 	}
-	m.errors.WithLabelValues(code, strconv.FormatBool(rq.shadow())).Inc()
+	m.errors.WithLabelValues(code, strconv.FormatBool(rq.shadow)).Inc()
 }
 
 func (m *metrics) reservation(outcome string) {

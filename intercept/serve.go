@@ -1,7 +1,7 @@
-// The orchestration of intercepted writes, in one direction, each step
-// called once: classify (classify.go, final) → authorize (package access)
-// → gather the facts (facts.go, one value) → decide (decide.go: the pure
-// decision package, and the loop that has facts.go fetch what the decision
+// The orchestration of intercepted writes, in one direction, each file
+// entered once: classify (classify.go, final) → authorize (package access)
+// → decide (decide.go: the facts gathered by facts.go into one value, the
+// pure decision package, and the loop that fetches what the decision
 // still needs into a new facts value) → act (act.go, with the port to
 // kube-apiserver in package upstream and the proxy's own writes in package
 // sidewrites) → record (log.go). A write whose state moved under it (a
@@ -16,7 +16,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"io"
 	"net/http"
 	"strconv"
 	"time"
@@ -38,12 +37,16 @@ import (
 // writeRequest is one intercepted request as it arrived: who sent it,
 // the settings in force, and its classification. It never changes.
 type writeRequest struct {
-	w           *write
-	user        user.Info
-	settings    *config.Config
-	controller  *config.Controller
-	start       time.Time
-	contentType string
+	w          *write
+	user       user.Info
+	settings   *config.Config
+	controller *config.Controller
+	// shadow: the writer's controller is in shadow mode; controllerName
+	// is its configured name.
+	shadow         bool
+	controllerName string
+	start          time.Time
+	contentType    string
 	// policies matches the write against the writer's approval policies:
 	// one per request, so that deciding again reuses what it found, and
 	// one evaluation budget covers the request.
@@ -58,6 +61,9 @@ func (i *Interceptor) newWriteRequest(r *http.Request, wr *write) *writeRequest 
 	settings := i.cfg.Settings()
 	rq := &writeRequest{w: wr, user: u, settings: settings, controller: settings.ControllerFor(u, wr.fieldManager),
 		start: i.cfg.Clock.Now(), contentType: r.Header.Get("Content-Type")}
+	if rq.controller != nil {
+		rq.shadow, rq.controllerName = rq.controller.Mode == annotations.ModeShadow, rq.controller.Name
+	}
 	if i.cfg.Policies != nil && u != nil {
 		rq.policies = policy.NewMatcher(r.Context(), i.cfg.Policies.For(u.GetName())...)
 	}
@@ -65,19 +71,6 @@ func (i *Interceptor) newWriteRequest(r *http.Request, wr *write) *writeRequest 
 	// object of a collection, draw on one budget.
 	rq.ctx = allowance.WithBudget(r.Context(), allowance.NewBudget())
 	return rq
-}
-
-// shadow reports whether the writer's controller is in shadow mode.
-func (rq *writeRequest) shadow() bool {
-	return rq.controller != nil && rq.controller.Mode == annotations.ModeShadow
-}
-
-// controllerName is the configured name of the writer's controller.
-func (rq *writeRequest) controllerName() string {
-	if rq.controller == nil {
-		return ""
-	}
-	return rq.controller.Name
 }
 
 // maxPreflightAnswer bounds what is kept of a dry run's answer; only a
@@ -97,12 +90,12 @@ func (i *Interceptor) serveWrite(w http.ResponseWriter, r *http.Request, wr *wri
 	rq := i.newWriteRequest(r, wr)
 	x := exchange{w: w, r: r, up: upstream.Forwarder{Next: next}, writeError: writeError}
 	// Nothing is read, decoded or written for a caller who may not write.
-	if err := i.access.Write(r.Context(), writeAttributes(rq.user, wr, wr.info.Verb), wr.info.Name); err != nil {
+	if err := i.access.Write(r.Context(), access.Attributes(rq.user, wr.info, wr.info.Verb), wr.info.Name); err != nil {
 		i.refuseUnauthorized(x, rq, err)
 		return
 	}
 	switch {
-	case rq.shadow():
+	case rq.shadow:
 		i.serveShadow(x, rq)
 	case wr.collection:
 		i.serveCollection(x, rq)
@@ -117,7 +110,7 @@ func (i *Interceptor) refuseUnauthorized(x exchange, rq *writeRequest, err error
 	f := &facts{req: rq, op: rq.w.op, namespace: rq.w.namespace, dryRun: rq.w.dryRun}
 	var unavailable *access.UnavailableError
 	switch {
-	case rq.shadow():
+	case rq.shadow:
 		// Shadow changes nothing: kube-apiserver answers as it would
 		// without the proxy.
 		x.up.Send(x.w, x.r)
@@ -133,22 +126,17 @@ func (i *Interceptor) refuseUnauthorized(x exchange, rq *writeRequest, err error
 	}
 }
 
-// serveOne serves a write of one object.
+// serveOne serves a write of one object: decided (decide.go) and acted on
+// (act.go); when its state moved under it, decided again on fresh state.
 func (i *Interceptor) serveOne(x exchange, rq *writeRequest) {
-	f, err := i.gatherOne(x.w, x.r, rq)
-	if err != nil {
-		i.fail(x, &f, err)
-		return
-	}
-	if f.op == decision.Delete && f.old == nil {
+	f, d, err := i.decideOne(x, rq)
+	if err == nil && f.op == decision.Delete && f.old == nil {
 		// Deleting what does not exist: kube-apiserver answers 404 itself.
 		x.up.Send(x.w, x.r)
 		return
 	}
 	preflighted := false
 	for round := 1; ; round++ {
-		var d decision.Decision
-		f, d, err = i.decideOnFacts(x.r, f, x.up)
 		var refused *upstream.RefusedError
 		switch {
 		case errors.As(err, &refused):
@@ -161,26 +149,15 @@ func (i *Interceptor) serveOne(x exchange, rq *writeRequest) {
 			i.fail(x, &f, err)
 			return
 		}
-		moved, err := i.act(x, f, &d, round, &preflighted)
-		switch {
-		case err != nil:
-			i.fail(x, &f, err)
-			return
-		case moved == nothingMoved:
-			return
-		case moved == parentMoved:
-			// Someone else changed the parent (maybe took the approval),
-			// or deleted it: decide again from a fresh snapshot.
-			f, err = i.refetch(x.r, f, decision.Need{FreshParent: true}, x.up)
-		default:
-			// The proxy's precondition failed: the object moved since the
-			// decision. Decide again on what is stored now.
-			f, err = i.afresh(x.r, f, x.up)
-		}
-		if err != nil {
+		var what moved
+		if what, err = i.act(x, f, &d, round, &preflighted); err != nil {
 			i.fail(x, &f, err)
 			return
 		}
+		if what == nothingMoved {
+			return
+		}
+		f, d, err = i.decideAgain(x.r, f, what, x.up)
 	}
 }
 
@@ -222,16 +199,16 @@ func (i *Interceptor) shadowDecisions(x exchange, rq *writeRequest, data []byte)
 			decided, err = nil, fmt.Errorf("panic while deciding: %v", rec)
 		}
 	}()
-	decideShadow := func(f facts) (member, error) {
-		f, d, err := i.decideOnFacts(x.r, f, x.up)
+	// A write kube-apiserver refuses itself is logged with its unconfirmed
+	// decision.
+	logged := func(f facts, d decision.Decision, err error) (member, error) {
 		var refused *upstream.RefusedError
 		if errors.As(err, &refused) {
-			// kube-apiserver refuses the write itself: the unconfirmed
-			// decision is what is logged.
 			err = nil
 		}
 		return member{f: f, d: d}, err
 	}
+	decideShadow := func(f facts) (member, error) { return logged(i.decideOnFacts(x.r, f, x.up)) }
 	if rq.w.collection {
 		c, err := i.decideCollection(x.r, rq, data, decideShadow)
 		if err != nil || c.cleanup {
@@ -244,11 +221,11 @@ func (i *Interceptor) shadowDecisions(x exchange, rq *writeRequest, data []byte)
 		return nil, err
 	}
 	f, err := i.gather(x.r.Context(), rq, data, rq.w.dryRun || bodyDryRun)
-	if err != nil || f.op == decision.Delete && f.old == nil {
+	if err != nil {
 		return nil, err
 	}
-	m, err := decideShadow(f)
-	if err != nil {
+	m, err := logged(i.decideGathered(x.r, f, x.up))
+	if err != nil || m.f.op == decision.Delete && m.f.old == nil {
 		return nil, err
 	}
 	return []member{m}, nil
@@ -278,17 +255,4 @@ func (i *Interceptor) serveCollection(x exchange, rq *writeRequest) {
 		return
 	}
 	i.actOnCollection(x, f, c, data)
-}
-
-// readAll reads a replayable request body without consuming it.
-func readAll(r *http.Request) ([]byte, error) {
-	if r.GetBody == nil {
-		return nil, nil
-	}
-	b, err := r.GetBody()
-	if err != nil {
-		return nil, err
-	}
-	defer func() { _ = b.Close() }()
-	return io.ReadAll(b)
 }

@@ -13,6 +13,7 @@ import (
 	"k8s.io/apiserver/pkg/authentication/user"
 	"k8s.io/apiserver/pkg/authorization/authorizer"
 	"k8s.io/apiserver/pkg/endpoints/handlers/responsewriters"
+	"k8s.io/apiserver/pkg/endpoints/request"
 
 	"github.com/kausality-io/kausality-proxy/intercept/objects"
 )
@@ -22,6 +23,22 @@ type Checker struct {
 	Authorizer authorizer.Authorizer
 	// Objects maps a parent's kind to its resource.
 	Objects *objects.Store
+}
+
+// Attributes are the attributes kube-apiserver's own authorization filter
+// builds from the request info, for verb and with the name left out: the
+// first review covers every object of the resource in the namespace.
+func Attributes(u user.Info, info *request.RequestInfo, verb string) *authorizer.AttributesRecord {
+	return &authorizer.AttributesRecord{
+		User:            u,
+		Verb:            verb,
+		Namespace:       info.Namespace,
+		APIGroup:        info.APIGroup,
+		APIVersion:      info.APIVersion,
+		Resource:        info.Resource,
+		Subresource:     info.Subresource,
+		ResourceRequest: true,
+	}
 }
 
 // Write reports whether the caller may do what attrs (the attributes

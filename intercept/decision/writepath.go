@@ -1,5 +1,11 @@
 package decision
 
+import (
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+
+	"github.com/kausality-io/kausality-proxy/intercept/desired"
+)
+
 // The write path's rules that are not about one write's verdict: what to
 // do when a fact cannot be established, which facts a verdict still needs
 // before it is acted on, and what to do when reserving a once approval or
@@ -378,4 +384,14 @@ func UnderBoth(primary, former Decision) Decision {
 	}
 	primary.Warnings = append(primary.Warnings, former.Warnings...)
 	return primary
+}
+
+// DesiredChange reports whether a write changes the desired state, and
+// which fields. A delete always does, and no field is listed: the object
+// goes whole.
+func DesiredChange(op Operation, old, new *unstructured.Unstructured) (bool, []desired.Change) {
+	if op == Delete {
+		return true, nil
+	}
+	return desired.Changed(old, new)
 }

@@ -21,52 +21,47 @@ type mappingMemo struct {
 }
 
 func newMappingMemo() *mappingMemo {
-	m := &mappingMemo{}
-	m.forget()
-	return m
+	return &mappingMemo{
+		kinds:    map[schema.GroupVersionResource]schema.GroupVersionKind{},
+		mappings: map[schema.GroupVersionKind]*meta.RESTMapping{},
+	}
 }
 
 func (m *mappingMemo) forget() {
 	m.mu.Lock()
-	m.kinds = map[schema.GroupVersionResource]schema.GroupVersionKind{}
-	m.mappings = map[schema.GroupVersionKind]*meta.RESTMapping{}
+	clear(m.kinds)
+	clear(m.mappings)
 	m.mu.Unlock()
 }
 
 func (m *mappingMemo) kindFor(gvr schema.GroupVersionResource, lookup func(schema.GroupVersionResource) (schema.GroupVersionKind, error)) (schema.GroupVersionKind, error) {
-	m.mu.RLock()
-	gvk, ok := m.kinds[gvr]
-	m.mu.RUnlock()
-	if ok {
-		return gvk, nil
-	}
-	gvk, err := lookup(gvr)
-	if err != nil {
-		m.forget()
-		return gvk, err
-	}
-	m.mu.Lock()
-	m.kinds[gvr] = gvk
-	m.mu.Unlock()
-	return gvk, nil
+	return recall(m, m.kinds, gvr, lookup)
 }
 
 // mapping returns a mapping shared by every caller: it must not be
 // modified.
 func (m *mappingMemo) mapping(gvk schema.GroupVersionKind, lookup func(schema.GroupKind, ...string) (*meta.RESTMapping, error)) (*meta.RESTMapping, error) {
+	return recall(m, m.mappings, gvk, func(gvk schema.GroupVersionKind) (*meta.RESTMapping, error) {
+		return lookup(gvk.GroupKind(), gvk.Version)
+	})
+}
+
+// recall answers key from table, one of m's, or asks lookup and remembers
+// its answer.
+func recall[K comparable, V any](m *mappingMemo, table map[K]V, key K, lookup func(K) (V, error)) (V, error) {
 	m.mu.RLock()
-	rm, ok := m.mappings[gvk]
+	v, ok := table[key]
 	m.mu.RUnlock()
 	if ok {
-		return rm, nil
+		return v, nil
 	}
-	rm, err := lookup(gvk.GroupKind(), gvk.Version)
+	v, err := lookup(key)
 	if err != nil {
 		m.forget()
-		return rm, err
+		return v, err
 	}
 	m.mu.Lock()
-	m.mappings[gvk] = rm
+	table[key] = v
 	m.mu.Unlock()
-	return rm, nil
+	return v, nil
 }

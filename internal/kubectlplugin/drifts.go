@@ -21,6 +21,7 @@ import (
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/apimachinery/pkg/util/duration"
+	"k8s.io/apimachinery/pkg/util/wait"
 	"k8s.io/apimachinery/pkg/watch"
 	"k8s.io/client-go/tools/cache"
 	"k8s.io/client-go/tools/clientcmd"
@@ -378,22 +379,15 @@ func (s *driftSource) watch(ctx context.Context, interval time.Duration, send fu
 		DeleteFunc: func(any) { changed() },
 	})
 	go inf.RunWithContext(ctx)
-	t := time.NewTicker(interval)
-	defer t.Stop()
-	for {
-		select {
-		case <-ctx.Done():
+	wait.UntilWithContext(ctx, func(context.Context) {
+		mu.Lock()
+		e := lastErr
+		mu.Unlock()
+		if e == "" && !inf.HasSynced() {
 			return
-		case <-t.C:
-			mu.Lock()
-			e := lastErr
-			mu.Unlock()
-			if e == "" && !inf.HasSynced() {
-				continue
-			}
-			send(s.snapshot(inf, e))
 		}
-	}
+		send(s.snapshot(inf, e))
+	}, interval)
 }
 
 func (s *driftSource) snapshot(inf cache.SharedIndexInformer, errText string) recordsMsg {

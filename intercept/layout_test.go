@@ -1,0 +1,161 @@
+package intercept_test
+
+import (
+	"go/ast"
+	"go/parser"
+	"go/token"
+	"os"
+	"path/filepath"
+	"slices"
+	"sort"
+	"strings"
+	"testing"
+)
+
+// A write enters each file of this package once: serve.go has decide.go
+// decide it and act.go act on it; decide.go has facts.go gather the
+// write's own facts once and keeps the loop and every fetch of a later
+// round; facts.go never calls back. This is read from the source, so that
+// a fetcher moved back beside the gathering, or a second gathering from
+// serve.go, fails here and not only in a review.
+func TestAWriteEntersEachFileOnce(t *testing.T) {
+	decls := declaredFuncs(t)
+	tests := []struct {
+		name string
+		// from is where the walk starts; it follows calls within from's
+		// file and lists the calls that leave it.
+		from string
+		// leaves are the only functions of other files of this package
+		// the walk may call, as "file:function"; reaches, if set, must be
+		// called, so that a walk that lost its way does not pass.
+		leaves  []string
+		reaches string
+	}{
+		{
+			name: "one write is decided by decide.go and acted on by act.go",
+			from: "serveOne",
+			leaves: []string{"decide.go:decideOne", "decide.go:decideAgain", "act.go:act",
+				"failures.go:fail", "log.go:recordDecision"},
+			reaches: "decide.go:decideOne",
+		},
+		{
+			name: "decide.go gathers once through facts.go and fetches every later fact itself",
+			from: "decideOne",
+			leaves: []string{"facts.go:gatherOne", "facts.go:patched", "facts.go:scaledObject",
+				"facts.go:specReplicasPath", "failures.go:unresolvable"},
+			reaches: "facts.go:gatherOne",
+		},
+		{
+			name:   "gathering never calls back into decide.go",
+			from:   "gatherOne",
+			leaves: []string{"failures.go:unresolvable", "failures.go:resourceNotFound"},
+		},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			calls := callsLeaving(decls, tt.from)
+			for _, call := range calls {
+				if !slices.Contains(tt.leaves, call) {
+					t.Errorf("%s reaches %s, a second way into that file", tt.from, call)
+				}
+			}
+			if tt.reaches != "" && !slices.Contains(calls, tt.reaches) {
+				t.Errorf("%s does not reach %s (it reaches %q): the walk lost its way", tt.from, tt.reaches, calls)
+			}
+		})
+	}
+}
+
+type funcDecl struct {
+	file  string
+	calls []string
+}
+
+// declaredFuncs are this package's functions and methods by name, with
+// the names each calls. Methods are known by name alone: a name several
+// types declare is left out, as a call the walk cannot place.
+func declaredFuncs(t *testing.T) map[string]funcDecl {
+	t.Helper()
+	paths, err := filepath.Glob("*.go")
+	if err != nil {
+		t.Fatal(err)
+	}
+	fset := token.NewFileSet()
+	decls := map[string]funcDecl{}
+	ambiguous := map[string]bool{}
+	for _, path := range paths {
+		if strings.HasSuffix(path, "_test.go") {
+			continue
+		}
+		src, err := os.ReadFile(path)
+		if err != nil {
+			t.Fatal(err)
+		}
+		file, err := parser.ParseFile(fset, path, src, 0)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, d := range file.Decls {
+			fn, ok := d.(*ast.FuncDecl)
+			if !ok || fn.Body == nil {
+				continue
+			}
+			if _, twice := decls[fn.Name.Name]; twice {
+				ambiguous[fn.Name.Name] = true
+			}
+			decls[fn.Name.Name] = funcDecl{file: path, calls: callsIn(fn.Body)}
+		}
+	}
+	for name := range ambiguous {
+		delete(decls, name)
+	}
+	return decls
+}
+
+func callsIn(body *ast.BlockStmt) []string {
+	var calls []string
+	ast.Inspect(body, func(n ast.Node) bool {
+		call, ok := n.(*ast.CallExpr)
+		if !ok {
+			return true
+		}
+		switch fun := call.Fun.(type) {
+		case *ast.Ident:
+			calls = append(calls, fun.Name)
+		case *ast.SelectorExpr:
+			calls = append(calls, fun.Sel.Name)
+		}
+		return true
+	})
+	return calls
+}
+
+// callsLeaving follows the calls from the function from within its file
+// and returns, as "file:function", those to other files of this package.
+func callsLeaving(decls map[string]funcDecl, from string) []string {
+	home := decls[from].file
+	seen := map[string]bool{from: true}
+	left := map[string]bool{}
+	queue := []string{from}
+	for len(queue) > 0 {
+		name := queue[0]
+		queue = queue[1:]
+		for _, callee := range decls[name].calls {
+			d, ok := decls[callee]
+			switch {
+			case !ok || seen[callee]:
+			case d.file != home:
+				left[d.file+":"+callee] = true
+			default:
+				seen[callee] = true
+				queue = append(queue, callee)
+			}
+		}
+	}
+	out := make([]string, 0, len(left))
+	for call := range left {
+		out = append(out, call)
+	}
+	sort.Strings(out)
+	return out
+}

@@ -165,13 +165,9 @@ func childChanged(observers []Observer, obj interface{}) {
 	if !ok {
 		return
 	}
-	var identity metav1.Object
 	for _, o := range observers {
 		if mo, ok := o.(MetadataObserver); ok {
-			if identity == nil {
-				identity = c.GetObjectMeta()
-			}
-			mo.ObserveMetadata(identity)
+			mo.ObserveMetadata(c)
 		}
 	}
 }

@@ -22,10 +22,11 @@ type watchedMetadata struct {
 }
 
 func (w *watchedMetadata) Resource(schema.GroupVersionResource) metadata.Getter { return w }
-func (w *watchedMetadata) Namespace(string) metadata.ResourceInterface         { return w }
+func (w *watchedMetadata) Namespace(string) metadata.ResourceInterface          { return w }
 func (w *watchedMetadata) List(context.Context, metav1.ListOptions) (*metav1.PartialObjectMetadataList, error) {
 	return &metav1.PartialObjectMetadataList{ListMeta: metav1.ListMeta{ResourceVersion: "1"}}, nil
 }
+
 // IsWatchListSemanticsUnSupported: the benchmark's watch sends no initial
 // events, only the changes it makes.
 func (w *watchedMetadata) IsWatchListSemanticsUnSupported() bool { return true }

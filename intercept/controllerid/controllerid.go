@@ -183,6 +183,20 @@ func AddHashValue(value, h string) (newValue string, changed bool) {
 
 var observedGenerationPath = fieldpath.MakePathOrDie("status", "observedGeneration")
 
+// ownsObservedGenerationAlone reports whether the f:status subtree of a
+// managedFields entry is exactly {"f:observedGeneration":{}}: the whole of
+// it in the parents the proxy caches, which keep no other entry. The
+// parser reads that subtree the same way, at the cost of serializing it
+// first, on every write decided under a parent.
+func ownsObservedGenerationAlone(status interface{}) bool {
+	st, _ := status.(map[string]interface{})
+	if len(st) != 1 {
+		return false
+	}
+	og, ok := st["f:observedGeneration"].(map[string]interface{})
+	return ok && len(og) == 0
+}
+
 // ObservedGenerationManagers returns the managers whose managedFields entry
 // owns status.observedGeneration (usually one; shared ownership under
 // server-side apply can give more).
@@ -203,6 +217,13 @@ func ObservedGenerationManagers(obj *unstructured.Unstructured) ([]string, error
 		// Only the status subtree matters; serialize just that for the parser.
 		st, ok := fields["f:status"]
 		if !ok {
+			continue
+		}
+		if ownsObservedGenerationAlone(st) {
+			mgr, _ := m["manager"].(string)
+			if !ContainsHash(managers, mgr) {
+				managers = append(managers, mgr)
+			}
 			continue
 		}
 		raw, err := json.Marshal(map[string]interface{}{"f:status": st})

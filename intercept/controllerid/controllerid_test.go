@@ -110,6 +110,26 @@ func TestObservedGenerationManagers(t *testing.T) {
 	}
 }
 
+// The managedFields entry a cached parent keeps is read without the
+// parser, which serializes the subtree it parses.
+func TestObservedGenerationManagersOfALeanEntryAllocatesOnlyTheResult(t *testing.T) {
+	p := parent(t, `[{"manager":"kube-controller-manager","operation":"Update","subresource":"status","fieldsV1":{"f:status":{"f:observedGeneration":{}}}}]`, "")
+	var got []string
+	allocs := testing.AllocsPerRun(100, func() {
+		managers, err := ObservedGenerationManagers(p)
+		if err != nil {
+			t.Fatal(err)
+		}
+		got = managers
+	})
+	if !reflect.DeepEqual(got, []string{"kube-controller-manager"}) {
+		t.Errorf("managers %q", got)
+	}
+	if allocs > 1 {
+		t.Errorf("reading a lean entry allocates %.0f times, want at most 1 (the result)", allocs)
+	}
+}
+
 func TestIdentify(t *testing.T) {
 	ctrl := LongHash("system:serviceaccount:kube-system:deployment-controller")
 	recorded := `{"kausality.io/controllers":"` + ctrl + `"}`

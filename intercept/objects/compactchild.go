@@ -49,11 +49,44 @@ func (c *compactChild) metadata() (*metav1.PartialObjectMetadata, error) {
 	return m, nil
 }
 
-// GetObjectMeta is c's identity: what the cache's key and namespace index
-// read (meta.Accessor), and what an observer of metadata gets.
-func (c *compactChild) GetObjectMeta() metav1.Object {
-	return &metav1.ObjectMeta{Namespace: c.namespace, Name: c.name, UID: c.uid}
-}
+// compactChild is a metav1.Object itself, holding its identity only: the
+// cache's key function and namespace index read it (through meta.Accessor)
+// several times per watch event, and an ObjectMeta made for each read was
+// most of the garbage a child's event left once decoded. The cache never
+// changes a cached object, so the setters have nothing to do; the other
+// fields read as unset, as the metadata of an object without them would.
+var _ metav1.Object = (*compactChild)(nil)
+
+func (c *compactChild) GetNamespace() string                          { return c.namespace }
+func (c *compactChild) GetName() string                               { return c.name }
+func (c *compactChild) GetUID() types.UID                             { return c.uid }
+func (c *compactChild) GetGenerateName() string                       { return "" }
+func (c *compactChild) GetResourceVersion() string                    { return "" }
+func (c *compactChild) GetGeneration() int64                          { return 0 }
+func (c *compactChild) GetSelfLink() string                           { return "" }
+func (c *compactChild) GetCreationTimestamp() metav1.Time             { return metav1.Time{} }
+func (c *compactChild) GetDeletionTimestamp() *metav1.Time            { return nil }
+func (c *compactChild) GetDeletionGracePeriodSeconds() *int64         { return nil }
+func (c *compactChild) GetLabels() map[string]string                  { return nil }
+func (c *compactChild) GetAnnotations() map[string]string             { return nil }
+func (c *compactChild) GetFinalizers() []string                       { return nil }
+func (c *compactChild) GetOwnerReferences() []metav1.OwnerReference   { return nil }
+func (c *compactChild) GetManagedFields() []metav1.ManagedFieldsEntry { return nil }
+func (c *compactChild) SetNamespace(string)                           {}
+func (c *compactChild) SetName(string)                                {}
+func (c *compactChild) SetUID(types.UID)                              {}
+func (c *compactChild) SetGenerateName(string)                        {}
+func (c *compactChild) SetResourceVersion(string)                     {}
+func (c *compactChild) SetGeneration(int64)                           {}
+func (c *compactChild) SetSelfLink(string)                            {}
+func (c *compactChild) SetCreationTimestamp(metav1.Time)              {}
+func (c *compactChild) SetDeletionTimestamp(*metav1.Time)             {}
+func (c *compactChild) SetDeletionGracePeriodSeconds(*int64)          {}
+func (c *compactChild) SetLabels(map[string]string)                   {}
+func (c *compactChild) SetAnnotations(map[string]string)              {}
+func (c *compactChild) SetFinalizers([]string)                        {}
+func (c *compactChild) SetOwnerReferences([]metav1.OwnerReference)    {}
+func (c *compactChild) SetManagedFields([]metav1.ManagedFieldsEntry)  {}
 
 // GetObjectKind: a cache of children holds one resource, so no kind is
 // kept per object.

@@ -5,6 +5,7 @@ import (
 	"testing"
 
 	"k8s.io/apimachinery/pkg/api/equality"
+	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/tools/cache"
@@ -60,6 +61,28 @@ func TestCompactChildDecodesToTheLeanMetadata(t *testing.T) {
 	}
 	if out, err := compactChildOf("tombstone"); err != nil || out != "tombstone" {
 		t.Errorf("a non-object: %v %v", out, err)
+	}
+}
+
+// Reading a cached child's identity, as the cache's key function and
+// namespace index do several times per watch event, allocates nothing.
+func TestCompactChildIdentityReadsWithoutAllocating(t *testing.T) {
+	out, _ := compactChildOf(storedReplicaSetMetadata(3))
+	c := out.(*compactChild)
+	var name, namespace string
+	var uid types.UID
+	allocs := testing.AllocsPerRun(100, func() {
+		m, err := meta.Accessor(c)
+		if err != nil {
+			t.Fatal(err)
+		}
+		name, namespace, uid = m.GetName(), m.GetNamespace(), m.GetUID()
+	})
+	if allocs != 0 {
+		t.Errorf("reading a cached child's identity allocates %.0f times, want none", allocs)
+	}
+	if name != "c-000003" || namespace != "bench-scale" || uid != "8d2f6a10-7c3b-4e5f-9a1b-000000000003" {
+		t.Errorf("identity %s/%s %s", namespace, name, uid)
 	}
 }
 

@@ -26,15 +26,16 @@ import (
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/apimachinery/pkg/watch"
 	"k8s.io/client-go/discovery"
 	"k8s.io/client-go/discovery/cached/memory"
 	"k8s.io/client-go/dynamic"
 	"k8s.io/client-go/dynamic/dynamicinformer"
 	"k8s.io/client-go/informers"
 	"k8s.io/client-go/metadata"
-	"k8s.io/client-go/metadata/metadatainformer"
 	"k8s.io/client-go/restmapper"
 	"k8s.io/client-go/tools/cache"
 )
@@ -79,9 +80,9 @@ type Store struct {
 	ctx       context.Context
 	mu        sync.Mutex
 	informers map[schema.GroupVersionResource]informers.GenericInformer
-	// metadataInformers are the caches of children: metadata only.
-	metadataInformers map[schema.GroupVersionResource]informers.GenericInformer
-	lastReset         time.Time
+	// childCaches are the caches of children: metadata only.
+	childCaches map[schema.GroupVersionResource]*childCache
+	lastReset   time.Time
 	// observers is read on every watch event, without the lock.
 	observers atomic.Pointer[[]Observer]
 }
@@ -117,8 +118,8 @@ func (s *Store) AddObserver(o Observer) {
 	for _, inf := range s.informers {
 		parents = append(parents, inf.Informer().GetStore())
 	}
-	for _, inf := range s.metadataInformers {
-		children = append(children, inf.Informer().GetStore())
+	for _, c := range s.childCaches {
+		children = append(children, c.indexer)
 	}
 	s.mu.Unlock()
 	only := []Observer{o}
@@ -141,11 +142,11 @@ func (s *Store) observersNow() []Observer {
 	return nil
 }
 
-// handle gives every change inf delivers to the store's observers through
-// one handler: each handler of an informer is a goroutine of its own,
-// woken for every event.
-func (s *Store) handle(inf informers.GenericInformer, changed func([]Observer, interface{}), uidOf func(interface{}) (types.UID, bool)) {
-	_, _ = inf.Informer().AddEventHandler(cache.ResourceEventHandlerFuncs{
+// handler gives every change a cache delivers to the store's observers
+// through one handler: each handler of a shared informer is a goroutine of
+// its own, woken for every event.
+func (s *Store) handler(changed func([]Observer, interface{}), uidOf func(interface{}) (types.UID, bool)) cache.ResourceEventHandler {
+	return cache.ResourceEventHandlerFuncs{
 		AddFunc:    func(obj interface{}) { changed(s.observersNow(), obj) },
 		UpdateFunc: func(_, obj interface{}) { changed(s.observersNow(), obj) },
 		DeleteFunc: func(obj interface{}) {
@@ -155,7 +156,7 @@ func (s *Store) handle(inf informers.GenericInformer, changed func([]Observer, i
 				}
 			}
 		},
-	})
+	}
 }
 
 // childChanged tells observers of a change to a cached child: only those
@@ -165,13 +166,9 @@ func childChanged(observers []Observer, obj interface{}) {
 	if !ok {
 		return
 	}
-	var identity metav1.Object
 	for _, o := range observers {
 		if mo, ok := o.(MetadataObserver); ok {
-			if identity == nil {
-				identity = c.GetObjectMeta()
-			}
-			mo.ObserveMetadata(identity)
+			mo.ObserveMetadata(c)
 		}
 	}
 }
@@ -248,7 +245,7 @@ func New(ctx context.Context, disc discovery.DiscoveryInterface, dyn dynamic.Int
 		ctx:          ctx,
 		informers:    map[schema.GroupVersionResource]informers.GenericInformer{},
 
-		metadataInformers: map[schema.GroupVersionResource]informers.GenericInformer{},
+		childCaches: map[schema.GroupVersionResource]*childCache{},
 	}
 }
 
@@ -330,11 +327,11 @@ func (s *Store) GetMetadata(ctx context.Context, gvr schema.GroupVersionResource
 // cachedMetadata is namespace/name of gvr from the synced cache of
 // children, or nil.
 func (s *Store) cachedMetadata(gvr schema.GroupVersionResource, namespace, name string) *unstructured.Unstructured {
-	inf := s.metadataInformerFor(gvr)
-	if inf == nil || !inf.Informer().HasSynced() {
+	cc := s.childCacheFor(gvr)
+	if cc == nil || !cc.controller.HasSynced() {
 		return nil
 	}
-	obj, exists, err := inf.Informer().GetIndexer().GetByKey(cacheKey(namespace, name))
+	obj, exists, err := cc.indexer.GetByKey(cacheKey(namespace, name))
 	if err != nil || !exists {
 		return nil
 	}
@@ -472,8 +469,8 @@ const maxOwnedListed = 1000
 // metadata, they are listed live (at most maxOwnedListed objects of the
 // namespace are looked at). The objects must not be modified.
 func (s *Store) Owned(ctx context.Context, gvr schema.GroupVersionResource, namespace string, owner types.UID, metadataOnly bool) ([]*unstructured.Unstructured, error) {
-	if inf := s.metadataInformerFor(gvr); metadataOnly && inf != nil && inf.Informer().HasSynced() {
-		return s.ownedFromCache(inf, gvr, namespace, owner)
+	if c := s.childCacheFor(gvr); metadataOnly && c != nil && c.controller.HasSynced() {
+		return s.ownedFromCache(c.indexer, gvr, namespace, owner)
 	}
 	list, err := s.dynamic.Resource(gvr).Namespace(namespace).List(ctx, metav1.ListOptions{Limit: maxOwnedListed})
 	if err != nil {
@@ -498,11 +495,11 @@ func (s *Store) Synced(gvr schema.GroupVersionResource) bool {
 // WaitForMetadataSync starts the cache of children of gvr and waits until
 // it has synced or ctx is done.
 func (s *Store) WaitForMetadataSync(ctx context.Context, gvr schema.GroupVersionResource) error {
-	inf := s.metadataInformerFor(gvr)
-	if inf == nil {
+	c := s.childCacheFor(gvr)
+	if c == nil {
 		return fmt.Errorf("%s is not cached as a child: it is never cached, or the proxy holds %d such caches already", gvr, s.maxInformers)
 	}
-	if !cache.WaitForCacheSync(ctx.Done(), inf.Informer().HasSynced) {
+	if !cache.WaitForCacheSync(ctx.Done(), c.controller.HasSynced) {
 		return fmt.Errorf("cache of children %s did not sync: %w", gvr, ctx.Err())
 	}
 	return nil
@@ -529,46 +526,72 @@ func (s *Store) informerFor(gvr schema.GroupVersionResource) informers.GenericIn
 	if uncached[gvr.GroupResource()] {
 		return nil
 	}
-	return s.lazyInformer(s.informers, gvr, func() informers.GenericInformer {
+	return lazyStart(s, s.informers, gvr, func() (informers.GenericInformer, func(context.Context)) {
 		inf := dynamicinformer.NewFilteredDynamicInformer(s.dynamic, gvr, metav1.NamespaceAll, s.resync,
 			cache.Indexers{cache.NamespaceIndex: cache.MetaNamespaceIndexFunc}, nil)
 		_ = inf.Informer().SetTransform(compactParentOf)
-		s.handle(inf, parentChanged, parentUID)
-		return inf
+		_, _ = inf.Informer().AddEventHandler(s.handler(parentChanged, parentUID))
+		return inf, inf.Informer().RunWithContext
 	})
 }
 
-// lazyInformer returns the informer of gvr in started, starting it with
-// start when the store holds fewer than its most caches of that sort; nil
-// when it holds that many.
-func (s *Store) lazyInformer(started map[schema.GroupVersionResource]informers.GenericInformer, gvr schema.GroupVersionResource,
-	start func() informers.GenericInformer) informers.GenericInformer {
+// lazyStart returns the cache of gvr in started, starting it with start
+// when the store holds fewer than its most caches of that sort; the zero
+// value (nil) when it holds that many.
+func lazyStart[C comparable](s *Store, started map[schema.GroupVersionResource]C, gvr schema.GroupVersionResource,
+	start func() (C, func(context.Context))) C {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	if inf, ok := started[gvr]; ok {
-		return inf
+	if c, ok := started[gvr]; ok {
+		return c
 	}
 	if len(started) >= s.maxInformers {
-		return nil
+		var none C
+		return none
 	}
-	inf := start()
-	started[gvr] = inf
-	go inf.Informer().RunWithContext(s.ctx)
-	return inf
+	c, run := start()
+	started[gvr] = c
+	go run(s.ctx)
+	return c
 }
 
-// metadataInformerFor is informerFor for the cache of children: metadata
-// only, with its own bound.
-func (s *Store) metadataInformerFor(gvr schema.GroupVersionResource) informers.GenericInformer {
+// childCache is a cache of children. It is an informer without the sharing
+// of a shared informer: its one handler is called in the loop that fills
+// the cache, where a shared informer hands every event through a buffer
+// and two goroutines of the handler's own. A child's watch event costs the
+// proxy little more than waking the goroutines it passes through, and
+// most watch events are of children.
+type childCache struct {
+	indexer    cache.Indexer
+	controller cache.Controller
+}
+
+// childCacheFor is informerFor for the cache of children: metadata only,
+// listed and watched as the metadata informer of client-go does, with its
+// own bound.
+func (s *Store) childCacheFor(gvr schema.GroupVersionResource) *childCache {
 	if uncached[gvr.GroupResource()] || s.metadata == nil {
 		return nil
 	}
-	return s.lazyInformer(s.metadataInformers, gvr, func() informers.GenericInformer {
-		inf := metadatainformer.NewFilteredMetadataInformer(s.metadata, gvr, metav1.NamespaceAll, s.resync,
-			cache.Indexers{cache.NamespaceIndex: cache.MetaNamespaceIndexFunc}, nil)
-		_ = inf.Informer().SetTransform(compactChildOf)
-		s.handle(inf, childChanged, childUID)
-		return inf
+	return lazyStart(s, s.childCaches, gvr, func() (*childCache, func(context.Context)) {
+		client := s.metadata.Resource(gvr)
+		lw := cache.ToListWatcherWithWatchListSemantics(&cache.ListWatch{
+			ListWithContextFunc: func(ctx context.Context, opts metav1.ListOptions) (runtime.Object, error) {
+				return client.List(ctx, opts)
+			},
+			WatchFuncWithContext: func(ctx context.Context, opts metav1.ListOptions) (watch.Interface, error) {
+				return client.Watch(ctx, opts)
+			},
+		}, s.metadata)
+		store, controller := cache.NewInformerWithOptions(cache.InformerOptions{
+			ListerWatcher: lw,
+			ObjectType:    &metav1.PartialObjectMetadata{},
+			Handler:       s.handler(childChanged, childUID),
+			ResyncPeriod:  s.resync,
+			Indexers:      cache.Indexers{cache.NamespaceIndex: cache.MetaNamespaceIndexFunc},
+			Transform:     compactChildOf,
+		})
+		return &childCache{indexer: store.(cache.Indexer), controller: controller}, controller.RunWithContext
 	})
 }
 
@@ -626,8 +649,8 @@ func LeanChild(obj interface{}) (interface{}, error) {
 
 // ownedFromCache lists, from the synced cache of children inf, the objects
 // of gvr in namespace whose controller is owner, as metadata.
-func (s *Store) ownedFromCache(inf informers.GenericInformer, gvr schema.GroupVersionResource, namespace string, owner types.UID) ([]*unstructured.Unstructured, error) {
-	objs, err := inf.Informer().GetIndexer().ByIndex(cache.NamespaceIndex, namespace)
+func (s *Store) ownedFromCache(children cache.Indexer, gvr schema.GroupVersionResource, namespace string, owner types.UID) ([]*unstructured.Unstructured, error) {
+	objs, err := children.ByIndex(cache.NamespaceIndex, namespace)
 	if err != nil {
 		return nil, err
 	}

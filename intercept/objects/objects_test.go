@@ -274,3 +274,52 @@ func TestStoreMapsKindsThroughDiscovery(t *testing.T) {
 		t.Fatal("an unserved kind was read")
 	}
 }
+
+// A cache of children tells the observers that hear of children of every
+// change, with the child's identity, and every observer of a deletion.
+func TestCachedChildrenReachObservers(t *testing.T) {
+	u := web()
+	u.SetUID("web-uid")
+	s, _ := newStore(t, u)
+	whole, meta := &recorder{learns: true}, &metadataRecorder{}
+	s.AddObserver(whole)
+	s.AddObserver(meta)
+	ctx := context.Background()
+	waitCtx, cancel := context.WithTimeout(ctx, 30*time.Second)
+	defer cancel()
+	if err := s.WaitForMetadataSync(waitCtx, deployments); err != nil {
+		t.Fatal(err)
+	}
+	waitFor := func(what string, done func() bool) {
+		t.Helper()
+		deadline := time.Now().Add(30 * time.Second)
+		for {
+			meta.mu.Lock()
+			whole.mu.Lock()
+			ok := done()
+			whole.mu.Unlock()
+			meta.mu.Unlock()
+			if ok {
+				return
+			}
+			if time.Now().After(deadline) {
+				t.Fatalf("timed out waiting for %s", what)
+			}
+			time.Sleep(10 * time.Millisecond)
+		}
+	}
+	waitFor("the child's identity", func() bool { return len(meta.metadata) == 1 })
+	if m := meta.metadata[0]; m.GetUID() != "web-uid" || m.GetName() != "web" || m.GetNamespace() != "prod" {
+		t.Errorf("identity %s/%s %s", m.GetNamespace(), m.GetName(), m.GetUID())
+	}
+	if err := s.metadata.Resource(deployments).Namespace("prod").Delete(ctx, "web", metav1.DeleteOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	waitFor("the deletion", func() bool { return len(meta.forgot) == 1 && len(whole.forgot) == 1 })
+	if meta.forgot[0] != "web-uid" || whole.forgot[0] != "web-uid" {
+		t.Errorf("forgot %v and %v, want web-uid", meta.forgot, whole.forgot)
+	}
+	if len(whole.observed) != 0 {
+		t.Errorf("a child reached an observer of whole parents: %v", whole.observed)
+	}
+}

@@ -8,6 +8,7 @@ package decision
 import (
 	"context"
 	"errors"
+	"slices"
 	"strings"
 
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -60,6 +61,10 @@ type AllowanceOutcome struct {
 // DecideAllowances applies the allowance check to d, decided by Decide on
 // in. ctx bounds the CEL evaluations to the request.
 func DecideAllowances(ctx context.Context, d Decision, in Input, a AllowanceInputs) Decision {
+	return allowancesAhead(decideAllowances(ctx, d, in, a), in)
+}
+
+func decideAllowances(ctx context.Context, d Decision, in Input, a AllowanceInputs) Decision {
 	if d.Result == Deny {
 		return d
 	}
@@ -76,6 +81,68 @@ func DecideAllowances(ctx context.Context, d Decision, in Input, a AllowanceInpu
 		return use(ctx, d, in, a)
 	}
 	return prune(d, in, a)
+}
+
+// allowancesAhead moves the allowances a /scale write gives the scaled
+// object out of the annotations that follow the write into those written
+// before it. The scaled object's controller acts on the /scale as soon as
+// it sees it; allowances that arrived after it would make its first
+// writes violations.
+func allowancesAhead(d Decision, in Input) Decision {
+	if !in.ScaleWrite || d.Result == Deny || d.ChildAnnotations.Empty() {
+		return d
+	}
+	value, set := d.ChildAnnotations.Set[allowance.Annotation]
+	removed := slices.Contains(d.ChildAnnotations.Remove, allowance.Annotation)
+	if !set && !removed {
+		return d
+	}
+	after := &AnnotationChanges{Set: map[string]string{}}
+	for k, v := range d.ChildAnnotations.Set {
+		if k != allowance.Annotation {
+			after.Set[k] = v
+		}
+	}
+	for _, k := range d.ChildAnnotations.Remove {
+		if k != allowance.Annotation {
+			after.Remove = append(after.Remove, k)
+		}
+	}
+	ahead := &AnnotationChanges{}
+	if set {
+		ahead.Set = map[string]string{allowance.Annotation: value}
+	} else {
+		ahead.Remove = []string{allowance.Annotation}
+	}
+	d.AnnotationsAhead = ahead
+	d.ChildAnnotations = nil
+	if !after.Empty() {
+		d.ChildAnnotations = after
+	}
+	return d
+}
+
+// generationAfter is the generation the write gives its object. A /scale
+// write whose allowances are written ahead of it follows that annotation
+// write, and kube-apiserver counts an annotation change of a Deployment
+// as a generation of its own (it copies them to its ReplicaSets); other
+// kinds count only changes of their spec (custom resources: of anything
+// but metadata).
+func generationAfter(in Input, group, kind string) int64 {
+	if in.OldObject == nil {
+		return 1
+	}
+	g := in.OldObject.GetGeneration() + 1
+	if in.ScaleWrite && AnnotationWriteBumpsGeneration(group, kind) {
+		g++
+	}
+	return g
+}
+
+// AnnotationWriteBumpsGeneration reports whether kube-apiserver gives an
+// object of the kind a new generation when only its annotations change.
+func AnnotationWriteBumpsGeneration(group, kind string) bool {
+	return group == "apps" && kind == "Deployment"
 }
 
 // governed reports whether a valid policy speaks of changes of the group
@@ -162,9 +229,10 @@ func initiate(ctx context.Context, d Decision, in Input, a AllowanceInputs) Deci
 		apiVersion = in.NewObject.GetAPIVersion()
 	}
 	ch := allowance.Change{Subject: subjectOf(in), Group: groupOf(apiVersion), Kind: in.NewObject.GetKind(),
-		Name: in.NewObject.GetName(), New: in.NewObject.Object, Generation: 1}
+		Name: in.NewObject.GetName(), New: in.NewObject.Object}
+	ch.Generation = generationAfter(in, ch.Group, ch.Kind)
 	if in.OldObject != nil {
-		ch.Old, ch.Generation = in.OldObject.Object, in.OldObject.GetGeneration()+1
+		ch.Old = in.OldObject.Object
 	}
 	g := allowance.Initiate(ctx, a.Policies, ch)
 	out := &AllowanceOutcome{Mode: mode, Granted: g.Policies, Unfinished: g.Unfinished, Problems: g.Problems}
@@ -185,10 +253,9 @@ func use(ctx context.Context, d Decision, in Input, a AllowanceInputs) Decision 
 		d.Warnings = append(d.Warnings, warn.String())
 	}
 	ch := allowance.Change{Subject: subjectOf(in), Group: groupOf(in.Child.APIVersion), Kind: in.Child.Kind, Name: in.Child.Name}
+	ch.Generation = generationAfter(in, ch.Group, ch.Kind)
 	if in.OldObject != nil {
-		ch.Old, ch.Generation = in.OldObject.Object, in.OldObject.GetGeneration()+1
-	} else {
-		ch.Generation = 1
+		ch.Old = in.OldObject.Object
 	}
 	if in.Operation != Delete && in.NewObject != nil {
 		ch.New = in.NewObject.Object

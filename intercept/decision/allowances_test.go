@@ -230,3 +230,59 @@ func TestDecideAllowancesScheduledChild(t *testing.T) {
 		})
 	}
 }
+
+// TestDecideAllowancesScaleWrite: a /scale body has no room for
+// annotations, so the allowances a /scale grants are written ahead of it,
+// naming the generation the /scale produces after that write; the rest of
+// the scaled object's annotations (its trace) still follow it.
+func TestDecideAllowancesScaleWrite(t *testing.T) {
+	enforce := map[string]string{annotations.AllowanceMode: "enforce"}
+	alice := &user.DefaultInfo{Name: "alice"}
+	rsPolicy := allowance.CompileSpec("replicaset-replicas", "uid-2", 1, v1alpha1.AllowancePolicySpec{
+		Match:    v1alpha1.AllowanceMatch{Kind: "ReplicaSet", Group: ptr.To("apps"), Fields: []string{"spec.replicas"}},
+		Subjects: []v1alpha1.AllowanceSubject{{Kind: v1alpha1.SubjectUser, Name: "alice", MayInitiate: true}},
+		Allow:    []v1alpha1.AllowedMutation{{Kind: "Pod", Relation: v1alpha1.RelationChild, Mutations: []string{"create", "delete"}}},
+	})
+	policies := append(allowanceTestPolicies(), rsPolicy)
+	traced := &AnnotationChanges{Set: map[string]string{annotations.Trace: `[{"user":"alice"}]`}}
+	for _, tc := range []struct {
+		name           string
+		kind           string
+		scale          bool
+		wantGeneration string
+		wantAhead      bool
+	}{
+		{name: "a Deployment's /scale: its annotation write is a generation of its own", kind: "Deployment", scale: true,
+			wantGeneration: `"generation":9`, wantAhead: true},
+		{name: "a ReplicaSet's /scale: only spec changes count", kind: "ReplicaSet", scale: true,
+			wantGeneration: `"generation":8`, wantAhead: true},
+		{name: "an update of a Deployment carries them itself", kind: "Deployment",
+			wantGeneration: `"generation":8`},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			in := Input{Operation: Update, DesiredChanged: true, User: alice, ScaleWrite: tc.scale,
+				Child:     ObjectRef{APIVersion: "apps/v1", Kind: tc.kind, Name: "web"},
+				OldObject: allowanceObject(tc.kind, 7, 2, "app:1", nil), NewObject: allowanceObject(tc.kind, 7, 4, "app:1", nil)}
+			d := Decision{Result: Allow, Category: NoParent, ChildAnnotations: traced}
+			got := DecideAllowances(context.Background(), d, in, AllowanceInputs{Policies: policies, NamespaceAnnotations: enforce})
+			carried := got.ChildAnnotations
+			if tc.wantAhead {
+				carried = got.AnnotationsAhead
+				if v := got.ChildAnnotations.Set[annotations.Allowances]; v != "" {
+					t.Errorf("the allowances also follow the /scale: %s", v)
+				}
+				if got.ChildAnnotations.Set[annotations.Trace] == "" {
+					t.Errorf("the trace no longer follows the /scale: %+v", got.ChildAnnotations)
+				}
+				if len(got.AnnotationsAhead.Set) != 1 || len(got.AnnotationsAhead.Remove) != 0 {
+					t.Errorf("more than the allowances written ahead: %+v", got.AnnotationsAhead)
+				}
+			} else if got.AnnotationsAhead != nil {
+				t.Errorf("annotations written ahead of a write that carries them: %+v", got.AnnotationsAhead)
+			}
+			if v := carried.Set[annotations.Allowances]; !strings.Contains(v, tc.wantGeneration) {
+				t.Errorf("allowances %s, want %s", v, tc.wantGeneration)
+			}
+		})
+	}
+}

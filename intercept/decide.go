@@ -65,6 +65,7 @@ func (i *Interceptor) input(f *facts, parent *parentFacts) decision.Input {
 		DesiredChanged:    f.changed,
 		Changes:           f.shownChanges(),
 		StatusWrite:       rq.w.sub == statusSubresource,
+		ScaleWrite:        rq.w.sub == scaleSubresource,
 		Parent:            parent.obj,
 		User:              rq.user,
 		FieldManager:      rq.w.fieldManager,

@@ -419,3 +419,26 @@ func traceOrigin(ann map[string]string) string {
 	}
 	return t[0].User
 }
+
+// AheadFollowing is d with the annotations it would write ahead of the
+// write moved back to those that follow it, for a write they cannot go
+// ahead of (a patch that names its own resourceVersion, which a write
+// ahead of it would make fail).
+func (d Decision) AheadFollowing() Decision {
+	if d.AnnotationsAhead.Empty() {
+		d.AnnotationsAhead = nil
+		return d
+	}
+	after := &AnnotationChanges{Set: map[string]string{}}
+	for _, c := range []*AnnotationChanges{d.ChildAnnotations, d.AnnotationsAhead} {
+		if c == nil {
+			continue
+		}
+		for k, v := range c.Set {
+			after.Set[k] = v
+		}
+		after.Remove = append(after.Remove, c.Remove...)
+	}
+	d.ChildAnnotations, d.AnnotationsAhead = after, nil
+	return d
+}

@@ -45,8 +45,14 @@ type AllowanceOutcome struct {
 	Mode allowance.Mode `json:"mode"`
 	// Checked: a controller's write was checked against its parent's
 	// allowances (or its standing duty). Such a verdict depends on what
-	// the write changes, so it never stands on the child's metadata alone.
-	Checked       bool                      `json:"checked,omitempty"`
+	// the write changes: it stands on the child's metadata alone only
+	// when StandsOnWrite.
+	Checked bool `json:"checked,omitempty"`
+	// StandsOnWrite: the write was checked on the paths its patch can
+	// change (Input.WrittenPaths), every one was allowed, and what it
+	// passes on depends on nothing else, so the whole child would decide
+	// it alike.
+	StandsOnWrite bool                      `json:"-"`
 	Justification []allowance.Justification `json:"justification,omitempty"`
 	Violations    []allowance.Violation     `json:"violations,omitempty"`
 	// Granted names the policies whose allowances the write adds to the
@@ -263,6 +269,10 @@ func use(ctx context.Context, d Decision, in Input, a AllowanceInputs) Decision 
 	if in.Operation == Delete {
 		ch.New = nil
 	}
+	fromWrite := in.Operation == Update && in.WrittenPaths != nil && ch.Old != nil && ch.New != nil
+	if fromWrite {
+		ch.Written = in.WrittenPaths
+	}
 	var v allowance.Verdict
 	if d.Category == SelfHealing || d.Category == HistoryPruned || createUnderSettledSpec(d, in) {
 		v = allowance.Standing(a.Policies, allowance.Duty{Group: parentGroup(in), Kind: in.Parent.GetKind(), Name: in.Parent.GetName(),
@@ -276,6 +286,13 @@ func use(ctx context.Context, d Decision, in Input, a AllowanceInputs) Decision 
 			Allowances: set.Allowances, SettledGeneration: SettledGeneration(in.Parent, in)}, ch)
 	}
 	out := &AllowanceOutcome{Mode: mode, Checked: true, Justification: v.Justification, Violations: v.Violations}
+	// A path of the patch no allowance covers may name a field set to
+	// the value it has, and a coarse one may trigger the child's own
+	// policies otherwise than the fields below it: the whole child
+	// decides those.
+	out.StandsOnWrite = fromWrite && v.Allowed() &&
+		(!in.WrittenCoarse || !governed(a.Policies, ch.Group, ch.Kind)) &&
+		!allowance.PropagationReadsContent(a.Policies, ch.Group, ch.Kind, ch.Subject)
 	d.Allowances = out
 	if !v.Allowed() {
 		d = violated(d, mode, v.Violations)

@@ -286,3 +286,53 @@ func TestDecideAllowancesScaleWrite(t *testing.T) {
 		})
 	}
 }
+
+// TestDecideAllowancesOnWrittenPaths: a controller's merge patch of a
+// child known by its metadata is checked on the paths the patch can
+// change. Allowed, the verdict stands without the whole child; a path no
+// allowance covers (maybe a field set to the value it has) is decided
+// again on the whole child.
+func TestDecideAllowancesOnWrittenPaths(t *testing.T) {
+	enforce := map[string]string{annotations.AllowanceMode: "enforce"}
+	granted := `[{"kind":"ReplicaSet","mutation":"spec.replicas","generation":2,"initiator":"alice","policy":"deployment-replicas","trace":[{"kind":"Deployment","name":"web","generation":2,"field":"spec.replicas"}]}]`
+	parent := allowanceObject("Deployment", 2, 4, "app:1", map[string]string{annotations.Allowances: granted})
+	ctrl := &user.DefaultInfo{Name: testController}
+	metadataOnly := func(replicas int64, image string) *unstructured.Unstructured {
+		u := &unstructured.Unstructured{Object: map[string]any{"apiVersion": "apps/v1", "kind": "ReplicaSet",
+			"metadata": map[string]any{"name": "web-1", "namespace": "ns", "generation": int64(1)}}}
+		if replicas > 0 {
+			_ = unstructured.SetNestedField(u.Object, replicas, "spec", "replicas")
+		}
+		if image != "" {
+			_ = unstructured.SetNestedSlice(u.Object, []any{map[string]any{"name": "app", "image": image}}, "spec", "template", "spec", "containers")
+		}
+		return u
+	}
+	for _, tc := range []struct {
+		name       string
+		written    []string
+		coarse     bool
+		new        *unstructured.Unstructured
+		wantStands bool
+		wantDeny   bool
+	}{
+		{name: "replicas: covered, stands", written: []string{"spec.replicas"}, new: metadataOnly(4, ""), wantStands: true},
+		{name: "the template: no allowance, decided on the whole child", written: []string{"spec.template.spec.containers"}, coarse: true,
+			new: metadataOnly(0, "evil:1"), wantDeny: true},
+		{name: "no written paths: read from the objects, as before", new: metadataOnly(4, "")},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			in := Input{Operation: Update, DesiredChanged: true, User: ctrl, Parent: parent, Settle: &settle.Facts{SettledAt: 1},
+				Child:     ObjectRef{APIVersion: "apps/v1", Kind: "ReplicaSet", Name: "web-1"},
+				OldObject: metadataOnly(0, ""), NewObject: tc.new, WrittenPaths: tc.written, WrittenCoarse: tc.coarse}
+			d := Decision{Result: Allow, Category: Expected}
+			got := DecideAllowances(context.Background(), d, in, AllowanceInputs{Policies: allowanceTestPolicies(), NamespaceAnnotations: enforce})
+			if (got.Result == Deny) != tc.wantDeny {
+				t.Fatalf("result %s (%s), want deny=%v", got.Result, got.Message, tc.wantDeny)
+			}
+			if got.StandsOnMetadata(Update) != tc.wantStands {
+				t.Errorf("StandsOnMetadata = %v, want %v (%+v)", !tc.wantStands, tc.wantStands, got.Allowances)
+			}
+		})
+	}
+}

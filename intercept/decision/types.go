@@ -200,6 +200,12 @@ type Input struct {
 	// ScaleWrite: a write to the /scale subresource. Its body has no room
 	// for the object's annotations.
 	ScaleWrite bool
+	// WrittenPaths, when set, are the desired-state paths an update of a
+	// child known only by its metadata can change, read from its patch
+	// (allowance.WrittenPaths); WrittenCoarse: some of them stand for a
+	// whole map or list.
+	WrittenPaths  []string
+	WrittenCoarse bool
 	// Parent is the snapshot of the controller owner (nil = no ownerRef
 	// with controller: true).
 	Parent *unstructured.Unstructured

@@ -53,6 +53,9 @@ spec:
 	_, err = directClient(t).CoreV1().Namespaces().Patch(ctx, f.ns, types.MergePatchType,
 		[]byte(fmt.Sprintf(`{"metadata":{"annotations":{%q:"enforce"}}}`, annotations.AllowanceMode)), metav1.PatchOptions{})
 	mustf(t, err, "turning allowances on in %s", f.ns)
+	// Widgets are cluster-scoped: the mode is the Widget's own.
+	mode := "enforce"
+	f.annotateWidget(map[string]*string{annotations.AllowanceMode: &mode})
 	f.initialize()
 	// alice's change grants the controller Gadget creates and spec.value
 	// changes; nothing reconciles the Widget, so they stay unconsumed.

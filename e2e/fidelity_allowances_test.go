@@ -130,4 +130,3 @@ func (tr *allowanceTraces) figures(ns string) allowanceTraceFigures {
 	}
 	return f
 }
-

@@ -11,13 +11,9 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/apimachinery/pkg/watch"
-	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/metadata"
-	"k8s.io/client-go/util/retry"
-	"k8s.io/utils/ptr"
 
 	"github.com/kausality-io/kausality-proxy/intercept/allowance"
-	"github.com/kausality-io/kausality-proxy/intercept/annotations"
 )
 
 // allowanceCarriers are the kinds that carry allowances for their
@@ -133,44 +129,4 @@ func (tr *allowanceTraces) figures(ns string) allowanceTraceFigures {
 		f.incomplete = append(f.incomplete, "an unreadable "+allowance.Annotation)
 	}
 	return f
-}
-
-// allowancesOn says whether w's namespace has allowances turned on.
-func (w *workload) allowancesOn(t *testing.T) bool {
-	t.Helper()
-	ns, err := w.admin.CoreV1().Namespaces().Get(context.Background(), w.ns, metav1.GetOptions{})
-	mustf(t, err, "reading namespace %s", w.ns)
-	return ns.Annotations[annotations.AllowanceMode] != ""
-}
-
-// scaleByUpdate is a person scaling a Deployment or ReplicaSet with an
-// update of spec.replicas instead of /scale. Where allowances are on, a
-// /scale's allowances reach the parent in a side write after the /scale
-// has been applied, and the controller reacting to the /scale can get
-// there first: its write is then refused until its retry. An update
-// carries the allowances it grants in the write itself.
-func (w *workload) scaleByUpdate(t *testing.T, person kubernetes.Interface, resource, name string, replicas int32) {
-	t.Helper()
-	ctx := context.Background()
-	err := retry.RetryOnConflict(retry.DefaultRetry, func() error {
-		switch resource {
-		case "deployments":
-			got, err := person.AppsV1().Deployments(w.ns).Get(ctx, name, metav1.GetOptions{})
-			if err != nil {
-				return err
-			}
-			got.Spec.Replicas = ptr.To(replicas)
-			_, err = person.AppsV1().Deployments(w.ns).Update(ctx, got, metav1.UpdateOptions{})
-			return err
-		default:
-			got, err := person.AppsV1().ReplicaSets(w.ns).Get(ctx, name, metav1.GetOptions{})
-			if err != nil {
-				return err
-			}
-			got.Spec.Replicas = ptr.To(replicas)
-			_, err = person.AppsV1().ReplicaSets(w.ns).Update(ctx, got, metav1.UpdateOptions{})
-			return err
-		}
-	})
-	mustf(t, err, "scaling %s %s to %d", resource, name, replicas)
 }

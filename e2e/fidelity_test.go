@@ -544,10 +544,8 @@ AllowancePolicies (` + "`manifests/allowances/`" + `) applied and the namespace 
 then allowed only when an allowance on the parent, granted by a person's change of the field that justifies it,
 covers it; anything else is an allowance violation and denied.
 
-In this pass a person scales a Deployment or a ReplicaSet with an update of ` + "`spec.replicas`" + `, not through
-` + "`/scale`" + `: the allowances a ` + "`/scale`" + ` grants reach the parent in a side write after the ` + "`/scale`" + ` has been
-applied, and the controller reacting to it can write first; that write is then refused as a violation until its
-retry. That is an open defect of ` + "`/scale`" + ` under allowances, not of the workloads measured here.
+Scaling goes through ` + "`/scale`" + ` as in the first pass: the allowances a ` + "`/scale`" + ` grants are written to the
+scaled object before the ` + "`/scale`" + ` is forwarded, so the controller reacting to it finds them.
 
 - **Allowance-checked writes**: controller writes whose decision line says allowances applied to them.
 - **Justified mutations**: the mutations (child fields, create, delete) that an allowance justified.

@@ -492,13 +492,9 @@ func (w *workload) waitDeployment(t *testing.T, replicas int32, image string) {
 
 func (w *workload) scaleDeployment(t *testing.T, replicas int32) {
 	t.Helper()
-	if w.allowancesOn(t) {
-		w.scaleByUpdate(t, w.alice, "deployments", "web", replicas)
-	} else {
-		_, err := w.alice.AppsV1().Deployments(w.ns).UpdateScale(context.Background(), "web",
-			&autoscalingv1.Scale{ObjectMeta: metav1.ObjectMeta{Name: "web", Namespace: w.ns}, Spec: autoscalingv1.ScaleSpec{Replicas: replicas}}, metav1.UpdateOptions{})
-		mustf(t, err, "alice scales the deployment to %d", replicas)
-	}
+	_, err := w.alice.AppsV1().Deployments(w.ns).UpdateScale(context.Background(), "web",
+		&autoscalingv1.Scale{ObjectMeta: metav1.ObjectMeta{Name: "web", Namespace: w.ns}, Spec: autoscalingv1.ScaleSpec{Replicas: replicas}}, metav1.UpdateOptions{})
+	mustf(t, err, "alice scales the deployment to %d", replicas)
 	w.waitDeployment(t, replicas, "registry.invalid/web:2")
 }
 
@@ -541,13 +537,7 @@ func (w *workload) scaleReplicaSetDrift(t *testing.T, replicas int32) {
 	t.Helper()
 	rs := w.scaledReplicaSet(t)
 	d := &injectedDrift{what: fmt.Sprintf("bob's scale of ReplicaSet %s to %d", rs, replicas), controller: deploymentController, resource: "replicasets", name: rs}
-	w.injectDrift(t, d, func() {
-		if w.allowancesOn(t) {
-			w.scaleByUpdate(t, w.bob, "replicasets", rs, replicas)
-		} else {
-			scaleRS(t, "bob", w.ns, rs, replicas)
-		}
-	}, func() error {
+	w.injectDrift(t, d, func() { scaleRS(t, "bob", w.ns, rs, replicas) }, func() error {
 		got, err := w.admin.AppsV1().ReplicaSets(w.ns).Get(context.Background(), rs, metav1.GetOptions{})
 		if err != nil {
 			return err

@@ -91,6 +91,8 @@ type forwarded struct {
 	// preconditionAdded: the proxy added the resourceVersion the decision
 	// rests on, which the client did not send.
 	preconditionAdded bool
+	// ahead: what was written to the object ahead of it (nil: nothing).
+	ahead *decision.AnnotationChanges
 }
 
 // prepare returns the request to forward: unchanged, or with the child
@@ -258,6 +260,27 @@ func (i *Interceptor) act(x exchange, f facts, d *decision.Decision, round int, 
 				return parentMoved, nil
 			}
 			reserved = &rw
+		case decision.StepWriteAhead:
+			next, prepared, ok, err := i.writeAhead(x.r, &f, d)
+			switch {
+			case errors.Is(err, errAheadMoved):
+				if reserved != nil {
+					i.approvals.Settle(*reserved, decision.OnWriteAnswer(http.StatusConflict))
+				}
+				if decision.OnForwardedConflict(true, round) == decision.RefuseStillMoving {
+					return nothingMoved, stillMoving(f.req.w, "the object")
+				}
+				return objectMoved, nil
+			case err != nil:
+				if reserved != nil {
+					i.approvals.Settle(*reserved, decision.OnWriteAnswer(0))
+				}
+				return nothingMoved, err
+			case ok:
+				f, out = next, prepared
+			default:
+				*d = d.AheadFollowing()
+			}
 		case decision.StepForward:
 			again, err := i.forward(x, &f, d, out, reserved, round)
 			if err != nil || !again {
@@ -320,6 +343,9 @@ func (i *Interceptor) forward(x exchange, f *facts, d *decision.Decision, out fo
 		answer.Header().Add("Warning", formatWarning(fmt.Sprintf("kausality dry-run: %s (%s): %s", d.Result, d.Category, d.Reason)))
 	}
 	x.up.Send(answer, out.req)
+	if out.ahead != nil && (answer.Held() || rec.Code() < 200 || rec.Code() >= 300) {
+		i.restoreAhead(f, *out.ahead)
+	}
 	if answer.Held() {
 		if reserved != nil {
 			i.approvals.Settle(*reserved, decision.OnWriteAnswer(http.StatusConflict))

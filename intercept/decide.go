@@ -22,10 +22,10 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/runtime/schema"
+	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/tools/cache"
 
 	"github.com/kausality-io/kausality-proxy/intercept/access"
-
 	"github.com/kausality-io/kausality-proxy/intercept/allowance"
 	"github.com/kausality-io/kausality-proxy/intercept/annotations"
 	"github.com/kausality-io/kausality-proxy/intercept/decision"
@@ -120,6 +120,7 @@ func (i *Interceptor) input(f *facts, parent *parentFacts) decision.Input {
 		DesiredChanged:    f.changed,
 		Changes:           f.shownChanges(),
 		StatusWrite:       rq.w.sub == statusSubresource,
+		ScaleWrite:        rq.w.sub == scaleSubresource,
 		Parent:            parent.obj,
 		User:              rq.user,
 		FieldManager:      rq.w.fieldManager,
@@ -138,6 +139,7 @@ func (i *Interceptor) input(f *facts, parent *parentFacts) decision.Input {
 	if parent.obj != nil {
 		in.Policies = rq.policies
 	}
+	in.WrittenPaths, in.WrittenCoarse = i.writtenPaths(f)
 	if rq.controller != nil && rq.controller.Mode != annotations.ModeShadow {
 		in.Mode.Controller = string(rq.controller.Mode)
 	}
@@ -601,4 +603,30 @@ func (i *Interceptor) freshParent(ctx context.Context, f *facts) (parentFacts, e
 	pf := i.parentFactsOf(ctx, f, fresh, "live")
 	pf.hidden = f.parent.hidden
 	return pf, nil
+}
+
+// writtenPaths are the desired-state paths a merge patch of a child known
+// only by its metadata can change, for the allowance check (nil: the
+// check reads them from the stored and the new object).
+func (i *Interceptor) writtenPaths(f *facts) ([]string, bool) {
+	wr := f.req.w
+	if !f.oldIsMetadata || f.childLive || wr.verb != "patch" || wr.sub != mainResource || f.op != decision.Update ||
+		f.patchType != types.MergePatchType && f.patchType != types.StrategicMergePatchType || i.cfg.AllowancePolicies == nil {
+		return nil, false
+	}
+	var ns map[string]string
+	if f.nsAllowanceMode != "" {
+		ns = map[string]string{annotations.AllowanceMode: f.nsAllowanceMode}
+	}
+	if !allowancesChecked(f, ns) {
+		return nil, false
+	}
+	paths, coarse, ok := allowance.WrittenPaths(f.data, f.patchType == types.StrategicMergePatchType)
+	if !ok {
+		return nil, false
+	}
+	if paths == nil {
+		paths = []string{}
+	}
+	return paths, coarse
 }

@@ -30,6 +30,10 @@ type Change struct {
 	// Generation is the one the write produces: the stored generation,
 	// plus one when the desired state changes (1 on create).
 	Generation int64
+	// Written, when set, are the paths an update changes, read from the
+	// write itself (WrittenPaths) rather than from Old and New, which then
+	// hold only the object's metadata and what the write sets.
+	Written []string
 }
 
 // Operation is how a child write mutates the child.
@@ -48,6 +52,14 @@ func (c Change) operation() string {
 func (c Change) Mutations() []string {
 	if op := c.operation(); op != "" {
 		return []string{op}
+	}
+	return c.changed()
+}
+
+// changed are the desired-state paths the write changes.
+func (c Change) changed() []string {
+	if c.Written != nil {
+		return c.Written
 	}
 	return ChangedPaths(c.Old, c.New)
 }
@@ -400,7 +412,7 @@ func Propagate(ctx context.Context, policies []*Compiled, v Verdict, w Change) G
 	if w.New == nil || len(v.Justification) == 0 {
 		return Grant{}
 	}
-	changed := ChangedPaths(w.Old, w.New)
+	changed := w.changed()
 	justified := map[string]Allowance{}
 	for _, j := range v.Justification {
 		if j.Mutation == v1alpha1.MutationCreate {
@@ -493,4 +505,29 @@ func Standing(policies []*Compiled, parent Duty, w Change) Verdict {
 		v.Justification = append(v.Justification, Justification{Mutation: m, By: *found})
 	}
 	return v
+}
+
+// PropagationReadsContent reports whether what a write of an object of
+// group and kind by subject passes on may depend on more of the object
+// than its metadata and the paths the write changes: a valid policy for
+// the kind that names the subject has CEL conditions (they may read the
+// spec) or captures a field outside metadata.
+func PropagationReadsContent(policies []*Compiled, group, kind string, subject Subject) bool {
+	for _, p := range policies {
+		if !p.Governs(group, kind) {
+			continue
+		}
+		if matched, _ := p.matchesSubject(subject); !matched {
+			continue
+		}
+		if len(p.cel) > 0 {
+			return true
+		}
+		for _, c := range p.capture {
+			if len(c.segs) == 0 || c.segs[0].key != "metadata" {
+				return true
+			}
+		}
+	}
+	return false
 }

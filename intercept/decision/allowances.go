@@ -8,6 +8,7 @@ package decision
 import (
 	"context"
 	"errors"
+	"slices"
 	"strings"
 
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -44,8 +45,14 @@ type AllowanceOutcome struct {
 	Mode allowance.Mode `json:"mode"`
 	// Checked: a controller's write was checked against its parent's
 	// allowances (or its standing duty). Such a verdict depends on what
-	// the write changes, so it never stands on the child's metadata alone.
-	Checked       bool                      `json:"checked,omitempty"`
+	// the write changes: it stands on the child's metadata alone only
+	// when StandsOnWrite.
+	Checked bool `json:"checked,omitempty"`
+	// StandsOnWrite: the write was checked on the paths its patch can
+	// change (Input.WrittenPaths), every one was allowed, and what it
+	// passes on depends on nothing else, so the whole child would decide
+	// it alike.
+	StandsOnWrite bool                      `json:"-"`
 	Justification []allowance.Justification `json:"justification,omitempty"`
 	Violations    []allowance.Violation     `json:"violations,omitempty"`
 	// Granted names the policies whose allowances the write adds to the
@@ -60,6 +67,10 @@ type AllowanceOutcome struct {
 // DecideAllowances applies the allowance check to d, decided by Decide on
 // in. ctx bounds the CEL evaluations to the request.
 func DecideAllowances(ctx context.Context, d Decision, in Input, a AllowanceInputs) Decision {
+	return allowancesAhead(decideAllowances(ctx, d, in, a), in)
+}
+
+func decideAllowances(ctx context.Context, d Decision, in Input, a AllowanceInputs) Decision {
 	if d.Result == Deny {
 		return d
 	}
@@ -76,6 +87,68 @@ func DecideAllowances(ctx context.Context, d Decision, in Input, a AllowanceInpu
 		return use(ctx, d, in, a)
 	}
 	return prune(d, in, a)
+}
+
+// allowancesAhead moves the allowances a /scale write gives the scaled
+// object out of the annotations that follow the write into those written
+// before it. The scaled object's controller acts on the /scale as soon as
+// it sees it; allowances that arrived after it would make its first
+// writes violations.
+func allowancesAhead(d Decision, in Input) Decision {
+	if !in.ScaleWrite || d.Result == Deny || d.ChildAnnotations.Empty() {
+		return d
+	}
+	value, set := d.ChildAnnotations.Set[allowance.Annotation]
+	removed := slices.Contains(d.ChildAnnotations.Remove, allowance.Annotation)
+	if !set && !removed {
+		return d
+	}
+	after := &AnnotationChanges{Set: map[string]string{}}
+	for k, v := range d.ChildAnnotations.Set {
+		if k != allowance.Annotation {
+			after.Set[k] = v
+		}
+	}
+	for _, k := range d.ChildAnnotations.Remove {
+		if k != allowance.Annotation {
+			after.Remove = append(after.Remove, k)
+		}
+	}
+	ahead := &AnnotationChanges{}
+	if set {
+		ahead.Set = map[string]string{allowance.Annotation: value}
+	} else {
+		ahead.Remove = []string{allowance.Annotation}
+	}
+	d.AnnotationsAhead = ahead
+	d.ChildAnnotations = nil
+	if !after.Empty() {
+		d.ChildAnnotations = after
+	}
+	return d
+}
+
+// generationAfter is the generation the write gives its object. A /scale
+// write whose allowances are written ahead of it follows that annotation
+// write, and kube-apiserver counts an annotation change of a Deployment
+// as a generation of its own (it copies them to its ReplicaSets); other
+// kinds count only changes of their spec (custom resources: of anything
+// but metadata).
+func generationAfter(in Input, group, kind string) int64 {
+	if in.OldObject == nil {
+		return 1
+	}
+	g := in.OldObject.GetGeneration() + 1
+	if in.ScaleWrite && AnnotationWriteBumpsGeneration(group, kind) {
+		g++
+	}
+	return g
+}
+
+// AnnotationWriteBumpsGeneration reports whether kube-apiserver gives an
+// object of the kind a new generation when only its annotations change.
+func AnnotationWriteBumpsGeneration(group, kind string) bool {
+	return group == "apps" && kind == "Deployment"
 }
 
 // governed reports whether a valid policy speaks of changes of the group
@@ -162,9 +235,10 @@ func initiate(ctx context.Context, d Decision, in Input, a AllowanceInputs) Deci
 		apiVersion = in.NewObject.GetAPIVersion()
 	}
 	ch := allowance.Change{Subject: subjectOf(in), Group: groupOf(apiVersion), Kind: in.NewObject.GetKind(),
-		Name: in.NewObject.GetName(), New: in.NewObject.Object, Generation: 1}
+		Name: in.NewObject.GetName(), New: in.NewObject.Object}
+	ch.Generation = generationAfter(in, ch.Group, ch.Kind)
 	if in.OldObject != nil {
-		ch.Old, ch.Generation = in.OldObject.Object, in.OldObject.GetGeneration()+1
+		ch.Old = in.OldObject.Object
 	}
 	g := allowance.Initiate(ctx, a.Policies, ch)
 	out := &AllowanceOutcome{Mode: mode, Granted: g.Policies, Unfinished: g.Unfinished, Problems: g.Problems}
@@ -185,16 +259,19 @@ func use(ctx context.Context, d Decision, in Input, a AllowanceInputs) Decision 
 		d.Warnings = append(d.Warnings, warn.String())
 	}
 	ch := allowance.Change{Subject: subjectOf(in), Group: groupOf(in.Child.APIVersion), Kind: in.Child.Kind, Name: in.Child.Name}
+	ch.Generation = generationAfter(in, ch.Group, ch.Kind)
 	if in.OldObject != nil {
-		ch.Old, ch.Generation = in.OldObject.Object, in.OldObject.GetGeneration()+1
-	} else {
-		ch.Generation = 1
+		ch.Old = in.OldObject.Object
 	}
 	if in.Operation != Delete && in.NewObject != nil {
 		ch.New = in.NewObject.Object
 	}
 	if in.Operation == Delete {
 		ch.New = nil
+	}
+	fromWrite := in.Operation == Update && in.WrittenPaths != nil && ch.Old != nil && ch.New != nil
+	if fromWrite {
+		ch.Written = in.WrittenPaths
 	}
 	var v allowance.Verdict
 	if d.Category == SelfHealing || d.Category == HistoryPruned || createUnderSettledSpec(d, in) {
@@ -209,6 +286,13 @@ func use(ctx context.Context, d Decision, in Input, a AllowanceInputs) Decision 
 			Allowances: set.Allowances, SettledGeneration: SettledGeneration(in.Parent, in)}, ch)
 	}
 	out := &AllowanceOutcome{Mode: mode, Checked: true, Justification: v.Justification, Violations: v.Violations}
+	// A path of the patch no allowance covers may name a field set to
+	// the value it has, and a coarse one may trigger the child's own
+	// policies otherwise than the fields below it: the whole child
+	// decides those.
+	out.StandsOnWrite = fromWrite && v.Allowed() &&
+		(!in.WrittenCoarse || !governed(a.Policies, ch.Group, ch.Kind)) &&
+		!allowance.PropagationReadsContent(a.Policies, ch.Group, ch.Kind, ch.Subject)
 	d.Allowances = out
 	if !v.Allowed() {
 		d = violated(d, mode, v.Violations)
@@ -351,4 +435,27 @@ func traceOrigin(ann map[string]string) string {
 		return ""
 	}
 	return t[0].User
+}
+
+// AheadFollowing is d with the annotations it would write ahead of the
+// write moved back to those that follow it, for a write they cannot go
+// ahead of (a patch that names its own resourceVersion, which a write
+// ahead of it would make fail).
+func (d Decision) AheadFollowing() Decision {
+	if d.AnnotationsAhead.Empty() {
+		d.AnnotationsAhead = nil
+		return d
+	}
+	after := &AnnotationChanges{Set: map[string]string{}}
+	for _, c := range []*AnnotationChanges{d.ChildAnnotations, d.AnnotationsAhead} {
+		if c == nil {
+			continue
+		}
+		for k, v := range c.Set {
+			after.Set[k] = v
+		}
+		after.Remove = append(after.Remove, c.Remove...)
+	}
+	d.ChildAnnotations, d.AnnotationsAhead = after, nil
+	return d
 }

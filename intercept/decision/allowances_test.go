@@ -230,3 +230,109 @@ func TestDecideAllowancesScheduledChild(t *testing.T) {
 		})
 	}
 }
+
+// TestDecideAllowancesScaleWrite: a /scale body has no room for
+// annotations, so the allowances a /scale grants are written ahead of it,
+// naming the generation the /scale produces after that write; the rest of
+// the scaled object's annotations (its trace) still follow it.
+func TestDecideAllowancesScaleWrite(t *testing.T) {
+	enforce := map[string]string{annotations.AllowanceMode: "enforce"}
+	alice := &user.DefaultInfo{Name: "alice"}
+	rsPolicy := allowance.CompileSpec("replicaset-replicas", "uid-2", 1, v1alpha1.AllowancePolicySpec{
+		Match:    v1alpha1.AllowanceMatch{Kind: "ReplicaSet", Group: ptr.To("apps"), Fields: []string{"spec.replicas"}},
+		Subjects: []v1alpha1.AllowanceSubject{{Kind: v1alpha1.SubjectUser, Name: "alice", MayInitiate: true}},
+		Allow:    []v1alpha1.AllowedMutation{{Kind: "Pod", Relation: v1alpha1.RelationChild, Mutations: []string{"create", "delete"}}},
+	})
+	policies := append(allowanceTestPolicies(), rsPolicy)
+	traced := &AnnotationChanges{Set: map[string]string{annotations.Trace: `[{"user":"alice"}]`}}
+	for _, tc := range []struct {
+		name           string
+		kind           string
+		scale          bool
+		wantGeneration string
+		wantAhead      bool
+	}{
+		{name: "a Deployment's /scale: its annotation write is a generation of its own", kind: "Deployment", scale: true,
+			wantGeneration: `"generation":9`, wantAhead: true},
+		{name: "a ReplicaSet's /scale: only spec changes count", kind: "ReplicaSet", scale: true,
+			wantGeneration: `"generation":8`, wantAhead: true},
+		{name: "an update of a Deployment carries them itself", kind: "Deployment",
+			wantGeneration: `"generation":8`},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			in := Input{Operation: Update, DesiredChanged: true, User: alice, ScaleWrite: tc.scale,
+				Child:     ObjectRef{APIVersion: "apps/v1", Kind: tc.kind, Name: "web"},
+				OldObject: allowanceObject(tc.kind, 7, 2, "app:1", nil), NewObject: allowanceObject(tc.kind, 7, 4, "app:1", nil)}
+			d := Decision{Result: Allow, Category: NoParent, ChildAnnotations: traced}
+			got := DecideAllowances(context.Background(), d, in, AllowanceInputs{Policies: policies, NamespaceAnnotations: enforce})
+			carried := got.ChildAnnotations
+			if tc.wantAhead {
+				carried = got.AnnotationsAhead
+				if v := got.ChildAnnotations.Set[annotations.Allowances]; v != "" {
+					t.Errorf("the allowances also follow the /scale: %s", v)
+				}
+				if got.ChildAnnotations.Set[annotations.Trace] == "" {
+					t.Errorf("the trace no longer follows the /scale: %+v", got.ChildAnnotations)
+				}
+				if len(got.AnnotationsAhead.Set) != 1 || len(got.AnnotationsAhead.Remove) != 0 {
+					t.Errorf("more than the allowances written ahead: %+v", got.AnnotationsAhead)
+				}
+			} else if got.AnnotationsAhead != nil {
+				t.Errorf("annotations written ahead of a write that carries them: %+v", got.AnnotationsAhead)
+			}
+			if v := carried.Set[annotations.Allowances]; !strings.Contains(v, tc.wantGeneration) {
+				t.Errorf("allowances %s, want %s", v, tc.wantGeneration)
+			}
+		})
+	}
+}
+
+// TestDecideAllowancesOnWrittenPaths: a controller's merge patch of a
+// child known by its metadata is checked on the paths the patch can
+// change. Allowed, the verdict stands without the whole child; a path no
+// allowance covers (maybe a field set to the value it has) is decided
+// again on the whole child.
+func TestDecideAllowancesOnWrittenPaths(t *testing.T) {
+	enforce := map[string]string{annotations.AllowanceMode: "enforce"}
+	granted := `[{"kind":"ReplicaSet","mutation":"spec.replicas","generation":2,"initiator":"alice","policy":"deployment-replicas","trace":[{"kind":"Deployment","name":"web","generation":2,"field":"spec.replicas"}]}]`
+	parent := allowanceObject("Deployment", 2, 4, "app:1", map[string]string{annotations.Allowances: granted})
+	ctrl := &user.DefaultInfo{Name: testController}
+	metadataOnly := func(replicas int64, image string) *unstructured.Unstructured {
+		u := &unstructured.Unstructured{Object: map[string]any{"apiVersion": "apps/v1", "kind": "ReplicaSet",
+			"metadata": map[string]any{"name": "web-1", "namespace": "ns", "generation": int64(1)}}}
+		if replicas > 0 {
+			_ = unstructured.SetNestedField(u.Object, replicas, "spec", "replicas")
+		}
+		if image != "" {
+			_ = unstructured.SetNestedSlice(u.Object, []any{map[string]any{"name": "app", "image": image}}, "spec", "template", "spec", "containers")
+		}
+		return u
+	}
+	for _, tc := range []struct {
+		name       string
+		written    []string
+		coarse     bool
+		new        *unstructured.Unstructured
+		wantStands bool
+		wantDeny   bool
+	}{
+		{name: "replicas: covered, stands", written: []string{"spec.replicas"}, new: metadataOnly(4, ""), wantStands: true},
+		{name: "the template: no allowance, decided on the whole child", written: []string{"spec.template.spec.containers"}, coarse: true,
+			new: metadataOnly(0, "evil:1"), wantDeny: true},
+		{name: "no written paths: read from the objects, as before", new: metadataOnly(4, "")},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			in := Input{Operation: Update, DesiredChanged: true, User: ctrl, Parent: parent, Settle: &settle.Facts{SettledAt: 1},
+				Child:     ObjectRef{APIVersion: "apps/v1", Kind: "ReplicaSet", Name: "web-1"},
+				OldObject: metadataOnly(0, ""), NewObject: tc.new, WrittenPaths: tc.written, WrittenCoarse: tc.coarse}
+			d := Decision{Result: Allow, Category: Expected}
+			got := DecideAllowances(context.Background(), d, in, AllowanceInputs{Policies: allowanceTestPolicies(), NamespaceAnnotations: enforce})
+			if (got.Result == Deny) != tc.wantDeny {
+				t.Fatalf("result %s (%s), want deny=%v", got.Result, got.Message, tc.wantDeny)
+			}
+			if got.StandsOnMetadata(Update) != tc.wantStands {
+				t.Errorf("StandsOnMetadata = %v, want %v (%+v)", !tc.wantStands, tc.wantStands, got.Allowances)
+			}
+		})
+	}
+}

@@ -16,7 +16,7 @@ func (d *Decision) StandsOnMetadata(op Operation) bool {
 	if op == Delete {
 		return true
 	}
-	if d.Allowances != nil && d.Allowances.Checked {
+	if d.Allowances != nil && d.Allowances.Checked && !d.Allowances.StandsOnWrite {
 		// The allowances a write needs are its changed fields.
 		return false
 	}

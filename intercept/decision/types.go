@@ -197,6 +197,15 @@ type Input struct {
 	Changes []desired.Change
 	// StatusWrite: a write to the status subresource.
 	StatusWrite bool
+	// ScaleWrite: a write to the /scale subresource. Its body has no room
+	// for the object's annotations.
+	ScaleWrite bool
+	// WrittenPaths, when set, are the desired-state paths an update of a
+	// child known only by its metadata can change, read from its patch
+	// (allowance.WrittenPaths); WrittenCoarse: some of them stand for a
+	// whole map or list.
+	WrittenPaths  []string
+	WrittenCoarse bool
 	// Parent is the snapshot of the controller owner (nil = no ownerRef
 	// with controller: true).
 	Parent *unstructured.Unstructured
@@ -421,6 +430,12 @@ type Decision struct {
 	// ChildAnnotations: apply to the new object before forwarding (nil =
 	// unchanged). Only on Allow; never on DELETE.
 	ChildAnnotations *AnnotationChanges `json:"childAnnotations,omitempty"`
+	// AnnotationsAhead: write to the object with the proxy's credentials,
+	// under a resourceVersion precondition, before the write is forwarded
+	// (nil = nothing). They are the allowances of a /scale write, which
+	// its body cannot carry and which its controller may use as soon as
+	// it sees the /scale.
+	AnnotationsAhead *AnnotationChanges `json:"annotationsAhead,omitempty"`
 	// Trace is the child's trace after the write ("" if not rewritten);
 	// TraceOrigin says whether it starts a new chain.
 	Trace       string `json:"trace,omitempty"`

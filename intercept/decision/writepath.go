@@ -63,8 +63,13 @@ func OnFailure(policy FailurePolicy, kind FailureKind) FailureAction {
 // the parent settled when its spec has just changed: a drift verdict from
 // the cache is confirmed. Other verdicts allow the write whatever the
 // parent's latest state, so they cost no extra round trip.
+//
+// An allowance violation is confirmed the same way: the allowances a
+// change grants may reach the parent a beat before the controller's write
+// and the cache a beat after it.
 func NeedsConfirmation(d *Decision, parentFromCache bool) bool {
-	return d.Drift && parentFromCache
+	violation := d.Allowances != nil && len(d.Allowances.Violations) > 0
+	return (d.Drift || violation) && parentFromCache
 }
 
 // Held says which facts of a write are first-hand already, so that no
@@ -154,6 +159,10 @@ const (
 	StepPreflight
 	// StepReserve takes the once approval off its parent.
 	StepReserve
+	// StepWriteAhead writes AnnotationsAhead to the object under the
+	// resourceVersion the write was decided on, and prepares the write
+	// again on the version that produced.
+	StepWriteAhead
 	// StepForward forwards the prepared request; after success come the
 	// parent writes and the report.
 	StepForward
@@ -162,17 +171,31 @@ const (
 // StepsFor is what is done with d: refused, or prepared and forwarded, a
 // once approval reserved in between (after one preflight per write; a
 // dry run consumes nothing).
+//
+// The proxy writes with its own credentials only for a write kube-apiserver
+// is going to accept: annotations written ahead of the write follow a
+// preflight too, or a caller who may not scale an object could leave
+// allowances on it.
 func StepsFor(d *Decision, dryRun, preflighted bool) []Step {
-	switch {
-	case d.Result == Deny:
+	if d.Result == Deny {
 		return []Step{StepRefuse}
-	case !d.ConsumeOnce || d.ApprovalsUpdate == nil || dryRun:
-		return []Step{StepPrepare, StepForward}
-	case preflighted:
-		return []Step{StepPrepare, StepReserve, StepForward}
-	default:
-		return []Step{StepPrepare, StepPreflight, StepReserve, StepForward}
 	}
+	if dryRun {
+		return []Step{StepPrepare, StepForward}
+	}
+	reserve := d.ConsumeOnce && d.ApprovalsUpdate != nil
+	ahead := !d.AnnotationsAhead.Empty()
+	steps := []Step{StepPrepare}
+	if (reserve || ahead) && !preflighted {
+		steps = append(steps, StepPreflight)
+	}
+	if reserve {
+		steps = append(steps, StepReserve)
+	}
+	if ahead {
+		steps = append(steps, StepWriteAhead)
+	}
+	return append(steps, StepForward)
 }
 
 // MaxRounds bounds how often one write is decided again on fresh state:

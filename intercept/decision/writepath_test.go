@@ -3,6 +3,8 @@ package decision
 import (
 	"slices"
 	"testing"
+
+	"github.com/kausality-io/kausality-proxy/intercept/allowance"
 )
 
 func TestOnFailure(t *testing.T) {
@@ -35,6 +37,11 @@ func TestNeedsConfirmation(t *testing.T) {
 		{"drift from a live read", Decision{Drift: true}, false, false},
 		{"expected from the cache", Decision{Category: Expected}, true, false},
 		{"new origin from the cache", Decision{Category: NewOrigin}, true, false},
+		{"allowance violation from the cache: the grant may not be cached yet",
+			Decision{Category: Expected, Result: Deny, Allowances: &AllowanceOutcome{Violations: []allowance.Violation{{Mutation: "spec.replicas"}}}}, true, true},
+		{"allowance violation from a live read",
+			Decision{Category: Expected, Result: Deny, Allowances: &AllowanceOutcome{Violations: []allowance.Violation{{Mutation: "spec.replicas"}}}}, false, false},
+		{"allowance-checked and justified from the cache", Decision{Category: Expected, Allowances: &AllowanceOutcome{Checked: true}}, true, false},
 	}
 	for _, tt := range tests {
 		if got := NeedsConfirmation(&tt.d, tt.fromCache); got != tt.want {
@@ -231,6 +238,7 @@ func TestCollectionVerdict(t *testing.T) {
 
 func TestStepsFor(t *testing.T) {
 	once := &ApprovalsUpdate{}
+	ahead := &AnnotationChanges{Set: map[string]string{"kausal.io/allowances": "[]"}}
 	tests := []struct {
 		name        string
 		d           Decision
@@ -246,6 +254,15 @@ func TestStepsFor(t *testing.T) {
 			preflighted: true, want: []Step{StepPrepare, StepReserve, StepForward}},
 		{name: "a dry run consumes nothing", d: Decision{Result: Allow, ConsumeOnce: true, ApprovalsUpdate: once}, dryRun: true,
 			want: []Step{StepPrepare, StepForward}},
+		{name: "allowances ahead of a /scale follow a preflight", d: Decision{Result: Allow, AnnotationsAhead: ahead},
+			want: []Step{StepPrepare, StepPreflight, StepWriteAhead, StepForward}},
+		{name: "allowances ahead, preflighted in an earlier round", d: Decision{Result: Allow, AnnotationsAhead: ahead},
+			preflighted: true, want: []Step{StepPrepare, StepWriteAhead, StepForward}},
+		{name: "allowances ahead and a once approval", d: Decision{Result: Allow, AnnotationsAhead: ahead, ConsumeOnce: true, ApprovalsUpdate: once},
+			want: []Step{StepPrepare, StepPreflight, StepReserve, StepWriteAhead, StepForward}},
+		{name: "a dry run writes nothing ahead", d: Decision{Result: Allow, AnnotationsAhead: ahead}, dryRun: true,
+			want: []Step{StepPrepare, StepForward}},
+		{name: "a denial writes nothing ahead", d: Decision{Result: Deny, AnnotationsAhead: ahead}, want: []Step{StepRefuse}},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {

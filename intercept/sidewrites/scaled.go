@@ -72,3 +72,82 @@ func scaleTracePatch(current map[string]string, changes decision.AnnotationChang
 	}
 	return set
 }
+
+// AnnotateAt writes changes to the object at resourceVersion, and returns
+// the object as kube-apiserver stored it. It reads nothing first: the
+// precondition is the state the write was decided on, and a conflict (the
+// object moved since) is the caller's to decide again.
+func (w *Writer) AnnotateAt(ctx context.Context, gvr schema.GroupVersionResource, ns, name, resourceVersion string, changes decision.AnnotationChanges) (*unstructured.Unstructured, error) {
+	data, err := AnnotationPatch(changes.Pointers(), resourceVersion)
+	if err != nil {
+		return nil, err
+	}
+	return w.resource(gvr, ns).Patch(ctx, name, types.MergePatchType, data, metav1.PatchOptions{FieldManager: w.FieldManager})
+}
+
+// Restore puts back the annotations written (with AnnotateAt) ahead of a
+// write that then failed, to their values in before, from fresh state
+// under a resourceVersion precondition. A key that no longer holds what
+// was written has been written since, and is left as it is.
+func (w *Writer) Restore(ctx context.Context, gvr schema.GroupVersionResource, ns, name string, uid types.UID, written decision.AnnotationChanges, before map[string]string) error {
+	for attempt := 1; ; attempt++ {
+		fresh, err := w.Objects.GetLive(ctx, gvr, ns, name)
+		if apierrors.IsNotFound(err) {
+			return nil
+		}
+		if err != nil {
+			return err
+		}
+		if fresh.GetUID() != uid {
+			return nil
+		}
+		set := restorePatch(fresh.GetAnnotations(), written, before)
+		if len(set) == 0 {
+			return nil
+		}
+		data, err := AnnotationPatch(set, fresh.GetResourceVersion())
+		if err != nil {
+			return err
+		}
+		_, err = w.resource(gvr, ns).Patch(ctx, name, types.MergePatchType, data, metav1.PatchOptions{FieldManager: w.FieldManager})
+		if err == nil || apierrors.IsNotFound(err) {
+			return nil
+		}
+		if !apierrors.IsConflict(err) || attempt >= maxSideWriteAttempts {
+			return err
+		}
+	}
+}
+
+// restorePatch is the merge patch of annotations (nil removes) that puts
+// the keys of written that still hold what was written back to before.
+func restorePatch(current map[string]string, written decision.AnnotationChanges, before map[string]string) map[string]*string {
+	set := map[string]*string{}
+	back := func(k string) {
+		if v, ok := before[k]; ok {
+			set[k] = &v
+		} else {
+			set[k] = nil
+		}
+	}
+	for k, v := range written.Set {
+		if cur, ok := current[k]; ok && cur == v {
+			back(k)
+		}
+	}
+	for _, k := range written.Remove {
+		if _, ok := current[k]; !ok {
+			if _, had := before[k]; had {
+				back(k)
+			}
+		}
+	}
+	return set
+}
+
+func (w *Writer) resource(gvr schema.GroupVersionResource, ns string) dynamic.ResourceInterface {
+	if ns == "" {
+		return w.Dynamic.Resource(gvr)
+	}
+	return w.Dynamic.Resource(gvr).Namespace(ns)
+}

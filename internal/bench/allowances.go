@@ -36,7 +36,7 @@ var scAllowance = scenario{"alw", "Intercepted writes: controller, parent reconc
 // minReadySeconds).
 var allowanceRows = map[string]string{
 	"CREATE ReplicaSet": "the parent's allowance covers `create`: nothing stored is read",
-	"PATCH merge-patch": "the parent's allowance covers `spec.minReadySeconds`; which fields the write changes is read from the stored child",
+	"PATCH merge-patch": "the parent's allowance covers `spec.minReadySeconds`; the fields the write changes are read from the patch itself: nothing stored is read",
 }
 
 // setupAllowances creates the namespace with allowances enforced, the

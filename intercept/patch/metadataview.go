@@ -77,6 +77,11 @@ func jsonPatchToMetadata(view *unstructured.Unstructured, patch []byte, opts Opt
 		switch {
 		case to == wholeObject || from == wholeObject, from != to:
 			return OnMetadata{}, false
+		case op.Op == "copy":
+			// Copies can double a value with every operation: the patch is
+			// applied whole, within the proxy's copy budget, so an
+			// amplifying patch is refused here and never forwarded.
+			return OnMetadata{}, false
 		case to == metadataPart:
 			onMetadata = append(onMetadata, r)
 		case to == desiredPart && op.Op != "test":

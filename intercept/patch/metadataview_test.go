@@ -47,6 +47,7 @@ func TestApplyToMetadataJSONPatch(t *testing.T) {
 		{name: "content copied into an annotation", patch: `[{"op":"copy","from":"/spec/template","path":"/metadata/annotations/kausal.io~1allowances"}]`},
 		{name: "annotation moved into content", patch: `[{"op":"move","from":"/metadata/annotations/note","path":"/spec/note"}]`},
 		{name: "content moved within content", patch: `[{"op":"move","from":"/spec/a","path":"/spec/b"}]`, wantOK: true, wantChanges: true},
+		{name: "content copied within content (copies can amplify)", patch: `[{"op":"copy","from":"/spec/a","path":"/spec/b"}]`},
 		{name: "whole object replaced", patch: `[{"op":"replace","path":"","value":{}}]`},
 		{name: "not a JSON patch", patch: `{"spec":{}}`},
 		{name: "rename", patch: `[{"op":"replace","path":"/metadata/name","value":"other"}]`},

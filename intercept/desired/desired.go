@@ -110,8 +110,16 @@ func State(obj *unstructured.Unstructured, spec bool) map[string]interface{} {
 		}
 		return nil
 	}
-	out := make(map[string]interface{}, len(obj.Object))
-	for k, v := range obj.Object {
+	return Fields(obj.Object)
+}
+
+// Fields returns every top-level field of obj but apiVersion, kind,
+// metadata and status: what a write changes when it changes what the
+// object should be (spec, or data and rules for spec-less kinds). The
+// values are not copied. obj may be nil.
+func Fields(obj map[string]interface{}) map[string]interface{} {
+	out := make(map[string]interface{}, len(obj))
+	for k, v := range obj {
 		if !nonDesired[k] {
 			out[k] = v
 		}

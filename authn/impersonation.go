@@ -157,16 +157,24 @@ func impersonationHeaders(h http.Header) http.Header {
 	return out
 }
 
+// singleHeader is the value of a header that names one identity, which
+// kube-apiserver refuses to read from several headers.
+func singleHeader(h http.Header, name string) (string, error) {
+	if len(h[name]) > 1 {
+		return "", apierrors.NewBadRequest(fmt.Sprintf("multiple %s headers are not allowed", name))
+	}
+	return h.Get(name), nil
+}
+
 // buildImpersonationRequests mirrors the upstream function of the same name,
 // in a deterministic order: user, groups, extras by key, uid.
 func buildImpersonationRequests(h http.Header) ([]impersonationRequest, error) {
 	var requests []impersonationRequest
 
-	users := h[authenticationv1.ImpersonateUserHeader]
-	if len(users) > 1 {
-		return nil, apierrors.NewBadRequest(fmt.Sprintf("multiple %s headers are not allowed", authenticationv1.ImpersonateUserHeader))
+	requestedUser, err := singleHeader(h, authenticationv1.ImpersonateUserHeader)
+	if err != nil {
+		return nil, err
 	}
-	requestedUser := h.Get(authenticationv1.ImpersonateUserHeader)
 	hasUser := requestedUser != ""
 	if hasUser {
 		if ns, name, err := serviceaccount.SplitUsername(requestedUser); err == nil {
@@ -198,11 +206,10 @@ func buildImpersonationRequests(h http.Header) ([]impersonationRequest, error) {
 		}
 	}
 
-	uids := h[authenticationv1.ImpersonateUIDHeader]
-	if len(uids) > 1 {
-		return nil, apierrors.NewBadRequest(fmt.Sprintf("multiple %s headers are not allowed", authenticationv1.ImpersonateUIDHeader))
+	requestedUID, err := singleHeader(h, authenticationv1.ImpersonateUIDHeader)
+	if err != nil {
+		return nil, err
 	}
-	requestedUID := h.Get(authenticationv1.ImpersonateUIDHeader)
 	hasUID := requestedUID != ""
 	if hasUID {
 		requests = append(requests, impersonationRequest{kind: "UID", name: requestedUID})

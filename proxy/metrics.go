@@ -35,31 +35,26 @@ func newMetrics() *metrics {
 			Help:    "Time to serve a request, by verb. Long-running verbs are prefixed long-running:.",
 			Buckets: []float64{0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60},
 		}, []string{"verb"}),
-		inflight: prometheus.NewGauge(prometheus.GaugeOpts{
-			Name: "kausality_proxy_inflight_requests",
-			Help: "Requests being served, long-running ones included.",
-		}),
-		authFailures: prometheus.NewCounter(prometheus.CounterOpts{
-			Name: "kausality_proxy_authentication_failures_total",
-			Help: "Requests rejected with 401 before anything was sent upstream.",
-		}),
-		impersonationDenials: prometheus.NewCounter(prometheus.CounterOpts{
-			Name: "kausality_proxy_impersonation_denials_total",
-			Help: "Requests whose Impersonate-* headers were rejected before anything was sent upstream.",
-		}),
-		upstreamUp: prometheus.NewGauge(prometheus.GaugeOpts{
-			Name: "kausality_proxy_upstream_up",
-			Help: "1 when the last probe of the upstream's /readyz succeeded.",
-		}),
-		throttled: prometheus.NewCounter(prometheus.CounterOpts{
-			Name: "kausality_proxy_throttled_requests_total",
-			Help: "Mutating requests answered 429 because --max-mutating-requests-inflight were in flight.",
-		}),
-		resources: newBoundedLabels(maxResourceLabels),
+		inflight:             newGauge("kausality_proxy_inflight_requests", "Requests being served, long-running ones included."),
+		authFailures:         newCounter("kausality_proxy_authentication_failures_total", "Requests rejected with 401 before anything was sent upstream."),
+		impersonationDenials: newCounter("kausality_proxy_impersonation_denials_total", "Requests whose Impersonate-* headers were rejected before anything was sent upstream."),
+		upstreamUp:           newGauge("kausality_proxy_upstream_up", "1 when the last probe of the upstream's /readyz succeeded."),
+		throttled:            newCounter("kausality_proxy_throttled_requests_total", "Mutating requests answered 429 because --max-mutating-requests-inflight were in flight."),
+		resources:            newBoundedLabels(maxResourceLabels),
 	}
 	m.registry.MustRegister(m.requests, m.duration, m.inflight, m.authFailures, m.impersonationDenials, m.upstreamUp, m.throttled,
 		collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	return m
+}
+
+// newCounter and newGauge build the series that have neither labels nor
+// buckets: a name and its help are all that differ between them.
+func newCounter(name, help string) prometheus.Counter {
+	return prometheus.NewCounter(prometheus.CounterOpts{Name: name, Help: help})
+}
+
+func newGauge(name, help string) prometheus.Gauge {
+	return prometheus.NewGauge(prometheus.GaugeOpts{Name: name, Help: help})
 }
 
 // maxResourceLabels bounds the distinct values of the resource label, in

@@ -164,21 +164,6 @@ func Covers(pattern, path string) bool {
 	return err == nil && covers(p, c)
 }
 
-// desiredState is everything of an object outside apiVersion, kind,
-// metadata and status: what a write changes when it changes what the
-// object should be (spec, or data and rules for spec-less kinds).
-func desiredState(obj map[string]any) map[string]any {
-	out := make(map[string]any, len(obj))
-	for k, v := range obj {
-		switch k {
-		case "apiVersion", "kind", "metadata", "status":
-			continue
-		}
-		out[k] = v
-	}
-	return out
-}
-
 // ChangedPaths returns the paths of the desired-state fields that differ
 // between old and new (either may be nil), with concrete indices, sorted.
 // Paths name leaves: a field added or removed with everything below it
@@ -187,7 +172,7 @@ func desiredState(obj map[string]any) map[string]any {
 // appears or disappears is named itself.
 func ChangedPaths(old, new map[string]any) []string {
 	var out []string
-	diff(nil, desiredState(old), desiredState(new), &out)
+	diff(nil, desired.Fields(old), desired.Fields(new), &out)
 	sort.Strings(out)
 	return out
 }

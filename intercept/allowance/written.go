@@ -4,6 +4,8 @@ import (
 	"encoding/json"
 	"sort"
 	"strings"
+
+	"github.com/kausality-io/kausality-proxy/intercept/desired"
 )
 
 // WrittenPaths are the desired-state paths a merge patch (strategic when
@@ -31,7 +33,7 @@ func WrittenPaths(patch []byte, strategic bool) (paths []string, coarse bool, ok
 		// top-level fields: anything may change.
 		return nil, false, false
 	}
-	w.walk(nil, desiredState(top))
+	w.walk(nil, desired.Fields(top))
 	sort.Strings(w.paths)
 	return w.paths, w.coarse, true
 }

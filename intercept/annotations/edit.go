@@ -48,11 +48,18 @@ func (e Edit) Apply(ann map[string]string) map[string]string {
 	return out
 }
 
-// stampedApproval is an approvals entry with who added it and when.
-type stampedApproval struct {
-	Approval
+// entryStamp is who added an approvals or rejections entry and when,
+// written after the entry's own fields.
+type entryStamp struct {
 	User string `json:"user,omitempty"`
 	At   string `json:"at,omitempty"`
+}
+
+func (s Stamp) entry() entryStamp { return entryStamp{User: s.User, At: s.at()} }
+
+type stampedApproval struct {
+	Approval
+	entryStamp
 }
 
 // AddApproval returns the approvals value with a appended. Every entry
@@ -69,7 +76,7 @@ func AddApproval(current string, a Approval, st Stamp) (Edit, error) {
 			return Edit{Unchanged: true, Summary: "already approved: " + string(e.Raw)}, nil
 		}
 	}
-	raw, err := json.Marshal(stampedApproval{Approval: a, User: st.User, At: st.at()})
+	raw, err := json.Marshal(stampedApproval{Approval: a, entryStamp: st.entry()})
 	if err != nil {
 		return Edit{}, err
 	}
@@ -98,8 +105,7 @@ func checkApprovals(value string, want Approval, n int) error {
 
 type stampedRejection struct {
 	Rejection
-	User string `json:"user,omitempty"`
-	At   string `json:"at,omitempty"`
+	entryStamp
 }
 
 // AddRejection returns the rejections value with r appended, every entry
@@ -123,7 +129,7 @@ func AddRejection(current string, r Rejection, st Stamp) (Edit, error) {
 			return Edit{Unchanged: true, Summary: "already rejected: " + string(raws[i])}, nil
 		}
 	}
-	raw, err := json.Marshal(stampedRejection{Rejection: r, User: st.User, At: st.at()})
+	raw, err := json.Marshal(stampedRejection{Rejection: r, entryStamp: st.entry()})
 	if err != nil {
 		return Edit{}, err
 	}

@@ -110,8 +110,16 @@ func State(obj *unstructured.Unstructured, spec bool) map[string]interface{} {
 		}
 		return nil
 	}
-	out := make(map[string]interface{}, len(obj.Object))
-	for k, v := range obj.Object {
+	return Fields(obj.Object)
+}
+
+// Fields returns every top-level field of obj but apiVersion, kind,
+// metadata and status: what a write changes when it changes what the
+// object should be (spec, or data and rules for spec-less kinds). The
+// values are not copied. obj may be nil.
+func Fields(obj map[string]interface{}) map[string]interface{} {
+	out := make(map[string]interface{}, len(obj))
+	for k, v := range obj {
 		if !nonDesired[k] {
 			out[k] = v
 		}
@@ -211,31 +219,15 @@ func renderJSON(b *strings.Builder, v interface{}, budget int) {
 			keys = append(keys, k)
 		}
 		sort.Strings(keys)
-		b.WriteByte('{')
-		for i, k := range keys {
-			if b.Len() > budget {
-				return
-			}
-			if i > 0 {
-				b.WriteByte(',')
-			}
-			renderJSON(b, k, budget)
+		renderElements(b, '{', '}', len(keys), budget, func(i int) {
+			renderJSON(b, keys[i], budget)
 			b.WriteByte(':')
-			renderJSON(b, v[k], budget)
-		}
-		b.WriteByte('}')
+			renderJSON(b, v[keys[i]], budget)
+		})
 	case []interface{}:
-		b.WriteByte('[')
-		for i, e := range v {
-			if b.Len() > budget {
-				return
-			}
-			if i > 0 {
-				b.WriteByte(',')
-			}
-			renderJSON(b, e, budget)
-		}
-		b.WriteByte(']')
+		renderElements(b, '[', ']', len(v), budget, func(i int) {
+			renderJSON(b, v[i], budget)
+		})
 	case string:
 		if len(v) > budget {
 			v = v[:budget]
@@ -253,6 +245,23 @@ func renderJSON(b *strings.Builder, v interface{}, budget int) {
 		}
 		b.Write(out)
 	}
+}
+
+// renderElements writes n comma-separated elements between opening and
+// closing. Past the budget it stops without the closing byte: the result is
+// cut there anyway.
+func renderElements(b *strings.Builder, opening, closing byte, n, budget int, element func(i int)) {
+	b.WriteByte(opening)
+	for i := 0; i < n; i++ {
+		if b.Len() > budget {
+			return
+		}
+		if i > 0 {
+			b.WriteByte(',')
+		}
+		element(i)
+	}
+	b.WriteByte(closing)
 }
 
 // writeJSONString writes s as json.Marshal does. Most keys and values a

@@ -16,6 +16,7 @@ import (
 	"github.com/google/cel-go/common/types"
 	"github.com/google/cel-go/interpreter"
 	"github.com/kausality-io/kausality-proxy/api/v1alpha1"
+	"github.com/kausality-io/kausality-proxy/intercept/desired"
 	celconfig "k8s.io/apiserver/pkg/apis/cel"
 )
 
@@ -326,18 +327,10 @@ func glob(pattern, value string) bool {
 // as compact JSON with keys sorted at every level and no HTML escaping,
 // e.g. {"data":{"version":"2"}} for a ConfigMap or {"spec":{"value":"x"}}.
 func DesiredJSON(obj map[string]any) (string, error) {
-	out := make(map[string]any, len(obj))
-	for k, v := range obj {
-		switch k {
-		case "apiVersion", "kind", "metadata", "status":
-			continue
-		}
-		out[k] = v
-	}
 	var b bytes.Buffer
 	enc := json.NewEncoder(&b)
 	enc.SetEscapeHTML(false)
-	if err := enc.Encode(out); err != nil {
+	if err := enc.Encode(desired.Fields(obj)); err != nil {
 		return "", err
 	}
 	return string(bytes.TrimSuffix(b.Bytes(), []byte("\n"))), nil

@@ -31,6 +31,7 @@ import (
 	"sigs.k8s.io/cli-utils/pkg/kstatus/status"
 
 	"github.com/kausality-io/kausality-proxy/intercept/annotations"
+	"github.com/kausality-io/kausality-proxy/intercept/desired"
 )
 
 // SpecHash identifies the desired state of obj: everything outside
@@ -40,15 +41,7 @@ func SpecHash(obj *unstructured.Unstructured) string {
 	if obj == nil {
 		return ""
 	}
-	spec := make(map[string]interface{}, len(obj.Object))
-	for k, v := range obj.Object {
-		switch k {
-		case "apiVersion", "kind", "metadata", "status":
-		default:
-			spec[k] = v
-		}
-	}
-	data, err := json.Marshal(spec)
+	data, err := json.Marshal(desired.Fields(obj.Object))
 	if err != nil {
 		return ""
 	}

@@ -139,11 +139,7 @@ is mounted from). When neither can be read, why says so and assumes the
 defaults.`,
 		Args: cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
-			c, err := o.cluster()
-			if err != nil {
-				return err
-			}
-			t, err := c.resolve(args[0])
+			c, t, err := o.resolve(args[0])
 			if err != nil {
 				return err
 			}
@@ -209,11 +205,7 @@ func (o *options) traceCommand() *cobra.Command {
 		Short: "Print the causal chain (kausality.io/trace) of an object as a tree",
 		Args:  cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
-			c, err := o.cluster()
-			if err != nil {
-				return err
-			}
-			t, err := c.resolve(args[0])
+			c, t, err := o.resolve(args[0])
 			if err != nil {
 				return err
 			}

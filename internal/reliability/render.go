@@ -87,13 +87,48 @@ func Render(in Input) []byte {
 	return b.Bytes()
 }
 
+const notMeasured = "Not measured in the last run.\n\n"
+
+const faultsIntro = `Injected one after another, a few seconds apart, while the load runs. The
+ledger check above covers the writes in flight during each. A canary parent
+checks that a replica's parent cache resumes after its watches broke: its spec
+changes and the replica sees it, the fault breaks the replica's watches, its
+controller reports it settled through the other replica, and the canary's next
+drift through the replica must become a denial, which only a resumed (or
+re-listed) cache can bring about.
+
+`
+
+const slowClientsIntro = `Attacks on one replica; meanwhile an administrator sends GETs, each on a new
+TLS connection (so each needs the replica to accept and handshake). Every GET
+must succeed; latencies are reported, not asserted. The serving port is
+k8s.io/apiserver's: a 32s read-header timeout (which also bounds the TLS
+handshake), 1 MiB of request headers (431 beyond), a 90s idle timeout, and
+HTTP/2's 10s for a client's preface.
+
+`
+
+const fuzzIntro = "Each target runs for its execution budget (a count, so that the run's end\n" +
+	"is never mistaken for a failure); crashers would land in the package's\n" +
+	"`testdata/fuzz` and fail the run.\n\n"
+
+// section writes a section's heading and what it measures. When the last
+// run brought no figures for it, it writes absent instead of the figures
+// and reports false, so that every section says why it is empty.
+func section(b *bytes.Buffer, heading, intro string, hasFigures bool, absent string) bool {
+	b.WriteString(heading)
+	b.WriteString(intro)
+	if !hasFigures {
+		b.WriteString(absent)
+	}
+	return hasFigures
+}
+
 func renderLoad(b *bytes.Buffer, l *Load) {
-	p := func(format string, args ...any) { fmt.Fprintf(b, format, args...) }
-	p("## Load (`TestLoadAndFaults`)\n\n")
-	if l == nil {
-		p("Not measured in the last run.\n\n")
+	if !section(b, "## Load (`TestLoadAndFaults`)\n\n", "", l != nil, notMeasured) {
 		return
 	}
+	p := func(format string, args ...any) { fmt.Fprintf(b, format, args...) }
 	p("%d controller identities (client certificates from the control plane's client CA,\n", l.Controllers)
 	p("each allowed only its own namespace) write through %d replicas in turn while\n", l.Replicas)
 	p("%d watches stay open through them. Each controller owns a parent (a `Rig` with a\n", l.Watches)
@@ -137,19 +172,10 @@ func renderLoad(b *bytes.Buffer, l *Load) {
 }
 
 func renderFaults(b *bytes.Buffer, faults []Fault) {
-	p := func(format string, args ...any) { fmt.Fprintf(b, format, args...) }
-	p("## Faults (`TestLoadAndFaults`, second half)\n\n")
-	p("Injected one after another, a few seconds apart, while the load runs. The\n")
-	p("ledger check above covers the writes in flight during each. A canary parent\n")
-	p("checks that a replica's parent cache resumes after its watches broke: its spec\n")
-	p("changes and the replica sees it, the fault breaks the replica's watches, its\n")
-	p("controller reports it settled through the other replica, and the canary's next\n")
-	p("drift through the replica must become a denial, which only a resumed (or\n")
-	p("re-listed) cache can bring about.\n\n")
-	if len(faults) == 0 {
-		p("None injected in the last run.\n\n")
+	if !section(b, "## Faults (`TestLoadAndFaults`, second half)\n\n", faultsIntro, len(faults) > 0, "None injected in the last run.\n\n") {
 		return
 	}
+	p := func(format string, args ...any) { fmt.Fprintf(b, format, args...) }
 	p("| fault | what | recovery | writes answered meanwhile |\n|---|---|---|---|\n")
 	for _, f := range faults {
 		what := f.What
@@ -174,18 +200,10 @@ func outcomeList(m map[string]int) string {
 }
 
 func renderSlow(b *bytes.Buffer, attacks []Attack) {
-	p := func(format string, args ...any) { fmt.Fprintf(b, format, args...) }
-	p("## Slow clients (`TestSlowClients`)\n\n")
-	p("Attacks on one replica; meanwhile an administrator sends GETs, each on a new\n")
-	p("TLS connection (so each needs the replica to accept and handshake). Every GET\n")
-	p("must succeed; latencies are reported, not asserted. The serving port is\n")
-	p("k8s.io/apiserver's: a 32s read-header timeout (which also bounds the TLS\n")
-	p("handshake), 1 MiB of request headers (431 beyond), a 90s idle timeout, and\n")
-	p("HTTP/2's 10s for a client's preface.\n\n")
-	if len(attacks) == 0 {
-		p("Not measured in the last run.\n\n")
+	if !section(b, "## Slow clients (`TestSlowClients`)\n\n", slowClientsIntro, len(attacks) > 0, notMeasured) {
 		return
 	}
+	p := func(format string, args ...any) { fmt.Fprintf(b, format, args...) }
 	p("| attack | admin GETs (failed) | p50 / p99 before | p50 / p99 during | what the replica did |\n|---|---|---|---|---|\n")
 	for _, a := range attacks {
 		p("| %s: %s | %d (%d) | %.1f / %.1f ms | %.1f / %.1f ms | %s |\n",
@@ -195,15 +213,10 @@ func renderSlow(b *bytes.Buffer, attacks []Attack) {
 }
 
 func renderFuzz(b *bytes.Buffer, targets []FuzzTarget) {
-	p := func(format string, args ...any) { fmt.Fprintf(b, format, args...) }
-	p("## Fuzzing (`make fuzz`)\n\n")
-	p("Each target runs for its execution budget (a count, so that the run's end\n")
-	p("is never mistaken for a failure); crashers would land in the package's\n")
-	p("`testdata/fuzz` and fail the run.\n\n")
-	if len(targets) == 0 {
-		p("Not run in the last run.\n\n")
+	if !section(b, "## Fuzzing (`make fuzz`)\n\n", fuzzIntro, len(targets) > 0, "Not run in the last run.\n\n") {
 		return
 	}
+	p := func(format string, args ...any) { fmt.Fprintf(b, format, args...) }
 	p("| package | target | budget | time | executions |\n|---|---|---|---|---|\n")
 	var total int64
 	for _, t := range targets {

@@ -13,7 +13,6 @@ import (
 
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/apimachinery/pkg/types"
 
 	"github.com/kausality-io/kausality-proxy/api/v1alpha1"
 	"github.com/kausality-io/kausality-proxy/intercept/annotations"
@@ -40,18 +39,7 @@ func TestAllowancesExplained(t *testing.T) {
 
 	// Pods stay unready: the Deployment stays in its scale window.
 	pause(true)
-	_, err := alice.AppsV1().Deployments(ns).Patch(ctx, "web", types.MergePatchType, []byte(`{"spec":{"replicas":4}}`), metav1.PatchOptions{})
-	mustf(t, err, "alice scales the Deployment")
-	eventually(t, 90*time.Second, "the ReplicaSet scaled to 4", func() error {
-		rs, err := alice.AppsV1().ReplicaSets(ns).Get(ctx, rsName, metav1.GetOptions{})
-		if err != nil {
-			return err
-		}
-		if rs.Spec.Replicas == nil || *rs.Spec.Replicas != 4 {
-			return fmt.Errorf("replicas %v", rs.Spec.Replicas)
-		}
-		return nil
-	})
+	scaleDeploymentTo(t, alice, ns, rsName, 4)
 	scaled, err := alice.AppsV1().Deployments(ns).Get(ctx, "web", metav1.GetOptions{})
 	mustf(t, err, "reading the Deployment")
 

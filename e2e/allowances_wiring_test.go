@@ -121,25 +121,14 @@ func TestAllowancesHoldTemplateChangeInScaleWindow(t *testing.T) {
 	// ReplicaSet is allowed. Pods do not become ready, so the Deployment
 	// stays in its scale window.
 	pause(true)
-	_, err := alice.AppsV1().Deployments(ns).Patch(ctx, "web", types.MergePatchType, []byte(`{"spec":{"replicas":4}}`), metav1.PatchOptions{})
-	mustf(t, err, "alice scales the Deployment")
-	eventually(t, 90*time.Second, "the ReplicaSet scaled to 4", func() error {
-		rs, err := alice.AppsV1().ReplicaSets(ns).Get(ctx, rsName, metav1.GetOptions{})
-		if err != nil {
-			return err
-		}
-		if rs.Spec.Replicas == nil || *rs.Spec.Replicas != 4 {
-			return fmt.Errorf("replicas %v", rs.Spec.Replicas)
-		}
-		return nil
-	})
+	scaleDeploymentTo(t, alice, ns, rsName, 4)
 
 	// A ReplicaSet's name is its template's hash, the same in every
 	// namespace: the marker names the namespace too.
 	marker := "/namespaces/" + ns + "/replicasets/" + rsName
 	env.Recorder.Watch(marker)
 	ctrl := intentServiceAccount(t, "deployment-controller")
-	err = allowanceChangeTemplate(ctrl, ns, rsName)
+	err := allowanceChangeTemplate(ctrl, ns, rsName)
 	status, ok := err.(apierrors.APIStatus)
 	if !ok || status.Status().Code != http.StatusForbidden {
 		t.Fatalf("the deployment controller's template change in the scale window: %v, want 403", err)
@@ -328,4 +317,23 @@ func applyShippedAllowancePolicies(t *testing.T) {
 		t.Cleanup(func() { _ = policies.Delete(context.Background(), got.GetName(), metav1.DeleteOptions{}) })
 		expectAllowancePolicyCondition(t, dyn, got.GetName(), got.GetGeneration(), metav1.ConditionTrue, "Compiled")
 	}
+}
+
+// scaleDeploymentTo has alice scale the Deployment web in ns to replicas
+// and waits until its ReplicaSet rsName is scaled as well.
+func scaleDeploymentTo(t *testing.T, alice kubernetes.Interface, ns, rsName string, replicas int32) {
+	t.Helper()
+	ctx := context.Background()
+	_, err := alice.AppsV1().Deployments(ns).Patch(ctx, "web", types.MergePatchType, []byte(fmt.Sprintf(`{"spec":{"replicas":%d}}`, replicas)), metav1.PatchOptions{})
+	mustf(t, err, "alice scales the Deployment")
+	eventually(t, 90*time.Second, fmt.Sprintf("the ReplicaSet scaled to %d", replicas), func() error {
+		rs, err := alice.AppsV1().ReplicaSets(ns).Get(ctx, rsName, metav1.GetOptions{})
+		if err != nil {
+			return err
+		}
+		if rs.Spec.Replicas == nil || *rs.Spec.Replicas != replicas {
+			return fmt.Errorf("replicas %v", rs.Spec.Replicas)
+		}
+		return nil
+	})
 }

@@ -13,7 +13,6 @@ import (
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
-	auditv1 "k8s.io/apiserver/pkg/apis/audit/v1"
 	"k8s.io/client-go/dynamic"
 
 	"github.com/kausality-io/kausality-proxy/api/v1alpha1"
@@ -102,21 +101,7 @@ spec:
 	if sent := env.Recorder.Requests(gadgetPath)[before:]; len(sent) != 1 || sent[0].Method != http.MethodPatch {
 		t.Fatalf("the allowed merge patch forwarded %d requests, want the one PATCH: %+v", len(sent), methods(sent))
 	}
-	// The proxy's own reads are not forwarded requests: kube-apiserver's
-	// audit log shows every request that reached it for the Gadget.
-	var seen []auditv1.Event
-	eventually(t, time.Minute, "the merge patch is audited", func() error {
-		seen = auditedSince(t, start, func(e auditv1.Event) bool {
-			return e.Stage == auditv1.StageResponseComplete && e.ObjectRef != nil &&
-				e.ObjectRef.Resource == "gadgets" && e.ObjectRef.Namespace == f.ns && e.ObjectRef.Name == "g"
-		})
-		for _, e := range seen {
-			if e.Verb == "patch" {
-				return nil
-			}
-		}
-		return fmt.Errorf("not yet:%s", describeEvents(seen))
-	})
+	seen := gadgetRequestsAudited(t, start, f.ns, "the merge patch")
 	if len(seen) != 1 {
 		t.Fatalf("the allowed merge patch made %d requests of the Gadget reach kube-apiserver, want the one PATCH:%s", len(seen), describeEvents(seen))
 	}

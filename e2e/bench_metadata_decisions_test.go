@@ -70,21 +70,7 @@ func TestMetadataDecidesJSONPatchAndApply(t *testing.T) {
 		if sent := env.Recorder.Requests(gadgetPath)[before:]; len(sent) != 1 || sent[0].Method != http.MethodPatch {
 			t.Fatalf("%s forwarded %d requests, want the one PATCH: %+v", what, len(sent), methods(sent))
 		}
-		// The proxy's own reads are not forwarded requests: kube-apiserver's
-		// audit log shows every request that reached it for the Gadget.
-		var seen []auditv1.Event
-		eventually(t, time.Minute, "the write is audited", func() error {
-			seen = auditedSince(t, start, func(e auditv1.Event) bool {
-				return e.Stage == auditv1.StageResponseComplete && e.ObjectRef != nil &&
-					e.ObjectRef.Resource == "gadgets" && e.ObjectRef.Namespace == f.ns && e.ObjectRef.Name == "g"
-			})
-			for _, e := range seen {
-				if e.Verb == "patch" {
-					return nil
-				}
-			}
-			return fmt.Errorf("not yet:%s", describeEvents(seen))
-		})
+		seen := gadgetRequestsAudited(t, start, f.ns, "the write")
 		if len(seen) != 1 {
 			t.Fatalf("%s made %d requests of the Gadget reach kube-apiserver, want the one PATCH:%s", what, len(seen), describeEvents(seen))
 		}
@@ -151,4 +137,26 @@ func TestMetadataDecidesJSONPatchAndApply(t *testing.T) {
 	if v := f.gadgetValue("g"); v != "c" {
 		t.Fatalf("the drift went through: spec.value %q", v)
 	}
+}
+
+// gadgetRequestsAudited waits until kube-apiserver's audit log shows a
+// patch of the Gadget g in ns since start, and returns every request of
+// that Gadget that reached kube-apiserver: the proxy's own reads are not
+// forwarded requests, so they show only here.
+func gadgetRequestsAudited(t *testing.T, start time.Time, ns, what string) []auditv1.Event {
+	t.Helper()
+	var seen []auditv1.Event
+	eventually(t, time.Minute, what+" is audited", func() error {
+		seen = auditedSince(t, start, func(e auditv1.Event) bool {
+			return e.Stage == auditv1.StageResponseComplete && e.ObjectRef != nil &&
+				e.ObjectRef.Resource == "gadgets" && e.ObjectRef.Namespace == ns && e.ObjectRef.Name == "g"
+		})
+		for _, e := range seen {
+			if e.Verb == "patch" {
+				return nil
+			}
+		}
+		return fmt.Errorf("not yet:%s", describeEvents(seen))
+	})
+	return seen
 }

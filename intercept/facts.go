@@ -393,18 +393,26 @@ func (i *Interceptor) storedObject(ctx context.Context, f *facts, need storedNee
 	}
 	if f.sent != nil && wr.verb == "update" && wr.sub != scaleSubresource {
 		if rv := f.sent.GetResourceVersion(); rv != "" && rv != old.GetResourceVersion() {
-			key := storedcopies.Key{Resource: wr.gvr, Namespace: f.namespace, Name: wr.info.Name}
-			if cp, ok := i.copies.At(key, rv); ok {
-				return storedChild{obj: cp, copy: true}, nil
-			}
-			old, err = i.cfg.Objects.GetLive(ctx, wr.gvr, f.namespace, wr.info.Name)
-			if err == nil && need == storedMetadata {
-				i.copies.PutObject(key, old)
-			}
-			return storedChild{obj: old, live: true}, err
+			return i.storedVersion(ctx, f, rv, need == storedMetadata)
 		}
 	}
 	return storedChild{obj: old, metadataOnly: need == storedMetadata}, nil
+}
+
+// storedVersion is the stored child for an update naming version rv, which
+// the cache has not got: the copy of rv the proxy kept, else a live read,
+// kept when the cache holds the kind's metadata only.
+func (i *Interceptor) storedVersion(ctx context.Context, f *facts, rv string, keep bool) (storedChild, error) {
+	wr := f.req.w
+	key := storedcopies.Key{Resource: wr.gvr, Namespace: f.namespace, Name: wr.info.Name}
+	if cp, ok := i.copies.At(key, rv); ok {
+		return storedChild{obj: cp, copy: true}, nil
+	}
+	old, err := i.cfg.Objects.GetLive(ctx, wr.gvr, f.namespace, wr.info.Name)
+	if err == nil && keep {
+		i.copies.PutObject(key, old)
+	}
+	return storedChild{obj: old, live: true}, err
 }
 
 // builtinTC types server-side apply of built-in kinds with the schema

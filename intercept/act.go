@@ -25,6 +25,7 @@ import (
 	"github.com/kausality-io/kausality-proxy/intercept/decision"
 	"github.com/kausality-io/kausality-proxy/intercept/patch"
 	"github.com/kausality-io/kausality-proxy/intercept/sidewrites"
+	"github.com/kausality-io/kausality-proxy/intercept/storedcopies"
 	"github.com/kausality-io/kausality-proxy/intercept/upstream"
 	"github.com/kausality-io/kausality-proxy/internal/httpx"
 	"github.com/kausality-io/kausality-proxy/report"
@@ -330,6 +331,10 @@ func (i *Interceptor) reservationFailed(f facts, d *decision.Decision, err error
 // again; the client has heard nothing then.
 func (i *Interceptor) forward(x exchange, f *facts, d *decision.Decision, out forwarded, reserved *sidewrites.Write, round int) (bool, error) {
 	rec := httpx.NewCodeRecorder(x.w)
+	keep := keepsAnswer(f)
+	if keep {
+		rec.KeepBody = storedcopies.DefaultLimits.ObjectBytes
+	}
 	if reserved != nil {
 		// Settled before the client hears the answer: a client that
 		// retries at once finds the approval back when it is put back.
@@ -366,10 +371,21 @@ func (i *Interceptor) forward(x exchange, f *facts, d *decision.Decision, out fo
 		i.approvals.Settle(*reserved, decision.OnWriteAnswer(0))
 	}
 	if rec.Code() >= 200 && rec.Code() < 300 && !f.dryRun {
+		if body, whole := rec.Body(); keep && whole {
+			i.copies.Put(storedcopies.Key{Resource: f.req.w.gvr, Namespace: f.namespace, Name: f.req.w.info.Name}, body, rec.Header().Get("Content-Type"))
+		}
 		i.afterSuccess(f, d)
 	}
 	i.recordDecision(f, d, "forwarded:"+strconv.Itoa(rec.Code()))
 	return false, nil
+}
+
+// keepsAnswer says whether kube-apiserver's answer to f's write is kept as
+// the stored child: when the write was decided on the whole child, which
+// the caches do not hold, the next write of it likely is too.
+func keepsAnswer(f *facts) bool {
+	return (f.childLive || f.oldIsCopy) && !f.dryRun && f.req.w.sub == mainResource && f.op != decision.Delete &&
+		storedcopies.Kept(f.req.w.gvr)
 }
 
 // actOnCollection carries out the combined verdict of a deletecollection:

@@ -32,6 +32,7 @@ import (
 	"github.com/kausality-io/kausality-proxy/intercept/desired"
 	"github.com/kausality-io/kausality-proxy/intercept/history"
 	"github.com/kausality-io/kausality-proxy/intercept/patch"
+	"github.com/kausality-io/kausality-proxy/intercept/storedcopies"
 	"github.com/kausality-io/kausality-proxy/intercept/upstream"
 )
 
@@ -431,6 +432,9 @@ func (i *Interceptor) refetch(r *http.Request, f facts, need decision.Need, up u
 		if f, err = i.withLiveChild(r.Context(), f, got.live); err != nil {
 			return f, err
 		}
+		// A copy stands where the cached metadata stood: a verdict that
+		// is confirmed still reads the child live (serverResultOf).
+		f.childLive, f.oldIsCopy = !got.copied, got.copied
 	}
 	ctx := r.Context()
 	if need.ChildAccess {
@@ -451,7 +455,9 @@ func (i *Interceptor) refetch(r *http.Request, f facts, need decision.Need, up u
 
 // fetched is what one round of reads brought.
 type fetched struct {
-	live   *unstructured.Unstructured
+	live *unstructured.Unstructured
+	// copied: live is the stored copy of the cached version, not a read.
+	copied bool
 	server serverResult
 	parent parentFacts
 }
@@ -467,7 +473,7 @@ func (i *Interceptor) fetch(r *http.Request, f *facts, need decision.Need, up up
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			got.live, liveErr = i.liveChild(r.Context(), f)
+			got.live, got.copied, liveErr = i.wholeChild(r.Context(), f)
 		}()
 	}
 	if need.ServerResult {
@@ -520,8 +526,26 @@ func (i *Interceptor) liveChild(ctx context.Context, f *facts) (*unstructured.Un
 	case err != nil:
 		return nil, i.unresolvable(fmt.Errorf("reading the stored %s %s: %w", f.kind.Kind, cache.NewObjectName(f.namespace, wr.info.Name).String(), err))
 	}
+	if f.oldIsMetadata {
+		i.copies.PutObject(storedcopies.Key{Resource: wr.gvr, Namespace: f.namespace, Name: wr.info.Name}, live)
+	}
 	return live, nil
 }
+
+// wholeChild is the whole stored child for a write decided so far on its
+// cached metadata: the copy the proxy last saw of the cached version, else
+// the child read live.
+func (i *Interceptor) wholeChild(ctx context.Context, f *facts) (_ *unstructured.Unstructured, copied bool, _ error) {
+	if f.oldIsMetadata && f.old != nil {
+		key := storedcopies.Key{Resource: f.req.w.gvr, Namespace: f.namespace, Name: f.req.w.info.Name}
+		if cp, ok := i.copies.At(key, f.old.GetResourceVersion()); ok {
+			return cp, true, nil
+		}
+	}
+	live, err := i.liveChild(ctx, f)
+	return live, false, err
+}
+
 
 // serverResultOf reads the stored object live and asks kube-apiserver, in
 // a dry run as the caller, what the same request would store. The

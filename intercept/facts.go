@@ -35,6 +35,7 @@ import (
 	"github.com/kausality-io/kausality-proxy/intercept/patch"
 	"github.com/kausality-io/kausality-proxy/intercept/scalepath"
 	"github.com/kausality-io/kausality-proxy/intercept/settle"
+	"github.com/kausality-io/kausality-proxy/intercept/storedcopies"
 	"github.com/kausality-io/kausality-proxy/intercept/upstream"
 )
 
@@ -74,6 +75,9 @@ type facts struct {
 	warnings []string
 	// childLive: old was read live.
 	childLive bool
+	// oldIsCopy: old is the whole stored child as the proxy last saw it
+	// (storedcopies), of the version the write is decided on.
+	oldIsCopy bool
 	// oldIsMetadata: old is the cached metadata of the stored child, not
 	// the whole object (objects.Store caches children so).
 	oldIsMetadata bool
@@ -159,7 +163,7 @@ func (i *Interceptor) gather(ctx context.Context, rq *writeRequest, data []byte,
 		case err != nil:
 			return f, i.unresolvable(fmt.Errorf("reading the stored %s %s: %w", kind.Kind, cache.NewObjectName(f.namespace, wr.info.Name).String(), err))
 		default:
-			f.old, f.childLive, f.oldIsMetadata = stored.obj, stored.live, stored.metadataOnly
+			f.old, f.childLive, f.oldIsMetadata, f.oldIsCopy = stored.obj, stored.live, stored.metadataOnly, stored.copy
 		}
 	}
 	if f, err = i.withEffectiveObject(ctx, f); err != nil {
@@ -250,12 +254,19 @@ func (i *Interceptor) patchedMetadata(ctx context.Context, f facts) (facts, erro
 		f.changed = f.changed || view.ChangesContent
 		return f, nil
 	}
+	key := storedcopies.Key{Resource: f.req.w.gvr, Namespace: f.namespace, Name: f.req.w.info.Name}
+	if cp, ok := i.copies.At(key, f.old.GetResourceVersion()); ok {
+		f.old, f.oldIsCopy, f.oldIsMetadata = cp, true, false
+		return i.withEffectiveObject(ctx, f)
+	}
 	live, err := i.cfg.Objects.GetLive(ctx, f.req.w.gvr, f.namespace, f.req.w.info.Name)
 	switch {
 	case apierrors.IsNotFound(err):
 		live = nil
 	case err != nil:
 		return f, i.unresolvable(fmt.Errorf("reading the stored %s %s: %w", f.kind.Kind, cache.NewObjectName(f.namespace, f.req.w.info.Name).String(), err))
+	default:
+		i.copies.PutObject(key, live)
 	}
 	f.old, f.childLive, f.oldIsMetadata = live, true, false
 	return i.withEffectiveObject(ctx, f)
@@ -337,8 +348,8 @@ func storedNeedOf(f *facts) storedNeed {
 // storedChild is the stored object as read: whether live, and whether only
 // its cached metadata.
 type storedChild struct {
-	obj                *unstructured.Unstructured
-	live, metadataOnly bool
+	obj                      *unstructured.Unstructured
+	live, metadataOnly, copy bool
 }
 
 // storedObject reads the object the write applies to, as much of it as
@@ -382,11 +393,26 @@ func (i *Interceptor) storedObject(ctx context.Context, f *facts, need storedNee
 	}
 	if f.sent != nil && wr.verb == "update" && wr.sub != scaleSubresource {
 		if rv := f.sent.GetResourceVersion(); rv != "" && rv != old.GetResourceVersion() {
-			old, err = i.cfg.Objects.GetLive(ctx, wr.gvr, f.namespace, wr.info.Name)
-			return storedChild{obj: old, live: true}, err
+			return i.storedVersion(ctx, f, rv, need == storedMetadata)
 		}
 	}
 	return storedChild{obj: old, metadataOnly: need == storedMetadata}, nil
+}
+
+// storedVersion is the stored child for an update naming version rv, which
+// the cache has not got: the copy of rv the proxy kept, else a live read,
+// kept when the cache holds the kind's metadata only.
+func (i *Interceptor) storedVersion(ctx context.Context, f *facts, rv string, keep bool) (storedChild, error) {
+	wr := f.req.w
+	key := storedcopies.Key{Resource: wr.gvr, Namespace: f.namespace, Name: wr.info.Name}
+	if cp, ok := i.copies.At(key, rv); ok {
+		return storedChild{obj: cp, copy: true}, nil
+	}
+	old, err := i.cfg.Objects.GetLive(ctx, wr.gvr, f.namespace, wr.info.Name)
+	if err == nil && keep {
+		i.copies.PutObject(key, old)
+	}
+	return storedChild{obj: old, live: true}, err
 }
 
 // builtinTC types server-side apply of built-in kinds with the schema

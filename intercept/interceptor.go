@@ -25,6 +25,7 @@ import (
 	"github.com/kausality-io/kausality-proxy/intercept/settle"
 	"github.com/kausality-io/kausality-proxy/intercept/settlements"
 	"github.com/kausality-io/kausality-proxy/intercept/sidewrites"
+	"github.com/kausality-io/kausality-proxy/intercept/storedcopies"
 	"github.com/kausality-io/kausality-proxy/report"
 )
 
@@ -137,6 +138,9 @@ type Interceptor struct {
 	settled *settle.Memory
 	// scalePaths remembers where custom resources keep their replicas.
 	scalePaths *scalepath.Resolver
+	// copies are the last whole stored objects seen of children whose
+	// writes needed more than their cached metadata.
+	copies *storedcopies.Copies
 	// watcher and stopBackground are set by Build, which owns the parts.
 	watcher        *config.Watcher
 	stopBackground context.CancelFunc
@@ -179,6 +183,7 @@ func New(cfg Config) *Interceptor {
 	i := &Interceptor{cfg: cfg, metrics: newMetrics(cfg.Metrics), settled: settle.NewMemory(0, time.Now)}
 	i.access = &access.Checker{Authorizer: cfg.Authorizer, Objects: cfg.Objects}
 	i.scalePaths = scalepath.New(cfg.Objects, cfg.Clock)
+	i.copies = storedcopies.New(storedcopies.DefaultLimits)
 	i.sideWriter = &sidewrites.Writer{Objects: cfg.Objects, Dynamic: cfg.Writer, FieldManager: FieldManager, Log: cfg.Log, Timeout: cfg.SideWriteTimeout}
 	i.approvals = sidewrites.NewApprovals(i.sideWriter, cfg.Reservations, cfg.Clock, cfg.ReservationOrphanAge, i.metrics.reservation)
 	if cfg.Settlements != nil {

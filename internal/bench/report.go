@@ -238,6 +238,13 @@ func render(res *Results) string {
 	p("")
 	writeVerdicts(&b, res)
 	p("")
+	p("### Cost goals")
+	p("")
+	p("What a read or a write may cost beyond the bare reverse proxy (the drift path: beyond direct), judged on this run;")
+	p("the goals for the objects the proxy never decides about are in [Scale](#scale).")
+	p("")
+	writeCostGoals(&b, res)
+	p("")
 
 	p("## Latency")
 	p("")

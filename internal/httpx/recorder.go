@@ -20,6 +20,12 @@ type CodeRecorder struct {
 	// header reaches the client: what it does is done before the client
 	// can act on the answer.
 	BeforeHeader func(code int)
+	// KeepBody, when above 0, keeps a copy of the body written as long as
+	// it is at most that many bytes: the interceptor keeps
+	// kube-apiserver's answer to some writes as the stored object.
+	KeepBody int
+	body     []byte
+	tooLong  bool
 }
 
 // NewCodeRecorder wraps w.
@@ -42,8 +48,18 @@ func (c *CodeRecorder) Write(b []byte) (int, error) {
 	if c.code == 0 {
 		c.record(http.StatusOK)
 	}
+	if c.KeepBody > 0 && !c.tooLong {
+		if len(c.body)+len(b) > c.KeepBody {
+			c.body, c.tooLong = nil, true
+		} else {
+			c.body = append(c.body, b...)
+		}
+	}
 	return c.ResponseWriter.Write(b)
 }
+
+// Body is the body written, when KeepBody was set and it fit.
+func (c *CodeRecorder) Body() ([]byte, bool) { return c.body, c.KeepBody > 0 && !c.tooLong }
 
 func (c *CodeRecorder) record(code int) {
 	c.code = code

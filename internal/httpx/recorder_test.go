@@ -2,6 +2,7 @@ package httpx
 
 import (
 	"net/http"
+	"strings"
 	"net/http/httptest"
 	"testing"
 )
@@ -46,6 +47,38 @@ func TestCodeRecorder(t *testing.T) {
 			}
 			if clientHadHeader {
 				t.Error("the hook ran after the client got the header")
+			}
+		})
+	}
+}
+
+func TestCodeRecorderKeepsABodyThatFits(t *testing.T) {
+	tests := []struct {
+		name   string
+		keep   int
+		writes []string
+		want   string
+		fit    bool
+	}{
+		{"not asked", 0, []string{"abc"}, "", false},
+		{"in pieces", 6, []string{"abc", "def"}, "abcdef", true},
+		{"one byte too long", 5, []string{"abc", "def"}, "", false},
+		{"too long, then short writes", 3, []string{"abcd", "e"}, "", false},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			client := httptest.NewRecorder()
+			rec := NewCodeRecorder(client)
+			rec.KeepBody = tt.keep
+			for _, w := range tt.writes {
+				_, _ = rec.Write([]byte(w))
+			}
+			got, fit := rec.Body()
+			if string(got) != tt.want || fit != tt.fit {
+				t.Errorf("Body() = %q, %v; want %q, %v", got, fit, tt.want, tt.fit)
+			}
+			if client.Body.String() != strings.Join(tt.writes, "") {
+				t.Errorf("the client got %q", client.Body.String())
 			}
 		})
 	}

@@ -47,6 +47,36 @@ func TestConfirmationReadsRunTogether(t *testing.T) {
 	}
 }
 
+// Drift told from a child's cached metadata is confirmed at once: the
+// live read of the child runs with kube-apiserver's dry run of the write,
+// not in a round of its own before it.
+func TestDriftFromMetadataReadsTheChildWithTheDryRun(t *testing.T) {
+	allowAll := func(authorizationv1.SubjectAccessReviewSpec) (bool, error) { return true, nil }
+	dryRun := make(chan struct{})
+	var once sync.Once
+	env := newServeEnv(t, nil, allowAll, enforce, replicaSetsAsChildren, func(s *serveSetup) {
+		s.reactors = append(s.reactors, reactor{verb: "get", resource: "replicasets", fn: func(clienttesting.Action) (bool, runtime.Object, error) {
+			select {
+			case <-dryRun:
+			case <-time.After(10 * time.Second):
+				t.Error("the live read of the child did not run with the dry run")
+			}
+			return false, nil, nil
+		}})
+	})
+	env.upstream = func(w http.ResponseWriter, r *http.Request) {
+		if r.URL.Query().Get("dryRun") != "" {
+			once.Do(func() { close(dryRun) })
+		}
+		echoDryRun(w, r)
+	}
+	rec := httptest.NewRecorder()
+	env.handler.ServeHTTP(rec, env.request(t, driftWrite("stable-1", "stable", "stable-uid")))
+	if rec.Code != http.StatusForbidden {
+		t.Fatalf("code %d, want the drift held (error %v)", rec.Code, env.lastError)
+	}
+}
+
 // countingAllowances has no allowance policies, and counts how often a
 // write asks for them.
 type countingAllowances struct{ asked atomic.Int64 }

@@ -122,8 +122,16 @@ func (n Need) None() bool { return n == Need{} }
 func Needs(d *Decision, h Held) Need {
 	var n Need
 	if h.ChildMetadataOnly && !h.ChildLive && !d.StandsOnMetadata(h.Operation) {
-		// Nothing else is asked of a verdict made on the child's metadata
-		// alone: the whole child may decide it otherwise, and cheaper.
+		if d.ConfirmWithServer && h.Confirmable {
+			// Drift told from the metadata is likely drift: kube-apiserver's
+			// result reads the whole child live anyway, so it and the parent
+			// are read at once rather than after the child.
+			n.ServerResult = true
+			n.FreshParent = NeedsConfirmation(d, h.ParentFromCache)
+			return n
+		}
+		// Any other verdict made on the metadata alone asks nothing else:
+		// the whole child may decide it otherwise, and cheaper.
 		n.LiveChild = true
 		return n
 	}

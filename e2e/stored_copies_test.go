@@ -70,6 +70,22 @@ func TestAnotherActorsWritesAreDecidedOnTheStoredCopy(t *testing.T) {
 	write("alice's first change of the Gadget reads it live", "NewOrigin", []string{"get", "patch"}, alicePatches("b"))
 	write("alice's next change is decided on the answer the proxy kept", "NewOrigin", []string{"patch"}, alicePatches("c"))
 	write("alice writes the value stored: no desired change, told from the copy", "NoDesiredChange", []string{"patch"}, alicePatches("c"))
+	write("alice asks for the answer to her change as PartialObjectMetadata", "NewOrigin", []string{"patch"}, func() (*unstructured.Unstructured, error) {
+		path := fmt.Sprintf("/apis/%s/namespaces/%s/%s/g", framework.GadgetGVR.GroupVersion(), f.ns, framework.GadgetGVR.Resource)
+		data, err := f.alice.kube.CoreV1().RESTClient().Patch(types.MergePatchType).AbsPath(path).
+			SetHeader("Accept", "application/json;as=PartialObjectMetadata;g=meta.k8s.io;v=v1").
+			Body([]byte(`{"spec":{"value":"c2"}}`)).DoRaw(ctx)
+		if err != nil {
+			return nil, err
+		}
+		answer := &unstructured.Unstructured{}
+		if err := answer.UnmarshalJSON(data); err != nil || answer.GetKind() != "PartialObjectMetadata" {
+			return nil, fmt.Errorf("kube-apiserver answered %s, not the Gadget's metadata (%v)", data, err)
+		}
+		return answer, nil
+	})
+	write("an answer in another shape is not kept as the object: the stored value is read live, no desired change", "NoDesiredChange",
+		[]string{"get", "patch"}, alicePatches("c2"))
 	write("alice's update of the version she was answered is decided on the copy of that version", "NewOrigin", []string{"update"},
 		func() (*unstructured.Unstructured, error) {
 			g := last.DeepCopy()

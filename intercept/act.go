@@ -372,7 +372,7 @@ func (i *Interceptor) forward(x exchange, f *facts, d *decision.Decision, out fo
 	}
 	if rec.Code() >= 200 && rec.Code() < 300 && !f.dryRun {
 		if body, whole := rec.Body(); keep && whole {
-			i.copies.Put(storedcopies.Key{Resource: f.req.w.gvr, Namespace: f.namespace, Name: f.req.w.info.Name}, body, rec.Header().Get("Content-Type"))
+			i.copies.Put(storedcopies.Key{Resource: f.req.w.gvr, Kind: f.kind, Namespace: f.namespace, Name: f.req.w.info.Name}, body, rec.Header().Get("Content-Type"))
 		}
 		i.afterSuccess(f, d)
 	}

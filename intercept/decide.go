@@ -527,7 +527,7 @@ func (i *Interceptor) liveChild(ctx context.Context, f *facts) (*unstructured.Un
 		return nil, i.unresolvable(fmt.Errorf("reading the stored %s %s: %w", f.kind.Kind, cache.NewObjectName(f.namespace, wr.info.Name).String(), err))
 	}
 	if f.oldIsMetadata {
-		i.copies.PutObject(storedcopies.Key{Resource: wr.gvr, Namespace: f.namespace, Name: wr.info.Name}, live)
+		i.copies.PutObject(storedcopies.Key{Resource: wr.gvr, Kind: f.kind, Namespace: f.namespace, Name: wr.info.Name}, live)
 	}
 	return live, nil
 }
@@ -537,7 +537,7 @@ func (i *Interceptor) liveChild(ctx context.Context, f *facts) (*unstructured.Un
 // the child read live.
 func (i *Interceptor) wholeChild(ctx context.Context, f *facts) (_ *unstructured.Unstructured, copied bool, _ error) {
 	if f.oldIsMetadata && f.old != nil {
-		key := storedcopies.Key{Resource: f.req.w.gvr, Namespace: f.namespace, Name: f.req.w.info.Name}
+		key := storedcopies.Key{Resource: f.req.w.gvr, Kind: f.kind, Namespace: f.namespace, Name: f.req.w.info.Name}
 		if cp, ok := i.copies.At(key, f.old.GetResourceVersion()); ok {
 			return cp, true, nil
 		}

@@ -254,7 +254,7 @@ func (i *Interceptor) patchedMetadata(ctx context.Context, f facts) (facts, erro
 		f.changed = f.changed || view.ChangesContent
 		return f, nil
 	}
-	key := storedcopies.Key{Resource: f.req.w.gvr, Namespace: f.namespace, Name: f.req.w.info.Name}
+	key := storedcopies.Key{Resource: f.req.w.gvr, Kind: f.kind, Namespace: f.namespace, Name: f.req.w.info.Name}
 	if cp, ok := i.copies.At(key, f.old.GetResourceVersion()); ok {
 		f.old, f.oldIsCopy, f.oldIsMetadata = cp, true, false
 		return i.withEffectiveObject(ctx, f)
@@ -404,7 +404,7 @@ func (i *Interceptor) storedObject(ctx context.Context, f *facts, need storedNee
 // kept when the cache holds the kind's metadata only.
 func (i *Interceptor) storedVersion(ctx context.Context, f *facts, rv string, keep bool) (storedChild, error) {
 	wr := f.req.w
-	key := storedcopies.Key{Resource: wr.gvr, Namespace: f.namespace, Name: wr.info.Name}
+	key := storedcopies.Key{Resource: wr.gvr, Kind: f.kind, Namespace: f.namespace, Name: wr.info.Name}
 	if cp, ok := i.copies.At(key, rv); ok {
 		return storedChild{obj: cp, copy: true}, nil
 	}

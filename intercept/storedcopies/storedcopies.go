@@ -27,9 +27,10 @@ import (
 	"github.com/kausality-io/kausality-proxy/intercept/body"
 )
 
-// Key names an object of a resource.
+// Key names an object of a resource, and the kind a copy of it has.
 type Key struct {
 	Resource  schema.GroupVersionResource
+	Kind      schema.GroupVersionKind
 	Namespace string
 	Name      string
 }
@@ -147,6 +148,12 @@ func (c *Copies) At(k Key, rv string) (*unstructured.Unstructured, bool) {
 	}
 	obj, _, err := body.Decode(cp.ContentType, cp.Data, nil)
 	if err != nil {
+		c.Forget(k)
+		return nil, false
+	}
+	// A caller may ask for its answer in another shape (as=Table,
+	// as=PartialObjectMetadata): such an answer is not the object.
+	if obj.GroupVersionKind() != k.Kind {
 		c.Forget(k)
 		return nil, false
 	}

@@ -15,7 +15,9 @@ import (
 
 var replicaSets = schema.GroupVersionResource{Group: "apps", Version: "v1", Resource: "replicasets"}
 
-func key(name string) Key { return Key{Resource: replicaSets, Namespace: "ns", Name: name} }
+var replicaSet = schema.GroupVersionKind{Group: "apps", Version: "v1", Kind: "ReplicaSet"}
+
+func key(name string) Key { return Key{Resource: replicaSets, Kind: replicaSet, Namespace: "ns", Name: name} }
 
 func TestCopiesAreBounded(t *testing.T) {
 	tests := []struct {
@@ -130,7 +132,11 @@ func TestAtReturnsOnlyTheVersionAskedFor(t *testing.T) {
 			k.Namespace = "other"
 			data, _ := rs.MarshalJSON()
 			c.Put(k, data, "application/json")
-		}, key: Key{Resource: replicaSets, Namespace: "other", Name: "a"}, rv: "7"},
+		}, key: Key{Resource: replicaSets, Kind: replicaSet, Namespace: "other", Name: "a"}, rv: "7"},
+		{name: "an answer the caller asked for in another shape is not the object", put: func(c *Copies) {
+			c.Put(key("a"), []byte(`{"apiVersion":"meta.k8s.io/v1","kind":"PartialObjectMetadata","metadata":{"name":"a","namespace":"ns","resourceVersion":"7"}}`),
+				"application/json;as=PartialObjectMetadata;g=meta.k8s.io;v=v1")
+		}, key: key("a"), rv: "7"},
 		{name: "kube-apiserver's protobuf answer", put: func(c *Copies) {
 			c.Put(key("a"), protobufRS, runtime.ContentTypeProtobuf)
 		}, key: key("a"), rv: "8", wantMRS: 4, wantOK: true},

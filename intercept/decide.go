@@ -428,7 +428,7 @@ func (i *Interceptor) refetch(r *http.Request, f facts, need decision.Need, up u
 			f.changed, f.changes = decision.DesiredChange(f.op, f.old, f.new)
 		}
 	case need.LiveChild && got.live != nil:
-		if f, err = i.withLiveChild(r.Context(), f, got.live); err != nil {
+		if f, err = withLiveChild(f, got.live); err != nil {
 			return f, err
 		}
 	}
@@ -490,18 +490,15 @@ func (i *Interceptor) fetch(r *http.Request, f *facts, need decision.Need, up up
 
 // withLiveChild returns f with the stored object read live, and what the
 // write makes of it: a PUT's object is the client's whatever is stored; a
-// patch and a /scale write apply to it.
-func (i *Interceptor) withLiveChild(ctx context.Context, f facts, live *unstructured.Unstructured) (facts, error) {
+// patch and a /scale write apply to it, as they did to what the first
+// round read.
+func withLiveChild(f facts, live *unstructured.Unstructured) (facts, error) {
 	f.old, f.childLive, f.oldIsMetadata = live, true, false
-	var err error
-	switch {
-	case f.req.w.sub == scaleSubresource:
-		f.new, err = i.scaledObject(ctx, &f)
-	case f.req.w.verb == "patch":
-		f.new, err = patched(&f)
-	}
-	if err != nil {
-		return f, err
+	if f.req.w.sub == scaleSubresource || f.req.w.verb == "patch" {
+		var err error
+		if f.new, err = f.fromStored.Produce(live); err != nil {
+			return f, err
+		}
 	}
 	if f.req.w.sub != statusSubresource {
 		f.changed, f.changes = decision.DesiredChange(f.op, f.old, f.new)
@@ -570,11 +567,7 @@ func (i *Interceptor) serverResultOf(r *http.Request, f *facts, up upstream.Port
 	if f.req.w.sub == scaleSubresource {
 		// The answer is the Scale kube-apiserver would store: the object
 		// it scales is the live one with those replicas.
-		path, err := i.specReplicasPath(r.Context(), f.req.w.gvr)
-		if err != nil {
-			return serverResult{}, err
-		}
-		if stored, err = desired.ScaleToPath(stored, live, path); err != nil {
+		if stored, err = desired.ScaleToPath(stored, live, f.fromStored.ReplicasPath); err != nil {
 			return serverResult{}, apierrors.NewInternalError(err)
 		}
 	}

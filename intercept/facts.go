@@ -14,7 +14,6 @@ import (
 	"io"
 	"net/http"
 	"os"
-	"sync"
 	"time"
 
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
@@ -24,7 +23,6 @@ import (
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/apimachinery/pkg/types"
-	"k8s.io/apimachinery/pkg/util/managedfields"
 	"k8s.io/client-go/tools/cache"
 
 	"github.com/kausality-io/kausality-proxy/intercept/body"
@@ -58,6 +56,10 @@ type facts struct {
 	patchType types.PatchType
 	// force is an apply's force parameter.
 	force *bool
+	// fromStored computes the object a PATCH or a /scale write makes of
+	// the stored object, in the first round and for every live read of a
+	// later one.
+	fromStored patch.FromStored
 	// sent is the object the client sent (creates and updates), or the
 	// Scale of a /scale PUT.
 	sent     *unstructured.Unstructured
@@ -136,7 +138,7 @@ func (i *Interceptor) gather(ctx context.Context, rq *writeRequest, data []byte,
 	if f.op != decision.Delete && wr.verb != "patch" {
 		decodeAs := &f.kind
 		if wr.sub == scaleSubresource {
-			decodeAs = &scaleKind
+			decodeAs = &patch.ScaleKind
 		}
 		obj, format, err := body.Decode(rq.contentType, data, decodeAs)
 		if err != nil {
@@ -151,6 +153,8 @@ func (i *Interceptor) gather(ctx context.Context, rq *writeRequest, data []byte,
 		if f.force, err = readForce(rq.w.force); err != nil {
 			return f, err
 		}
+		f.fromStored.Patch = &patch.Request{Type: f.patchType, Patch: data, Kind: f.kind, Name: wr.info.Name, Namespace: f.namespace,
+			FieldManager: wr.fieldManager, FieldManagerNamed: wr.explicitFieldManager, Force: f.force}
 	}
 	if f.op != decision.Create {
 		stored, err := i.storedObject(ctx, &f, storedNeedOf(&f))
@@ -211,13 +215,18 @@ func (i *Interceptor) withEffectiveObject(ctx context.Context, f facts) (facts, 
 		if f.old == nil {
 			return f, apierrors.NewNotFound(wr.gvr.GroupResource(), wr.info.Name)
 		}
-		if f.new, err = i.scaledObject(ctx, &f); err != nil {
+		// Read with the first gathering, so that no later round reads it.
+		if f.fromStored.ReplicasPath, err = i.specReplicasPath(ctx, wr.gvr); err != nil {
+			return f, err
+		}
+		f.fromStored.Scale, f.fromStored.Sent = true, f.sent
+		if f.new, err = f.fromStored.Produce(f.old); err != nil {
 			return f, err
 		}
 	case wr.verb == "patch" && f.oldIsMetadata && f.patchType != types.MergePatchType && f.patchType != types.StrategicMergePatchType:
 		return i.patchedMetadata(ctx, f)
 	case wr.verb == "patch":
-		if f.new, err = patched(&f); err != nil {
+		if f.new, err = f.fromStored.Produce(f.old); err != nil {
 			return f, err
 		}
 		if f.old == nil {
@@ -259,21 +268,6 @@ func (i *Interceptor) patchedMetadata(ctx context.Context, f facts) (facts, erro
 	}
 	f.old, f.childLive, f.oldIsMetadata = live, true, false
 	return i.withEffectiveObject(ctx, f)
-}
-
-// patched applies the request's patch to the stored object.
-func patched(f *facts) (*unstructured.Unstructured, error) {
-	rq := f.req
-	ns := f.namespace
-	// kube-apiserver type-checks the patched object itself; skipping our
-	// copy of that check saves a third of a patch's cost.
-	opts := patch.Options{FieldManager: rq.w.fieldManager, Kind: f.kind, Name: rq.w.info.Name, Namespace: &ns, SkipTypeCheck: true, Force: f.force}
-	if f.patchType == types.ApplyYAMLPatchType || f.patchType == types.ApplyCBORPatchType {
-		opts.TypeConverter = builtinTC()
-	} else if !rq.w.explicitFieldManager {
-		opts.FieldManager = ""
-	}
-	return patch.Apply(f.patchType, f.old, f.data, opts)
 }
 
 // readForce reads an apply's force parameter as kube-apiserver does:
@@ -389,18 +383,6 @@ func (i *Interceptor) storedObject(ctx context.Context, f *facts, need storedNee
 	return storedChild{obj: old, metadataOnly: need == storedMetadata}, nil
 }
 
-// builtinTC types server-side apply of built-in kinds with the schema
-// client-go embeds; it is parsed once, on the first apply.
-var (
-	builtinConverterOnce sync.Once
-	builtinConverter     managedfields.TypeConverter
-)
-
-func builtinTC() managedfields.TypeConverter {
-	builtinConverterOnce.Do(func() { builtinConverter = patch.NewBuiltinTypeConverter(nil) })
-	return builtinConverter
-}
-
 // Reading the body, the first fact: whole, within the size limit and the
 // request's deadline.
 
@@ -512,34 +494,6 @@ func (i *Interceptor) readShadowBody(w http.ResponseWriter, r *http.Request) ([]
 		err = fmt.Errorf("body larger than %d bytes: not decided", i.cfg.MaxBodyBytes)
 	}
 	return data, err
-}
-
-var scaleKind = schema.GroupVersionKind{Group: "autoscaling", Version: "v1", Kind: "Scale"}
-
-// scaledObject turns a /scale write into the write of the replicas field on
-// the scaled object it amounts to (HPA and kubectl scale become spec
-// writes). A PATCH applies to the Scale the apiserver would serve for the
-// stored object, owners of the replicas field included, so apply conflicts
-// match.
-func (i *Interceptor) scaledObject(ctx context.Context, f *facts) (*unstructured.Unstructured, error) {
-	wr := f.req.w
-	path, err := i.specReplicasPath(ctx, wr.gvr)
-	if err != nil {
-		return nil, err
-	}
-	scale := f.sent
-	if wr.verb == "patch" {
-		current, err := desired.ScaleFromTarget(f.old, path)
-		if err != nil {
-			return nil, err
-		}
-		ns := f.namespace
-		scale, err = patch.Apply(f.patchType, current, f.data, patch.Options{FieldManager: wr.fieldManager, Kind: scaleKind, Name: wr.info.Name, Namespace: &ns})
-		if err != nil {
-			return nil, err
-		}
-	}
-	return desired.ScaleToPath(scale, f.old, path)
 }
 
 // specReplicasPath is where the /scale of gvr writes. A resource without

@@ -15,9 +15,11 @@ import (
 // A write enters each file of this package once: serve.go has decide.go
 // decide it and act.go act on it; decide.go has facts.go gather the
 // write's own facts once and keeps the loop and every fetch of a later
-// round; facts.go never calls back. This is read from the source, so that
-// a fetcher moved back beside the gathering, or a second gathering from
-// serve.go, fails here and not only in a review.
+// round, and what a PATCH or a /scale write makes of an object read live
+// is computed by the pure patch package, not by facts.go again; facts.go
+// never calls back. This is read from the source, so that a fetcher moved
+// back beside the gathering, or a second gathering from serve.go, fails
+// here and not only in a review.
 func TestAWriteEntersEachFileOnce(t *testing.T) {
 	decls := declaredFuncs(t)
 	tests := []struct {
@@ -30,6 +32,9 @@ func TestAWriteEntersEachFileOnce(t *testing.T) {
 		// called, so that a walk that lost its way does not pass.
 		leaves  []string
 		reaches string
+		// passes are functions of from's own file the walk must go
+		// through, so that the case covers the writes it names.
+		passes []string
 	}{
 		{
 			name: "one write is decided by decide.go and acted on by act.go",
@@ -41,19 +46,37 @@ func TestAWriteEntersEachFileOnce(t *testing.T) {
 		{
 			name: "decide.go gathers once through facts.go and fetches every later fact itself",
 			from: "decideOne",
-			leaves: []string{"facts.go:gatherOne", "facts.go:patched", "facts.go:scaledObject",
-				"facts.go:specReplicasPath", "failures.go:unresolvable"},
+			leaves:  []string{"facts.go:gatherOne", "failures.go:unresolvable"},
 			reaches: "facts.go:gatherOne",
+			passes:  []string{"decideOnFacts", "refetch"},
 		},
 		{
-			name:   "gathering never calls back into decide.go",
+			name:   "a later round of a PATCH or a /scale write reads the object live and applies the write to it without facts.go",
+			from:   "refetch",
+			leaves: []string{"failures.go:unresolvable"},
+			passes: []string{"fetch", "liveChild", "serverResultOf", "withLiveChild"},
+		},
+		{
+			name:   "deciding again after the state moved stays in decide.go",
+			from:   "decideAgain",
+			leaves: []string{"failures.go:unresolvable"},
+			passes: []string{"refetch", "decideOnFacts"},
+		},
+		{
+			name:   "gathering never calls back into decide.go; a /scale write's replicas path is read with it",
 			from:   "gatherOne",
 			leaves: []string{"failures.go:unresolvable", "failures.go:resourceNotFound"},
+			passes: []string{"withEffectiveObject", "patchedMetadata", "specReplicasPath"},
 		},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			calls := callsLeaving(decls, tt.from)
+			calls, walked := callsLeaving(decls, tt.from)
+			for _, fn := range tt.passes {
+				if !walked[fn] {
+					t.Errorf("%s does not go through %s: the case no longer covers the walk it names", tt.from, fn)
+				}
+			}
 			for _, call := range calls {
 				if !slices.Contains(tt.leaves, call) {
 					t.Errorf("%s reaches %s, a second way into that file", tt.from, call)
@@ -131,8 +154,9 @@ func callsIn(body *ast.BlockStmt) []string {
 }
 
 // callsLeaving follows the calls from the function from within its file
-// and returns, as "file:function", those to other files of this package.
-func callsLeaving(decls map[string]funcDecl, from string) []string {
+// and returns, as "file:function", those to other files of this package,
+// and the functions of from's file it went through.
+func callsLeaving(decls map[string]funcDecl, from string) ([]string, map[string]bool) {
 	home := decls[from].file
 	seen := map[string]bool{from: true}
 	left := map[string]bool{}
@@ -157,5 +181,5 @@ func callsLeaving(decls map[string]funcDecl, from string) []string {
 		out = append(out, call)
 	}
 	sort.Strings(out)
-	return out
+	return out, seen
 }

@@ -44,8 +44,8 @@ func TestAWriteEntersEachFileOnce(t *testing.T) {
 			reaches: "decide.go:decideOne",
 		},
 		{
-			name: "decide.go gathers once through facts.go and fetches every later fact itself",
-			from: "decideOne",
+			name:    "decide.go gathers once through facts.go and fetches every later fact itself",
+			from:    "decideOne",
 			leaves:  []string{"facts.go:gatherOne", "failures.go:unresolvable"},
 			reaches: "facts.go:gatherOne",
 			passes:  []string{"decideOnFacts", "refetch"},

@@ -57,6 +57,62 @@ func (i *Interceptor) decideGathered(r *http.Request, f facts, up upstream.Port)
 	return i.decideOnFacts(r, f, up)
 }
 
+// decideMember decides one object of a deletecollection, f the facts of
+// the DELETE of it, as that DELETE would be decided: under its parent, read
+// once for all the siblings that share it (parents), and through the same
+// loop as one write.
+func (i *Interceptor) decideMember(r *http.Request, f facts, parents sharedParents, up upstream.Port) (facts, decision.Decision, error) {
+	if parent, ok := parents.recall(&f); ok {
+		f.parent = parent
+	} else {
+		parent, source, err := i.parentOf(r.Context(), f.namespace, f.old, true)
+		if err != nil {
+			return f, decision.Decision{}, err
+		}
+		f.parent = i.parentFactsOf(r.Context(), &f, parent, source)
+	}
+	f, d, err := i.decideOnFacts(r, f, up)
+	// A parent confirmed live for one object is not read again for the
+	// next.
+	parents.remember(&f)
+	return f, d, err
+}
+
+// sharedParents holds one snapshot per controller ownerReference, for
+// the objects of one deletecollection: they share few parents.
+type sharedParents map[string]parentFacts
+
+// parentKey names the controller ownerReference of f's object ("" for
+// none).
+func parentKey(f *facts) string {
+	if f.old == nil {
+		return ""
+	}
+	ref := metav1.GetControllerOfNoCopy(f.old)
+	if ref == nil {
+		return ""
+	}
+	return ref.APIVersion + "\x00" + ref.Kind + "\x00" + ref.Name + "\x00" + string(ref.UID)
+}
+
+// recall is the latest snapshot of f's parent; ok also when f has no
+// parent.
+func (s sharedParents) recall(f *facts) (parentFacts, bool) {
+	key := parentKey(f)
+	if key == "" {
+		return parentFacts{}, true
+	}
+	p, ok := s[key]
+	return p, ok
+}
+
+// remember keeps f's snapshot of its parent for its siblings.
+func (s sharedParents) remember(f *facts) {
+	if key := parentKey(f); key != "" && f.parent.obj != nil {
+		s[key] = f.parent
+	}
+}
+
 // decideAgain decides f again after what moved under the write that was
 // acted on: the parent (someone else changed it, maybe took the approval,
 // or deleted it) is read afresh; when the object moved (the proxy's

@@ -177,6 +177,39 @@ func (i *Interceptor) gather(ctx context.Context, rq *writeRequest, data []byte,
 	return f, nil
 }
 
+// gatherCollectionOne reads the body of rq's deletecollection from r and
+// gathers the request's own facts: its body, whether its options make it
+// a dry run, and the kind and namespace of what it deletes. Each object
+// it would delete gets the facts of the DELETE of it from these
+// (collection.go). On an error, the facts are those known so far.
+func (i *Interceptor) gatherCollectionOne(w http.ResponseWriter, r *http.Request, rq *writeRequest) (facts, error) {
+	data, err := i.readInterceptedBody(w, r)
+	if err != nil {
+		return facts{req: rq, op: rq.w.op, namespace: rq.w.namespace, dryRun: rq.w.dryRun}, err
+	}
+	return i.gatherCollection(r, rq, data)
+}
+
+// gatherCollection gathers the own facts of rq's deletecollection, its
+// body being data.
+func (i *Interceptor) gatherCollection(r *http.Request, rq *writeRequest, data []byte) (facts, error) {
+	f := facts{req: rq, data: data, op: rq.w.op, namespace: rq.w.namespace, dryRun: rq.w.dryRun}
+	opts, err := upstream.DeleteOptionsOf(r, data)
+	if err != nil {
+		return f, err
+	}
+	kind, namespace, err := i.resolveKind(rq.w)
+	if err != nil {
+		return f, err
+	}
+	// kube-apiserver reads the options of a deletecollection from its body
+	// when it has one, and from the query only when it has none: a dryRun
+	// in the body counts, one in the query next to a body does not. Any
+	// value counts, as in classify: one other than All is refused.
+	f.kind, f.namespace, f.dryRun = kind, namespace, len(opts.DryRun) > 0
+	return f, nil
+}
+
 // resolveKind maps the request's resource to its kind, and the object's
 // namespace ("" for cluster-scoped resources).
 func (i *Interceptor) resolveKind(wr *write) (schema.GroupVersionKind, string, error) {

@@ -4,6 +4,7 @@ import (
 	"go/ast"
 	"go/parser"
 	"go/token"
+	"maps"
 	"os"
 	"path/filepath"
 	"slices"
@@ -61,6 +62,35 @@ func TestAWriteEntersEachFileOnce(t *testing.T) {
 			from:   "decideAgain",
 			leaves: []string{"failures.go:unresolvable"},
 			passes: []string{"refetch", "decideOnFacts"},
+		},
+		{
+			name: "a deletecollection is gathered by facts.go, listed by collection.go and acted on by act.go; " +
+				"an object whose parent moved under its reservation is decided again by decide.go, as one write is",
+			from: "serveCollection",
+			leaves: []string{"facts.go:gatherCollectionOne", "collection.go:decideCollection", "decide.go:decideAgain",
+				"act.go:actOnCollection", "failures.go:fail"},
+			reaches: "collection.go:decideCollection",
+		},
+		{
+			name:    "each object of a deletecollection is decided by decide.go once, as the DELETE of it",
+			from:    "decideCollection",
+			leaves:  []string{"decide.go:decideMember", "failures.go:unresolvable"},
+			reaches: "decide.go:decideMember",
+			passes:  []string{"listCollection", "memberFacts", "add"},
+		},
+		{
+			name:   "an object of a deletecollection is decided under its parent through the loop of one write",
+			from:   "decideMember",
+			leaves: []string{"failures.go:unresolvable"},
+			passes: []string{"parentOf", "parentFactsOf", "decideOnFacts", "recall", "remember"},
+		},
+		{
+			name: "acting on a deletecollection neither decides again nor goes back to collection.go: " +
+				"the verdicts are combined by the pure decision package",
+			from: "actOnCollection",
+			leaves: []string{"failures.go:fail", "failures.go:reservationError", "failures.go:stillMoving",
+				"failures.go:unresolvable", "log.go:recordDecision"},
+			passes: []string{"reserveCollection", "forwardCollection", "refuseCollection", "pinnedCollection"},
 		},
 		{
 			name:   "gathering never calls back into decide.go; a /scale write's replicas path is read with it",
@@ -182,4 +212,40 @@ func callsLeaving(decls map[string]funcDecl, from string) ([]string, map[string]
 	}
 	sort.Strings(out)
 	return out, seen
+}
+
+// A write visits at most eight files of this package: the two it comes in
+// through (interceptor.go, classify.go) and every file its serving can
+// reach, however many rounds it takes. failures.go is not counted: it
+// answers a write in place of the steps it could not take.
+func TestAWriteVisitsAtMostEightFiles(t *testing.T) {
+	decls := declaredFuncs(t)
+	for _, serve := range []string{"serveOne", "serveCollection"} {
+		files := filesReached(decls, serve)
+		files["interceptor.go"], files["classify.go"] = true, true
+		delete(files, "failures.go")
+		if len(files) > 8 {
+			t.Errorf("%s visits %d files: %v", serve, len(files), slices.Sorted(maps.Keys(files)))
+		}
+	}
+}
+
+// filesReached are the files of this package that calls from the
+// function from can reach, in any number of steps.
+func filesReached(decls map[string]funcDecl, from string) map[string]bool {
+	seen := map[string]bool{from: true}
+	files := map[string]bool{}
+	queue := []string{from}
+	for len(queue) > 0 {
+		name := queue[0]
+		queue = queue[1:]
+		files[decls[name].file] = true
+		for _, callee := range decls[name].calls {
+			if _, ok := decls[callee]; ok && !seen[callee] {
+				seen[callee] = true
+				queue = append(queue, callee)
+			}
+		}
+	}
+	return files
 }

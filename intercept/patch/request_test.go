@@ -9,6 +9,9 @@ import (
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/apimachinery/pkg/types"
+
+	"github.com/kausality-io/kausality-proxy/intercept/desired"
+	"github.com/kausality-io/kausality-proxy/internal/testutil"
 )
 
 var deploymentKind = schema.GroupVersionKind{Group: "apps", Version: "v1", Kind: "Deployment"}
@@ -158,4 +161,51 @@ func statusCode(err error) int32 {
 		return status.Status().Code
 	}
 	return 0
+}
+
+// A PATCH of /scale applies to the Scale kube-apiserver serves for the
+// stored object, owners of the replicas field included: another manager's
+// apply conflicts as it does in kube-apiserver, a forced one takes the
+// field, and a merge patch writes the replicas.
+func TestScalePatchSeesReplicaOwners(t *testing.T) {
+	cfg := "apiVersion: apps/v1\nkind: Deployment\nmetadata:\n  name: web\n  namespace: default\nspec:\n  replicas: 2\n  selector:\n    matchLabels: {app: web}\n  template:\n    metadata:\n      labels: {app: web}\n    spec:\n      containers: [{name: app, image: nginx}]\n"
+	target, err := Apply(types.ApplyYAMLPatchType, nil, []byte(cfg), Options{FieldManager: "kubectl"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	target.SetUID("uid-1")
+	scale, err := desired.ScaleFromTarget(target, "")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if mf := scale.GetManagedFields(); len(mf) != 1 || mf[0].Manager != "kubectl" || mf[0].APIVersion != "autoscaling/v1" {
+		t.Fatalf("scale managedFields %+v", mf)
+	}
+	scaleCfg := []byte("apiVersion: autoscaling/v1\nkind: Scale\nmetadata:\n  name: web\n  namespace: default\nspec:\n  replicas: 5\n")
+	byHPA := func(patchType types.PatchType, patch []byte) *FromStored {
+		return &FromStored{Scale: true, ReplicasPath: desired.DefaultSpecReplicasPath,
+			Patch: &Request{Type: patchType, Patch: patch, Kind: deploymentKind, Name: "web", Namespace: "default", FieldManager: "hpa", FieldManagerNamed: true}}
+	}
+	_, err = byHPA(types.ApplyYAMLPatchType, scaleCfg).Produce(target)
+	if !apierrors.IsConflict(err) || err.Error() != `Apply failed with 1 conflict: conflict with "kubectl": .spec.replicas` {
+		t.Fatalf("got %v, want a conflict with kubectl", err)
+	}
+	scaled, err := Apply(types.ApplyYAMLPatchType, scale, scaleCfg, Options{FieldManager: "hpa", Force: testutil.Ptr(true)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	newTarget, err := desired.ScaleToSpec(scaled, target)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := nested(t, newTarget, "spec", "replicas"); got != int64(5) {
+		t.Errorf("forced: spec.replicas %v, want 5", got)
+	}
+	newTarget, err = byHPA(types.MergePatchType, []byte(`{"spec":{"replicas":0}}`)).Produce(target)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := nested(t, newTarget, "spec", "replicas"); got != int64(0) {
+		t.Errorf("merge patch: spec.replicas %v, want 0", got)
+	}
 }

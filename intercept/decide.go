@@ -4,9 +4,11 @@
 // them, and the loop that fetches what the decision still asks for
 // (decision.Needs) into a new facts value and decides again. The fetchers
 // are here with the loop, so that a write, however many rounds it takes,
-// enters this file once from serve.go and facts.go once from here; only a
-// patch or a /scale write read live again goes back to facts.go, to apply
-// the write to what was read.
+// enters this file once from serve.go and facts.go once from here: what a
+// patch or a /scale write makes of an object read live is computed by
+// the pure patch package, with what the first gathering read (the
+// replicas path of a /scale). An object of a deletecollection is decided
+// here once too (decideMember), through the same loop.
 
 package intercept
 

@@ -7,8 +7,10 @@
 // sidewrites) → record (log.go). A write whose state moved under it (a
 // reservation conflict, the proxy's own precondition failing) goes round
 // again on fresh state, at most decision.MaxRounds times. A
-// deletecollection is the same steps for each object it would delete
-// (collection.go lists them and combines their verdicts).
+// deletecollection is the same steps for each object it would delete:
+// facts.go gathers the request's own facts, collection.go lists the
+// objects and has decide.go decide each once, their verdicts combined by
+// the pure decision.Collection, and act.go acts on the request once.
 
 package intercept
 

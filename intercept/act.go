@@ -399,10 +399,13 @@ func (i *Interceptor) actOnCollection(x exchange, f facts, c *collection, acts *
 		i.refuseCollection(x, &f, c, verdict)
 		return -1
 	}
-	moved, err := -1, acts.redecided
+	// An object decided again that could not be is answered as a failure
+	// to prepare or reserve is: what was reserved is put back.
+	err := acts.redecided
 	if err == nil && acts.out == nil {
 		acts.out, err = pinnedCollection(x.r, c, f.data)
 	}
+	moved := -1
 	if err == nil {
 		moved, err = i.reserveCollection(x, c, acts)
 	}

@@ -10,7 +10,9 @@ import (
 	authorizationv1 "k8s.io/api/authorization/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/runtime/schema"
+	clienttesting "k8s.io/client-go/testing"
 
 	"github.com/kausality-io/kausality-proxy/intercept/annotations"
 	"github.com/kausality-io/kausality-proxy/intercept/decision"
@@ -26,9 +28,12 @@ func TestDeleteCollectionDecidesAgainWhenTheParentMoved(t *testing.T) {
 	for _, tc := range []struct {
 		name string
 		// conflicts: how many reservations meet a moved parent (0: all).
-		conflicts    int
-		wantCode     int
-		wantApproval bool
+		conflicts int
+		// parentReadable: how many live reads of the parent succeed
+		// before one is unavailable (0: all succeed).
+		parentReadable int
+		wantCode       int
+		wantApproval   bool
 		// wantForwarded counts the dry run and the request.
 		wantForwarded int64
 		// wantLiveParentReads: one to confirm the verdict, and one for
@@ -39,9 +44,15 @@ func TestDeleteCollectionDecidesAgainWhenTheParentMoved(t *testing.T) {
 			wantCode: http.StatusOK, wantForwarded: 2, wantLiveParentReads: 2},
 		{name: "moving every round: 429, the approval stays, nothing is deleted", conflicts: 0,
 			wantCode: http.StatusTooManyRequests, wantApproval: true, wantForwarded: 1, wantLiveParentReads: decision.MaxRounds},
+		{name: "moved, and the fresh parent cannot be read: the failure policy answers, nothing is deleted", conflicts: 1, parentReadable: 1,
+			wantCode: http.StatusServiceUnavailable, wantApproval: true, wantForwarded: 1, wantLiveParentReads: 2},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			env := newServeEnv(t, nil, allowAll, enforce, withApprovedFamily, failing("patch", "deployments", tc.conflicts, conflict))
+			opts := []serveOption{enforce, withApprovedFamily, failing("patch", "deployments", tc.conflicts, conflict)}
+			if tc.parentReadable > 0 {
+				opts = append(opts, unreadableAfter("deployments", tc.parentReadable))
+			}
+			env := newServeEnv(t, nil, allowAll, opts...)
 			env.upstream = answering(http.StatusOK)
 			env.dyn.ClearActions()
 			rec := httptest.NewRecorder()
@@ -72,5 +83,19 @@ func TestDeleteCollectionDecidesAgainWhenTheParentMoved(t *testing.T) {
 				t.Errorf("approval on the parent afterwards: %v, want %v", has, tc.wantApproval)
 			}
 		})
+	}
+}
+
+// unreadableAfter makes the read of resource after the first ok
+// unavailable.
+func unreadableAfter(resource string, ok int) serveOption {
+	return func(s *serveSetup) {
+		n := 0
+		s.reactors = append(s.reactors, reactor{verb: "get", resource: resource, fn: func(clienttesting.Action) (bool, runtime.Object, error) {
+			if n++; n != ok+1 {
+				return false, nil, nil
+			}
+			return true, nil, apierrors.NewServiceUnavailable("etcd is down")
+		}})
 	}
 }

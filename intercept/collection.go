@@ -14,7 +14,7 @@
 // object decided as it comes. What is kept of each object is its decision
 // (for the decision log once the answer is known), with its metadata only
 // while its DriftReport or a once approval needs them; a refusal names the
-// first maxNamedChildren of the objects that held it.
+// first decision.MaxNamedChildren of the objects that held it.
 
 package intercept
 

@@ -2,7 +2,10 @@
 // afterwards: the body read and decoded once, the kind, the stored object,
 // the effective new object and the desired-state change. decide.go adds
 // the surroundings (the parent, the namespace) and, when a decision needs
-// more, fetches it into a new value made from the old one.
+// more, fetches it into a new value made from the old one. A
+// deletecollection's own facts (its body, its options, the kind) are
+// gathered here once too; each object it would delete gets its facts from
+// them in collection.go.
 
 package intercept
 

@@ -7,6 +7,7 @@ package intercept
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
@@ -388,22 +389,44 @@ func keepsAnswer(f *facts) bool {
 		storedcopies.Kept(f.req.w.gvr)
 }
 
+// collectionActs is what acting on a deletecollection keeps across its
+// rounds: a round ends when the parent of an object moved under the
+// reservation of its once approval, and that object is decided again.
+type collectionActs struct {
+	// out is the request to forward, pinned to the decided list.
+	out *http.Request
+	// reserved are the once approvals taken so far; next is the object
+	// whose steps come next, and round the round it is in.
+	reserved    []sidewrites.Write
+	next, round int
+	preflighted bool
+	// redecided is the error of deciding that object again.
+	redecided error
+}
+
 // actOnCollection carries out the combined verdict of a deletecollection:
 // refuse it whole, or reserve the once approvals its objects use, forward
-// it pinned to the decided list, and record what came of each object.
-func (i *Interceptor) actOnCollection(x exchange, f facts, c *collection, data []byte) {
-	if verdict := c.verdict; verdict.Refused {
+// it pinned to the decided list, and record what came of each object. It
+// returns the index of an object whose parent moved under its
+// reservation, to be decided again before acting goes on from it, or -1
+// when the client has its answer.
+func (i *Interceptor) actOnCollection(x exchange, f facts, c *collection, acts *collectionActs) int {
+	if verdict := c.combined.Verdict; verdict.Refused {
 		i.refuseCollection(x, &f, c, verdict)
-		return
+		return -1
 	}
-	out, err := c.request(x.r, data)
-	if err != nil {
-		i.fail(x, &f, err)
-		return
+	// An object decided again that could not be is answered as a failure
+	// to prepare or reserve is: what was reserved is put back.
+	err := acts.redecided
+	if err == nil && acts.out == nil {
+		acts.out, err = pinnedCollection(x.r, c, f.data)
 	}
-	reserved, err := i.reserveCollection(x, c, out)
+	moved := -1
+	if err == nil {
+		moved, err = i.reserveCollection(x, c, acts)
+	}
 	if err != nil {
-		for _, rw := range reserved {
+		for _, rw := range acts.reserved {
 			i.approvals.GiveBack(rw, "the deletecollection was not forwarded")
 		}
 		var refusal *collectionRefused
@@ -417,15 +440,54 @@ func (i *Interceptor) actOnCollection(x exchange, f facts, c *collection, data [
 		default:
 			i.fail(x, &f, err)
 		}
-		return
+		return -1
 	}
-	i.forwardCollection(x, c, out, reserved)
+	if moved >= 0 {
+		return moved
+	}
+	i.forwardCollection(x, c, acts.out, acts.reserved)
+	return -1
+}
+
+// pinnedCollection is the deletecollection to forward: r, pinned to the
+// list the decisions were made on when the caller did not name a
+// resourceVersion. Without the pin, an object created between the list
+// and the delete would be deleted undecided. kube-apiserver reads a
+// body-less deletecollection's options from its query, resourceVersion
+// included, and would make the pin every delete's precondition (a 409 for
+// each object changed since it was created); the caller's options go in
+// a body instead, where the pin only selects what is deleted.
+func pinnedCollection(r *http.Request, c *collection, data []byte) (*http.Request, error) {
+	if !c.pin || c.snapshot == "" {
+		return r, nil
+	}
+	out := r.Clone(r.Context())
+	if len(data) == 0 {
+		opts, err := upstream.DeleteOptionsOf(r, nil)
+		if err != nil {
+			return nil, err
+		}
+		opts.TypeMeta = metav1.TypeMeta{APIVersion: metav1.SchemeGroupVersion.String(), Kind: "DeleteOptions"}
+		if data, err = json.Marshal(opts); err != nil {
+			return nil, apierrors.NewInternalError(err)
+		}
+		out.Header.Set("Content-Type", "application/json")
+	}
+	q := out.URL.Query()
+	q.Set("resourceVersion", c.snapshot)
+	q.Set("resourceVersionMatch", string(metav1.ResourceVersionMatchExact))
+	out.URL.RawQuery = q.Encode()
+	out.RequestURI = ""
+	upstream.RestoreBody(out, data)
+	return out, nil
 }
 
 // forwardCollection forwards the decided deletecollection and acts on the
 // answer for each of its objects.
 func (i *Interceptor) forwardCollection(x exchange, c *collection, out *http.Request, reserved []sidewrites.Write) {
-	addCollectionWarnings(x.w, c)
+	for _, warning := range c.combined.Warnings() {
+		x.w.Header().Add("Warning", formatWarning(warning))
+	}
 	// As for one write, each reserved approval is settled by the answer;
 	// an answer other than success is settled by what is still stored,
 	// since kube-apiserver may have deleted some of the objects before it
@@ -452,65 +514,63 @@ func (i *Interceptor) forwardCollection(x exchange, c *collection, out *http.Req
 		}
 		i.recordDecision(&m.f, &m.d, "forwarded:"+strconv.Itoa(code))
 	}
-	i.sideWrites(distinctSideWrites(parentWrites))
+	i.sideWrites(decision.DistinctSideWrites(parentWrites))
 }
 
 // errPreflightRefused: kube-apiserver refused the dry run of a
 // deletecollection, and its answer was relayed.
 var errPreflightRefused = errors.New("the dry run of the deletecollection was refused")
 
+// collectionRefused: an object of the deletecollection may not be
+// deleted after all (decided again after a reservation conflict).
+type collectionRefused struct{ verdict decision.CollectionVerdict }
+
+func (e *collectionRefused) Error() string {
+	return "an object of the deletecollection may not be deleted"
+}
+
 // reserveCollection takes off their parents the once approvals the
 // decisions consume, after a dry run of the whole request as the caller
-// has shown that kube-apiserver accepts it (as for one write). A conflict
-// decides that object again from a fresh read of its parent. On an error
-// it returns what it reserved, for the caller to put back.
-func (i *Interceptor) reserveCollection(x exchange, c *collection, out *http.Request) ([]sidewrites.Write, error) {
-	var reserved []sidewrites.Write
-	preflighted := false
-	for k := range c.members {
+// has shown that kube-apiserver accepts it (as for one write), going on
+// from the object acts.next. It returns the index of an object whose
+// parent moved under its reservation, to be decided again from a fresh
+// read of its parent (-1: none). On an error, acts holds what it
+// reserved, for the caller to put back.
+func (i *Interceptor) reserveCollection(x exchange, c *collection, acts *collectionActs) (int, error) {
+	for ; acts.next < len(c.members); acts.next, acts.round = acts.next+1, 0 {
+		k := acts.next
 		m := &c.members[k]
-	rounds:
-		for round := 1; ; round++ {
-			// The steps of each object's own DELETE, but the one request
-			// is prepared and forwarded once, for all of them.
-			for _, step := range decision.StepsFor(&m.d, c.dryRun, preflighted) {
-				switch step {
-				case decision.StepRefuse:
-					return reserved, &collectionRefused{verdict: decision.CollectionVerdict{Refused: true, Denied: 1, Blocked: []int{k}}}
-				case decision.StepPreflight:
-					if !i.preflight(x, out) {
-						return reserved, errPreflightRefused
-					}
-					preflighted = true
-				case decision.StepReserve:
-					rw, err := i.reserve(x.r.Context(), &m.f, m.d.ApprovalsUpdate)
-					if err != nil {
-						if err := i.reservationFailed(m.f, &m.d, err, round); err != nil {
-							return reserved, err
-						}
-						f, err := i.refetch(x.r, m.f, decision.Need{FreshParent: true}, x.up)
-						if err != nil {
-							return reserved, err
-						}
-						c.remember(&f)
-						if m.f, m.d, err = i.decideOnFacts(x.r, f, x.up); err != nil {
-							return reserved, err
-						}
-						continue rounds
-					}
-					reserved = append(reserved, rw)
+		acts.round++
+		// The steps of each object's own DELETE, but the one request is
+		// prepared and forwarded once, for all of them.
+		for _, step := range decision.StepsFor(&m.d, c.dryRun, acts.preflighted) {
+			switch step {
+			case decision.StepRefuse:
+				return -1, &collectionRefused{verdict: decision.CollectionVerdict{Refused: true, Denied: 1, Blocked: []int{k}}}
+			case decision.StepPreflight:
+				if !i.preflight(x, acts.out) {
+					return -1, errPreflightRefused
 				}
+				acts.preflighted = true
+			case decision.StepReserve:
+				rw, err := i.reserve(x.r.Context(), &m.f, m.d.ApprovalsUpdate)
+				if err != nil {
+					if err := i.reservationFailed(m.f, &m.d, err, acts.round); err != nil {
+						return -1, err
+					}
+					return k, nil
+				}
+				acts.reserved = append(acts.reserved, rw)
 			}
-			break
 		}
 	}
-	return reserved, nil
+	return -1, nil
 }
 
 // refuseCollection answers 403: the request deletes nothing, and says
 // which objects held it back and why.
 func (i *Interceptor) refuseCollection(x exchange, f *facts, c *collection, verdict decision.CollectionVerdict) {
-	for _, warning := range c.warnings.lines() {
+	for _, warning := range c.combined.RefusalWarnings() {
 		x.w.Header().Add("Warning", formatWarning(warning))
 	}
 	for k := range c.members {
@@ -526,7 +586,11 @@ func (i *Interceptor) refuseCollection(x exchange, f *facts, c *collection, verd
 			i.report(&m.f, &m.d)
 		}
 	}
-	x.writeError(x.w, collectionRefusal(f, c, verdict))
+	blocked := make([]*decision.Decision, len(verdict.Blocked))
+	for n, k := range verdict.Blocked {
+		blocked[n] = &c.members[k].d
+	}
+	x.writeError(x.w, &apierrors.StatusError{ErrStatus: c.combined.Refusal(f.req.w.gvr.GroupResource(), c.namespace, verdict, blocked)})
 }
 
 // reserve takes the once approval upd off its parent for f's write.

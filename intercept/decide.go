@@ -4,9 +4,11 @@
 // them, and the loop that fetches what the decision still asks for
 // (decision.Needs) into a new facts value and decides again. The fetchers
 // are here with the loop, so that a write, however many rounds it takes,
-// enters this file once from serve.go and facts.go once from here; only a
-// patch or a /scale write read live again goes back to facts.go, to apply
-// the write to what was read.
+// enters this file once from serve.go and facts.go once from here: what a
+// patch or a /scale write makes of an object read live is computed by
+// the pure patch package, with what the first gathering read (the
+// replicas path of a /scale). An object of a deletecollection is decided
+// here once too (decideMember), through the same loop.
 
 package intercept
 
@@ -56,6 +58,62 @@ func (i *Interceptor) decideGathered(r *http.Request, f facts, up upstream.Port)
 		return f, decision.Decision{}, err
 	}
 	return i.decideOnFacts(r, f, up)
+}
+
+// decideMember decides one object of a deletecollection, f the facts of
+// the DELETE of it, as that DELETE would be decided: under its parent, read
+// once for all the siblings that share it (parents), and through the same
+// loop as one write.
+func (i *Interceptor) decideMember(r *http.Request, f facts, parents sharedParents, up upstream.Port) (facts, decision.Decision, error) {
+	if parent, ok := parents.recall(&f); ok {
+		f.parent = parent
+	} else {
+		parent, source, err := i.parentOf(r.Context(), f.namespace, f.old, true)
+		if err != nil {
+			return f, decision.Decision{}, err
+		}
+		f.parent = i.parentFactsOf(r.Context(), &f, parent, source)
+	}
+	f, d, err := i.decideOnFacts(r, f, up)
+	// A parent confirmed live for one object is not read again for the
+	// next.
+	parents.remember(&f)
+	return f, d, err
+}
+
+// sharedParents holds one snapshot per controller ownerReference, for
+// the objects of one deletecollection: they share few parents.
+type sharedParents map[string]parentFacts
+
+// parentKey names the controller ownerReference of f's object ("" for
+// none).
+func parentKey(f *facts) string {
+	if f.old == nil {
+		return ""
+	}
+	ref := metav1.GetControllerOfNoCopy(f.old)
+	if ref == nil {
+		return ""
+	}
+	return ref.APIVersion + "\x00" + ref.Kind + "\x00" + ref.Name + "\x00" + string(ref.UID)
+}
+
+// recall is the latest snapshot of f's parent; ok also when f has no
+// parent.
+func (s sharedParents) recall(f *facts) (parentFacts, bool) {
+	key := parentKey(f)
+	if key == "" {
+		return parentFacts{}, true
+	}
+	p, ok := s[key]
+	return p, ok
+}
+
+// remember keeps f's snapshot of its parent for its siblings.
+func (s sharedParents) remember(f *facts) {
+	if key := parentKey(f); key != "" && f.parent.obj != nil {
+		s[key] = f.parent
+	}
 }
 
 // decideAgain decides f again after what moved under the write that was
@@ -429,7 +487,7 @@ func (i *Interceptor) refetch(r *http.Request, f facts, need decision.Need, up u
 			f.changed, f.changes = decision.DesiredChange(f.op, f.old, f.new)
 		}
 	case need.LiveChild && got.live != nil:
-		if f, err = i.withLiveChild(r.Context(), f, got.live); err != nil {
+		if f, err = withLiveChild(f, got.live); err != nil {
 			return f, err
 		}
 		// A copy stands where the cached metadata stood: a verdict that
@@ -496,18 +554,15 @@ func (i *Interceptor) fetch(r *http.Request, f *facts, need decision.Need, up up
 
 // withLiveChild returns f with the stored object read live, and what the
 // write makes of it: a PUT's object is the client's whatever is stored; a
-// patch and a /scale write apply to it.
-func (i *Interceptor) withLiveChild(ctx context.Context, f facts, live *unstructured.Unstructured) (facts, error) {
+// patch and a /scale write apply to it, as they did to what the first
+// round read.
+func withLiveChild(f facts, live *unstructured.Unstructured) (facts, error) {
 	f.old, f.childLive, f.oldIsMetadata = live, true, false
-	var err error
-	switch {
-	case f.req.w.sub == scaleSubresource:
-		f.new, err = i.scaledObject(ctx, &f)
-	case f.req.w.verb == "patch":
-		f.new, err = patched(&f)
-	}
-	if err != nil {
-		return f, err
+	if f.req.w.sub == scaleSubresource || f.req.w.verb == "patch" {
+		var err error
+		if f.new, err = f.fromStored.Produce(live); err != nil {
+			return f, err
+		}
 	}
 	if f.req.w.sub != statusSubresource {
 		f.changed, f.changes = decision.DesiredChange(f.op, f.old, f.new)
@@ -594,11 +649,7 @@ func (i *Interceptor) serverResultOf(r *http.Request, f *facts, up upstream.Port
 	if f.req.w.sub == scaleSubresource {
 		// The answer is the Scale kube-apiserver would store: the object
 		// it scales is the live one with those replicas.
-		path, err := i.specReplicasPath(r.Context(), f.req.w.gvr)
-		if err != nil {
-			return serverResult{}, err
-		}
-		if stored, err = desired.ScaleToPath(stored, live, path); err != nil {
+		if stored, err = desired.ScaleToPath(stored, live, f.fromStored.ReplicasPath); err != nil {
 			return serverResult{}, apierrors.NewInternalError(err)
 		}
 	}

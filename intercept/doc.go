@@ -62,9 +62,15 @@
 // (a once approval's reservation conflicted, or the precondition the
 // proxy added failed) goes round again on fresh state (decideAgain), at
 // most decision.MaxRounds times, and a client that sent no
-// resourceVersion never gets a 409 for it. A deletecollection is the same
-// steps for each object it would delete; collection.go lists them and
-// combines their verdicts (decision.CollectionVerdict). What fails is
+// resourceVersion never gets a 409 for it. What a patch or a /scale
+// write makes of the stored object is computed by the pure patch package
+// (patch.FromStored), in the first round and for every live read of a
+// later one. A deletecollection is the same steps for each object it
+// would delete: facts.go gathers the request's own facts, collection.go
+// lists the objects and has decide.go decide each once (decideMember),
+// the pure decision.Collection combines the verdicts, and act.go acts on
+// the request once; an object whose parent moved under its reservation
+// is decided again (decideAgain) as one write is. What fails is
 // answered as failures.go says (the failure policy carried out). Build
 // makes the parts (build.go); interceptor.go is the facade.
 //

@@ -2,7 +2,10 @@
 // afterwards: the body read and decoded once, the kind, the stored object,
 // the effective new object and the desired-state change. decide.go adds
 // the surroundings (the parent, the namespace) and, when a decision needs
-// more, fetches it into a new value made from the old one.
+// more, fetches it into a new value made from the old one. A
+// deletecollection's own facts (its body, its options, the kind) are
+// gathered here once too; each object it would delete gets its facts from
+// them in collection.go.
 
 package intercept
 
@@ -14,7 +17,6 @@ import (
 	"io"
 	"net/http"
 	"os"
-	"sync"
 	"time"
 
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
@@ -24,7 +26,6 @@ import (
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/apimachinery/pkg/types"
-	"k8s.io/apimachinery/pkg/util/managedfields"
 	"k8s.io/client-go/tools/cache"
 
 	"github.com/kausality-io/kausality-proxy/intercept/body"
@@ -59,6 +60,10 @@ type facts struct {
 	patchType types.PatchType
 	// force is an apply's force parameter.
 	force *bool
+	// fromStored computes the object a PATCH or a /scale write makes of
+	// the stored object, in the first round and for every live read of a
+	// later one.
+	fromStored patch.FromStored
 	// sent is the object the client sent (creates and updates), or the
 	// Scale of a /scale PUT.
 	sent     *unstructured.Unstructured
@@ -140,7 +145,7 @@ func (i *Interceptor) gather(ctx context.Context, rq *writeRequest, data []byte,
 	if f.op != decision.Delete && wr.verb != "patch" {
 		decodeAs := &f.kind
 		if wr.sub == scaleSubresource {
-			decodeAs = &scaleKind
+			decodeAs = &patch.ScaleKind
 		}
 		obj, format, err := body.Decode(rq.contentType, data, decodeAs)
 		if err != nil {
@@ -155,6 +160,8 @@ func (i *Interceptor) gather(ctx context.Context, rq *writeRequest, data []byte,
 		if f.force, err = readForce(rq.w.force); err != nil {
 			return f, err
 		}
+		f.fromStored.Patch = &patch.Request{Type: f.patchType, Patch: data, Kind: f.kind, Name: wr.info.Name, Namespace: f.namespace,
+			FieldManager: wr.fieldManager, FieldManagerNamed: wr.explicitFieldManager, Force: f.force}
 	}
 	if f.op != decision.Create {
 		stored, err := i.storedObject(ctx, &f, storedNeedOf(&f))
@@ -174,6 +181,39 @@ func (i *Interceptor) gather(ctx context.Context, rq *writeRequest, data []byte,
 		// the child holds: its metadata is all the decision reads.
 		f.changed, f.changes, f.oldIsMetadata = false, nil, false
 	}
+	return f, nil
+}
+
+// gatherCollectionOne reads the body of rq's deletecollection from r and
+// gathers the request's own facts: its body, whether its options make it
+// a dry run, and the kind and namespace of what it deletes. Each object
+// it would delete gets the facts of the DELETE of it from these
+// (collection.go). On an error, the facts are those known so far.
+func (i *Interceptor) gatherCollectionOne(w http.ResponseWriter, r *http.Request, rq *writeRequest) (facts, error) {
+	data, err := i.readInterceptedBody(w, r)
+	if err != nil {
+		return facts{req: rq, op: rq.w.op, namespace: rq.w.namespace, dryRun: rq.w.dryRun}, err
+	}
+	return i.gatherCollection(r, rq, data)
+}
+
+// gatherCollection gathers the own facts of rq's deletecollection, its
+// body being data.
+func (i *Interceptor) gatherCollection(r *http.Request, rq *writeRequest, data []byte) (facts, error) {
+	f := facts{req: rq, data: data, op: rq.w.op, namespace: rq.w.namespace, dryRun: rq.w.dryRun}
+	opts, err := upstream.DeleteOptionsOf(r, data)
+	if err != nil {
+		return f, err
+	}
+	kind, namespace, err := i.resolveKind(rq.w)
+	if err != nil {
+		return f, err
+	}
+	// kube-apiserver reads the options of a deletecollection from its body
+	// when it has one, and from the query only when it has none: a dryRun
+	// in the body counts, one in the query next to a body does not. Any
+	// value counts, as in classify: one other than All is refused.
+	f.kind, f.namespace, f.dryRun = kind, namespace, len(opts.DryRun) > 0
 	return f, nil
 }
 
@@ -215,13 +255,18 @@ func (i *Interceptor) withEffectiveObject(ctx context.Context, f facts) (facts, 
 		if f.old == nil {
 			return f, apierrors.NewNotFound(wr.gvr.GroupResource(), wr.info.Name)
 		}
-		if f.new, err = i.scaledObject(ctx, &f); err != nil {
+		// Read with the first gathering, so that no later round reads it.
+		if f.fromStored.ReplicasPath, err = i.specReplicasPath(ctx, wr.gvr); err != nil {
+			return f, err
+		}
+		f.fromStored.Scale, f.fromStored.Sent = true, f.sent
+		if f.new, err = f.fromStored.Produce(f.old); err != nil {
 			return f, err
 		}
 	case wr.verb == "patch" && f.oldIsMetadata && f.patchType != types.MergePatchType && f.patchType != types.StrategicMergePatchType:
 		return i.patchedMetadata(ctx, f)
 	case wr.verb == "patch":
-		if f.new, err = patched(&f); err != nil {
+		if f.new, err = f.fromStored.Produce(f.old); err != nil {
 			return f, err
 		}
 		if f.old == nil {
@@ -270,21 +315,6 @@ func (i *Interceptor) patchedMetadata(ctx context.Context, f facts) (facts, erro
 	}
 	f.old, f.childLive, f.oldIsMetadata = live, true, false
 	return i.withEffectiveObject(ctx, f)
-}
-
-// patched applies the request's patch to the stored object.
-func patched(f *facts) (*unstructured.Unstructured, error) {
-	rq := f.req
-	ns := f.namespace
-	// kube-apiserver type-checks the patched object itself; skipping our
-	// copy of that check saves a third of a patch's cost.
-	opts := patch.Options{FieldManager: rq.w.fieldManager, Kind: f.kind, Name: rq.w.info.Name, Namespace: &ns, SkipTypeCheck: true, Force: f.force}
-	if f.patchType == types.ApplyYAMLPatchType || f.patchType == types.ApplyCBORPatchType {
-		opts.TypeConverter = builtinTC()
-	} else if !rq.w.explicitFieldManager {
-		opts.FieldManager = ""
-	}
-	return patch.Apply(f.patchType, f.old, f.data, opts)
 }
 
 // readForce reads an apply's force parameter as kube-apiserver does:
@@ -415,18 +445,6 @@ func (i *Interceptor) storedVersion(ctx context.Context, f *facts, rv string, ke
 	return storedChild{obj: old, live: true}, err
 }
 
-// builtinTC types server-side apply of built-in kinds with the schema
-// client-go embeds; it is parsed once, on the first apply.
-var (
-	builtinConverterOnce sync.Once
-	builtinConverter     managedfields.TypeConverter
-)
-
-func builtinTC() managedfields.TypeConverter {
-	builtinConverterOnce.Do(func() { builtinConverter = patch.NewBuiltinTypeConverter(nil) })
-	return builtinConverter
-}
-
 // Reading the body, the first fact: whole, within the size limit and the
 // request's deadline.
 
@@ -538,34 +556,6 @@ func (i *Interceptor) readShadowBody(w http.ResponseWriter, r *http.Request) ([]
 		err = fmt.Errorf("body larger than %d bytes: not decided", i.cfg.MaxBodyBytes)
 	}
 	return data, err
-}
-
-var scaleKind = schema.GroupVersionKind{Group: "autoscaling", Version: "v1", Kind: "Scale"}
-
-// scaledObject turns a /scale write into the write of the replicas field on
-// the scaled object it amounts to (HPA and kubectl scale become spec
-// writes). A PATCH applies to the Scale the apiserver would serve for the
-// stored object, owners of the replicas field included, so apply conflicts
-// match.
-func (i *Interceptor) scaledObject(ctx context.Context, f *facts) (*unstructured.Unstructured, error) {
-	wr := f.req.w
-	path, err := i.specReplicasPath(ctx, wr.gvr)
-	if err != nil {
-		return nil, err
-	}
-	scale := f.sent
-	if wr.verb == "patch" {
-		current, err := desired.ScaleFromTarget(f.old, path)
-		if err != nil {
-			return nil, err
-		}
-		ns := f.namespace
-		scale, err = patch.Apply(f.patchType, current, f.data, patch.Options{FieldManager: wr.fieldManager, Kind: scaleKind, Name: wr.info.Name, Namespace: &ns})
-		if err != nil {
-			return nil, err
-		}
-	}
-	return desired.ScaleToPath(scale, f.old, path)
 }
 
 // specReplicasPath is where the /scale of gvr writes. A resource without

@@ -7,8 +7,10 @@
 // sidewrites) → record (log.go). A write whose state moved under it (a
 // reservation conflict, the proxy's own precondition failing) goes round
 // again on fresh state, at most decision.MaxRounds times. A
-// deletecollection is the same steps for each object it would delete
-// (collection.go lists them and combines their verdicts).
+// deletecollection is the same steps for each object it would delete:
+// facts.go gathers the request's own facts, collection.go lists the
+// objects and has decide.go decide each once, their verdicts combined by
+// the pure decision.Collection, and act.go acts on the request once.
 
 package intercept
 
@@ -208,9 +210,12 @@ func (i *Interceptor) shadowDecisions(x exchange, rq *writeRequest, data []byte)
 		}
 		return member{f: f, d: d}, err
 	}
-	decideShadow := func(f facts) (member, error) { return logged(i.decideOnFacts(x.r, f, x.up)) }
 	if rq.w.collection {
-		c, err := i.decideCollection(x.r, rq, data, decideShadow)
+		f, err := i.gatherCollection(x.r, rq, data)
+		if err != nil {
+			return nil, err
+		}
+		c, err := i.decideCollection(x.r, f, x.up, true)
 		if err != nil || c.cleanup {
 			return nil, err
 		}
@@ -231,28 +236,34 @@ func (i *Interceptor) shadowDecisions(x exchange, rq *writeRequest, data []byte)
 	return []member{m}, nil
 }
 
-// serveCollection serves a deletecollection: each object it would delete
-// is decided as the DELETE of it, with the same steps as one write, and
-// the verdicts are combined (collection.go).
+// serveCollection serves a deletecollection: its own facts gathered
+// (facts.go), each object it would delete decided as the DELETE of it,
+// with the same steps as one write, the verdicts combined (collection.go),
+// and the request acted on (act.go). An object whose parent moved under
+// its once approval's reservation is decided again on fresh state, as one
+// write is, and acted on from there.
 func (i *Interceptor) serveCollection(x exchange, rq *writeRequest) {
-	f := facts{req: rq, op: rq.w.op, namespace: rq.w.namespace, dryRun: rq.w.dryRun}
-	data, err := i.readInterceptedBody(x.w, x.r)
+	f, err := i.gatherCollectionOne(x.w, x.r, rq)
 	if err != nil {
 		i.fail(x, &f, err)
 		return
 	}
-	c, err := i.decideCollection(x.r, rq, data, func(mf facts) (member, error) {
-		mf, d, err := i.decideOnFacts(x.r, mf, x.up)
-		return member{f: mf, d: d}, err
-	})
+	c, err := i.decideCollection(x.r, f, x.up, false)
 	if err != nil {
 		i.fail(x, &f, err)
 		return
 	}
-	f.namespace, f.dryRun = c.namespace, c.dryRun
 	if c.cleanup {
 		x.up.Send(x.w, x.r)
 		return
 	}
-	i.actOnCollection(x, f, c, data)
+	var acts collectionActs
+	for {
+		moved := i.actOnCollection(x, f, c, &acts)
+		if moved < 0 {
+			return
+		}
+		m := &c.members[moved]
+		m.f, m.d, acts.redecided = i.decideAgain(x.r, m.f, parentMoved, x.up)
+	}
 }

@@ -15,10 +15,6 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/runtime"
-	"k8s.io/apimachinery/pkg/types"
-
-	"github.com/kausality-io/kausality-proxy/intercept/patch"
-	"github.com/kausality-io/kausality-proxy/internal/testutil"
 )
 
 func u(t testing.TB, obj runtime.Object) *unstructured.Unstructured {
@@ -374,47 +370,6 @@ func BenchmarkDiff(b *testing.B) {
 			Diff(old, n)
 		}
 	})
-}
-
-func TestScaleApplySeesReplicaOwners(t *testing.T) {
-	cfg := "apiVersion: apps/v1\nkind: Deployment\nmetadata:\n  name: web\n  namespace: default\nspec:\n  replicas: 2\n  selector:\n    matchLabels: {app: web}\n  template:\n    metadata:\n      labels: {app: web}\n    spec:\n      containers: [{name: app, image: nginx}]\n"
-	target, err := patch.Apply(types.ApplyYAMLPatchType, nil, []byte(cfg), patch.Options{FieldManager: "kubectl"})
-	if err != nil {
-		t.Fatal(err)
-	}
-	target.SetUID("uid-1")
-	scale, err := ScaleFromTarget(target, "")
-	if err != nil {
-		t.Fatal(err)
-	}
-	if mf := scale.GetManagedFields(); len(mf) != 1 || mf[0].Manager != "kubectl" || mf[0].APIVersion != "autoscaling/v1" {
-		t.Fatalf("scale managedFields %+v", mf)
-	}
-	scaleCfg := []byte("apiVersion: autoscaling/v1\nkind: Scale\nmetadata:\n  name: web\n  namespace: default\nspec:\n  replicas: 5\n")
-	_, err = patch.Apply(types.ApplyYAMLPatchType, scale, scaleCfg, patch.Options{FieldManager: "hpa"})
-	if !apierrors.IsConflict(err) || err.Error() != `Apply failed with 1 conflict: conflict with "kubectl": .spec.replicas` {
-		t.Fatalf("got %v, want a conflict with kubectl", err)
-	}
-	scaled, err := patch.Apply(types.ApplyYAMLPatchType, scale, scaleCfg, patch.Options{FieldManager: "hpa", Force: testutil.Ptr(true)})
-	if err != nil {
-		t.Fatal(err)
-	}
-	newTarget, err := ScaleToSpec(scaled, target)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if got := diffText(Diff(target, newTarget)); got != "spec.replicas: 2 → 5" {
-		t.Errorf("got %s", got)
-	}
-	// A merge patch to /scale works the same way.
-	scaled, err = patch.Apply(types.MergePatchType, scale, []byte(`{"spec":{"replicas":0}}`), patch.Options{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	newTarget, _ = ScaleToSpec(scaled, target)
-	if got := diffText(Diff(target, newTarget)); got != "spec.replicas: 2 → 0" {
-		t.Errorf("got %s", got)
-	}
 }
 
 // deeplyNested returns {"spec": {"a": {"a": ... {"a": leaf}}}} depth levels

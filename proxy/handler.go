@@ -11,10 +11,10 @@ import (
 
 // buildHandler composes the serving chain, outermost first:
 //
-//	early answer close → panic recovery → request info → metrics →
-//	upgrade restriction → authentication → impersonation →
-//	max mutating in flight → request deadline → write interception →
-//	upstream
+//	write stack → early answer close → panic recovery → request info →
+//	metrics → upgrade restriction → authentication → impersonation →
+//	max mutating in flight → grown write stack → request deadline →
+//	write interception → upstream
 //
 // Each filter lives in a file named for it, with its own table test.
 // Nothing before authentication talks to the upstream, so a request that
@@ -24,6 +24,7 @@ func (s *Server) buildHandler() http.Handler {
 	var h http.Handler = s.upstream
 	h = s.interceptor.Wrap(h, WriteStatus)
 	h = withRequestDeadline(h, s.longRunning, s.requestTimeout, s.drainCtx, s.clock)
+	h = withGrownWriteStack(h, s.longRunning)
 	h = withMaxMutatingInFlight(h, s.maxMutatingInFlight, s.longRunning, s.metrics)
 	h = withImpersonation(h, s.authenticator, s.metrics)
 	h = withAuthentication(h, s.authenticator, s.metrics, s.log)
@@ -32,6 +33,7 @@ func (s *Server) buildHandler() http.Handler {
 	h = genericapifilters.WithRequestInfo(h, s.requestInfo)
 	h = withPanicRecovery(h, s.log)
 	h = withEarlyAnswerClose(h)
+	h = withWriteStack(h)
 	return h
 }
 

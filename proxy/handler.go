@@ -13,8 +13,8 @@ import (
 //
 //	write stack → early answer close → panic recovery → request info →
 //	metrics → upgrade restriction → authentication → impersonation →
-//	max mutating in flight → grown write stack → request deadline →
-//	write interception → upstream
+//	max mutating in flight → request deadline → write interception →
+//	upstream
 //
 // Each filter lives in a file named for it, with its own table test.
 // Nothing before authentication talks to the upstream, so a request that
@@ -24,7 +24,6 @@ func (s *Server) buildHandler() http.Handler {
 	var h http.Handler = s.upstream
 	h = s.interceptor.Wrap(h, WriteStatus)
 	h = withRequestDeadline(h, s.longRunning, s.requestTimeout, s.drainCtx, s.clock)
-	h = withGrownWriteStack(h, s.longRunning)
 	h = withMaxMutatingInFlight(h, s.maxMutatingInFlight, s.longRunning, s.metrics)
 	h = withImpersonation(h, s.authenticator, s.metrics)
 	h = withAuthentication(h, s.authenticator, s.metrics, s.log)

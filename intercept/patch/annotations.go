@@ -80,9 +80,7 @@ var jsonNull = json.RawMessage("null")
 func isNull(raw json.RawMessage) bool { return bytes.Equal(bytes.TrimSpace(raw), jsonNull) }
 
 // addToMergePatch edits only metadata.annotations; everything else in the
-// patch stays as the client sent it (json.RawMessage).
-//
-//nolint:funlen // one walk over the merge patch's shapes, each case short
+// patch stays as the client sent it, byte for byte (json.RawMessage).
 func addToMergePatch(patch []byte, annotations map[string]*string, strategic bool) ([]byte, error) {
 	kind := "merge patch"
 	if strategic {

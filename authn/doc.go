@@ -24,7 +24,11 @@ Trusted:
     Successful verifications are remembered for at most a minute, keyed by a
     hash of the CA bundle and of every presented certificate, and never past
     the earliest NotAfter; a reloaded bundle or another chain is verified
-    afresh, and failures are never cached (certcache.go);
+    afresh, and failures are never cached (certcache.go). The requests of one
+    connection share its parsed certificates, so the same verifications are
+    also found by the leaf's *x509.Certificate, if the whole parsed chain and
+    the CA bundle's hash match too: the entry holds the certificate, so its
+    address cannot be reused while the entry exists;
   - the upstream's answers to TokenReview and SubjectAccessReview, made with
     the proxy's own credentials;
   - nothing else. Every request header is attacker-controlled.

@@ -1,9 +1,9 @@
 package authn
 
 import (
-	"fmt"
 	"maps"
 	"net/http"
+	"net/textproto"
 	"slices"
 	"strings"
 
@@ -182,21 +182,30 @@ func ApplyUpstreamIdentity(h http.Header, caller *Caller, effective user.Info) (
 	}
 }
 
-// setImpersonation writes the Impersonate-* headers for u.
+// setImpersonation writes the Impersonate-* headers for u into h, which
+// holds none (ApplyUpstreamIdentity removed them). The keys are assigned in
+// their canonical spelling, as http.Header.Set and Add would store them,
+// without canonicalizing the constant ones on every request.
 func setImpersonation(h http.Header, u user.Info) {
 	name := u.GetName()
-	h.Set(authenticationv1.ImpersonateUserHeader, name)
+	h[authenticationv1.ImpersonateUserHeader] = []string{name}
 	if uid := u.GetUID(); uid != "" {
-		h.Set(authenticationv1.ImpersonateUIDHeader, uid)
+		h[authenticationv1.ImpersonateUIDHeader] = []string{uid}
 	}
-	for _, g := range impersonatedGroups(name, u.GetGroups()) {
-		h.Add(authenticationv1.ImpersonateGroupHeader, g)
+	if groups := impersonatedGroups(name, u.GetGroups()); len(groups) > 0 {
+		h[authenticationv1.ImpersonateGroupHeader] = groups
 	}
 	extra := u.GetExtra()
+	if len(extra) == 0 {
+		return
+	}
 	for _, k := range slices.Sorted(maps.Keys(extra)) {
-		for _, v := range extra[k] {
-			h.Add(authenticationv1.ImpersonateUserExtraHeaderPrefix+headerKeyEscape(k), v)
+		if len(extra[k]) == 0 {
+			continue
 		}
+		// Keys that differ only in case share one header, as with Add.
+		key := textproto.CanonicalMIMEHeaderKey(authenticationv1.ImpersonateUserExtraHeaderPrefix + headerKeyEscape(k))
+		h[key] = append(h[key], extra[k]...)
 	}
 }
 
@@ -209,7 +218,7 @@ func impersonatedGroups(name string, groups []string) []string {
 		if len(groups) == 0 {
 			return []string{user.AllAuthenticated}
 		}
-		return groups
+		return slices.Clone(groups) // the header's own: the user's stay as they are
 	}
 	// The upstream adds system:unauthenticated to system:anonymous unless
 	// present, and system:authenticated to everybody else unless
@@ -265,16 +274,25 @@ func sameUser(a, b user.Info) bool {
 // way client-go's impersonating round tripper does: every byte that is not
 // an HTTP token character, and '%' itself.
 func headerKeyEscape(key string) string {
-	var b strings.Builder
-	for i := 0; i < len(key); i++ {
+	i := 0
+	for i < len(key) && isTokenChar(key[i]) && key[i] != '%' {
+		i++
+	}
+	if i == len(key) {
+		return key
+	}
+	const hex = "0123456789ABCDEF"
+	b := make([]byte, 0, len(key)+8)
+	b = append(b, key[:i]...)
+	for ; i < len(key); i++ {
 		c := key[i]
 		if !isTokenChar(c) || c == '%' {
-			fmt.Fprintf(&b, "%%%02X", c)
+			b = append(b, '%', hex[c>>4], hex[c&0xf])
 			continue
 		}
-		b.WriteByte(c)
+		b = append(b, c)
 	}
-	return b.String()
+	return string(b)
 }
 
 // isTokenChar reports whether c is an RFC 7230 tchar.

@@ -26,6 +26,7 @@ import (
 	"github.com/kausality-io/kausality-proxy/intercept/settlements"
 	"github.com/kausality-io/kausality-proxy/intercept/sidewrites"
 	"github.com/kausality-io/kausality-proxy/intercept/storedcopies"
+	"github.com/kausality-io/kausality-proxy/internal/stackgrow"
 	"github.com/kausality-io/kausality-proxy/report"
 )
 
@@ -206,6 +207,9 @@ func (i *Interceptor) Wrap(forward http.Handler, writeError ErrorWriter) http.Ha
 			forward.ServeHTTP(w, r)
 			return
 		}
+		// The write path's frames are large: grown a doubling at a time
+		// on the way down, the stack is copied several times per write.
+		stackgrow.To32K()
 		i.serveWrite(w, r, write, forward, writeError)
 	})
 }

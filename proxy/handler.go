@@ -11,8 +11,8 @@ import (
 
 // buildHandler composes the serving chain, outermost first:
 //
-//	early answer close → panic recovery → request info → metrics →
-//	upgrade restriction → authentication → impersonation →
+//	write stack → early answer close → panic recovery → request info →
+//	metrics → upgrade restriction → authentication → impersonation →
 //	max mutating in flight → request deadline → write interception →
 //	upstream
 //
@@ -32,6 +32,7 @@ func (s *Server) buildHandler() http.Handler {
 	h = genericapifilters.WithRequestInfo(h, s.requestInfo)
 	h = withPanicRecovery(h, s.log)
 	h = withEarlyAnswerClose(h)
+	h = withWriteStack(h)
 	return h
 }
 

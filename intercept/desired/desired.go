@@ -26,6 +26,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"math"
+	"reflect"
 	"slices"
 	"sort"
 	"strconv"
@@ -303,6 +304,9 @@ func (d *differ) walk(path *fieldPath, a, b interface{}) {
 	}
 	am, aIsMap := a.(map[string]interface{})
 	bm, bIsMap := b.(map[string]interface{})
+	if aIsMap && bIsMap && sameMap(am, bm) {
+		return // a merge patch's result shares what it left alone
+	}
 	if (aIsMap || aEmpty) && (bIsMap || bEmpty) {
 		keys := make([]string, 0, len(am)+len(bm))
 		for k := range am {
@@ -322,12 +326,21 @@ func (d *differ) walk(path *fieldPath, a, b interface{}) {
 	al, aIsList := a.([]interface{})
 	bl, bIsList := b.([]interface{})
 	if aIsList && bIsList {
+		if len(al) == len(bl) && len(al) > 0 && &al[0] == &bl[0] {
+			return
+		}
 		d.walkList(path, al, bl)
 		return
 	}
 	if !EqualScalar(a, b) {
 		d.add(path, a, b)
 	}
+}
+
+// sameMap reports whether a and b are one map, which differs from itself
+// nowhere.
+func sameMap(a, b map[string]interface{}) bool {
+	return reflect.ValueOf(a).UnsafePointer() == reflect.ValueOf(b).UnsafePointer()
 }
 
 func (d *differ) walkList(path *fieldPath, a, b []interface{}) {

@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"slices"
 	"sort"
 	"strings"
 
@@ -79,9 +80,7 @@ var jsonNull = json.RawMessage("null")
 func isNull(raw json.RawMessage) bool { return bytes.Equal(bytes.TrimSpace(raw), jsonNull) }
 
 // addToMergePatch edits only metadata.annotations; everything else in the
-// patch stays as the client sent it (json.RawMessage).
-//
-//nolint:funlen // one walk over the merge patch's shapes, each case short
+// patch stays as the client sent it, byte for byte (json.RawMessage).
 func addToMergePatch(patch []byte, annotations map[string]*string, strategic bool) ([]byte, error) {
 	kind := "merge patch"
 	if strategic {
@@ -139,26 +138,54 @@ func addToMergePatch(patch []byte, annotations map[string]*string, strategic boo
 		v := annotations[k]
 		switch {
 		case v != nil:
-			b, _ := json.Marshal(*v)
-			ann[k] = b
+			ann[k] = appendJSONString(nil, *v)
 		case replace:
 			delete(ann, k) // absent from a replacing map = removed
 		default:
 			ann[k] = jsonNull
 		}
 	}
-	var err error
-	if meta["annotations"], err = json.Marshal(ann); err != nil {
-		return nil, internalError(err)
+	meta["annotations"] = appendObject(nil, ann)
+	top["metadata"] = appendObject(nil, meta)
+	return appendObject(nil, top), nil
+}
+
+// appendObject appends the JSON object of members, sorted by key. The
+// values are written as they are: each is valid JSON, either as the client
+// sent it (json.Unmarshal checked it) or as this package encoded it, so
+// the client's bytes pass through unchanged and nothing is encoded twice.
+func appendObject(dst []byte, members map[string]json.RawMessage) []byte {
+	keys := make([]string, 0, len(members))
+	size := 2
+	for k, v := range members {
+		keys = append(keys, k)
+		size += len(k) + len(v) + 4 // quotes, colon, comma; escapes may need more
 	}
-	if top["metadata"], err = json.Marshal(meta); err != nil {
-		return nil, internalError(err)
+	sort.Strings(keys)
+	dst = slices.Grow(dst, size)
+	dst = append(dst, '{')
+	for i, k := range keys {
+		if i > 0 {
+			dst = append(dst, ',')
+		}
+		dst = appendJSONString(dst, k)
+		dst = append(dst, ':')
+		dst = append(dst, members[k]...)
 	}
-	out, err := json.Marshal(top)
-	if err != nil {
-		return nil, internalError(err)
+	return append(dst, '}')
+}
+
+// appendJSONString appends s as a JSON string, as json.Marshal encodes it.
+func appendJSONString(dst []byte, s string) []byte {
+	for i := 0; i < len(s); i++ {
+		if c := s[i]; c < 0x20 || c >= 0x7f || c == '"' || c == '\\' || c == '<' || c == '>' || c == '&' {
+			b, _ := json.Marshal(s) // escapes, and invalid UTF-8
+			return append(dst, b...)
+		}
 	}
-	return out, nil
+	dst = append(dst, '"')
+	dst = append(dst, s...)
+	return append(dst, '"')
 }
 
 func errOrNull(err error) string {

@@ -49,6 +49,8 @@ func BenchmarkApply(b *testing.B) {
 	}{
 		{"JSONPatch", types.JSONPatchType, current, []byte(`[{"op":"test","path":"/spec/replicas","value":3},{"op":"replace","path":"/spec/template/spec/containers/0/image","value":"nginx:1.26"}]`), Options{}},
 		{"MergePatch", types.MergePatchType, current, []byte(`{"spec":{"replicas":5,"template":{"metadata":{"annotations":{"restartedAt":"2026-01-01T00:00:00Z"}}}}}`), Options{}},
+		// As the proxy applies it: kube-apiserver checks the result's types.
+		{"MergePatchSkipTypeCheck", types.MergePatchType, current, []byte(`{"spec":{"replicas":5,"template":{"metadata":{"annotations":{"restartedAt":"2026-01-01T00:00:00Z"}}}}}`), Options{SkipTypeCheck: true}},
 		{"StrategicMergePatch", types.StrategicMergePatchType, current, []byte(`{"spec":{"template":{"spec":{"containers":[{"name":"app","image":"nginx:1.26"}]}}}}`), Options{}},
 		{"ApplyDeduced", types.ApplyYAMLPatchType, appliedDeduced, cfg2, deduced},
 		{"ApplyBuiltinSchema", types.ApplyYAMLPatchType, appliedBuiltin, cfg2, builtin},

@@ -62,6 +62,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"maps"
 	"net/http" //nolint:depguard // status codes only: its errors are metav1.Status values with the HTTP code
 	"strings"
 	"sync"
@@ -186,6 +187,9 @@ func TypeFor(contentType string) (types.PatchType, error) {
 // Apply computes the effective new object: patch applied to current. current
 // is nil when the object does not exist; only apply can then create it (the
 // result is the applied object, plus managedFields). current is not modified.
+// The result of a merge patch shares the members the patch leaves alone with
+// current (a copy of a large object costs more than the rest of the patch),
+// so neither may be modified below its top level and its metadata.
 func Apply(patchType types.PatchType, current *unstructured.Unstructured, patch []byte, opts Options) (*unstructured.Unstructured, error) {
 	po := &metav1.PatchOptions{FieldManager: opts.FieldManager, Force: opts.Force}
 	if errs := validation.ValidatePatchOptions(po, patchType); len(errs) > 0 {
@@ -447,9 +451,10 @@ func internalError(err error) *apierrors.StatusError {
 	return apierrors.NewInternalError(err)
 }
 
-// applyMerge applies an RFC 7386 merge patch to a copy of current's map,
-// without the JSON round trip of the whole object that byte-level merge
-// patch libraries need (most of a merge patch's cost on large objects).
+// applyMerge applies an RFC 7386 merge patch to current's map, without the
+// JSON round trip of the whole object that byte-level merge patch libraries
+// need, and without copying what the patch leaves alone: the result shares
+// those members with current (see Apply).
 func applyMerge(current *unstructured.Unstructured, patch []byte, opts Options) (*unstructured.Unstructured, error) {
 	var p interface{}
 	if err := utiljson.Unmarshal(patch, &p); err != nil {
@@ -465,29 +470,42 @@ func applyMerge(current *unstructured.Unstructured, patch []byte, opts Options) 
 		// every kind, and refuses anything else as a bad request.
 		return nil, apierrors.NewBadRequest(fmt.Sprintf("error decoding patch: a merge patch must be a JSON object, got %s", body.Describe(p)))
 	}
-	result := current.DeepCopy()
-	mergeObject(result.Object, pm)
+	result := &unstructured.Unstructured{Object: merged(current.Object, pm)}
+	// The name and namespace checks may set metadata in place; it must be
+	// the result's own, also when the patch leaves metadata alone.
+	if meta, ok := result.Object["metadata"].(map[string]interface{}); ok && !isObject(pm["metadata"]) {
+		result.Object["metadata"] = maps.Clone(meta)
+	}
 	return checkResult(result, current, opts, opts.scheme())
 }
 
-// mergeObject merges patch into dst (RFC 7386): null removes a member,
-// objects merge recursively, anything else (arrays included) replaces.
-func mergeObject(dst, patch map[string]interface{}) {
+func isObject(v interface{}) bool {
+	_, ok := v.(map[string]interface{})
+	return ok
+}
+
+// merged is patch merged into target (RFC 7386): null removes a member,
+// objects merge recursively, anything else (arrays included) replaces. The
+// result is a new map; neither target nor anything in it is modified, and
+// members the patch does not name are target's own values, not copies.
+// patch's values end up in the result.
+func merged(target, patch map[string]interface{}) map[string]interface{} {
+	out := make(map[string]interface{}, len(target)+len(patch))
+	for k, v := range target {
+		out[k] = v
+	}
 	for k, pv := range patch {
 		switch v := pv.(type) {
 		case nil:
-			delete(dst, k)
+			delete(out, k)
 		case map[string]interface{}:
-			d, ok := dst[k].(map[string]interface{})
-			if !ok {
-				d = map[string]interface{}{}
-			}
-			mergeObject(d, v)
-			dst[k] = d
+			t, _ := target[k].(map[string]interface{}) // not an object: merged into an empty one
+			out[k] = merged(t, v)
 		default:
-			dst[k] = pruneNulls(v)
+			out[k] = pruneNulls(v)
 		}
 	}
+	return out
 }
 
 // pruneNulls drops null members of objects inside a replaced value, as the

@@ -1,6 +1,7 @@
 package kubectlplugin
 
 import (
+	"slices"
 	"sort"
 	"strconv"
 	"strings"
@@ -199,20 +200,14 @@ func explainAllowances(f Facts, controller string, d decision.Decision) *Allowan
 }
 
 func appendMissingString(list []string, s string) []string {
-	for _, x := range list {
-		if x == s {
-			return list
-		}
+	if slices.Contains(list, s) {
+		return list
 	}
 	return append(list, s)
 }
 
 func (p *printer) allowanceSection(a *AllowanceExplanation) {
-	mode := string(a.Mode.Mode)
-	if mode == "" {
-		mode = "off"
-	}
-	p.line("Allowances:  %s (%s)", mode, a.Mode.Source)
+	p.line("Allowances:  %s", a.Mode)
 	if a.Mode.Warning != "" {
 		p.line("  warning:   %s", a.Mode.Warning)
 	}

@@ -1,7 +1,6 @@
 package e2e
 
 import (
-	"bytes"
 	"context"
 	"os"
 	"strings"
@@ -34,14 +33,7 @@ func TestAllowancePolicyCRD(t *testing.T) {
 	mustf(t, err, "a dynamic client")
 	policies := dyn.Resource(v1alpha1.AllowancePoliciesGVR)
 
-	shipped, err := os.ReadFile("../manifests/allowances/kube-controller-manager.yaml")
-	mustf(t, err, "reading the shipped policies")
-	for _, doc := range bytes.Split(shipped, []byte("\n---\n")) {
-		u := policyObject(t, string(doc))
-		u.SetName("e2e-" + u.GetName())
-		got, err := policies.Create(ctx, u, metav1.CreateOptions{})
-		mustf(t, err, "creating the shipped policy "+u.GetName())
-		t.Cleanup(func() { _ = policies.Delete(context.Background(), got.GetName(), metav1.DeleteOptions{}) })
+	for _, got := range createShippedAllowancePolicies(t, "e2e-") {
 		if c := allowance.Compile(got); !c.Valid() {
 			t.Errorf("the stored %s does not compile: %v", got.GetName(), c.Problems)
 		}

@@ -3,11 +3,9 @@
 package e2e
 
 import (
-	"bytes"
 	"context"
 	"fmt"
 	"net/http"
-	"os"
 	"strings"
 	"sync/atomic"
 	"testing"
@@ -303,18 +301,9 @@ func allowanceReadyPods(t *testing.T, ns string) (pause func(bool)) {
 // the proxy reports each compiled, which it does from its cache.
 func applyShippedAllowancePolicies(t *testing.T) {
 	t.Helper()
-	ctx := context.Background()
 	dyn, err := dynamic.NewForConfig(cluster.Direct())
 	mustf(t, err, "a dynamic client")
-	policies := dyn.Resource(v1alpha1.AllowancePoliciesGVR)
-	shipped, err := os.ReadFile("../manifests/allowances/kube-controller-manager.yaml")
-	mustf(t, err, "reading the shipped policies")
-	for _, doc := range bytes.Split(shipped, []byte("\n---\n")) {
-		u := policyObject(t, string(doc))
-		u.SetName("e2e-wiring-" + u.GetName())
-		got, err := policies.Create(ctx, u, metav1.CreateOptions{})
-		mustf(t, err, "creating the shipped policy "+u.GetName())
-		t.Cleanup(func() { _ = policies.Delete(context.Background(), got.GetName(), metav1.DeleteOptions{}) })
+	for _, got := range createShippedAllowancePolicies(t, "e2e-wiring-") {
 		expectAllowancePolicyCondition(t, dyn, got.GetName(), got.GetGeneration(), metav1.ConditionTrue, "Compiled")
 	}
 }

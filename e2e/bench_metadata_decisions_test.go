@@ -18,7 +18,6 @@ import (
 
 	"github.com/kausality-io/kausality-proxy/e2e/framework"
 	"github.com/kausality-io/kausality-proxy/intercept/annotations"
-	"github.com/kausality-io/kausality-proxy/intercept/objects"
 )
 
 // A JSON patch and a server-side apply by the parent's controller while
@@ -30,20 +29,7 @@ import (
 func TestMetadataDecidesJSONPatchAndApply(t *testing.T) {
 	ctx := context.Background()
 	store := env.Interceptor.Objects()
-	f := newWGFamily(t, "mdpatch", "enforce")
-	f.initialize()
-	f.bumpSpec()
-	_, err := f.createGadget("g", "a", false)
-	mustf(t, err, "the controller creates its Gadget while the Widget changes (expected)")
-	syncCtx, cancel := context.WithTimeout(ctx, 2*time.Minute)
-	defer cancel()
-	mustf(t, store.WaitForMetadataSync(syncCtx, framework.GadgetGVR), "the cache of Gadgets syncs")
-	eventually(t, time.Minute, "the cache holds Gadget g", func() error {
-		if _, src, err := store.GetMetadata(ctx, framework.GadgetGVR, f.ns, "g"); err != nil || src != objects.FromCache {
-			return fmt.Errorf("read from %s: %v", src, err)
-		}
-		return nil
-	})
+	f := gadgetCachedWhileReconciling(t, "mdpatch")
 	const forged = `[{"kind":"Gadget","mutation":"spec","generation":999,"initiator":"forger","policy":"any"}]`
 	gadgetPath := "/namespaces/" + f.ns + "/gadgets/g"
 	env.Recorder.Watch(gadgetPath)

@@ -28,38 +28,26 @@ var configMapsGVR = schema.GroupVersionResource{Version: "v1", Resource: "config
 func TestLeanCacheDecidesAsBefore(t *testing.T) {
 	ctx := context.Background()
 	store := env.Interceptor.Objects()
-	f := newWGFamily(t, "lean", "enforce")
-	f.initialize()
-	f.bumpSpec()
-	_, err := f.createGadget("g", "a", false)
-	mustf(t, err, "the controller creates its Gadget while the Widget changes (expected)")
-	syncCtx, cancel := context.WithTimeout(ctx, 2*time.Minute)
-	defer cancel()
-	mustf(t, store.WaitForMetadataSync(syncCtx, framework.GadgetGVR), "the cache of Gadgets syncs")
+	f := gadgetCachedWhileReconciling(t, "lean")
 
 	// The cached Gadget is its metadata: nothing of its spec, status or
 	// managedFields.
-	eventually(t, time.Minute, "the cache holds Gadget g", func() error {
-		g, src, err := store.GetMetadata(ctx, framework.GadgetGVR, f.ns, "g")
-		if err != nil {
-			return err
+	g, src, err := store.GetMetadata(ctx, framework.GadgetGVR, f.ns, "g")
+	mustf(t, err, "reading the cached Gadget g")
+	if src != objects.FromCache {
+		t.Fatalf("Gadget g read from %s, not the cache", src)
+	}
+	for _, field := range []string{"spec", "status"} {
+		if _, ok := g.Object[field]; ok {
+			t.Fatalf("the cached Gadget holds its %s: %v", field, g.Object)
 		}
-		if src != objects.FromCache {
-			return fmt.Errorf("read %s", src)
-		}
-		for _, field := range []string{"spec", "status"} {
-			if _, ok := g.Object[field]; ok {
-				t.Fatalf("the cached Gadget holds its %s: %v", field, g.Object)
-			}
-		}
-		if len(g.GetManagedFields()) > 0 {
-			t.Fatalf("the cached Gadget holds managedFields: %v", g.GetManagedFields())
-		}
-		if metav1.GetControllerOf(g) == nil {
-			t.Fatalf("the cached Gadget lost its controller reference: %v", g.Object)
-		}
-		return nil
-	})
+	}
+	if len(g.GetManagedFields()) > 0 {
+		t.Fatalf("the cached Gadget holds managedFields: %v", g.GetManagedFields())
+	}
+	if metav1.GetControllerOf(g) == nil {
+		t.Fatalf("the cached Gadget lost its controller reference: %v", g.Object)
+	}
 
 	// The Widget is still reconciling: the controller's write is Expected,
 	// decided on the cached metadata, and the write itself is the only

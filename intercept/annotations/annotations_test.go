@@ -259,11 +259,7 @@ func TestParseFreeze(t *testing.T) {
 			if !reflect.DeepEqual(got, tt.want) {
 				t.Errorf("got %#v, want %#v", got, tt.want)
 			}
-			var ws string
-			if w != nil {
-				ws = w.String()
-			}
-			if ws != tt.warning {
+			if ws := warningText(w); ws != tt.warning {
 				t.Errorf("warning %q, want %q", ws, tt.warning)
 			}
 			if got != nil && got.String() != tt.text {
@@ -298,11 +294,7 @@ func TestParseSnooze(t *testing.T) {
 			if !reflect.DeepEqual(got, tt.want) {
 				t.Errorf("got %#v, want %#v", got, tt.want)
 			}
-			var ws string
-			if w != nil {
-				ws = w.String()
-			}
-			if ws != tt.warning {
+			if ws := warningText(w); ws != tt.warning {
 				t.Errorf("warning %q, want %q", ws, tt.warning)
 			}
 		})
@@ -333,11 +325,7 @@ func TestParseMode(t *testing.T) {
 	}
 	for _, tt := range tests {
 		m, set, w := ParseMode(tt.in)
-		var ws string
-		if w != nil {
-			ws = w.String()
-		}
-		if m != tt.mode || set != tt.set || ws != tt.warning {
+		if ws := warningText(w); m != tt.mode || set != tt.set || ws != tt.warning {
 			t.Errorf("ParseMode(%q) = %q %v %q", tt.in, m, set, ws)
 		}
 	}
@@ -393,4 +381,12 @@ func TestReservations(t *testing.T) {
 	if rest, found = RemoveReservation("kausality-reservation-old,kausality-reservation-b=db", "kausality-reservation-old"); !found || rest != "kausality-reservation-b=db" {
 		t.Errorf("removing a name without a digest: %q %v", rest, found)
 	}
+}
+
+// warningText is the warning as the proxy writes it, "" for none.
+func warningText(w *Warning) string {
+	if w == nil {
+		return ""
+	}
+	return w.String()
 }

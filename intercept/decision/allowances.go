@@ -77,16 +77,46 @@ func decideAllowances(ctx context.Context, d Decision, in Input, a AllowanceInpu
 	if d.Category == StatusWrite || d.Category == NoDesiredChange || !in.DesiredChanged {
 		return prune(d, in, a)
 	}
-	switch d.Category {
-	case NewOrigin, NoParent:
+	switch {
+	case d.Category == NewOrigin || d.Category == NoParent:
 		return initiate(ctx, d, in, a)
-	case Expected, ParentInitializing, ControllerUnknown, SelfHealing, HistoryPruned:
-		if in.Parent == nil || !governed(a.Policies, parentGroup(in), in.Parent.GetKind()) {
-			return d
-		}
-		return use(ctx, d, in, a)
+	case AllowanceCheckOf(d.Category) == NoAllowanceCheck:
+		return prune(d, in, a)
+	case in.Parent == nil || !governed(a.Policies, parentGroup(in), in.Parent.GetKind()):
+		return d
 	}
-	return prune(d, in, a)
+	return use(ctx, d, in, a)
+}
+
+// AllowanceCheck is the check a controller's write of a child gets under
+// a governed parent, by its drift verdict.
+type AllowanceCheck int
+
+const (
+	// NoAllowanceCheck is for a verdict that is not a controller acting
+	// for its parent.
+	NoAllowanceCheck AllowanceCheck = iota
+	// UsesAllowances is for a write that carries out a change of the
+	// parent: each mutation needs an unconsumed allowance on the parent
+	// whose policy names the controller.
+	UsesAllowances
+	// StandingDuty is for a write that is a standing duty of the parent
+	// (healing, pruning its history): it needs no allowance, but a valid
+	// policy of the parent's kind that names the controller must allow
+	// the mutation.
+	StandingDuty
+)
+
+// AllowanceCheckOf is the check a write with the drift verdict category
+// gets: the proxy applies it, and the kubectl plugin explains it.
+func AllowanceCheckOf(c Category) AllowanceCheck {
+	switch c {
+	case Expected, ParentInitializing, ControllerUnknown:
+		return UsesAllowances
+	case SelfHealing, HistoryPruned:
+		return StandingDuty
+	}
+	return NoAllowanceCheck
 }
 
 // allowancesAhead moves the allowances a /scale write gives the scaled
@@ -274,7 +304,7 @@ func use(ctx context.Context, d Decision, in Input, a AllowanceInputs) Decision 
 		ch.Written = in.WrittenPaths
 	}
 	var v allowance.Verdict
-	if d.Category == SelfHealing || d.Category == HistoryPruned || createUnderSettledSpec(d, in) {
+	if AllowanceCheckOf(d.Category) == StandingDuty || createUnderSettledSpec(d, in) {
 		v = allowance.Standing(a.Policies, allowance.Duty{Group: parentGroup(in), Kind: in.Parent.GetKind(), Name: in.Parent.GetName(),
 			Generation: in.Parent.GetGeneration(), Initiator: traceOrigin(parentAnn)}, ch)
 	} else {

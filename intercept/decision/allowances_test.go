@@ -336,3 +336,24 @@ func TestDecideAllowancesOnWrittenPaths(t *testing.T) {
 		})
 	}
 }
+
+// Only a controller acting for its parent is checked against allowances:
+// drift, a person's change and writes that change no desired state are not.
+func TestAllowanceCheckOf(t *testing.T) {
+	tests := []struct {
+		category Category
+		want     AllowanceCheck
+	}{
+		{Expected, UsesAllowances}, {ParentInitializing, UsesAllowances}, {ControllerUnknown, UsesAllowances},
+		{SelfHealing, StandingDuty}, {HistoryPruned, StandingDuty},
+		{NewOrigin, NoAllowanceCheck}, {NoParent, NoAllowanceCheck}, {StatusWrite, NoAllowanceCheck},
+		{NoDesiredChange, NoAllowanceCheck}, {ParentDeleting, NoAllowanceCheck}, {Frozen, NoAllowanceCheck},
+		{DriftApproved, NoAllowanceCheck}, {DriftApprovedByPolicy, NoAllowanceCheck}, {DriftRejected, NoAllowanceCheck},
+		{DriftUnapproved, NoAllowanceCheck}, {OwnControlsRefused, NoAllowanceCheck}, {StatusAnnotationsRefused, NoAllowanceCheck},
+	}
+	for _, tt := range tests {
+		if got := AllowanceCheckOf(tt.category); got != tt.want {
+			t.Errorf("%s: got %d, want %d", tt.category, got, tt.want)
+		}
+	}
+}

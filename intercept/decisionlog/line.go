@@ -5,6 +5,7 @@
 package decisionlog
 
 import (
+	"reflect"
 	"time"
 
 	"go.uber.org/zap/zapcore"
@@ -27,11 +28,18 @@ const DecisionError = "Error"
 // Line is one decision line. It never holds request bodies, tokens or other
 // secrets: only names, generations and the decision. Fields that do not
 // apply to a write are left out of the line.
+//
+// The struct is the line's schema: each field's json tag names it, the
+// fields are written in the struct's order, and the log tag says when a
+// field is written: "omitempty" leaves out its zero value, "if=Other" writes
+// it only when the field Other is set (a true bool, a non-empty string).
+// Fields without a log tag are on every line; json "-" fields are not
+// written unless their log tag names them ("name=...").
 type Line struct {
 	User         string `json:"user"`
 	FieldManager string `json:"fieldManager"`
 	Verb         string `json:"verb"`
-	Operation    string `json:"operation,omitempty"`
+	Operation    string `json:"operation,omitempty" log:"if=Decided"`
 	Group        string `json:"group"`
 	Version      string `json:"version"`
 	Resource     string `json:"resource"`
@@ -40,168 +48,81 @@ type Line struct {
 	Name         string `json:"name"`
 
 	// Decided is false for lines of writes answered with an error
-	// (Decision "Error"): the decision fields below are then left out.
+	// (Decision "Error"): the decision fields are then left out.
 	Decided        bool   `json:"-"`
-	DesiredChanged bool   `json:"desiredChanged,omitempty"`
+	DesiredChanged bool   `json:"desiredChanged,omitempty" log:"if=Decided"`
 	Decision       string `json:"decision"`
-	Category       string `json:"category,omitempty"`
-	Reason         string `json:"reason,omitempty"`
-	Drift          bool   `json:"drift,omitempty"`
-	DryRun         bool   `json:"dryRun,omitempty"`
+	Category       string `json:"category,omitempty" log:"if=Decided"`
+	Reason         string `json:"reason,omitempty" log:"if=Decided"`
+	Drift          bool   `json:"drift,omitempty" log:"if=Decided"`
+	DryRun         bool   `json:"dryRun,omitempty" log:"if=Decided"`
 	// Confirmed: the verdict was decided on kube-apiserver's own result
 	// (a live read and a dry run), not on the proxy's computation.
-	Confirmed  bool   `json:"confirmed,omitempty"`
+	Confirmed  bool   `json:"confirmed,omitempty" log:"if=Decided"`
 	Shadow     bool   `json:"shadow"`
-	WouldDeny  bool   `json:"wouldDeny,omitempty"`
+	WouldDeny  bool   `json:"wouldDeny,omitempty" log:"if=Decided"`
 	Controller string `json:"controller"`
-	Snoozed    bool   `json:"snoozed,omitempty"`
+	Snoozed    bool   `json:"snoozed,omitempty" log:"if=Decided"`
 	Outcome    string `json:"outcome"`
-	// Latency is in seconds in the JSON log.
-	Latency time.Duration `json:"-"`
+	// Latency is in seconds in the proxy's log. encoding/json cannot read
+	// seconds back into a Duration, so readers skip it and the log tag
+	// names it.
+	Latency time.Duration `json:"-" log:"name=latency"`
 
-	Mode       string `json:"mode,omitempty"`
-	ModeSource string `json:"modeSource,omitempty"`
+	Mode       string `json:"mode,omitempty" log:"omitempty"`
+	ModeSource string `json:"modeSource,omitempty" log:"if=Mode"`
 
-	// Parent fields are written only when the write has a parent.
-	Parent                   string `json:"parent,omitempty"`
-	ParentGeneration         int64  `json:"parentGeneration,omitempty"`
-	ParentObservedGeneration int64  `json:"parentObservedGeneration,omitempty"`
-	LifecyclePhase           string `json:"lifecyclePhase,omitempty"`
-	ParentSource             string `json:"parentSource,omitempty"`
-	IsController             bool   `json:"isController,omitempty"`
-	ControllerDetermined     bool   `json:"controllerDetermined,omitempty"`
-	ControllerMethod         string `json:"controllerMethod,omitempty"`
+	// Parent fields are written only when the write has a parent, zero
+	// generations included.
+	Parent                   string `json:"parent,omitempty" log:"omitempty"`
+	ParentGeneration         int64  `json:"parentGeneration,omitempty" log:"if=Parent"`
+	ParentObservedGeneration int64  `json:"parentObservedGeneration,omitempty" log:"if=Parent"`
+	LifecyclePhase           string `json:"lifecyclePhase,omitempty" log:"if=Parent"`
+	ParentSource             string `json:"parentSource,omitempty" log:"if=Parent"`
+	IsController             bool   `json:"isController,omitempty" log:"if=Parent"`
+	ControllerDetermined     bool   `json:"controllerDetermined,omitempty" log:"if=Parent"`
+	ControllerMethod         string `json:"controllerMethod,omitempty" log:"if=Parent"`
 
-	Approval     string `json:"approval,omitempty"`
-	ApprovalMode string `json:"approvalMode,omitempty"`
-	Rejection    string `json:"rejection,omitempty"`
+	Approval     string `json:"approval,omitempty" log:"omitempty"`
+	ApprovalMode string `json:"approvalMode,omitempty" log:"if=Approval"`
+	Rejection    string `json:"rejection,omitempty" log:"omitempty"`
 	// Policy names the ApprovalPolicy rule that matched ("ApprovalPolicy
 	// ns/name rule 0"), or is PolicyNone for drift no rule matched.
-	Policy string `json:"policy,omitempty"`
+	Policy string `json:"policy,omitempty" log:"omitempty"`
 
 	// Allowance fields are written only when allowances apply to the
 	// write (its allowance mode is not off).
-	AllowanceMode string `json:"allowanceMode,omitempty"`
+	AllowanceMode string `json:"allowanceMode,omitempty" log:"omitempty"`
 	// AllowanceJustified: "mutation <- policy (initiator, first hop)" per
 	// justified mutation; AllowanceViolations the mutations nothing
 	// allowed; AllowanceGranted the policies whose allowances the write
 	// adds; AllowancePruned the consumed allowances it drops.
-	AllowanceJustified  []string `json:"allowanceJustified,omitempty"`
-	AllowanceViolations []string `json:"allowanceViolations,omitempty"`
-	AllowanceGranted    []string `json:"allowanceGranted,omitempty"`
-	AllowancePruned     int      `json:"allowancePruned,omitempty"`
-	AllowanceUnfinished string   `json:"allowanceUnfinished,omitempty"`
+	AllowanceJustified  []string `json:"allowanceJustified,omitempty" log:"if=AllowanceMode,omitempty"`
+	AllowanceViolations []string `json:"allowanceViolations,omitempty" log:"if=AllowanceMode,omitempty"`
+	AllowanceGranted    []string `json:"allowanceGranted,omitempty" log:"if=AllowanceMode,omitempty"`
+	AllowancePruned     int      `json:"allowancePruned,omitempty" log:"if=AllowanceMode,omitempty"`
+	AllowanceUnfinished string   `json:"allowanceUnfinished,omitempty" log:"if=AllowanceMode,omitempty"`
 
 	HasTrace    bool `json:"-"`
-	TraceHops   int  `json:"traceHops,omitempty"`
-	TraceOrigin bool `json:"traceOrigin,omitempty"`
+	TraceHops   int  `json:"traceHops,omitempty" log:"if=HasTrace"`
+	TraceOrigin bool `json:"traceOrigin,omitempty" log:"if=HasTrace"`
 
 	// ChangedPaths are the paths of the changed fields (ChangedPaths),
 	// never their values: for a Secret they name its keys only.
-	ChangedPaths []string `json:"changedPaths,omitempty"`
+	ChangedPaths []string `json:"changedPaths,omitempty" log:"omitempty"`
 	// Warnings are the decision's; those built from the changes show no
 	// value of a Secret (see decision's shownChanges).
-	Warnings []string `json:"warnings,omitempty"`
-	Error    string   `json:"error,omitempty"`
+	Warnings []string `json:"warnings,omitempty" log:"omitempty"`
+	Error    string   `json:"error,omitempty" log:"omitempty"`
 }
+
+// linePlan is how MarshalLogObject writes a Line, read once from its tags.
+var linePlan = mustPlanFields(reflect.TypeFor[Line]())
 
 // MarshalLogObject writes the line as zap fields.
-//
-//nolint:funlen // one field of the log line per statement; the line's schema reads best in one place
 func (l *Line) MarshalLogObject(enc zapcore.ObjectEncoder) error {
-	enc.AddString("user", l.User)
-	enc.AddString("fieldManager", l.FieldManager)
-	enc.AddString("verb", l.Verb)
-	if l.Decided {
-		enc.AddString("operation", l.Operation)
-	}
-	enc.AddString("group", l.Group)
-	enc.AddString("version", l.Version)
-	enc.AddString("resource", l.Resource)
-	enc.AddString("subresource", l.Subresource)
-	enc.AddString("namespace", l.Namespace)
-	enc.AddString("name", l.Name)
-	if l.Decided {
-		enc.AddBool("desiredChanged", l.DesiredChanged)
-	}
-	enc.AddString("decision", l.Decision)
-	if l.Decided {
-		enc.AddString("category", l.Category)
-		enc.AddString("reason", l.Reason)
-		enc.AddBool("drift", l.Drift)
-		enc.AddBool("dryRun", l.DryRun)
-		enc.AddBool("confirmed", l.Confirmed)
-	}
-	enc.AddBool("shadow", l.Shadow)
-	if l.Decided {
-		enc.AddBool("wouldDeny", l.WouldDeny)
-	}
-	enc.AddString("controller", l.Controller)
-	if l.Decided {
-		enc.AddBool("snoozed", l.Snoozed)
-	}
-	enc.AddString("outcome", l.Outcome)
-	enc.AddDuration("latency", l.Latency)
-	if l.Mode != "" {
-		enc.AddString("mode", l.Mode)
-		enc.AddString("modeSource", l.ModeSource)
-	}
-	if l.Parent != "" {
-		enc.AddString("parent", l.Parent)
-		enc.AddInt64("parentGeneration", l.ParentGeneration)
-		enc.AddInt64("parentObservedGeneration", l.ParentObservedGeneration)
-		enc.AddString("lifecyclePhase", l.LifecyclePhase)
-		enc.AddString("parentSource", l.ParentSource)
-		enc.AddBool("isController", l.IsController)
-		enc.AddBool("controllerDetermined", l.ControllerDetermined)
-		enc.AddString("controllerMethod", l.ControllerMethod)
-	}
-	if l.Approval != "" {
-		enc.AddString("approval", l.Approval)
-		enc.AddString("approvalMode", l.ApprovalMode)
-	}
-	if l.Rejection != "" {
-		enc.AddString("rejection", l.Rejection)
-	}
-	if l.Policy != "" {
-		enc.AddString("policy", l.Policy)
-	}
-	if l.AllowanceMode != "" {
-		l.marshalAllowances(enc)
-	}
-	if l.HasTrace {
-		enc.AddInt("traceHops", l.TraceHops)
-		enc.AddBool("traceOrigin", l.TraceOrigin)
-	}
-	if len(l.ChangedPaths) > 0 {
-		_ = enc.AddArray("changedPaths", stringArray(l.ChangedPaths))
-	}
-	if len(l.Warnings) > 0 {
-		_ = enc.AddArray("warnings", stringArray(l.Warnings))
-	}
-	if l.Error != "" {
-		enc.AddString("error", l.Error)
-	}
+	linePlan.marshal(enc, reflect.ValueOf(l).Elem())
 	return nil
-}
-
-func (l *Line) marshalAllowances(enc zapcore.ObjectEncoder) {
-	enc.AddString("allowanceMode", l.AllowanceMode)
-	if len(l.AllowanceJustified) > 0 {
-		_ = enc.AddArray("allowanceJustified", stringArray(l.AllowanceJustified))
-	}
-	if len(l.AllowanceViolations) > 0 {
-		_ = enc.AddArray("allowanceViolations", stringArray(l.AllowanceViolations))
-	}
-	if len(l.AllowanceGranted) > 0 {
-		_ = enc.AddArray("allowanceGranted", stringArray(l.AllowanceGranted))
-	}
-	if l.AllowancePruned > 0 {
-		enc.AddInt("allowancePruned", l.AllowancePruned)
-	}
-	if l.AllowanceUnfinished != "" {
-		enc.AddString("allowanceUnfinished", l.AllowanceUnfinished)
-	}
 }
 
 // ChangedPaths are the paths of changes, for Line.ChangedPaths. The values
@@ -216,13 +137,4 @@ func ChangedPaths(changes []desired.Change) []string {
 		out[i] = c.Path
 	}
 	return out
-}
-
-type stringArray []string
-
-func (a stringArray) MarshalLogArray(enc zapcore.ArrayEncoder) error {
-	for _, s := range a {
-		enc.AppendString(s)
-	}
-	return nil
 }

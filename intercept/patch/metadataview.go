@@ -119,13 +119,13 @@ func partOf(pointer string) part {
 		return wholeObject
 	}
 	top, _, _ := strings.Cut(strings.TrimPrefix(pointer, "/"), "/")
-	switch top {
-	case "metadata", "apiVersion", "kind":
-		return metadataPart
-	case "status":
+	switch {
+	case HoldsDesiredState(top):
+		return desiredPart
+	case top == "status":
 		return statusPart
 	}
-	return desiredPart
+	return metadataPart
 }
 
 func applyToMetadata(patchType types.PatchType, view *unstructured.Unstructured, patch []byte) (OnMetadata, bool) {
@@ -163,9 +163,7 @@ func applyToMetadata(patchType types.PatchType, view *unstructured.Unstructured,
 		out.SetLabels(merged)
 	}
 	for k, v := range config.Object {
-		switch k {
-		case "apiVersion", "kind", "metadata", "status":
-		default:
+		if HoldsDesiredState(k) {
 			out.Object[k] = v
 		}
 	}

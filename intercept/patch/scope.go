@@ -22,9 +22,7 @@ func OnlyMetadata(patchType types.PatchType, patch []byte) bool {
 			return false
 		}
 		for k := range top {
-			switch k {
-			case "metadata", "status", "apiVersion", "kind":
-			default:
+			if HoldsDesiredState(k) {
 				return false
 			}
 		}
@@ -46,6 +44,17 @@ func OnlyMetadata(patchType types.PatchType, patch []byte) bool {
 		return true
 	}
 	return false
+}
+
+// HoldsDesiredState reports whether a top-level field of an object can hold
+// its desired state: any field but its type (apiVersion, kind), its metadata
+// and its status.
+func HoldsDesiredState(topLevelField string) bool {
+	switch topLevelField {
+	case "apiVersion", "kind", "metadata", "status":
+		return false
+	}
+	return true
 }
 
 func underMetadataOrStatus(pointer string) bool {

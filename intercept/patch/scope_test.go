@@ -16,6 +16,7 @@ func TestOnlyMetadata(t *testing.T) {
 		{"merge patch of labels", types.MergePatchType, `{"metadata":{"labels":{"a":"b"}}}`, true},
 		{"merge patch of annotations and status", types.MergePatchType, `{"metadata":{"annotations":{"a":"b"}},"status":{"x":1}}`, true},
 		{"merge patch of the spec", types.MergePatchType, `{"metadata":{"labels":{"a":"b"}},"spec":{"replicas":3}}`, false},
+		{"merge patch naming the type", types.MergePatchType, `{"apiVersion":"v1","kind":"ConfigMap","metadata":{"labels":{"a":"b"}}}`, true},
 		{"merge patch of a ConfigMap's data", types.MergePatchType, `{"data":{"k":"v"}}`, false},
 		{"strategic merge patch of labels", types.StrategicMergePatchType, `{"metadata":{"labels":{"a":"b"}}}`, true},
 		{"strategic merge patch replacing the object", types.StrategicMergePatchType, `{"$patch":"replace","metadata":{}}`, false},

@@ -3,7 +3,6 @@ package sidewrites
 import (
 	"context"
 
-	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/runtime/schema"
@@ -20,40 +19,19 @@ import (
 // state, that write carries the trace, and this one is dropped rather than
 // put over it.
 func (w *Writer) AnnotateScaled(ctx context.Context, gvr schema.GroupVersionResource, ns, name string, scaled *unstructured.Unstructured, changes decision.AnnotationChanges) error {
-	var ri dynamic.ResourceInterface = w.Dynamic.Resource(gvr)
-	if ns != "" {
-		ri = w.Dynamic.Resource(gvr).Namespace(ns)
-	}
-	for attempt := 1; ; attempt++ {
+	read := func() (*unstructured.Unstructured, error) {
 		fresh, err := w.Objects.GetLive(ctx, gvr, ns, name)
-		if apierrors.IsNotFound(err) {
-			return nil
-		}
-		if err != nil {
-			return err
-		}
-		if fresh.GetUID() != scaled.GetUID() {
-			return nil
+		if err != nil || fresh.GetUID() != scaled.GetUID() {
+			return nil, err
 		}
 		if moved, _ := desired.Changed(scaled, fresh); moved {
-			return nil
+			return nil, nil
 		}
-		set := scaleTracePatch(fresh.GetAnnotations(), changes)
-		if len(set) == 0 {
-			return nil
-		}
-		data, err := AnnotationPatch(set, fresh.GetResourceVersion())
-		if err != nil {
-			return err
-		}
-		_, err = ri.Patch(ctx, name, types.MergePatchType, data, metav1.PatchOptions{FieldManager: w.FieldManager})
-		if err == nil || apierrors.IsNotFound(err) {
-			return nil
-		}
-		if !apierrors.IsConflict(err) || attempt >= maxSideWriteAttempts {
-			return err
-		}
+		return fresh, nil
 	}
+	return w.rebaseAnnotations(ctx, w.resource(gvr, ns), name, read, func(fresh *unstructured.Unstructured) map[string]*string {
+		return scaleTracePatch(fresh.GetAnnotations(), changes)
+	})
 }
 
 // scaleTracePatch is the part of changes that current does not have yet,
@@ -90,33 +68,16 @@ func (w *Writer) AnnotateAt(ctx context.Context, gvr schema.GroupVersionResource
 // under a resourceVersion precondition. A key that no longer holds what
 // was written has been written since, and is left as it is.
 func (w *Writer) Restore(ctx context.Context, gvr schema.GroupVersionResource, ns, name string, uid types.UID, written decision.AnnotationChanges, before map[string]string) error {
-	for attempt := 1; ; attempt++ {
+	read := func() (*unstructured.Unstructured, error) {
 		fresh, err := w.Objects.GetLive(ctx, gvr, ns, name)
-		if apierrors.IsNotFound(err) {
-			return nil
+		if err != nil || fresh.GetUID() != uid {
+			return nil, err
 		}
-		if err != nil {
-			return err
-		}
-		if fresh.GetUID() != uid {
-			return nil
-		}
-		set := restorePatch(fresh.GetAnnotations(), written, before)
-		if len(set) == 0 {
-			return nil
-		}
-		data, err := AnnotationPatch(set, fresh.GetResourceVersion())
-		if err != nil {
-			return err
-		}
-		_, err = w.resource(gvr, ns).Patch(ctx, name, types.MergePatchType, data, metav1.PatchOptions{FieldManager: w.FieldManager})
-		if err == nil || apierrors.IsNotFound(err) {
-			return nil
-		}
-		if !apierrors.IsConflict(err) || attempt >= maxSideWriteAttempts {
-			return err
-		}
+		return fresh, nil
 	}
+	return w.rebaseAnnotations(ctx, w.resource(gvr, ns), name, read, func(fresh *unstructured.Unstructured) map[string]*string {
+		return restorePatch(fresh.GetAnnotations(), written, before)
+	})
 }
 
 // restorePatch is the merge patch of annotations (nil removes) that puts

@@ -9,6 +9,7 @@ import (
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/dynamic"
@@ -69,23 +70,40 @@ func (w *Writer) Apply(ctx context.Context, sw decision.SideWrite) error {
 	if err != nil {
 		return err
 	}
+	read := func() (*unstructured.Unstructured, error) { return ri.Get(ctx, sw.Target.Name, metav1.GetOptions{}) }
+	return w.rebaseAnnotations(ctx, ri, sw.Target.Name, read, func(fresh *unstructured.Unstructured) map[string]*string {
+		changes := sw.RebaseOn(fresh)
+		return changes.Pointers()
+	})
+}
+
+// rebaseAnnotations writes the annotations patch computes from fresh state
+// (nil removes a key) under a resourceVersion precondition, and on a
+// conflict reads and computes again, at most maxSideWriteAttempts times.
+// read returns the fresh object, or nil when there is nothing left to
+// write to; an object gone, or a patch with nothing in it, ends the write.
+func (w *Writer) rebaseAnnotations(ctx context.Context, ri dynamic.ResourceInterface, name string,
+	read func() (*unstructured.Unstructured, error), patch func(fresh *unstructured.Unstructured) map[string]*string) error {
 	for attempt := 1; ; attempt++ {
-		fresh, err := ri.Get(ctx, sw.Target.Name, metav1.GetOptions{})
+		fresh, err := read()
 		if apierrors.IsNotFound(err) {
 			return nil
 		}
 		if err != nil {
 			return err
 		}
-		changes := sw.RebaseOn(fresh)
-		if changes.Empty() {
+		if fresh == nil {
 			return nil
 		}
-		data, err := AnnotationPatch(changes.Pointers(), fresh.GetResourceVersion())
+		set := patch(fresh)
+		if len(set) == 0 {
+			return nil
+		}
+		data, err := AnnotationPatch(set, fresh.GetResourceVersion())
 		if err != nil {
 			return err
 		}
-		_, err = ri.Patch(ctx, sw.Target.Name, types.MergePatchType, data, metav1.PatchOptions{FieldManager: w.FieldManager})
+		_, err = ri.Patch(ctx, name, types.MergePatchType, data, metav1.PatchOptions{FieldManager: w.FieldManager})
 		if err == nil || apierrors.IsNotFound(err) {
 			return nil
 		}

@@ -74,23 +74,33 @@ type RunConfig struct {
 	Profile                                         bool
 }
 
-func defaultRunConfig() RunConfig {
-	return RunConfig{
-		GetN: 1000, ListN: 100, BigListN: 15, WriteN: 150, UpgradeN: 200, Warmup: 5,
-		ListObjects: 5000, BigObjects: 54,
-		Watchers: 100, WatchEvents: 60, OpenWatches: 1000,
-		LoadConcurrency: 8, LoadPerRound: 1500, LoadRounds: 3, WriteLoadPerRound: 300,
-		Profile: true,
+// newRunConfig sizes a full run, or with quick the tiny run that checks the
+// harness itself.
+func newRunConfig(quick bool) RunConfig {
+	rc := RunConfig{Profile: true}
+	for _, s := range rc.sizes() {
+		*s.size = s.full
+		if quick {
+			*s.size = s.quick
+		}
 	}
+	return rc
 }
 
-func quickRunConfig() RunConfig {
-	return RunConfig{
-		GetN: 40, ListN: 2, BigListN: 1, WriteN: 6, UpgradeN: 6, Warmup: 2,
-		ListObjects: 300, BigObjects: 6,
-		Watchers: 10, WatchEvents: 5, OpenWatches: 100,
-		LoadConcurrency: 4, LoadPerRound: 40, LoadRounds: 1, WriteLoadPerRound: 16,
-		Profile: true,
+// runSize is one of a run's sizes with its value in each kind of run, side
+// by side so that the two runs differ only where a row says so.
+type runSize struct {
+	size        *int
+	full, quick int
+}
+
+func (rc *RunConfig) sizes() []runSize {
+	return []runSize{
+		{&rc.GetN, 1000, 40}, {&rc.ListN, 100, 2}, {&rc.BigListN, 15, 1}, {&rc.WriteN, 150, 6},
+		{&rc.UpgradeN, 200, 6}, {&rc.Warmup, 5, 2},
+		{&rc.ListObjects, 5000, 300}, {&rc.BigObjects, 54, 6},
+		{&rc.Watchers, 100, 10}, {&rc.WatchEvents, 60, 5}, {&rc.OpenWatches, 1000, 100},
+		{&rc.LoadConcurrency, 8, 4}, {&rc.LoadPerRound, 1500, 40}, {&rc.LoadRounds, 3, 1}, {&rc.WriteLoadPerRound, 300, 16},
 	}
 }
 

@@ -62,10 +62,7 @@ func run() error {
 		cpuN    = flag.Int("cpu-per-write", 0, "Measure only CPU per intercepted and pass-through write, with this many writes per round and target (three rounds), and profile them; writes no report.")
 	)
 	flag.Parse()
-	rc := defaultRunConfig()
-	if *quick {
-		rc = quickRunConfig()
-	}
+	rc := newRunConfig(*quick)
 	rc.Profile = *profile
 	if *cpuN > 0 {
 		return runCPUPerWrite(*cpuN, 3, *workDir, rc)

@@ -246,29 +246,23 @@ func (h *Harness) writes(ctx context.Context) ([]Row, *pools, error) {
 		"PATCH merge-patch, labels only": "no desired change by the controller under a settled parent, and a patch of metadata only: " +
 			"no stale cache can hide a change, so nothing is confirmed (an unconditional write would be: a live GET and a dry run)",
 	}
-	for _, w := range h.writeOps(scDrift, p) {
-		note, ok := notes[w.name]
-		if !ok {
-			continue
+	// Only the writes these scenarios are measured for, each with its note.
+	for _, noted := range []struct {
+		sc    scenario
+		notes map[string]string
+	}{{scDrift, notes}, {scAllowance, allowanceRows}} {
+		for _, w := range h.writeOps(noted.sc, p) {
+			note, ok := noted.notes[w.name]
+			if !ok {
+				continue
+			}
+			r, err := h.row(ctx, noted.sc.title, w.name, noted.sc.kind, h.cfg.WriteN, h.cfg.Warmup, w.op)
+			if err != nil {
+				return nil, nil, err
+			}
+			r.Note = note
+			rows = append(rows, r)
 		}
-		r, err := h.row(ctx, scDrift.title, w.name, scDrift.kind, h.cfg.WriteN, h.cfg.Warmup, w.op)
-		if err != nil {
-			return nil, nil, err
-		}
-		r.Note = note
-		rows = append(rows, r)
-	}
-	for _, w := range h.writeOps(scAllowance, p) {
-		note, ok := allowanceRows[w.name]
-		if !ok {
-			continue
-		}
-		r, err := h.row(ctx, scAllowance.title, w.name, scAllowance.kind, h.cfg.WriteN, h.cfg.Warmup, w.op)
-		if err != nil {
-			return nil, nil, err
-		}
-		r.Note = note
-		rows = append(rows, r)
 	}
 	return rows, p, nil
 }

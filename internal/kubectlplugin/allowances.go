@@ -67,6 +67,16 @@ type AllowanceModeView struct {
 	Warning string `json:"warning,omitempty"`
 }
 
+// String is the mode and its source as the tables show them, off named
+// rather than left blank.
+func (m AllowanceModeView) String() string {
+	mode := string(m.Mode)
+	if m.Mode == allowance.ModeOff {
+		mode = "off"
+	}
+	return mode + " (" + m.Source + ")"
+}
+
 // SettledView is the latest generation at which the proxy judges the
 // object settled, which consumes its allowances up to that generation.
 type SettledView struct {
@@ -222,11 +232,7 @@ func settledView(obj *unstructured.Unstructured, l SettlednessLookup) SettledVie
 func RenderAllowances(w io.Writer, r AllowancesReport) {
 	p := &printer{w: w}
 	p.line("Object:      %s (generation %d)", r.Object, r.Generation)
-	mode := string(r.Mode.Mode)
-	if mode == "" {
-		mode = "off"
-	}
-	p.line("Mode:        %s (%s)", mode, r.Mode.Source)
+	p.line("Mode:        %s", r.Mode)
 	if r.Mode.Warning != "" {
 		p.line("Warning: %s", r.Mode.Warning)
 	}

@@ -1,6 +1,7 @@
 package kubectlplugin
 
 import (
+	"slices"
 	"sort"
 	"strconv"
 	"strings"
@@ -97,7 +98,7 @@ func explainAllowances(f Facts, controller string, d decision.Decision) *Allowan
 	for _, p := range compiled {
 		byName[p.Name] = p
 		governsParent, governsChild := p.SpeaksOf(parentGroup, parent.GetKind()), p.SpeaksOf(childGroup, child.GetKind())
-		governed = governed || (p.Valid() && governsParent)
+		governed = governed || p.Governs(parentGroup, parent.GetKind())
 		if controller == "" {
 			continue
 		}
@@ -126,8 +127,8 @@ func explainAllowances(f Facts, controller string, d decision.Decision) *Allowan
 		ex.Check = "none: no valid AllowancePolicy speaks of " + parent.GetKind() + ", so the writes of its children are not checked"
 		return ex
 	}
-	switch d.Category {
-	case decision.Expected, decision.ParentInitializing, decision.ControllerUnknown:
+	switch decision.AllowanceCheckOf(d.Category) {
+	case decision.UsesAllowances:
 		ex.Check = "the write carries out a change of the parent (" + string(d.Category) + "): each mutation needs an unconsumed allowance for " +
 			kind + " on the parent whose policy names the controller"
 		s := settledView(parent, lookup(AllowanceFacts{Settledness: f.Settledness}, parent))
@@ -165,7 +166,7 @@ func explainAllowances(f Facts, controller string, d decision.Decision) *Allowan
 			}
 			ex.Allowances = append(ex.Allowances, u)
 		}
-	case decision.SelfHealing, decision.HistoryPruned:
+	case decision.StandingDuty:
 		ex.Check = "the write is a standing duty of the parent (" + string(d.Category) + "): no allowance is needed, but a valid policy for " +
 			parent.GetKind() + " that names the controller must allow the mutation"
 		for _, p := range ex.Policies {
@@ -199,20 +200,14 @@ func explainAllowances(f Facts, controller string, d decision.Decision) *Allowan
 }
 
 func appendMissingString(list []string, s string) []string {
-	for _, x := range list {
-		if x == s {
-			return list
-		}
+	if slices.Contains(list, s) {
+		return list
 	}
 	return append(list, s)
 }
 
 func (p *printer) allowanceSection(a *AllowanceExplanation) {
-	mode := string(a.Mode.Mode)
-	if mode == "" {
-		mode = "off"
-	}
-	p.line("Allowances:  %s (%s)", mode, a.Mode.Source)
+	p.line("Allowances:  %s", a.Mode)
 	if a.Mode.Warning != "" {
 		p.line("  warning:   %s", a.Mode.Warning)
 	}

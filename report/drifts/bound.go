@@ -9,12 +9,12 @@ import (
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/types"
-	utiljson "k8s.io/apimachinery/pkg/util/json"
 
 	"github.com/kausality-io/kausality-proxy/api/v1alpha1"
 	"github.com/kausality-io/kausality-proxy/intercept/annotations"
 	"github.com/kausality-io/kausality-proxy/intercept/desired"
 	"github.com/kausality-io/kausality-proxy/intercept/trace"
+	"github.com/kausality-io/kausality-proxy/report/notify"
 )
 
 // Bounds of what a record keeps. A record is written with the proxy's own
@@ -47,7 +47,7 @@ const (
 // MaxRecordBytes less room for the state.
 func summarize(r v1alpha1.DriftReport) v1alpha1.DriftReport {
 	r.Spec.Changes = boundChanges(r.Spec.Changes)
-	oldObject, newObject := objectOf(r.Spec.OldObject), objectOf(r.Spec.NewObject)
+	oldObject, newObject := notify.ObjectOf(r.Spec.OldObject), notify.ObjectOf(r.Spec.NewObject)
 	hops := maxTraceHops
 	limit := maxStringLen
 	for {
@@ -142,30 +142,6 @@ func stub(obj *unstructured.Unstructured, hops, limit int) runtime.RawExtension 
 		return runtime.RawExtension{}
 	}
 	return runtime.RawExtension{Raw: b}
-}
-
-// objectOf reads the object of e, however it is held.
-func objectOf(e runtime.RawExtension) *unstructured.Unstructured {
-	if u, ok := e.Object.(*unstructured.Unstructured); ok && u != nil {
-		return u
-	}
-	raw := e.Raw
-	if e.Object != nil {
-		b, err := json.Marshal(e.Object)
-		if err != nil {
-			return nil
-		}
-		raw = b
-	}
-	if len(raw) == 0 {
-		return nil
-	}
-	var m map[string]any
-	// utiljson keeps integers int64, as unstructured reads them.
-	if utiljson.Unmarshal(raw, &m) != nil || m == nil {
-		return nil
-	}
-	return &unstructured.Unstructured{Object: m}
 }
 
 // boundTrace keeps the last hops hops of a trace annotation, each with

@@ -13,6 +13,7 @@ import (
 	"github.com/kausality-io/kausality-proxy/api/v1alpha1"
 	"github.com/kausality-io/kausality-proxy/intercept/desired"
 	"github.com/kausality-io/kausality-proxy/intercept/trace"
+	"github.com/kausality-io/kausality-proxy/report/notify"
 )
 
 // longTrace is a trace annotation of n hops with long names.
@@ -79,7 +80,7 @@ func TestSummarizeBoundsARecord(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			obj := objectOf(got.Report.Spec.NewObject)
+			obj := notify.ObjectOf(got.Report.Spec.NewObject)
 			if obj == nil || obj.GetName() != "cm" || obj.GetUID() != "u1" || obj.GetGeneration() != 2 {
 				t.Fatalf("the new object's identity was not kept: %v", obj)
 			}

@@ -10,7 +10,6 @@ import (
 	"unicode/utf8"
 
 	"github.com/slack-go/slack"
-	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/runtime"
 
 	"github.com/kausality-io/kausality-proxy/api/v1alpha1"
@@ -240,12 +239,8 @@ func reportsSecret(r v1alpha1.DriftReport) bool {
 		return true
 	}
 	for _, o := range []runtime.RawExtension{s.OldObject, s.NewObject} {
-		if m := objectMap(o); m != nil {
-			apiVersion, _ := m["apiVersion"].(string)
-			kind, _ := m["kind"].(string)
-			if isSecret(apiVersion, kind) {
-				return true
-			}
+		if u := notify.ObjectOf(o); u != nil && isSecret(u.GetAPIVersion(), u.GetKind()) {
+			return true
 		}
 	}
 	return false
@@ -264,35 +259,17 @@ func secretDataPath(path string) bool {
 	return false
 }
 
-// objectMap returns the object of a report as a map, however the report
-// holds it (an object in process, JSON after a round trip); nil if none.
-func objectMap(e runtime.RawExtension) map[string]any {
-	if u, ok := e.Object.(*unstructured.Unstructured); ok && u != nil {
-		return u.Object
-	}
-	raw := e.Raw
-	if e.Object != nil {
-		b, err := json.Marshal(e.Object)
-		if err != nil {
-			return nil
-		}
-		raw = b
-	}
-	var m map[string]any
-	if len(raw) == 0 || json.Unmarshal(raw, &m) != nil {
-		return nil
-	}
-	return m
-}
-
 // traceText renders the causal chain of the child from its trace
 // annotation: the new object's, or the old one's on DELETE. "" when there
 // is none.
 func traceText(r v1alpha1.DriftReport) string {
 	var t trace.Trace
 	for _, o := range []runtime.RawExtension{r.Spec.NewObject, r.Spec.OldObject} {
-		ann := (&unstructured.Unstructured{Object: objectMap(o)}).GetAnnotations()
-		if v := ann[annotations.Trace]; v != "" {
+		u := notify.ObjectOf(o)
+		if u == nil {
+			continue
+		}
+		if v := u.GetAnnotations()[annotations.Trace]; v != "" {
 			if parsed, err := trace.Parse(v); err == nil && len(parsed) > 0 {
 				t = parsed
 				break

@@ -8,7 +8,9 @@ import (
 	"strings"
 
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/runtime/schema"
+	utiljson "k8s.io/apimachinery/pkg/util/json"
 	"k8s.io/apiserver/pkg/authentication/user"
 
 	"github.com/kausality-io/kausality-proxy/api/v1alpha1"
@@ -168,4 +170,30 @@ func AllowanceVerdict(d *decision.Decision) *v1alpha1.AllowanceVerdict {
 		v.Violations = append(v.Violations, v1alpha1.AllowanceViolation{Field: x.Mutation, NeededKind: x.NeededKind, NeededMutation: x.NeededMutation})
 	}
 	return v
+}
+
+// ObjectOf is the object a report holds in e (its OldObject or NewObject),
+// however it holds it: an object in process, JSON after a round trip. nil
+// if none.
+func ObjectOf(e runtime.RawExtension) *unstructured.Unstructured {
+	if u, ok := e.Object.(*unstructured.Unstructured); ok && u != nil {
+		return u
+	}
+	raw := e.Raw
+	if e.Object != nil {
+		b, err := json.Marshal(e.Object)
+		if err != nil {
+			return nil
+		}
+		raw = b
+	}
+	if len(raw) == 0 {
+		return nil
+	}
+	var m map[string]any
+	// utiljson keeps integers int64, as unstructured reads them.
+	if utiljson.Unmarshal(raw, &m) != nil || m == nil {
+		return nil
+	}
+	return &unstructured.Unstructured{Object: m}
 }

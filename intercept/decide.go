@@ -601,7 +601,6 @@ func (i *Interceptor) wholeChild(ctx context.Context, f *facts) (_ *unstructured
 	return live, false, err
 }
 
-
 // serverResultOf reads the stored object live and asks kube-apiserver, in
 // a dry run as the caller, what the same request would store. The
 // answer is read here, whatever the caller accepts.

@@ -48,8 +48,16 @@ const (
 	Redacted = "<redacted>"
 )
 
-// nonDesired are the top-level fields that are never desired state.
-var nonDesired = map[string]bool{"apiVersion": true, "kind": true, "metadata": true, "status": true}
+// HoldsDesiredState reports whether a top-level field of an object can hold
+// its desired state: any field but its type (apiVersion, kind), its metadata
+// and its status.
+func HoldsDesiredState(topLevelField string) bool {
+	switch topLevelField {
+	case "apiVersion", "kind", "metadata", "status":
+		return false
+	}
+	return true
+}
 
 // Change is one changed field of the desired state. It is the DriftReport's
 // wire type, so that the diff reaches webhook receivers unconverted.
@@ -121,7 +129,7 @@ func State(obj *unstructured.Unstructured, spec bool) map[string]interface{} {
 func Fields(obj map[string]interface{}) map[string]interface{} {
 	out := make(map[string]interface{}, len(obj))
 	for k, v := range obj {
-		if !nonDesired[k] {
+		if HoldsDesiredState(k) {
 			out[k] = v
 		}
 	}

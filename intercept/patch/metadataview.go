@@ -9,6 +9,7 @@ import (
 	"k8s.io/apimachinery/pkg/types"
 
 	"github.com/kausality-io/kausality-proxy/intercept/annotations"
+	"github.com/kausality-io/kausality-proxy/intercept/desired"
 )
 
 // OnMetadata is what a JSON patch or an apply makes of an object known
@@ -120,7 +121,7 @@ func partOf(pointer string) part {
 	}
 	top, _, _ := strings.Cut(strings.TrimPrefix(pointer, "/"), "/")
 	switch {
-	case HoldsDesiredState(top):
+	case desired.HoldsDesiredState(top):
 		return desiredPart
 	case top == "status":
 		return statusPart
@@ -163,7 +164,7 @@ func applyToMetadata(patchType types.PatchType, view *unstructured.Unstructured,
 		out.SetLabels(merged)
 	}
 	for k, v := range config.Object {
-		if HoldsDesiredState(k) {
+		if desired.HoldsDesiredState(k) {
 			out.Object[k] = v
 		}
 	}

@@ -5,6 +5,8 @@ import (
 	"strings"
 
 	"k8s.io/apimachinery/pkg/types"
+
+	"github.com/kausality-io/kausality-proxy/intercept/desired"
 )
 
 // OnlyMetadata reports whether patch can change nothing but metadata and
@@ -22,7 +24,7 @@ func OnlyMetadata(patchType types.PatchType, patch []byte) bool {
 			return false
 		}
 		for k := range top {
-			if HoldsDesiredState(k) {
+			if desired.HoldsDesiredState(k) {
 				return false
 			}
 		}
@@ -44,17 +46,6 @@ func OnlyMetadata(patchType types.PatchType, patch []byte) bool {
 		return true
 	}
 	return false
-}
-
-// HoldsDesiredState reports whether a top-level field of an object can hold
-// its desired state: any field but its type (apiVersion, kind), its metadata
-// and its status.
-func HoldsDesiredState(topLevelField string) bool {
-	switch topLevelField {
-	case "apiVersion", "kind", "metadata", "status":
-		return false
-	}
-	return true
 }
 
 func underMetadataOrStatus(pointer string) bool {

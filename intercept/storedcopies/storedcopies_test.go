@@ -17,7 +17,9 @@ var replicaSets = schema.GroupVersionResource{Group: "apps", Version: "v1", Reso
 
 var replicaSet = schema.GroupVersionKind{Group: "apps", Version: "v1", Kind: "ReplicaSet"}
 
-func key(name string) Key { return Key{Resource: replicaSets, Kind: replicaSet, Namespace: "ns", Name: name} }
+func key(name string) Key {
+	return Key{Resource: replicaSets, Kind: replicaSet, Namespace: "ns", Name: name}
+}
 
 func TestCopiesAreBounded(t *testing.T) {
 	tests := []struct {

@@ -2,6 +2,7 @@ package authn
 
 import (
 	"bytes"
+	"context"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -57,41 +58,19 @@ func (t *reviewTransport) RoundTrip(req *http.Request) (*http.Response, error) {
 		return nil, err
 	}
 	var (
-		out    runtime.Object
-		gvk    schema.GroupVersionKind
-		create error
+		out         runtime.Object
+		bad, create error
 	)
 	switch {
 	case strings.HasSuffix(req.URL.Path, "/tokenreviews") && t.tokenReviews != nil:
-		in := &authenticationv1.TokenReview{}
-		if err := json.Unmarshal(body, in); err != nil {
-			return t.respondErr(req, apierrors.NewBadRequest(err.Error()))
-		}
-		var res *authenticationv1.TokenReview
-		res, create = t.tokenReviews.Create(req.Context(), in, metav1.CreateOptions{})
-		if create == nil && res == nil {
-			create = errors.New("TokenReview client returned no result")
-		}
-		if create == nil {
-			res = res.DeepCopy()
-			out, gvk = res, authenticationv1.SchemeGroupVersion.WithKind("TokenReview")
-		}
+		out, bad, create = createReview(req.Context(), body, t.tokenReviews.Create, authenticationv1.SchemeGroupVersion.WithKind("TokenReview"))
 	case strings.HasSuffix(req.URL.Path, "/subjectaccessreviews") && t.sars != nil:
-		in := &authorizationv1.SubjectAccessReview{}
-		if err := json.Unmarshal(body, in); err != nil {
-			return t.respondErr(req, apierrors.NewBadRequest(err.Error()))
-		}
-		var res *authorizationv1.SubjectAccessReview
-		res, create = t.sars.Create(req.Context(), in, metav1.CreateOptions{})
-		if create == nil && res == nil {
-			create = errors.New("SubjectAccessReview client returned no result")
-		}
-		if create == nil {
-			res = res.DeepCopy()
-			out, gvk = res, authorizationv1.SchemeGroupVersion.WithKind("SubjectAccessReview")
-		}
+		out, bad, create = createReview(req.Context(), body, t.sars.Create, authorizationv1.SchemeGroupVersion.WithKind("SubjectAccessReview"))
 	default:
 		return t.respondErr(req, apierrors.NewNotFound(schema.GroupResource{}, req.URL.Path))
+	}
+	if bad != nil {
+		return t.respondErr(req, bad)
 	}
 	if create != nil {
 		var status apierrors.APIStatus
@@ -104,8 +83,30 @@ func (t *reviewTransport) RoundTrip(req *http.Request) (*http.Response, error) {
 		return nil, create
 	}
 	markReviewAnswered(req.Context())
-	out.GetObjectKind().SetGroupVersionKind(gvk)
 	return respond(req, http.StatusCreated, out)
+}
+
+// createReview decodes a review of kind gvk from body and creates it. bad
+// is the caller's malformed body; err is the client's failure, an answer
+// missing included. The answer is a copy with its kind set.
+func createReview[R any, P interface {
+	*R
+	runtime.Object
+}](ctx context.Context, body []byte, create func(context.Context, P, metav1.CreateOptions) (P, error), gvk schema.GroupVersionKind) (out runtime.Object, bad, err error) {
+	in := P(new(R))
+	if err := json.Unmarshal(body, in); err != nil {
+		return nil, apierrors.NewBadRequest(err.Error()), nil
+	}
+	res, err := create(ctx, in, metav1.CreateOptions{})
+	if err != nil {
+		return nil, nil, err
+	}
+	if res == nil {
+		return nil, nil, fmt.Errorf("%s client returned no result", gvk.Kind)
+	}
+	out = res.DeepCopyObject()
+	out.GetObjectKind().SetGroupVersionKind(gvk)
+	return out, nil, nil
 }
 
 func (t *reviewTransport) respondErr(req *http.Request, err error) (*http.Response, error) {

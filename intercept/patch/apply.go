@@ -23,18 +23,16 @@ var deducedTypeConverter = managedfields.NewDeducedTypeConverter()
 // same converter as kube-apiserver's (sigs.k8s.io/yaml), but a stream with
 // more than one document is rejected (see body.YAMLToJSON).
 func decodeApplyConfiguration(patchType types.PatchType, patch []byte) (*unstructured.Unstructured, error) {
-	var obj map[string]interface{}
+	var (
+		v      interface{}
+		format = "YAML"
+	)
 	switch patchType {
 	case types.ApplyCBORPatchType:
-		var v interface{}
+		format = "CBOR"
 		if err := cbor.Unmarshal(patch, &v); err != nil {
 			return nil, apierrors.NewBadRequest(fmt.Sprintf("error decoding CBOR: %v", err))
 		}
-		m, ok := v.(map[string]interface{})
-		if !ok {
-			return nil, apierrors.NewBadRequest(fmt.Sprintf("error decoding CBOR: the apply configuration must be an object, got %s", body.Describe(v)))
-		}
-		obj = m
 	default:
 		js, err := body.YAMLToJSON(patch)
 		if err != nil {
@@ -44,15 +42,13 @@ func decodeApplyConfiguration(patchType types.PatchType, patch []byte) (*unstruc
 			}
 			return nil, err
 		}
-		var v interface{}
 		if err := utiljson.Unmarshal(js, &v); err != nil {
 			return nil, apierrors.NewBadRequest(fmt.Sprintf("error decoding YAML: %v", err))
 		}
-		m, ok := v.(map[string]interface{})
-		if !ok {
-			return nil, apierrors.NewBadRequest(fmt.Sprintf("error decoding YAML: the apply configuration must be an object, got %s", body.Describe(v)))
-		}
-		obj = m
+	}
+	obj, ok := v.(map[string]interface{})
+	if !ok {
+		return nil, apierrors.NewBadRequest(fmt.Sprintf("error decoding %s: the apply configuration must be an object, got %s", format, body.Describe(v)))
 	}
 	return &unstructured.Unstructured{Object: obj}, nil
 }

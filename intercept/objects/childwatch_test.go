@@ -153,9 +153,13 @@ func TestChildWatchClientReadsAWatchStream(t *testing.T) {
 		obj runtime.Object
 	}{{watch.Added, child}, {watch.Bookmark, bookmark}, {watch.Error, gone}}
 
-	var query, accept string
-	server := httptest.NewTLSServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		query, accept = r.URL.RawQuery, r.Header.Get("Accept")
+	var query, accept, proto, otherProto string
+	server := httptest.NewUnstartedServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if r.URL.Query().Get("watch") != "true" {
+			otherProto = r.Proto
+			return
+		}
+		query, accept, proto = r.URL.RawQuery, r.Header.Get("Accept"), r.Proto
 		info := protobufSerializer(t)
 		w.Header().Set("Content-Type", "application/vnd.kubernetes.protobuf;stream=watch")
 		enc := streaming.NewEncoder(info.StreamSerializer.Framer.NewFrameWriter(w), info.StreamSerializer.Serializer)
@@ -165,6 +169,8 @@ func TestChildWatchClientReadsAWatchStream(t *testing.T) {
 			}
 		}
 	}))
+	server.EnableHTTP2 = true
+	server.StartTLS()
 	defer server.Close()
 	cfg := &rest.Config{Host: server.URL, TLSClientConfig: rest.TLSClientConfig{Insecure: true}}
 	cachesOver, err := CachesOver(cfg)
@@ -194,6 +200,19 @@ func TestChildWatchClientReadsAWatchStream(t *testing.T) {
 	assertSameCompactChild(t, got[1].Object, bookmark)
 	if s, ok := got[2].Object.(*metav1.Status); !ok || s.Code != http.StatusGone {
 		t.Errorf("error event holds %#v, want the Status", got[2].Object)
+	}
+	if proto != "HTTP/1.1" {
+		t.Errorf("the watch went over %s, want HTTP/1.1", proto)
+	}
+	// The server speaks HTTP/2 to a client that lets it.
+	direct, err := rest.RESTClientFor(&rest.Config{Host: server.URL, TLSClientConfig: cfg.TLSClientConfig,
+		APIPath: "/api", ContentConfig: rest.ContentConfig{GroupVersion: &metav1.SchemeGroupVersion, NegotiatedSerializer: childWatchCodecs{}}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	_ = direct.Get().AbsPath("/healthz").Do(context.Background())
+	if otherProto != "HTTP/2.0" {
+		t.Errorf("a default client spoke %s to the server, want HTTP/2.0", otherProto)
 	}
 	if accept != childWatchMediaType {
 		t.Errorf("Accept %q, want %q", accept, childWatchMediaType)

@@ -12,6 +12,7 @@ import (
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/apimachinery/pkg/watch"
 	"k8s.io/client-go/metadata"
 	"k8s.io/client-go/rest"
 
@@ -36,6 +37,10 @@ const (
 	// Every object's protobuf, PartialObjectMetadata's included, holds its
 	// ObjectMeta in field 1.
 	objectMetadata protowire.Number = 1
+
+	watchEventType   protowire.Number = 1
+	watchEventObject protowire.Number = 2
+	rawExtensionRaw  protowire.Number = 1
 
 	unknownTypeMeta        protowire.Number = 1
 	unknownRaw             protowire.Number = 2
@@ -184,16 +189,67 @@ func (childWatchSerializer) Encode(runtime.Object, io.Writer) error {
 
 func (childWatchSerializer) Identifier() runtime.Identifier { return "kausality-compact-child" }
 
+// watchEventSerializer decodes the frames of a watch of children into
+// WatchEvents whose object's bytes are those of the frame, not a copy: the
+// watch decodes the object from them before it reads the next frame into
+// the same buffer, and childWatchSerializer copies what it keeps.
+type watchEventSerializer struct{}
+
+var _ runtime.Serializer = watchEventSerializer{}
+
+func (watchEventSerializer) Decode(data []byte, _ *schema.GroupVersionKind, into runtime.Object) (runtime.Object, *schema.GroupVersionKind, error) {
+	event, ok := into.(*metav1.WatchEvent)
+	if !ok {
+		return nil, nil, fmt.Errorf("a watch of children decodes watch events, not %T", into)
+	}
+	typ, err := bytesField(data, watchEventType)
+	if err != nil {
+		return nil, nil, fmt.Errorf("decoding a watch event of a child: %w", err)
+	}
+	object, err := bytesField(data, watchEventObject)
+	if err != nil {
+		return nil, nil, fmt.Errorf("decoding a watch event of a child: %w", err)
+	}
+	raw, err := bytesField(object, rawExtensionRaw)
+	if err != nil {
+		return nil, nil, fmt.Errorf("decoding a watch event of a child: %w", err)
+	}
+	event.Type = eventType(typ)
+	event.Object = runtime.RawExtension{Raw: raw}
+	gvk := metav1.SchemeGroupVersion.WithKind("WatchEvent")
+	return event, &gvk, nil
+}
+
+// eventType is typ without allocating for the types a watch sends.
+func eventType(typ []byte) string {
+	for _, t := range []watch.EventType{watch.Added, watch.Modified, watch.Deleted, watch.Bookmark, watch.Error} {
+		if string(typ) == string(t) {
+			return string(t)
+		}
+	}
+	return string(typ)
+}
+
+func (watchEventSerializer) Encode(runtime.Object, io.Writer) error {
+	return errors.New("a watch of children encodes nothing")
+}
+
+func (watchEventSerializer) Identifier() runtime.Identifier { return "kausality-child-watch-event" }
+
 // childWatchCodecs is the negotiated serializer of the watches of
-// children: protobuf only, the events framed and decoded as the metadata
-// client's are, their objects by childWatchSerializer.
+// children: protobuf only, framed as any protobuf watch is, the events
+// decoded by watchEventSerializer and their objects by
+// childWatchSerializer.
 type childWatchCodecs struct{}
 
 func (childWatchCodecs) SupportedMediaTypes() []runtime.SerializerInfo {
 	for _, info := range metainternalversionscheme.Codecs.WithoutConversion().SupportedMediaTypes() {
-		if info.MediaType == runtime.ContentTypeProtobuf {
+		if info.MediaType == runtime.ContentTypeProtobuf && info.StreamSerializer != nil {
 			info.Serializer = childWatchSerializer{}
 			info.PrettySerializer, info.StrictSerializer = nil, nil
+			stream := *info.StreamSerializer
+			stream.Serializer = watchEventSerializer{}
+			info.StreamSerializer = &stream
 			return []runtime.SerializerInfo{info}
 		}
 	}

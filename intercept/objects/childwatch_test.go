@@ -257,31 +257,69 @@ func FuzzCompactChildFromMetadata(f *testing.F) {
 	})
 }
 
-// BenchmarkChildWatchDecode is the decoding of one watched child into what
-// the cache of children holds: through PartialObjectMetadata and the
-// transform, as the metadata client decodes, or straight into the compact
-// child.
+// BenchmarkChildWatchDecode is the decoding of one frame of a watch of
+// children into what the cache of children holds: the event and its
+// object decoded as the metadata client decodes them, then the transform;
+// or the event read in place and the object copied into the compact child.
 func BenchmarkChildWatchDecode(b *testing.B) {
-	data := asWatched(b, storedReplicaSetMetadata(1))
-	b.Run("decoded", func(b *testing.B) {
-		dec := protobufSerializer(b).Serializer
-		b.ReportAllocs()
-		for b.Loop() {
-			obj, _, err := dec.Decode(data, nil, &metav1.PartialObjectMetadata{})
-			if err != nil {
-				b.Fatal(err)
+	info := protobufSerializer(b)
+	var frame bytes.Buffer
+	if err := info.StreamSerializer.Serializer.Encode(&metav1.WatchEvent{Type: string(watch.Modified),
+		Object: runtime.RawExtension{Raw: asWatched(b, storedReplicaSetMetadata(1))}}, &frame); err != nil {
+		b.Fatal(err)
+	}
+	data := frame.Bytes()
+	for _, c := range []struct {
+		name            string
+		events, objects runtime.Decoder
+		transformed     bool
+	}{
+		{"decoded", info.StreamSerializer.Serializer, info.Serializer, true},
+		{"copied", watchEventSerializer{}, childWatchSerializer{}, false},
+	} {
+		b.Run(c.name, func(b *testing.B) {
+			b.ReportAllocs()
+			for b.Loop() {
+				var event metav1.WatchEvent
+				if _, _, err := c.events.Decode(data, nil, &event); err != nil {
+					b.Fatal(err)
+				}
+				obj, err := runtime.Decode(c.objects, event.Object.Raw)
+				if err != nil {
+					b.Fatal(err)
+				}
+				if c.transformed {
+					if _, err := compactChildOf(obj); err != nil {
+						b.Fatal(err)
+					}
+				}
 			}
-			if _, err := compactChildOf(obj); err != nil {
-				b.Fatal(err)
-			}
-		}
-	})
-	b.Run("copied", func(b *testing.B) {
-		b.ReportAllocs()
-		for b.Loop() {
-			if _, _, err := (childWatchSerializer{}).Decode(data, nil, nil); err != nil {
-				b.Fatal(err)
-			}
-		}
-	})
+		})
+	}
+}
+
+// A watch event's object is read where the frame holds it, not copied; a
+// frame that is not a watch event is an error.
+func TestWatchEventDecodesWithoutCopying(t *testing.T) {
+	object := asWatched(t, storedReplicaSetMetadata(2))
+	var frame bytes.Buffer
+	if err := protobufSerializer(t).StreamSerializer.Serializer.Encode(&metav1.WatchEvent{Type: string(watch.Modified),
+		Object: runtime.RawExtension{Raw: object}}, &frame); err != nil {
+		t.Fatal(err)
+	}
+	data := frame.Bytes()
+	got, _, err := watchEventSerializer{}.Decode(data, nil, &metav1.WatchEvent{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	event := got.(*metav1.WatchEvent)
+	if event.Type != string(watch.Modified) || !bytes.Equal(event.Object.Raw, object) {
+		t.Fatalf("decoded %s with %d bytes, want MODIFIED with the object's %d", event.Type, len(event.Object.Raw), len(object))
+	}
+	if end := &data[len(data)-1]; &event.Object.Raw[len(event.Object.Raw)-1] != end {
+		t.Error("the object's bytes were copied out of the frame")
+	}
+	if _, _, err := (watchEventSerializer{}).Decode(data[:len(data)/2], nil, &metav1.WatchEvent{}); err == nil {
+		t.Error("a truncated frame decoded")
+	}
 }

@@ -30,13 +30,13 @@ type ScaleResult struct {
 	Parents, Children, ChurnEvents int
 	// Per target (bare, kausality): bytes per object after a GC, RSS and
 	// Go heap, and CPU per watch event of a child nobody writes.
-	Targets                      []string
-	ParentRSS, ParentHeap        []float64
-	ChildRSS, ChildHeap          []float64
-	CPUPerEvent                  []time.Duration
+	Targets               []string
+	ParentRSS, ParentHeap []float64
+	ChildRSS, ChildHeap   []float64
+	CPUPerEvent           []time.Duration
 	// IdleCPU is each proxy's CPU per second with nothing changing, left
 	// out of CPUPerEvent; CPUPerEventGross keeps it in.
-	IdleCPU, CPUPerEventGross []time.Duration
+	IdleCPU, CPUPerEventGross    []time.Duration
 	CreateParents, CreateChilden time.Duration
 	// Write is a decided write (a controller's Expected merge patch)
 	// while the proxy holds the whole population.

@@ -13,6 +13,11 @@
 // garbage collector does not scan: ownerReferences, annotations,
 // resourceVersion and generation are what most writes are decided on. The
 // full stored child is read live by the few decisions that depend on it.
+//
+// Most watch events the proxy receives are of objects it never decides
+// about, so a watch event must cost little: the caches watch over HTTP/1.1
+// connections of their own (CachesOver), and a child's event is copied
+// from its protobuf into the compact form the cache keeps, never decoded.
 package objects
 
 import (

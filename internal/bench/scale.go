@@ -142,9 +142,9 @@ func (h *Harness) scaleProfile(ctx context.Context, parents int) (*ScaleResult, 
 
 	// A proxy spends CPU on its own timers (leases, rechecks, the
 	// runtime's) whether or not anything changes, and the churn takes the
-	// longer the busier the machine: on a shared machine that idle CPU was
-	// up to half of the figure. It is measured alone, before the churn,
-	// and left out of the CPU per event.
+	// longer the busier the machine: on a loaded shared machine that idle
+	// CPU was up to a third of the figure. It is measured alone, before the
+	// churn, and left out of the CPU per event.
 	const idleWindow = 10 * time.Second
 	idleFrom, idleStart, err := h.proxyStats(ctx)
 	if err != nil {

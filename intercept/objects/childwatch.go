@@ -31,7 +31,6 @@ const (
 	objectMetaUID           protowire.Number = 5
 	objectMetaVersion       protowire.Number = 6
 	objectMetaLabels        protowire.Number = 11
-	objectMetaAnnotations   protowire.Number = 12
 	objectMetaManagedFields protowire.Number = 17
 
 	// Every object's protobuf, PartialObjectMetadata's included, holds its

@@ -107,7 +107,12 @@ func Build(o Options) (*Interceptor, error) {
 	}
 	// Informers live as long as the interceptor, not a request.
 	background, stop := context.WithCancel(context.Background())
-	store := objects.New(background, disc, dyn, meta)
+	caches, err := objects.CachesOver(o.Client)
+	if err != nil {
+		stop()
+		return nil, err
+	}
+	store := objects.New(background, disc, dyn, meta, caches)
 	client, err := kubernetes.NewForConfig(o.Client)
 	if err != nil {
 		stop()

@@ -22,8 +22,8 @@ type compactChild struct {
 }
 
 // compactChildOf is the transform of the caches of children: LeanChild,
-// then the metadata kept as protobuf. Anything else (a tombstone) passes
-// through.
+// then the metadata kept as protobuf. Anything else (a tombstone, a child
+// its watch decoded compact already) passes through.
 func compactChildOf(obj interface{}) (interface{}, error) {
 	lean, err := LeanChild(obj)
 	if err != nil {
@@ -54,21 +54,41 @@ func (c *compactChild) metadata() (*metav1.PartialObjectMetadata, error) {
 // several times per watch event, and an ObjectMeta made for each read was
 // most of the garbage a child's event left once decoded. The cache never
 // changes a cached object, so the setters have nothing to do; the other
-// fields read as unset, as the metadata of an object without them would.
+// fields read as unset, as the metadata of an object without them would,
+// except the two a watch's reflector reads of every event it decodes
+// compact: the resourceVersion it resumes from, and the annotation that
+// ends the initial events of a watch list.
 var _ metav1.Object = (*compactChild)(nil)
 
-func (c *compactChild) GetNamespace() string                          { return c.namespace }
-func (c *compactChild) GetName() string                               { return c.name }
-func (c *compactChild) GetUID() types.UID                             { return c.uid }
-func (c *compactChild) GetGenerateName() string                       { return "" }
-func (c *compactChild) GetResourceVersion() string                    { return "" }
+func (c *compactChild) GetNamespace() string    { return c.namespace }
+func (c *compactChild) GetName() string         { return c.name }
+func (c *compactChild) GetUID() types.UID       { return c.uid }
+func (c *compactChild) GetGenerateName() string { return "" }
+
+// GetResourceVersion reads it from the protobuf, "" if that is unreadable.
+func (c *compactChild) GetResourceVersion() string {
+	v, err := bytesField(c.protobuf, objectMetaVersion)
+	if err != nil {
+		return ""
+	}
+	return string(v)
+}
+
+// GetAnnotations decodes the protobuf; nil if that is unreadable.
+func (c *compactChild) GetAnnotations() map[string]string {
+	m, err := c.metadata()
+	if err != nil {
+		return nil
+	}
+	return m.Annotations
+}
+
 func (c *compactChild) GetGeneration() int64                          { return 0 }
 func (c *compactChild) GetSelfLink() string                           { return "" }
 func (c *compactChild) GetCreationTimestamp() metav1.Time             { return metav1.Time{} }
 func (c *compactChild) GetDeletionTimestamp() *metav1.Time            { return nil }
 func (c *compactChild) GetDeletionGracePeriodSeconds() *int64         { return nil }
 func (c *compactChild) GetLabels() map[string]string                  { return nil }
-func (c *compactChild) GetAnnotations() map[string]string             { return nil }
 func (c *compactChild) GetFinalizers() []string                       { return nil }
 func (c *compactChild) GetOwnerReferences() []metav1.OwnerReference   { return nil }
 func (c *compactChild) GetManagedFields() []metav1.ManagedFieldsEntry { return nil }

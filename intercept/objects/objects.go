@@ -13,6 +13,11 @@
 // garbage collector does not scan: ownerReferences, annotations,
 // resourceVersion and generation are what most writes are decided on. The
 // full stored child is read live by the few decisions that depend on it.
+//
+// Most watch events the proxy receives are of objects it never decides
+// about, so a watch event must cost little: the caches watch over HTTP/1.1
+// connections of their own (CachesOver), and a child's event is copied
+// from its protobuf into the compact form the cache keeps, never decoded.
 package objects
 
 import (
@@ -36,6 +41,7 @@ import (
 	"k8s.io/client-go/dynamic/dynamicinformer"
 	"k8s.io/client-go/informers"
 	"k8s.io/client-go/metadata"
+	"k8s.io/client-go/rest"
 	"k8s.io/client-go/restmapper"
 	"k8s.io/client-go/tools/cache"
 )
@@ -68,8 +74,12 @@ var uncached = map[schema.GroupResource]bool{{Resource: "secrets"}: true}
 
 // Store reads objects by GVK or GVR.
 type Store struct {
-	dynamic      dynamic.Interface
-	metadata     metadata.Interface
+	dynamic dynamic.Interface
+	// cacheDynamic and cacheMetadata list and watch for the caches.
+	cacheDynamic  dynamic.Interface
+	cacheMetadata metadata.Interface
+	// childWatch, when set, watches children decoded as compactChild.
+	childWatch   rest.Interface
 	mapper       *restmapper.DeferredDiscoveryRESTMapper
 	memo         *mappingMemo
 	parents      *parentMemo
@@ -233,20 +243,61 @@ func parentUID(obj interface{}) (types.UID, bool) {
 // New returns a Store. Informers it starts run until ctx is done. meta
 // should speak protobuf (metadata.NewForConfig does): children are listed
 // and watched through it, and decoding JSON was most of a watch event's CPU.
-func New(ctx context.Context, disc discovery.DiscoveryInterface, dyn dynamic.Interface, meta metadata.Interface) *Store {
-	return &Store{
-		dynamic:      dyn,
-		metadata:     meta,
-		mapper:       restmapper.NewDeferredDiscoveryRESTMapper(memory.NewMemCacheClient(disc)),
-		memo:         newMappingMemo(),
-		parents:      newParentMemo(),
-		maxInformers: DefaultMaxInformers,
-		now:          time.Now,
-		ctx:          ctx,
-		informers:    map[schema.GroupVersionResource]informers.GenericInformer{},
+func New(ctx context.Context, disc discovery.DiscoveryInterface, dyn dynamic.Interface, meta metadata.Interface, opts ...Option) *Store {
+	s := &Store{
+		dynamic:       dyn,
+		cacheDynamic:  dyn,
+		cacheMetadata: meta,
+		mapper:        restmapper.NewDeferredDiscoveryRESTMapper(memory.NewMemCacheClient(disc)),
+		memo:          newMappingMemo(),
+		parents:       newParentMemo(),
+		maxInformers:  DefaultMaxInformers,
+		now:           time.Now,
+		ctx:           ctx,
+		informers:     map[schema.GroupVersionResource]informers.GenericInformer{},
 
 		childCaches: map[schema.GroupVersionResource]*childCache{},
 	}
+	for _, o := range opts {
+		o(s)
+	}
+	return s
+}
+
+// Option configures a Store.
+type Option func(*Store)
+
+// CachesOver makes the store's caches list and watch over connections of
+// their own to cfg's server, one HTTP/1.1 connection per watch, and
+// decodes the watches of children straight into the compact form they are
+// cached in; reads and writes stay on the clients given to New. A watch
+// over HTTP/2 costs its reader a frame, flow-control bookkeeping and a
+// WINDOW_UPDATE written back for every event, and a hand-off from the
+// connection's read loop; over HTTP/1.1 the watch decoder reads the TLS
+// connection itself. The price is a TCP and TLS connection per cached
+// resource.
+func CachesOver(cfg *rest.Config) (Option, error) {
+	c := metadata.ConfigFor(cfg)
+	c.NextProtos = []string{"http/1.1"}
+	httpClient, err := rest.HTTPClientFor(c)
+	if err != nil {
+		return nil, fmt.Errorf("HTTP client of the caches: %w", err)
+	}
+	dyn, err := dynamic.NewForConfigAndClient(c, httpClient)
+	if err != nil {
+		return nil, fmt.Errorf("dynamic client of the caches: %w", err)
+	}
+	meta, err := metadata.NewForConfigAndClient(c, httpClient)
+	if err != nil {
+		return nil, fmt.Errorf("metadata client of the caches: %w", err)
+	}
+	children, err := childWatchClient(c, httpClient)
+	if err != nil {
+		return nil, fmt.Errorf("watch client of the caches of children: %w", err)
+	}
+	return func(s *Store) {
+		s.cacheDynamic, s.cacheMetadata, s.childWatch = dyn, meta, children
+	}, nil
 }
 
 // RESTMapper is the store's discovery-backed mapper.
@@ -527,7 +578,7 @@ func (s *Store) informerFor(gvr schema.GroupVersionResource) informers.GenericIn
 		return nil
 	}
 	return lazyStart(s, s.informers, gvr, func() (informers.GenericInformer, func(context.Context)) {
-		inf := dynamicinformer.NewFilteredDynamicInformer(s.dynamic, gvr, metav1.NamespaceAll, s.resync,
+		inf := dynamicinformer.NewFilteredDynamicInformer(s.cacheDynamic, gvr, metav1.NamespaceAll, s.resync,
 			cache.Indexers{cache.NamespaceIndex: cache.MetaNamespaceIndexFunc}, nil)
 		_ = inf.Informer().SetTransform(compactParentOf)
 		_, _ = inf.Informer().AddEventHandler(s.handler(parentChanged, parentUID))
@@ -570,22 +621,24 @@ type childCache struct {
 // listed and watched as the metadata informer of client-go does, with its
 // own bound.
 func (s *Store) childCacheFor(gvr schema.GroupVersionResource) *childCache {
-	if uncached[gvr.GroupResource()] || s.metadata == nil {
+	if uncached[gvr.GroupResource()] || s.cacheMetadata == nil {
 		return nil
 	}
 	return lazyStart(s, s.childCaches, gvr, func() (*childCache, func(context.Context)) {
-		client := s.metadata.Resource(gvr)
+		client := s.cacheMetadata.Resource(gvr)
+		var objectType runtime.Object = &metav1.PartialObjectMetadata{}
+		if s.childWatch != nil {
+			objectType = &compactChild{}
+		}
 		lw := cache.ToListWatcherWithWatchListSemantics(&cache.ListWatch{
 			ListWithContextFunc: func(ctx context.Context, opts metav1.ListOptions) (runtime.Object, error) {
 				return client.List(ctx, opts)
 			},
-			WatchFuncWithContext: func(ctx context.Context, opts metav1.ListOptions) (watch.Interface, error) {
-				return client.Watch(ctx, opts)
-			},
-		}, s.metadata)
+			WatchFuncWithContext: s.watchChildren(gvr),
+		}, s.cacheMetadata)
 		store, controller := cache.NewInformerWithOptions(cache.InformerOptions{
 			ListerWatcher: lw,
-			ObjectType:    &metav1.PartialObjectMetadata{},
+			ObjectType:    objectType,
 			Handler:       s.handler(childChanged, childUID),
 			ResyncPeriod:  s.resync,
 			Indexers:      cache.Indexers{cache.NamespaceIndex: cache.MetaNamespaceIndexFunc},
@@ -593,6 +646,23 @@ func (s *Store) childCacheFor(gvr schema.GroupVersionResource) *childCache {
 		})
 		return &childCache{indexer: store.(cache.Indexer), controller: controller}, controller.RunWithContext
 	})
+}
+
+// watchChildren is how the cache of children of gvr watches them: through
+// the client of the watches of children when the store has one, its
+// events' objects compactChild then; through the metadata client
+// otherwise.
+func (s *Store) watchChildren(gvr schema.GroupVersionResource) func(context.Context, metav1.ListOptions) (watch.Interface, error) {
+	if s.childWatch == nil {
+		return s.cacheMetadata.Resource(gvr).Watch
+	}
+	return func(ctx context.Context, opts metav1.ListOptions) (watch.Interface, error) {
+		opts.Watch = true
+		return s.childWatch.Get().AbsPath(resourcePath(gvr)...).
+			SetHeader("Accept", childWatchMediaType).
+			VersionedParams(&opts, metav1.ParameterCodec).
+			Watch(ctx)
+	}
 }
 
 // LeanParent is the first step of the transform of the caches of parents

@@ -312,7 +312,7 @@ func TestCachedChildrenReachObservers(t *testing.T) {
 	if m := meta.metadata[0]; m.GetUID() != "web-uid" || m.GetName() != "web" || m.GetNamespace() != "prod" {
 		t.Errorf("identity %s/%s %s", m.GetNamespace(), m.GetName(), m.GetUID())
 	}
-	if err := s.metadata.Resource(deployments).Namespace("prod").Delete(ctx, "web", metav1.DeleteOptions{}); err != nil {
+	if err := s.cacheMetadata.Resource(deployments).Namespace("prod").Delete(ctx, "web", metav1.DeleteOptions{}); err != nil {
 		t.Fatal(err)
 	}
 	waitFor("the deletion", func() bool { return len(meta.forgot) == 1 && len(whole.forgot) == 1 })

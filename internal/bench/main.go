@@ -18,8 +18,10 @@ package main
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"flag"
 	"fmt"
+	"io/fs"
 	"os"
 	"os/signal"
 	"path/filepath"
@@ -227,7 +229,15 @@ func runScale(root string, parents, runs int, out, workDir, command string, rc R
 		}
 		results = append(results, res)
 	}
-	md := renderScale(results, rc, describeMachine(root), command, started, time.Since(started), loadStart)
+	// The hand-written part of the document it replaces is kept.
+	var previous []byte
+	if out != "" {
+		var err error
+		if previous, err = os.ReadFile(out); err != nil && !errors.Is(err, fs.ErrNotExist) {
+			return err
+		}
+	}
+	md := renderScale(results, rc, describeMachine(root), command, started, time.Since(started), loadStart, string(previous))
 	fmt.Print(md)
 	if out == "" {
 		return nil

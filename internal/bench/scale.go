@@ -30,10 +30,13 @@ type ScaleResult struct {
 	Parents, Children, ChurnEvents int
 	// Per target (bare, kausality): bytes per object after a GC, RSS and
 	// Go heap, and CPU per watch event of a child nobody writes.
-	Targets                      []string
-	ParentRSS, ParentHeap        []float64
-	ChildRSS, ChildHeap          []float64
-	CPUPerEvent                  []time.Duration
+	Targets               []string
+	ParentRSS, ParentHeap []float64
+	ChildRSS, ChildHeap   []float64
+	CPUPerEvent           []time.Duration
+	// IdleCPU is each proxy's CPU per second with nothing changing, left
+	// out of CPUPerEvent; CPUPerEventGross keeps it in.
+	IdleCPU, CPUPerEventGross    []time.Duration
 	CreateParents, CreateChilden time.Duration
 	// Write is a decided write (a controller's Expected merge patch)
 	// while the proxy holds the whole population.
@@ -137,6 +140,26 @@ func (h *Harness) scaleProfile(ctx context.Context, parents int) (*ScaleResult, 
 		res.HeapTop = pprofTop(heap, false, "inuse_space")
 	}
 
+	// A proxy spends CPU on its own timers (leases, rechecks, the
+	// runtime's) whether or not anything changes, and the churn takes the
+	// longer the busier the machine: on a loaded shared machine that idle
+	// CPU was up to a third of the figure. It is measured alone, before the
+	// churn, and left out of the CPU per event.
+	const idleWindow = 10 * time.Second
+	idleFrom, idleStart, err := h.proxyStats(ctx)
+	if err != nil {
+		return nil, err
+	}
+	time.Sleep(idleWindow)
+	churnFrom, idleEnd, err := h.proxyStats(ctx)
+	if err != nil {
+		return nil, err
+	}
+	for i := range proxies {
+		perSecond := float64(idleEnd[i].CPU()-idleStart[i].CPU()) / churnFrom.Sub(idleFrom).Seconds()
+		res.IdleCPU = append(res.IdleCPU, time.Duration(perSecond))
+	}
+
 	// Churn: label updates of children nobody writes through a proxy, as
 	// a cluster's other controllers make all day.
 	res.ChurnEvents = min(res.Children, 6000)
@@ -157,6 +180,7 @@ func (h *Harness) scaleProfile(ctx context.Context, parents int) (*ScaleResult, 
 	if err != nil {
 		return nil, err
 	}
+	churnTook := time.Since(churnFrom)
 	if h.cfg.Profile {
 		if err := k.ctl.call(ctx, "/cpuprofile/stop", nil); err != nil {
 			return nil, err
@@ -164,7 +188,10 @@ func (h *Harness) scaleProfile(ctx context.Context, parents int) (*ScaleResult, 
 		res.ChurnCPUTop = pprofTop(cpuProfile, false, "")
 	}
 	for i := range proxies {
-		res.CPUPerEvent = append(res.CPUPerEvent, (churned[i].CPU()-withChildren[i].CPU())/time.Duration(res.ChurnEvents))
+		gross := churned[i].CPU() - idleEnd[i].CPU()
+		idle := time.Duration(float64(res.IdleCPU[i]) * churnTook.Seconds())
+		res.CPUPerEventGross = append(res.CPUPerEventGross, gross/time.Duration(res.ChurnEvents))
+		res.CPUPerEvent = append(res.CPUPerEvent, max(gross-idle, 0)/time.Duration(res.ChurnEvents))
 		res.RSS = append(res.RSS, churned[i].RSS)
 	}
 
@@ -269,6 +296,21 @@ func (h *Harness) controllerManagerMemory(ctx context.Context, res *ScaleResult)
 // settledStats waits until both proxies have taken in what the cluster
 // sent them (their CPU stands still), then collects garbage and reads
 // their stats.
+// proxyStats is each proxy's Stats now, without a garbage collection, and
+// when they were read.
+func (h *Harness) proxyStats(ctx context.Context) (time.Time, []Stats, error) {
+	proxies := h.proxies()
+	out := make([]Stats, len(proxies))
+	for i, t := range proxies {
+		s, err := t.ctl.Stats(ctx)
+		if err != nil {
+			return time.Time{}, nil, err
+		}
+		out[i] = s
+	}
+	return time.Now(), out, nil
+}
+
 func (h *Harness) settledStats(ctx context.Context) ([]Stats, error) {
 	proxies := h.proxies()
 	last := make([]time.Duration, len(proxies))
@@ -337,21 +379,47 @@ func scaleChild(i int, parent string, uid types.UID) *appsv1.ReplicaSet {
 	}
 }
 
-// renderScale writes docs/scale.md. With several runs, each cell shows
+// scaleNotesHeading starts the section of docs/scale.md that people
+// write: where the CPU goes and what was tried, with the figures of the
+// runs that compared the changes. renderScale keeps it as it finds it, at
+// the end: a run's figures alone do not say why they are what they are.
+const scaleNotesHeading = "## CPU work"
+
+// scaleNotes is the section of the previous document that starts with
+// scaleNotesHeading, up to the next "## " heading or the end, or "".
+func scaleNotes(previous string) string {
+	i := strings.Index("\n"+previous, "\n"+scaleNotesHeading)
+	if i < 0 {
+		return ""
+	}
+	section := previous[i:]
+	if j := strings.Index(section[len(scaleNotesHeading):], "\n## "); j >= 0 {
+		section = section[:len(scaleNotesHeading)+j+1]
+	}
+	return strings.TrimRight(section, "\n") + "\n"
+}
+
+// renderScale writes docs/scale.md, keeping the hand-written section of
+// previous (the document as it was). With several runs, each cell shows
 // every run's figure, first run first, so the spread is visible.
 //
 //nolint:funlen // one document, written top to bottom
-func renderScale(runs []*ScaleResult, rc RunConfig, m Machine, command string, started time.Time, took time.Duration, loadStart string) string {
+func renderScale(runs []*ScaleResult, rc RunConfig, m Machine, command string, started time.Time, took time.Duration, loadStart, previous string) string {
 	var b strings.Builder
 	p := func(format string, args ...any) { fmt.Fprintf(&b, format, args...) }
 	res := runs[0]
+	notes := scaleNotes(previous)
 	p("# Scale profile\n\n")
-	p("Generated by `%s` on %s (%s). Do not edit by hand.\n\n", command, started.UTC().Format("2006-01-02 15:04 MST"), took.Round(time.Second))
+	p("Generated by `%s` on %s (%s). Do not edit by hand", command, started.UTC().Format("2006-01-02 15:04 MST"), took.Round(time.Second))
+	if notes != "" {
+		p(", except the section %q at the end, which it keeps as written", strings.TrimPrefix(scaleNotesHeading, "## "))
+	}
+	p(".\n\n")
 	p("What the proxy holds and spends for objects it does not decide about, on a real control plane: ")
 	p("%d parents (Deployments) and %d children (their ReplicaSets, %d per parent), created directly at kube-apiserver in a namespace nobody writes through a proxy. ",
 		res.Parents, res.Children, childrenPerParent)
 	p("The proxy's caches of Deployments and ReplicaSets were started before (by decided writes elsewhere), so the population arrives through their watches. ")
-	p("Memory is the growth after a garbage collection, divided by the objects added; CPU is the proxy's user+system time during %d label updates of children, divided by the updates. ", res.ChurnEvents)
+	p("Memory is the growth after a garbage collection, divided by the objects added; CPU is the proxy's user+system time during %d label updates of children, less what it spends idle in as long (measured over %s before), divided by the updates. ", res.ChurnEvents, "10 s")
 	p("The bare reverse proxy (no logic, no caches) is the floor.\n\n")
 	loads := make([]string, len(runs))
 	for i, r := range runs {
@@ -413,6 +481,16 @@ func renderScale(runs []*ScaleResult, rc RunConfig, m Machine, command string, s
 		}
 		return out
 	}
+	if len(res.IdleCPU) == len(res.Targets) && len(res.CPUPerEventGross) == len(res.Targets) {
+		idle := make([]string, len(res.Targets))
+		for t, name := range res.Targets {
+			idle[t] = fmt.Sprintf("%s %s", name, join(func(r *ScaleResult) string {
+				return fmt.Sprintf("%.1f ms/s (%.3f ms per event with it)", float64(r.IdleCPU[t])/float64(time.Millisecond),
+					float64(r.CPUPerEventGross[t])/float64(time.Millisecond))
+			}))
+		}
+		p("CPU of the proxies idle, left out of the CPU per event: %s.\n\n", strings.Join(idle, ", "))
+	}
 	p("kube-controller-manager holding the same objects: %s. ", join(verdict))
 	p("It runs every default controller, connected directly to kube-apiserver, started after the measurements above (its deployment controller adopts the ReplicaSets and creates one more per Deployment, so it holds a little more than the proxies did); its RSS is read from /proc once three samples 5 s apart agree within 2%%.\n\n")
 	p("Time to ready after a restart: %s until a kausality-proxy started against the populated cluster answered /readyz with 200 (process start included), then %s until a decided write was answered from its caches alone (no request of its own upstream).\n\n",
@@ -435,6 +513,9 @@ func renderScale(runs []*ScaleResult, rc RunConfig, m Machine, command string, s
 		if prof.top != "" {
 			p("\n<details><summary>%s</summary>\n\n```\n%s\n```\n</details>\n", prof.title, prof.top)
 		}
+	}
+	if notes != "" {
+		p("\n%s", notes)
 	}
 	return b.String()
 }

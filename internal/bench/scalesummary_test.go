@@ -5,6 +5,7 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
+	"time"
 )
 
 func TestParseScaleDoc(t *testing.T) {
@@ -56,5 +57,43 @@ func TestParseCommittedScaleDoc(t *testing.T) {
 	s, ok := parseScaleDoc(string(doc))
 	if !ok || s.CPUPer1000 == "" || len(s.Lines) == 0 || s.Generated == "" {
 		t.Fatalf("%s gives no summary: %+v", scaleDoc, s)
+	}
+}
+
+// The hand-written section of docs/scale.md outlives the next run: kept
+// once, at the end, wherever it was; a document without one gets none.
+func TestRenderScaleKeepsTheHandWrittenSection(t *testing.T) {
+	run := &ScaleResult{Parents: 10, Children: 100, ChurnEvents: 60, Targets: []string{"bare", "kausality"},
+		ParentRSS: []float64{0, 1}, ParentHeap: []float64{0, 1}, ChildRSS: []float64{0, 1}, ChildHeap: []float64{0, 1},
+		CPUPerEvent: []time.Duration{time.Microsecond, 100 * time.Microsecond}, RSS: []int64{1, 2},
+		ChurnCPUTop: "flat flat% (the new profile)"}
+	render := func(previous string) string {
+		return renderScale([]*ScaleResult{run}, RunConfig{}, Machine{}, "make bench-scale", time.Now(), time.Minute, "1 1 1", previous)
+	}
+	const notes = scaleNotesHeading + " (written by hand)\n\nWhere the CPU goes.\n\n```\nthe lead's profile\n```\n"
+	fresh := render("")
+	if strings.Contains(fresh, scaleNotesHeading) || !strings.Contains(fresh, "Do not edit by hand.") {
+		t.Fatalf("a document without notes got some:\n%s", fresh)
+	}
+	for name, previous := range map[string]string{
+		"at the end":                      fresh + "\n" + notes,
+		"before a later generated header": strings.Replace(fresh, "<details>", notes+"\n## Old\n\n<details>", 1),
+		"alone":                           notes,
+	} {
+		t.Run(name, func(t *testing.T) {
+			once := render(previous)
+			twice := render(once)
+			for _, doc := range []string{once, twice} {
+				if strings.Count(doc, scaleNotesHeading) != 1 || !strings.HasSuffix(doc, "\n"+notes) {
+					t.Fatalf("the notes are not kept once at the end:\n%s", doc)
+				}
+				if strings.Count(doc, "the new profile") != 1 || strings.Contains(doc, "## Old") {
+					t.Fatalf("generated parts kept or repeated:\n%s", doc)
+				}
+				if !strings.Contains(doc, `except the section "CPU work" at the end`) {
+					t.Errorf("the header does not say which section is kept:\n%s", doc)
+				}
+			}
+		})
 	}
 }

@@ -19,7 +19,6 @@ import (
 	"github.com/kausality-io/kausality-proxy/e2e/framework"
 	"github.com/kausality-io/kausality-proxy/intercept/annotations"
 	"github.com/kausality-io/kausality-proxy/intercept/decision"
-	"github.com/kausality-io/kausality-proxy/intercept/objects"
 )
 
 // TestAllowancesMergePatchOnWrittenPaths: a controller's merge patch of a
@@ -74,17 +73,7 @@ spec:
 	syncCtx, cancel := context.WithTimeout(ctx, 2*time.Minute)
 	defer cancel()
 	mustf(t, store.WaitForMetadataSync(syncCtx, framework.GadgetGVR), "the cache of Gadgets syncs")
-	eventually(t, time.Minute, "the cache holds the stored Gadget g", func() error {
-		stored, err := f.admin.Resource(framework.GadgetGVR).Namespace(f.ns).Get(ctx, "g", metav1.GetOptions{})
-		if err != nil {
-			return err
-		}
-		cached, src, err := store.GetMetadata(ctx, framework.GadgetGVR, f.ns, "g")
-		if err != nil || src != objects.FromCache || cached.GetResourceVersion() != stored.GetResourceVersion() {
-			return fmt.Errorf("cached %v from %s, stored %s (%v)", cached, src, stored.GetResourceVersion(), err)
-		}
-		return nil
-	})
+	f.waitGadgetCachedAsStored("g")
 
 	gadgetPath := "/namespaces/" + f.ns + "/gadgets/g"
 	env.Recorder.Watch(gadgetPath)

@@ -47,15 +47,12 @@ func (f *wgFamily) gadgetOwner(name string) string {
 // write) to change its spec without a parent afterwards. The removal is
 // held by the freeze.
 func TestAttackOwnerReferenceRemovalEscapesFreeze(t *testing.T) {
-	f := newWGFamily(t, "escape-freeze", "enforce")
-	_, err := f.createGadget("g", "a", false)
-	mustf(t, err, "create Gadget")
-	f.initialize()
+	f := newInitializedGadgetFamily(t, "escape-freeze", "enforce")
 	freeze := "true"
 	f.annotateWidget(map[string]*string{wgAnnFreeze: &freeze})
 	f.settle("Deny/Frozen", func() error { return f.moveGadget(nil, true, nil) })
 
-	err = f.moveGadget(nil, false, nil)
+	err := f.moveGadget(nil, false, nil)
 	wgDenied(t, err, f, "Gadget", "g", wgAnnFreeze)
 	if got := f.gadgetOwner("g"); got != "Widget/"+f.widget {
 		t.Fatalf("the Gadget's controller is %s after the held removal, want Widget/%s", got, f.widget)

@@ -274,14 +274,11 @@ func TestUnauthorizedWriteTouchesNoApproval(t *testing.T) {
 // drop every kausality.io annotation. The proxy cannot rewrite it, so it
 // refuses it instead of forwarding it.
 func TestPatchDroppingAllAnnotationsIsRefused(t *testing.T) {
-	f := newWGFamily(t, "wg-annnull", "enforce")
-	_, err := f.createGadget("g", "a", false)
-	mustf(t, err, "create Gadget")
-	f.initialize()
+	f := newInitializedGadgetFamily(t, "wg-annnull", "enforce")
 	f.bumpSpec() // the controller now acts on a spec change: allowed, traced
 	f.settleGadget("g", "Allow/Expected")
 
-	_, err = f.gadgets(f.ctrl).Patch(context.Background(), "g", types.MergePatchType,
+	_, err := f.gadgets(f.ctrl).Patch(context.Background(), "g", types.MergePatchType,
 		[]byte(`{"metadata":{"annotations":null},"spec":{"value":"b"}}`), metav1.PatchOptions{FieldManager: wgManager})
 	if !apierrors.IsInvalid(err) || !strings.Contains(err.Error(), "metadata.annotations") {
 		t.Fatalf("the patch: %v, want a 422 naming metadata.annotations", err)

@@ -175,16 +175,13 @@ func TestBadInputParentAnnotations(t *testing.T) {
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
-			f := newWGFamily(t, "bad-ann", "enforce")
-			_, err := f.createGadget("g", "a", false)
-			mustf(t, err, "create Gadget")
-			f.initialize()
+			f := newInitializedGadgetFamily(t, "bad-ann", "enforce")
 			value := tc.value
 			f.annotateWidget(map[string]*string{tc.annotation: &value})
 			f.settleGadget("g", tc.settle)
 			before := f.storedVersion(t)
 			f.ctrl.warnings.take()
-			_, err = f.setValue("g", "b", false)
+			_, err := f.setValue("g", "b", false)
 			s := wgDenied(t, err, f, "Gadget", "g", tc.deniedBy)
 			warnings := f.ctrl.warnings.take()
 			if !wgSomeContainsAll(warnings, tc.annotation, "malformed") && !strings.Contains(s.Message, tc.annotation) {
@@ -200,10 +197,7 @@ func TestBadInputParentAnnotations(t *testing.T) {
 	}
 
 	t.Run("a trace on the parent that is not JSON", func(t *testing.T) {
-		f := newWGFamily(t, "bad-trace", "enforce")
-		_, err := f.createGadget("g", "a", false)
-		mustf(t, err, "create Gadget")
-		f.initialize()
+		f := newInitializedGadgetFamily(t, "bad-trace", "enforce")
 		// The Widget's own trace is rewritten by every write through the
 		// proxy: the spec change first, then the broken trace.
 		f.bumpSpec()

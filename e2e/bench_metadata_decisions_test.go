@@ -28,7 +28,6 @@ import (
 // decided on the child read whole.
 func TestMetadataDecidesJSONPatchAndApply(t *testing.T) {
 	ctx := context.Background()
-	store := env.Interceptor.Objects()
 	f := gadgetCachedWhileReconciling(t, "mdpatch")
 	const forged = `[{"kind":"Gadget","mutation":"spec","generation":999,"initiator":"forger","policy":"any"}]`
 	gadgetPath := "/namespaces/" + f.ns + "/gadgets/g"
@@ -37,17 +36,7 @@ func TestMetadataDecidesJSONPatchAndApply(t *testing.T) {
 		t.Helper()
 		// A cache behind the stored Gadget fails the proxy's precondition
 		// and the write goes round again: that is not what is counted.
-		eventually(t, time.Minute, "the cache holds the stored Gadget g", func() error {
-			stored, err := f.admin.Resource(framework.GadgetGVR).Namespace(f.ns).Get(ctx, "g", metav1.GetOptions{})
-			if err != nil {
-				return err
-			}
-			cached, _, err := store.GetMetadata(ctx, framework.GadgetGVR, f.ns, "g")
-			if err != nil || cached.GetResourceVersion() != stored.GetResourceVersion() {
-				return fmt.Errorf("cached %s, stored %s (%v)", cached.GetResourceVersion(), stored.GetResourceVersion(), err)
-			}
-			return nil
-		})
+		f.waitGadgetCachedAsStored("g")
 		before := len(env.Recorder.Requests(gadgetPath))
 		start := time.Now()
 		mark := wgMark(t)

@@ -201,14 +201,22 @@ func newWGFamily(t *testing.T, prefix, mode string) *wgFamily {
 	return f
 }
 
+// newInitializedGadgetFamily is a family whose controller created Gadget g
+// (value a) before the Widget reported itself initialized.
+func newInitializedGadgetFamily(t *testing.T, prefix, mode string) *wgFamily {
+	t.Helper()
+	f := newWGFamily(t, prefix, mode)
+	_, err := f.createGadget("g", "a", false)
+	mustf(t, err, "create Gadget")
+	f.initialize()
+	return f
+}
+
 // newOnceApprovedGadget is a settled Widget in enforce mode with Gadget g
 // (value a) and a once approval for one drift of g at generation 1.
 func newOnceApprovedGadget(t *testing.T, prefix string) *wgFamily {
 	t.Helper()
-	f := newWGFamily(t, prefix, "enforce")
-	_, err := f.createGadget("g", "a", false)
-	mustf(t, err, "create Gadget")
-	f.initialize()
+	f := newInitializedGadgetFamily(t, prefix, "enforce")
 	approval := fmt.Sprintf(`[{"apiVersion":%q,"kind":"Gadget","name":"g","generation":1,"mode":"once"}]`, wgAPIVersion)
 	f.annotateWidget(map[string]*string{wgAnnApprovals: &approval})
 	return f

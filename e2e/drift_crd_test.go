@@ -164,10 +164,7 @@ func crdExpectedThenDrift(t *testing.T) {
 }
 
 func crdLogMode(t *testing.T) {
-	f := newWGFamily(t, "wg-log", "log")
-	_, err := f.createGadget("g", "a", false)
-	mustf(t, err, "create Gadget")
-	f.initialize()
+	f := newInitializedGadgetFamily(t, "wg-log", "log")
 	f.settleGadget("g", "Allow/DriftUnapproved")
 
 	f.ctrl.warnings.take()
@@ -195,12 +192,9 @@ func crdLogMode(t *testing.T) {
 
 func crdApprovals(t *testing.T) {
 	t.Run("once", func(t *testing.T) {
-		f := newWGFamily(t, "wg-once", "enforce")
-		_, err := f.createGadget("g", "a", false)
-		mustf(t, err, "create Gadget")
-		f.initialize()
+		f := newInitializedGadgetFamily(t, "wg-once", "enforce")
 		f.settleGadget("g", "Deny/DriftUnapproved")
-		_, err = f.setValue("g", "b", false)
+		_, err := f.setValue("g", "b", false)
 		s := wgDenied(t, err, f, "Gadget", "g", wgAnnApprovals)
 		// Do what the denial says.
 		c, _ := wgCause(s, "KausalityUnblock")
@@ -278,10 +272,7 @@ func crdApprovals(t *testing.T) {
 	})
 
 	t.Run("generation", func(t *testing.T) {
-		f := newWGFamily(t, "wg-gen", "enforce")
-		_, err := f.createGadget("g", "a", false)
-		mustf(t, err, "create Gadget")
-		f.initialize()
+		f := newInitializedGadgetFamily(t, "wg-gen", "enforce")
 		approval := fmt.Sprintf(`[{"apiVersion":%q,"kind":"Gadget","name":"g","generation":1,"mode":"generation"}]`, wgAPIVersion)
 		f.annotateWidget(map[string]*string{wgAnnApprovals: &approval})
 		f.settleGadget("g", "Allow/DriftApproved")
@@ -303,7 +294,7 @@ func crdApprovals(t *testing.T) {
 		f.setStatus(true)
 		f.settleGadget("g", "Deny/DriftUnapproved")
 		mark := wgMark(t)
-		_, err = f.setValue("g", "d", false)
+		_, err := f.setValue("g", "d", false)
 		s := wgDenied(t, err, f, "Gadget", "g", wgAnnApprovals)
 		if c, ok := wgCause(s, "KausalityUnapproved"); !ok || !strings.Contains(c.Message, "generation 2") {
 			t.Errorf("the denial should say there is no approval at generation 2: %+v", s.Details.Causes)
@@ -328,15 +319,12 @@ func crdApprovals(t *testing.T) {
 	})
 
 	t.Run("always", func(t *testing.T) {
-		f := newWGFamily(t, "wg-always", "enforce")
-		_, err := f.createGadget("g", "a", false)
-		mustf(t, err, "create Gadget")
-		f.initialize()
+		f := newInitializedGadgetFamily(t, "wg-always", "enforce")
 		// A person adds the approval through the proxy: user annotations
 		// stay editable.
 		approval := fmt.Sprintf(`[{"apiVersion":%q,"kind":"Gadget","name":"g","mode":"always"}]`, wgAPIVersion)
 		patch, _ := json.Marshal(map[string]any{"metadata": map[string]any{"annotations": map[string]string{wgAnnApprovals: approval}}})
-		_, err = f.alice.dyn.Resource(framework.WidgetGVR).Patch(context.Background(), f.widget, types.MergePatchType, patch, metav1.PatchOptions{})
+		_, err := f.alice.dyn.Resource(framework.WidgetGVR).Patch(context.Background(), f.widget, types.MergePatchType, patch, metav1.PatchOptions{})
 		mustf(t, err, "alice adds an always approval through the proxy")
 		if got := f.getWidget().GetAnnotations()[wgAnnApprovals]; got != approval {
 			t.Fatalf("the approval alice wrote is stored as %q", got)
@@ -366,16 +354,13 @@ func crdApprovals(t *testing.T) {
 	})
 
 	t.Run("rejection wins over always", func(t *testing.T) {
-		f := newWGFamily(t, "wg-reject", "enforce")
-		_, err := f.createGadget("g", "a", false)
-		mustf(t, err, "create Gadget")
-		f.initialize()
+		f := newInitializedGadgetFamily(t, "wg-reject", "enforce")
 		approval := fmt.Sprintf(`[{"apiVersion":%q,"kind":"Gadget","name":"g","mode":"always"}]`, wgAPIVersion)
 		rejection := fmt.Sprintf(`[{"apiVersion":%q,"kind":"Gadget","name":"g","reason":"needs SRE review (ticket OPS-7)"}]`, wgAPIVersion)
 		f.annotateWidget(map[string]*string{wgAnnApprovals: &approval, wgAnnRejections: &rejection})
 		f.settleGadget("g", "Deny/DriftRejected")
 		mark := wgMark(t)
-		_, err = f.setValue("g", "b", false)
+		_, err := f.setValue("g", "b", false)
 		s := wgDenied(t, err, f, "Gadget", "g", wgAnnRejections)
 		if !strings.Contains(s.Message, "needs SRE review (ticket OPS-7)") {
 			t.Errorf("the denial does not carry the rejection reason: %s", s.Message)
@@ -401,16 +386,13 @@ func crdFreeze(t *testing.T) {
 		{name: "json", value: `{"user":"ops@example.com","reason":"incident 42"}`, want: []string{"is frozen by ops@example.com", "incident 42"}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			f := newWGFamily(t, "wg-freeze", "enforce")
-			_, err := f.createGadget("g", "a", false)
-			mustf(t, err, "create Gadget")
-			f.initialize()
+			f := newInitializedGadgetFamily(t, "wg-freeze", "enforce")
 			f.bumpSpec() // the controller's next write would be expected
 			f.annotateWidget(map[string]*string{wgAnnFreeze: &tc.value})
 			f.settleGadget("g", "Deny/Frozen")
 
 			mark := wgMark(t)
-			_, err = f.setValue("g", "b", false)
+			_, err := f.setValue("g", "b", false)
 			s := wgDenied(t, err, f, "Gadget", "g", wgAnnFreeze)
 			for _, want := range tc.want {
 				if !strings.Contains(s.Message, want) {
@@ -441,16 +423,13 @@ func crdFreeze(t *testing.T) {
 }
 
 func crdSnooze(t *testing.T) {
-	f := newWGFamily(t, "wg-snooze", "enforce")
-	_, err := f.createGadget("g", "a", false)
-	mustf(t, err, "create Gadget")
-	f.initialize()
+	f := newInitializedGadgetFamily(t, "wg-snooze", "enforce")
 	until := time.Now().Add(time.Hour).UTC().Format(time.RFC3339)
 	f.annotateWidget(map[string]*string{wgAnnSnooze: &until})
 	f.settleGadget("g", "Deny/DriftUnapproved")
 	f.ctrl.warnings.take()
 	mark := wgMark(t)
-	_, err = f.setValue("g", "b", false)
+	_, err := f.setValue("g", "b", false)
 	wgDenied(t, err, f, "Gadget", "g", wgAnnApprovals)
 	if w := f.ctrl.warnings.take(); len(w) != 0 {
 		t.Errorf("a valid snooze produced warnings: %q", w)
@@ -466,11 +445,8 @@ func crdSnooze(t *testing.T) {
 }
 
 func crdDeletionCleanup(t *testing.T) {
-	f := newWGFamily(t, "wg-del", "enforce")
-	_, err := f.createGadget("g", "a", false)
-	mustf(t, err, "create Gadget")
-	f.initialize()
-	_, err = f.admin.Resource(framework.WidgetGVR).Patch(context.Background(), f.widget, types.MergePatchType,
+	f := newInitializedGadgetFamily(t, "wg-del", "enforce")
+	_, err := f.admin.Resource(framework.WidgetGVR).Patch(context.Background(), f.widget, types.MergePatchType,
 		[]byte(`{"metadata":{"finalizers":["e2e.kausality.io/hold"]}}`), metav1.PatchOptions{})
 	mustf(t, err, "adding a finalizer")
 	err = f.alice.dyn.Resource(framework.WidgetGVR).Delete(context.Background(), f.widget, metav1.DeleteOptions{})
@@ -580,17 +556,14 @@ func crdOnceApprovalIsUsedExactlyOnce(t *testing.T) {
 }
 
 func crdMalformedAnnotations(t *testing.T) {
-	f := newWGFamily(t, "wg-malformed", "enforce")
-	_, err := f.createGadget("g", "a", false)
-	mustf(t, err, "create Gadget")
-	f.initialize()
+	f := newInitializedGadgetFamily(t, "wg-malformed", "enforce")
 
 	broken := `[{"apiVersion":"` + wgAPIVersion + `","kind":"Gadget","name":"g","mode":"always"`
 	f.annotateWidget(map[string]*string{wgAnnApprovals: &broken})
 	f.settleGadget("g", "Deny/DriftUnapproved")
 	f.ctrl.warnings.take()
 	mark := wgMark(t)
-	_, err = f.setValue("g", "b", false)
+	_, err := f.setValue("g", "b", false)
 	wgDenied(t, err, f, "Gadget", "g", wgAnnApprovals)
 	if w := f.ctrl.warnings.take(); !wgSomeContainsAll(w, wgAnnApprovals, "malformed") {
 		t.Errorf("no Warning naming the malformed %s: %q", wgAnnApprovals, w)
@@ -640,13 +613,10 @@ func crdModeComesFromStoredState(t *testing.T) {
 		_ = unstructured.SetNestedField(g.Object, v, "spec", "value")
 	}
 	t.Run("namespace enforce", func(t *testing.T) {
-		f := newWGFamily(t, "wg-mode-ns", "enforce")
-		_, err := f.createGadget("g", "a", false)
-		mustf(t, err, "create Gadget")
-		f.initialize()
+		f := newInitializedGadgetFamily(t, "wg-mode-ns", "enforce")
 		f.settleGadget("g", "Deny/DriftUnapproved")
 		mark := wgMark(t)
-		_, err = f.writeGadget(f.ctrl, "g", false, func(g *unstructured.Unstructured) { setLog(g, "b") })
+		_, err := f.writeGadget(f.ctrl, "g", false, func(g *unstructured.Unstructured) { setLog(g, "b") })
 		wgDenied(t, err, f, "Gadget", "g", wgAnnApprovals)
 		d := wgDecision(t, mark, "gadgets", f.ns, "g")
 		wgExpectDecision(t, d, "Deny", "DriftUnapproved")

@@ -8,6 +8,8 @@ import (
 	"testing"
 	"time"
 
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+
 	"github.com/kausality-io/kausality-proxy/e2e/framework"
 	"github.com/kausality-io/kausality-proxy/intercept/objects"
 )
@@ -35,4 +37,24 @@ func gadgetCachedWhileReconciling(t *testing.T, prefix string) *wgFamily {
 		return nil
 	})
 	return f
+}
+
+// waitGadgetCachedAsStored waits until the proxy's metadata cache holds
+// Gadget name at the version kube-apiserver stores: a write decided then
+// is decided on the cache, not on a live read of a cache that is behind.
+func (f *wgFamily) waitGadgetCachedAsStored(name string) {
+	f.t.Helper()
+	ctx := context.Background()
+	store := env.Interceptor.Objects()
+	eventually(f.t, time.Minute, "the cache holds the stored Gadget "+name, func() error {
+		stored, err := f.admin.Resource(framework.GadgetGVR).Namespace(f.ns).Get(ctx, name, metav1.GetOptions{})
+		if err != nil {
+			return err
+		}
+		cached, src, err := store.GetMetadata(ctx, framework.GadgetGVR, f.ns, name)
+		if err != nil || src != objects.FromCache || cached.GetResourceVersion() != stored.GetResourceVersion() {
+			return fmt.Errorf("cached %v from %s, stored %s (%v)", cached, src, stored.GetResourceVersion(), err)
+		}
+		return nil
+	})
 }

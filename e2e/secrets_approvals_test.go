@@ -317,10 +317,7 @@ func TestSecretsAndApprovalsPruneRace(t *testing.T) {
 // A once approval consumed next to entries the proxy cannot read takes only
 // itself off the parent: the rest stays byte for byte.
 func TestSecretsAndApprovalsUnreadableEntriesSurviveConsumption(t *testing.T) {
-	f := newWGFamily(t, "sa-consume", "enforce")
-	_, err := f.createGadget("g", "a", false)
-	mustf(t, err, "create Gadget")
-	f.initialize()
+	f := newInitializedGadgetFamily(t, "sa-consume", "enforce")
 	odd := fmt.Sprintf(`{"apiVersion":%q,"kind":"Gadget","mode":"once"}`, wgAPIVersion)
 	noted := fmt.Sprintf(`{ "apiVersion": %q, "kind": "Gadget", "name": "other", "mode": "always", "ticket": "INC-7" }`, wgAPIVersion)
 	once := fmt.Sprintf(`{"apiVersion":%q,"kind":"Gadget","name":"g","generation":1,"mode":"once"}`, wgAPIVersion)
@@ -331,7 +328,7 @@ func TestSecretsAndApprovalsUnreadableEntriesSurviveConsumption(t *testing.T) {
 
 	f.ctrl.warnings.take()
 	mark := wgMark(t)
-	_, err = f.setValue("g", "b", false)
+	_, err := f.setValue("g", "b", false)
 	mustf(t, err, "the write the once approval allows")
 	d := wgDecision(t, mark, "gadgets", f.ns, "g")
 	wgExpectDecision(t, d, "Allow", "DriftApproved")

@@ -19,10 +19,7 @@ import (
 // approval it would use) but the approval stays on the parent and the
 // child gets no annotation: shadow changes nothing.
 func TestShadowConsumesNoApproval(t *testing.T) {
-	f := newWGFamily(t, "wg-shadow", "enforce")
-	_, err := f.createGadget("g", "a", false)
-	mustf(t, err, "create Gadget")
-	f.initialize()
+	f := newInitializedGadgetFamily(t, "wg-shadow", "enforce")
 	f.settleGadget("g", "Deny/DriftUnapproved")
 	approval := fmt.Sprintf(`[{"apiVersion":%q,"kind":"Gadget","name":"g","generation":%d,"mode":"once"}]`, wgAPIVersion, f.getWidget().GetGeneration())
 	f.annotateWidget(map[string]*string{wgAnnApprovals: &approval})

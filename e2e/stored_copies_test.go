@@ -15,7 +15,6 @@ import (
 	auditv1 "k8s.io/apiserver/pkg/apis/audit/v1"
 
 	"github.com/kausality-io/kausality-proxy/e2e/framework"
-	"github.com/kausality-io/kausality-proxy/intercept/objects"
 )
 
 // Another actor's change of a child is decided on the whole child, which
@@ -39,17 +38,7 @@ func TestAnotherActorsWritesAreDecidedOnTheStoredCopy(t *testing.T) {
 	var last *unstructured.Unstructured
 	write := func(what, category string, wantVerbs []string, do func() (*unstructured.Unstructured, error)) {
 		t.Helper()
-		eventually(t, time.Minute, "the cache holds the stored Gadget g", func() error {
-			stored, err := f.admin.Resource(framework.GadgetGVR).Namespace(f.ns).Get(ctx, "g", metav1.GetOptions{})
-			if err != nil {
-				return err
-			}
-			cached, src, err := store.GetMetadata(ctx, framework.GadgetGVR, f.ns, "g")
-			if err != nil || src != objects.FromCache || cached.GetResourceVersion() != stored.GetResourceVersion() {
-				return fmt.Errorf("cached %v from %s, stored %s (%v)", cached.GetResourceVersion(), src, stored.GetResourceVersion(), err)
-			}
-			return nil
-		})
+		f.waitGadgetCachedAsStored("g")
 		start := time.Now()
 		mark := wgMark(t)
 		var err error

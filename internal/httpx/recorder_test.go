@@ -2,8 +2,8 @@ package httpx
 
 import (
 	"net/http"
-	"strings"
 	"net/http/httptest"
+	"strings"
 	"testing"
 )
 

@@ -77,7 +77,7 @@ func costGoals(res *Results) []costGoal {
 		for _, r := range rowsOf(res, title) {
 			name := shortSection(title) + " " + r.Name
 			rows = append(rows, name)
-			if u := r.Upstream; u != nil && u.OwnTotal() == 0 && u.Forwarded <= int64(u.Calls) {
+			if u := r.Upstream; u != nil && readsOfTheDecision(u) == 0 && u.Forwarded <= int64(u.Calls) {
 				forwardedOnce = append(forwardedOnce, name)
 			}
 		}
@@ -86,7 +86,7 @@ func costGoals(res *Results) []costGoal {
 	if missing := without(rows, forwardedOnce); len(missing) > 0 {
 		measured += "; more in: " + strings.Join(missing, ", ")
 	}
-	judge("Expected and NewOrigin writes: one forwarded request", measured, len(forwardedOnce) == len(rows), len(rows) > 0)
+	judge("Expected and NewOrigin writes: one forwarded request (reviews of the caller aside)", measured, len(forwardedOnce) == len(rows), len(rows) > 0)
 
 	drift, ok := rowNamed(res, scDrift.title, driftConfirmedRowTitle)
 	v := ratio(drift.S[kausality].P50, drift.S[direct].P50)
@@ -149,4 +149,16 @@ func without(all, some []string) []string {
 		}
 	}
 	return out
+}
+
+// readsOfTheDecision are the proxy's own requests during a row but the
+// TokenReviews and SubjectAccessReviews that refresh its caches of who the
+// caller is and what it may do: those run once per cache lifetime
+// (--authorization-cache-ttl), not once per decided write.
+func readsOfTheDecision(u *UpstreamUse) int64 {
+	n := u.OwnTotal()
+	for _, review := range []string{"create subjectaccessreviews", "create tokenreviews"} {
+		n -= u.Own[review]
+	}
+	return n
 }

@@ -33,12 +33,12 @@ func TestCostGoals(t *testing.T) {
 		Loads: []Load{load(scExpected.title, 500, 700), load(scPass.title, 500, 600)},
 	}
 	want := map[string]string{
-		"reads ≤ 1.05× bare p50":                               "met",
-		"Expected writes ≤ 1.10× bare p50":                     "missed worst 1.20× (UPDATE ReplicaSet (JSON))",
-		"CPU of an Expected write ≤ 1.5× bare":                 "met",
-		"CPU of a pass-through write ≤ 1.1× bare":              "missed",
+		"reads ≤ 1.05× bare p50":                                                             "met",
+		"Expected writes ≤ 1.10× bare p50":                                                   "missed worst 1.20× (UPDATE ReplicaSet (JSON))",
+		"CPU of an Expected write ≤ 1.5× bare":                                               "met",
+		"CPU of a pass-through write ≤ 1.1× bare":                                            "missed",
 		"Expected and NewOrigin writes: one forwarded request (reviews of the caller aside)": "missed 3 of 4 rows",
-		"drift path with confirmation ≤ 2× direct p50":         "met",
+		"drift path with confirmation ≤ 2× direct p50":                                       "met",
 	}
 	got := costGoals(res)
 	if len(got) != len(want) {

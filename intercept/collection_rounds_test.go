@@ -66,13 +66,7 @@ func TestDeleteCollectionDecidesAgainWhenTheParentMoved(t *testing.T) {
 			if got := env.forwarded.Load(); got != tc.wantForwarded {
 				t.Errorf("forwarded %d requests, want %d", got, tc.wantForwarded)
 			}
-			reads := 0
-			for _, a := range env.dyn.Actions() {
-				if a.GetVerb() == "get" && a.GetResource().Resource == "deployments" {
-					reads++
-				}
-			}
-			if reads != tc.wantLiveParentReads {
+			if reads := env.liveReads("deployments"); reads != tc.wantLiveParentReads {
 				t.Errorf("%d live reads of the parent, want %d", reads, tc.wantLiveParentReads)
 			}
 			parent, err := env.dyn.Resource(deploymentsGVR).Namespace("apps").Get(context.Background(), "approved", metav1.GetOptions{})

@@ -101,13 +101,7 @@ func TestKausalityAnnotationWrites(t *testing.T) {
 					t.Errorf("the refusal %v does not say %q", env.lastError, tc.wantMessage)
 				}
 			}
-			reads := 0
-			for _, a := range env.dyn.Actions() {
-				if a.GetVerb() == "get" && a.GetResource().Resource == "deployments" {
-					reads++
-				}
-			}
-			if reads != tc.wantLiveReads {
+			if reads := env.liveReads("deployments"); reads != tc.wantLiveReads {
 				t.Errorf("%d live reads of the Deployment, want %d", reads, tc.wantLiveReads)
 			}
 		})

@@ -171,13 +171,7 @@ func TestOrchestration(t *testing.T) {
 			if got := env.forwarded.Load(); got != tc.wantForwarded {
 				t.Errorf("forwarded %d requests, want %d", got, tc.wantForwarded)
 			}
-			reads := 0
-			for _, a := range env.dyn.Actions() {
-				if a.GetVerb() == "get" && a.GetResource().Resource == "deployments" {
-					reads++
-				}
-			}
-			if reads != tc.wantLiveParentReads {
+			if reads := env.liveReads("deployments"); reads != tc.wantLiveParentReads {
 				t.Errorf("%d live reads of the parent, want %d", reads, tc.wantLiveParentReads)
 			}
 			if tc.wantWarning != "" && !strings.Contains(strings.Join(rec.Header().Values("Warning"), "\n"), tc.wantWarning) {

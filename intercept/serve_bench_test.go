@@ -392,3 +392,15 @@ func echoDryRun(w http.ResponseWriter, r *http.Request) {
 	}
 	_, _ = w.Write([]byte(`{}`))
 }
+
+// liveReads counts the proxy's live GETs of resource since the fake
+// client's actions were last cleared.
+func (e *benchEnv) liveReads(resource string) int {
+	n := 0
+	for _, a := range e.dyn.Actions() {
+		if a.GetVerb() == "get" && a.GetResource().Resource == resource {
+			n++
+		}
+	}
+	return n
+}

@@ -75,14 +75,8 @@ func TestRequestApply(t *testing.T) {
 				stored = currentDeployment(t)
 			}
 			got, err := tt.req.Apply(stored)
-			if tt.wantCode != 0 {
-				if code := statusCode(err); code != tt.wantCode {
-					t.Fatalf("got code %d (%v), want %d", code, err, tt.wantCode)
-				}
+			if refusedAsWanted(t, err, tt.wantCode) {
 				return
-			}
-			if err != nil {
-				t.Fatal(err)
 			}
 			if tt.at == nil {
 				if images := containerImages(t, got); images != tt.wantValue {
@@ -137,14 +131,8 @@ func TestFromStoredProduce(t *testing.T) {
 		t.Run(tt.name, func(t *testing.T) {
 			stored := currentDeployment(t)
 			got, err := tt.write.Produce(stored)
-			if tt.wantCode != 0 {
-				if code := statusCode(err); code != tt.wantCode {
-					t.Fatalf("got code %d (%v), want %d", code, err, tt.wantCode)
-				}
+			if refusedAsWanted(t, err, tt.wantCode) {
 				return
-			}
-			if err != nil {
-				t.Fatal(err)
 			}
 			if v := nested(t, got, tt.path...); v != tt.want {
 				t.Fatalf("%s = %v, want %v", strings.Join(tt.path, "."), v, tt.want)
@@ -208,4 +196,21 @@ func TestScalePatchSeesReplicaOwners(t *testing.T) {
 	if got := nested(t, newTarget, "spec", "replicas"); got != int64(0) {
 		t.Errorf("merge patch: spec.replicas %v, want 0", got)
 	}
+}
+
+// refusedAsWanted reports whether the case expects a refusal (wantCode is
+// not 0), failing unless err carries that code; a case that expects a
+// result fails on any error.
+func refusedAsWanted(t *testing.T, err error, wantCode int32) bool {
+	t.Helper()
+	if wantCode != 0 {
+		if code := statusCode(err); code != wantCode {
+			t.Fatalf("got code %d (%v), want %d", code, err, wantCode)
+		}
+		return true
+	}
+	if err != nil {
+		t.Fatal(err)
+	}
+	return false
 }

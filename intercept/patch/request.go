@@ -51,7 +51,7 @@ func (r *Request) Apply(stored *unstructured.Unstructured) (*unstructured.Unstru
 // kube-apiserver serves for the stored object.
 func (r *Request) applyToScale(scale *unstructured.Unstructured) (*unstructured.Unstructured, error) {
 	ns := r.Namespace
-	return Apply(r.Type, scale, r.Patch, Options{FieldManager: r.FieldManager, Kind: ScaleKind, Name: r.Name, Namespace: &ns})
+	return Apply(r.Type, scale, r.Patch, Options{FieldManager: r.FieldManager, Kind: ScaleKind, Name: r.Name, Namespace: &ns, Force: r.Force})
 }
 
 // ScaleKind is the kind of the /scale subresource.

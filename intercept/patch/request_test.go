@@ -178,13 +178,11 @@ func TestScalePatchSeesReplicaOwners(t *testing.T) {
 	if !apierrors.IsConflict(err) || err.Error() != `Apply failed with 1 conflict: conflict with "kubectl": .spec.replicas` {
 		t.Fatalf("got %v, want a conflict with kubectl", err)
 	}
-	scaled, err := Apply(types.ApplyYAMLPatchType, scale, scaleCfg, Options{FieldManager: "hpa", Force: testutil.Ptr(true)})
+	forced := byHPA(types.ApplyYAMLPatchType, scaleCfg)
+	forced.Patch.Force = testutil.Ptr(true)
+	newTarget, err := forced.Produce(target)
 	if err != nil {
-		t.Fatal(err)
-	}
-	newTarget, err := desired.ScaleToSpec(scaled, target)
-	if err != nil {
-		t.Fatal(err)
+		t.Fatalf("a forced apply to /scale: %v, want it to take the field as kube-apiserver does", err)
 	}
 	if got := nested(t, newTarget, "spec", "replicas"); got != int64(5) {
 		t.Errorf("forced: spec.replicas %v, want 5", got)

@@ -601,9 +601,10 @@ func (i *Interceptor) wholeChild(ctx context.Context, f *facts) (_ *unstructured
 	return live, false, err
 }
 
-// serverResultOf reads the stored object live and asks kube-apiserver, in
-// a dry run as the caller, what the same request would store. The
-// answer is read here, whatever the caller accepts.
+// serverResultOf reads the stored object live (unless the update names a
+// version the proxy holds whole) and asks kube-apiserver, in a dry run as
+// the caller, what the same request would store. The answer is read here,
+// whatever the caller accepts.
 func (i *Interceptor) serverResultOf(r *http.Request, f *facts, up upstream.Port) (serverResult, error) {
 	var (
 		wg      sync.WaitGroup
@@ -614,6 +615,12 @@ func (i *Interceptor) serverResultOf(r *http.Request, f *facts, up upstream.Port
 		// Read live already, for this round: the precondition is that
 		// read's resourceVersion.
 		live = f.old
+	} else if cp, ok := i.copyTheUpdateNames(f); ok {
+		// The update's own precondition is the copy's resourceVersion:
+		// the dry run succeeds only while that is the stored version, so
+		// the copy is what the dry run was applied to. A live read would
+		// tell nothing more, and would race the dry run besides.
+		live = cp
 	} else {
 		wg.Add(1)
 		go func() {
@@ -653,6 +660,25 @@ func (i *Interceptor) serverResultOf(r *http.Request, f *facts, up upstream.Port
 		}
 	}
 	return serverResult{live: live, stored: stored}, nil
+}
+
+// copyTheUpdateNames is the whole stored child at the resourceVersion f's
+// update names (a PUT of the main resource carrying its resourceVersion),
+// when the proxy holds it: the cached version is that one, and the copy
+// was kept from a live read or from kube-apiserver's answer to a write.
+func (i *Interceptor) copyTheUpdateNames(f *facts) (*unstructured.Unstructured, bool) {
+	wr := f.req.w
+	if wr.verb != "update" || wr.sub != mainResource || f.sent == nil || f.old == nil {
+		return nil, false
+	}
+	rv := f.sent.GetResourceVersion()
+	if rv == "" || rv != f.old.GetResourceVersion() {
+		return nil, false
+	}
+	if f.oldIsCopy && !f.oldIsMetadata {
+		return f.old, true
+	}
+	return i.copies.At(storedcopies.Key{Resource: wr.gvr, Kind: f.kind, Namespace: f.namespace, Name: wr.info.Name}, rv)
 }
 
 // freshParent reads f's parent live.

@@ -216,7 +216,8 @@ func (h *Harness) writeOps(sc scenario, p *pools) []struct {
 // that rest on the proxy's computation are confirmed with kube-apiserver:
 // these rows show what that costs.
 var driftRows = map[string]string{
-	"UPDATE ReplicaSet (JSON)": "drift: confirmed with a live GET of the child, a dry run of the write and a live GET of the parent, by design",
+	"UPDATE ReplicaSet (JSON)": "drift: confirmed with a dry run of the write and a live GET of the parent, together, by design; " +
+		"the PUT names the version of the proxy's copy of its last answer, so the copy stands for a live GET of the child",
 	"PATCH merge-patch, labels only": "no desired change by the controller under a settled parent, and a patch of metadata only: " +
 		"no stale cache can hide a change, so nothing is confirmed (an unconditional write would be: a live GET and a dry run)",
 }

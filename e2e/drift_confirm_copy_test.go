@@ -27,7 +27,8 @@ import (
 // run succeeds only while that version is the stored one, so a live read
 // would add nothing. The verdict stays a confirmed drift. An update
 // naming a version no longer stored is refused by kube-apiserver itself,
-// with its own conflict, and nothing is written.
+// with its own conflict, and nothing is written. A patch, which names no
+// version, has its dry run pinned to the copy's by the proxy.
 func TestDriftOfAnUpdateIsConfirmedOnTheCopyItNames(t *testing.T) {
 	ctx := context.Background()
 	f := newInitializedGadgetFamily(t, "drfcopy", "log")
@@ -81,6 +82,31 @@ func TestDriftOfAnUpdateIsConfirmedOnTheCopyItNames(t *testing.T) {
 	}
 	if got := f.gadgetValue("g"); got != "z" {
 		t.Fatalf("spec.value %q after the refused update, want z", got)
+	}
+
+	// A patch names no version: the proxy pins its dry run to the copy's.
+	patchValue := func(what, value string, wantVerbs []string) {
+		t.Helper()
+		f.waitGadgetCachedAsStored("g")
+		start := time.Now()
+		mark := wgMark(t)
+		_, err := f.gadgets(f.ctrl).Patch(ctx, "g", types.MergePatchType, []byte(`{"spec":{"value":"`+value+`"}}`), metav1.PatchOptions{FieldManager: wgManager})
+		mustf(t, err, "%s", what)
+		verbs := gadgetVerbsAudited(t, start, f.ns, "g", "patch", what)
+		slices.Sort(verbs)
+		want := slices.Clone(wantVerbs)
+		slices.Sort(want)
+		if !slices.Equal(verbs, want) {
+			t.Errorf("%s: kube-apiserver saw %v of Gadget g, want %v", what, verbs, want)
+		}
+		d := wgDecision(t, mark, "gadgets", f.ns, "g")
+		wgExpectDecision(t, d, "Allow", "DriftUnapproved")
+		wgExpectField(t, d, "confirmed", true)
+	}
+	patchValue("the first drift by patch after a change the proxy did not see reads g live", "p", []string{"get", "dry-run patch", "patch"})
+	patchValue("the next drift by patch is dry-run pinned to the proxy's copy of the answer", "q", []string{"dry-run patch", "patch"})
+	if got := f.gadgetValue("g"); got != "q" {
+		t.Fatalf("spec.value %q after the patches, want q", got)
 	}
 }
 

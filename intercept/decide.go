@@ -601,30 +601,44 @@ func (i *Interceptor) wholeChild(ctx context.Context, f *facts) (_ *unstructured
 	return live, false, err
 }
 
-// serverResultOf reads the stored object live and asks kube-apiserver, in
-// a dry run as the caller, what the same request would store. The
-// answer is read here, whatever the caller accepts.
+// serverResultOf reads the stored object live (unless the write is pinned
+// to a version the proxy holds whole) and asks kube-apiserver, in a dry
+// run as the caller, what the same request would store. The answer is
+// read here, whatever the caller accepts.
 func (i *Interceptor) serverResultOf(r *http.Request, f *facts, up upstream.Port) (serverResult, error) {
-	var (
-		wg      sync.WaitGroup
-		live    *unstructured.Unstructured
-		liveErr error
-	)
 	if f.childLive {
 		// Read live already, for this round: the precondition is that
 		// read's resourceVersion.
-		live = f.old
-	} else {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			live, liveErr = i.liveChild(r.Context(), f)
-		}()
+		if f.old == nil {
+			return serverResult{}, nil
+		}
+		return i.dryRunOn(r, f, up, f.data, f.old)
 	}
-	dry := r.Clone(r.Context())
-	dry.Header.Set("Accept", "application/json")
-	answer, err := up.DryRun(dry, f.data, maxConfirmAnswer)
-	wg.Wait()
+	if cp, data, pinnedByProxy, ok := i.copyPinned(f); ok {
+		// The dry run succeeds only while the copy's version is the
+		// stored one, so the copy is what it was applied to: a live read
+		// would tell nothing more, and would race the dry run besides.
+		res, err := i.dryRunOn(r, f, up, data, cp)
+		var refused *upstream.RefusedError
+		if !pinnedByProxy || !errors.As(err, &refused) || refused.Answer.Code() != http.StatusConflict {
+			return res, err
+		}
+		// The copy is older than the stored child (or the patch
+		// conflicts anyway): the precondition was the proxy's own, so the
+		// caller never hears of it, and the write is confirmed on a live
+		// read.
+	}
+	var (
+		live    *unstructured.Unstructured
+		liveErr error
+		done    = make(chan struct{})
+	)
+	go func() {
+		defer close(done)
+		live, liveErr = i.liveChild(r.Context(), f)
+	}()
+	answer, err := i.dryRun(r, up, f.data)
+	<-done
 	if err != nil {
 		return serverResult{}, err
 	}
@@ -635,6 +649,29 @@ func (i *Interceptor) serverResultOf(r *http.Request, f *facts, up upstream.Port
 		// Deleted meanwhile: kube-apiserver answers the write itself.
 		return serverResult{}, nil
 	}
+	return i.serverResultFrom(f, answer, live)
+}
+
+// dryRunOn asks kube-apiserver what the request with body data would
+// store, the stored object being live.
+func (i *Interceptor) dryRunOn(r *http.Request, f *facts, up upstream.Port, data []byte, live *unstructured.Unstructured) (serverResult, error) {
+	answer, err := i.dryRun(r, up, data)
+	if err != nil {
+		return serverResult{}, err
+	}
+	return i.serverResultFrom(f, answer, live)
+}
+
+// dryRun sends r with body data as a server-side dry run, as the caller.
+func (i *Interceptor) dryRun(r *http.Request, up upstream.Port, data []byte) (*upstream.Answer, error) {
+	dry := r.Clone(r.Context())
+	dry.Header.Set("Accept", "application/json")
+	return up.DryRun(dry, data, maxConfirmAnswer)
+}
+
+// serverResultFrom reads kube-apiserver's answer to the dry run of f's
+// write applied to live.
+func (i *Interceptor) serverResultFrom(f *facts, answer *upstream.Answer, live *unstructured.Unstructured) (serverResult, error) {
 	if !answer.Succeeded() {
 		return serverResult{}, &upstream.RefusedError{Answer: answer}
 	}
@@ -648,11 +685,46 @@ func (i *Interceptor) serverResultOf(r *http.Request, f *facts, up upstream.Port
 	if f.req.w.sub == scaleSubresource {
 		// The answer is the Scale kube-apiserver would store: the object
 		// it scales is the live one with those replicas.
+		var err error
 		if stored, err = desired.ScaleToPath(stored, live, f.fromStored.ReplicasPath); err != nil {
 			return serverResult{}, apierrors.NewInternalError(err)
 		}
 	}
 	return serverResult{live: live, stored: stored}, nil
+}
+
+// copyPinned is the whole stored child at the version f's write of the
+// main resource is pinned to, when the proxy holds it (kept from a live
+// read or from kube-apiserver's answer to a write), and the body to
+// dry-run: a PUT naming the cached version is pinned by the caller; a
+// patch, which names none, is pinned by the proxy (pinnedByProxy) to the
+// cached version, which kube-apiserver then takes as a precondition.
+func (i *Interceptor) copyPinned(f *facts) (cp *unstructured.Unstructured, data []byte, pinnedByProxy, ok bool) {
+	wr := f.req.w
+	if wr.sub != mainResource || f.old == nil || f.op != decision.Update {
+		return nil, nil, false, false
+	}
+	rv := f.old.GetResourceVersion()
+	switch {
+	case wr.verb == "update" && f.sent != nil:
+		if rv == "" || f.sent.GetResourceVersion() != rv {
+			return nil, nil, false, false
+		}
+		data = f.data
+	case wr.verb == "patch":
+		pinned, added, err := patch.WithResourceVersion(f.patchType, f.data, rv)
+		if err != nil || !added {
+			return nil, nil, false, false
+		}
+		data, pinnedByProxy = pinned, true
+	default:
+		return nil, nil, false, false
+	}
+	if f.oldIsCopy && !f.oldIsMetadata {
+		return f.old, data, pinnedByProxy, true
+	}
+	cp, ok = i.copies.At(storedcopies.Key{Resource: wr.gvr, Kind: f.kind, Namespace: f.namespace, Name: wr.info.Name}, rv)
+	return cp, data, pinnedByProxy, ok
 }
 
 // freshParent reads f's parent live.

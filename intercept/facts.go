@@ -78,7 +78,9 @@ type facts struct {
 	nsAllowanceMode string
 	// warnings are about facts that could not be read but were not needed.
 	warnings []string
-	// childLive: old was read live.
+	// childLive: old was read live, or is the copy of the version a
+	// confirmed update named (serverResultOf): what kube-apiserver
+	// stored when it answered.
 	childLive bool
 	// oldIsCopy: old is the whole stored child as the proxy last saw it
 	// (storedcopies), of the version the write is decided on.

@@ -185,6 +185,9 @@ func (b *Answer) Write(p []byte) (int, error) {
 // Succeeded reports a 2xx answer.
 func (b *Answer) Succeeded() bool { return b.code >= 200 && b.code < 300 }
 
+// Code is the answer's status code.
+func (b *Answer) Code() int { return b.code }
+
 // Body is the answer's body, as far as it was held.
 func (b *Answer) Body() []byte { return b.body.Bytes() }
 

@@ -212,6 +212,16 @@ func (h *Harness) writeOps(sc scenario, p *pools) []struct {
 	}
 }
 
+// driftRows are the drift scenario's rows, each with its note. Verdicts
+// that rest on the proxy's computation are confirmed with kube-apiserver:
+// these rows show what that costs.
+var driftRows = map[string]string{
+	"UPDATE ReplicaSet (JSON)": "drift: confirmed with a dry run of the write and a live GET of the parent, together, by design; " +
+		"the PUT names the version of the proxy's copy of its last answer, so the copy stands for a live GET of the child",
+	"PATCH merge-patch, labels only": "no desired change by the controller under a settled parent, and a patch of metadata only: " +
+		"no stale cache can hide a change, so nothing is confirmed (an unconditional write would be: a live GET and a dry run)",
+}
+
 // writes measures every write of every scenario.
 func (h *Harness) writes(ctx context.Context) ([]Row, *pools, error) {
 	p := &pools{m: map[string]*appsv1.ReplicaSet{}}
@@ -244,18 +254,11 @@ func (h *Harness) writes(ctx context.Context) ([]Row, *pools, error) {
 			rows = append(rows, r)
 		}
 	}
-	// Verdicts that rest on the proxy's computation are confirmed with
-	// kube-apiserver: these rows show what that costs.
-	notes := map[string]string{
-		"UPDATE ReplicaSet (JSON)": "drift: confirmed with a live GET of the child, a dry run of the write and a live GET of the parent, by design",
-		"PATCH merge-patch, labels only": "no desired change by the controller under a settled parent, and a patch of metadata only: " +
-			"no stale cache can hide a change, so nothing is confirmed (an unconditional write would be: a live GET and a dry run)",
-	}
 	// Only the writes these scenarios are measured for, each with its note.
 	for _, noted := range []struct {
 		sc    scenario
 		notes map[string]string
-	}{{scDrift, notes}, {scAllowance, allowanceRows}} {
+	}{{scDrift, driftRows}, {scAllowance, allowanceRows}} {
 		for _, w := range h.writeOps(noted.sc, p) {
 			note, ok := noted.notes[w.name]
 			if !ok {

@@ -183,14 +183,6 @@ func childChanged(observers []Observer, obj interface{}) {
 	}
 }
 
-func childUID(obj interface{}) (types.UID, bool) {
-	c, ok := cachedChild(obj)
-	if !ok {
-		return "", false
-	}
-	return c.uid, true
-}
-
 // KindFilter is an Observer that learns from some kinds of parent only:
 // a parent of another kind is not decoded for it.
 type KindFilter interface {
@@ -379,7 +371,7 @@ func (s *Store) GetMetadata(ctx context.Context, gvr schema.GroupVersionResource
 // children, or nil.
 func (s *Store) cachedMetadata(gvr schema.GroupVersionResource, namespace, name string) *unstructured.Unstructured {
 	cc := s.childCacheFor(gvr)
-	if cc == nil || !cc.controller.HasSynced() {
+	if cc == nil || !cc.hasSynced() {
 		return nil
 	}
 	obj, exists, err := cc.indexer.GetByKey(cacheKey(namespace, name))
@@ -520,7 +512,7 @@ const maxOwnedListed = 1000
 // metadata, they are listed live (at most maxOwnedListed objects of the
 // namespace are looked at). The objects must not be modified.
 func (s *Store) Owned(ctx context.Context, gvr schema.GroupVersionResource, namespace string, owner types.UID, metadataOnly bool) ([]*unstructured.Unstructured, error) {
-	if c := s.childCacheFor(gvr); metadataOnly && c != nil && c.controller.HasSynced() {
+	if c := s.childCacheFor(gvr); metadataOnly && c != nil && c.hasSynced() {
 		return s.ownedFromCache(c.indexer, gvr, namespace, owner)
 	}
 	list, err := s.dynamic.Resource(gvr).Namespace(namespace).List(ctx, metav1.ListOptions{Limit: maxOwnedListed})
@@ -550,7 +542,7 @@ func (s *Store) WaitForMetadataSync(ctx context.Context, gvr schema.GroupVersion
 	if c == nil {
 		return fmt.Errorf("%s is not cached as a child: it is never cached, or the proxy holds %d such caches already", gvr, s.maxInformers)
 	}
-	if !cache.WaitForCacheSync(ctx.Done(), c.controller.HasSynced) {
+	if !cache.WaitForCacheSync(ctx.Done(), c.hasSynced) {
 		return fmt.Errorf("cache of children %s did not sync: %w", gvr, ctx.Err())
 	}
 	return nil
@@ -606,15 +598,16 @@ func lazyStart[C comparable](s *Store, started map[schema.GroupVersionResource]C
 	return c
 }
 
-// childCache is a cache of children. It is an informer without the sharing
-// of a shared informer: its one handler is called in the loop that fills
-// the cache, where a shared informer hands every event through a buffer
-// and two goroutines of the handler's own. A child's watch event costs the
-// proxy little more than waking the goroutines it passes through, and
-// most watch events are of children.
+// childCache is a cache of children: a reflector writing into a store
+// that tells the observers of each change as it applies it
+// (childStore). A child's watch event costs the proxy little more than
+// waking the goroutines it passes through, and most watch events are of
+// children: a shared informer would hand each one on through a queue and
+// two goroutines of its handler's own, an informer through a queue and
+// one.
 type childCache struct {
-	indexer    cache.Indexer
-	controller cache.Controller
+	indexer   cache.Indexer
+	hasSynced func() bool
 }
 
 // childCacheFor is informerFor for the cache of children: metadata only,
@@ -636,15 +629,9 @@ func (s *Store) childCacheFor(gvr schema.GroupVersionResource) *childCache {
 			},
 			WatchFuncWithContext: s.watchChildren(gvr),
 		}, s.cacheMetadata)
-		store, controller := cache.NewInformerWithOptions(cache.InformerOptions{
-			ListerWatcher: lw,
-			ObjectType:    objectType,
-			Handler:       s.handler(childChanged, childUID),
-			ResyncPeriod:  s.resync,
-			Indexers:      cache.Indexers{cache.NamespaceIndex: cache.MetaNamespaceIndexFunc},
-			Transform:     compactChildOf,
-		})
-		return &childCache{indexer: store.(cache.Indexer), controller: controller}, controller.RunWithContext
+		store := newChildStore(s.observersNow)
+		reflector := cache.NewReflectorWithOptions(lw, objectType, store, cache.ReflectorOptions{Name: "children " + gvr.String()})
+		return &childCache{indexer: store.indexer, hasSynced: store.hasSynced}, reflector.RunWithContext
 	})
 }
 

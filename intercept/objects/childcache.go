@@ -2,6 +2,7 @@ package objects
 
 import (
 	"fmt"
+	"sync"
 	"sync/atomic"
 
 	"k8s.io/apimachinery/pkg/types"
@@ -22,14 +23,21 @@ type childStore struct {
 	// synced is set once the first list is in the store and its children
 	// have reached the observers.
 	synced atomic.Bool
+
+	// replaced counts the lists the store has been replaced with;
+	// nextReplace is closed by the next.
+	mu          sync.Mutex
+	replaced    uint64
+	nextReplace chan struct{}
 }
 
 var _ cache.TransformingStore = (*childStore)(nil)
 
 func newChildStore(observers func() []Observer) *childStore {
 	return &childStore{
-		indexer:   cache.NewIndexer(cache.DeletionHandlingMetaNamespaceKeyFunc, cache.Indexers{cache.NamespaceIndex: cache.MetaNamespaceIndexFunc}),
-		observers: observers,
+		indexer:     cache.NewIndexer(cache.DeletionHandlingMetaNamespaceKeyFunc, cache.Indexers{cache.NamespaceIndex: cache.MetaNamespaceIndexFunc}),
+		observers:   observers,
+		nextReplace: make(chan struct{}),
 	}
 }
 
@@ -112,7 +120,32 @@ func (s *childStore) Replace(list []interface{}, _ string) error {
 		childChanged(observers, c)
 	}
 	s.synced.Store(true)
+	s.mu.Lock()
+	s.replaced++
+	close(s.nextReplace)
+	s.nextReplace = make(chan struct{})
+	s.mu.Unlock()
 	return nil
+}
+
+// replaces is how many lists the store has been replaced with.
+func (s *childStore) replaces() uint64 {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.replaced
+}
+
+// replacedSince is closed once the store has been replaced with more than
+// n lists.
+func (s *childStore) replacedSince(n uint64) <-chan struct{} {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.replaced > n {
+		done := make(chan struct{})
+		close(done)
+		return done
+	}
+	return s.nextReplace
 }
 
 // Resync does nothing: the caches of children are not resynced, and

@@ -34,7 +34,6 @@ import (
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/apimachinery/pkg/types"
-	"k8s.io/apimachinery/pkg/watch"
 	"k8s.io/client-go/discovery"
 	"k8s.io/client-go/discovery/cached/memory"
 	"k8s.io/client-go/dynamic"
@@ -623,33 +622,20 @@ func (s *Store) childCacheFor(gvr schema.GroupVersionResource) *childCache {
 		if s.childWatch != nil {
 			objectType = &compactChild{}
 		}
+		store := newChildStore(s.observersNow)
+		watchChildren := client.Watch
+		if s.childWatch != nil {
+			watchChildren = s.watchIntoStore(gvr, store)
+		}
 		lw := cache.ToListWatcherWithWatchListSemantics(&cache.ListWatch{
 			ListWithContextFunc: func(ctx context.Context, opts metav1.ListOptions) (runtime.Object, error) {
 				return client.List(ctx, opts)
 			},
-			WatchFuncWithContext: s.watchChildren(gvr),
+			WatchFuncWithContext: watchChildren,
 		}, s.cacheMetadata)
-		store := newChildStore(s.observersNow)
 		reflector := cache.NewReflectorWithOptions(lw, objectType, store, cache.ReflectorOptions{Name: "children " + gvr.String()})
 		return &childCache{indexer: store.indexer, hasSynced: store.hasSynced}, reflector.RunWithContext
 	})
-}
-
-// watchChildren is how the cache of children of gvr watches them: through
-// the client of the watches of children when the store has one, its
-// events' objects compactChild then; through the metadata client
-// otherwise.
-func (s *Store) watchChildren(gvr schema.GroupVersionResource) func(context.Context, metav1.ListOptions) (watch.Interface, error) {
-	if s.childWatch == nil {
-		return s.cacheMetadata.Resource(gvr).Watch
-	}
-	return func(ctx context.Context, opts metav1.ListOptions) (watch.Interface, error) {
-		opts.Watch = true
-		return s.childWatch.Get().AbsPath(resourcePath(gvr)...).
-			SetHeader("Accept", childWatchMediaType).
-			VersionedParams(&opts, metav1.ParameterCodec).
-			Watch(ctx)
-	}
 }
 
 // LeanParent is the first step of the transform of the caches of parents

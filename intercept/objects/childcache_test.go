@@ -177,3 +177,42 @@ func TestChildCacheRelistAfterGoneForgetsWhatWasDeleted(t *testing.T) {
 		return exists && obj.(*compactChild).GetResourceVersion() == "5000"
 	})
 }
+
+// A change that comes right after the initial events of a watch list is
+// in the cache once it has synced, not overwritten by the older list the
+// reflector replaces the store with. Written too early, the change is
+// lost in about one attempt in twenty.
+func TestChildCacheKeepsAChangeRightAfterTheInitialEvents(t *testing.T) {
+	for i := range 60 {
+		keepsTheChange(t, i)
+	}
+}
+
+func keepsTheChange(t *testing.T, attempt int) {
+	ctx, cancel := context.WithCancel(context.Background())
+	// Before the server's cleanup, which waits for the watch to end.
+	defer cancel()
+	a := storedReplicaSetMetadata(0)
+	srv := newChildServer(t, a)
+	changed := a.DeepCopy()
+	changed.ResourceVersion = "5000"
+	srv.afterInitialEvents = watchFrame(t, watch.Modified, changed)
+	s := srv.store(ctx)
+	syncCtx, done := context.WithTimeout(ctx, time.Minute)
+	defer done()
+	if err := s.WaitForMetadataSync(syncCtx, deployments); err != nil {
+		t.Fatal(err)
+	}
+	cache := s.childCacheFor(deployments)
+	deadline := time.Now().Add(30 * time.Second)
+	for {
+		obj, exists, _ := cache.indexer.Get(&compactChild{namespace: a.Namespace, name: a.Name})
+		if exists && obj.(*compactChild).GetResourceVersion() == "5000" {
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("attempt %d: the cache holds %v, want the change after the initial events", attempt, obj)
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+}

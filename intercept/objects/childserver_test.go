@@ -31,6 +31,9 @@ type childServer struct {
 	version  int
 	// opened counts the watches opened.
 	opened int
+	// afterInitialEvents is sent right after the initial events of the
+	// next watch list, in the same write.
+	afterInitialEvents []byte
 
 	frames chan sentFrame
 }
@@ -106,8 +109,12 @@ func (s *childServer) serve(w http.ResponseWriter, r *http.Request) {
 	for _, c := range s.children {
 		children = append(children, *c)
 	}
+	var afterInitialEvents []byte
 	if q.Get("watch") == "true" {
 		s.opened++
+		if q.Get("sendInitialEvents") == "true" {
+			afterInitialEvents, s.afterInitialEvents = s.afterInitialEvents, nil
+		}
 	}
 	s.mu.Unlock()
 	if q.Get("watch") != "true" {
@@ -127,6 +134,9 @@ func (s *childServer) serve(w http.ResponseWriter, r *http.Request) {
 		end := partialMetadata(metav1.ObjectMeta{ResourceVersion: version,
 			Annotations: map[string]string{metav1.InitialEventsAnnotationKey: "true"}})
 		_, _ = frames.Write(watchFrame(s.t, watch.Bookmark, end))
+		if afterInitialEvents != nil {
+			_, _ = frames.Write(afterInitialEvents)
+		}
 	}
 	flusher.Flush()
 	for {

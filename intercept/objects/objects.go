@@ -17,7 +17,8 @@
 // Most watch events the proxy receives are of objects it never decides
 // about, so a watch event must cost little: the caches watch over HTTP/1.1
 // connections of their own (CachesOver), and a child's event is copied
-// from its protobuf into the compact form the cache keeps, never decoded.
+// from its protobuf into the compact form the cache keeps, never decoded,
+// by the goroutine that reads it, which writes it into the cache too.
 package objects
 
 import (

@@ -598,13 +598,12 @@ func lazyStart[C comparable](s *Store, started map[schema.GroupVersionResource]C
 	return c
 }
 
-// childCache is a cache of children: a reflector writing into a store
-// that tells the observers of each change as it applies it
-// (childStore). A child's watch event costs the proxy little more than
-// waking the goroutines it passes through, and most watch events are of
-// children: a shared informer would hand each one on through a queue and
-// two goroutines of its handler's own, an informer through a queue and
-// one.
+// childCache is a cache of children: client-go's reflector and the store
+// it lists into (childStore), which the watch writes each change into
+// from the goroutine that reads it (watchIntoStore). Most watch events
+// are of children, and the proxy sits idle between them: an informer
+// would hand each one on through a queue to a goroutine of its own, a
+// shared informer through two more, each woken on a sleeping thread.
 type childCache struct {
 	indexer   cache.Indexer
 	hasSynced func() bool

@@ -2,6 +2,7 @@ package objects
 
 import (
 	"context"
+	"fmt"
 	"net/http"
 	"slices"
 	"testing"
@@ -214,5 +215,43 @@ func keepsTheChange(t *testing.T, attempt int) {
 			t.Fatalf("attempt %d: the cache holds %v, want the change after the initial events", attempt, obj)
 		}
 		time.Sleep(5 * time.Millisecond)
+	}
+}
+
+// The changes a watch writes into the store itself are not handed to the
+// reflector, but once the watch ends the reflector watches again from the
+// last of them, not from the list before them: it is handed the last
+// change before the end.
+func TestChildCacheWatchesAgainFromTheLastChangeWritten(t *testing.T) {
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	a, b := storedReplicaSetMetadata(0), storedReplicaSetMetadata(1)
+	srv := newChildServer(t, a, b)
+	s := srv.store(ctx)
+	syncCtx, done := context.WithTimeout(ctx, time.Minute)
+	defer done()
+	if err := s.WaitForMetadataSync(syncCtx, deployments); err != nil {
+		t.Fatal(err)
+	}
+	for i, m := range []*metav1.PartialObjectMetadata{a, b} {
+		changed := m.DeepCopy()
+		changed.ResourceVersion = fmt.Sprint(5000 + i)
+		srv.send(watchFrame(t, watch.Modified, changed), false)
+	}
+	srv.send(nil, true)
+	deadline := time.Now().Add(2 * time.Minute)
+	for srv.watchesOpened() < 2 {
+		if time.Now().After(deadline) {
+			t.Fatal("the cache did not watch again after its watch ended")
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	if from := srv.watchedFrom(); from[1] != "5001" {
+		t.Errorf("watched again from resourceVersion %q, want 5001, the last change's (watches: %v)", from[1], from)
+	}
+	cache := s.childCacheFor(deployments)
+	obj, exists, _ := cache.indexer.Get(&compactChild{namespace: b.Namespace, name: b.Name})
+	if !exists || obj.(*compactChild).GetResourceVersion() != "5001" {
+		t.Errorf("the cache holds %v, want the change", obj)
 	}
 }

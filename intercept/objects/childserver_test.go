@@ -6,6 +6,7 @@ import (
 	"encoding/json"
 	"net/http"
 	"net/http/httptest"
+	"slices"
 	"strconv"
 	"sync"
 	"testing"
@@ -29,8 +30,10 @@ type childServer struct {
 	mu       sync.Mutex
 	children map[string]*metav1.PartialObjectMetadata
 	version  int
-	// opened counts the watches opened.
-	opened int
+	// opened counts the watches opened; versions are the resourceVersions
+	// they asked to start from.
+	opened   int
+	versions []string
 	// afterInitialEvents is sent right after the initial events of the
 	// next watch list, in the same write.
 	afterInitialEvents []byte
@@ -74,7 +77,8 @@ func (s *childServer) remove(name string) {
 	s.version++
 }
 
-// send sends an event to the open watch, waiting for one to be open.
+// send sends an event to the open watch, waiting for one to be open; a
+// nil frame ends the watch without an event, as a watch's timeout does.
 func (s *childServer) send(frame []byte, last bool) {
 	select {
 	case s.frames <- sentFrame{frame: frame, last: last}:
@@ -87,6 +91,13 @@ func (s *childServer) watchesOpened() int {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	return s.opened
+}
+
+// watchedFrom is the resourceVersion each watch asked to start from.
+func (s *childServer) watchedFrom() []string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return slices.Clone(s.versions)
 }
 
 // watchFrame is the frame of a watch event of obj, as kube-apiserver
@@ -112,6 +123,7 @@ func (s *childServer) serve(w http.ResponseWriter, r *http.Request) {
 	var afterInitialEvents []byte
 	if q.Get("watch") == "true" {
 		s.opened++
+		s.versions = append(s.versions, q.Get("resourceVersion"))
 		if q.Get("sendInitialEvents") == "true" {
 			afterInitialEvents, s.afterInitialEvents = s.afterInitialEvents, nil
 		}
@@ -144,6 +156,9 @@ func (s *childServer) serve(w http.ResponseWriter, r *http.Request) {
 		case <-r.Context().Done():
 			return
 		case f := <-s.frames:
+			if f.frame == nil {
+				return
+			}
 			if _, err := frames.Write(f.frame); err != nil {
 				return
 			}

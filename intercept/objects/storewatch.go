@@ -45,6 +45,10 @@ func (s *Store) watchIntoStore(gvr schema.GroupVersionResource, store *childStor
 		for _, info := range (childWatchCodecs{}).SupportedMediaTypes() {
 			framer = info.StreamSerializer.Framer
 		}
+		if framer == nil {
+			_ = body.Close()
+			return nil, fmt.Errorf("no protobuf framing of watch events for the watch of %s", gvr)
+		}
 		events := restclientwatch.NewDecoder(streaming.NewDecoder(framer.NewFrameReader(body), watchEventSerializer{}), childWatchSerializer{})
 		initialEvents := opts.SendInitialEvents != nil && *opts.SendInitialEvents
 		d := &storeWritingDecoder{events: events, store: store, writing: !initialEvents, replacedBefore: replaced,

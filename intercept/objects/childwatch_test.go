@@ -140,8 +140,10 @@ func TestChildWatchRejectsWhatIsNotAChild(t *testing.T) {
 }
 
 // The client of the watches of children reads a watch stream as
-// kube-apiserver writes it: children compact, bookmarks with what the
-// reflector reads of them, errors as their Status.
+// kube-apiserver writes it: children compact, written into the cache's
+// store; bookmarks with what the reflector reads of them, and errors as
+// their Status, handed to the reflector, after the last child written
+// into the store, so that the reflector resumes the watch from there.
 func TestChildWatchClientReadsAWatchStream(t *testing.T) {
 	child := storedReplicaSetMetadata(1)
 	bookmark := partialMetadata(metav1.ObjectMeta{ResourceVersion: "200",
@@ -151,7 +153,7 @@ func TestChildWatchClientReadsAWatchStream(t *testing.T) {
 	events := []struct {
 		typ watch.EventType
 		obj runtime.Object
-	}{{watch.Added, child}, {watch.Bookmark, bookmark}, {watch.Error, gone}}
+	}{{watch.Added, child}, {watch.Bookmark, bookmark}, {watch.Added, storedReplicaSetMetadata(2)}, {watch.Error, gone}}
 
 	var query, accept, proto, otherProto string
 	server := httptest.NewUnstartedServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
@@ -178,8 +180,9 @@ func TestChildWatchClientReadsAWatchStream(t *testing.T) {
 		t.Fatal(err)
 	}
 	s := New(context.Background(), nil, nil, nil, cachesOver)
+	store := newChildStore(s.observersNow)
 	timeout := int64(60)
-	w, err := s.watchChildren(deployments)(context.Background(), metav1.ListOptions{ResourceVersion: "100", TimeoutSeconds: &timeout, AllowWatchBookmarks: true})
+	w, err := s.watchIntoStore(deployments, store)(context.Background(), metav1.ListOptions{ResourceVersion: "100", TimeoutSeconds: &timeout, AllowWatchBookmarks: true})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -188,18 +191,26 @@ func TestChildWatchClientReadsAWatchStream(t *testing.T) {
 	for e := range w.ResultChan() {
 		got = append(got, e)
 	}
-	if len(got) != len(events) {
-		t.Fatalf("%d events, want %d: %v", len(got), len(events), got)
+	want := []watch.EventType{watch.Bookmark, watch.Added, watch.Error}
+	if len(got) != len(want) {
+		t.Fatalf("handed on %d events, want %d: %v", len(got), len(want), got)
 	}
-	for i, e := range events {
-		if got[i].Type != e.typ {
-			t.Errorf("event %d is %s, want %s", i, got[i].Type, e.typ)
+	for i, typ := range want {
+		if got[i].Type != typ {
+			t.Errorf("event %d is %s, want %s", i, got[i].Type, typ)
 		}
 	}
-	assertSameCompactChild(t, got[0].Object, child)
-	assertSameCompactChild(t, got[1].Object, bookmark)
+	assertSameCompactChild(t, got[0].Object, bookmark)
+	assertSameCompactChild(t, got[1].Object, storedReplicaSetMetadata(2))
 	if s, ok := got[2].Object.(*metav1.Status); !ok || s.Code != http.StatusGone {
 		t.Errorf("error event holds %#v, want the Status", got[2].Object)
+	}
+	for i, name := range []string{child.Name, "c-000002"} {
+		obj, exists, err := store.indexer.GetByKey(child.Namespace + "/" + name)
+		if err != nil || !exists {
+			t.Fatalf("the store lacks child %d: %v", i+1, err)
+		}
+		assertSameCompactChild(t, obj.(*compactChild), storedReplicaSetMetadata(i+1))
 	}
 	if proto != "HTTP/1.1" {
 		t.Errorf("the watch went over %s, want HTTP/1.1", proto)

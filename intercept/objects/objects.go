@@ -17,7 +17,8 @@
 // Most watch events the proxy receives are of objects it never decides
 // about, so a watch event must cost little: the caches watch over HTTP/1.1
 // connections of their own (CachesOver), and a child's event is copied
-// from its protobuf into the compact form the cache keeps, never decoded.
+// from its protobuf into the compact form the cache keeps, never decoded,
+// by the goroutine that reads it, which writes it into the cache too.
 package objects
 
 import (
@@ -34,7 +35,6 @@ import (
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/apimachinery/pkg/types"
-	"k8s.io/apimachinery/pkg/watch"
 	"k8s.io/client-go/discovery"
 	"k8s.io/client-go/discovery/cached/memory"
 	"k8s.io/client-go/dynamic"
@@ -181,14 +181,6 @@ func childChanged(observers []Observer, obj interface{}) {
 			mo.ObserveMetadata(c)
 		}
 	}
-}
-
-func childUID(obj interface{}) (types.UID, bool) {
-	c, ok := cachedChild(obj)
-	if !ok {
-		return "", false
-	}
-	return c.uid, true
 }
 
 // KindFilter is an Observer that learns from some kinds of parent only:
@@ -379,7 +371,7 @@ func (s *Store) GetMetadata(ctx context.Context, gvr schema.GroupVersionResource
 // children, or nil.
 func (s *Store) cachedMetadata(gvr schema.GroupVersionResource, namespace, name string) *unstructured.Unstructured {
 	cc := s.childCacheFor(gvr)
-	if cc == nil || !cc.controller.HasSynced() {
+	if cc == nil || !cc.hasSynced() {
 		return nil
 	}
 	obj, exists, err := cc.indexer.GetByKey(cacheKey(namespace, name))
@@ -520,7 +512,7 @@ const maxOwnedListed = 1000
 // metadata, they are listed live (at most maxOwnedListed objects of the
 // namespace are looked at). The objects must not be modified.
 func (s *Store) Owned(ctx context.Context, gvr schema.GroupVersionResource, namespace string, owner types.UID, metadataOnly bool) ([]*unstructured.Unstructured, error) {
-	if c := s.childCacheFor(gvr); metadataOnly && c != nil && c.controller.HasSynced() {
+	if c := s.childCacheFor(gvr); metadataOnly && c != nil && c.hasSynced() {
 		return s.ownedFromCache(c.indexer, gvr, namespace, owner)
 	}
 	list, err := s.dynamic.Resource(gvr).Namespace(namespace).List(ctx, metav1.ListOptions{Limit: maxOwnedListed})
@@ -550,7 +542,7 @@ func (s *Store) WaitForMetadataSync(ctx context.Context, gvr schema.GroupVersion
 	if c == nil {
 		return fmt.Errorf("%s is not cached as a child: it is never cached, or the proxy holds %d such caches already", gvr, s.maxInformers)
 	}
-	if !cache.WaitForCacheSync(ctx.Done(), c.controller.HasSynced) {
+	if !cache.WaitForCacheSync(ctx.Done(), c.hasSynced) {
 		return fmt.Errorf("cache of children %s did not sync: %w", gvr, ctx.Err())
 	}
 	return nil
@@ -606,15 +598,15 @@ func lazyStart[C comparable](s *Store, started map[schema.GroupVersionResource]C
 	return c
 }
 
-// childCache is a cache of children. It is an informer without the sharing
-// of a shared informer: its one handler is called in the loop that fills
-// the cache, where a shared informer hands every event through a buffer
-// and two goroutines of the handler's own. A child's watch event costs the
-// proxy little more than waking the goroutines it passes through, and
-// most watch events are of children.
+// childCache is a cache of children: client-go's reflector and the store
+// it lists into (childStore), which the watch writes each change into
+// from the goroutine that reads it (watchIntoStore). Most watch events
+// are of children, and the proxy sits idle between them: an informer
+// would hand each one on through a queue to a goroutine of its own, a
+// shared informer through two more, each woken on a sleeping thread.
 type childCache struct {
-	indexer    cache.Indexer
-	controller cache.Controller
+	indexer   cache.Indexer
+	hasSynced func() bool
 }
 
 // childCacheFor is informerFor for the cache of children: metadata only,
@@ -630,39 +622,20 @@ func (s *Store) childCacheFor(gvr schema.GroupVersionResource) *childCache {
 		if s.childWatch != nil {
 			objectType = &compactChild{}
 		}
+		store := newChildStore(s.observersNow)
+		watchChildren := client.Watch
+		if s.childWatch != nil {
+			watchChildren = s.watchIntoStore(gvr, store)
+		}
 		lw := cache.ToListWatcherWithWatchListSemantics(&cache.ListWatch{
 			ListWithContextFunc: func(ctx context.Context, opts metav1.ListOptions) (runtime.Object, error) {
 				return client.List(ctx, opts)
 			},
-			WatchFuncWithContext: s.watchChildren(gvr),
+			WatchFuncWithContext: watchChildren,
 		}, s.cacheMetadata)
-		store, controller := cache.NewInformerWithOptions(cache.InformerOptions{
-			ListerWatcher: lw,
-			ObjectType:    objectType,
-			Handler:       s.handler(childChanged, childUID),
-			ResyncPeriod:  s.resync,
-			Indexers:      cache.Indexers{cache.NamespaceIndex: cache.MetaNamespaceIndexFunc},
-			Transform:     compactChildOf,
-		})
-		return &childCache{indexer: store.(cache.Indexer), controller: controller}, controller.RunWithContext
+		reflector := cache.NewReflectorWithOptions(lw, objectType, store, cache.ReflectorOptions{Name: "children " + gvr.String()})
+		return &childCache{indexer: store.indexer, hasSynced: store.hasSynced}, reflector.RunWithContext
 	})
-}
-
-// watchChildren is how the cache of children of gvr watches them: through
-// the client of the watches of children when the store has one, its
-// events' objects compactChild then; through the metadata client
-// otherwise.
-func (s *Store) watchChildren(gvr schema.GroupVersionResource) func(context.Context, metav1.ListOptions) (watch.Interface, error) {
-	if s.childWatch == nil {
-		return s.cacheMetadata.Resource(gvr).Watch
-	}
-	return func(ctx context.Context, opts metav1.ListOptions) (watch.Interface, error) {
-		opts.Watch = true
-		return s.childWatch.Get().AbsPath(resourcePath(gvr)...).
-			SetHeader("Accept", childWatchMediaType).
-			VersionedParams(&opts, metav1.ParameterCodec).
-			Watch(ctx)
-	}
 }
 
 // LeanParent is the first step of the transform of the caches of parents

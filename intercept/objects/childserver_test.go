@@ -1,0 +1,171 @@
+package objects
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"net/http"
+	"net/http/httptest"
+	"slices"
+	"strconv"
+	"sync"
+	"testing"
+	"time"
+
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/watch"
+	"k8s.io/client-go/rest"
+)
+
+// childServer is kube-apiserver as a store's caches of children read it,
+// over TLS and HTTP/1.1: a watch list (the children it holds as initial
+// events, then the bookmark that ends them) or a list, then a protobuf
+// watch that sends the frames the test sends, one at a time, each
+// flushed as kube-apiserver flushes every event.
+type childServer struct {
+	t      testing.TB
+	server *httptest.Server
+
+	mu       sync.Mutex
+	children map[string]*metav1.PartialObjectMetadata
+	version  int
+	// opened counts the watches opened; versions are the resourceVersions
+	// they asked to start from.
+	opened   int
+	versions []string
+	// afterInitialEvents is sent right after the initial events of the
+	// next watch list, in the same write.
+	afterInitialEvents []byte
+
+	frames chan sentFrame
+}
+
+type sentFrame struct {
+	frame []byte
+	// last ends the watch once the frame is sent, as an error event does.
+	last bool
+}
+
+func newChildServer(t testing.TB, children ...*metav1.PartialObjectMetadata) *childServer {
+	s := &childServer{t: t, children: map[string]*metav1.PartialObjectMetadata{}, version: 1000, frames: make(chan sentFrame)}
+	for _, c := range children {
+		s.children[c.Name] = c
+	}
+	s.server = httptest.NewUnstartedServer(http.HandlerFunc(s.serve))
+	s.server.StartTLS()
+	t.Cleanup(s.server.Close)
+	return s
+}
+
+// store is a Store whose caches list and watch s.
+func (s *childServer) store(ctx context.Context) *Store {
+	s.t.Helper()
+	cachesOver, err := CachesOver(&rest.Config{Host: s.server.URL, TLSClientConfig: rest.TLSClientConfig{Insecure: true}})
+	if err != nil {
+		s.t.Fatal(err)
+	}
+	return New(ctx, nil, nil, nil, cachesOver)
+}
+
+// remove deletes a child without an event: as a deletion while the
+// cache's watch was broken off.
+func (s *childServer) remove(name string) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	delete(s.children, name)
+	s.version++
+}
+
+// send sends an event to the open watch, waiting for one to be open; a
+// nil frame ends the watch without an event, as a watch's timeout does.
+func (s *childServer) send(frame []byte, last bool) {
+	select {
+	case s.frames <- sentFrame{frame: frame, last: last}:
+	case <-time.After(time.Minute):
+		s.t.Fatal("no watch took an event for a minute")
+	}
+}
+
+func (s *childServer) watchesOpened() int {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.opened
+}
+
+// watchedFrom is the resourceVersion each watch asked to start from.
+func (s *childServer) watchedFrom() []string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return slices.Clone(s.versions)
+}
+
+// watchFrame is the frame of a watch event of obj, as kube-apiserver
+// writes it to a protobuf watch of metadata (without the length before it).
+func watchFrame(t testing.TB, typ watch.EventType, obj runtime.Object) []byte {
+	t.Helper()
+	var buf bytes.Buffer
+	event := &metav1.WatchEvent{Type: string(typ), Object: runtime.RawExtension{Raw: asWatched(t, obj)}}
+	if err := protobufSerializer(t).StreamSerializer.Serializer.Encode(event, &buf); err != nil {
+		t.Fatal(err)
+	}
+	return buf.Bytes()
+}
+
+func (s *childServer) serve(w http.ResponseWriter, r *http.Request) {
+	q := r.URL.Query()
+	s.mu.Lock()
+	version := strconv.Itoa(s.version)
+	var children []metav1.PartialObjectMetadata
+	for _, c := range s.children {
+		children = append(children, *c)
+	}
+	var afterInitialEvents []byte
+	if q.Get("watch") == "true" {
+		s.opened++
+		s.versions = append(s.versions, q.Get("resourceVersion"))
+		if q.Get("sendInitialEvents") == "true" {
+			afterInitialEvents, s.afterInitialEvents = s.afterInitialEvents, nil
+		}
+	}
+	s.mu.Unlock()
+	if q.Get("watch") != "true" {
+		list := &metav1.PartialObjectMetadataList{ListMeta: metav1.ListMeta{ResourceVersion: version}, Items: children}
+		list.APIVersion, list.Kind = "meta.k8s.io/v1", "PartialObjectMetadataList"
+		w.Header().Set("Content-Type", "application/json")
+		_ = json.NewEncoder(w).Encode(list)
+		return
+	}
+	w.Header().Set("Content-Type", "application/vnd.kubernetes.protobuf;stream=watch")
+	frames := protobufSerializer(s.t).StreamSerializer.Framer.NewFrameWriter(w)
+	flusher := w.(http.Flusher)
+	if q.Get("sendInitialEvents") == "true" {
+		for i := range children {
+			_, _ = frames.Write(watchFrame(s.t, watch.Added, &children[i]))
+		}
+		end := partialMetadata(metav1.ObjectMeta{ResourceVersion: version,
+			Annotations: map[string]string{metav1.InitialEventsAnnotationKey: "true"}})
+		_, _ = frames.Write(watchFrame(s.t, watch.Bookmark, end))
+		if afterInitialEvents != nil {
+			_, _ = frames.Write(afterInitialEvents)
+		}
+	}
+	flusher.Flush()
+	for {
+		select {
+		case <-r.Context().Done():
+			return
+		case f := <-s.frames:
+			if f.frame == nil {
+				return
+			}
+			if _, err := frames.Write(f.frame); err != nil {
+				return
+			}
+			flusher.Flush()
+			if f.last {
+				return
+			}
+		}
+	}
+}

@@ -1,0 +1,156 @@
+package objects
+
+import (
+	"context"
+	"fmt"
+	"io"
+	"net/http"
+	"sync"
+
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/runtime/schema"
+	"k8s.io/apimachinery/pkg/runtime/serializer/streaming"
+	utilnet "k8s.io/apimachinery/pkg/util/net"
+	utilruntime "k8s.io/apimachinery/pkg/util/runtime"
+	"k8s.io/apimachinery/pkg/watch"
+	restclientwatch "k8s.io/client-go/rest/watch"
+	"k8s.io/klog/v2"
+)
+
+// watchIntoStore is the watch of the children of gvr for the cache whose
+// store is store: each change is written into the store by the goroutine
+// that reads it off the connection (storeWritingDecoder), and the
+// reflector gets only what it must see. Handing each event to the
+// reflector's goroutine woke a thread of the otherwise idle proxy for
+// every event: as much CPU as the rest of the event's work.
+func (s *Store) watchIntoStore(gvr schema.GroupVersionResource, store *childStore) func(context.Context, metav1.ListOptions) (watch.Interface, error) {
+	return func(ctx context.Context, opts metav1.ListOptions) (watch.Interface, error) {
+		opts.Watch = true
+		replaced := store.replaces()
+		body, err := s.childWatch.Get().AbsPath(resourcePath(gvr)...).
+			SetHeader("Accept", childWatchMediaType).
+			VersionedParams(&opts, metav1.ParameterCodec).
+			Stream(ctx)
+		if err != nil {
+			// As a watch request of client-go: a connection that broke
+			// before the response is a watch that ended, not a failure.
+			if utilnet.IsProbableEOF(err) || utilnet.IsTimeout(err) {
+				return watch.NewEmptyWatch(), nil
+			}
+			return nil, err
+		}
+		var framer runtime.Framer
+		for _, info := range (childWatchCodecs{}).SupportedMediaTypes() {
+			framer = info.StreamSerializer.Framer
+		}
+		if framer == nil {
+			_ = body.Close()
+			return nil, fmt.Errorf("no protobuf framing of watch events for the watch of %s", gvr)
+		}
+		events := restclientwatch.NewDecoder(streaming.NewDecoder(framer.NewFrameReader(body), watchEventSerializer{}), childWatchSerializer{})
+		initialEvents := opts.SendInitialEvents != nil && *opts.SendInitialEvents
+		d := &storeWritingDecoder{events: events, store: store, writing: !initialEvents, replacedBefore: replaced,
+			stopped: make(chan struct{}), done: ctx.Done()}
+		return watch.NewStreamWatcherWithLogger(klog.FromContext(ctx), d,
+			apierrors.NewClientErrorReporter(http.StatusInternalServerError, "GET", "ClientWatchDecoding")), nil
+	}
+}
+
+// storeWritingDecoder decodes a watch of children and writes each added,
+// changed or deleted child into the cache's store itself. The reflector
+// is handed the rest: bookmarks, errors, the end of the watch; and the
+// initial events of a watch list, which it gathers into a store of its own
+// and then replaces the cache's with: writing starts once it has, so no
+// change is overwritten by the older list. Before it is handed anything
+// else, it is handed again the last change written here (writing it again
+// changes nothing), so that it resumes the watch from there, as it would
+// have had it been handed every change.
+type storeWritingDecoder struct {
+	events *restclientwatch.Decoder
+	store  *childStore
+	// writing: changes are written here, not handed on.
+	writing bool
+	// awaitingList: the initial events have been handed on, and writing
+	// starts once the store has been replaced more often than
+	// replacedBefore, when the watch was opened.
+	awaitingList   bool
+	replacedBefore uint64
+
+	written *watchEvent
+	held    *watchEvent
+
+	stopOnce sync.Once
+	stopped  chan struct{}
+	done     <-chan struct{}
+}
+
+type watchEvent struct {
+	typ watch.EventType
+	obj runtime.Object
+	err error
+}
+
+func (d *storeWritingDecoder) Decode() (watch.EventType, runtime.Object, error) {
+	if h := d.held; h != nil {
+		d.held = nil
+		return h.typ, h.obj, h.err
+	}
+	if d.awaitingList {
+		select {
+		case <-d.store.replacedSince(d.replacedBefore):
+		case <-d.stopped:
+			return "", nil, io.EOF
+		case <-d.done:
+			return "", nil, io.EOF
+		}
+		d.awaitingList, d.writing = false, true
+	}
+	for {
+		typ, obj, err := d.events.Decode()
+		if err == nil && d.writing {
+			if c, ok := obj.(*compactChild); ok && (typ == watch.Added || typ == watch.Modified || typ == watch.Deleted) {
+				d.write(typ, c)
+				continue
+			}
+		}
+		if err == nil && !d.writing && typ == watch.Bookmark {
+			if m, isMeta := obj.(metav1.Object); isMeta && m.GetAnnotations()[metav1.InitialEventsAnnotationKey] == "true" {
+				d.awaitingList = true
+			}
+		}
+		e := &watchEvent{typ: typ, obj: obj, err: err}
+		if w := d.written; w != nil {
+			d.written = nil
+			// A bookmark is newer than the change: the reflector resumes
+			// from it.
+			if err != nil || typ != watch.Bookmark {
+				d.held = e
+				return w.typ, w.obj, nil
+			}
+		}
+		return e.typ, e.obj, e.err
+	}
+}
+
+func (d *storeWritingDecoder) write(typ watch.EventType, c *compactChild) {
+	var err error
+	if typ == watch.Deleted {
+		err = d.store.Delete(c)
+	} else {
+		err = d.store.Update(c)
+	}
+	if err != nil {
+		utilruntime.HandleError(fmt.Errorf("writing a watch event of %s/%s into the cache of children: %w", c.namespace, c.name, err))
+	}
+	if d.written == nil {
+		d.written = &watchEvent{}
+	}
+	d.written.typ, d.written.obj = typ, c
+}
+
+func (d *storeWritingDecoder) Close() {
+	d.stopOnce.Do(func() { close(d.stopped) })
+	d.events.Close()
+}

@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"io"
 	"net/http"
+	"sync"
 
 	"k8s.io/apiserver/pkg/endpoints/request"
 )
@@ -44,8 +45,8 @@ func readWriteAnswer(resp *http.Response) error {
 	if resp.ContentLength > maxBufferedAnswer {
 		return nil
 	}
+	buf := answerBuffers.Get().(*bytes.Buffer)
 	// Sized once when the length is known, as it is for most answers.
-	var buf bytes.Buffer
 	if resp.ContentLength > 0 {
 		buf.Grow(int(resp.ContentLength) + bytes.MinRead)
 	}
@@ -53,6 +54,7 @@ func readWriteAnswer(resp *http.Response) error {
 	read := buf.Bytes()
 	if err != nil {
 		_ = resp.Body.Close()
+		recycleAnswerBuffer(buf)
 		return fmt.Errorf("its answer to this %s broke off after %d bytes, and the write may have been applied (read the object before retrying): %w",
 			req.Method, len(read), err)
 	}
@@ -65,7 +67,41 @@ func readWriteAnswer(resp *http.Response) error {
 		return nil
 	}
 	_ = resp.Body.Close()
-	resp.Body = io.NopCloser(bytes.NewReader(read))
+	answer := &bufferedAnswer{buf: buf}
+	answer.Reset(read)
+	resp.Body = answer
 	resp.ContentLength = int64(len(read))
+	return nil
+}
+
+// maxPooledAnswerBuffer bounds the buffers kept for reuse, so that one
+// large answer does not pin its memory in the pool.
+const maxPooledAnswerBuffer = 256 << 10
+
+// answerBuffers spares every write an allocation of its answer's size.
+var answerBuffers = sync.Pool{New: func() any { return new(bytes.Buffer) }}
+
+func recycleAnswerBuffer(buf *bytes.Buffer) {
+	if buf.Cap() > maxPooledAnswerBuffer {
+		return
+	}
+	buf.Reset()
+	answerBuffers.Put(buf)
+}
+
+// bufferedAnswer is a write's answer read whole. Close gives its buffer
+// back: ReverseProxy closes the body once it has copied it to the caller,
+// and a read after Close finds nothing rather than another answer's bytes.
+type bufferedAnswer struct {
+	bytes.Reader
+	buf *bytes.Buffer
+}
+
+func (a *bufferedAnswer) Close() error {
+	if a.buf != nil {
+		a.Reset(nil)
+		recycleAnswerBuffer(a.buf)
+		a.buf = nil
+	}
 	return nil
 }

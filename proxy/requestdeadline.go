@@ -6,7 +6,9 @@ import (
 	"fmt"
 	"io"
 	"net/http"
+	"net/url"
 	"os"
+	"strings"
 	"sync/atomic"
 	"time"
 
@@ -44,7 +46,7 @@ func withRequestDeadline(next http.Handler, longRunning request.LongRunningReque
 			return
 		}
 		timeout := limit
-		if v := r.URL.Query().Get("timeout"); v != "" {
+		if v := timeoutParameter(r.URL.RawQuery); v != "" {
 			if d, err := time.ParseDuration(v); err == nil && d > 0 && d < timeout {
 				// leave the upstream room to answer its own timeout first
 				timeout = d + time.Second
@@ -72,6 +74,18 @@ func withRequestDeadline(next http.Handler, longRunning request.LongRunningReque
 			WriteStatus(rec, bodyTimeout())
 		}
 	})
+}
+
+// timeoutParameter is the request's ?timeout=, read without parsing a
+// query that cannot hold it: most writes carry other parameters (a
+// fieldManager, a dryRun), and parsing them costs every write a map. A
+// query with a percent sign may spell the name escaped, and is parsed.
+func timeoutParameter(rawQuery string) string {
+	if !strings.Contains(rawQuery, "timeout") && !strings.Contains(rawQuery, "%") {
+		return ""
+	}
+	q, _ := url.ParseQuery(rawQuery)
+	return q.Get("timeout")
 }
 
 // errBodyDeadline marks a body read that ran into the request's read

@@ -170,3 +170,25 @@ func TestRequestDeadlineOnTheContext(t *testing.T) {
 		})
 	}
 }
+
+func TestTimeoutParameter(t *testing.T) {
+	tests := []struct{ query, want string }{
+		{"", ""},
+		{"fieldManager=kube-controller-manager", ""},
+		{"timeout=5s", "5s"},
+		{"fieldManager=x&timeout=250ms", "250ms"},
+		{"%74imeout=3s", "3s"}, // the name escaped
+		{"timeout=1%30s", "10s"},
+		{"timeoutSeconds=30", ""},
+		{"dryRun=All&fieldManager=a%2Fb", ""},
+	}
+	for _, tt := range tests {
+		if got := timeoutParameter(tt.query); got != tt.want {
+			t.Errorf("timeoutParameter(%q) = %q, want %q", tt.query, got, tt.want)
+		}
+		want, _ := url.ParseQuery(tt.query)
+		if got := timeoutParameter(tt.query); got != want.Get("timeout") {
+			t.Errorf("timeoutParameter(%q) = %q, but the parsed query says %q", tt.query, got, want.Get("timeout"))
+		}
+	}
+}

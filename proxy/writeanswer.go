@@ -32,14 +32,7 @@ func forwardResponse(resp *http.Response) error {
 // and so does the proxy subresource, whose answers are not the API's.
 func readWriteAnswer(resp *http.Response) error {
 	req := resp.Request
-	if req == nil {
-		return nil
-	}
-	switch req.Method {
-	case http.MethodGet, http.MethodHead, http.MethodOptions:
-		return nil
-	}
-	if info, ok := request.RequestInfoFrom(req.Context()); ok && info.Subresource == "proxy" {
+	if req == nil || !answerReadWhole(req) {
 		return nil
 	}
 	if resp.ContentLength > maxBufferedAnswer {
@@ -72,6 +65,17 @@ func readWriteAnswer(resp *http.Response) error {
 	resp.Body = answer
 	resp.ContentLength = int64(len(read))
 	return nil
+}
+
+// answerReadWhole reports whether the answer to r is read whole before it
+// is passed on: a write's, unless it is to the proxy subresource.
+func answerReadWhole(r *http.Request) bool {
+	switch r.Method {
+	case http.MethodGet, http.MethodHead, http.MethodOptions:
+		return false
+	}
+	info, ok := request.RequestInfoFrom(r.Context())
+	return !ok || info.Subresource != "proxy"
 }
 
 // maxPooledAnswerBuffer bounds the buffers kept for reuse, so that one

@@ -9,7 +9,6 @@ import (
 	"net/url"
 	"os"
 	"strings"
-	"sync"
 	"sync/atomic"
 	"time"
 
@@ -28,10 +27,10 @@ import (
 // its client simply re-establishes it against another replica.
 //
 // The bound covers the request body too. A deadline on the context alone
-// does not end a read that is waiting on the network, so when the deadline
-// passes such a read is ended by a read deadline on the connection (on
-// HTTP/2, on the stream): a caller that trickles its body holds a write no
-// longer than any other request may take. When the body is cut off and nothing answered the caller, the
+// does not end a read that is waiting on the network, so the body gets a
+// read deadline on the connection (on HTTP/2, on the stream): a caller that
+// trickles its body holds a write no longer than any other request may
+// take. When the body is cut off and nothing answered the caller, the
 // answer is a 504 Status, as kube-apiserver's timeout filter gives.
 //
 //nolint:revive // draining is the server's lifetime, not a request context; filters take the next handler first
@@ -63,54 +62,18 @@ func withRequestDeadline(next http.Handler, longRunning request.LongRunningReque
 		}
 		body := &deadlineBody{ReadCloser: r.Body}
 		r.Body = body
-		served := endBodyReadsWith(ctx, w)
+		// An error means the connection cannot take a deadline (a test's
+		// recorder); the context deadline still bounds everything but a
+		// blocked read.
+		_ = http.NewResponseController(w).SetReadDeadline(deadline)
 		rec := httpx.NewCodeRecorder(w)
 		next.ServeHTTP(rec, r)
-		served()
 		if rec.Code() == 0 && body.cutOff.Load() {
 			// Whoever read the body saw the connection's context end with
 			// it and answered nobody.
 			WriteStatus(rec, bodyTimeout())
 		}
 	})
-}
-
-// aLongTimeAgo is a read deadline that has passed: it ends a read under
-// way at once.
-var aLongTimeAgo = time.Unix(1, 0)
-
-// endBodyReadsWith ends a read of the request body that is still waiting
-// on the network when ctx's deadline passes, by giving the connection (on
-// HTTP/2, the stream) a read deadline that has passed. The deadline's own
-// timer does it: a read deadline set up front would cost every write on
-// HTTP/2 a round trip to the connection's goroutine and a timer there,
-// for the rare body that comes too slowly. Call the function it returns
-// once the handler is done: the connection's next request must not get
-// the deadline.
-func endBodyReadsWith(ctx context.Context, w http.ResponseWriter) (served func()) {
-	var mu sync.Mutex
-	done := false
-	stop := context.AfterFunc(ctx, func() {
-		if ctx.Err() != context.DeadlineExceeded {
-			return
-		}
-		mu.Lock()
-		defer mu.Unlock()
-		if !done {
-			// An error means the connection cannot take a deadline (a
-			// test's recorder); the context still ends everything but a
-			// blocked read.
-			_ = http.NewResponseController(w).SetReadDeadline(aLongTimeAgo)
-		}
-	})
-	return func() {
-		if stop() {
-			return
-		}
-		mu.Lock()
-		done = true
-		mu.Unlock()
-	}
 }
 
 // timeoutParameter is the request's ?timeout=, read without parsing a

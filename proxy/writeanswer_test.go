@@ -5,6 +5,7 @@ import (
 	"crypto/tls"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"io"
 	"net/http"
 	"net/http/httptest"
@@ -184,6 +185,28 @@ func TestBufferedAnswerAfterClose(t *testing.T) {
 	}
 	_ = second.Body.Close()
 	_ = second.Body.Close() // ReverseProxy and its error paths may both close
+}
+
+// Answers being passed on at once keep their own bytes: a buffer is
+// reused only once its answer was closed.
+func TestBufferedAnswersApart(t *testing.T) {
+	req := httptest.NewRequest(http.MethodPatch, "/api/v1/namespaces/default/configmaps/a", nil)
+	var answers []*http.Response
+	for i := range 8 {
+		body := fmt.Sprintf(`{"answer":%d}`, i)
+		resp := &http.Response{StatusCode: http.StatusOK, Header: http.Header{}, Body: io.NopCloser(strings.NewReader(body)), ContentLength: int64(len(body)), Request: req}
+		if err := forwardResponse(resp); err != nil {
+			t.Fatal(err)
+		}
+		answers = append(answers, resp)
+	}
+	for i, resp := range answers {
+		got, err := io.ReadAll(resp.Body)
+		if want := fmt.Sprintf(`{"answer":%d}`, i); err != nil || string(got) != want {
+			t.Errorf("answer %d reads %q (%v), want %q", i, got, err, want)
+		}
+		_ = resp.Body.Close()
+	}
 }
 
 func BenchmarkReadWriteAnswer(b *testing.B) {

@@ -66,7 +66,12 @@ func withRequestDeadline(next http.Handler, longRunning request.LongRunningReque
 		// recorder); the context deadline still bounds everything but a
 		// blocked read.
 		_ = http.NewResponseController(w).SetReadDeadline(deadline)
-		rec := httpx.NewCodeRecorder(w)
+		// The metrics filter outside already records the code; a recorder
+		// of its own only where there is none (a test's writer).
+		rec, recorded := w.(*httpx.CodeRecorder)
+		if !recorded || rec.Code() != 0 {
+			rec = httpx.NewCodeRecorder(w)
+		}
 		next.ServeHTTP(rec, r)
 		if rec.Code() == 0 && body.cutOff.Load() {
 			// Whoever read the body saw the connection's context end with

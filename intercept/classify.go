@@ -53,59 +53,67 @@ type write struct {
 	collection bool
 }
 
-// classify reports whether r is an intercepted write, and what kind.
+// classify reports whether r is an intercepted write, and what kind. Every
+// request the proxy serves passes here, so what it does not intercept is
+// told apart before anything is allocated for it.
 func (i *Interceptor) classify(r *http.Request) (*write, bool) {
 	info, ok := request.RequestInfoFrom(r.Context())
 	if !ok || !info.IsResourceRequest {
 		return nil, false
 	}
-	w := &write{
-		info:      info,
-		gvr:       schema.GroupVersionResource{Group: info.APIGroup, Version: info.APIVersion, Resource: info.Resource},
-		verb:      info.Verb,
-		namespace: info.Namespace,
-	}
+	var op decision.Operation
+	collection := false
 	switch info.Verb {
 	case "create":
-		w.op = decision.Create
+		op = decision.Create
 	case "update", "patch":
-		w.op = decision.Update
+		op = decision.Update
 	case "delete":
-		w.op = decision.Delete
+		op = decision.Delete
 	case "deletecollection":
 		// kube-apiserver expands it into deletes server-side, where the
 		// proxy cannot see them: passed through, it would delete what a
 		// single DELETE may not.
-		w.op = decision.Delete
-		w.collection = true
+		op = decision.Delete
+		collection = true
 	default:
 		// Reads and watches pass through.
 		return nil, false
 	}
+	var sub subresourceKind
 	switch info.Subresource {
 	case "":
-		w.sub = mainResource
+		sub = mainResource
 	case "eviction":
-		if w.op != decision.Create || info.APIGroup != "" || info.Resource != "pods" {
+		if op != decision.Create || info.APIGroup != "" || info.Resource != "pods" {
 			return nil, false
 		}
-		w.op = decision.Delete
-		w.sub = evictionSubresource
+		op = decision.Delete
+		sub = evictionSubresource
 	case "status":
-		if w.op == decision.Delete || w.op == decision.Create {
+		if op == decision.Delete || op == decision.Create {
 			return nil, false
 		}
-		w.sub = statusSubresource
+		sub = statusSubresource
 	case "scale":
-		if w.op != decision.Update {
+		if op != decision.Update {
 			return nil, false
 		}
-		w.sub = scaleSubresource
+		sub = scaleSubresource
 	default:
 		return nil, false
 	}
 	if !i.cfg.Settings().Rules.Targets(info.APIGroup, info.Resource, info.Namespace) {
 		return nil, false
+	}
+	w := &write{
+		info:       info,
+		gvr:        schema.GroupVersionResource{Group: info.APIGroup, Version: info.APIVersion, Resource: info.Resource},
+		verb:       info.Verb,
+		namespace:  info.Namespace,
+		op:         op,
+		sub:        sub,
+		collection: collection,
 	}
 	q := r.URL.Query()
 	// Any dryRun parameter makes a write that changes nothing: kube-apiserver

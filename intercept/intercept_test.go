@@ -30,7 +30,7 @@ import (
 
 var infoFactory = &request.RequestInfoFactory{APIPrefixes: sets.NewString("api", "apis"), GrouplessAPIPrefixes: sets.NewString("api")}
 
-func requestFor(t *testing.T, method, target, userAgent string) *http.Request {
+func requestFor(t testing.TB, method, target, userAgent string) *http.Request {
 	t.Helper()
 	r := httptest.NewRequest(method, target, nil)
 	r.Header.Set("User-Agent", userAgent)

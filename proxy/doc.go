@@ -27,5 +27,7 @@
 // transport without the proxy's credentials. Streaming requests (exec,
 // attach, port-forward, proxy, WebSocket watches) go through apimachinery's
 // UpgradeAwareHandler over HTTP/1.1. Redirects are never followed or
-// forwarded.
+// forwarded. A write's answer is read whole (writeanswer.go), into a buffer
+// reused once ReverseProxy closes it, and written without a flush per
+// copy; reads and watches stream, flushed as they come.
 package proxy

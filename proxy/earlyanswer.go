@@ -33,7 +33,6 @@ func withEarlyAnswerClose(next http.Handler) http.Handler {
 		body := &bodyProgress{src: r.Body}
 		r = r.WithContext(r.Context())
 		r.Body = body
-		rc := http.NewResponseController(w)
 		rec := httpx.NewCodeRecorder(w)
 		rec.BeforeHeader = func(int) {
 			if body.ended() {
@@ -44,7 +43,7 @@ func withEarlyAnswerClose(next http.Handler) http.Handler {
 			}
 			// Wakes a read of the body that is waiting on the network
 			// (the reverse proxy's transport may still be in one).
-			_ = rc.SetReadDeadline(time.Now())
+			_ = http.NewResponseController(w).SetReadDeadline(time.Now())
 		}
 		next.ServeHTTP(rec, r)
 		if body.ended() {
@@ -61,7 +60,7 @@ func withEarlyAnswerClose(next http.Handler) http.Handler {
 		// later ones fail without touching the connection, and the one in
 		// flight, if any, ends at the deadline.
 		body.abandon()
-		_ = rc.SetReadDeadline(time.Now())
+		_ = http.NewResponseController(w).SetReadDeadline(time.Now())
 		body.wait()
 	})
 }

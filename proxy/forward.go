@@ -40,6 +40,7 @@ type upstream struct {
 	log    *zap.Logger
 	plain  *httputil.ReverseProxy
 	watch  *httputil.ReverseProxy            // plain, with small copy buffers
+	write  *httputil.ReverseProxy            // plain, for answers read whole
 	upProx *upgradeproxy.UpgradeAwareHandler // upgrades with the proxy's credentials
 	upCall *upgradeproxy.UpgradeAwareHandler // upgrades with the caller's token
 }
@@ -99,6 +100,18 @@ func newUpstream(cfg *rest.Config, log *zap.Logger, wrap func(http.RoundTripper)
 	streaming := *up.plain
 	streaming.BufferPool = newBufferPool(4 * 1024)
 	up.watch = &streaming
+	// A write's answer is read whole before any of it is passed on
+	// (readWriteAnswer), so flushing it as it is copied sends nothing
+	// sooner. It costs: on HTTP/2, the header, the data and an empty frame
+	// to end the stream each become a frame of their own, each handed to
+	// the connection's goroutine and waited for, where an answer written
+	// at the end goes as its header and one data frame that ends the
+	// stream. An answer too large to read whole streams as before: one of
+	// unknown length ReverseProxy flushes at once whatever FlushInterval
+	// says, and one of known length goes out as the buffers fill.
+	whole := *up.plain
+	whole.FlushInterval = 0
+	up.write = &whole
 
 	upProxyRT, err := upgradeTransport(cfg, true)
 	if err != nil {
@@ -157,6 +170,10 @@ func (up *upstream) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	if !httpstream.IsUpgradeRequest(r) {
 		if info, ok := request.RequestInfoFrom(r.Context()); ok && info.Verb == "watch" {
 			up.watch.ServeHTTP(w, r)
+			return
+		}
+		if answerReadWhole(r) {
+			up.write.ServeHTTP(w, r)
 			return
 		}
 		up.plain.ServeHTTP(w, r)

@@ -21,6 +21,8 @@ type metrics struct {
 	upstreamUp           prometheus.Gauge
 	throttled            prometheus.Counter
 	resources            *boundedLabels
+	// resolved holds the request series by seriesKey.
+	resolved sync.Map
 }
 
 func newMetrics() *metrics {
@@ -70,28 +72,38 @@ const maxResourceLabels = 512
 type boundedLabels struct {
 	mu   sync.Mutex
 	n    int
-	seen map[string]struct{}
+	seen map[resourceLabel]string
 }
 
 func newBoundedLabels(n int) *boundedLabels {
-	return &boundedLabels{n: n, seen: map[string]struct{}{}}
+	return &boundedLabels{n: n, seen: map[resourceLabel]string{}}
 }
 
-func (b *boundedLabels) value(v string, admit bool) string {
-	if v == "" {
-		return v
+// value is the label of resource and subresource, "pods/exec" for both.
+// The pair is looked up as it is, so that a request whose label is known
+// builds no string.
+func (b *boundedLabels) value(resource, subresource string, admit bool) string {
+	if resource == "" && subresource == "" {
+		return ""
 	}
+	key := resourceLabel{resource, subresource}
 	b.mu.Lock()
 	defer b.mu.Unlock()
-	if _, ok := b.seen[v]; ok {
+	if v, ok := b.seen[key]; ok {
 		return v
 	}
 	if !admit || len(b.seen) >= b.n {
 		return "other"
 	}
-	b.seen[v] = struct{}{}
+	v := resource
+	if subresource != "" {
+		v += "/" + subresource
+	}
+	b.seen[key] = v
 	return v
 }
+
+type resourceLabel struct{ resource, subresource string }
 
 // metricVerbs are the verbs RequestInfo gives resource requests, and the
 // lower-cased methods it gives other paths. Go's server accepts any token

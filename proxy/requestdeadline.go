@@ -6,7 +6,9 @@ import (
 	"fmt"
 	"io"
 	"net/http"
+	"net/url"
 	"os"
+	"strings"
 	"sync/atomic"
 	"time"
 
@@ -44,7 +46,7 @@ func withRequestDeadline(next http.Handler, longRunning request.LongRunningReque
 			return
 		}
 		timeout := limit
-		if v := r.URL.Query().Get("timeout"); v != "" {
+		if v := timeoutParameter(r.URL.RawQuery); v != "" {
 			if d, err := time.ParseDuration(v); err == nil && d > 0 && d < timeout {
 				// leave the upstream room to answer its own timeout first
 				timeout = d + time.Second
@@ -64,7 +66,12 @@ func withRequestDeadline(next http.Handler, longRunning request.LongRunningReque
 		// recorder); the context deadline still bounds everything but a
 		// blocked read.
 		_ = http.NewResponseController(w).SetReadDeadline(deadline)
-		rec := httpx.NewCodeRecorder(w)
+		// The metrics filter outside already records the code; a recorder
+		// of its own only where there is none (a test's writer).
+		rec, recorded := w.(*httpx.CodeRecorder)
+		if !recorded || rec.Code() != 0 {
+			rec = httpx.NewCodeRecorder(w)
+		}
 		next.ServeHTTP(rec, r)
 		if rec.Code() == 0 && body.cutOff.Load() {
 			// Whoever read the body saw the connection's context end with
@@ -72,6 +79,18 @@ func withRequestDeadline(next http.Handler, longRunning request.LongRunningReque
 			WriteStatus(rec, bodyTimeout())
 		}
 	})
+}
+
+// timeoutParameter is the request's ?timeout=, read without parsing a
+// query that cannot hold it: most writes carry other parameters (a
+// fieldManager, a dryRun), and parsing them costs every write a map. A
+// query with a percent sign may spell the name escaped, and is parsed.
+func timeoutParameter(rawQuery string) string {
+	if !strings.Contains(rawQuery, "timeout") && !strings.Contains(rawQuery, "%") {
+		return ""
+	}
+	q, _ := url.ParseQuery(rawQuery)
+	return q.Get("timeout")
 }
 
 // errBodyDeadline marks a body read that ran into the request's read

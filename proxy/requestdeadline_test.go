@@ -170,3 +170,87 @@ func TestRequestDeadlineOnTheContext(t *testing.T) {
 		})
 	}
 }
+
+func TestTimeoutParameter(t *testing.T) {
+	tests := []struct{ query, want string }{
+		{"", ""},
+		{"fieldManager=kube-controller-manager", ""},
+		{"timeout=5s", "5s"},
+		{"fieldManager=x&timeout=250ms", "250ms"},
+		{"%74imeout=3s", "3s"}, // the name escaped
+		{"timeout=1%30s", "10s"},
+		{"timeoutSeconds=30", ""},
+		{"dryRun=All&fieldManager=a%2Fb", ""},
+	}
+	for _, tt := range tests {
+		if got := timeoutParameter(tt.query); got != tt.want {
+			t.Errorf("timeoutParameter(%q) = %q, want %q", tt.query, got, tt.want)
+		}
+		want, _ := url.ParseQuery(tt.query)
+		if got := timeoutParameter(tt.query); got != want.Get("timeout") {
+			t.Errorf("timeoutParameter(%q) = %q, but the parsed query says %q", tt.query, got, want.Get("timeout"))
+		}
+	}
+}
+
+// On HTTP/2 too, a body that trickles in is cut off at the deadline, and
+// the caller gets a 504 Status; a body that arrives in time is served.
+func TestRequestDeadlineBoundsTheBodyOnHTTP2(t *testing.T) {
+	const bound = 500 * time.Millisecond
+	readAll := http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if _, err := io.ReadAll(r.Body); err != nil {
+			return
+		}
+		w.WriteHeader(http.StatusCreated)
+	})
+	h := withRequestDeadline(readAll, newLongRunningCheck(), bound, context.Background(), clock.RealClock{})
+	h = genericapifilters.WithRequestInfo(h, newRequestInfoFactory())
+	srv := httptest.NewUnstartedServer(withEarlyAnswerClose(h))
+	srv.EnableHTTP2 = true
+	srv.StartTLS()
+	t.Cleanup(srv.Close)
+	client := srv.Client()
+	client.Timeout = 30 * time.Second
+	for _, tt := range []struct {
+		name string
+		gap  time.Duration
+		want int
+	}{
+		{"a body that trickles in is cut off", 100 * time.Millisecond, http.StatusGatewayTimeout},
+		{"a body that arrives in time is served", time.Millisecond, http.StatusCreated},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			body, sender := io.Pipe()
+			go func() {
+				defer sender.Close()
+				for range 20 {
+					time.Sleep(tt.gap)
+					if _, err := sender.Write([]byte("x")); err != nil {
+						return
+					}
+				}
+			}()
+			req, _ := http.NewRequest(http.MethodPost, srv.URL+"/api/v1/namespaces/default/configmaps", body)
+			start := time.Now()
+			resp, err := client.Do(req)
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer resp.Body.Close()
+			data, _ := io.ReadAll(resp.Body)
+			if resp.ProtoMajor != 2 {
+				t.Fatalf("served over HTTP/%d, want HTTP/2", resp.ProtoMajor)
+			}
+			if resp.StatusCode != tt.want {
+				t.Fatalf("got %d %s after %s, want %d", resp.StatusCode, data, time.Since(start), tt.want)
+			}
+			if tt.want != http.StatusGatewayTimeout {
+				return
+			}
+			var status metav1.Status
+			if err := json.Unmarshal(data, &status); err != nil || status.Reason != metav1.StatusReasonTimeout {
+				t.Errorf("answer is not a Timeout Status: %s (%v)", data, err)
+			}
+		})
+	}
+}

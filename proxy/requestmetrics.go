@@ -4,6 +4,8 @@ import (
 	"net/http"
 	"strconv"
 
+	"github.com/prometheus/client_golang/prometheus"
+
 	"k8s.io/apiserver/pkg/endpoints/request"
 	"k8s.io/utils/clock"
 
@@ -21,22 +23,49 @@ func withRequestMetrics(next http.Handler, m *metrics, longRunning request.LongR
 		m.inflight.Inc()
 		defer m.inflight.Dec()
 		next.ServeHTTP(rec, r)
-		code := rec.Code()
-		if code == 0 {
-			code = http.StatusOK
+		key := seriesKey{verb: "unknown", code: rec.Code()}
+		if key.code == 0 {
+			key.code = http.StatusOK
 		}
-		verb, resource := "unknown", ""
 		if info, ok := request.RequestInfoFrom(r.Context()); ok {
-			verb, resource = metricVerb(info.Verb), info.Resource
-			if info.Subresource != "" {
-				resource += "/" + info.Subresource
-			}
-			resource = m.resources.value(resource, code < http.StatusBadRequest)
-			if longRunning(r, info) {
-				verb = "long-running:" + verb
-			}
+			key.verb, key.longRunning = metricVerb(info.Verb), longRunning(r, info)
+			key.resource = m.resources.value(info.Resource, info.Subresource, key.code < http.StatusBadRequest)
 		}
-		m.requests.WithLabelValues(verb, resource, strconv.Itoa(code)).Inc()
-		m.duration.WithLabelValues(verb).Observe(clk.Since(start).Seconds())
+		s := m.series(key)
+		s.requests.Inc()
+		s.duration.Observe(clk.Since(start).Seconds())
 	})
+}
+
+// seriesKey is what a request is counted by. Every field is bounded (the
+// resource by boundedLabels), so the series resolved for it can be kept.
+type seriesKey struct {
+	verb        string
+	longRunning bool
+	resource    string
+	code        int
+}
+
+// requestSeries are a request's counter and duration histogram, resolved
+// once per label set: resolving them anew hashes and checks every label
+// value on every request.
+type requestSeries struct {
+	requests prometheus.Counter
+	duration prometheus.Observer
+}
+
+func (m *metrics) series(key seriesKey) *requestSeries {
+	if s, ok := m.resolved.Load(key); ok {
+		return s.(*requestSeries)
+	}
+	verb := key.verb
+	if key.longRunning {
+		verb = "long-running:" + verb
+	}
+	s := &requestSeries{
+		requests: m.requests.WithLabelValues(verb, key.resource, strconv.Itoa(key.code)),
+		duration: m.duration.WithLabelValues(verb),
+	}
+	actual, _ := m.resolved.LoadOrStore(key, s)
+	return actual.(*requestSeries)
 }

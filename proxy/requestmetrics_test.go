@@ -94,3 +94,32 @@ func histogramOf(t *testing.T, m *metrics, verb string) (uint64, float64) {
 	}
 	return 0, 0
 }
+
+// Series are kept once resolved, by their labels: a resource refused
+// before it was served is counted as "other", and under its own name once
+// a request to it was served, as when every request resolved its series.
+func TestRequestMetricsKeepTheirSeries(t *testing.T) {
+	m := newMetrics()
+	code := http.StatusUnauthorized
+	next := http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) { w.WriteHeader(code) })
+	h := genericapifilters.WithRequestInfo(withRequestMetrics(next, m, newLongRunningCheck(), testingclock.NewFakeClock(time.Now())), newRequestInfoFactory())
+	serve := func(c int) {
+		code = c
+		h.ServeHTTP(httptest.NewRecorder(), httptest.NewRequest(http.MethodPatch, "/apis/apps/v1/namespaces/ns/replicasets/r", nil))
+	}
+	serve(http.StatusUnauthorized)
+	serve(http.StatusOK)
+	serve(http.StatusOK)
+	serve(http.StatusUnauthorized)
+	for _, want := range []struct {
+		resource, code string
+		n              float64
+	}{{"other", "401", 1}, {"replicasets", "200", 2}, {"replicasets", "401", 1}} {
+		if got := testutil.ToFloat64(m.requests.WithLabelValues("patch", want.resource, want.code)); got != want.n {
+			t.Errorf("requests{patch,%s,%s} = %v, want %v", want.resource, want.code, got, want.n)
+		}
+	}
+	if count, _ := histogramOf(t, m, "patch"); count != 4 {
+		t.Errorf("%d patch durations, want 4", count)
+	}
+}

@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"io"
 	"net/http"
+	"sync"
 
 	"k8s.io/apiserver/pkg/endpoints/request"
 )
@@ -31,21 +32,14 @@ func forwardResponse(resp *http.Response) error {
 // and so does the proxy subresource, whose answers are not the API's.
 func readWriteAnswer(resp *http.Response) error {
 	req := resp.Request
-	if req == nil {
-		return nil
-	}
-	switch req.Method {
-	case http.MethodGet, http.MethodHead, http.MethodOptions:
-		return nil
-	}
-	if info, ok := request.RequestInfoFrom(req.Context()); ok && info.Subresource == "proxy" {
+	if req == nil || !answerReadWhole(req) {
 		return nil
 	}
 	if resp.ContentLength > maxBufferedAnswer {
 		return nil
 	}
+	buf := answerBuffers.Get().(*bytes.Buffer)
 	// Sized once when the length is known, as it is for most answers.
-	var buf bytes.Buffer
 	if resp.ContentLength > 0 {
 		buf.Grow(int(resp.ContentLength) + bytes.MinRead)
 	}
@@ -53,6 +47,7 @@ func readWriteAnswer(resp *http.Response) error {
 	read := buf.Bytes()
 	if err != nil {
 		_ = resp.Body.Close()
+		recycleAnswerBuffer(buf)
 		return fmt.Errorf("its answer to this %s broke off after %d bytes, and the write may have been applied (read the object before retrying): %w",
 			req.Method, len(read), err)
 	}
@@ -65,7 +60,52 @@ func readWriteAnswer(resp *http.Response) error {
 		return nil
 	}
 	_ = resp.Body.Close()
-	resp.Body = io.NopCloser(bytes.NewReader(read))
+	answer := &bufferedAnswer{buf: buf}
+	answer.Reset(read)
+	resp.Body = answer
 	resp.ContentLength = int64(len(read))
+	return nil
+}
+
+// answerReadWhole reports whether the answer to r is read whole before it
+// is passed on: a write's, unless it is to the proxy subresource.
+func answerReadWhole(r *http.Request) bool {
+	switch r.Method {
+	case http.MethodGet, http.MethodHead, http.MethodOptions:
+		return false
+	}
+	info, ok := request.RequestInfoFrom(r.Context())
+	return !ok || info.Subresource != "proxy"
+}
+
+// maxPooledAnswerBuffer bounds the buffers kept for reuse, so that one
+// large answer does not pin its memory in the pool.
+const maxPooledAnswerBuffer = 256 << 10
+
+// answerBuffers spares every write an allocation of its answer's size.
+var answerBuffers = sync.Pool{New: func() any { return new(bytes.Buffer) }}
+
+func recycleAnswerBuffer(buf *bytes.Buffer) {
+	if buf.Cap() > maxPooledAnswerBuffer {
+		return
+	}
+	buf.Reset()
+	answerBuffers.Put(buf)
+}
+
+// bufferedAnswer is a write's answer read whole. Close gives its buffer
+// back: ReverseProxy closes the body once it has copied it to the caller,
+// and a read after Close finds nothing rather than another answer's bytes.
+type bufferedAnswer struct {
+	bytes.Reader
+	buf *bytes.Buffer
+}
+
+func (a *bufferedAnswer) Close() error {
+	if a.buf != nil {
+		a.Reset(nil)
+		recycleAnswerBuffer(a.buf)
+		a.buf = nil
+	}
 	return nil
 }

@@ -5,6 +5,7 @@ import (
 	"crypto/tls"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"io"
 	"net/http"
 	"net/http/httptest"
@@ -158,5 +159,68 @@ func TestForwardResponse(t *testing.T) {
 				t.Errorf("the caller would get %d bytes (%v), want the upstream's %d", len(got), err, len(tt.body))
 			}
 		})
+	}
+}
+
+// A write's answer gives its buffer back when closed; whoever still holds
+// the body then reads nothing, never the bytes of a later answer.
+func TestBufferedAnswerAfterClose(t *testing.T) {
+	req := httptest.NewRequest(http.MethodPatch, "/api/v1/namespaces/default/configmaps/a", nil)
+	first := &http.Response{StatusCode: http.StatusOK, Header: http.Header{}, Body: io.NopCloser(strings.NewReader(`{"first":true}`)), ContentLength: -1, Request: req}
+	if err := forwardResponse(first); err != nil {
+		t.Fatal(err)
+	}
+	if err := first.Body.Close(); err != nil {
+		t.Fatal(err)
+	}
+	second := &http.Response{StatusCode: http.StatusOK, Header: http.Header{}, Body: io.NopCloser(strings.NewReader(`{"second":true}`)), ContentLength: -1, Request: req}
+	if err := forwardResponse(second); err != nil {
+		t.Fatal(err)
+	}
+	if got, err := io.ReadAll(first.Body); err != nil || len(got) != 0 {
+		t.Errorf("a closed answer read %q (%v), want nothing", got, err)
+	}
+	if got, err := io.ReadAll(second.Body); err != nil || string(got) != `{"second":true}` {
+		t.Errorf("the next answer read %q (%v)", got, err)
+	}
+	_ = second.Body.Close()
+	_ = second.Body.Close() // ReverseProxy and its error paths may both close
+}
+
+// Answers being passed on at once keep their own bytes: a buffer is
+// reused only once its answer was closed.
+func TestBufferedAnswersApart(t *testing.T) {
+	req := httptest.NewRequest(http.MethodPatch, "/api/v1/namespaces/default/configmaps/a", nil)
+	var answers []*http.Response
+	for i := range 8 {
+		body := fmt.Sprintf(`{"answer":%d}`, i)
+		resp := &http.Response{StatusCode: http.StatusOK, Header: http.Header{}, Body: io.NopCloser(strings.NewReader(body)), ContentLength: int64(len(body)), Request: req}
+		if err := forwardResponse(resp); err != nil {
+			t.Fatal(err)
+		}
+		answers = append(answers, resp)
+	}
+	for i, resp := range answers {
+		got, err := io.ReadAll(resp.Body)
+		if want := fmt.Sprintf(`{"answer":%d}`, i); err != nil || string(got) != want {
+			t.Errorf("answer %d reads %q (%v), want %q", i, got, err, want)
+		}
+		_ = resp.Body.Close()
+	}
+}
+
+func BenchmarkReadWriteAnswer(b *testing.B) {
+	answer := []byte(`{"kind":"ReplicaSet","apiVersion":"apps/v1","metadata":{"name":"pool-1","namespace":"bench-pass"}` + strings.Repeat(" ", 1800) + `}`)
+	req := httptest.NewRequest(http.MethodPatch, "/apis/apps/v1/namespaces/bench-pass/replicasets/pool-1", nil)
+	b.ReportAllocs()
+	for b.Loop() {
+		resp := &http.Response{StatusCode: http.StatusOK, Header: http.Header{}, Body: io.NopCloser(bytes.NewReader(answer)), ContentLength: int64(len(answer)), Request: req}
+		if err := forwardResponse(resp); err != nil {
+			b.Fatal(err)
+		}
+		if _, err := io.Copy(io.Discard, resp.Body); err != nil {
+			b.Fatal(err)
+		}
+		_ = resp.Body.Close()
 	}
 }

@@ -58,18 +58,25 @@ func runCPUPerWrite(perRound, rounds int, workDir string, rc RunConfig) error {
 		if !rc.Profile {
 			continue
 		}
-		cpu := filepath.Join(runDir, "cpu-"+sc.key+".pprof")
-		if err := k.ctl.call(ctx, "/cpuprofile/start?path="+cpu, nil); err != nil {
-			return err
+		// The bare proxy's profile under the same load shows, function by
+		// function, what kausality-proxy adds to it.
+		for _, t := range []*target{k, h.targets[bare]} {
+			cpu := filepath.Join(runDir, "cpu-"+sc.key+".pprof")
+			if t != k {
+				cpu = filepath.Join(runDir, "cpu-"+sc.key+"-bare.pprof")
+			}
+			if err := t.ctl.call(ctx, "/cpuprofile/start?path="+cpu, nil); err != nil {
+				return err
+			}
+			err = runWorkers(ctx, 4, perRound*rounds, func(w, i int) error { return op(ctx, t, w, i) })
+			if stopErr := t.ctl.call(ctx, "/cpuprofile/stop", nil); err == nil {
+				err = stopErr
+			}
+			if err != nil {
+				return err
+			}
+			fmt.Printf("profile %s\n%s\n", cpu, pprofTop(cpu, true, ""))
 		}
-		err = runWorkers(ctx, 4, perRound*rounds, func(w, i int) error { return op(ctx, k, w, i) })
-		if stopErr := k.ctl.call(ctx, "/cpuprofile/stop", nil); err == nil {
-			err = stopErr
-		}
-		if err != nil {
-			return err
-		}
-		fmt.Printf("profile %s\n%s\n", cpu, pprofTop(cpu, true, ""))
 	}
 	return nil
 }

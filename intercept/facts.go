@@ -43,7 +43,9 @@ import (
 var namespacesGVR = schema.GroupVersionResource{Version: "v1", Resource: "namespaces"}
 
 // facts is what one decision is made on. A value: a round that learns
-// more makes a new one.
+// more makes a new one, and none is changed once a decision was made on
+// it. It is large, and handed down the write path by pointer: passed by
+// value, every call on the way copied it and held it in its frame.
 type facts struct {
 	req  *writeRequest
 	data []byte

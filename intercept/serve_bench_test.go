@@ -148,8 +148,8 @@ type servedResource struct {
 
 type serveOption func(*serveSetup)
 
-func newBenchEnv(b testing.TB, log *zap.Logger) *benchEnv {
-	return newServeEnv(b, log, func(authorizationv1.SubjectAccessReviewSpec) (bool, error) { return true, nil })
+func newBenchEnv(b testing.TB, log *zap.Logger, opts ...serveOption) *benchEnv {
+	return newServeEnv(b, log, func(authorizationv1.SubjectAccessReviewSpec) (bool, error) { return true, nil }, opts...)
 }
 
 // newServeEnv is the interception handler over a warm store, with the real
@@ -342,7 +342,7 @@ func benchmarkServe(b *testing.B, log *zap.Logger, only map[string]bool) {
 // served on a goroutine of its own, as net/http serves each request, so
 // that the cost of growing its stack from Go's initial size counts.
 func benchmarkServeOn(b *testing.B, log *zap.Logger, only map[string]bool, freshGoroutine bool, opts ...serveOption) {
-	env := newServeEnv(b, log, func(authorizationv1.SubjectAccessReviewSpec) (bool, error) { return true, nil }, opts...)
+	env := newBenchEnv(b, log, opts...)
 	for _, w := range benchWrites() {
 		if only != nil && !only[w.name] {
 			continue

@@ -116,19 +116,23 @@ type parentFacts struct {
 // gatherOne reads the body of rq's write of one object from r and gathers
 // its facts. On an error, the facts are those known so far.
 func (i *Interceptor) gatherOne(w http.ResponseWriter, r *http.Request, rq *writeRequest) (*facts, error) {
-	f := &facts{req: rq, op: rq.w.op, namespace: rq.w.namespace, dryRun: rq.w.dryRun}
 	data, err := i.readInterceptedBody(w, r)
 	if err != nil {
-		return f, err
+		return rq.requestFacts(), err
 	}
 	bodyDryRun, err := deleteDryRun(r, rq.w, data)
 	if err != nil {
-		return f, err
+		return rq.requestFacts(), err
 	}
 	// kube-apiserver reads a delete's options from its body: a dry run
 	// there is as much a dry run as one in the query, and must consume
 	// nothing.
 	return i.gather(r.Context(), rq, data, rq.w.dryRun || bodyDryRun)
+}
+
+// requestFacts are the facts known of rq's write before its body is read.
+func (rq *writeRequest) requestFacts() *facts {
+	return &facts{req: rq, op: rq.w.op, namespace: rq.w.namespace, dryRun: rq.w.dryRun}
 }
 
 // gather reads the write's own facts, its body being data; its

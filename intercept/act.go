@@ -232,7 +232,7 @@ const (
 // refuse it, or prepare it, preflight it, reserve its once approval and
 // forward it, and record what came of it. preflighted is kept across the
 // rounds of one write.
-func (i *Interceptor) act(x exchange, f facts, d *decision.Decision, round int, preflighted *bool) (moved, error) {
+func (i *Interceptor) act(x exchange, f *facts, d *decision.Decision, round int, preflighted *bool) (moved, error) {
 	var (
 		out      forwarded
 		reserved *sidewrites.Write
@@ -241,20 +241,20 @@ func (i *Interceptor) act(x exchange, f facts, d *decision.Decision, round int, 
 	for _, step := range decision.StepsFor(d, f.dryRun, *preflighted) {
 		switch step {
 		case decision.StepRefuse:
-			i.deny(x.w, &f, d, x.writeError)
+			i.deny(x.w, f, d, x.writeError)
 			return nothingMoved, nil
 		case decision.StepPrepare:
-			if out, err = prepare(x.r, &f, d); err != nil {
+			if out, err = prepare(x.r, f, d); err != nil {
 				return nothingMoved, err
 			}
 		case decision.StepPreflight:
 			if !i.preflight(x, out.req) {
-				i.recordDecision(&f, d, "dry-run-refused")
+				i.recordDecision(f, d, "dry-run-refused")
 				return nothingMoved, nil
 			}
 			*preflighted = true
 		case decision.StepReserve:
-			rw, err := i.reserve(x.r.Context(), &f, d.ApprovalsUpdate)
+			rw, err := i.reserve(x.r.Context(), f, d.ApprovalsUpdate)
 			if err != nil {
 				if err := i.reservationFailed(f, d, err, round); err != nil {
 					return nothingMoved, err
@@ -263,7 +263,7 @@ func (i *Interceptor) act(x exchange, f facts, d *decision.Decision, round int, 
 			}
 			reserved = &rw
 		case decision.StepWriteAhead:
-			next, prepared, ok, err := i.writeAhead(x.r, &f, d)
+			next, prepared, ok, err := i.writeAhead(x.r, f, d)
 			switch {
 			case errors.Is(err, errAheadMoved):
 				if reserved != nil {
@@ -284,7 +284,7 @@ func (i *Interceptor) act(x exchange, f facts, d *decision.Decision, round int, 
 				*d = d.AheadFollowing()
 			}
 		case decision.StepForward:
-			again, err := i.forward(x, &f, d, out, reserved, round)
+			again, err := i.forward(x, f, d, out, reserved, round)
 			if err != nil || !again {
 				return nothingMoved, err
 			}
@@ -317,7 +317,7 @@ func (i *Interceptor) preflight(x exchange, out *http.Request) bool {
 // reservationFailed is the error to answer after reserving a once
 // approval failed, or nil when the parent moved and the write is to be
 // decided again on a fresh read of it.
-func (i *Interceptor) reservationFailed(f facts, d *decision.Decision, err error, round int) error {
+func (i *Interceptor) reservationFailed(f *facts, d *decision.Decision, err error, round int) error {
 	switch decision.OnReservationError(reservationError(err), round, decision.MaxRounds) {
 	case decision.RefuseRetryable:
 		return stillMoving(f.req.w, "the parent "+d.ApprovalsUpdate.Target.String())
@@ -555,7 +555,7 @@ func (i *Interceptor) reserveCollection(x exchange, c *collection, acts *collect
 			case decision.StepReserve:
 				rw, err := i.reserve(x.r.Context(), &m.f, m.d.ApprovalsUpdate)
 				if err != nil {
-					if err := i.reservationFailed(m.f, &m.d, err, acts.round); err != nil {
+					if err := i.reservationFailed(&m.f, &m.d, err, acts.round); err != nil {
 						return -1, err
 					}
 					return k, nil

@@ -110,7 +110,8 @@ func (i *Interceptor) decideCollection(r *http.Request, f facts, up upstream.Por
 		return c, err
 	}
 	err := i.listCollection(r, c, func(obj *unstructured.Unstructured) error {
-		mf, d, err := i.decideMember(r, c.memberFacts(obj), c.parents, up)
+		of := c.memberFacts(obj)
+		mf, d, err := i.decideMember(r, &of, c.parents, up)
 		var refused *upstream.RefusedError
 		if shadow && errors.As(err, &refused) {
 			err = nil
@@ -118,7 +119,7 @@ func (i *Interceptor) decideCollection(r *http.Request, f facts, up upstream.Por
 		if err != nil {
 			return err
 		}
-		c.add(member{f: mf, d: d})
+		c.add(member{f: *mf, d: d})
 		return nil
 	})
 	return c, err

@@ -42,7 +42,7 @@ import (
 // from the client (facts.go), and decides it. The decision is empty when
 // the write deletes an object that does not exist: kube-apiserver answers
 // that itself. On an error, the facts are those known so far.
-func (i *Interceptor) decideOne(x exchange, rq *writeRequest) (facts, decision.Decision, error) {
+func (i *Interceptor) decideOne(x exchange, rq *writeRequest) (*facts, decision.Decision, error) {
 	f, err := i.gatherOne(x.w, x.r, rq)
 	if err != nil {
 		return f, decision.Decision{}, err
@@ -52,8 +52,8 @@ func (i *Interceptor) decideOne(x exchange, rq *writeRequest) (facts, decision.D
 
 // decideGathered reads the surroundings of the write whose own facts f
 // holds, and decides it.
-func (i *Interceptor) decideGathered(r *http.Request, f facts, up upstream.Port) (facts, decision.Decision, error) {
-	f, err := i.withSurroundings(r.Context(), f)
+func (i *Interceptor) decideGathered(r *http.Request, f *facts, up upstream.Port) (*facts, decision.Decision, error) {
+	err := i.withSurroundings(r.Context(), f)
 	if err != nil || f.op == decision.Delete && f.old == nil {
 		return f, decision.Decision{}, err
 	}
@@ -64,20 +64,20 @@ func (i *Interceptor) decideGathered(r *http.Request, f facts, up upstream.Port)
 // the DELETE of it, as that DELETE would be decided: under its parent, read
 // once for all the siblings that share it (parents), and through the same
 // loop as one write.
-func (i *Interceptor) decideMember(r *http.Request, f facts, parents sharedParents, up upstream.Port) (facts, decision.Decision, error) {
-	if parent, ok := parents.recall(&f); ok {
+func (i *Interceptor) decideMember(r *http.Request, f *facts, parents sharedParents, up upstream.Port) (*facts, decision.Decision, error) {
+	if parent, ok := parents.recall(f); ok {
 		f.parent = parent
 	} else {
 		parent, source, err := i.parentOf(r.Context(), f.namespace, f.old, true)
 		if err != nil {
 			return f, decision.Decision{}, err
 		}
-		f.parent = i.parentFactsOf(r.Context(), &f, parent, source)
+		f.parent = i.parentFactsOf(r.Context(), f, parent, source)
 	}
 	f, d, err := i.decideOnFacts(r, f, up)
 	// A parent confirmed live for one object is not read again for the
 	// next.
-	parents.remember(&f)
+	parents.remember(f)
 	return f, d, err
 }
 
@@ -121,17 +121,18 @@ func (s sharedParents) remember(f *facts) {
 // or deleted it) is read afresh; when the object moved (the proxy's
 // precondition failed), the object too, and nothing the last round
 // confirmed counts.
-func (i *Interceptor) decideAgain(r *http.Request, f facts, what moved, up upstream.Port) (facts, decision.Decision, error) {
+func (i *Interceptor) decideAgain(r *http.Request, f *facts, what moved, up upstream.Port) (*facts, decision.Decision, error) {
 	need := decision.Need{FreshParent: true}
+	again := *f
 	if what == objectMoved {
-		f.confirmed, f.precondition, f.childLive = false, "", false
+		again.confirmed, again.precondition, again.childLive = false, "", false
 		need.LiveChild = f.op != decision.Create
 	}
-	f, err := i.refetch(r, f, need, up)
+	again, err := i.refetch(r, again, need, up)
 	if err != nil {
-		return f, decision.Decision{}, err
+		return &again, decision.Decision{}, err
 	}
-	return i.decideOnFacts(r, f, up)
+	return i.decideOnFacts(r, &again, up)
 }
 
 // maxFetchRounds bounds the fetches of one decision; decision.Needs asks
@@ -140,19 +141,28 @@ const maxFetchRounds = 4
 
 // decideOnFacts decides f, fetching what the decision still needs into a
 // new facts value and deciding again until it needs nothing more.
-func (i *Interceptor) decideOnFacts(r *http.Request, f facts, up upstream.Port) (facts, decision.Decision, error) {
+func (i *Interceptor) decideOnFacts(r *http.Request, f *facts, up upstream.Port) (*facts, decision.Decision, error) {
 	for fetches := 0; ; fetches++ {
-		d := i.decide(&f)
+		d := i.decide(f)
 		need := decision.Needs(&d, f.held())
 		if need.None() || fetches == maxFetchRounds {
 			return f, d, nil
 		}
-		next, err := i.refetch(r, f, need, up)
+		next, err := i.refetched(r, f, need, up)
 		if err != nil {
 			return f, d, err
 		}
 		f = next
 	}
+}
+
+// refetched is refetch for the loop above: a new facts value, made where
+// the loop's frame does not have to hold two.
+//
+//go:noinline
+func (i *Interceptor) refetched(r *http.Request, f *facts, need decision.Need, up upstream.Port) (*facts, error) {
+	next, err := i.refetch(r, *f, need, up)
+	return &next, err
 }
 
 // decide decides f. It reads nothing: every fact it uses is in f.
@@ -312,24 +322,24 @@ func (rq *writeRequest) context() context.Context {
 
 // withSurroundings reads what the decision needs besides the object: the
 // parent (and the one the write moves the child away from) and the
-// namespace.
-func (i *Interceptor) withSurroundings(ctx context.Context, f facts) (facts, error) {
+// namespace, into f, whose own facts are gathered.
+func (i *Interceptor) withSurroundings(ctx context.Context, f *facts) error {
 	// A status write is never gated: it records on the written object
 	// itself, and never fails because a parent cannot be read.
 	if f.req.w.sub == statusSubresource {
-		return f, nil
+		return nil
 	}
 	// gated: the verdict depends on the parent and the namespace, so a
 	// failure to read them follows the failure policy. A write that
 	// changes no desired state is allowed whatever they say, so it goes
 	// on without them, with a warning.
 	gated := f.changed || f.op != decision.Update
-	bestEffort := func(err error) (facts, error) {
+	bestEffort := func(err error) error {
 		if gated {
-			return f, err
+			return err
 		}
 		f.warnings = append(append([]string(nil), f.warnings...), "kausality: "+err.Error()+"; decided without it (this write changes no desired state)")
-		return f, nil
+		return nil
 	}
 
 	// The parent: the controller owner of the object after the write (of
@@ -342,7 +352,7 @@ func (i *Interceptor) withSurroundings(ctx context.Context, f facts) (facts, err
 	if err != nil {
 		return bestEffort(err)
 	}
-	f.parent = i.parentFactsOf(ctx, &f, parent, source)
+	f.parent = i.parentFactsOf(ctx, f, parent, source)
 	// A write that removes or re-points the controller ownerReference is
 	// decided against the owner it leaves too: moving a child away from a
 	// frozen or settled parent is a write under that parent.
@@ -352,7 +362,7 @@ func (i *Interceptor) withSurroundings(ctx context.Context, f facts) (facts, err
 			return bestEffort(err)
 		}
 		if source != "gone" {
-			f.formerParent = i.parentFactsOf(ctx, &f, former, source)
+			f.formerParent = i.parentFactsOf(ctx, f, former, source)
 		}
 	}
 
@@ -370,7 +380,7 @@ func (i *Interceptor) withSurroundings(ctx context.Context, f facts) (facts, err
 			return bestEffort(i.unresolvable(fmt.Errorf("reading the namespace %s: %w", ns, err)))
 		}
 	}
-	return f, nil
+	return nil
 }
 
 // parentFactsOf is what the decision reads of parent: its snapshot, its

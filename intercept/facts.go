@@ -43,7 +43,9 @@ import (
 var namespacesGVR = schema.GroupVersionResource{Version: "v1", Resource: "namespaces"}
 
 // facts is what one decision is made on. A value: a round that learns
-// more makes a new one.
+// more makes a new one, and none is changed once a decision was made on
+// it. It is large, and handed down the write path by pointer: passed by
+// value, every call on the way copied it and held it in its frame.
 type facts struct {
 	req  *writeRequest
 	data []byte
@@ -115,15 +117,14 @@ type parentFacts struct {
 
 // gatherOne reads the body of rq's write of one object from r and gathers
 // its facts. On an error, the facts are those known so far.
-func (i *Interceptor) gatherOne(w http.ResponseWriter, r *http.Request, rq *writeRequest) (facts, error) {
-	f := facts{req: rq, op: rq.w.op, namespace: rq.w.namespace, dryRun: rq.w.dryRun}
+func (i *Interceptor) gatherOne(w http.ResponseWriter, r *http.Request, rq *writeRequest) (*facts, error) {
 	data, err := i.readInterceptedBody(w, r)
 	if err != nil {
-		return f, err
+		return rq.requestFacts(), err
 	}
 	bodyDryRun, err := deleteDryRun(r, rq.w, data)
 	if err != nil {
-		return f, err
+		return rq.requestFacts(), err
 	}
 	// kube-apiserver reads a delete's options from its body: a dry run
 	// there is as much a dry run as one in the query, and must consume
@@ -131,11 +132,16 @@ func (i *Interceptor) gatherOne(w http.ResponseWriter, r *http.Request, rq *writ
 	return i.gather(r.Context(), rq, data, rq.w.dryRun || bodyDryRun)
 }
 
+// requestFacts are the facts known of rq's write before its body is read.
+func (rq *writeRequest) requestFacts() *facts {
+	return &facts{req: rq, op: rq.w.op, namespace: rq.w.namespace, dryRun: rq.w.dryRun}
+}
+
 // gather reads the write's own facts, its body being data; its
 // surroundings are read by decideGathered.
-func (i *Interceptor) gather(ctx context.Context, rq *writeRequest, data []byte, dryRun bool) (facts, error) {
+func (i *Interceptor) gather(ctx context.Context, rq *writeRequest, data []byte, dryRun bool) (*facts, error) {
 	wr := rq.w
-	f := facts{req: rq, data: data, dryRun: dryRun, op: wr.op, namespace: wr.namespace}
+	f := &facts{req: rq, data: data, dryRun: dryRun, op: wr.op, namespace: wr.namespace}
 	kind, namespace, err := i.resolveKind(wr)
 	if err != nil {
 		return f, err
@@ -166,7 +172,7 @@ func (i *Interceptor) gather(ctx context.Context, rq *writeRequest, data []byte,
 			FieldManager: wr.fieldManager, FieldManagerNamed: wr.explicitFieldManager, Force: f.force}
 	}
 	if f.op != decision.Create {
-		stored, err := i.storedObject(ctx, &f, storedNeedOf(&f))
+		stored, err := i.storedObject(ctx, f, storedNeedOf(f))
 		switch {
 		case apierrors.IsNotFound(err):
 		case err != nil:
@@ -175,7 +181,7 @@ func (i *Interceptor) gather(ctx context.Context, rq *writeRequest, data []byte,
 			f.old, f.childLive, f.oldIsMetadata, f.oldIsCopy = stored.obj, stored.live, stored.metadataOnly, stored.copy
 		}
 	}
-	if f, err = i.withEffectiveObject(ctx, f); err != nil {
+	if err = i.withEffectiveObject(ctx, f); err != nil {
 		return f, err
 	}
 	if f.oldIsMetadata && wr.verb == "patch" && patch.OnlyMetadata(f.patchType, f.data) {
@@ -247,29 +253,29 @@ func (i *Interceptor) resolveKind(wr *write) (schema.GroupVersionKind, string, e
 
 // withEffectiveObject computes the object the write produces from the
 // stored one: the decoded body, the patched stored object, or the scaled
-// one; and the desired-state change.
-func (i *Interceptor) withEffectiveObject(ctx context.Context, f facts) (facts, error) {
+// one; and the desired-state change; into f, whose stored object is read.
+func (i *Interceptor) withEffectiveObject(ctx context.Context, f *facts) error {
 	wr := f.req.w
 	var err error
 	switch {
 	case f.op == decision.Delete:
 	case wr.sub == scaleSubresource:
 		if f.old == nil {
-			return f, apierrors.NewNotFound(wr.gvr.GroupResource(), wr.info.Name)
+			return apierrors.NewNotFound(wr.gvr.GroupResource(), wr.info.Name)
 		}
 		// Read with the first gathering, so that no later round reads it.
 		if f.fromStored.ReplicasPath, err = i.specReplicasPath(ctx, wr.gvr); err != nil {
-			return f, err
+			return err
 		}
 		f.fromStored.Scale, f.fromStored.Sent = true, f.sent
 		if f.new, err = f.fromStored.Produce(f.old); err != nil {
-			return f, err
+			return err
 		}
 	case wr.verb == "patch" && f.oldIsMetadata && f.patchType != types.MergePatchType && f.patchType != types.StrategicMergePatchType:
 		return i.patchedMetadata(ctx, f)
 	case wr.verb == "patch":
 		if f.new, err = f.fromStored.Produce(f.old); err != nil {
-			return f, err
+			return err
 		}
 		if f.old == nil {
 			f.op = decision.Create // an apply that creates
@@ -286,20 +292,20 @@ func (i *Interceptor) withEffectiveObject(ctx context.Context, f facts) (facts, 
 	if wr.sub != statusSubresource {
 		f.changed, f.changes = decision.DesiredChange(f.op, f.old, f.new)
 	}
-	return f, nil
+	return nil
 }
 
 // patchedMetadata is what a JSON patch or an apply makes of the stored
 // child's cached metadata; when that depends on more than the metadata,
 // the child is read whole.
-func (i *Interceptor) patchedMetadata(ctx context.Context, f facts) (facts, error) {
+func (i *Interceptor) patchedMetadata(ctx context.Context, f *facts) error {
 	ns := f.namespace
 	opts := patch.Options{Kind: f.kind, Name: f.req.w.info.Name, Namespace: &ns, SkipTypeCheck: true}
 	if view, ok := patch.ApplyToMetadata(f.patchType, f.old, f.data, opts); ok {
 		f.new = view.Object
 		f.changed, f.changes = decision.DesiredChange(f.op, f.old, f.new)
 		f.changed = f.changed || view.ChangesContent
-		return f, nil
+		return nil
 	}
 	key := storedcopies.Key{Resource: f.req.w.gvr, Kind: f.kind, Namespace: f.namespace, Name: f.req.w.info.Name}
 	if cp, ok := i.copies.At(key, f.old.GetResourceVersion()); ok {
@@ -311,7 +317,7 @@ func (i *Interceptor) patchedMetadata(ctx context.Context, f facts) (facts, erro
 	case apierrors.IsNotFound(err):
 		live = nil
 	case err != nil:
-		return f, i.unresolvable(fmt.Errorf("reading the stored %s %s: %w", f.kind.Kind, cache.NewObjectName(f.namespace, f.req.w.info.Name).String(), err))
+		return i.unresolvable(fmt.Errorf("reading the stored %s %s: %w", f.kind.Kind, cache.NewObjectName(f.namespace, f.req.w.info.Name).String(), err))
 	default:
 		i.copies.PutObject(key, live)
 	}

@@ -6,6 +6,7 @@ import (
 	"errors"
 	"strconv"
 	"strings"
+	"sync"
 	"time"
 
 	"go.uber.org/zap"
@@ -119,6 +120,21 @@ type metrics struct {
 	// reservations counts once approvals reserved for a write by what
 	// became of them.
 	reservations *prometheus.CounterVec
+	// decided holds the series of decisions and latency each combination
+	// of labels resolved to: finding a series by its label values hashes
+	// and checks every value, on every write. As bounded as the labels.
+	decided sync.Map // decidedLabels -> *decidedSeries
+}
+
+// decidedLabels are the label values of one write's decision series.
+type decidedLabels struct {
+	result, category, mode, controller, group, resource string
+	shadow                                              bool
+}
+
+type decidedSeries struct {
+	decisions prometheus.Counter
+	latency   prometheus.Observer
 }
 
 func newMetrics(reg prometheus.Registerer) *metrics {
@@ -151,13 +167,26 @@ func (m *metrics) observe(rq *writeRequest, d *decision.Decision, elapsed time.D
 	if m == nil {
 		return
 	}
-	resource := rq.w.gvr.Resource
-	if rq.w.gvr.Group != "" {
-		resource = rq.w.gvr.Group + "/" + resource
+	series := m.series(decidedLabels{result: string(d.Result), category: string(d.Category), mode: string(d.Mode),
+		controller: rq.controllerName, group: rq.w.gvr.Group, resource: rq.w.gvr.Resource, shadow: rq.shadow})
+	series.decisions.Inc()
+	series.latency.Observe(elapsed.Seconds())
+}
+
+func (m *metrics) series(l decidedLabels) *decidedSeries {
+	if s, ok := m.decided.Load(l); ok {
+		return s.(*decidedSeries)
 	}
-	shadow := strconv.FormatBool(rq.shadow)
-	m.decisions.WithLabelValues(string(d.Result), string(d.Category), string(d.Mode), rq.controllerName, resource, shadow).Inc()
-	m.latency.WithLabelValues(string(d.Category), shadow).Observe(elapsed.Seconds())
+	resource := l.resource
+	if l.group != "" {
+		resource = l.group + "/" + resource
+	}
+	shadow := strconv.FormatBool(l.shadow)
+	s, _ := m.decided.LoadOrStore(l, &decidedSeries{
+		decisions: m.decisions.WithLabelValues(l.result, l.category, l.mode, l.controller, resource, shadow),
+		latency:   m.latency.WithLabelValues(l.category, shadow),
+	})
+	return s.(*decidedSeries)
 }
 
 func (m *metrics) observeError(rq *writeRequest, err error) {

@@ -145,15 +145,15 @@ func (i *Interceptor) serveOne(x exchange, rq *writeRequest) {
 			// The write itself would be refused the same way; nothing
 			// was changed anywhere.
 			refused.Answer.Replay(x.w, x.writeError)
-			i.recordDecision(&f, &d, "dry-run-refused")
+			i.recordDecision(f, &d, "dry-run-refused")
 			return
 		case err != nil:
-			i.fail(x, &f, err)
+			i.fail(x, f, err)
 			return
 		}
 		var what moved
 		if what, err = i.act(x, f, &d, round, &preflighted); err != nil {
-			i.fail(x, &f, err)
+			i.fail(x, f, err)
 			return
 		}
 		if what == nothingMoved {
@@ -203,12 +203,12 @@ func (i *Interceptor) shadowDecisions(x exchange, rq *writeRequest, data []byte)
 	}()
 	// A write kube-apiserver refuses itself is logged with its unconfirmed
 	// decision.
-	logged := func(f facts, d decision.Decision, err error) (member, error) {
+	logged := func(f *facts, d decision.Decision, err error) (member, error) {
 		var refused *upstream.RefusedError
 		if errors.As(err, &refused) {
 			err = nil
 		}
-		return member{f: f, d: d}, err
+		return member{f: *f, d: d}, err
 	}
 	if rq.w.collection {
 		f, err := i.gatherCollection(x.r, rq, data)
@@ -264,6 +264,8 @@ func (i *Interceptor) serveCollection(x exchange, rq *writeRequest) {
 			return
 		}
 		m := &c.members[moved]
-		m.f, m.d, acts.redecided = i.decideAgain(x.r, m.f, parentMoved, x.up)
+		var again *facts
+		again, m.d, acts.redecided = i.decideAgain(x.r, &m.f, parentMoved, x.up)
+		m.f = *again
 	}
 }

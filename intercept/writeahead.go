@@ -29,13 +29,13 @@ var errAheadMoved = errors.New("the object moved before the annotations written 
 // write cannot follow such a write (a patch naming its own
 // resourceVersion, or a PUT of a version other than the stored one); d's
 // annotations then follow the write as before.
-func (i *Interceptor) writeAhead(r *http.Request, f *facts, d *decision.Decision) (next facts, out forwarded, ok bool, err error) {
+func (i *Interceptor) writeAhead(r *http.Request, f *facts, d *decision.Decision) (next *facts, out forwarded, ok bool, err error) {
 	decidedOn := f.old.GetResourceVersion()
 	clientRV := ""
 	switch {
 	case f.req.w.verb == "patch":
 		if _, carries, err := patch.WithResourceVersion(f.patchType, f.data, decidedOn); err != nil || !carries {
-			return *f, forwarded{}, false, nil
+			return f, forwarded{}, false, nil
 		}
 	case f.sent != nil:
 		clientRV = f.sent.GetResourceVersion()
@@ -44,27 +44,27 @@ func (i *Interceptor) writeAhead(r *http.Request, f *facts, d *decision.Decision
 		if !f.childLive {
 			// The cache may be behind the client: decide again on a live
 			// read.
-			return *f, forwarded{}, false, errAheadMoved
+			return f, forwarded{}, false, errAheadMoved
 		}
 		// A stale copy: kube-apiserver refuses the write itself.
-		return *f, forwarded{}, false, nil
+		return f, forwarded{}, false, nil
 	}
 	ctx := r.Context()
 	wr := f.req.w
 	annotated, err := i.sideWriter.AnnotateAt(ctx, wr.gvr, f.namespace, wr.info.Name, decidedOn, *d.AnnotationsAhead)
 	switch {
 	case apierrors.IsConflict(err):
-		return *f, forwarded{}, false, errAheadMoved
+		return f, forwarded{}, false, errAheadMoved
 	case apierrors.IsNotFound(err):
 		// Deleted meanwhile: kube-apiserver answers the write itself.
-		return *f, forwarded{}, false, nil
+		return f, forwarded{}, false, nil
 	case err != nil:
 		// Allowances only ever permit: the write goes on with them
 		// following it, as a write whose body carries no annotations
 		// always did.
 		i.cfg.Log.Warn("writing the allowances ahead of a /scale write failed; they follow it", zap.String("resource", wr.gvr.String()),
 			zap.String("namespace", f.namespace), zap.String("name", wr.info.Name), zap.Error(err))
-		return *f, forwarded{}, false, nil
+		return f, forwarded{}, false, nil
 	}
 	want := f.old.GetGeneration()
 	if decision.AnnotationWriteBumpsGeneration(f.kind.Group, f.kind.Kind) {
@@ -75,15 +75,16 @@ func (i *Interceptor) writeAhead(r *http.Request, f *facts, d *decision.Decision
 			zap.String("resource", wr.gvr.String()), zap.String("namespace", f.namespace), zap.String("name", wr.info.Name),
 			zap.Int64("generation", got), zap.Int64("expected", want))
 	}
-	next = *f
+	next = new(facts)
+	*next = *f
 	next.precondition = annotated.GetResourceVersion()
 	if clientRV != "" {
 		next.sent = f.sent.DeepCopy()
 		next.sent.SetResourceVersion(next.precondition)
 	}
-	if out, err = prepare(r, &next, d); err != nil {
+	if out, err = prepare(r, next, d); err != nil {
 		i.restoreAhead(f, *d.AnnotationsAhead)
-		return *f, forwarded{}, false, err
+		return f, forwarded{}, false, err
 	}
 	written := *d.AnnotationsAhead
 	out.ahead = &written

@@ -287,7 +287,10 @@ func Identify(parent *unstructured.Unstructured, fieldManager string, user User)
 	if parent == nil {
 		return Identity{Reason: "no parent"}
 	}
-	if recorded := ParseHashes(parent.GetAnnotations()[annotations.Controllers]); len(recorded) > 0 {
+	// One annotation is read in place: GetAnnotations copies them all,
+	// the parent's trace included, on every write under it.
+	controllers, _, _ := unstructured.NestedString(parent.Object, "metadata", "annotations", annotations.Controllers)
+	if recorded := ParseHashes(controllers); len(recorded) > 0 {
 		id := Identity{Method: MethodStatusWriters, Determined: true, ControllerHashes: recorded}
 		id.IsController = user.In(recorded)
 		switch {

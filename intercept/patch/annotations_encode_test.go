@@ -11,7 +11,9 @@ import (
 )
 
 func TestAppendJSONStringMatchesMarshal(t *testing.T) {
-	for _, s := range []string{"", "kausality.io/trace", `[{"kind":"App"}]`, `a\b`, "<&>", "tab\there", "é", "\u2028", "\xff", "\x7f", "~/"} {
+	for _, s := range []string{"", "kausality.io/trace", `[{"kind":"App"}]`, `a\b`, "<&>", "tab\there", "é", "\u2028", "\xff", "\x7f", "~/",
+		"\x00\x01\x1f", "\b\f\n\r\t", "\u2029 and \u2027", "a\xed\xa0\x80b", "\xe2\x80", "日本\xc3", `"quoted" at both ends"`,
+		`[{"apiVersion":"apps/v1","kind":"Deployment","name":"web","generation":4,"user":"system:serviceaccount:kube-system:deployment-controller","timestamp":"2026-01-01T00:00:00Z"}]`} {
 		want, _ := json.Marshal(s)
 		if got := appendJSONString([]byte("x"), s); string(got) != "x"+string(want) {
 			t.Errorf("appendJSONString(%q) = %s, want x%s", s, got, want)

@@ -3,15 +3,9 @@ package main
 import (
 	"context"
 	"fmt"
-	"os"
 	"os/signal"
 	"path/filepath"
 	"syscall"
-	"time"
-
-	appsv1 "k8s.io/api/apps/v1"
-	corev1 "k8s.io/api/core/v1"
-	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 )
 
 // runCPUPerWrite measures only what a write costs the proxies in CPU: an
@@ -21,31 +15,11 @@ import (
 func runCPUPerWrite(perRound, rounds int, workDir string, rc RunConfig) error {
 	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGINT, syscall.SIGTERM)
 	defer stop()
-	runDir := filepath.Join(workDir, "cpu-"+time.Now().Format("20060102-150405"))
-	if err := os.MkdirAll(runDir, 0o755); err != nil {
-		return err
-	}
-	logf("work dir %s", runDir)
-	h, err := startHarness(ctx, rc, runDir)
+	h, p, runDir, err := startShortLoop(ctx, rc, workDir, "cpu", scExpected, scPass)
 	if err != nil {
 		return err
 	}
 	defer h.Stop()
-	for _, ns := range []string{nsWrites, nsPass} {
-		if _, err := h.admin.CoreV1().Namespaces().Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: ns}}, metav1.CreateOptions{}); err != nil {
-			return err
-		}
-	}
-	if err := h.setupParents(ctx); err != nil {
-		return err
-	}
-	p := &pools{m: map[string]*appsv1.ReplicaSet{}}
-	if err := h.setupPools(ctx, p, scExpected, scPass); err != nil {
-		return err
-	}
-	if err := h.warmInformers(ctx, p); err != nil {
-		return err
-	}
 	k := h.targets[kausality]
 	for _, sc := range []scenario{scExpected, scPass} {
 		op := h.patchUnderLoad(sc, p)

@@ -6,15 +6,15 @@ import (
 	"errors"
 	"strconv"
 	"strings"
-	"sync"
 	"time"
 
+	"github.com/prometheus/client_golang/prometheus"
 	"go.uber.org/zap"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 
 	"github.com/kausality-io/kausality-proxy/intercept/decision"
 	"github.com/kausality-io/kausality-proxy/intercept/decisionlog"
-	"github.com/prometheus/client_golang/prometheus"
+	"github.com/kausality-io/kausality-proxy/internal/seriesmemo"
 )
 
 // DecisionMessage is the message of every decision line, so that tools can
@@ -121,9 +121,8 @@ type metrics struct {
 	// became of them.
 	reservations *prometheus.CounterVec
 	// decided holds the series of decisions and latency each combination
-	// of labels resolved to: finding a series by its label values hashes
-	// and checks every value, on every write. As bounded as the labels.
-	decided sync.Map // decidedLabels -> *decidedSeries
+	// of labels resolved to. As bounded as the labels.
+	decided *seriesmemo.Memo[decidedLabels, *decidedSeries]
 }
 
 // decidedLabels are the label values of one write's decision series.
@@ -157,6 +156,7 @@ func newMetrics(reg prometheus.Registerer) *metrics {
 			Help: "Once approvals reserved for a write, by outcome: used (the write was applied), restored (it was not, and the approval is back on the parent), kept (the write got no clear answer and may have been applied), unsettled (kube-apiserver could not be read in time to tell), restore-failed.",
 		}, []string{"outcome"}),
 	}
+	m.decided = seriesmemo.New(m.resolveDecided)
 	if reg != nil {
 		reg.MustRegister(m.decisions, m.latency, m.errors, m.reservations)
 	}
@@ -167,26 +167,22 @@ func (m *metrics) observe(rq *writeRequest, d *decision.Decision, elapsed time.D
 	if m == nil {
 		return
 	}
-	series := m.series(decidedLabels{result: string(d.Result), category: string(d.Category), mode: string(d.Mode),
+	series := m.decided.For(decidedLabels{result: string(d.Result), category: string(d.Category), mode: string(d.Mode),
 		controller: rq.controllerName, group: rq.w.gvr.Group, resource: rq.w.gvr.Resource, shadow: rq.shadow})
 	series.decisions.Inc()
 	series.latency.Observe(elapsed.Seconds())
 }
 
-func (m *metrics) series(l decidedLabels) *decidedSeries {
-	if s, ok := m.decided.Load(l); ok {
-		return s.(*decidedSeries)
-	}
+func (m *metrics) resolveDecided(l decidedLabels) *decidedSeries {
 	resource := l.resource
 	if l.group != "" {
 		resource = l.group + "/" + resource
 	}
 	shadow := strconv.FormatBool(l.shadow)
-	s, _ := m.decided.LoadOrStore(l, &decidedSeries{
+	return &decidedSeries{
 		decisions: m.decisions.WithLabelValues(l.result, l.category, l.mode, l.controller, resource, shadow),
 		latency:   m.latency.WithLabelValues(l.category, shadow),
-	})
-	return s.(*decidedSeries)
+	}
 }
 
 func (m *metrics) observeError(rq *writeRequest, err error) {

@@ -7,6 +7,8 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/collectors"
+
+	"github.com/kausality-io/kausality-proxy/internal/seriesmemo"
 )
 
 // metrics are the proxy's own Prometheus series. Labels are bounded: verbs,
@@ -22,7 +24,7 @@ type metrics struct {
 	throttled            prometheus.Counter
 	resources            *boundedLabels
 	// resolved holds the request series by seriesKey.
-	resolved sync.Map
+	resolved *seriesmemo.Memo[seriesKey, *requestSeries]
 }
 
 func newMetrics() *metrics {
@@ -44,6 +46,7 @@ func newMetrics() *metrics {
 		throttled:            newCounter("kausality_proxy_throttled_requests_total", "Mutating requests answered 429 because --max-mutating-requests-inflight were in flight."),
 		resources:            newBoundedLabels(maxResourceLabels),
 	}
+	m.resolved = seriesmemo.New(m.resolveSeries)
 	m.registry.MustRegister(m.requests, m.duration, m.inflight, m.authFailures, m.impersonationDenials, m.upstreamUp, m.throttled,
 		collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	return m

@@ -31,7 +31,7 @@ func withRequestMetrics(next http.Handler, m *metrics, longRunning request.LongR
 			key.verb, key.longRunning = metricVerb(info.Verb), longRunning(r, info)
 			key.resource = m.resources.value(info.Resource, info.Subresource, key.code < http.StatusBadRequest)
 		}
-		s := m.series(key)
+		s := m.resolved.For(key)
 		s.requests.Inc()
 		s.duration.Observe(clk.Since(start).Seconds())
 	})
@@ -54,18 +54,13 @@ type requestSeries struct {
 	duration prometheus.Observer
 }
 
-func (m *metrics) series(key seriesKey) *requestSeries {
-	if s, ok := m.resolved.Load(key); ok {
-		return s.(*requestSeries)
-	}
+func (m *metrics) resolveSeries(key seriesKey) *requestSeries {
 	verb := key.verb
 	if key.longRunning {
 		verb = "long-running:" + verb
 	}
-	s := &requestSeries{
+	return &requestSeries{
 		requests: m.requests.WithLabelValues(verb, key.resource, strconv.Itoa(key.code)),
 		duration: m.duration.WithLabelValues(verb),
 	}
-	actual, _ := m.resolved.LoadOrStore(key, s)
-	return actual.(*requestSeries)
 }

@@ -100,7 +100,7 @@ func (rc *RunConfig) sizes() []runSize {
 		{&rc.UpgradeN, 200, 6}, {&rc.Warmup, 5, 2},
 		{&rc.ListObjects, 5000, 300}, {&rc.BigObjects, 54, 6},
 		{&rc.Watchers, 100, 10}, {&rc.WatchEvents, 60, 5}, {&rc.OpenWatches, 1000, 100},
-		{&rc.LoadConcurrency, 8, 4}, {&rc.LoadPerRound, 1500, 40}, {&rc.LoadRounds, 3, 1}, {&rc.WriteLoadPerRound, 300, 16},
+		{&rc.LoadConcurrency, 8, 4}, {&rc.LoadPerRound, 1500, 40}, {&rc.LoadRounds, 6, 1}, {&rc.WriteLoadPerRound, 300, 16},
 	}
 }
 

@@ -76,6 +76,9 @@ type Load struct {
 	Requests    [numTargets]int
 	Wall        [numTargets]time.Duration
 	CPU         [numTargets]time.Duration // proxies only
+	// RoundCPU is each round's CPU time per target, in the order the
+	// rounds ran (proxies only).
+	RoundCPU [numTargets][]time.Duration
 }
 
 func (l Load) OpsPerSec(i int) float64 { return float64(l.Requests[i]) / l.Wall[i].Seconds() }
@@ -83,9 +86,70 @@ func (l Load) OpsPerSec(i int) float64 { return float64(l.Requests[i]) / l.Wall[
 // CPUPer1000 is CPU milliseconds per 1,000 requests.
 func (l Load) CPUPer1000(i int) float64 { return ms(l.CPU[i]) / float64(l.Requests[i]) * 1000 }
 
+// RoundRatios are the least and the greatest ratio of kausality's CPU to
+// the bare proxy's over the rounds: how far one round's verdict could
+// have strayed from the whole run's.
+func (l Load) RoundRatios() (lowest, highest float64, ok bool) {
+	k, b := l.RoundCPU[kausality], l.RoundCPU[bare]
+	if len(k) == 0 || len(k) != len(b) {
+		return 0, 0, false
+	}
+	for i := range k {
+		r := ratio(float64(k[i]), float64(b[i]))
+		if i == 0 || r < lowest {
+			lowest = r
+		}
+		if i == 0 || r > highest {
+			highest = r
+		}
+	}
+	return lowest, highest, true
+}
+
+// Waiting for a proxy to fall quiet before and after each turn: its work
+// left over from earlier requests (watch events of objects other targets
+// wrote, drift records settled asynchronously) is not charged to the
+// turn, and the work its own requests cause after their answers is.
+const (
+	quietWindow = 100 * time.Millisecond
+	// quietCPU is the CPU a proxy may spend in a quietWindow and still be
+	// quiet: 2% of a core, about what an idle proxy's timers and
+	// readiness probes cost.
+	quietCPU = 2 * time.Millisecond
+	// quietLimit bounds the wait, so that a proxy that never falls quiet
+	// costs the run time, not the run.
+	quietLimit = 5 * time.Second
+)
+
+// quiet waits until t's proxy spent at most quietCPU in one quietWindow,
+// or quietLimit passed, and returns its Stats then.
+func quiet(ctx context.Context, t *target) (Stats, error) {
+	last, err := t.ctl.Stats(ctx)
+	if err != nil {
+		return last, err
+	}
+	deadline := time.Now().Add(quietLimit)
+	for {
+		select {
+		case <-ctx.Done():
+			return last, ctx.Err()
+		case <-time.After(quietWindow):
+		}
+		now, err := t.ctl.Stats(ctx)
+		if err != nil {
+			return now, err
+		}
+		if now.CPU()-last.CPU() <= quietCPU || time.Now().After(deadline) {
+			return now, nil
+		}
+		last = now
+	}
+}
+
 // load runs `perRound` requests per target with `conc` in flight, for
 // `rounds` rounds, targets in rotating order, and reads the proxies' CPU
-// time (getrusage) around each target's turn.
+// time (getrusage) around each target's turn, from the moment the proxy
+// is quiet before it to the moment it is quiet after it.
 func (h *Harness) load(ctx context.Context, name string, conc, perRound, rounds int, op func(ctx context.Context, t *target, worker, i int) error) (Load, error) {
 	l := Load{Name: name, Concurrency: conc}
 	for round := 0; round < rounds; round++ {
@@ -94,7 +158,7 @@ func (h *Harness) load(ctx context.Context, name string, conc, perRound, rounds 
 			var before Stats
 			var err error
 			if t.ctl != nil {
-				if before, err = t.ctl.Stats(ctx); err != nil {
+				if before, err = quiet(ctx, t); err != nil {
 					return l, err
 				}
 			}
@@ -105,16 +169,19 @@ func (h *Harness) load(ctx context.Context, name string, conc, perRound, rounds 
 			l.Wall[idx] += time.Since(start)
 			l.Requests[idx] += perRound
 			if t.ctl != nil {
-				after, err := t.ctl.Stats(ctx)
+				after, err := quiet(ctx, t)
 				if err != nil {
 					return l, err
 				}
-				l.CPU[idx] += after.CPU() - before.CPU()
+				used := after.CPU() - before.CPU()
+				l.CPU[idx] += used
+				l.RoundCPU[idx] = append(l.RoundCPU[idx], used)
 			}
 		}
 	}
-	logf("load %-44s ops/s direct %6.0f  bare %6.0f  kausality %6.0f; CPU ms/1000 req bare %.0f kausality %.0f",
-		name, l.OpsPerSec(direct), l.OpsPerSec(bare), l.OpsPerSec(kausality), l.CPUPer1000(bare), l.CPUPer1000(kausality))
+	lo, hi, _ := l.RoundRatios()
+	logf("load %-44s ops/s direct %6.0f  bare %6.0f  kausality %6.0f; CPU ms/1000 req bare %.0f kausality %.0f (rounds %.2f–%.2f×)",
+		name, l.OpsPerSec(direct), l.OpsPerSec(bare), l.OpsPerSec(kausality), l.CPUPer1000(bare), l.CPUPer1000(kausality), lo, hi)
 	return l, nil
 }
 

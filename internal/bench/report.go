@@ -262,14 +262,22 @@ func render(res *Results) string {
 	p("## Throughput under load and CPU per request")
 	p("")
 	p("Each target gets the same number of requests with several in flight, in %d rounds, targets in rotating order.", res.Config.LoadRounds)
-	p("CPU is the proxy process's user+system time (getrusage) during its turns.")
+	p("CPU is the proxy process's user+system time (getrusage) over its turns. A turn's CPU is read from the moment the proxy")
+	p("is quiet before it (at most %s of CPU in %s, or after %s) to the moment it is quiet after it: work left over from",
+		quietCPU, quietWindow, quietLimit)
+	p("other targets' turns is not charged to it, and the work its own requests cause after their answers is. The last column")
+	p("is the least and the greatest kausality÷bare CPU ratio of a single round, the spread the whole run's ratio evens out.")
 	p("")
-	p("| operation | in flight | requests per target | ops/s direct / bare / kausality | kausality÷bare ops/s | CPU ms per 1,000 requests: bare / kausality |")
-	p("|---|---|---|---|---|---|")
+	p("| operation | in flight | requests per target | ops/s direct / bare / kausality | kausality÷bare ops/s | CPU ms per 1,000 requests: bare / kausality | kausality÷bare CPU, whole run (single rounds) |")
+	p("|---|---|---|---|---|---|---|")
 	for _, l := range res.Loads {
-		p("| %s | %d | %d | %s / %s / %s | %s | %s / %s |", l.Name, l.Concurrency, l.Requests[direct],
+		rounds := "–"
+		if lo, hi, ok := l.RoundRatios(); ok {
+			rounds = fmt.Sprintf("%s (%s–%s)", f2(ratio(l.CPUPer1000(kausality), l.CPUPer1000(bare))), f2(lo), f2(hi))
+		}
+		p("| %s | %d | %d | %s / %s / %s | %s | %s / %s | %s |", l.Name, l.Concurrency, l.Requests[direct],
 			f0(l.OpsPerSec(direct)), f0(l.OpsPerSec(bare)), f0(l.OpsPerSec(kausality)), f2(ratio(l.OpsPerSec(kausality), l.OpsPerSec(bare))),
-			f0(l.CPUPer1000(bare)), f0(l.CPUPer1000(kausality)))
+			f0(l.CPUPer1000(bare)), f0(l.CPUPer1000(kausality)), rounds)
 	}
 	p("")
 

@@ -91,3 +91,20 @@ func TestVerdicts(t *testing.T) {
 		t.Errorf("live GETs: %v %q", ok, v)
 	}
 }
+
+func TestRoundRatiosAreTheExtremesOfSingleRounds(t *testing.T) {
+	var l Load
+	l.RoundCPU[bare] = []time.Duration{100, 100, 200}
+	l.RoundCPU[kausality] = []time.Duration{150, 120, 360}
+	lo, hi, ok := l.RoundRatios()
+	if !ok || lo != 1.2 || hi != 1.8 {
+		t.Errorf("RoundRatios = %v, %v, %v; want 1.2, 1.8, true", lo, hi, ok)
+	}
+	l.RoundCPU[bare] = l.RoundCPU[bare][:2]
+	if _, _, ok := l.RoundRatios(); ok {
+		t.Error("rounds of unequal count must not give a spread")
+	}
+	if _, _, ok := (Load{}).RoundRatios(); ok {
+		t.Error("no rounds must not give a spread")
+	}
+}

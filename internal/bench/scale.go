@@ -28,12 +28,17 @@ const childrenPerParent = 10
 // ScaleResult is what the scale profile measured.
 type ScaleResult struct {
 	Parents, Children, ChurnEvents int
+	// ParentChurnEvents are the label updates of parents, after those of
+	// children.
+	ParentChurnEvents int
 	// Per target (bare, kausality): bytes per object after a GC, RSS and
-	// Go heap, and CPU per watch event of a child nobody writes.
+	// Go heap, and CPU per watch event of a child nobody writes and of a
+	// parent nobody writes under.
 	Targets               []string
 	ParentRSS, ParentHeap []float64
 	ChildRSS, ChildHeap   []float64
 	CPUPerEvent           []time.Duration
+	CPUPerParentEvent     []time.Duration
 	// IdleCPU is each proxy's CPU per second with nothing changing, left
 	// out of CPUPerEvent; CPUPerEventGross keeps it in.
 	IdleCPU, CPUPerEventGross    []time.Duration
@@ -45,6 +50,9 @@ type ScaleResult struct {
 	// ChurnCPUTop and HeapTop are kausality-proxy's CPU profile during the
 	// churn and its heap once it holds the population (with -profile).
 	ChurnCPUTop, HeapTop string
+	// ParentChurnCPUTop is kausality-proxy's CPU profile during the
+	// parents' churn (with -profile).
+	ParentChurnCPUTop string
 	// RSS is each proxy's resident memory after the churn, holding the
 	// population.
 	RSS []int64
@@ -194,6 +202,9 @@ func (h *Harness) scaleProfile(ctx context.Context, parents int) (*ScaleResult, 
 		res.CPUPerEvent = append(res.CPUPerEvent, max(gross-idle, 0)/time.Duration(res.ChurnEvents))
 		res.RSS = append(res.RSS, churned[i].RSS)
 	}
+	if err := h.churnParents(ctx, res, parents); err != nil {
+		return nil, err
+	}
 
 	var op opFunc
 	for _, w := range h.writeOps(scExpected, p) {
@@ -213,6 +224,50 @@ func (h *Harness) scaleProfile(ctx context.Context, parents int) (*ScaleResult, 
 	h.controllerManagerMemory(ctx, res)
 	res.Load = loadAvg()
 	return res, nil
+}
+
+// churnParents updates the labels of parents nobody writes under, as other
+// controllers and people do (a parent's status changes far more often in a
+// real cluster, and costs the proxy the same event), and sets the CPU per
+// watch event of a parent, the idle CPU measured before the children's
+// churn left out.
+func (h *Harness) churnParents(ctx context.Context, res *ScaleResult, parents int) error {
+	res.ParentChurnEvents = min(parents, 3000)
+	k := h.targets[kausality]
+	cpuProfile := filepath.Join(h.workDir, "cpu-scale-parents.pprof")
+	if h.cfg.Profile {
+		if err := k.ctl.call(ctx, "/cpuprofile/start?path="+cpuProfile, nil); err != nil {
+			return err
+		}
+	}
+	from, before, err := h.proxyStats(ctx)
+	if err != nil {
+		return err
+	}
+	if err := parallel(ctx, 16, res.ParentChurnEvents, func(i int) error {
+		_, err := h.admin.AppsV1().Deployments(nsScale).Patch(ctx, fmt.Sprintf("p-%05d", i), types.MergePatchType,
+			[]byte(fmt.Sprintf(`{"metadata":{"labels":{"churn":"%d"}}}`, i)), metav1.PatchOptions{FieldManager: "someone-else"})
+		return err
+	}); err != nil {
+		return err
+	}
+	after, err := h.settledStats(ctx)
+	if err != nil {
+		return err
+	}
+	took := time.Since(from)
+	if h.cfg.Profile {
+		if err := k.ctl.call(ctx, "/cpuprofile/stop", nil); err != nil {
+			return err
+		}
+		res.ParentChurnCPUTop = pprofTop(cpuProfile, false, "")
+	}
+	for i := range before {
+		idle := time.Duration(float64(res.IdleCPU[i]) * took.Seconds())
+		res.CPUPerParentEvent = append(res.CPUPerParentEvent, max(after[i].CPU()-before[i].CPU()-idle, 0)/time.Duration(res.ParentChurnEvents))
+	}
+	logf("scale: %d parent label updates in %s", res.ParentChurnEvents, took.Round(time.Millisecond))
+	return nil
 }
 
 // restartKausality replaces kausality-proxy with a fresh process against
@@ -419,7 +474,7 @@ func renderScale(runs []*ScaleResult, rc RunConfig, m Machine, command string, s
 	p("%d parents (Deployments) and %d children (their ReplicaSets, %d per parent), created directly at kube-apiserver in a namespace nobody writes through a proxy. ",
 		res.Parents, res.Children, childrenPerParent)
 	p("The proxy's caches of Deployments and ReplicaSets were started before (by decided writes elsewhere), so the population arrives through their watches. ")
-	p("Memory is the growth after a garbage collection, divided by the objects added; CPU is the proxy's user+system time during %d label updates of children, less what it spends idle in as long (measured over %s before), divided by the updates. ", res.ChurnEvents, "10 s")
+	p("Memory is the growth after a garbage collection, divided by the objects added; CPU is the proxy's user+system time during %d label updates of children, then %d of parents, less what it spends idle in as long (measured over %s before), divided by the updates. ", res.ChurnEvents, res.ParentChurnEvents, "10 s")
 	p("The bare reverse proxy (no logic, no caches) is the floor.\n\n")
 	loads := make([]string, len(runs))
 	for i, r := range runs {
@@ -454,6 +509,14 @@ func renderScale(runs []*ScaleResult, rc RunConfig, m Machine, command string, s
 	row("CPU per watch event of a child nobody writes", "≤ 0.05 ms", cells(func(r *ScaleResult, t int) string {
 		return fmt.Sprintf("%.3f ms", float64(r.CPUPerEvent[t])/float64(time.Millisecond))
 	}))
+	if len(res.CPUPerParentEvent) == len(res.Targets) {
+		row("CPU per watch event of a parent nobody writes under", "≤ 0.05 ms", cells(func(r *ScaleResult, t int) string {
+			if t >= len(r.CPUPerParentEvent) {
+				return "–"
+			}
+			return fmt.Sprintf("%.3f ms", float64(r.CPUPerParentEvent[t])/float64(time.Millisecond))
+		}))
+	}
 	row("RSS holding the population", "kausality-proxy ≤ ½ kube-controller-manager's", cells(func(r *ScaleResult, t int) string {
 		return fmt.Sprintf("%.1f MiB", float64(r.RSS[t])/(1<<20))
 	}))
@@ -507,7 +570,8 @@ func renderScale(runs []*ScaleResult, rc RunConfig, m Machine, command string, s
 		join(func(r *ScaleResult) string { return r.CreateParents.Round(time.Millisecond).String() }),
 		join(func(r *ScaleResult) string { return r.CreateChilden.Round(time.Millisecond).String() }))
 	for _, prof := range []struct{ title, top string }{
-		{"kausality-proxy's CPU during the churn (first run)", res.ChurnCPUTop},
+		{"kausality-proxy's CPU during the churn of children (first run)", res.ChurnCPUTop},
+		{"kausality-proxy's CPU during the churn of parents (first run)", res.ParentChurnCPUTop},
 		{"kausality-proxy's heap holding the population (inuse_space, first run)", res.HeapTop},
 	} {
 		if prof.top != "" {

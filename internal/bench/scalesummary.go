@@ -53,11 +53,15 @@ func parseScaleDoc(doc string) (s scaleSummary, ok bool) {
 			}
 		}
 	}
+	var perEvent []string
 	for _, row := range s.Table {
-		if strings.Contains(row, "CPU per watch event") {
-			s.CPUPer1000 = perThousandEvents(row)
+		for _, of := range []struct{ row, say string }{{"of a child", "of children"}, {"of a parent", "of parents"}} {
+			if strings.Contains(row, "CPU per watch event "+of.row) {
+				perEvent = append(perEvent, of.say+" "+perThousandEvents(row))
+			}
 		}
 	}
+	s.CPUPer1000 = strings.Join(perEvent, "; ")
 	return s, len(s.Table) > 2
 }
 

@@ -53,6 +53,9 @@ type ScaleResult struct {
 	// ParentChurnCPUTop is kausality-proxy's CPU profile during the
 	// parents' churn (with -profile).
 	ParentChurnCPUTop string
+	// IdleCPUTop is kausality-proxy's CPU profile while nothing changes,
+	// holding the population (with -profile).
+	IdleCPUTop string
 	// RSS is each proxy's resident memory after the churn, holding the
 	// population.
 	RSS []int64
@@ -154,6 +157,12 @@ func (h *Harness) scaleProfile(ctx context.Context, parents int) (*ScaleResult, 
 	// CPU was up to a third of the figure. It is measured alone, before the
 	// churn, and left out of the CPU per event.
 	const idleWindow = 10 * time.Second
+	idleProfile := filepath.Join(h.workDir, "cpu-scale-idle.pprof")
+	if h.cfg.Profile {
+		if err := k.ctl.call(ctx, "/cpuprofile/start?path="+idleProfile, nil); err != nil {
+			return nil, err
+		}
+	}
 	idleFrom, idleStart, err := h.proxyStats(ctx)
 	if err != nil {
 		return nil, err
@@ -162,6 +171,12 @@ func (h *Harness) scaleProfile(ctx context.Context, parents int) (*ScaleResult, 
 	churnFrom, idleEnd, err := h.proxyStats(ctx)
 	if err != nil {
 		return nil, err
+	}
+	if h.cfg.Profile {
+		if err := k.ctl.call(ctx, "/cpuprofile/stop", nil); err != nil {
+			return nil, err
+		}
+		res.IdleCPUTop = pprofTop(idleProfile, false, "")
 	}
 	for i := range proxies {
 		perSecond := float64(idleEnd[i].CPU()-idleStart[i].CPU()) / churnFrom.Sub(idleFrom).Seconds()
@@ -572,9 +587,12 @@ func renderScale(runs []*ScaleResult, rc RunConfig, m Machine, command string, s
 	for _, prof := range []struct{ title, top string }{
 		{"kausality-proxy's CPU during the churn of children (first run)", res.ChurnCPUTop},
 		{"kausality-proxy's CPU during the churn of parents (first run)", res.ParentChurnCPUTop},
+		{"kausality-proxy's CPU idle, holding the population (first run)", res.IdleCPUTop},
 		{"kausality-proxy's heap holding the population (inuse_space, first run)", res.HeapTop},
 	} {
-		if prof.top != "" {
+		// An idle proxy's work comes in bursts shorter than the
+		// profiler's period, so its profile may hold no sample at all.
+		if prof.top != "" && !strings.Contains(prof.top, "Total samples = 0 ") {
 			p("\n<details><summary>%s</summary>\n\n```\n%s\n```\n</details>\n", prof.title, prof.top)
 		}
 	}

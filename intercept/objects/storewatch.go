@@ -19,15 +19,16 @@ import (
 	"k8s.io/klog/v2"
 )
 
-// watchIntoStore is the watch of the children of gvr for the cache whose
-// store is store: each change is written into the store by the goroutine
+// watchIntoStore is the watch of the children of gvr that fieldSelector
+// selects, for the cache whose store is store: each change is written into the store by the goroutine
 // that reads it off the connection (storeWritingDecoder), and the
 // reflector gets only what it must see. Handing each event to the
 // reflector's goroutine woke a thread of the otherwise idle proxy for
 // every event: as much CPU as the rest of the event's work.
-func (s *Store) watchIntoStore(gvr schema.GroupVersionResource, store *childStore) func(context.Context, metav1.ListOptions) (watch.Interface, error) {
+func (s *Store) watchIntoStore(gvr schema.GroupVersionResource, store listingStore, fieldSelector string) func(context.Context, metav1.ListOptions) (watch.Interface, error) {
 	return func(ctx context.Context, opts metav1.ListOptions) (watch.Interface, error) {
 		opts.Watch = true
+		opts.FieldSelector = fieldSelector
 		replaced := store.replaces()
 		body, err := s.childWatch.Get().AbsPath(resourcePath(gvr)...).
 			SetHeader("Accept", childWatchMediaType).
@@ -69,7 +70,7 @@ func (s *Store) watchIntoStore(gvr schema.GroupVersionResource, store *childStor
 // have had it been handed every change.
 type storeWritingDecoder struct {
 	events *restclientwatch.Decoder
-	store  *childStore
+	store  listingStore
 	// writing: changes are written here, not handed on.
 	writing bool
 	// awaitingList: the initial events have been handed on, and writing

@@ -45,6 +45,9 @@ type childServer struct {
 	// listsHeld, while set, holds every list and watch list until it is
 	// closed.
 	listsHeld chan struct{}
+	// refusesSelectors answers a request with a field selector 400 Bad
+	// Request, as a server that does not take it.
+	refusesSelectors bool
 
 	frames chan sentFrame
 }
@@ -163,6 +166,16 @@ func (s *childServer) serve(w http.ResponseWriter, r *http.Request) {
 	}
 	s.mu.Lock()
 	s.selectors = append(s.selectors, q.Get("fieldSelector"))
+	if s.refusesSelectors && q.Get("fieldSelector") != "" {
+		s.mu.Unlock()
+		status := &metav1.Status{Status: metav1.StatusFailure, Code: http.StatusBadRequest, Reason: metav1.StatusReasonBadRequest,
+			Message: "field label not supported: metadata.namespace"}
+		status.APIVersion, status.Kind = "v1", "Status"
+		w.Header().Set("Content-Type", "application/json")
+		w.WriteHeader(http.StatusBadRequest)
+		_ = json.NewEncoder(w).Encode(status)
+		return
+	}
 	version := strconv.Itoa(s.version)
 	var children []metav1.PartialObjectMetadata
 	for _, c := range s.children {

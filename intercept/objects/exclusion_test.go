@@ -214,3 +214,33 @@ func TestChildCacheRelistsWhenTheExcludedNamespacesChange(t *testing.T) {
 		t.Errorf("%d watches opened after reading the same excluded namespaces again, want %d", n, opened)
 	}
 }
+
+// A server that refuses the field selector (an aggregated API server may
+// not take metadata.namespace) gets the list and watch without it: the
+// cache syncs, holding every namespace, and still answers for none it
+// was to leave out.
+func TestChildCacheListsEverythingWhenTheSelectorIsRefused(t *testing.T) {
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	srv := newChildServer(t, childIn("prod", "a"), childIn("batch", "b"))
+	srv.refusesSelectors = true
+	excluded := &excludedNamespaces{}
+	excluded.set("batch")
+	s := srv.storeExcluding(ctx, excluded)
+	syncCtx, done := context.WithTimeout(ctx, time.Minute)
+	defer done()
+	if err := s.WaitForMetadataSync(syncCtx, deployments); err != nil {
+		t.Fatal(err)
+	}
+	c := s.childCacheFor(deployments)
+	if keys := cachedKeys(c); !slices.Equal(keys, []string{"batch/b", "prod/a"}) {
+		t.Errorf("the cache holds %v, want both children", keys)
+	}
+	if s.cachedMetadata(deployments, "prod", "a") == nil || s.cachedMetadata(deployments, "batch", "b") != nil {
+		t.Error("the cache does not answer for prod, or answers for the excluded batch")
+	}
+	selectors, _ := srv.fieldSelectors()
+	if len(selectors) < 2 || selectors[0] != "metadata.namespace!=batch" || selectors[len(selectors)-1] != "" {
+		t.Errorf("field selectors asked %q, want the exclusion first and none once it was refused", selectors)
+	}
+}

@@ -29,6 +29,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
@@ -46,6 +47,7 @@ import (
 	"k8s.io/client-go/rest"
 	"k8s.io/client-go/restmapper"
 	"k8s.io/client-go/tools/cache"
+	"k8s.io/klog/v2"
 )
 
 // Source says where an object came from.
@@ -748,6 +750,34 @@ func (c *childCache) listAndWatch() {
 	c.running, c.listed, c.stop, c.reflectorDone = true, excluded, stop, done
 }
 
+// childSelector is the field selector of one list and watch of a cache
+// of children. Every namespaced resource kube-apiserver serves takes
+// metadata.namespace, but an aggregated API server need not: refused, the
+// cache lists and watches every namespace, as it did before it left any
+// out; lookups in the excluded ones are answered live all the same.
+type childSelector struct {
+	gvr      schema.GroupVersionResource
+	selector string
+	refused  atomic.Bool
+}
+
+func (c *childSelector) get() string {
+	if c.refused.Load() {
+		return ""
+	}
+	return c.selector
+}
+
+// refusedBy takes the answer to a list or watch with the selector: a Bad
+// Request refuses it, and the reflector's next attempt goes without.
+func (c *childSelector) refusedBy(ctx context.Context, err error) {
+	if err == nil || c.selector == "" || !apierrors.IsBadRequest(err) || c.refused.Swap(true) {
+		return
+	}
+	klog.FromContext(ctx).Info("the children's list or watch refused the field selector of the excluded namespaces; caching every namespace",
+		"resource", c.gvr.String(), "fieldSelector", c.selector, "err", err)
+}
+
 // childCacheFor is informerFor for the cache of children: metadata only,
 // listed and watched as the metadata informer of client-go does, with its
 // own bound.
@@ -773,17 +803,24 @@ func (s *Store) childCacheFor(gvr schema.GroupVersionResource) *childCache {
 		store := newChildStore(s.observersNow)
 		c := &childCache{indexer: store.indexer, store: store, namespaced: namespaced, exclusion: s.exclusion, ctx: s.ctx}
 		c.reflectorFor = func(store listingStore, fieldSelector string) *cache.Reflector {
-			watchChildren := func(ctx context.Context, opts metav1.ListOptions) (watch.Interface, error) {
-				opts.FieldSelector = fieldSelector
-				return client.Watch(ctx, opts)
-			}
+			selector := &childSelector{gvr: gvr, selector: fieldSelector}
+			var watchChildren func(ctx context.Context, opts metav1.ListOptions) (watch.Interface, error)
 			if s.childWatch != nil {
-				watchChildren = s.watchIntoStore(gvr, store, fieldSelector)
+				watchChildren = s.watchIntoStore(gvr, store, selector)
+			} else {
+				watchChildren = func(ctx context.Context, opts metav1.ListOptions) (watch.Interface, error) {
+					opts.FieldSelector = selector.get()
+					w, err := client.Watch(ctx, opts)
+					selector.refusedBy(ctx, err)
+					return w, err
+				}
 			}
 			lw := cache.ToListWatcherWithWatchListSemantics(&cache.ListWatch{
 				ListWithContextFunc: func(ctx context.Context, opts metav1.ListOptions) (runtime.Object, error) {
-					opts.FieldSelector = fieldSelector
-					return client.List(ctx, opts)
+					opts.FieldSelector = selector.get()
+					list, err := client.List(ctx, opts)
+					selector.refusedBy(ctx, err)
+					return list, err
 				},
 				WatchFuncWithContext: watchChildren,
 			}, s.cacheMetadata)

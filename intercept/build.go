@@ -9,6 +9,7 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 	"go.uber.org/zap"
+	"k8s.io/apimachinery/pkg/util/wait"
 	"k8s.io/apiserver/pkg/authorization/authorizer"
 	"k8s.io/client-go/discovery"
 	"k8s.io/client-go/dynamic"
@@ -112,7 +113,9 @@ func Build(o Options) (*Interceptor, error) {
 		stop()
 		return nil, err
 	}
-	store := objects.New(background, disc, dyn, meta, caches)
+	excluded := func() []string { return settings.Current().Rules.ExcludedNamespaces }
+	store := objects.New(background, disc, dyn, meta, caches, objects.ExcludingNamespaces(excluded))
+	go relistOnExclusionChange(background, store, o.ConfigReloadInterval, o.Log.Named("caches"))
 	client, err := kubernetes.NewForConfig(o.Client)
 	if err != nil {
 		stop()
@@ -154,6 +157,22 @@ func Build(o Options) (*Interceptor, error) {
 	})
 	i.watcher, i.stopBackground = settings, stop
 	return i, nil
+}
+
+// relistOnExclusionChange makes the caches of children follow a reload
+// of the config file that changes the excluded namespaces, checking as
+// often as the file is.
+func relistOnExclusionChange(ctx context.Context, store *objects.Store, every time.Duration, log *zap.Logger) {
+	if every <= 0 {
+		every = config.DefaultReloadInterval
+	}
+	wait.UntilWithContext(ctx, func(context.Context) {
+		if change, ok := store.RelistExcluding(); ok {
+			log.Info("the caches of children list and watch again for a change of the excluded namespaces",
+				zap.Strings("excludedNamespaces", change.After), zap.Strings("before", change.Before),
+				zap.Int("caches", change.Relisted))
+		}
+	}, every)
 }
 
 // buildReporter starts the reporting subsystem with the write path's

@@ -11,6 +11,10 @@ import (
 	"k8s.io/apimachinery/pkg/util/wait"
 )
 
+// DefaultReloadInterval is how often the file is checked when no interval
+// is given.
+const DefaultReloadInterval = 2 * time.Second
+
 // Watcher holds the current configuration and reloads it when the file
 // changes. Polling the content (not inotify) also sees the symlink swap a
 // mounted ConfigMap goes through.
@@ -32,7 +36,7 @@ func NewWatcher(path string, interval time.Duration, log *zap.Logger) (*Watcher,
 		log = zap.NewNop()
 	}
 	if interval <= 0 {
-		interval = 2 * time.Second
+		interval = DefaultReloadInterval
 	}
 	w := &Watcher{path: path, interval: interval, log: log}
 	if path == "" {

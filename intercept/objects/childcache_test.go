@@ -49,6 +49,7 @@ func TestChildStoreTellsObserversOfEveryChange(t *testing.T) {
 			seen := &metadataRecorder{}
 			other := &recorder{learns: true}
 			s := newChildStore(func() []Observer { return []Observer{seen, other} })
+			writes := s.current()
 			for _, st := range tc.steps {
 				var err error
 				switch st.op {
@@ -57,16 +58,16 @@ func TestChildStoreTellsObserversOfEveryChange(t *testing.T) {
 					for i, o := range st.obj {
 						list[i] = o.DeepCopy()
 					}
-					err = s.Replace(list, "10")
+					err = writes.Replace(list, "10")
 				default:
 					for _, o := range st.obj {
 						switch st.op {
 						case "add":
-							err = s.Add(o.DeepCopy())
+							err = writes.Add(o.DeepCopy())
 						case "update":
-							err = s.Update(o.DeepCopy())
+							err = writes.Update(o.DeepCopy())
 						case "delete":
-							err = s.Delete(o.DeepCopy())
+							err = writes.Delete(o.DeepCopy())
 						}
 					}
 				}

@@ -13,6 +13,7 @@ import (
 	"time"
 
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/fields"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/watch"
 	"k8s.io/client-go/rest"
@@ -37,6 +38,16 @@ type childServer struct {
 	// afterInitialEvents is sent right after the initial events of the
 	// next watch list, in the same write.
 	afterInitialEvents []byte
+	// selectors are the field selectors of the lists and watches, in the
+	// order asked; open counts the watches not ended yet.
+	selectors []string
+	open      int
+	// listsHeld, while set, holds every list and watch list until it is
+	// closed.
+	listsHeld chan struct{}
+	// refusesSelectors answers a request with a field selector 400 Bad
+	// Request, as a server that does not take it.
+	refusesSelectors bool
 
 	frames chan sentFrame
 }
@@ -66,6 +77,29 @@ func (s *childServer) store(ctx context.Context) *Store {
 		s.t.Fatal(err)
 	}
 	return New(ctx, nil, nil, nil, cachesOver)
+}
+
+// holdLists holds every list and watch list from now until the returned
+// func is called.
+func (s *childServer) holdLists() (release func()) {
+	held := make(chan struct{})
+	s.mu.Lock()
+	s.listsHeld = held
+	s.mu.Unlock()
+	return func() {
+		s.mu.Lock()
+		s.listsHeld = nil
+		s.mu.Unlock()
+		close(held)
+	}
+}
+
+// fieldSelectors are the field selectors of the lists and watches asked
+// so far, and how many watches are open.
+func (s *childServer) fieldSelectors() (selectors []string, openWatches int) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return slices.Clone(s.selectors), s.open
 }
 
 // remove deletes a child without an event: as a deletion while the
@@ -114,14 +148,45 @@ func watchFrame(t testing.TB, typ watch.EventType, obj runtime.Object) []byte {
 
 func (s *childServer) serve(w http.ResponseWriter, r *http.Request) {
 	q := r.URL.Query()
+	selector, err := fields.ParseSelector(q.Get("fieldSelector"))
+	if err != nil {
+		http.Error(w, err.Error(), http.StatusBadRequest)
+		return
+	}
+	listing := q.Get("watch") != "true" || q.Get("sendInitialEvents") == "true"
 	s.mu.Lock()
+	held := s.listsHeld
+	s.mu.Unlock()
+	if held != nil && listing {
+		select {
+		case <-held:
+		case <-r.Context().Done():
+			return
+		}
+	}
+	s.mu.Lock()
+	s.selectors = append(s.selectors, q.Get("fieldSelector"))
+	if s.refusesSelectors && q.Get("fieldSelector") != "" {
+		s.mu.Unlock()
+		status := &metav1.Status{Status: metav1.StatusFailure, Code: http.StatusBadRequest, Reason: metav1.StatusReasonBadRequest,
+			Message: "field label not supported: metadata.namespace"}
+		status.APIVersion, status.Kind = "v1", "Status"
+		w.Header().Set("Content-Type", "application/json")
+		w.WriteHeader(http.StatusBadRequest)
+		_ = json.NewEncoder(w).Encode(status)
+		return
+	}
 	version := strconv.Itoa(s.version)
 	var children []metav1.PartialObjectMetadata
 	for _, c := range s.children {
-		children = append(children, *c)
+		if selector.Matches(fields.Set{"metadata.name": c.Name, "metadata.namespace": c.Namespace}) {
+			children = append(children, *c)
+		}
 	}
 	var afterInitialEvents []byte
 	if q.Get("watch") == "true" {
+		s.open++
+		defer func() { s.mu.Lock(); s.open--; s.mu.Unlock() }()
 		s.opened++
 		s.versions = append(s.versions, q.Get("resourceVersion"))
 		if q.Get("sendInitialEvents") == "true" {

@@ -182,7 +182,7 @@ func TestChildWatchClientReadsAWatchStream(t *testing.T) {
 	s := New(context.Background(), nil, nil, nil, cachesOver)
 	store := newChildStore(s.observersNow)
 	timeout := int64(60)
-	w, err := s.watchIntoStore(deployments, store)(context.Background(), metav1.ListOptions{ResourceVersion: "100", TimeoutSeconds: &timeout, AllowWatchBookmarks: true})
+	w, err := s.watchIntoStore(deployments, store.current(), &childSelector{gvr: deployments})(context.Background(), metav1.ListOptions{ResourceVersion: "100", TimeoutSeconds: &timeout, AllowWatchBookmarks: true})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -29,12 +29,15 @@ import (
 	"sync/atomic"
 	"time"
 
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/apimachinery/pkg/fields"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/apimachinery/pkg/watch"
 	"k8s.io/client-go/discovery"
 	"k8s.io/client-go/discovery/cached/memory"
 	"k8s.io/client-go/dynamic"
@@ -44,6 +47,7 @@ import (
 	"k8s.io/client-go/rest"
 	"k8s.io/client-go/restmapper"
 	"k8s.io/client-go/tools/cache"
+	"k8s.io/klog/v2"
 )
 
 // Source says where an object came from.
@@ -95,6 +99,14 @@ type Store struct {
 	lastReset   time.Time
 	// observers is read on every watch event, without the lock.
 	observers atomic.Pointer[[]Observer]
+
+	// excluded are the namespaces whose writes nobody decides about
+	// (ExcludingNamespaces); the caches of children of namespaced
+	// resources leave out listedExcluded, what it said when last read.
+	excluded       func() []string
+	listedExcluded []string
+	// namespaced says whether gvr's objects live in namespaces.
+	namespaced func(gvr schema.GroupVersionResource) bool
 }
 
 // Observer sees every parent the caches hold as it changes, and the UIDs of
@@ -250,8 +262,12 @@ func New(ctx context.Context, disc discovery.DiscoveryInterface, dyn dynamic.Int
 
 		childCaches: map[schema.GroupVersionResource]*childCache{},
 	}
+	s.namespaced = s.namespacedResource
 	for _, o := range opts {
 		o(s)
+	}
+	if s.excluded != nil {
+		s.listedExcluded = namespaceSet(s.excluded())
 	}
 	return s
 }
@@ -290,6 +306,89 @@ func CachesOver(cfg *rest.Config) (Option, error) {
 	return func(s *Store) {
 		s.cacheDynamic, s.cacheMetadata, s.childWatch = dyn, meta, children
 	}, nil
+}
+
+// ExcludingNamespaces makes the caches of children leave out the children
+// of the namespaces excluded names: no write there is decided, so no
+// decision reads them, and each of their changes would cost a watch event
+// (kube-system alone is busy). A lookup there is answered live. excluded
+// is read when the store is made and by RelistExcluding, which follows a
+// change of it.
+func ExcludingNamespaces(excluded func() []string) Option {
+	return func(s *Store) { s.excluded = excluded }
+}
+
+// ExclusionChange is a change of the namespaces the caches of children
+// leave out.
+type ExclusionChange struct {
+	Before, After []string
+	// Relisted counts the caches of children that list and watch again.
+	Relisted int
+}
+
+// RelistExcluding reads the excluded namespaces again and, when they
+// changed, makes every cache of children of a namespaced resource list
+// and watch again without them. Until a cache's new list has arrived,
+// its lookups are answered live; a namespace its list left out is always
+// answered live. It reports the change, if there was one.
+func (s *Store) RelistExcluding() (ExclusionChange, bool) {
+	if s.excluded == nil {
+		return ExclusionChange{}, false
+	}
+	after := namespaceSet(s.excluded())
+	s.mu.Lock()
+	before := s.listedExcluded
+	if slices.Equal(before, after) {
+		s.mu.Unlock()
+		return ExclusionChange{}, false
+	}
+	s.listedExcluded = after
+	var caches []*childCache
+	for _, c := range s.childCaches {
+		if c.namespaced {
+			caches = append(caches, c)
+		}
+	}
+	s.mu.Unlock()
+	for _, c := range caches {
+		c.listAndWatch()
+	}
+	return ExclusionChange{Before: before, After: after, Relisted: len(caches)}, true
+}
+
+// exclusion is what the caches of children of namespaced resources
+// leave out now.
+func (s *Store) exclusion() []string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.listedExcluded
+}
+
+// namespaceSet is namespaces sorted, each once, "" left out.
+func namespaceSet(namespaces []string) []string {
+	set := slices.DeleteFunc(slices.Clone(namespaces), func(ns string) bool { return ns == "" })
+	slices.Sort(set)
+	return slices.Compact(set)
+}
+
+// excludingSelector selects the objects of no namespace of excluded.
+func excludingSelector(excluded []string) string {
+	selectors := make([]fields.Selector, 0, len(excluded))
+	for _, ns := range excluded {
+		selectors = append(selectors, fields.OneTermNotEqualSelector("metadata.namespace", ns))
+	}
+	return fields.AndSelectors(selectors...).String()
+}
+
+// namespacedResource reports whether discovery says the objects of gvr
+// live in namespaces; false when it cannot tell.
+func (s *Store) namespacedResource(gvr schema.GroupVersionResource) bool {
+	gvk, err := s.KindFor(gvr)
+	if err != nil {
+		return false
+	}
+	m, err := s.Mapping(gvk)
+	return err == nil && m.Scope.Name() == meta.RESTScopeNameNamespace
 }
 
 // RESTMapper is the store's discovery-backed mapper.
@@ -371,7 +470,7 @@ func (s *Store) GetMetadata(ctx context.Context, gvr schema.GroupVersionResource
 // children, or nil.
 func (s *Store) cachedMetadata(gvr schema.GroupVersionResource, namespace, name string) *unstructured.Unstructured {
 	cc := s.childCacheFor(gvr)
-	if cc == nil || !cc.hasSynced() {
+	if cc == nil || !cc.store.covers(namespace) {
 		return nil
 	}
 	obj, exists, err := cc.indexer.GetByKey(cacheKey(namespace, name))
@@ -512,7 +611,7 @@ const maxOwnedListed = 1000
 // metadata, they are listed live (at most maxOwnedListed objects of the
 // namespace are looked at). The objects must not be modified.
 func (s *Store) Owned(ctx context.Context, gvr schema.GroupVersionResource, namespace string, owner types.UID, metadataOnly bool) ([]*unstructured.Unstructured, error) {
-	if c := s.childCacheFor(gvr); metadataOnly && c != nil && c.hasSynced() {
+	if c := s.childCacheFor(gvr); metadataOnly && c != nil && c.store.covers(namespace) {
 		return s.ownedFromCache(c.indexer, gvr, namespace, owner)
 	}
 	list, err := s.dynamic.Resource(gvr).Namespace(namespace).List(ctx, metav1.ListOptions{Limit: maxOwnedListed})
@@ -542,7 +641,7 @@ func (s *Store) WaitForMetadataSync(ctx context.Context, gvr schema.GroupVersion
 	if c == nil {
 		return fmt.Errorf("%s is not cached as a child: it is never cached, or the proxy holds %d such caches already", gvr, s.maxInformers)
 	}
-	if !cache.WaitForCacheSync(ctx.Done(), c.hasSynced) {
+	if !cache.WaitForCacheSync(ctx.Done(), c.store.hasSynced) {
 		return fmt.Errorf("cache of children %s did not sync: %w", gvr, ctx.Err())
 	}
 	return nil
@@ -605,8 +704,78 @@ func lazyStart[C comparable](s *Store, started map[schema.GroupVersionResource]C
 // would hand each one on through a queue to a goroutine of its own, a
 // shared informer through two more, each woken on a sleeping thread.
 type childCache struct {
-	indexer   cache.Indexer
-	hasSynced func() bool
+	indexer cache.Indexer
+	store   *childStore
+	// namespaced: the cache leaves out the excluded namespaces, and lists
+	// and watches again when they change.
+	namespaced bool
+	// exclusion is what to leave out now; reflectorFor makes the
+	// reflector of one list and watch.
+	exclusion    func() []string
+	reflectorFor func(store listingStore, fieldSelector string) *cache.Reflector
+	ctx          context.Context
+
+	mu sync.Mutex
+	// running: a reflector lists and watches without listed; stop stops
+	// it, and reflectorDone is closed once it has returned.
+	running       bool
+	listed        []string
+	stop          context.CancelFunc
+	reflectorDone chan struct{}
+}
+
+// listAndWatch starts the list and watch of what the cache leaves out
+// now, stopping the one before, unless that one leaves out the same.
+func (c *childCache) listAndWatch() {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	var excluded []string
+	if c.namespaced {
+		excluded = c.exclusion()
+	}
+	if c.running && slices.Equal(c.listed, excluded) {
+		return
+	}
+	if c.stop != nil {
+		c.stop()
+	}
+	store := c.store.relist(excluded)
+	reflector := c.reflectorFor(store, excludingSelector(excluded))
+	ctx, stop := context.WithCancel(c.ctx)
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		reflector.RunWithContext(ctx)
+	}()
+	c.running, c.listed, c.stop, c.reflectorDone = true, excluded, stop, done
+}
+
+// childSelector is the field selector of one list and watch of a cache
+// of children. Every namespaced resource kube-apiserver serves takes
+// metadata.namespace, but an aggregated API server need not: refused, the
+// cache lists and watches every namespace, as it did before it left any
+// out; lookups in the excluded ones are answered live all the same.
+type childSelector struct {
+	gvr      schema.GroupVersionResource
+	selector string
+	refused  atomic.Bool
+}
+
+func (c *childSelector) get() string {
+	if c.refused.Load() {
+		return ""
+	}
+	return c.selector
+}
+
+// refusedBy takes the answer to a list or watch with the selector: a Bad
+// Request refuses it, and the reflector's next attempt goes without.
+func (c *childSelector) refusedBy(ctx context.Context, err error) {
+	if err == nil || c.selector == "" || !apierrors.IsBadRequest(err) || c.refused.Swap(true) {
+		return
+	}
+	klog.FromContext(ctx).Info("the children's list or watch refused the field selector of the excluded namespaces; caching every namespace",
+		"resource", c.gvr.String(), "fieldSelector", c.selector, "err", err)
 }
 
 // childCacheFor is informerFor for the cache of children: metadata only,
@@ -616,6 +785,15 @@ func (s *Store) childCacheFor(gvr schema.GroupVersionResource) *childCache {
 	if uncached[gvr.GroupResource()] || s.cacheMetadata == nil {
 		return nil
 	}
+	s.mu.Lock()
+	c := s.childCaches[gvr]
+	s.mu.Unlock()
+	if c != nil {
+		return c
+	}
+	// Discovery is asked before the store's lock is taken: it takes it
+	// to refresh.
+	namespaced := s.excluded != nil && s.namespaced(gvr)
 	return lazyStart(s, s.childCaches, gvr, func() (*childCache, func(context.Context)) {
 		client := s.cacheMetadata.Resource(gvr)
 		var objectType runtime.Object = &metav1.PartialObjectMetadata{}
@@ -623,18 +801,32 @@ func (s *Store) childCacheFor(gvr schema.GroupVersionResource) *childCache {
 			objectType = &compactChild{}
 		}
 		store := newChildStore(s.observersNow)
-		watchChildren := client.Watch
-		if s.childWatch != nil {
-			watchChildren = s.watchIntoStore(gvr, store)
+		c := &childCache{indexer: store.indexer, store: store, namespaced: namespaced, exclusion: s.exclusion, ctx: s.ctx}
+		c.reflectorFor = func(store listingStore, fieldSelector string) *cache.Reflector {
+			selector := &childSelector{gvr: gvr, selector: fieldSelector}
+			var watchChildren func(ctx context.Context, opts metav1.ListOptions) (watch.Interface, error)
+			if s.childWatch != nil {
+				watchChildren = s.watchIntoStore(gvr, store, selector)
+			} else {
+				watchChildren = func(ctx context.Context, opts metav1.ListOptions) (watch.Interface, error) {
+					opts.FieldSelector = selector.get()
+					w, err := client.Watch(ctx, opts)
+					selector.refusedBy(ctx, err)
+					return w, err
+				}
+			}
+			lw := cache.ToListWatcherWithWatchListSemantics(&cache.ListWatch{
+				ListWithContextFunc: func(ctx context.Context, opts metav1.ListOptions) (runtime.Object, error) {
+					opts.FieldSelector = selector.get()
+					list, err := client.List(ctx, opts)
+					selector.refusedBy(ctx, err)
+					return list, err
+				},
+				WatchFuncWithContext: watchChildren,
+			}, s.cacheMetadata)
+			return cache.NewReflectorWithOptions(lw, objectType, store, cache.ReflectorOptions{Name: "children " + gvr.String()})
 		}
-		lw := cache.ToListWatcherWithWatchListSemantics(&cache.ListWatch{
-			ListWithContextFunc: func(ctx context.Context, opts metav1.ListOptions) (runtime.Object, error) {
-				return client.List(ctx, opts)
-			},
-			WatchFuncWithContext: watchChildren,
-		}, s.cacheMetadata)
-		reflector := cache.NewReflectorWithOptions(lw, objectType, store, cache.ReflectorOptions{Name: "children " + gvr.String()})
-		return &childCache{indexer: store.indexer, hasSynced: store.hasSynced}, reflector.RunWithContext
+		return c, func(context.Context) { c.listAndWatch() }
 	})
 }
 

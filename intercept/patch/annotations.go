@@ -13,7 +13,6 @@ import (
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	cbor "k8s.io/apimachinery/pkg/runtime/serializer/cbor/direct"
 	"k8s.io/apimachinery/pkg/types"
-	utiljson "k8s.io/apimachinery/pkg/util/json"
 
 	"github.com/kausality-io/kausality-proxy/intercept/body"
 )
@@ -167,19 +166,17 @@ func rewriteMergePatch(patch []byte, annotations map[string]*string, strategic b
 // encoded again. Keys are matched case-sensitively, as kube-apiserver
 // applies a merge patch.
 func withoutMetadata(patch []byte) ([]byte, bool) {
-	trimmed := bytes.TrimLeft(patch, " \t\r\n")
-	if len(trimmed) == 0 || trimmed[0] != '{' {
-		return nil, false
-	}
 	// A metadata member, even null, is edited by the general path; so is
-	// anything that does not decode, which it answers with a 400.
-	var probe struct {
-		Metadata json.RawMessage `json:"metadata"`
-	}
-	if err := utiljson.Unmarshal(patch, &probe); err != nil || probe.Metadata != nil {
+	// anything that is not a JSON object, which it answers with a 400.
+	hasMetadata := false
+	isObject := objectMembers(patch, func(name string) bool {
+		hasMetadata = name == "metadata"
+		return !hasMetadata
+	})
+	if !isObject || hasMetadata {
 		return nil, false
 	}
-	return trimmed[1:], true
+	return bytes.TrimLeft(patch, " \t\r\n")[1:], true
 }
 
 // spliceMetadata is the object whose members are metadata.annotations

@@ -94,3 +94,22 @@ func BenchmarkAddAnnotations(b *testing.B) {
 		})
 	}
 }
+
+func BenchmarkOnlyMetadata(b *testing.B) {
+	for _, c := range []struct {
+		name      string
+		patchType types.PatchType
+		patch     []byte
+	}{
+		{"MergePatchOfTheSpec", types.MergePatchType, []byte(`{"spec":{"replicas":5}}`)},
+		{"MergePatchOfLabels", types.MergePatchType, []byte(`{"metadata":{"labels":{"app":"web","tier":"frontend"},"annotations":{"example.com/note":"a longer value that a person wrote"}}}`)},
+		{"StrategicMergePatchOfAContainer", types.StrategicMergePatchType, []byte(`{"spec":{"template":{"spec":{"containers":[{"name":"app","image":"nginx:1.26"}]}}}}`)},
+	} {
+		b.Run(c.name, func(b *testing.B) {
+			b.ReportAllocs()
+			for b.Loop() {
+				OnlyMetadata(c.patchType, c.patch)
+			}
+		})
+	}
+}

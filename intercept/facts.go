@@ -68,7 +68,11 @@ type facts struct {
 	fromStored patch.FromStored
 	// sent is the object the client sent (creates and updates), or the
 	// Scale of a /scale PUT.
-	sent     *unstructured.Unstructured
+	sent *unstructured.Unstructured
+	// decoded is sent as decoded from data: while sent is still it, the
+	// proxy's changes can be written into data rather than into a new
+	// encoding of sent.
+	decoded  *unstructured.Unstructured
 	old, new *unstructured.Unstructured
 	changed  bool
 	changes  []desired.Change
@@ -159,7 +163,7 @@ func (i *Interceptor) gather(ctx context.Context, rq *writeRequest, data []byte,
 		if err != nil {
 			return f, err
 		}
-		f.sent, f.format = obj, format
+		f.sent, f.decoded, f.format = obj, obj, format
 	}
 	if wr.verb == "patch" {
 		if f.patchType, err = patch.TypeFor(rq.contentType); err != nil {

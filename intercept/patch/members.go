@@ -6,44 +6,106 @@ import (
 	"unicode/utf8"
 )
 
-// objectMembers calls member with the name of each member of data, in
-// order, until member returns false, and reports whether data is a JSON
-// object. A patch is decoded whole once, where it is applied; asking what
-// its top level names must not decode it again, nor copy its values.
+// member is one member of a JSON object, by offsets into its text: the
+// opening quote of its name, the start of its value, and the end of its
+// value.
+type member struct {
+	name                   string
+	start, valueStart, end int
+}
+
+// objectMembers calls fn with the name of each member of data, in order,
+// until fn returns false, and reports whether data is a JSON object. A
+// patch is decoded whole once, where it is applied; asking what its top
+// level names must not decode it again, nor copy its values.
 //
 // Names are compared as kube-apiserver reads them: case-sensitively, and
 // with escapes resolved.
-func objectMembers(data []byte, member func(name string) bool) bool {
+func objectMembers(data []byte, fn func(name string) bool) bool {
 	if !json.Valid(data) {
 		return false
 	}
-	data = bytes.TrimLeft(data, " \t\r\n")
-	if len(data) == 0 || data[0] != '{' {
+	return eachMember(data, func(m member) bool { return fn(m.name) })
+}
+
+// eachMember calls fn with each member of data, a JSON object, in order,
+// until fn returns false. It reports whether data is a JSON object; data
+// must be valid JSON (checked, or decoded before), or what it reports
+// means nothing.
+func eachMember(data []byte, fn func(member) bool) bool {
+	i := skipSpace(data, 0)
+	if i >= len(data) || data[i] != '{' {
 		return false
 	}
-	// data is valid JSON: outside strings, a member's name is the first
-	// string at depth one after the opening brace or a comma.
-	depth, expectName := 0, true
-	for i := 0; i < len(data); i++ {
-		switch c := data[i]; c {
-		case '{', '[':
-			depth++
-		case '}', ']':
-			depth--
-		case ',':
-			expectName = depth == 1
-		case '"':
-			end := stringEnd(data, i)
-			if depth == 1 && expectName {
-				if !member(memberName(data[i : end+1])) {
-					return true
-				}
-				expectName = false
-			}
-			i = end
+	i = skipSpace(data, i+1)
+	if i < len(data) && data[i] == '}' {
+		return true
+	}
+	for i < len(data) && data[i] == '"' {
+		m := member{start: i}
+		nameEnd := stringEnd(data, i)
+		m.name = memberName(data[i : nameEnd+1])
+		i = skipSpace(data, nameEnd+1)
+		if i >= len(data) || data[i] != ':' {
+			return false
+		}
+		m.valueStart = skipSpace(data, i+1)
+		m.end = valueEnd(data, m.valueStart)
+		if !fn(m) {
+			return true
+		}
+		i = skipSpace(data, m.end)
+		if i >= len(data) || data[i] != ',' {
+			break
+		}
+		i = skipSpace(data, i+1)
+	}
+	return i < len(data) && data[i] == '}'
+}
+
+func skipSpace(data []byte, i int) int {
+	for i < len(data) {
+		switch data[i] {
+		case ' ', '\t', '\r', '\n':
+			i++
+		default:
+			return i
 		}
 	}
-	return true
+	return i
+}
+
+// valueEnd is the offset just after the JSON value that starts at start.
+func valueEnd(data []byte, start int) int {
+	if start >= len(data) {
+		return len(data)
+	}
+	switch data[start] {
+	case '"':
+		return stringEnd(data, start) + 1
+	case '{', '[':
+		depth := 0
+		for i := start; i < len(data); i++ {
+			switch data[i] {
+			case '"':
+				i = stringEnd(data, i)
+			case '{', '[':
+				depth++
+			case '}', ']':
+				if depth--; depth == 0 {
+					return i + 1
+				}
+			}
+		}
+		return len(data)
+	}
+	for i := start; i < len(data); i++ {
+		switch data[i] {
+		case ',', '}', ']', ' ', '\t', '\r', '\n':
+			return i
+		}
+	}
+	return len(data)
 }
 
 // stringEnd is the index of the quote that closes the string opening at
@@ -63,6 +125,9 @@ func stringEnd(data []byte, start int) int {
 // memberName is the name a quoted JSON string stands for: escapes
 // resolved, invalid UTF-8 replaced as decoding does.
 func memberName(quoted []byte) string {
+	if len(quoted) < 2 {
+		return ""
+	}
 	if bytes.IndexByte(quoted, '\\') < 0 && utf8.Valid(quoted) {
 		return string(quoted[1 : len(quoted)-1])
 	}

@@ -478,7 +478,7 @@ func readBody(w http.ResponseWriter, r *http.Request, limit int64) (data []byte,
 		}
 	}
 	orig := r.Body
-	data, err = io.ReadAll(io.LimitReader(orig, limit+1))
+	data, err = readUpTo(orig, limit+1, r.ContentLength)
 	if err != nil {
 		if errors.Is(err, os.ErrDeadlineExceeded) || r.Context().Err() != nil {
 			return nil, false, bodyTimeout()
@@ -495,6 +495,18 @@ func readBody(w http.ResponseWriter, r *http.Request, limit int64) (data []byte,
 	_ = orig.Close()
 	upstream.RestoreBody(r, data)
 	return data, false, nil
+}
+
+// readUpTo reads at most n bytes of body. A body whose length is known
+// is read into one buffer of that size: a whole object grown into from
+// nothing costs a copy at every doubling.
+func readUpTo(body io.Reader, n, length int64) ([]byte, error) {
+	if length <= 0 || length >= n {
+		return io.ReadAll(io.LimitReader(body, n))
+	}
+	buf := bytes.NewBuffer(make([]byte, 0, length+bytes.MinRead))
+	_, err := buf.ReadFrom(io.LimitReader(body, n))
+	return buf.Bytes(), err
 }
 
 func bodyTimeout() error {

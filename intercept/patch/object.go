@@ -65,70 +65,108 @@ type filled struct {
 	write       bool
 }
 
+// metadataMembers are the members of an object's metadata, and where
+// the ones AnnotateObject writes are among them (-1: absent).
+type metadataMembers struct {
+	members     []member
+	annotations int
+	fills       [2]filled
+}
+
 // annotateMetadata is metadata, a JSON object, with meta written into it.
 func annotateMetadata(metadata []byte, meta ObjectMetadata) (out []byte, rvAdded, ok bool) {
-	var members []member
-	annotations, twice := -1, false
-	fills := [2]filled{{name: "resourceVersion", value: meta.ResourceVersion, at: -1}, {name: "namespace", value: meta.Namespace, at: -1}}
-	isObject := eachMember(metadata, func(m member) bool {
-		if m.name == "annotations" {
-			twice = twice || annotations >= 0
-			annotations = len(members)
-		}
-		for i := range fills {
-			if m.name == fills[i].name {
-				twice = twice || fills[i].at >= 0
-				fills[i].at = len(members)
-			}
-		}
-		members = append(members, m)
-		return true
-	})
-	if !isObject || twice {
+	m := metadataMembers{annotations: -1, fills: [2]filled{
+		{name: "resourceVersion", value: meta.ResourceVersion, at: -1},
+		{name: "namespace", value: meta.Namespace, at: -1},
+	}}
+	if !m.read(metadata) {
 		return nil, false, false
 	}
-	for i := range fills {
-		f := &fills[i]
-		if f.value == "" {
-			continue
-		}
-		current := ""
-		if f.at >= 0 {
-			m := members[f.at]
-			var value *string
-			if err := utiljson.Unmarshal(metadata[m.valueStart:m.end], &value); err != nil {
-				return nil, false, false
-			}
-			if value != nil {
-				current = *value
-			}
-		}
-		f.write = current == ""
-	}
-	var stored map[string]string
-	if len(meta.Annotations) > 0 {
-		stored = map[string]string{}
-		if annotations >= 0 {
-			m := members[annotations]
-			// null, or an object of strings; anything else is left to
-			// decoding.
-			if err := utiljson.Unmarshal(metadata[m.valueStart:m.end], &stored); err != nil {
-				return nil, false, false
-			}
-			if stored == nil {
-				stored = map[string]string{}
-			}
-		}
-		for k, v := range meta.Annotations {
-			if v == nil {
-				delete(stored, k)
-			} else {
-				stored[k] = *v
-			}
+	for i := range m.fills {
+		if ok := m.fill(metadata, &m.fills[i]); !ok {
+			return nil, false, false
 		}
 	}
+	annotations, ok := m.annotated(metadata, meta.Annotations)
+	if !ok {
+		return nil, false, false
+	}
+	return m.write(metadata, annotations), m.fills[0].write, true
+}
 
-	out = make([]byte, 0, len(metadata)+len(meta.ResourceVersion)+len(meta.Namespace)+64+32*len(stored))
+// read finds the members of metadata; false when it is no object, or
+// names a member AnnotateObject writes twice.
+func (m *metadataMembers) read(metadata []byte) bool {
+	twice := false
+	isObject := eachMember(metadata, func(mb member) bool {
+		if mb.name == "annotations" {
+			twice = twice || m.annotations >= 0
+			m.annotations = len(m.members)
+		}
+		for i := range m.fills {
+			if mb.name == m.fills[i].name {
+				twice = twice || m.fills[i].at >= 0
+				m.fills[i].at = len(m.members)
+			}
+		}
+		m.members = append(m.members, mb)
+		return true
+	})
+	return isObject && !twice
+}
+
+// fill decides whether f is written: it has a value and the object's is
+// empty. False when the object's is no string.
+func (m *metadataMembers) fill(metadata []byte, f *filled) bool {
+	if f.value == "" {
+		return true
+	}
+	current := ""
+	if f.at >= 0 {
+		mb := m.members[f.at]
+		var value *string
+		if err := utiljson.Unmarshal(metadata[mb.valueStart:mb.end], &value); err != nil {
+			return false
+		}
+		if value != nil {
+			current = *value
+		}
+	}
+	f.write = current == ""
+	return true
+}
+
+// annotated is the object's annotations with changes made, or nil when
+// there are no changes. False when they are neither null nor an object
+// of strings.
+func (m *metadataMembers) annotated(metadata []byte, changes map[string]*string) (map[string]string, bool) {
+	if len(changes) == 0 {
+		return nil, true
+	}
+	stored := map[string]string{}
+	if m.annotations >= 0 {
+		mb := m.members[m.annotations]
+		if err := utiljson.Unmarshal(metadata[mb.valueStart:mb.end], &stored); err != nil {
+			return nil, false
+		}
+	}
+	if stored == nil {
+		stored = map[string]string{}
+	}
+	for k, v := range changes {
+		if v == nil {
+			delete(stored, k)
+		} else {
+			stored[k] = *v
+		}
+	}
+	return stored, true
+}
+
+// write is the metadata object: the members as they came but the ones
+// written anew, then those that were absent.
+func (m *metadataMembers) write(metadata []byte, annotations map[string]string) []byte {
+	out := make([]byte, 0, len(metadata)+len(m.fills[0].value)+len(m.fills[1].value)+64+32*len(annotations))
 	out = append(out, '{')
 	next := func(name string) {
 		if len(out) > 1 {
@@ -136,37 +174,37 @@ func annotateMetadata(metadata []byte, meta ObjectMetadata) (out []byte, rvAdded
 		}
 		out = append(appendJSONString(out, name), ':')
 	}
-	for i, m := range members {
+	for i, mb := range m.members {
 		switch {
-		case i == annotations && stored != nil:
-			if len(stored) > 0 {
+		case i == m.annotations && annotations != nil:
+			if len(annotations) > 0 {
 				next("annotations")
-				out = appendStringObject(out, stored)
+				out = appendStringObject(out, annotations)
 			}
-		case i == fills[0].at && fills[0].write:
-			next(fills[0].name)
-			out = appendJSONString(out, fills[0].value)
-		case i == fills[1].at && fills[1].write:
-			next(fills[1].name)
-			out = appendJSONString(out, fills[1].value)
+		case i == m.fills[0].at && m.fills[0].write:
+			next(m.fills[0].name)
+			out = appendJSONString(out, m.fills[0].value)
+		case i == m.fills[1].at && m.fills[1].write:
+			next(m.fills[1].name)
+			out = appendJSONString(out, m.fills[1].value)
 		default:
 			if len(out) > 1 {
 				out = append(out, ',')
 			}
-			out = append(out, metadata[m.start:m.end]...)
+			out = append(out, metadata[mb.start:mb.end]...)
 		}
 	}
-	if annotations < 0 && len(stored) > 0 {
+	if m.annotations < 0 && len(annotations) > 0 {
 		next("annotations")
-		out = appendStringObject(out, stored)
+		out = appendStringObject(out, annotations)
 	}
-	for _, f := range fills {
+	for _, f := range m.fills {
 		if f.at < 0 && f.write {
 			next(f.name)
 			out = appendJSONString(out, f.value)
 		}
 	}
-	return append(out, '}'), fills[0].write, true
+	return append(out, '}')
 }
 
 // appendStringObject appends m as a JSON object, its keys sorted, as

@@ -155,6 +155,22 @@ func preparedPatch(f *facts, d *decision.Decision, annotate, precondition bool) 
 // preparedObject is the object to forward: the client's object, never the
 // dry run's answer, plus the proxy's own changes.
 func preparedObject(f *facts, d *decision.Decision, annotate, precondition bool) (data []byte, contentType string, added bool, err error) {
+	if f.format == body.JSON && f.sent == f.decoded {
+		var meta patch.ObjectMetadata
+		if annotate {
+			meta.Annotations = d.ChildAnnotations.Pointers()
+		}
+		if precondition {
+			meta.ResourceVersion = f.precondition
+		}
+		if f.req.w.sub != scaleSubresource {
+			// Decoding filled in the request's namespace (facts.go).
+			meta.Namespace = f.namespace
+		}
+		if data, added, ok := patch.AnnotateObject(f.data, meta); ok {
+			return data, body.ContentTypeJSON, added, nil
+		}
+	}
 	obj := f.sent.DeepCopy()
 	if annotate {
 		d.ChildAnnotations.Apply(obj)

@@ -192,6 +192,7 @@ func (i *Interceptor) input(f *facts, parent *parentFacts) decision.Input {
 		ScaleWrite:        rq.w.sub == scaleSubresource,
 		Parent:            parent.obj,
 		User:              rq.user,
+		UserHashes:        rq.userHashes,
 		FieldManager:      rq.w.fieldManager,
 		Mode:              decision.ModeInputs{Namespace: f.nsMode, Default: i.cfg.DefaultMode},
 		DryRun:            f.dryRun,

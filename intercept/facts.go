@@ -68,7 +68,11 @@ type facts struct {
 	fromStored patch.FromStored
 	// sent is the object the client sent (creates and updates), or the
 	// Scale of a /scale PUT.
-	sent     *unstructured.Unstructured
+	sent *unstructured.Unstructured
+	// decoded is sent as decoded from data: while sent is still it, the
+	// proxy's changes can be written into data rather than into a new
+	// encoding of sent.
+	decoded  *unstructured.Unstructured
 	old, new *unstructured.Unstructured
 	changed  bool
 	changes  []desired.Change
@@ -159,7 +163,7 @@ func (i *Interceptor) gather(ctx context.Context, rq *writeRequest, data []byte,
 		if err != nil {
 			return f, err
 		}
-		f.sent, f.format = obj, format
+		f.sent, f.decoded, f.format = obj, obj, format
 	}
 	if wr.verb == "patch" {
 		if f.patchType, err = patch.TypeFor(rq.contentType); err != nil {
@@ -474,7 +478,7 @@ func readBody(w http.ResponseWriter, r *http.Request, limit int64) (data []byte,
 		}
 	}
 	orig := r.Body
-	data, err = io.ReadAll(io.LimitReader(orig, limit+1))
+	data, err = readUpTo(orig, limit+1, r.ContentLength)
 	if err != nil {
 		if errors.Is(err, os.ErrDeadlineExceeded) || r.Context().Err() != nil {
 			return nil, false, bodyTimeout()
@@ -491,6 +495,18 @@ func readBody(w http.ResponseWriter, r *http.Request, limit int64) (data []byte,
 	_ = orig.Close()
 	upstream.RestoreBody(r, data)
 	return data, false, nil
+}
+
+// readUpTo reads at most n bytes of body. A body whose length is known
+// is read into one buffer of that size: a whole object grown into from
+// nothing costs a copy at every doubling.
+func readUpTo(body io.Reader, n, length int64) ([]byte, error) {
+	if length <= 0 || length >= n {
+		return io.ReadAll(io.LimitReader(body, n))
+	}
+	buf := bytes.NewBuffer(make([]byte, 0, length+bytes.MinRead))
+	_, err := buf.ReadFrom(io.LimitReader(body, n))
+	return buf.Bytes(), err
 }
 
 func bodyTimeout() error {

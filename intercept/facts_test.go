@@ -35,3 +35,35 @@ func TestReadBodyDropsExpectContinue(t *testing.T) {
 		t.Fatalf("body %q, Content-Length %q", body, r.Header.Get("Content-Length"))
 	}
 }
+
+// A body is read whole and only up to the limit, whatever length it
+// claims; one that states its length is read into one buffer.
+func TestReadUpTo(t *testing.T) {
+	payload := strings.Repeat("x", 5000)
+	for _, tc := range []struct {
+		name       string
+		n, length  int64
+		want       int
+		oneAlloced bool
+	}{
+		{"known length", 6000, 5000, 5000, true},
+		{"unknown length", 6000, -1, 5000, false},
+		{"length over the limit", 4001, 5000, 4001, false},
+		{"a length that says less than comes", 6000, 100, 5000, false},
+		{"a length that says more than comes", 6000, 5500, 5000, true},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			data, err := readUpTo(strings.NewReader(payload), tc.n, tc.length)
+			if err != nil || string(data) != payload[:tc.want] {
+				t.Fatalf("read %d bytes, want %d: %v", len(data), tc.want, err)
+			}
+			if tc.oneAlloced {
+				allocs := testing.AllocsPerRun(10, func() { _, _ = readUpTo(strings.NewReader(payload), tc.n, tc.length) })
+				// The reader and the buffer.
+				if allocs > 3 {
+					t.Errorf("%v allocations", allocs)
+				}
+			}
+		})
+	}
+}

@@ -30,6 +30,7 @@ import (
 	"github.com/kausality-io/kausality-proxy/intercept/allowance"
 	"github.com/kausality-io/kausality-proxy/intercept/annotations"
 	"github.com/kausality-io/kausality-proxy/intercept/config"
+	"github.com/kausality-io/kausality-proxy/intercept/controllerid"
 	"github.com/kausality-io/kausality-proxy/intercept/decision"
 	"github.com/kausality-io/kausality-proxy/intercept/policy"
 	"github.com/kausality-io/kausality-proxy/intercept/upstream"
@@ -56,6 +57,8 @@ type writeRequest struct {
 	// ctx bounds the CEL evaluations of the allowance policies to the
 	// request.
 	ctx context.Context
+	// userHashes are the user's hashes, for every decision of the request.
+	userHashes *controllerid.User
 }
 
 func (i *Interceptor) newWriteRequest(r *http.Request, wr *write) *writeRequest {
@@ -65,6 +68,10 @@ func (i *Interceptor) newWriteRequest(r *http.Request, wr *write) *writeRequest 
 		start: i.cfg.Clock.Now(), contentType: r.Header.Get("Content-Type")}
 	if rq.controller != nil {
 		rq.shadow, rq.controllerName = rq.controller.Mode == annotations.ModeShadow, rq.controller.Name
+	}
+	if u != nil {
+		hashes := controllerid.UserOf(controllerid.UserIdentifier(u.GetName(), u.GetUID()))
+		rq.userHashes = &hashes
 	}
 	if i.cfg.Policies != nil && u != nil {
 		rq.policies = policy.NewMatcher(r.Context(), i.cfg.Policies.For(u.GetName())...)

@@ -404,12 +404,14 @@ func processCPU() time.Duration {
 	return time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
 }
 
-// BenchmarkServeJSONLog is the Expected update with the production JSON
-// decision line (encoded, written to io.Discard).
+// BenchmarkServeJSONLog is the Expected writes whose annotations are
+// written into the client's body (an update, a merge and a strategic
+// merge patch) with the production JSON decision line (encoded, written
+// to io.Discard).
 func BenchmarkServeJSONLog(b *testing.B) {
 	enc := zap.NewProductionEncoderConfig()
 	log := zap.New(zapcore.NewCore(zapcore.NewJSONEncoder(enc), zapcore.AddSync(io.Discard), zapcore.InfoLevel))
-	benchmarkServe(b, log, map[string]bool{"UpdateExpected": true, "MergePatchExpected": true})
+	benchmarkServe(b, log, map[string]bool{"UpdateExpected": true, "MergePatchExpected": true, "StrategicPatchExpected": true})
 }
 
 // reactor answers the proxy's own calls of one verb on one resource.

@@ -106,7 +106,11 @@ func decideOnce(in Input) Decision {
 	if in.User != nil {
 		name, uid = in.User.GetName(), in.User.GetUID()
 	}
-	x.user = controllerid.UserOf(controllerid.UserIdentifier(name, uid))
+	if in.UserHashes != nil {
+		x.user = *in.UserHashes
+	} else {
+		x.user = controllerid.UserOf(controllerid.UserIdentifier(name, uid))
+	}
 	x.userHash = x.user.Short
 	d.Actor = Actor{User: name, UserHash: x.userHash, FieldManager: in.FieldManager}
 

@@ -211,6 +211,10 @@ type Input struct {
 	Parent *unstructured.Unstructured
 	// User is the effective user.
 	User user.Info
+	// UserHashes are User's hashes (controllerid.UserOf), when the caller
+	// has them: hashing is the costliest part of reading who the writer
+	// is, and one request is decided more than once.
+	UserHashes *controllerid.User
 	// FieldManager is the effective field manager (the fieldManager query
 	// parameter, else the apiserver default derived from the User-Agent).
 	FieldManager string

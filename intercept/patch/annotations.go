@@ -82,6 +82,15 @@ func isNull(raw json.RawMessage) bool { return bytes.Equal(bytes.TrimSpace(raw),
 // addToMergePatch edits only metadata.annotations; everything else in the
 // patch stays as the client sent it, byte for byte (json.RawMessage).
 func addToMergePatch(patch []byte, annotations map[string]*string, strategic bool) ([]byte, error) {
+	if members, ok := withoutMetadata(patch); ok {
+		return spliceMetadata(members, annotations), nil
+	}
+	return rewriteMergePatch(patch, annotations, strategic)
+}
+
+// rewriteMergePatch adds the annotations to a patch that has metadata of
+// its own, or that may not be a JSON object at all.
+func rewriteMergePatch(patch []byte, annotations map[string]*string, strategic bool) ([]byte, error) {
 	kind := "merge patch"
 	if strategic {
 		kind = "strategic merge patch"
@@ -150,6 +159,59 @@ func addToMergePatch(patch []byte, annotations map[string]*string, strategic boo
 	return appendObject(nil, top), nil
 }
 
+// withoutMetadata returns the members of patch, everything after its
+// opening brace, when patch is a JSON object without a metadata member.
+// Such a patch, the usual one of a controller, gets the annotations as one
+// new member: nothing of the client's has to be decoded into a map and
+// encoded again. Keys are matched case-sensitively, as kube-apiserver
+// applies a merge patch.
+func withoutMetadata(patch []byte) ([]byte, bool) {
+	// A metadata member, even null, is edited by the general path; so is
+	// anything that is not a JSON object, which it answers with a 400.
+	hasMetadata := false
+	isObject := objectMembers(patch, func(name string) bool {
+		hasMetadata = name == "metadata"
+		return !hasMetadata
+	})
+	if !isObject || hasMetadata {
+		return nil, false
+	}
+	return bytes.TrimLeft(patch, " \t\r\n")[1:], true
+}
+
+// spliceMetadata is the object whose members are metadata.annotations
+// (nil values as null, to remove) followed by members, the client's
+// members after its object's opening brace, as they came.
+func spliceMetadata(members []byte, annotations map[string]*string) []byte {
+	keys := sortedKeys(annotations)
+	size := len(`{"metadata":{"annotations":{}}},`) + len(members)
+	for _, k := range keys {
+		size += len(k) + 8
+		if v := annotations[k]; v != nil {
+			size += len(*v) + len(*v)/8
+		}
+	}
+	out := make([]byte, 0, size)
+	out = append(out, `{"metadata":{"annotations":{`...)
+	for i, k := range keys {
+		if i > 0 {
+			out = append(out, ',')
+		}
+		out = appendJSONString(out, k)
+		out = append(out, ':')
+		if v := annotations[k]; v != nil {
+			out = appendJSONString(out, *v)
+		} else {
+			out = append(out, jsonNull...)
+		}
+	}
+	out = append(out, "}}"...)
+	if rest := bytes.TrimLeft(members, " \t\r\n"); len(rest) > 0 && rest[0] != '}' {
+		out = append(out, ',')
+	}
+	return append(out, members...)
+}
+
 // appendObject appends the JSON object of members, sorted by key. The
 // values are written as they are: each is valid JSON, either as the client
 // sent it (json.Unmarshal checked it) or as this package encoded it, so
@@ -176,15 +238,32 @@ func appendObject(dst []byte, members map[string]json.RawMessage) []byte {
 }
 
 // appendJSONString appends s as a JSON string, as json.Marshal encodes it.
+// Quotes and backslashes, which every trace annotation is full of, are
+// escaped here; json.Marshal is left what needs more (control
+// characters, HTML characters, non-ASCII and invalid UTF-8).
 func appendJSONString(dst []byte, s string) []byte {
+	quoted := 0
 	for i := 0; i < len(s); i++ {
-		if c := s[i]; c < 0x20 || c >= 0x7f || c == '"' || c == '\\' || c == '<' || c == '>' || c == '&' {
-			b, _ := json.Marshal(s) // escapes, and invalid UTF-8
+		switch c := s[i]; {
+		case c == '"' || c == '\\':
+			quoted++
+		case c < 0x20 || c >= 0x7f || c == '<' || c == '>' || c == '&':
+			b, _ := json.Marshal(s)
 			return append(dst, b...)
 		}
 	}
+	dst = slices.Grow(dst, len(s)+quoted+2)
 	dst = append(dst, '"')
-	dst = append(dst, s...)
+	if quoted == 0 {
+		dst = append(dst, s...)
+		return append(dst, '"')
+	}
+	for i := 0; i < len(s); i++ {
+		if c := s[i]; c == '"' || c == '\\' {
+			dst = append(dst, '\\')
+		}
+		dst = append(dst, s[i])
+	}
 	return append(dst, '"')
 }
 

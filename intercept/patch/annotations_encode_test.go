@@ -34,14 +34,18 @@ func FuzzAppendJSONStringMatchesMarshal(f *testing.F) {
 
 // The client's members reach the upstream as the client wrote them,
 // spacing and escapes included; only metadata.annotations is encoded anew.
+// A patch without metadata keeps even the spacing between its members.
 func TestAddAnnotationsMergePatchVerbatim(t *testing.T) {
 	tests := []struct{ name, patch, want string }{
 		{"spacing inside members",
 			`{ "spec" : { "replicas" : 3 , "note": "a<b" } }`,
-			`{"metadata":{"annotations":{"k":"v"}},"spec":{ "replicas" : 3 , "note": "a<b" }}`},
+			`{"metadata":{"annotations":{"k":"v"}}, "spec" : { "replicas" : 3 , "note": "a<b" } }`},
 		{"escapes and numbers",
 			`{"data":{"x":"\u003c\u00e9","n":1.50e+2}}`,
-			`{"data":{"x":"\u003c\u00e9","n":1.50e+2},"metadata":{"annotations":{"k":"v"}}}`},
+			`{"metadata":{"annotations":{"k":"v"}},"data":{"x":"\u003c\u00e9","n":1.50e+2}}`},
+		{"spacing inside members beside metadata",
+			`{ "spec" : { "replicas" : 3 }, "metadata": {"labels": {"b":"1"}} }`,
+			`{"metadata":{"annotations":{"k":"v"},"labels":{"b":"1"}},"spec":{ "replicas" : 3 }}`},
 		{"labels beside the annotations",
 			`{"metadata":{"labels": {"b":"1"},"annotations":{ "user" : "1" }}}`,
 			`{"metadata":{"annotations":{"k":"v","user":"1"},"labels":{"b":"1"}}}`},

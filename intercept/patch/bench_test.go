@@ -1,6 +1,7 @@
 package patch
 
 import (
+	"encoding/json"
 	"testing"
 
 	"github.com/kausality-io/kausality-proxy/internal/testutil"
@@ -93,4 +94,57 @@ func BenchmarkAddAnnotations(b *testing.B) {
 			}
 		})
 	}
+}
+
+func BenchmarkOnlyMetadata(b *testing.B) {
+	for _, c := range []struct {
+		name      string
+		patchType types.PatchType
+		patch     []byte
+	}{
+		{"MergePatchOfTheSpec", types.MergePatchType, []byte(`{"spec":{"replicas":5}}`)},
+		{"MergePatchOfLabels", types.MergePatchType, []byte(`{"metadata":{"labels":{"app":"web","tier":"frontend"},"annotations":{"example.com/note":"a longer value that a person wrote"}}}`)},
+		{"StrategicMergePatchOfAContainer", types.StrategicMergePatchType, []byte(`{"spec":{"template":{"spec":{"containers":[{"name":"app","image":"nginx:1.26"}]}}}}`)},
+	} {
+		b.Run(c.name, func(b *testing.B) {
+			b.ReportAllocs()
+			for b.Loop() {
+				OnlyMetadata(c.patchType, c.patch)
+			}
+		})
+	}
+}
+
+// BenchmarkAnnotateObject is the proxy's annotations written into a
+// controller's update of a Deployment, against decoding the object,
+// writing them and encoding it again.
+func BenchmarkAnnotateObject(b *testing.B) {
+	current := currentDeployment(b)
+	data, err := current.MarshalJSON()
+	if err != nil {
+		b.Fatal(err)
+	}
+	trace := `[{"apiVersion":"example.com/v1","kind":"App","name":"web","generation":4,"user":"system:serviceaccount:apps:app-controller","timestamp":"2026-01-01T00:00:00Z"}]`
+	meta := ObjectMetadata{Annotations: map[string]*string{"kausality.io/trace": &trace, "kausality.io/updaters": nil}, ResourceVersion: "42", Namespace: "default"}
+	b.Run("Spliced", func(b *testing.B) {
+		b.ReportAllocs()
+		for b.Loop() {
+			if _, _, ok := AnnotateObject(data, meta); !ok {
+				b.Fatal("not spliced")
+			}
+		}
+	})
+	b.Run("Encoded", func(b *testing.B) {
+		b.ReportAllocs()
+		for b.Loop() {
+			obj := current.DeepCopy()
+			ann := obj.GetAnnotations()
+			ann["kausality.io/trace"] = trace
+			delete(ann, "kausality.io/updaters")
+			obj.SetAnnotations(ann)
+			if _, err := json.Marshal(obj.Object); err != nil {
+				b.Fatal(err)
+			}
+		}
+	})
 }

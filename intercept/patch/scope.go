@@ -19,16 +19,12 @@ import (
 func OnlyMetadata(patchType types.PatchType, patch []byte) bool {
 	switch patchType {
 	case types.MergePatchType, types.StrategicMergePatchType:
-		var top map[string]json.RawMessage
-		if json.Unmarshal(patch, &top) != nil || top == nil {
-			return false
-		}
-		for k := range top {
-			if desired.HoldsDesiredState(k) {
-				return false
-			}
-		}
-		return true
+		only := true
+		isObject := objectMembers(patch, func(name string) bool {
+			only = !desired.HoldsDesiredState(name)
+			return only
+		})
+		return isObject && only
 	case types.JSONPatchType:
 		var ops []struct {
 			Op   string  `json:"op"`

@@ -36,6 +36,17 @@
 //   - not intercepted, forwarded untouched: every other subresource
 //     (binding, token, ephemeralcontainers, resize, ...), and reads.
 //
+// What goes upstream: a JSON create or update, and a merge or strategic
+// merge patch without top-level metadata, is forwarded as the caller's own
+// bytes with only the proxy's metadata written in (package patch); every
+// other body is encoded anew from what was decided. The proxy decides on
+// the decoding kube-apiserver applies to those bytes (sigs.k8s.io/json:
+// case-sensitive, the last of duplicate members wins); a body in which a
+// member the proxy writes or decides on (apiVersion, kind, metadata, its
+// annotations, resourceVersion, namespace) is duplicated, empty or not a
+// string is encoded anew instead, so kube-apiserver cannot read another
+// object than the one decided.
+//
 // dryRun=All is decided like any write, the decision is returned in Warning
 // headers, and nothing is consumed, written or reported.
 //

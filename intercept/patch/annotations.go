@@ -217,14 +217,22 @@ func spliceMetadata(members []byte, annotations map[string]*string) []byte {
 // sent it (json.Unmarshal checked it) or as this package encoded it, so
 // the client's bytes pass through unchanged and nothing is encoded twice.
 func appendObject(dst []byte, members map[string]json.RawMessage) []byte {
-	keys := make([]string, 0, len(members))
 	size := 2
 	for k, v := range members {
-		keys = append(keys, k)
 		size += len(k) + len(v) + 4 // quotes, colon, comma; escapes may need more
 	}
-	sort.Strings(keys)
 	dst = slices.Grow(dst, size)
+	return appendSortedObject(dst, members, func(dst []byte, v json.RawMessage) []byte { return append(dst, v...) })
+}
+
+// appendSortedObject appends m as a JSON object, its keys sorted as
+// json.Marshal sorts them, each value written by appendValue.
+func appendSortedObject[V any](dst []byte, m map[string]V, appendValue func([]byte, V) []byte) []byte {
+	keys := make([]string, 0, len(m))
+	for k := range m {
+		keys = append(keys, k)
+	}
+	slices.Sort(keys)
 	dst = append(dst, '{')
 	for i, k := range keys {
 		if i > 0 {
@@ -232,7 +240,7 @@ func appendObject(dst []byte, members map[string]json.RawMessage) []byte {
 		}
 		dst = appendJSONString(dst, k)
 		dst = append(dst, ':')
-		dst = append(dst, members[k]...)
+		dst = appendValue(dst, m[k])
 	}
 	return append(dst, '}')
 }

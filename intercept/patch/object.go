@@ -1,8 +1,6 @@
 package patch
 
 import (
-	"slices"
-
 	utiljson "k8s.io/apimachinery/pkg/util/json"
 )
 
@@ -210,19 +208,5 @@ func (m *metadataMembers) write(metadata []byte, annotations map[string]string) 
 // appendStringObject appends m as a JSON object, its keys sorted, as
 // json.Marshal encodes it.
 func appendStringObject(dst []byte, m map[string]string) []byte {
-	keys := make([]string, 0, len(m))
-	for k := range m {
-		keys = append(keys, k)
-	}
-	slices.Sort(keys)
-	dst = append(dst, '{')
-	for i, k := range keys {
-		if i > 0 {
-			dst = append(dst, ',')
-		}
-		dst = appendJSONString(dst, k)
-		dst = append(dst, ':')
-		dst = appendJSONString(dst, m[k])
-	}
-	return append(dst, '}')
+	return appendSortedObject(dst, m, appendJSONString)
 }

@@ -124,20 +124,10 @@ func TestChildCacheRelistAfterGoneForgetsWhatWasDeleted(t *testing.T) {
 		t.Fatal(err)
 	}
 	cache := s.childCacheFor(deployments)
-	waitFor := func(what string, ok func() bool) {
-		t.Helper()
-		deadline := time.Now().Add(2 * time.Minute)
-		for !ok() {
-			if time.Now().After(deadline) {
-				t.Fatalf("timed out waiting for %s", what)
-			}
-			time.Sleep(10 * time.Millisecond)
-		}
-	}
 	recorded := func(f func() bool) func() bool {
 		return func() bool { seen.mu.Lock(); defer seen.mu.Unlock(); return f() }
 	}
-	waitFor("the listed children", recorded(func() bool { return len(seen.metadata) == 3 }))
+	waitUntil(t, "the listed children", recorded(func() bool { return len(seen.metadata) == 3 }))
 
 	// While the watch is still open, a is deleted and c deleted and
 	// created again, and no event says so; then the watch is gone.
@@ -151,7 +141,7 @@ func TestChildCacheRelistAfterGoneForgetsWhatWasDeleted(t *testing.T) {
 	gone.APIVersion, gone.Kind = "v1", "Status"
 	srv.send(watchFrame(t, watch.Error, gone), true)
 
-	waitFor("the deletions", recorded(func() bool { return len(seen.forgot) == 2 }))
+	waitUntil(t, "the deletions", recorded(func() bool { return len(seen.forgot) == 2 }))
 	seen.mu.Lock()
 	forgot := slices.Clone(seen.forgot)
 	seen.mu.Unlock()
@@ -174,7 +164,7 @@ func TestChildCacheRelistAfterGoneForgetsWhatWasDeleted(t *testing.T) {
 	changed.ResourceVersion = "5000"
 	changed.Annotations = map[string]string{"step": "2"}
 	srv.send(watchFrame(t, watch.Modified, changed), false)
-	waitFor("the change after the relist", func() bool {
+	waitUntil(t, "the change after the relist", func() bool {
 		obj, exists, _ := cache.indexer.Get(&compactChild{namespace: b.Namespace, name: b.Name})
 		return exists && obj.(*compactChild).GetResourceVersion() == "5000"
 	})

@@ -192,17 +192,7 @@ func TestCachedParentsReachObserversAndReadersAsStored(t *testing.T) {
 	if err := s.WaitForSync(waitCtx, deployments); err != nil {
 		t.Fatal(err)
 	}
-	waitFor := func(what string, done func() bool) {
-		t.Helper()
-		deadline := time.Now().Add(30 * time.Second)
-		for !done() {
-			if time.Now().After(deadline) {
-				t.Fatalf("timed out waiting for %s", what)
-			}
-			time.Sleep(10 * time.Millisecond)
-		}
-	}
-	waitFor("the observers to hear of the parent", func() bool {
+	waitUntil(t, "the observers to hear of the parent", func() bool {
 		learner.mu.Lock()
 		defer learner.mu.Unlock()
 		meta.mu.Lock()
@@ -236,7 +226,7 @@ func TestCachedParentsReachObserversAndReadersAsStored(t *testing.T) {
 	if _, err := s.dynamic.Resource(deployments).Namespace("prod").Update(ctx, changed, metav1.UpdateOptions{}); err != nil {
 		t.Fatal(err)
 	}
-	waitFor("the cache to take in the change", func() bool {
+	waitUntil(t, "the cache to take in the change", func() bool {
 		u, _, _ := s.GetShared(ctx, deployments, "prod", "web")
 		return u.GetAnnotations()["kausality.io/mode"] == "log"
 	})
@@ -247,7 +237,7 @@ func TestCachedParentsReachObserversAndReadersAsStored(t *testing.T) {
 	if err := s.dynamic.Resource(deployments).Namespace("prod").Delete(ctx, "web", metav1.DeleteOptions{}); err != nil {
 		t.Fatal(err)
 	}
-	waitFor("the observers to hear of the deletion", func() bool {
+	waitUntil(t, "the observers to hear of the deletion", func() bool {
 		learner.mu.Lock()
 		defer learner.mu.Unlock()
 		meta.mu.Lock()

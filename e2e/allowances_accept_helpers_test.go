@@ -86,7 +86,9 @@ func acceptDenials(t *testing.T, mark int, ns, rsName, user string) []framework.
 	t.Helper()
 	var out []framework.DecisionLine
 	for _, l := range wgDecisionsAfter(t, mark, "replicasets", ns, rsName) {
-		if l.Str("user") == user && l.Str("subresource") == "" && l.Str("decision") == "Deny" {
+		// A refused dry run is kube-apiserver's answer (a conflict, say),
+		// relayed: only "denied" is the proxy's refusal.
+		if l.Str("user") == user && l.Str("subresource") == "" && l.Str("decision") == "Deny" && l.Str("outcome") == "denied" {
 			out = append(out, l)
 		}
 	}

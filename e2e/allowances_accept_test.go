@@ -17,6 +17,7 @@ import (
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/util/retry"
+	"k8s.io/utils/ptr"
 
 	"github.com/kausality-io/kausality-proxy/e2e/framework"
 	"github.com/kausality-io/kausality-proxy/intercept/allowance"
@@ -223,6 +224,7 @@ func TestAllowancesAcceptAutoscalerWindow(t *testing.T) {
 	rs, err := alice.AppsV1().ReplicaSets(ns).Get(ctx, rsName, metav1.GetOptions{})
 	mustf(t, err, "reading the ReplicaSet")
 	original := rs.Spec.Template.Spec.Containers[0].Image
+	beforeEdit := rs.DeepCopy()
 	const edited = "registry.invalid/edited-by-a-person:1"
 	mustf(t, acceptSetImage(alice, ns, rsName, edited), "alice edits the ReplicaSet's pod template")
 
@@ -263,8 +265,23 @@ func TestAllowancesAcceptAutoscalerWindow(t *testing.T) {
 		t.Errorf("no allowance the autoscaler initiated: %s", d.Annotations[annotations.Allowances])
 	}
 
-	// The revert of the person's edit, in the window.
+	// An old copy of the ReplicaSet, read before the person's edit, as
+	// the deployment controller sends one when its cache is a beat
+	// behind: it differs in the template without anyone reverting the
+	// edit, and kube-apiserver refuses it with a conflict. The caller gets
+	// that conflict, not a violation.
 	ctrl := intentServiceAccount(t, "deployment-controller")
+	mark = wgMark(t)
+	beforeEdit.Spec.Replicas = ptr.To[int32](4)
+	_, err = ctrl.AppsV1().ReplicaSets(ns).Update(ctx, beforeEdit, metav1.UpdateOptions{})
+	if !apierrors.IsConflict(err) {
+		t.Errorf("the write of an old copy: %v, want kube-apiserver's conflict", err)
+	}
+	if refused := acceptDenials(t, mark, ns, rsName, deploymentControllerUser); len(refused) > 0 {
+		t.Errorf("the write of an old copy was refused as a violation: %s", intentDescribe(refused))
+	}
+
+	// The revert of the person's edit, in the window.
 	acceptExpectViolation(t, acceptSetImage(ctrl, ns, rsName, original), "spec.template")
 	rs, err = alice.AppsV1().ReplicaSets(ns).Get(ctx, rsName, metav1.GetOptions{})
 	mustf(t, err, "reading the ReplicaSet")

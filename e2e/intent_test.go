@@ -658,10 +658,10 @@ func intentDescribe(lines []framework.DecisionLine) string {
 	}
 	var b strings.Builder
 	for _, l := range lines {
-		fmt.Fprintf(&b, "\n  %s %s/%s user=%s fm=%s %s/%s isController=%v method=%s parentGen=%v obsGen=%v phase=%s approval=%s reason=%q",
+		fmt.Fprintf(&b, "\n  %s %s/%s user=%s fm=%s %s/%s isController=%v method=%s parentGen=%v obsGen=%v phase=%s approval=%s reason=%q parentSource=%s changed=%v violations=%v",
 			l.Str("verb"), l.Str("resource"), l.Str("name"), l.Str("user"), l.Str("fieldManager"), l.Str("decision"), l.Str("category"),
 			l.Bool("isController"), l.Str("controllerMethod"), l["parentGeneration"], l["parentObservedGeneration"], l.Str("lifecyclePhase"),
-			l.Str("approval"), l.Str("reason"))
+			l.Str("approval"), l.Str("reason"), l.Str("parentSource"), l["changedPaths"], l["allowanceViolations"])
 	}
 	return b.String()
 }

@@ -67,7 +67,18 @@ type AllowanceOutcome struct {
 // DecideAllowances applies the allowance check to d, decided by Decide on
 // in. ctx bounds the CEL evaluations to the request.
 func DecideAllowances(ctx context.Context, d Decision, in Input, a AllowanceInputs) Decision {
-	return allowancesAhead(decideAllowances(ctx, d, in, a), in)
+	d = allowancesAhead(decideAllowances(ctx, d, in, a), in)
+	if in.Update() && in.StaleUpdate && !in.Confirmed && d.Allowances != nil && len(d.Allowances.Violations) > 0 {
+		// A controller that writes from a cache a beat behind sends an
+		// old copy of the object, whose fields differ from the stored
+		// ones without anyone having changed them: kube-apiserver refuses
+		// such a PUT with a conflict, which the controller retries on
+		// fresh state. The server's own result says whether it is a
+		// conflict or a violation, so an old copy is never reported as
+		// one.
+		d.ConfirmWithServer = true
+	}
+	return d
 }
 
 func decideAllowances(ctx context.Context, d Decision, in Input, a AllowanceInputs) Decision {

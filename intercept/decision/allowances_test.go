@@ -168,6 +168,46 @@ func TestDecideAllowances(t *testing.T) {
 	}
 }
 
+// TestDecideAllowancesConfirmsAnOldCopy: a violation of a PUT naming a
+// resourceVersion other than the stored object's is confirmed with the
+// server (kube-apiserver refuses an old copy with a conflict), and only
+// then: a violation of a current copy, or one already confirmed, stands.
+func TestDecideAllowancesConfirmsAnOldCopy(t *testing.T) {
+	granted := `[{"kind":"ReplicaSet","mutation":"spec.replicas","generation":2,"initiator":"alice","policy":"deployment-replicas","trace":[{"kind":"Deployment","name":"web","generation":2,"field":"spec.replicas"}]}]`
+	parent := allowanceObject("Deployment", 2, 4, "app:1", map[string]string{annotations.Allowances: granted})
+	ctrl := &user.DefaultInfo{Name: testController}
+	write := func(image string, stale, confirmed bool) Input {
+		return Input{Operation: Update, DesiredChanged: true, User: ctrl, Parent: parent, Settle: &settle.Facts{SettledAt: 1},
+			Child:       ObjectRef{Kind: "ReplicaSet", Name: "web-1"},
+			OldObject:   allowanceObject("ReplicaSet", 1, 2, "edited:1", nil),
+			NewObject:   allowanceObject("ReplicaSet", 1, 4, image, nil),
+			StaleUpdate: stale, Confirmed: confirmed}
+	}
+	for _, tc := range []struct {
+		name        string
+		in          Input
+		wantConfirm bool
+	}{
+		{"an old copy reverting the template: confirmed with the server", write("app:1", true, false), true},
+		{"the same copy confirmed already: the violation stands", write("app:1", true, true), false},
+		{"a current copy reverting the template: the violation stands", write("app:1", false, false), false},
+		{"an old copy the allowances cover: nothing to confirm", write("edited:1", true, false), false},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			got := DecideAllowances(context.Background(), Decision{Result: Allow, Category: Expected}, tc.in,
+				AllowanceInputs{Policies: allowanceTestPolicies(), NamespaceAnnotations: map[string]string{annotations.AllowanceMode: "enforce"}})
+			if got.ConfirmWithServer != tc.wantConfirm {
+				t.Fatalf("ConfirmWithServer %v, want %v (%s %s)", got.ConfirmWithServer, tc.wantConfirm, got.Result, got.Message)
+			}
+			if tc.wantConfirm {
+				if n := Needs(&got, Held{Confirmable: true, MainResource: true, ChildLive: true, Operation: Update}); !n.ServerResult {
+					t.Errorf("the write path is not asked for the server's result: %+v", n)
+				}
+			}
+		})
+	}
+}
+
 // TestParentGroup: the parent's group comes from its snapshot, or from
 // the child's controller reference when the snapshot does not say.
 func TestParentGroup(t *testing.T) {

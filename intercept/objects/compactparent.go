@@ -26,6 +26,10 @@ type compactParent struct {
 	apiVersion, kind                      string
 	namespace, name, uid, resourceVersion string
 	json                                  []byte
+	// bookmarkAnnotations are a bookmark's: the reflector reads from them
+	// whether a watch list's initial events have ended. A parent's own
+	// are in json.
+	bookmarkAnnotations map[string]string
 }
 
 // compactParentOf is the transform of the caches of parents: LeanParent,
@@ -53,7 +57,8 @@ func compactParentOf(obj interface{}) (interface{}, error) {
 // GetObjectMeta is p's identity: what the cache's key and namespace index
 // read (meta.Accessor), and what an observer of metadata gets.
 func (p *compactParent) GetObjectMeta() metav1.Object {
-	return &metav1.ObjectMeta{Namespace: p.namespace, Name: p.name, UID: types.UID(p.uid), ResourceVersion: p.resourceVersion}
+	return &metav1.ObjectMeta{Namespace: p.namespace, Name: p.name, UID: types.UID(p.uid), ResourceVersion: p.resourceVersion,
+		Annotations: p.bookmarkAnnotations}
 }
 
 // GetObjectKind is the kind p has.

@@ -56,7 +56,7 @@ func childIn(namespace, name string) *metav1.PartialObjectMetadata {
 	return partialMetadata(metav1.ObjectMeta{Namespace: namespace, Name: name, UID: types.UID("uid-" + name), ResourceVersion: "7"})
 }
 
-func waitUntil(t *testing.T, what string, ok func() bool) {
+func waitUntil(t testing.TB, what string, ok func() bool) {
 	t.Helper()
 	deadline := time.Now().Add(2 * time.Minute)
 	for !ok() {

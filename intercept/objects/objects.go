@@ -18,7 +18,8 @@
 // about, so a watch event must cost little: the caches watch over HTTP/1.1
 // connections of their own (CachesOver), and a child's event is copied
 // from its protobuf into the compact form the cache keeps, never decoded,
-// by the goroutine that reads it, which writes it into the cache too.
+// by the goroutine that reads it, which writes it into the cache too; a
+// parent's event is decoded in one pass, envelope and object together.
 package objects
 
 import (
@@ -82,14 +83,15 @@ type Store struct {
 	// cacheDynamic and cacheMetadata list and watch for the caches.
 	cacheDynamic  dynamic.Interface
 	cacheMetadata metadata.Interface
-	// childWatch, when set, watches children decoded as compactChild.
-	childWatch   rest.Interface
-	mapper       *restmapper.DeferredDiscoveryRESTMapper
-	memo         *mappingMemo
-	parents      *parentMemo
-	resync       time.Duration
-	maxInformers int
-	now          func() time.Time
+	// childWatch, when set, watches children decoded as compactChild;
+	// parentWatch parents decoded as compactParent.
+	childWatch, parentWatch rest.Interface
+	mapper                  *restmapper.DeferredDiscoveryRESTMapper
+	memo                    *mappingMemo
+	parents                 *parentMemo
+	resync                  time.Duration
+	maxInformers            int
+	now                     func() time.Time
 
 	ctx       context.Context
 	mu        sync.Mutex
@@ -277,8 +279,9 @@ type Option func(*Store)
 
 // CachesOver makes the store's caches list and watch over connections of
 // their own to cfg's server, one HTTP/1.1 connection per watch, and
-// decodes the watches of children straight into the compact form they are
-// cached in; reads and writes stay on the clients given to New. A watch
+// decodes the watches of children and of parents straight into the
+// compact forms they are cached in; reads and writes stay on the clients
+// given to New. A watch
 // over HTTP/2 costs its reader a frame, flow-control bookkeeping and a
 // WINDOW_UPDATE written back for every event, and a hand-off from the
 // connection's read loop; over HTTP/1.1 the watch decoder reads the TLS
@@ -303,8 +306,12 @@ func CachesOver(cfg *rest.Config) (Option, error) {
 	if err != nil {
 		return nil, fmt.Errorf("watch client of the caches of children: %w", err)
 	}
+	parents, err := parentWatchClient(c, httpClient)
+	if err != nil {
+		return nil, fmt.Errorf("watch client of the caches of parents: %w", err)
+	}
 	return func(s *Store) {
-		s.cacheDynamic, s.cacheMetadata, s.childWatch = dyn, meta, children
+		s.cacheDynamic, s.cacheMetadata, s.childWatch, s.parentWatch = dyn, meta, children, parents
 	}, nil
 }
 
@@ -669,8 +676,13 @@ func (s *Store) informerFor(gvr schema.GroupVersionResource) informers.GenericIn
 		return nil
 	}
 	return lazyStart(s, s.informers, gvr, func() (informers.GenericInformer, func(context.Context)) {
-		inf := dynamicinformer.NewFilteredDynamicInformer(s.cacheDynamic, gvr, metav1.NamespaceAll, s.resync,
-			cache.Indexers{cache.NamespaceIndex: cache.MetaNamespaceIndexFunc}, nil)
+		var inf informers.GenericInformer
+		if s.parentWatch != nil {
+			inf = s.newParentInformer(gvr)
+		} else {
+			inf = dynamicinformer.NewFilteredDynamicInformer(s.cacheDynamic, gvr, metav1.NamespaceAll, s.resync,
+				cache.Indexers{cache.NamespaceIndex: cache.MetaNamespaceIndexFunc}, nil)
+		}
 		_ = inf.Informer().SetTransform(compactParentOf)
 		_, _ = inf.Informer().AddEventHandler(s.handler(parentChanged, parentUID))
 		return inf, inf.Informer().RunWithContext

@@ -1,0 +1,232 @@
+package objects
+
+import (
+	"bytes"
+	"context"
+	"strings"
+	"testing"
+	"time"
+
+	"k8s.io/apimachinery/pkg/api/equality"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/apimachinery/pkg/types"
+	utiljson "k8s.io/apimachinery/pkg/util/json"
+	"k8s.io/apimachinery/pkg/watch"
+)
+
+// cachedParent is what the store's cache of deployments holds of name.
+func cachedParent(t testing.TB, s *Store, name string) (*compactParent, bool) {
+	t.Helper()
+	obj, exists, err := s.informerFor(deployments).Informer().GetIndexer().GetByKey(cacheKey("bench-scale", name))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !exists {
+		return nil, false
+	}
+	p, ok := obj.(*compactParent)
+	if !ok {
+		t.Fatalf("the cache holds a %T", obj)
+	}
+	return p, true
+}
+
+// decodedCompact is the compactParent of a parent decoded whole, as the
+// dynamic client decodes it.
+func decodedCompact(t testing.TB, data []byte) *compactParent {
+	t.Helper()
+	u := &unstructured.Unstructured{}
+	if err := u.UnmarshalJSON(data); err != nil {
+		t.Fatal(err)
+	}
+	out, err := compactParentOf(u)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return out.(*compactParent)
+}
+
+// Over the caches' own connections, a watched parent is cached as it is
+// when the dynamic client decodes it, reaches the observers decoded, and
+// its deletion reaches them too; a watch that ends with 410 Gone is
+// listed again.
+func TestParentWatchCachesParentsAsDecodedWhole(t *testing.T) {
+	for name, noWatchList := range map[string]bool{"watch list": false, "list": true} {
+		t.Run(name, func(t *testing.T) { testParentWatchCachesParentsAsDecodedWhole(t, noWatchList) })
+	}
+}
+
+func testParentWatchCachesParentsAsDecodedWhole(t *testing.T, noWatchList bool) {
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	srv := newParentServer(t, storedDeploymentJSON(1, 1001), storedDeploymentJSON(2, 1002))
+	srv.mu.Lock()
+	srv.noWatchList = noWatchList
+	srv.mu.Unlock()
+	s := srv.store(ctx)
+	if s.parentWatch == nil {
+		t.Fatal("the store's caches do not watch parents over their own connections")
+	}
+	seen := newParentObserver()
+	s.AddObserver(seen)
+	waitCtx, done := context.WithTimeout(ctx, time.Minute)
+	defer done()
+	if err := s.WaitForSync(waitCtx, deployments); err != nil {
+		t.Fatal(err)
+	}
+	waitUntil(t, "the watch to open", func() bool { return srv.watchesOpened() > 0 })
+	for _, name := range []string{"p-00001", "p-00002"} {
+		if _, ok := cachedParent(t, s, name); !ok {
+			t.Fatalf("%s is not cached after the sync", name)
+		}
+	}
+
+	changed := bytes.Replace(storedDeploymentJSON(1, 2001), []byte(`"annotations":{`), []byte(`"labels":{"churn":"1"},"annotations":{`), 1)
+	srv.send(parentEventFrame(watch.Modified, changed), false)
+	waitUntil(t, "the change to reach the cache", func() bool {
+		p, ok := cachedParent(t, s, "p-00001")
+		return ok && p.resourceVersion == "2001"
+	})
+	p, _ := cachedParent(t, s, "p-00001")
+	want := decodedCompact(t, changed)
+	if !bytes.Equal(p.json, want.json) || p.uid != want.uid || p.kind != "Deployment" || p.apiVersion != "apps/v1" || p.bookmarkAnnotations != nil {
+		t.Errorf("cached %s\nwant %s", p.json, want.json)
+	}
+	waitUntil(t, "the observer to hear of the change", func() bool {
+		seen.mu.Lock()
+		defer seen.mu.Unlock()
+		u := seen.observed["p-00001"]
+		return u != nil && u.GetLabels()["churn"] == "1"
+	})
+	u, ok := s.GetCachedWhole(deployments, "bench-scale", "p-00001")
+	if !ok {
+		t.Fatal("not cached")
+	}
+	var decoded unstructured.Unstructured
+	if err := utiljson.Unmarshal(want.json, &decoded.Object); err != nil {
+		t.Fatal(err)
+	}
+	if !equality.Semantic.DeepEqual(u.Object, decoded.Object) {
+		t.Errorf("read %v", u.Object)
+	}
+	if mf := u.GetManagedFields(); len(mf) != 1 || mf[0].Manager != "kube-controller-manager" {
+		t.Errorf("managedFields kept: %v", mf)
+	}
+
+	srv.send(parentEventFrame(watch.Deleted, storedDeploymentJSON(2, 2002)), false)
+	waitUntil(t, "the deletion to reach the observer", func() bool {
+		seen.mu.Lock()
+		defer seen.mu.Unlock()
+		return seen.forgot[types.UID("0f6d1c3e-8a52-4c1e-9b3a-000000000002")]
+	})
+	if _, ok := cachedParent(t, s, "p-00002"); ok {
+		t.Error("a deleted parent is still cached")
+	}
+
+	opened := srv.watchesOpened()
+	srv.send(parentEventFrame(watch.Error, []byte(`{"apiVersion":"v1","kind":"Status","status":"Failure","reason":"Expired","code":410,"message":"too old resource version"}`)), false)
+	waitUntil(t, "the cache to list and watch again after 410 Gone", func() bool { return srv.watchesOpened() > opened })
+}
+
+// Each event is decoded in one pass into what its cache keeps, as the
+// dynamic client's watch decodes it; what that watch refuses is refused.
+func TestParentEventCodec(t *testing.T) {
+	deployment := storedDeploymentJSON(7, 3001)
+	for _, tc := range []struct {
+		name  string
+		frame string
+		typ   watch.EventType
+		// check looks at the decoded object.
+		check   func(t *testing.T, obj interface{})
+		wantErr string
+	}{{
+		name:  "a changed parent: compact, as decoded whole",
+		frame: string(parentEventFrame(watch.Modified, deployment)),
+		typ:   watch.Modified,
+		check: func(t *testing.T, obj interface{}) {
+			p, ok := obj.(*compactParent)
+			want := decodedCompact(t, deployment)
+			if !ok || !bytes.Equal(p.json, want.json) || p.name != "p-00007" || p.namespace != "bench-scale" || p.resourceVersion != "3001" || p.uid != want.uid {
+				t.Errorf("decoded %+v, want %s", obj, want.json)
+			}
+		},
+	}, {
+		name:  "members in any order, numbers kept as the dynamic client keeps them",
+		frame: `{"object":{"kind":"Widget","apiVersion":"example.com/v1","metadata":{"name":"w","namespace":"ns","uid":"u1","resourceVersion":"5","generation":3},"spec":{"big":12345678901234567,"ratio":0.5,"text":"\u00e9<&>"}},"type":"ADDED"}`,
+		typ:   watch.Added,
+		check: func(t *testing.T, obj interface{}) {
+			p := obj.(*compactParent)
+			want := decodedCompact(t, []byte(`{"kind":"Widget","apiVersion":"example.com/v1","metadata":{"name":"w","namespace":"ns","uid":"u1","resourceVersion":"5","generation":3},"spec":{"big":12345678901234567,"ratio":0.5,"text":"\u00e9<&>"}}`))
+			if !bytes.Equal(p.json, want.json) || p.kind != "Widget" || p.apiVersion != "example.com/v1" {
+				t.Errorf("decoded %s, want %s", p.json, want.json)
+			}
+			u, err := p.object()
+			if err != nil || u.Object["spec"].(map[string]interface{})["big"] != int64(12345678901234567) {
+				t.Errorf("the integer was not kept as int64: %v %v", u, err)
+			}
+		},
+	}, {
+		name:  "the bookmark that ends a watch list's initial events",
+		frame: `{"type":"BOOKMARK","object":{"apiVersion":"apps/v1","kind":"Deployment","metadata":{"resourceVersion":"12","annotations":{"k8s.io/initial-events-end":"true"}}}}`,
+		typ:   watch.Bookmark,
+		check: func(t *testing.T, obj interface{}) {
+			p, ok := obj.(*compactParent)
+			if !ok || p.GetObjectMeta().GetResourceVersion() != "12" || p.GetObjectMeta().GetAnnotations()[metav1.InitialEventsAnnotationKey] != "true" {
+				t.Errorf("decoded %+v", obj)
+			}
+		},
+	}, {
+		name:  "an error: its Status, as the reflector reads it",
+		frame: `{"type":"ERROR","object":{"apiVersion":"v1","kind":"Status","status":"Failure","reason":"Expired","code":410,"message":"too old resource version"}}`,
+		typ:   watch.Error,
+		check: func(t *testing.T, obj interface{}) {
+			if err := apierrors.FromObject(obj.(*unstructured.Unstructured)); !apierrors.IsResourceExpired(err) {
+				t.Errorf("the error reads as %v, want 410 Expired", err)
+			}
+		},
+	}, {
+		name:    "an unknown event type",
+		frame:   `{"type":"CHANGED","object":{"apiVersion":"apps/v1","kind":"Deployment","metadata":{"name":"a"}}}`,
+		wantErr: `unknown type "CHANGED"`,
+	}, {
+		name:    "the type's name in another case",
+		frame:   `{"Type":"ADDED","object":{"apiVersion":"apps/v1","kind":"Deployment","metadata":{"name":"a"}}}`,
+		wantErr: `unknown type ""`,
+	}, {
+		name:    "no object",
+		frame:   `{"type":"ADDED"}`,
+		wantErr: "without its object",
+	}, {
+		name:    "an object that is not one",
+		frame:   `{"type":"ADDED","object":[1]}`,
+		wantErr: "decoding a watch event of a parent",
+	}, {
+		name:    "no kind",
+		frame:   `{"type":"ADDED","object":{"apiVersion":"apps/v1","metadata":{"name":"a"}}}`,
+		wantErr: "kind is missing",
+	}, {
+		name:    "not JSON",
+		frame:   `{"type":"ADDED","object":{"kind":"Deployment",}}`,
+		wantErr: "decoding a watch event of a parent",
+	}} {
+		t.Run(tc.name, func(t *testing.T) {
+			obj, _, err := parentEventCodec{}.Decode([]byte(tc.frame), nil, nil)
+			if tc.wantErr != "" {
+				if err == nil || !strings.Contains(err.Error(), tc.wantErr) {
+					t.Fatalf("error %v, want one saying %q", err, tc.wantErr)
+				}
+				return
+			}
+			if err != nil {
+				t.Fatal(err)
+			}
+			e := obj.(*parentEvent)
+			if e.typ != tc.typ {
+				t.Errorf("type %q, want %q", e.typ, tc.typ)
+			}
+			tc.check(t, e.object)
+		})
+	}
+}

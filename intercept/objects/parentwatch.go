@@ -3,6 +3,7 @@ package objects
 import (
 	"context"
 	"fmt"
+	"io"
 	"net/http"
 
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
@@ -68,8 +69,7 @@ func (s *Store) watchParents(gvr schema.GroupVersionResource) func(context.Conte
 			}
 			return nil, err
 		}
-		events := &parentEventDecoder{frames: streaming.NewDecoder(json.Framer.NewFrameReader(body), parentEventCodec{})}
-		return watch.NewStreamWatcherWithLogger(klog.FromContext(ctx), events,
+		return watch.NewStreamWatcherWithLogger(klog.FromContext(ctx), newParentEventDecoder(body),
 			apierrors.NewClientErrorReporter(http.StatusInternalServerError, "GET", "ClientWatchDecoding")), nil
 	}
 }
@@ -77,6 +77,12 @@ func (s *Store) watchParents(gvr schema.GroupVersionResource) func(context.Conte
 // parentEventDecoder reads the events of a watch of parents.
 type parentEventDecoder struct {
 	frames streaming.Decoder
+}
+
+// newParentEventDecoder reads the events of a watch of parents from
+// body, framed as any JSON watch is.
+func newParentEventDecoder(body io.ReadCloser) *parentEventDecoder {
+	return &parentEventDecoder{frames: streaming.NewDecoder(json.Framer.NewFrameReader(body), parentEventCodec{})}
 }
 
 func (d *parentEventDecoder) Decode() (watch.EventType, runtime.Object, error) {

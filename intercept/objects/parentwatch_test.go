@@ -3,8 +3,10 @@ package objects
 import (
 	"bytes"
 	"context"
+	"io"
 	"strings"
 	"testing"
+	"testing/iotest"
 	"time"
 
 	"k8s.io/apimachinery/pkg/api/equality"
@@ -132,7 +134,7 @@ func testParentWatchCachesParentsAsDecodedWhole(t *testing.T, noWatchList bool) 
 
 // Each event is decoded in one pass into what its cache keeps, as the
 // dynamic client's watch decodes it; what that watch refuses is refused.
-func TestParentEventCodec(t *testing.T) {
+func TestParentEventDecoder(t *testing.T) {
 	deployment := storedDeploymentJSON(7, 3001)
 	for _, tc := range []struct {
 		name  string
@@ -201,7 +203,7 @@ func TestParentEventCodec(t *testing.T) {
 	}, {
 		name:    "an object that is not one",
 		frame:   `{"type":"ADDED","object":[1]}`,
-		wantErr: "decoding a watch event of a parent",
+		wantErr: "cannot unmarshal array",
 	}, {
 		name:    "no kind",
 		frame:   `{"type":"ADDED","object":{"apiVersion":"apps/v1","metadata":{"name":"a"}}}`,
@@ -209,10 +211,23 @@ func TestParentEventCodec(t *testing.T) {
 	}, {
 		name:    "not JSON",
 		frame:   `{"type":"ADDED","object":{"kind":"Deployment",}}`,
-		wantErr: "decoding a watch event of a parent",
+		wantErr: "invalid character",
+	}, {
+		name:    "a number beyond float64",
+		frame:   `{"type":"ADDED","object":{"apiVersion":"v1","kind":"ConfigMap","metadata":{"name":"a"},"data":{"n":1e400}}}`,
+		wantErr: "1e400",
+	}, {
+		name:    "cut off",
+		frame:   `{"type":"ADDED","object":{"apiVersion":"v1","kind":"ConfigMap","metadata":{"name":"a"}`,
+		wantErr: io.ErrUnexpectedEOF.Error(),
+	}, {
+		name:    "no event",
+		frame:   "",
+		wantErr: io.EOF.Error(),
 	}} {
 		t.Run(tc.name, func(t *testing.T) {
-			obj, _, err := parentEventCodec{}.Decode([]byte(tc.frame), nil, nil)
+			d := newParentEventDecoder(io.NopCloser(strings.NewReader(tc.frame)))
+			typ, obj, err := d.Decode()
 			if tc.wantErr != "" {
 				if err == nil || !strings.Contains(err.Error(), tc.wantErr) {
 					t.Fatalf("error %v, want one saying %q", err, tc.wantErr)
@@ -222,11 +237,36 @@ func TestParentEventCodec(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			e := obj.(*parentEvent)
-			if e.typ != tc.typ {
-				t.Errorf("type %q, want %q", e.typ, tc.typ)
+			if typ != tc.typ {
+				t.Errorf("type %q, want %q", typ, tc.typ)
 			}
-			tc.check(t, e.object)
+			tc.check(t, obj)
 		})
+	}
+}
+
+// Events follow each other on one connection, each decoded whole, however
+// the connection's reads cut them.
+func TestParentEventDecoderReadsEventAfterEvent(t *testing.T) {
+	stream := string(parentEventFrame(watch.Added, storedDeploymentJSON(1, 11))) + " \n" +
+		string(parentEventFrame(watch.Modified, storedDeploymentJSON(2, 12))) +
+		string(parentEventFrame(watch.Deleted, storedDeploymentJSON(1, 13)))
+	d := newParentEventDecoder(io.NopCloser(iotest.OneByteReader(strings.NewReader(stream))))
+	for _, want := range []struct {
+		typ  watch.EventType
+		name string
+		rv   string
+	}{{watch.Added, "p-00001", "11"}, {watch.Modified, "p-00002", "12"}, {watch.Deleted, "p-00001", "13"}} {
+		typ, obj, err := d.Decode()
+		if err != nil {
+			t.Fatal(err)
+		}
+		p, ok := obj.(*compactParent)
+		if typ != want.typ || !ok || p.name != want.name || p.resourceVersion != want.rv {
+			t.Errorf("%s %+v, want %s of %s at %s", typ, obj, want.typ, want.name, want.rv)
+		}
+	}
+	if _, _, err := d.Decode(); err != io.EOF {
+		t.Errorf("after the last event: %v, want io.EOF", err)
 	}
 }

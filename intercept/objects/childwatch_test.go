@@ -180,9 +180,9 @@ func TestChildWatchClientReadsAWatchStream(t *testing.T) {
 		t.Fatal(err)
 	}
 	s := New(context.Background(), nil, nil, nil, cachesOver)
-	store := newChildStore(s.observersNow)
+	store := newObjectStore(childKind, s.observersNow)
 	timeout := int64(60)
-	w, err := s.watchIntoStore(deployments, store.current(), &childSelector{gvr: deployments})(context.Background(), metav1.ListOptions{ResourceVersion: "100", TimeoutSeconds: &timeout, AllowWatchBookmarks: true})
+	w, err := watchIntoStore(store.current(), s.openChildWatch(deployments, &childSelector{gvr: deployments}))(context.Background(), metav1.ListOptions{ResourceVersion: "100", TimeoutSeconds: &timeout, AllowWatchBookmarks: true})
 	if err != nil {
 		t.Fatal(err)
 	}

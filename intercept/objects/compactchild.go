@@ -112,6 +112,10 @@ func (c *compactChild) SetManagedFields([]metav1.ManagedFieldsEntry)  {}
 // kept per object.
 func (c *compactChild) GetObjectKind() schema.ObjectKind { return schema.EmptyObjectKind }
 
+func (c *compactChild) identity() (namespace, name string, uid types.UID) {
+	return c.namespace, c.name, c.uid
+}
+
 // DeepCopyObject returns c itself: it is never modified once cached.
 func (c *compactChild) DeepCopyObject() runtime.Object { return c }
 

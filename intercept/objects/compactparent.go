@@ -66,6 +66,10 @@ func (p *compactParent) GetObjectKind() schema.ObjectKind {
 	return &metav1.TypeMeta{APIVersion: p.apiVersion, Kind: p.kind}
 }
 
+func (p *compactParent) identity() (namespace, name string, uid types.UID) {
+	return p.namespace, p.name, types.UID(p.uid)
+}
+
 // DeepCopyObject returns p itself: it is never modified once cached.
 func (p *compactParent) DeepCopyObject() runtime.Object { return p }
 

@@ -67,7 +67,7 @@ func waitUntil(t testing.TB, what string, ok func() bool) {
 	}
 }
 
-func cachedKeys(c *childCache) []string {
+func cachedKeys(c *objectCache) []string {
 	keys := c.indexer.ListKeys()
 	slices.Sort(keys)
 	return keys

@@ -1,5 +1,5 @@
 // Package objects reads the objects a decision needs (parents, the stored
-// child, namespaces) from informer caches that start lazily, one per
+// child, namespaces) from caches that start lazily, one per
 // resource, the first time a decision asks for that resource. A cache miss
 // falls back to a live GET, so a decision never waits for a cache to sync.
 //
@@ -17,9 +17,10 @@
 // Most watch events the proxy receives are of objects it never decides
 // about, so a watch event must cost little: the caches watch over HTTP/1.1
 // connections of their own (CachesOver), and a child's event is copied
-// from its protobuf into the compact form the cache keeps, never decoded,
-// by the goroutine that reads it, which writes it into the cache too; a
-// parent's event is decoded in one pass, envelope and object together.
+// from its protobuf into the compact form the cache keeps, never decoded;
+// a parent's is decoded in one pass, envelope and object together. The
+// goroutine that reads an event writes it into the cache and tells the
+// observers, with no informer's queues in between.
 package objects
 
 import (
@@ -42,8 +43,6 @@ import (
 	"k8s.io/client-go/discovery"
 	"k8s.io/client-go/discovery/cached/memory"
 	"k8s.io/client-go/dynamic"
-	"k8s.io/client-go/dynamic/dynamicinformer"
-	"k8s.io/client-go/informers"
 	"k8s.io/client-go/metadata"
 	"k8s.io/client-go/rest"
 	"k8s.io/client-go/restmapper"
@@ -55,7 +54,7 @@ import (
 type Source string
 
 const (
-	// FromCache means the informer cache answered; no round trip was made.
+	// FromCache means a cache answered; no round trip was made.
 	FromCache Source = "cache"
 	// FromLive means a live GET answered.
 	FromLive Source = "live"
@@ -73,7 +72,7 @@ const (
 	discoveryResetInterval = 10 * time.Second
 )
 
-// uncached are resources never held in an informer cache: the proxy would
+// uncached are resources never held in a cache: the proxy would
 // keep every Secret of the cluster in memory to speed up writes of a few.
 var uncached = map[schema.GroupResource]bool{{Resource: "secrets"}: true}
 
@@ -93,12 +92,12 @@ type Store struct {
 	maxInformers            int
 	now                     func() time.Time
 
-	ctx       context.Context
-	mu        sync.Mutex
-	informers map[schema.GroupVersionResource]informers.GenericInformer
-	// childCaches are the caches of children: metadata only.
-	childCaches map[schema.GroupVersionResource]*childCache
-	lastReset   time.Time
+	ctx context.Context
+	mu  sync.Mutex
+	// parentCaches are the caches of parents, childCaches those of
+	// children: metadata only.
+	parentCaches, childCaches map[schema.GroupVersionResource]*objectCache
+	lastReset                 time.Time
 	// observers is read on every watch event, without the lock.
 	observers atomic.Pointer[[]Observer]
 
@@ -139,8 +138,8 @@ func (s *Store) AddObserver(o Observer) {
 	next := append(slices.Clone(s.observersNow()), o)
 	s.observers.Store(&next)
 	var parents, children []cache.Store
-	for _, inf := range s.informers {
-		parents = append(parents, inf.Informer().GetStore())
+	for _, c := range s.parentCaches {
+		parents = append(parents, c.indexer)
 	}
 	for _, c := range s.childCaches {
 		children = append(children, c.indexer)
@@ -164,23 +163,6 @@ func (s *Store) observersNow() []Observer {
 		return *os
 	}
 	return nil
-}
-
-// handler gives every change a cache delivers to the store's observers
-// through one handler: each handler of a shared informer is a goroutine of
-// its own, woken for every event.
-func (s *Store) handler(changed func([]Observer, interface{}), uidOf func(interface{}) (types.UID, bool)) cache.ResourceEventHandler {
-	return cache.ResourceEventHandlerFuncs{
-		AddFunc:    func(obj interface{}) { changed(s.observersNow(), obj) },
-		UpdateFunc: func(_, obj interface{}) { changed(s.observersNow(), obj) },
-		DeleteFunc: func(obj interface{}) {
-			if uid, ok := uidOf(obj); ok {
-				for _, o := range s.observersNow() {
-					o.Forget(uid)
-				}
-			}
-		},
-	}
 }
 
 // childChanged tells observers of a change to a cached child: only those
@@ -238,15 +220,7 @@ func parentChanged(observers []Observer, obj interface{}) {
 	}
 }
 
-func parentUID(obj interface{}) (types.UID, bool) {
-	p, ok := cachedParentObject(obj)
-	if !ok {
-		return "", false
-	}
-	return types.UID(p.uid), true
-}
-
-// New returns a Store. Informers it starts run until ctx is done. meta
+// New returns a Store. Caches it starts run until ctx is done. meta
 // should speak protobuf (metadata.NewForConfig does): children are listed
 // and watched through it, and decoding JSON was most of a watch event's CPU.
 func New(ctx context.Context, disc discovery.DiscoveryInterface, dyn dynamic.Interface, meta metadata.Interface, opts ...Option) *Store {
@@ -260,9 +234,8 @@ func New(ctx context.Context, disc discovery.DiscoveryInterface, dyn dynamic.Int
 		maxInformers:  DefaultMaxInformers,
 		now:           time.Now,
 		ctx:           ctx,
-		informers:     map[schema.GroupVersionResource]informers.GenericInformer{},
-
-		childCaches: map[schema.GroupVersionResource]*childCache{},
+		parentCaches:  map[schema.GroupVersionResource]*objectCache{},
+		childCaches:   map[schema.GroupVersionResource]*objectCache{},
 	}
 	s.namespaced = s.namespacedResource
 	for _, o := range opts {
@@ -350,7 +323,7 @@ func (s *Store) RelistExcluding() (ExclusionChange, bool) {
 		return ExclusionChange{}, false
 	}
 	s.listedExcluded = after
-	var caches []*childCache
+	var caches []*objectCache
 	for _, c := range s.childCaches {
 		if c.namespaced {
 			caches = append(caches, c)
@@ -505,12 +478,12 @@ func (s *Store) cachedMetadata(gvr schema.GroupVersionResource, namespace, name 
 // request. The object is the caller's to change.
 func (s *Store) GetCachedWhole(gvr schema.GroupVersionResource, namespace, name string) (_ *unstructured.Unstructured, ok bool) {
 	s.mu.Lock()
-	inf := s.informers[gvr]
+	c := s.parentCaches[gvr]
 	s.mu.Unlock()
-	if inf == nil || !inf.Informer().HasSynced() {
+	if c == nil || !c.store.hasSynced() {
 		return nil, false
 	}
-	obj, exists, err := inf.Informer().GetIndexer().GetByKey(cacheKey(namespace, name))
+	obj, exists, err := c.indexer.GetByKey(cacheKey(namespace, name))
 	if err != nil || !exists {
 		return nil, false
 	}
@@ -580,11 +553,11 @@ func (s *Store) GetShared(ctx context.Context, gvr schema.GroupVersionResource, 
 // cachedShared is namespace/name of gvr from the synced cache of parents,
 // started if it was not, decoded and shared; or nil.
 func (s *Store) cachedShared(gvr schema.GroupVersionResource, namespace, name string) *unstructured.Unstructured {
-	inf := s.informerFor(gvr)
-	if inf == nil || !inf.Informer().HasSynced() {
+	c := s.parentCacheFor(gvr)
+	if c == nil || !c.store.hasSynced() {
 		return nil
 	}
-	obj, exists, err := inf.Informer().GetIndexer().GetByKey(cacheKey(namespace, name))
+	obj, exists, err := c.indexer.GetByKey(cacheKey(namespace, name))
 	if err != nil || !exists {
 		return nil
 	}
@@ -634,11 +607,11 @@ func (s *Store) Owned(ctx context.Context, gvr schema.GroupVersionResource, name
 	return owned, nil
 }
 
-// Synced reports whether the informer for gvr has synced (it is started if
-// it was not). Resources that are never cached never sync.
+// Synced reports whether the cache of parents of gvr has synced (it is
+// started if it was not). Resources that are never cached never sync.
 func (s *Store) Synced(gvr schema.GroupVersionResource) bool {
-	inf := s.informerFor(gvr)
-	return inf != nil && inf.Informer().HasSynced()
+	c := s.parentCacheFor(gvr)
+	return c != nil && c.store.hasSynced()
 }
 
 // WaitForMetadataSync starts the cache of children of gvr and waits until
@@ -654,38 +627,58 @@ func (s *Store) WaitForMetadataSync(ctx context.Context, gvr schema.GroupVersion
 	return nil
 }
 
-// WaitForSync starts the informer for gvr and waits until it has synced or
-// ctx is done.
+// WaitForSync starts the cache of parents of gvr and waits until it has
+// synced or ctx is done.
 func (s *Store) WaitForSync(ctx context.Context, gvr schema.GroupVersionResource) error {
-	inf := s.informerFor(gvr)
-	if inf == nil {
+	c := s.parentCacheFor(gvr)
+	if c == nil {
 		return fmt.Errorf("%s is not cached: it is never cached, or the proxy holds %d caches already", gvr, s.maxInformers)
 	}
-	if !cache.WaitForCacheSync(ctx.Done(), inf.Informer().HasSynced) {
+	if !cache.WaitForCacheSync(ctx.Done(), c.store.hasSynced) {
 		return fmt.Errorf("cache for %s did not sync: %w", gvr, ctx.Err())
 	}
 	return nil
 }
 
-// informerFor returns the cache of gvr, started on first use, or nil when
-// gvr is never cached or the store holds its most caches already. gvr must
-// be a canonical resource, as a RESTMapping names it: every spelling would
-// otherwise be a cluster-wide cache of its own.
-func (s *Store) informerFor(gvr schema.GroupVersionResource) informers.GenericInformer {
+// parentCacheFor returns the cache of parents of gvr, started on first
+// use, or nil when gvr is never cached or the store holds its most caches
+// of parents. gvr must be a canonical resource, as a RESTMapping names
+// it: every spelling would otherwise be a cluster-wide cache of its own.
+// Like the caches of children, it is client-go's reflector
+// writing into a store of the proxy's own (objectStore): over the caches'
+// own connections (CachesOver), the goroutine that reads a parent's event
+// decodes it in one pass (parentEventDecoder) and writes it into the
+// cache, and the observers hear of it in the same call. A list is decoded
+// by the dynamic client, its parents made compact as the store takes
+// them.
+func (s *Store) parentCacheFor(gvr schema.GroupVersionResource) *objectCache {
 	if uncached[gvr.GroupResource()] {
 		return nil
 	}
-	return lazyStart(s, s.informers, gvr, func() (informers.GenericInformer, func(context.Context)) {
-		var inf informers.GenericInformer
+	return lazyStart(s, s.parentCaches, gvr, func() (*objectCache, func(context.Context)) {
+		client := s.cacheDynamic.Resource(gvr)
+		var objectType runtime.Object = &unstructured.Unstructured{}
 		if s.parentWatch != nil {
-			inf = s.newParentInformer(gvr)
-		} else {
-			inf = dynamicinformer.NewFilteredDynamicInformer(s.cacheDynamic, gvr, metav1.NamespaceAll, s.resync,
-				cache.Indexers{cache.NamespaceIndex: cache.MetaNamespaceIndexFunc}, nil)
+			objectType = &compactParent{}
 		}
-		_ = inf.Informer().SetTransform(compactParentOf)
-		_, _ = inf.Informer().AddEventHandler(s.handler(parentChanged, parentUID))
-		return inf, inf.Informer().RunWithContext
+		store := newObjectStore(parentKind, s.observersNow)
+		c := &objectCache{indexer: store.indexer, store: store, ctx: s.ctx}
+		c.reflectorFor = func(store listingStore, _ string) *cache.Reflector {
+			watchParents := func(ctx context.Context, opts metav1.ListOptions) (watch.Interface, error) {
+				return client.Watch(ctx, opts)
+			}
+			if s.parentWatch != nil {
+				watchParents = watchIntoStore(store, s.openParentWatch(gvr))
+			}
+			lw := cache.ToListWatcherWithWatchListSemantics(&cache.ListWatch{
+				ListWithContextFunc: func(ctx context.Context, opts metav1.ListOptions) (runtime.Object, error) {
+					return client.List(ctx, opts)
+				},
+				WatchFuncWithContext: watchParents,
+			}, s.cacheDynamic)
+			return cache.NewReflectorWithOptions(lw, objectType, store, cache.ReflectorOptions{Name: "parents " + gvr.String()})
+		}
+		return c, func(context.Context) { c.listAndWatch() }
 	})
 }
 
@@ -709,15 +702,16 @@ func lazyStart[C comparable](s *Store, started map[schema.GroupVersionResource]C
 	return c
 }
 
-// childCache is a cache of children: client-go's reflector and the store
-// it lists into (childStore), which the watch writes each change into
-// from the goroutine that reads it (watchIntoStore). Most watch events
-// are of children, and the proxy sits idle between them: an informer
-// would hand each one on through a queue to a goroutine of its own, a
-// shared informer through two more, each woken on a sleeping thread.
-type childCache struct {
+// objectCache is a cache of parents or of children: client-go's reflector
+// and the store it lists into (objectStore), which the watch writes each
+// change into from the goroutine that reads it (watchIntoStore). Most
+// watch events are of objects the proxy decides nothing about, and it
+// sits idle between them: an informer would hand each one on through a
+// queue to a goroutine of its own, a shared informer through two more,
+// each woken on a sleeping thread.
+type objectCache struct {
 	indexer cache.Indexer
-	store   *childStore
+	store   *objectStore
 	// namespaced: the cache leaves out the excluded namespaces, and lists
 	// and watches again when they change.
 	namespaced bool
@@ -738,7 +732,7 @@ type childCache struct {
 
 // listAndWatch starts the list and watch of what the cache leaves out
 // now, stopping the one before, unless that one leaves out the same.
-func (c *childCache) listAndWatch() {
+func (c *objectCache) listAndWatch() {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	var excluded []string
@@ -790,10 +784,10 @@ func (c *childSelector) refusedBy(ctx context.Context, err error) {
 		"resource", c.gvr.String(), "fieldSelector", c.selector, "err", err)
 }
 
-// childCacheFor is informerFor for the cache of children: metadata only,
+// childCacheFor is parentCacheFor for the cache of children: metadata only,
 // listed and watched as the metadata informer of client-go does, with its
 // own bound.
-func (s *Store) childCacheFor(gvr schema.GroupVersionResource) *childCache {
+func (s *Store) childCacheFor(gvr schema.GroupVersionResource) *objectCache {
 	if uncached[gvr.GroupResource()] || s.cacheMetadata == nil {
 		return nil
 	}
@@ -806,19 +800,19 @@ func (s *Store) childCacheFor(gvr schema.GroupVersionResource) *childCache {
 	// Discovery is asked before the store's lock is taken: it takes it
 	// to refresh.
 	namespaced := s.excluded != nil && s.namespaced(gvr)
-	return lazyStart(s, s.childCaches, gvr, func() (*childCache, func(context.Context)) {
+	return lazyStart(s, s.childCaches, gvr, func() (*objectCache, func(context.Context)) {
 		client := s.cacheMetadata.Resource(gvr)
 		var objectType runtime.Object = &metav1.PartialObjectMetadata{}
 		if s.childWatch != nil {
 			objectType = &compactChild{}
 		}
-		store := newChildStore(s.observersNow)
-		c := &childCache{indexer: store.indexer, store: store, namespaced: namespaced, exclusion: s.exclusion, ctx: s.ctx}
+		store := newObjectStore(childKind, s.observersNow)
+		c := &objectCache{indexer: store.indexer, store: store, namespaced: namespaced, exclusion: s.exclusion, ctx: s.ctx}
 		c.reflectorFor = func(store listingStore, fieldSelector string) *cache.Reflector {
 			selector := &childSelector{gvr: gvr, selector: fieldSelector}
 			var watchChildren func(ctx context.Context, opts metav1.ListOptions) (watch.Interface, error)
 			if s.childWatch != nil {
-				watchChildren = s.watchIntoStore(gvr, store, selector)
+				watchChildren = watchIntoStore(store, s.openChildWatch(gvr, selector))
 			} else {
 				watchChildren = func(ctx context.Context, opts metav1.ListOptions) (watch.Interface, error) {
 					opts.FieldSelector = selector.get()

@@ -6,7 +6,6 @@ import (
 	"io"
 	"net/http"
 
-	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/runtime"
@@ -14,13 +13,9 @@ import (
 	"k8s.io/apimachinery/pkg/runtime/serializer"
 	"k8s.io/apimachinery/pkg/runtime/serializer/json"
 	"k8s.io/apimachinery/pkg/runtime/serializer/streaming"
-	utilnet "k8s.io/apimachinery/pkg/util/net"
 	"k8s.io/apimachinery/pkg/watch"
 	"k8s.io/client-go/dynamic"
-	"k8s.io/client-go/informers"
 	"k8s.io/client-go/rest"
-	"k8s.io/client-go/tools/cache"
-	"k8s.io/klog/v2"
 	kjson "sigs.k8s.io/json"
 )
 
@@ -52,25 +47,18 @@ func parentWatchClient(cfg *rest.Config, client *http.Client) (rest.Interface, e
 	return rest.RESTClientForConfigAndClient(c, client)
 }
 
-// watchParents is the watch of the parents of gvr in every namespace,
-// each event decoded by parentEventDecoder.
-func (s *Store) watchParents(gvr schema.GroupVersionResource) func(context.Context, metav1.ListOptions) (watch.Interface, error) {
-	return func(ctx context.Context, opts metav1.ListOptions) (watch.Interface, error) {
-		opts.Watch = true
+// openParentWatch opens the watch of the parents of gvr in every
+// namespace, each event decoded by parentEventDecoder.
+func (s *Store) openParentWatch(gvr schema.GroupVersionResource) openWatch {
+	return func(ctx context.Context, opts metav1.ListOptions) (watch.Decoder, error) {
 		body, err := s.parentWatch.Get().AbsPath(resourcePath(gvr)...).
 			SetHeader("Accept", runtime.ContentTypeJSON).
 			VersionedParams(&opts, metav1.ParameterCodec).
 			Stream(ctx)
 		if err != nil {
-			// As a watch request of client-go: a connection that broke
-			// before the response is a watch that ended, not a failure.
-			if utilnet.IsProbableEOF(err) || utilnet.IsTimeout(err) {
-				return watch.NewEmptyWatch(), nil
-			}
 			return nil, err
 		}
-		return watch.NewStreamWatcherWithLogger(klog.FromContext(ctx), newParentEventDecoder(body),
-			apierrors.NewClientErrorReporter(http.StatusInternalServerError, "GET", "ClientWatchDecoding")), nil
+		return newParentEventDecoder(body), nil
 	}
 }
 
@@ -155,37 +143,4 @@ func (parentEventCodec) Decode(data []byte, _ *schema.GroupVersionKind, _ runtim
 		object = p
 	}
 	return &parentEvent{typ: event.Type, object: object}, nil, nil
-}
-
-// newParentInformer is the informer of a cache of parents. Over the
-// caches' own connections (CachesOver), its watch decodes each event in
-// one pass (parentEventCodec); a list is decoded by the dynamic client,
-// and its parents made compact by the informer's transform.
-func (s *Store) newParentInformer(gvr schema.GroupVersionResource) informers.GenericInformer {
-	indexers := cache.Indexers{cache.NamespaceIndex: cache.MetaNamespaceIndexFunc}
-	client := s.cacheDynamic.Resource(gvr)
-	lw := cache.ToListWatcherWithWatchListSemantics(&cache.ListWatch{
-		ListWithContextFunc: func(ctx context.Context, opts metav1.ListOptions) (runtime.Object, error) {
-			return client.List(ctx, opts)
-		},
-		WatchFuncWithContext: s.watchParents(gvr),
-	}, s.cacheDynamic)
-	// The reflector drops a watched object of another type than the
-	// example's.
-	inf := cache.NewSharedIndexInformerWithOptions(lw, &compactParent{}, cache.SharedIndexInformerOptions{
-		ResyncPeriod: s.resync, Indexers: indexers, ObjectDescription: gvr.String(),
-	})
-	return &parentInformer{informer: inf, gvr: gvr}
-}
-
-// parentInformer is a cache of parents as a generic informer.
-type parentInformer struct {
-	informer cache.SharedIndexInformer
-	gvr      schema.GroupVersionResource
-}
-
-func (i *parentInformer) Informer() cache.SharedIndexInformer { return i.informer }
-
-func (i *parentInformer) Lister() cache.GenericLister {
-	return cache.NewGenericLister(i.informer.GetIndexer(), i.gvr.GroupResource())
 }

@@ -21,7 +21,7 @@ import (
 // cachedParent is what the store's cache of deployments holds of name.
 func cachedParent(t testing.TB, s *Store, name string) (*compactParent, bool) {
 	t.Helper()
-	obj, exists, err := s.informerFor(deployments).Informer().GetIndexer().GetByKey(cacheKey("bench-scale", name))
+	obj, exists, err := s.parentCacheFor(deployments).indexer.GetByKey(cacheKey("bench-scale", name))
 	if err != nil {
 		t.Fatal(err)
 	}

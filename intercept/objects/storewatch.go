@@ -8,6 +8,7 @@ import (
 	"sync"
 
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/runtime/schema"
@@ -19,28 +20,49 @@ import (
 	"k8s.io/klog/v2"
 )
 
-// watchIntoStore is the watch of the children of gvr that selector
-// selects, for the cache whose store is store: each change is written into the store by the goroutine
-// that reads it off the connection (storeWritingDecoder), and the
-// reflector gets only what it must see. Handing each event to the
-// reflector's goroutine woke a thread of the otherwise idle proxy for
-// every event: as much CPU as the rest of the event's work.
-func (s *Store) watchIntoStore(gvr schema.GroupVersionResource, store listingStore, selector *childSelector) func(context.Context, metav1.ListOptions) (watch.Interface, error) {
+// openWatch opens one watch of a cache and returns its events, or a
+// watch that ended before it began.
+type openWatch func(ctx context.Context, opts metav1.ListOptions) (events watch.Decoder, err error)
+
+// watchIntoStore is the watch of a cache whose store is store: each
+// change is written into the store by the goroutine that reads it off
+// the connection (storeWritingDecoder), and the reflector gets only what
+// it must see. Handing each event to the reflector's goroutine woke a
+// thread of the otherwise idle proxy for every event: as much CPU as the
+// rest of the event's work.
+func watchIntoStore(store listingStore, open openWatch) func(context.Context, metav1.ListOptions) (watch.Interface, error) {
 	return func(ctx context.Context, opts metav1.ListOptions) (watch.Interface, error) {
 		opts.Watch = true
-		opts.FieldSelector = selector.get()
 		replaced := store.replaces()
-		body, err := s.childWatch.Get().AbsPath(resourcePath(gvr)...).
-			SetHeader("Accept", childWatchMediaType).
-			VersionedParams(&opts, metav1.ParameterCodec).
-			Stream(ctx)
-		selector.refusedBy(ctx, err)
+		events, err := open(ctx, opts)
 		if err != nil {
 			// As a watch request of client-go: a connection that broke
 			// before the response is a watch that ended, not a failure.
 			if utilnet.IsProbableEOF(err) || utilnet.IsTimeout(err) {
 				return watch.NewEmptyWatch(), nil
 			}
+			return nil, err
+		}
+		initialEvents := opts.SendInitialEvents != nil && *opts.SendInitialEvents
+		d := &storeWritingDecoder{events: events, store: store, writing: !initialEvents, replacedBefore: replaced,
+			stopped: make(chan struct{}), done: ctx.Done()}
+		return watch.NewStreamWatcherWithLogger(klog.FromContext(ctx), d,
+			apierrors.NewClientErrorReporter(http.StatusInternalServerError, "GET", "ClientWatchDecoding")), nil
+	}
+}
+
+// openChildWatch opens the watch of the children of gvr that selector
+// selects, in protobuf, each child decoded as the compactChild its cache
+// keeps.
+func (s *Store) openChildWatch(gvr schema.GroupVersionResource, selector *childSelector) openWatch {
+	return func(ctx context.Context, opts metav1.ListOptions) (watch.Decoder, error) {
+		opts.FieldSelector = selector.get()
+		body, err := s.childWatch.Get().AbsPath(resourcePath(gvr)...).
+			SetHeader("Accept", childWatchMediaType).
+			VersionedParams(&opts, metav1.ParameterCodec).
+			Stream(ctx)
+		selector.refusedBy(ctx, err)
+		if err != nil {
 			return nil, err
 		}
 		var framer runtime.Framer
@@ -51,17 +73,12 @@ func (s *Store) watchIntoStore(gvr schema.GroupVersionResource, store listingSto
 			_ = body.Close()
 			return nil, fmt.Errorf("no protobuf framing of watch events for the watch of %s", gvr)
 		}
-		events := restclientwatch.NewDecoder(streaming.NewDecoder(framer.NewFrameReader(body), watchEventSerializer{}), childWatchSerializer{})
-		initialEvents := opts.SendInitialEvents != nil && *opts.SendInitialEvents
-		d := &storeWritingDecoder{events: events, store: store, writing: !initialEvents, replacedBefore: replaced,
-			stopped: make(chan struct{}), done: ctx.Done()}
-		return watch.NewStreamWatcherWithLogger(klog.FromContext(ctx), d,
-			apierrors.NewClientErrorReporter(http.StatusInternalServerError, "GET", "ClientWatchDecoding")), nil
+		return restclientwatch.NewDecoder(streaming.NewDecoder(framer.NewFrameReader(body), watchEventSerializer{}), childWatchSerializer{}), nil
 	}
 }
 
-// storeWritingDecoder decodes a watch of children and writes each added,
-// changed or deleted child into the cache's store itself. The reflector
+// storeWritingDecoder decodes a watch of a cache and writes each added,
+// changed or deleted object into the cache's store itself. The reflector
 // is handed the rest: bookmarks, errors, the end of the watch; and the
 // initial events of a watch list, which it gathers into a store of its own
 // and then replaces the cache's with: writing starts once it has, so no
@@ -70,7 +87,7 @@ func (s *Store) watchIntoStore(gvr schema.GroupVersionResource, store listingSto
 // changes nothing), so that it resumes the watch from there, as it would
 // have had it been handed every change.
 type storeWritingDecoder struct {
-	events *restclientwatch.Decoder
+	events watch.Decoder
 	store  listingStore
 	// writing: changes are written here, not handed on.
 	writing bool
@@ -112,13 +129,13 @@ func (d *storeWritingDecoder) Decode() (watch.EventType, runtime.Object, error) 
 	for {
 		typ, obj, err := d.events.Decode()
 		if err == nil && d.writing {
-			if c, ok := obj.(*compactChild); ok && (typ == watch.Added || typ == watch.Modified || typ == watch.Deleted) {
+			if c, ok := obj.(cachedObject); ok && (typ == watch.Added || typ == watch.Modified || typ == watch.Deleted) {
 				d.write(typ, c)
 				continue
 			}
 		}
 		if err == nil && !d.writing && typ == watch.Bookmark {
-			if m, isMeta := obj.(metav1.Object); isMeta && m.GetAnnotations()[metav1.InitialEventsAnnotationKey] == "true" {
+			if m, err := meta.Accessor(obj); err == nil && m.GetAnnotations()[metav1.InitialEventsAnnotationKey] == "true" {
 				d.awaitingList = true
 			}
 		}
@@ -136,7 +153,7 @@ func (d *storeWritingDecoder) Decode() (watch.EventType, runtime.Object, error) 
 	}
 }
 
-func (d *storeWritingDecoder) write(typ watch.EventType, c *compactChild) {
+func (d *storeWritingDecoder) write(typ watch.EventType, c cachedObject) {
 	var err error
 	if typ == watch.Deleted {
 		err = d.store.Delete(c)
@@ -144,7 +161,8 @@ func (d *storeWritingDecoder) write(typ watch.EventType, c *compactChild) {
 		err = d.store.Update(c)
 	}
 	if err != nil {
-		utilruntime.HandleError(fmt.Errorf("writing a watch event of %s/%s into the cache of children: %w", c.namespace, c.name, err))
+		namespace, name, _ := c.identity()
+		utilruntime.HandleError(fmt.Errorf("writing a watch event of %s/%s into the cache of %s: %w", namespace, name, d.store.kind.what, err))
 	}
 	if d.written == nil {
 		d.written = &watchEvent{}

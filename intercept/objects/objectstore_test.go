@@ -48,7 +48,7 @@ func TestChildStoreTellsObserversOfEveryChange(t *testing.T) {
 		t.Run(tc.name, func(t *testing.T) {
 			seen := &metadataRecorder{}
 			other := &recorder{learns: true}
-			s := newChildStore(func() []Observer { return []Observer{seen, other} })
+			s := newObjectStore(childKind, func() []Observer { return []Observer{seen, other} })
 			writes := s.current()
 			for _, st := range tc.steps {
 				var err error

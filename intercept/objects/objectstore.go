@@ -6,19 +6,42 @@ import (
 	"sync"
 	"sync/atomic"
 
+	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/tools/cache"
 )
 
-// childStore is what the reflector of a cache of children writes into:
-// the cached children, with the store's observers told of each change in
-// the same call. An informer would queue each event for a goroutine of its
-// own to apply and hand on, a goroutine woken and a list of deltas
-// allocated for every event, for a cache whose one consumer returns at
-// once. The reflector keeps the rest of an informer's watching: list or
-// watch list, resuming from the last resourceVersion, relisting after 410
-// Gone, backing off.
-type childStore struct {
+// cachedObject is an object as a cache keeps it (compactChild,
+// compactParent).
+type cachedObject interface {
+	runtime.Object
+	identity() (namespace, name string, uid types.UID)
+}
+
+// cachedKind is what a cache does with the objects it holds: the form it
+// keeps them in, and what it tells the observers of a change.
+type cachedKind struct {
+	// what the cache holds, for messages.
+	what    string
+	compact cache.TransformFunc
+	changed func(observers []Observer, obj interface{})
+}
+
+var (
+	childKind  = cachedKind{what: "children", compact: compactChildOf, changed: childChanged}
+	parentKind = cachedKind{what: "parents", compact: compactParentOf, changed: parentChanged}
+)
+
+// objectStore is what the reflector of a cache writes into: the cached
+// objects, with the store's observers told of each change in the same
+// call. An informer would queue each event for a goroutine of its own to
+// apply and hand on, a goroutine woken and a list of deltas allocated for
+// every event, for a cache whose one consumer returns at once. The
+// reflector keeps the rest of an informer's watching: list or watch list,
+// resuming from the last resourceVersion, relisting after 410 Gone,
+// backing off.
+type objectStore struct {
+	kind      cachedKind
 	indexer   cache.Indexer
 	observers func() []Observer
 	// listing is the list and watch the store follows now. A reflector
@@ -26,7 +49,7 @@ type childStore struct {
 	// the store follows another, what it writes is dropped, so a reflector
 	// being stopped cannot overwrite the newer list with an older change.
 	// writeMu orders every write with the change of listing.
-	listing atomic.Pointer[childListing]
+	listing atomic.Pointer[storeListing]
 	writeMu sync.Mutex
 
 	// replaced counts the lists the store has been replaced with;
@@ -36,58 +59,59 @@ type childStore struct {
 	nextReplace chan struct{}
 }
 
-// childListing is one list and watch of a cache of children.
-type childListing struct {
+// storeListing is one list and watch of a cache.
+type storeListing struct {
 	generation uint64
 	// excluded are the namespaces the list and watch leave out: the store
-	// holds none of their children it can vouch for.
+	// holds none of their objects it can vouch for.
 	excluded []string
-	// synced is set once the list is in the store and its children have
+	// synced is set once the list is in the store and its objects have
 	// reached the observers.
 	synced bool
 }
 
 var _ cache.TransformingStore = listingStore{}
 
-func newChildStore(observers func() []Observer) *childStore {
-	s := &childStore{
+func newObjectStore(kind cachedKind, observers func() []Observer) *objectStore {
+	s := &objectStore{
+		kind:        kind,
 		indexer:     cache.NewIndexer(cache.DeletionHandlingMetaNamespaceKeyFunc, cache.Indexers{cache.NamespaceIndex: cache.MetaNamespaceIndexFunc}),
 		observers:   observers,
 		nextReplace: make(chan struct{}),
 	}
-	s.listing.Store(&childListing{})
+	s.listing.Store(&storeListing{})
 	return s
 }
 
 // relist makes the store follow a new list and watch that leaves out the
 // namespaces excluded, and returns the store as that list and watch must
 // write into it. Until its list has arrived, the store is not synced:
-// the watch it followed is stopped, and its children would go stale
+// the watch it followed is stopped, and its objects would go stale
 // unseen.
-func (s *childStore) relist(excluded []string) listingStore {
+func (s *objectStore) relist(excluded []string) listingStore {
 	s.writeMu.Lock()
 	defer s.writeMu.Unlock()
 	generation := s.listing.Load().generation + 1
-	s.listing.Store(&childListing{generation: generation, excluded: excluded})
-	return listingStore{childStore: s, generation: generation}
+	s.listing.Store(&storeListing{generation: generation, excluded: excluded})
+	return listingStore{objectStore: s, generation: generation}
 }
 
 // current is the store as the list and watch it follows writes into it.
-func (s *childStore) current() listingStore {
-	return listingStore{childStore: s, generation: s.listing.Load().generation}
+func (s *objectStore) current() listingStore {
+	return listingStore{objectStore: s, generation: s.listing.Load().generation}
 }
 
-// covers reports whether the store answers for the children of
+// covers reports whether the store answers for the objects of
 // namespace: its list has arrived, and did not leave namespace out.
-func (s *childStore) covers(namespace string) bool {
+func (s *objectStore) covers(namespace string) bool {
 	l := s.listing.Load()
 	return l.synced && !slices.Contains(l.excluded, namespace)
 }
 
-// listingStore is a childStore as one list and watch writes into it:
+// listingStore is a objectStore as one list and watch writes into it:
 // nothing once the store follows another.
 type listingStore struct {
-	*childStore
+	*objectStore
 	generation uint64
 }
 
@@ -96,14 +120,14 @@ type listingStore struct {
 func (l listingStore) followed() bool { return l.listing.Load().generation == l.generation }
 
 // compact is obj as the cache keeps it.
-func compact(obj interface{}) (*compactChild, error) {
-	t, err := compactChildOf(obj)
+func (s *objectStore) compact(obj interface{}) (cachedObject, error) {
+	t, err := s.kind.compact(obj)
 	if err != nil {
 		return nil, err
 	}
-	c, ok := t.(*compactChild)
+	c, ok := t.(cachedObject)
 	if !ok {
-		return nil, fmt.Errorf("a cache of children was given a %T", t)
+		return nil, fmt.Errorf("a cache of %s was given a %T", s.kind.what, t)
 	}
 	return c, nil
 }
@@ -111,7 +135,7 @@ func compact(obj interface{}) (*compactChild, error) {
 func (l listingStore) Add(obj interface{}) error { return l.Update(obj) }
 
 func (l listingStore) Update(obj interface{}) error {
-	c, err := compact(obj)
+	c, err := l.compact(obj)
 	if err != nil {
 		return err
 	}
@@ -123,12 +147,12 @@ func (l listingStore) Update(obj interface{}) error {
 	if err := l.indexer.Update(c); err != nil {
 		return err
 	}
-	childChanged(l.observers(), c)
+	l.kind.changed(l.observers(), c)
 	return nil
 }
 
 func (l listingStore) Delete(obj interface{}) error {
-	c, err := compact(obj)
+	c, err := l.compact(obj)
 	if err != nil {
 		return err
 	}
@@ -140,32 +164,34 @@ func (l listingStore) Delete(obj interface{}) error {
 	if err := l.indexer.Delete(c); err != nil {
 		return err
 	}
+	_, _, uid := c.identity()
 	for _, o := range l.observers() {
-		o.Forget(c.uid)
+		o.Forget(uid)
 	}
 	return nil
 }
 
 // Replace makes the store hold list, after a list or a watch list: the
 // first, or one after the watch broke off (410 Gone, a restarted
-// kube-apiserver). A child deleted in between sent no event, so the
-// observers are told here of every cached child the list lacks, and of
+// kube-apiserver). An object deleted in between sent no event, so the
+// observers are told here of every cached object the list lacks, and of
 // one whose name the list holds with another UID (deleted and created
-// again); and of every listed child as a change, as an informer would.
+// again); and of every listed object as a change, as an informer would.
 // A cached child of a namespace the list leaves out is dropped without a
 // word: it left the list because its namespace is now excluded, and the
 // observers would take it for deleted (settledness forgets what it
 // recorded of a deleted object).
 func (l listingStore) Replace(list []interface{}, _ string) error {
-	children := make([]interface{}, 0, len(list))
+	objects := make([]interface{}, 0, len(list))
 	uidOf := make(map[string]types.UID, len(list))
 	for _, obj := range list {
-		c, err := compact(obj)
+		c, err := l.compact(obj)
 		if err != nil {
 			return err
 		}
-		children = append(children, c)
-		uidOf[cacheKey(c.namespace, c.name)] = c.uid
+		objects = append(objects, c)
+		namespace, name, uid := c.identity()
+		uidOf[cacheKey(namespace, name)] = uid
 	}
 	l.writeMu.Lock()
 	defer l.writeMu.Unlock()
@@ -175,13 +201,17 @@ func (l listingStore) Replace(list []interface{}, _ string) error {
 	}
 	var gone []types.UID
 	for _, obj := range l.indexer.List() {
-		if c, ok := obj.(*compactChild); ok && !slices.Contains(listing.excluded, c.namespace) {
-			if uid, listed := uidOf[cacheKey(c.namespace, c.name)]; !listed || uid != c.uid {
-				gone = append(gone, c.uid)
+		c, ok := obj.(cachedObject)
+		if !ok {
+			continue
+		}
+		if namespace, name, uid := c.identity(); !slices.Contains(listing.excluded, namespace) {
+			if listedUID, listed := uidOf[cacheKey(namespace, name)]; !listed || listedUID != uid {
+				gone = append(gone, uid)
 			}
 		}
 	}
-	if err := l.indexer.Replace(children, ""); err != nil {
+	if err := l.indexer.Replace(objects, ""); err != nil {
 		return err
 	}
 	observers := l.observers()
@@ -190,10 +220,10 @@ func (l listingStore) Replace(list []interface{}, _ string) error {
 			o.Forget(uid)
 		}
 	}
-	for _, c := range children {
-		childChanged(observers, c)
+	for _, c := range objects {
+		l.kind.changed(observers, c)
 	}
-	l.listing.Store(&childListing{generation: listing.generation, excluded: listing.excluded, synced: true})
+	l.listing.Store(&storeListing{generation: listing.generation, excluded: listing.excluded, synced: true})
 	l.mu.Lock()
 	l.replaced++
 	close(l.nextReplace)
@@ -203,7 +233,7 @@ func (l listingStore) Replace(list []interface{}, _ string) error {
 }
 
 // replaces is how many lists the store has been replaced with.
-func (s *childStore) replaces() uint64 {
+func (s *objectStore) replaces() uint64 {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	return s.replaced
@@ -211,7 +241,7 @@ func (s *childStore) replaces() uint64 {
 
 // replacedSince is closed once the store has been replaced with more than
 // n lists.
-func (s *childStore) replacedSince(n uint64) <-chan struct{} {
+func (s *objectStore) replacedSince(n uint64) <-chan struct{} {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	if s.replaced > n {
@@ -222,12 +252,12 @@ func (s *childStore) replacedSince(n uint64) <-chan struct{} {
 	return s.nextReplace
 }
 
-// Resync does nothing: the caches of children are not resynced, and
-// the reflector calls it only when they are.
-func (s *childStore) Resync() error { return nil }
+// Resync does nothing: the caches are not resynced, and the reflector
+// calls it only when they are.
+func (s *objectStore) Resync() error { return nil }
 
 // Transformer makes the store a watch list fills before Replace keep
-// children compact too, rather than the whole initial list as decoded.
-func (s *childStore) Transformer() cache.TransformFunc { return compactChildOf }
+// objects compact too, rather than the whole initial list as decoded.
+func (s *objectStore) Transformer() cache.TransformFunc { return s.kind.compact }
 
-func (s *childStore) hasSynced() bool { return s.listing.Load().synced }
+func (s *objectStore) hasSynced() bool { return s.listing.Load().synced }

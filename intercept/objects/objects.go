@@ -148,12 +148,12 @@ func (s *Store) AddObserver(o Observer) {
 	only := []Observer{o}
 	for _, st := range parents {
 		for _, obj := range st.List() {
-			parentChanged(only, obj)
+			parentChanged(only, obj, nil)
 		}
 	}
 	for _, st := range children {
 		for _, obj := range st.List() {
-			childChanged(only, obj)
+			childChanged(only, obj, nil)
 		}
 	}
 }
@@ -167,7 +167,7 @@ func (s *Store) observersNow() []Observer {
 
 // childChanged tells observers of a change to a cached child: only those
 // that hear of children (MetadataObserver), with its identity.
-func childChanged(observers []Observer, obj interface{}) {
+func childChanged(observers []Observer, obj interface{}, _ *unstructured.Unstructured) {
 	c, ok := cachedChild(obj)
 	if !ok {
 		return
@@ -187,17 +187,16 @@ type KindFilter interface {
 
 // parentChanged tells observers of a change to a cached parent. An
 // observer satisfied with metadata (MetadataObserver) gets its identity;
-// any other the parent decoded, once for all of them, unless it says it
-// does not learn from its kind.
-func parentChanged(observers []Observer, obj interface{}) {
+// any other the parent decoded, once for all of them (decoded, when the
+// watch has decoded it already), unless it says it does not learn from
+// its kind.
+func parentChanged(observers []Observer, obj interface{}, decoded *unstructured.Unstructured) {
 	p, ok := cachedParentObject(obj)
 	if !ok {
 		return
 	}
-	var (
-		identity metav1.Object
-		whole    *unstructured.Unstructured
-	)
+	var identity metav1.Object
+	whole := decoded
 	for _, o := range observers {
 		if mo, ok := o.(MetadataObserver); ok {
 			if identity == nil {

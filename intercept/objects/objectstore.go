@@ -6,6 +6,7 @@ import (
 	"sync"
 	"sync/atomic"
 
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/tools/cache"
@@ -24,7 +25,10 @@ type cachedKind struct {
 	// what the cache holds, for messages.
 	what    string
 	compact cache.TransformFunc
-	changed func(observers []Observer, obj interface{})
+	// changed tells observers of a change to obj; decoded, when not nil,
+	// is obj decoded as the watch read it, for the observers that read
+	// the whole object.
+	changed func(observers []Observer, obj interface{}, decoded *unstructured.Unstructured)
 }
 
 var (
@@ -134,7 +138,10 @@ func (s *objectStore) compact(obj interface{}) (cachedObject, error) {
 
 func (l listingStore) Add(obj interface{}) error { return l.Update(obj) }
 
-func (l listingStore) Update(obj interface{}) error {
+func (l listingStore) Update(obj interface{}) error { return l.updateDecoded(obj, nil) }
+
+// updateDecoded is Update of obj, which the watch decoded as decoded.
+func (l listingStore) updateDecoded(obj interface{}, decoded *unstructured.Unstructured) error {
 	c, err := l.compact(obj)
 	if err != nil {
 		return err
@@ -147,7 +154,7 @@ func (l listingStore) Update(obj interface{}) error {
 	if err := l.indexer.Update(c); err != nil {
 		return err
 	}
-	l.kind.changed(l.observers(), c)
+	l.kind.changed(l.observers(), c, decoded)
 	return nil
 }
 
@@ -221,7 +228,7 @@ func (l listingStore) Replace(list []interface{}, _ string) error {
 		}
 	}
 	for _, c := range objects {
-		l.kind.changed(observers, c)
+		l.kind.changed(observers, c, nil)
 	}
 	l.listing.Store(&storeListing{generation: listing.generation, excluded: listing.excluded, synced: true})
 	l.mu.Lock()

@@ -65,6 +65,8 @@ func (s *Store) openParentWatch(gvr schema.GroupVersionResource) openWatch {
 // parentEventDecoder reads the events of a watch of parents.
 type parentEventDecoder struct {
 	frames streaming.Decoder
+	// last is the last event decoded.
+	last *parentEvent
 }
 
 // newParentEventDecoder reads the events of a watch of parents from
@@ -82,7 +84,18 @@ func (d *parentEventDecoder) Decode() (watch.EventType, runtime.Object, error) {
 	if !ok {
 		return "", nil, fmt.Errorf("a watch of parents decoded a %T", obj)
 	}
+	d.last = e
 	return e.typ, e.object, nil
+}
+
+// decoded is the lean object the last event decoded, if obj is that
+// event's compactParent. It is what decoding the compactParent's JSON
+// would give: kube-apiserver's JSON is an encoding of such an object.
+func (d *parentEventDecoder) decoded(obj runtime.Object) *unstructured.Unstructured {
+	if d.last == nil || d.last.object != obj {
+		return nil
+	}
+	return d.last.decoded
 }
 
 func (d *parentEventDecoder) Close() { _ = d.frames.Close() }
@@ -93,6 +106,8 @@ type parentEvent struct {
 	metav1.TypeMeta
 	typ    watch.EventType
 	object runtime.Object
+	// decoded is the lean object of an added or changed parent.
+	decoded *unstructured.Unstructured
 }
 
 func (e *parentEvent) DeepCopyObject() runtime.Object {
@@ -125,7 +140,11 @@ func (parentEventCodec) Decode(data []byte, _ *schema.GroupVersionKind, _ runtim
 	if u.GetKind() == "" {
 		return nil, nil, fmt.Errorf("a %s watch event of a parent: the object's kind is missing", event.Type)
 	}
-	var object runtime.Object = u
+	e := &parentEvent{typ: event.Type, object: u}
+	if event.Type == watch.Added || event.Type == watch.Modified {
+		// compactParentOf leaves u lean.
+		e.decoded = u
+	}
 	if event.Type != watch.Error {
 		// An error's Status is read by the reflector as it comes.
 		var annotations map[string]string
@@ -140,7 +159,7 @@ func (parentEventCodec) Decode(data []byte, _ *schema.GroupVersionKind, _ runtim
 		}
 		p := out.(*compactParent)
 		p.bookmarkAnnotations = annotations
-		object = p
+		e.object = p
 	}
-	return &parentEvent{typ: event.Type, object: object}, nil, nil
+	return e, nil, nil
 }

@@ -113,6 +113,14 @@ func testParentWatchCachesParentsAsDecodedWhole(t *testing.T, noWatchList bool) 
 	if !equality.Semantic.DeepEqual(u.Object, decoded.Object) {
 		t.Errorf("read %v", u.Object)
 	}
+	// The observers are given the parent as the watch decoded it: what
+	// decoding the cached JSON gives.
+	seen.mu.Lock()
+	observed := seen.observed["p-00001"]
+	seen.mu.Unlock()
+	if !equality.Semantic.DeepEqual(observed.Object, decoded.Object) {
+		t.Errorf("observed %v\nwant %v", observed.Object, decoded.Object)
+	}
 	if mf := u.GetManagedFields(); len(mf) != 1 || mf[0].Manager != "kube-controller-manager" {
 		t.Errorf("managedFields kept: %v", mf)
 	}

@@ -10,6 +10,7 @@ import (
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/apimachinery/pkg/runtime/serializer/streaming"
@@ -75,6 +76,15 @@ func (s *Store) openChildWatch(gvr schema.GroupVersionResource, selector *childS
 		}
 		return restclientwatch.NewDecoder(streaming.NewDecoder(framer.NewFrameReader(body), watchEventSerializer{}), childWatchSerializer{}), nil
 	}
+}
+
+// decodingWatch is a watch whose events are decoded whole before they
+// are made compact (a watch of parents): the observers that read the whole
+// object are given it as decoded, not decoded again.
+type decodingWatch interface {
+	// decoded is obj, the last object the watch decoded, as decoded; nil
+	// for any other.
+	decoded(obj runtime.Object) *unstructured.Unstructured
 }
 
 // storeWritingDecoder decodes a watch of a cache and writes each added,
@@ -158,7 +168,11 @@ func (d *storeWritingDecoder) write(typ watch.EventType, c cachedObject) {
 	if typ == watch.Deleted {
 		err = d.store.Delete(c)
 	} else {
-		err = d.store.Update(c)
+		var decoded *unstructured.Unstructured
+		if w, ok := d.events.(decodingWatch); ok {
+			decoded = w.decoded(c)
+		}
+		err = d.store.updateDecoded(c, decoded)
 	}
 	if err != nil {
 		namespace, name, _ := c.identity()

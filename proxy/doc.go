@@ -29,5 +29,8 @@
 // UpgradeAwareHandler over HTTP/1.1. Redirects are never followed or
 // forwarded. A write's answer is read whole (writeanswer.go), into a buffer
 // reused once ReverseProxy closes it, and written without a flush per
-// copy; reads and watches stream, flushed as they come.
+// copy; reads and watches stream, flushed as they come. A read whose
+// connection was lost before its answer is sent once more on a new one
+// (lostconnection.go), so that an outage is a 503 the caller retries and a
+// restarted kube-apiserver no error at all; a write never is.
 package proxy

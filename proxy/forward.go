@@ -82,7 +82,7 @@ func newUpstream(cfg *rest.Config, log *zap.Logger, wrap func(http.RoundTripper)
 	}
 
 	up := &upstream{url: u, log: log}
-	var transport http.RoundTripper = credentialSwitch{proxy: proxyRT, caller: callerRT}
+	var transport http.RoundTripper = resendOnLostConnection{next: credentialSwitch{proxy: proxyRT, caller: callerRT}}
 	if wrap != nil {
 		transport = wrap(transport)
 	}

@@ -171,6 +171,21 @@ func preparedObject(f *facts, d *decision.Decision, annotate, precondition bool)
 			return data, body.ContentTypeJSON, added, nil
 		}
 	}
+	if f.format == body.Protobuf && f.sent == f.decoded {
+		added = precondition && f.sent.GetResourceVersion() == ""
+		data, err = body.WithProtobufMetadata(f.data, f.decodedAs(), func(m metav1.Object) {
+			if annotate {
+				d.ChildAnnotations.ApplyTo(m)
+			}
+			if added {
+				m.SetResourceVersion(f.precondition)
+			}
+			if f.req.w.sub != scaleSubresource {
+				m.SetNamespace(f.namespace)
+			}
+		})
+		return data, body.ContentTypeProtobuf, added, err
+	}
 	obj := f.sent.DeepCopy()
 	if annotate {
 		d.ChildAnnotations.Apply(obj)

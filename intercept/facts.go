@@ -155,11 +155,7 @@ func (i *Interceptor) gather(ctx context.Context, rq *writeRequest, data []byte,
 	// that cannot be decoded costs no I/O, and its resourceVersion tells
 	// whether the cache is behind.
 	if f.op != decision.Delete && wr.verb != "patch" {
-		decodeAs := &f.kind
-		if wr.sub == scaleSubresource {
-			decodeAs = &patch.ScaleKind
-		}
-		obj, format, err := body.Decode(rq.contentType, data, decodeAs)
+		obj, format, err := body.Decode(rq.contentType, data, f.decodedAs())
 		if err != nil {
 			return f, err
 		}
@@ -201,6 +197,15 @@ func (i *Interceptor) gather(ctx context.Context, rq *writeRequest, data []byte,
 // a dry run, and the kind and namespace of what it deletes. Each object
 // it would delete gets the facts of the DELETE of it from these
 // (collection.go). On an error, the facts are those known so far.
+// decodedAs is the kind a whole object in the body is decoded as: the
+// resource's, or a Scale for a /scale write.
+func (f *facts) decodedAs() *schema.GroupVersionKind {
+	if f.req.w.sub == scaleSubresource {
+		return &patch.ScaleKind
+	}
+	return &f.kind
+}
+
 func (i *Interceptor) gatherCollectionOne(w http.ResponseWriter, r *http.Request, rq *writeRequest) (facts, error) {
 	data, err := i.readInterceptedBody(w, r)
 	if err != nil {

@@ -9,6 +9,11 @@ import (
 	"strings"
 	"sync"
 	"testing"
+
+	"k8s.io/apimachinery/pkg/api/equality"
+	"k8s.io/apimachinery/pkg/runtime/schema"
+
+	"github.com/kausality-io/kausality-proxy/intercept/body"
 )
 
 // An Expected write reaches kube-apiserver with the proxy's annotations
@@ -76,5 +81,66 @@ func TestExpectedWriteForwardsTheClientsBytes(t *testing.T) {
 				t.Errorf("the forwarded body has no trace: %s", got)
 			}
 		})
+	}
+}
+
+// An Expected protobuf update reaches kube-apiserver as the client's
+// object with the proxy's annotations added, and nothing else changed.
+func TestExpectedProtobufWriteKeepsTheClientsObject(t *testing.T) {
+	env := newBenchEnv(t, nil)
+	var (
+		mu        sync.Mutex
+		forwarded []byte
+		sentType  string
+	)
+	env.upstream = func(w http.ResponseWriter, r *http.Request) {
+		data, _ := io.ReadAll(r.Body)
+		if r.URL.Query().Get("dryRun") == "" {
+			mu.Lock()
+			forwarded, sentType = data, r.Header.Get("Content-Type")
+			mu.Unlock()
+		}
+		w.Header().Set("Content-Type", "application/json")
+		_, _ = w.Write([]byte(`{}`))
+	}
+	child := benchChild("web-1", "web", "web-uid", 3)
+	update, contentType, err := body.Encode(child, body.Protobuf)
+	if err != nil {
+		t.Fatal(err)
+	}
+	rs := "/apis/apps/v1/namespaces/apps/replicasets/web-1?fieldManager=" + benchKCM
+	rec := httptest.NewRecorder()
+	env.handler.ServeHTTP(rec, env.request(t, benchWrite{method: http.MethodPut, path: rs, contentType: contentType, body: update,
+		user: "system:serviceaccount:kube-system:replicaset-controller"}))
+	if rec.Code != http.StatusOK {
+		t.Fatalf("answer %d: %s (%v)", rec.Code, rec.Body, env.lastError)
+	}
+	mu.Lock()
+	got, gotType := forwarded, sentType
+	mu.Unlock()
+	if gotType != body.ContentTypeProtobuf {
+		t.Errorf("forwarded as %q, want protobuf", gotType)
+	}
+	kind := schema.GroupVersionKind{Group: "apps", Version: "v1", Kind: "ReplicaSet"}
+	sent, _, err := body.Decode(contentType, update, &kind)
+	if err != nil {
+		t.Fatal(err)
+	}
+	out, _, err := body.Decode(body.ContentTypeProtobuf, got, &kind)
+	if err != nil {
+		t.Fatalf("the forwarded body is not the protobuf of a ReplicaSet: %v", err)
+	}
+	ann := out.GetAnnotations()
+	if ann["kausality.io/trace"] == "" {
+		t.Errorf("the forwarded object has no trace: %v", ann)
+	}
+	for k := range ann {
+		if strings.HasPrefix(k, "kausality.io/") {
+			delete(ann, k)
+		}
+	}
+	out.SetAnnotations(ann)
+	if !equality.Semantic.DeepEqual(out.Object, sent.Object) {
+		t.Errorf("the forwarded object differs from the client's beyond the proxy's annotations:\n%v\nwant\n%v", out.Object, sent.Object)
 	}
 }

@@ -33,6 +33,7 @@ import (
 
 	"github.com/kausality-io/kausality-proxy/authn"
 	"github.com/kausality-io/kausality-proxy/intercept"
+	"github.com/kausality-io/kausality-proxy/intercept/body"
 	"github.com/kausality-io/kausality-proxy/intercept/objects"
 )
 
@@ -317,10 +318,15 @@ func benchWrites() []benchWrite {
 	unstructured.RemoveNestedField(created.Object, "metadata", "resourceVersion")
 	unstructured.RemoveNestedField(created.Object, "metadata", "uid")
 	createBody, _ := created.MarshalJSON()
+	protobufUpdate, protobufType, err := body.Encode(benchChild("web-1", "web", "web-uid", 3), body.Protobuf)
+	if err != nil {
+		panic(err)
+	}
 	q := "?fieldManager=" + benchKCM
 	return []benchWrite{
 		{"CreateExpected", http.MethodPost, rs + q, "application/json", createBody, ctrl, false},
 		{"UpdateExpected", http.MethodPut, rs + "/web-1" + q, "application/json", updated("web-1", "web", "web-uid"), ctrl, false},
+		{"UpdateExpectedProtobuf", http.MethodPut, rs + "/web-1" + q, protobufType, protobufUpdate, ctrl, false},
 		{"MergePatchExpected", http.MethodPatch, rs + "/web-1" + q, "application/merge-patch+json", []byte(`{"spec":{"replicas":3}}`), ctrl, false},
 		{"StrategicPatchExpected", http.MethodPatch, rs + "/web-1" + q, "application/strategic-merge-patch+json", []byte(`{"spec":{"replicas":3}}`), ctrl, false},
 		{"JSONPatchExpected", http.MethodPatch, rs + "/web-1" + q, "application/json-patch+json", []byte(`[{"op":"replace","path":"/spec/replicas","value":3}]`), ctrl, false},

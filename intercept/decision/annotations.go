@@ -4,6 +4,7 @@ import (
 	"sort"
 	"strings"
 
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 
 	"github.com/kausality-io/kausality-proxy/intercept/annotations"
@@ -83,7 +84,16 @@ func (c *AnnotationChanges) Empty() bool { return c == nil || (len(c.Set) == 0 &
 
 // Apply applies the changes to obj's annotations.
 func (c *AnnotationChanges) Apply(obj *unstructured.Unstructured) {
-	if c.Empty() || obj == nil {
+	if obj == nil {
+		return
+	}
+	c.ApplyTo(obj)
+}
+
+// ApplyTo applies the changes to the annotations of obj, of any type; none
+// left, it has none.
+func (c *AnnotationChanges) ApplyTo(obj metav1.Object) {
+	if c.Empty() {
 		return
 	}
 	ann := obj.GetAnnotations()
@@ -97,8 +107,7 @@ func (c *AnnotationChanges) Apply(obj *unstructured.Unstructured) {
 		ann[k] = v
 	}
 	if len(ann) == 0 {
-		unstructured.RemoveNestedField(obj.Object, "metadata", "annotations")
-		return
+		ann = nil
 	}
 	obj.SetAnnotations(ann)
 }

@@ -88,7 +88,6 @@ type Store struct {
 	mapper                  *restmapper.DeferredDiscoveryRESTMapper
 	memo                    *mappingMemo
 	parents                 *parentMemo
-	resync                  time.Duration
 	maxInformers            int
 	now                     func() time.Time
 

@@ -2,6 +2,7 @@ package objects
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"io"
 	"net/http"
@@ -11,8 +12,6 @@ import (
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/apimachinery/pkg/runtime/serializer"
-	"k8s.io/apimachinery/pkg/runtime/serializer/json"
-	"k8s.io/apimachinery/pkg/runtime/serializer/streaming"
 	"k8s.io/apimachinery/pkg/watch"
 	"k8s.io/client-go/dynamic"
 	"k8s.io/client-go/rest"
@@ -62,30 +61,65 @@ func (s *Store) openParentWatch(gvr schema.GroupVersionResource) openWatch {
 	}
 }
 
-// parentEventDecoder reads the events of a watch of parents.
+// parentEventDecoder reads the events of a watch of parents off the
+// connection, each decoded as it is read: finding where an event ends
+// first, and then decoding it, read each event three times over.
 type parentEventDecoder struct {
-	frames streaming.Decoder
+	body   io.Closer
+	read   *eventBound
+	events kjson.Decoder
+	// max bounds one event (maxParentEvent).
+	max int64
 	// last is the last event decoded.
 	last *parentEvent
 }
 
-// newParentEventDecoder reads the events of a watch of parents from
-// body, framed as any JSON watch is.
+// maxParentEvent bounds one event of a watch of parents, as client-go's
+// watches bound a frame: kube-apiserver stores no object near it.
+const maxParentEvent = 16 * 1024 * 1024
+
+// newParentEventDecoder reads the events of a watch of parents from body.
 func newParentEventDecoder(body io.ReadCloser) *parentEventDecoder {
-	return &parentEventDecoder{frames: streaming.NewDecoder(json.Framer.NewFrameReader(body), parentEventCodec{})}
+	read := &eventBound{r: body, limit: maxParentEvent}
+	return &parentEventDecoder{body: body, read: read, events: kjson.NewDecoderCaseSensitivePreserveInts(read), max: maxParentEvent}
 }
 
 func (d *parentEventDecoder) Decode() (watch.EventType, runtime.Object, error) {
-	obj, _, err := d.frames.Decode(nil, nil)
+	d.read.limit = d.events.InputOffset() + d.max
+	var event parentEventJSON
+	if err := d.events.Decode(&event); err != nil {
+		if err == io.EOF || err == io.ErrUnexpectedEOF || errors.Is(err, errEventTooLarge) {
+			return "", nil, err
+		}
+		return "", nil, fmt.Errorf("decoding a watch event of a parent: %w", err)
+	}
+	e, err := parentEventOf(event)
 	if err != nil {
 		return "", nil, err
 	}
-	e, ok := obj.(*parentEvent)
-	if !ok {
-		return "", nil, fmt.Errorf("a watch of parents decoded a %T", obj)
-	}
 	d.last = e
 	return e.typ, e.object, nil
+}
+
+var errEventTooLarge = errors.New("a watch event of a parent is larger than the proxy reads")
+
+// eventBound reads from r no further than limit bytes from the start of
+// the stream.
+type eventBound struct {
+	r           io.Reader
+	read, limit int64
+}
+
+func (b *eventBound) Read(p []byte) (int, error) {
+	if b.read >= b.limit {
+		return 0, errEventTooLarge
+	}
+	if rest := b.limit - b.read; int64(len(p)) > rest {
+		p = p[:rest]
+	}
+	n, err := b.r.Read(p)
+	b.read += int64(n)
+	return n, err
 }
 
 // decoded is the lean object the last event decoded, if obj is that
@@ -98,47 +132,38 @@ func (d *parentEventDecoder) decoded(obj runtime.Object) *unstructured.Unstructu
 	return d.last.decoded
 }
 
-func (d *parentEventDecoder) Close() { _ = d.frames.Close() }
+func (d *parentEventDecoder) Close() { _ = d.body.Close() }
 
 // parentEvent is one decoded event of a watch of parents: it never
 // leaves parentEventDecoder.
 type parentEvent struct {
-	metav1.TypeMeta
 	typ    watch.EventType
 	object runtime.Object
 	// decoded is the lean object of an added or changed parent.
 	decoded *unstructured.Unstructured
 }
 
-func (e *parentEvent) DeepCopyObject() runtime.Object {
-	out := *e
-	return &out
+// parentEventJSON is a watch event of a parent as JSON has it.
+type parentEventJSON struct {
+	Type   watch.EventType        `json:"type"`
+	Object map[string]interface{} `json:"object"`
 }
 
-// parentEventCodec decodes the frame of one event of a watch of parents.
-type parentEventCodec struct{}
-
-var _ runtime.Decoder = parentEventCodec{}
-
-func (parentEventCodec) Decode(data []byte, _ *schema.GroupVersionKind, _ runtime.Object) (runtime.Object, *schema.GroupVersionKind, error) {
-	var event struct {
-		Type   watch.EventType        `json:"type"`
-		Object map[string]interface{} `json:"object"`
-	}
-	if err := kjson.UnmarshalCaseSensitivePreserveInts(data, &event); err != nil {
-		return nil, nil, fmt.Errorf("decoding a watch event of a parent: %w", err)
-	}
+// parentEventOf is the event of a parent event holds: its object made the
+// compactParent its cache keeps (an error's Status as it comes, for the
+// reflector).
+func parentEventOf(event parentEventJSON) (*parentEvent, error) {
 	switch event.Type {
 	case watch.Added, watch.Modified, watch.Deleted, watch.Bookmark, watch.Error:
 	default:
-		return nil, nil, fmt.Errorf("a watch event of a parent of unknown type %q", event.Type)
+		return nil, fmt.Errorf("a watch event of a parent of unknown type %q", event.Type)
 	}
 	if event.Object == nil {
-		return nil, nil, fmt.Errorf("a %s watch event of a parent without its object", event.Type)
+		return nil, fmt.Errorf("a %s watch event of a parent without its object", event.Type)
 	}
 	u := &unstructured.Unstructured{Object: event.Object}
 	if u.GetKind() == "" {
-		return nil, nil, fmt.Errorf("a %s watch event of a parent: the object's kind is missing", event.Type)
+		return nil, fmt.Errorf("a %s watch event of a parent: the object's kind is missing", event.Type)
 	}
 	e := &parentEvent{typ: event.Type, object: u}
 	if event.Type == watch.Added || event.Type == watch.Modified {
@@ -155,11 +180,11 @@ func (parentEventCodec) Decode(data []byte, _ *schema.GroupVersionKind, _ runtim
 		}
 		out, err := compactParentOf(u)
 		if err != nil {
-			return nil, nil, err
+			return nil, err
 		}
 		p := out.(*compactParent)
 		p.bookmarkAnnotations = annotations
 		e.object = p
 	}
-	return e, nil, nil
+	return e, nil
 }

@@ -3,6 +3,7 @@ package objects
 import (
 	"bytes"
 	"context"
+	"errors"
 	"io"
 	"strings"
 	"testing"
@@ -276,5 +277,22 @@ func TestParentEventDecoderReadsEventAfterEvent(t *testing.T) {
 	}
 	if _, _, err := d.Decode(); err != io.EOF {
 		t.Errorf("after the last event: %v, want io.EOF", err)
+	}
+}
+
+// One event may not be larger than the bound, however many events the
+// watch sends.
+func TestParentEventDecoderBoundsAnEvent(t *testing.T) {
+	small := string(parentEventFrame(watch.Modified, []byte(`{"apiVersion":"v1","kind":"ConfigMap","metadata":{"name":"a","namespace":"ns","resourceVersion":"1"}}`)))
+	large := string(parentEventFrame(watch.Modified, []byte(`{"apiVersion":"v1","kind":"ConfigMap","metadata":{"name":"b","namespace":"ns","resourceVersion":"2"},"data":{"x":"`+strings.Repeat("x", 4096)+`"}}`)))
+	d := newParentEventDecoder(io.NopCloser(strings.NewReader(strings.Repeat(small, 40) + large)))
+	d.max = 2048
+	for i := 0; i < 40; i++ {
+		if _, _, err := d.Decode(); err != nil {
+			t.Fatalf("event %d of %d bytes each, %d in all: %v", i, len(small), 40*len(small), err)
+		}
+	}
+	if _, _, err := d.Decode(); !errors.Is(err, errEventTooLarge) {
+		t.Errorf("an event of %d bytes: %v, want it refused", len(large), err)
 	}
 }

@@ -18,12 +18,13 @@ import (
 	kjson "sigs.k8s.io/json"
 )
 
-// A watch of parents decodes each event in one pass, envelope and object
-// together, as util/json decodes an unstructured object (case-sensitive,
-// integers as int64), and makes it the compactParent its cache keeps. The
-// dynamic client's watch read every event four times before its object
-// was decoded: the envelope's kind, the envelope, the object's kind, and
-// the check that it is JSON; that was most of a parent's event.
+// A watch of parents decodes each event as it reads it off the connection,
+// envelope and object together, as util/json decodes an unstructured
+// object (case-sensitive, integers as int64), and makes it the
+// compactParent its cache keeps. The dynamic client's watch read every
+// event five times over before its object was decoded: to find where it
+// ends, for the envelope's kind, the envelope, the object's kind, and a
+// check that it is JSON; that was most of a parent's event.
 
 // parentStatusScheme decodes the one kind a watch request of parents
 // answers with other than events: a Status, when it is refused.

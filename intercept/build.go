@@ -159,7 +159,7 @@ func Build(o Options) (*Interceptor, error) {
 	return i, nil
 }
 
-// relistOnExclusionChange makes the caches of children follow a reload
+// relistOnExclusionChange makes the caches of namespaced resources follow a reload
 // of the config file that changes the excluded namespaces, checking as
 // often as the file is.
 func relistOnExclusionChange(ctx context.Context, store *objects.Store, every time.Duration, log *zap.Logger) {
@@ -168,7 +168,7 @@ func relistOnExclusionChange(ctx context.Context, store *objects.Store, every ti
 	}
 	wait.UntilWithContext(ctx, func(context.Context) {
 		if change, ok := store.RelistExcluding(); ok {
-			log.Info("the caches of children list and watch again for a change of the excluded namespaces",
+			log.Info("the caches of namespaced resources list and watch again for a change of the excluded namespaces",
 				zap.Strings("excludedNamespaces", change.After), zap.Strings("before", change.Before),
 				zap.Int("caches", change.Relisted))
 		}

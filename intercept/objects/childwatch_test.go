@@ -182,7 +182,7 @@ func TestChildWatchClientReadsAWatchStream(t *testing.T) {
 	s := New(context.Background(), nil, nil, nil, cachesOver)
 	store := newObjectStore(childKind, s.observersNow)
 	timeout := int64(60)
-	w, err := watchIntoStore(store.current(), s.openChildWatch(deployments, &childSelector{gvr: deployments}))(context.Background(), metav1.ListOptions{ResourceVersion: "100", TimeoutSeconds: &timeout, AllowWatchBookmarks: true})
+	w, err := watchIntoStore(store.current(), s.openChildWatch(deployments, &exclusionSelector{gvr: deployments}))(context.Background(), metav1.ListOptions{ResourceVersion: "100", TimeoutSeconds: &timeout, AllowWatchBookmarks: true})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -286,9 +286,10 @@ func CachesOver(cfg *rest.Config) (Option, error) {
 	}, nil
 }
 
-// ExcludingNamespaces makes the caches of children leave out the children
-// of the namespaces excluded names: no write there is decided, so no
-// decision reads them, and each of their changes would cost a watch event
+// ExcludingNamespaces makes the caches of namespaced resources leave out
+// the objects of the namespaces excluded names: no write there is decided,
+// so no decision reads them (a namespaced parent is in the namespace of
+// what it owns), and each of their changes would cost a watch event
 // (kube-system alone is busy). A lookup there is answered live. excluded
 // is read when the store is made and by RelistExcluding, which follows a
 // change of it.
@@ -296,17 +297,16 @@ func ExcludingNamespaces(excluded func() []string) Option {
 	return func(s *Store) { s.excluded = excluded }
 }
 
-// ExclusionChange is a change of the namespaces the caches of children
-// leave out.
+// ExclusionChange is a change of the namespaces the caches leave out.
 type ExclusionChange struct {
 	Before, After []string
-	// Relisted counts the caches of children that list and watch again.
+	// Relisted counts the caches that list and watch again.
 	Relisted int
 }
 
 // RelistExcluding reads the excluded namespaces again and, when they
-// changed, makes every cache of children of a namespaced resource list
-// and watch again without them. Until a cache's new list has arrived,
+// changed, makes every cache of a namespaced resource (parents and
+// children) list and watch again without them. Until a cache's new list has arrived,
 // its lookups are answered live; a namespace its list left out is always
 // answered live. It reports the change, if there was one.
 func (s *Store) RelistExcluding() (ExclusionChange, bool) {
@@ -323,6 +323,11 @@ func (s *Store) RelistExcluding() (ExclusionChange, bool) {
 	s.listedExcluded = after
 	var caches []*objectCache
 	for _, c := range s.childCaches {
+		if c.namespaced {
+			caches = append(caches, c)
+		}
+	}
+	for _, c := range s.parentCaches {
 		if c.namespaced {
 			caches = append(caches, c)
 		}
@@ -478,7 +483,7 @@ func (s *Store) GetCachedWhole(gvr schema.GroupVersionResource, namespace, name 
 	s.mu.Lock()
 	c := s.parentCaches[gvr]
 	s.mu.Unlock()
-	if c == nil || !c.store.hasSynced() {
+	if c == nil || !c.store.covers(namespace) {
 		return nil, false
 	}
 	obj, exists, err := c.indexer.GetByKey(cacheKey(namespace, name))
@@ -552,7 +557,7 @@ func (s *Store) GetShared(ctx context.Context, gvr schema.GroupVersionResource, 
 // started if it was not, decoded and shared; or nil.
 func (s *Store) cachedShared(gvr schema.GroupVersionResource, namespace, name string) *unstructured.Unstructured {
 	c := s.parentCacheFor(gvr)
-	if c == nil || !c.store.hasSynced() {
+	if c == nil || !c.store.covers(namespace) {
 		return nil
 	}
 	obj, exists, err := c.indexer.GetByKey(cacheKey(namespace, name))
@@ -653,6 +658,17 @@ func (s *Store) parentCacheFor(gvr schema.GroupVersionResource) *objectCache {
 	if uncached[gvr.GroupResource()] {
 		return nil
 	}
+	s.mu.Lock()
+	c := s.parentCaches[gvr]
+	s.mu.Unlock()
+	if c != nil {
+		return c
+	}
+	// Discovery is asked before the store's lock is taken: it takes it
+	// to refresh. A namespaced parent is in the namespace of the objects
+	// it owns, so none in an excluded namespace is ever a parent of a
+	// decided write.
+	namespaced := s.excluded != nil && s.namespaced(gvr)
 	return lazyStart(s, s.parentCaches, gvr, func() (*objectCache, func(context.Context)) {
 		client := s.cacheDynamic.Resource(gvr)
 		var objectType runtime.Object = &unstructured.Unstructured{}
@@ -660,17 +676,24 @@ func (s *Store) parentCacheFor(gvr schema.GroupVersionResource) *objectCache {
 			objectType = &compactParent{}
 		}
 		store := newObjectStore(parentKind, s.observersNow)
-		c := &objectCache{indexer: store.indexer, store: store, ctx: s.ctx}
-		c.reflectorFor = func(store listingStore, _ string) *cache.Reflector {
+		c := &objectCache{indexer: store.indexer, store: store, namespaced: namespaced, exclusion: s.exclusion, ctx: s.ctx}
+		c.reflectorFor = func(store listingStore, fieldSelector string) *cache.Reflector {
+			selector := &exclusionSelector{gvr: gvr, selector: fieldSelector}
 			watchParents := func(ctx context.Context, opts metav1.ListOptions) (watch.Interface, error) {
-				return client.Watch(ctx, opts)
+				opts.FieldSelector = selector.get()
+				w, err := client.Watch(ctx, opts)
+				selector.refusedBy(ctx, err)
+				return w, err
 			}
 			if s.parentWatch != nil {
-				watchParents = watchIntoStore(store, s.openParentWatch(gvr))
+				watchParents = watchIntoStore(store, s.openParentWatch(gvr, selector))
 			}
 			lw := cache.ToListWatcherWithWatchListSemantics(&cache.ListWatch{
 				ListWithContextFunc: func(ctx context.Context, opts metav1.ListOptions) (runtime.Object, error) {
-					return client.List(ctx, opts)
+					opts.FieldSelector = selector.get()
+					list, err := client.List(ctx, opts)
+					selector.refusedBy(ctx, err)
+					return list, err
 				},
 				WatchFuncWithContext: watchParents,
 			}, s.cacheDynamic)
@@ -754,18 +777,18 @@ func (c *objectCache) listAndWatch() {
 	c.running, c.listed, c.stop, c.reflectorDone = true, excluded, stop, done
 }
 
-// childSelector is the field selector of one list and watch of a cache
-// of children. Every namespaced resource kube-apiserver serves takes
+// exclusionSelector is the field selector of one list and watch of a
+// cache. Every namespaced resource kube-apiserver serves takes
 // metadata.namespace, but an aggregated API server need not: refused, the
 // cache lists and watches every namespace, as it did before it left any
 // out; lookups in the excluded ones are answered live all the same.
-type childSelector struct {
+type exclusionSelector struct {
 	gvr      schema.GroupVersionResource
 	selector string
 	refused  atomic.Bool
 }
 
-func (c *childSelector) get() string {
+func (c *exclusionSelector) get() string {
 	if c.refused.Load() {
 		return ""
 	}
@@ -774,7 +797,7 @@ func (c *childSelector) get() string {
 
 // refusedBy takes the answer to a list or watch with the selector: a Bad
 // Request refuses it, and the reflector's next attempt goes without.
-func (c *childSelector) refusedBy(ctx context.Context, err error) {
+func (c *exclusionSelector) refusedBy(ctx context.Context, err error) {
 	if err == nil || c.selector == "" || !apierrors.IsBadRequest(err) || c.refused.Swap(true) {
 		return
 	}
@@ -807,7 +830,7 @@ func (s *Store) childCacheFor(gvr schema.GroupVersionResource) *objectCache {
 		store := newObjectStore(childKind, s.observersNow)
 		c := &objectCache{indexer: store.indexer, store: store, namespaced: namespaced, exclusion: s.exclusion, ctx: s.ctx}
 		c.reflectorFor = func(store listingStore, fieldSelector string) *cache.Reflector {
-			selector := &childSelector{gvr: gvr, selector: fieldSelector}
+			selector := &exclusionSelector{gvr: gvr, selector: fieldSelector}
 			var watchChildren func(ctx context.Context, opts metav1.ListOptions) (watch.Interface, error)
 			if s.childWatch != nil {
 				watchChildren = watchIntoStore(store, s.openChildWatch(gvr, selector))

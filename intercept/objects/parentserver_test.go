@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"net/http"
 	"net/http/httptest"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -14,9 +15,12 @@ import (
 
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/apimachinery/pkg/fields"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/apimachinery/pkg/watch"
+	fakediscovery "k8s.io/client-go/discovery/fake"
 	"k8s.io/client-go/rest"
+	clienttesting "k8s.io/client-go/testing"
 )
 
 // parentServer is kube-apiserver as a store's caches of parents read it,
@@ -31,9 +35,12 @@ type parentServer struct {
 	// noWatchList refuses a watch list, as a kube-apiserver without it
 	// does: the reflector lists instead.
 	noWatchList bool
-	parents     map[string][]byte
-	version     int
-	opened      int
+	// parents by namespace/name.
+	parents map[string][]byte
+	version int
+	opened  int
+	// selectors are the field selectors of the lists and watches asked.
+	selectors []string
 
 	frames chan sentFrame
 }
@@ -52,21 +59,44 @@ func newParentServer(t testing.TB, parents ...[]byte) *parentServer {
 // put stores a parent without an event.
 func (s *parentServer) put(parent []byte) {
 	var m struct {
-		Metadata struct{ Name string } `json:"metadata"`
+		Metadata struct{ Namespace, Name string } `json:"metadata"`
 	}
 	if err := json.Unmarshal(parent, &m); err != nil {
 		s.t.Fatal(err)
 	}
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	s.parents[m.Metadata.Name] = parent
+	s.parents[cacheKey(m.Metadata.Namespace, m.Metadata.Name)] = parent
 	s.version++
+}
+
+// fieldSelectors are the field selectors of the lists and watches asked
+// so far.
+func (s *parentServer) fieldSelectors() []string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return slices.Clone(s.selectors)
 }
 
 func (s *parentServer) watchesOpened() int {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	return s.opened
+}
+
+// storeExcluding is a Store whose caches list and watch s, leaving out
+// the namespaces excluded says; discovery knows Deployments.
+func (s *parentServer) storeExcluding(ctx context.Context, excluded *excludedNamespaces) *Store {
+	s.t.Helper()
+	cachesOver, err := CachesOver(&rest.Config{Host: s.server.URL, TLSClientConfig: rest.TLSClientConfig{Insecure: true}})
+	if err != nil {
+		s.t.Fatal(err)
+	}
+	disc := &fakediscovery.FakeDiscovery{Fake: &clienttesting.Fake{}}
+	disc.Resources = []*metav1.APIResourceList{
+		{GroupVersion: "apps/v1", APIResources: []metav1.APIResource{{Name: "deployments", Kind: "Deployment", Namespaced: true, Verbs: []string{"get", "list", "watch"}}}},
+	}
+	return New(ctx, disc, nil, nil, cachesOver, ExcludingNamespaces(excluded.get))
 }
 
 // store is a Store whose caches list and watch s.
@@ -97,11 +127,20 @@ func parentEventFrame(typ watch.EventType, object []byte) []byte {
 
 func (s *parentServer) serve(w http.ResponseWriter, r *http.Request) {
 	q := r.URL.Query()
+	selector, err := fields.ParseSelector(q.Get("fieldSelector"))
+	if err != nil {
+		http.Error(w, err.Error(), http.StatusBadRequest)
+		return
+	}
 	s.mu.Lock()
+	s.selectors = append(s.selectors, q.Get("fieldSelector"))
 	version := strconv.Itoa(s.version)
 	var parents []string
-	for _, p := range s.parents {
-		parents = append(parents, string(p))
+	for key, p := range s.parents {
+		namespace, _, _ := strings.Cut(key, "/")
+		if selector.Matches(fields.Set{"metadata.namespace": namespace}) {
+			parents = append(parents, string(p))
+		}
 	}
 	if q.Get("watch") == "true" {
 		s.opened++

@@ -47,14 +47,16 @@ func parentWatchClient(cfg *rest.Config, client *http.Client) (rest.Interface, e
 	return rest.RESTClientForConfigAndClient(c, client)
 }
 
-// openParentWatch opens the watch of the parents of gvr in every
-// namespace, each event decoded by parentEventDecoder.
-func (s *Store) openParentWatch(gvr schema.GroupVersionResource) openWatch {
+// openParentWatch opens the watch of the parents of gvr that selector
+// selects, each event decoded by parentEventDecoder.
+func (s *Store) openParentWatch(gvr schema.GroupVersionResource, selector *exclusionSelector) openWatch {
 	return func(ctx context.Context, opts metav1.ListOptions) (watch.Decoder, error) {
+		opts.FieldSelector = selector.get()
 		body, err := s.parentWatch.Get().AbsPath(resourcePath(gvr)...).
 			SetHeader("Accept", runtime.ContentTypeJSON).
 			VersionedParams(&opts, metav1.ParameterCodec).
 			Stream(ctx)
+		selector.refusedBy(ctx, err)
 		if err != nil {
 			return nil, err
 		}

@@ -5,6 +5,7 @@ import (
 	"context"
 	"errors"
 	"io"
+	"slices"
 	"strings"
 	"testing"
 	"testing/iotest"
@@ -294,5 +295,75 @@ func TestParentEventDecoderBoundsAnEvent(t *testing.T) {
 	}
 	if _, _, err := d.Decode(); !errors.Is(err, errEventTooLarge) {
 		t.Errorf("an event of %d bytes: %v, want it refused", len(large), err)
+	}
+}
+
+// deploymentIn is storedDeployment number i in namespace.
+func deploymentIn(namespace string, i int) []byte {
+	return bytes.ReplaceAll(storedDeploymentJSON(i, 1000+i), []byte(`"namespace":"bench-scale"`), []byte(`"namespace":"`+namespace+`"`))
+}
+
+// A cache of parents of a namespaced resource leaves out the excluded
+// namespaces as a cache of children does: its list and watch select
+// around them, a lookup there is answered live, and a change of the
+// excluded namespaces lists again. A parent that leaves only because its
+// namespace became excluded is not reported deleted.
+func TestParentCacheLeavesOutTheExcludedNamespaces(t *testing.T) {
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	srv := newParentServer(t, deploymentIn("prod", 1), deploymentIn("kube-system", 2))
+	excluded := &excludedNamespaces{}
+	excluded.set("kube-system")
+	s := srv.storeExcluding(ctx, excluded)
+	seen := newParentObserver()
+	s.AddObserver(seen)
+	syncCtx, done := context.WithTimeout(ctx, time.Minute)
+	defer done()
+	if err := s.WaitForSync(syncCtx, deployments); err != nil {
+		t.Fatal(err)
+	}
+	const without = "metadata.namespace!=kube-system"
+	if selectors := srv.fieldSelectors(); len(selectors) == 0 || slices.ContainsFunc(selectors, func(s string) bool { return s != without }) {
+		t.Errorf("the cache listed and watched with field selectors %q, want each %q", selectors, without)
+	}
+	c := s.parentCacheFor(deployments)
+	if keys := cachedKeys(c); !slices.Equal(keys, []string{"prod/p-00001"}) {
+		t.Errorf("the cache holds %v, want prod/p-00001 only", keys)
+	}
+	if _, ok := s.GetCachedWhole(deployments, "kube-system", "p-00002"); ok {
+		t.Error("a parent of an excluded namespace was answered from the cache")
+	}
+	if _, ok := s.GetCachedWhole(deployments, "prod", "p-00001"); !ok {
+		t.Error("a parent of an included namespace was not answered from the cache")
+	}
+	if seen.count() != 1 {
+		t.Errorf("the observer heard of %d parents, want the one of prod", seen.count())
+	}
+
+	excluded.set()
+	change, ok := s.RelistExcluding()
+	if !ok || change.Relisted != 1 {
+		t.Fatalf("RelistExcluding: %+v %v, want the cache of parents listed again", change, ok)
+	}
+	waitUntil(t, "the parent of kube-system in the cache", func() bool {
+		_, ok := s.GetCachedWhole(deployments, "kube-system", "p-00002")
+		return ok
+	})
+	if selectors := srv.fieldSelectors(); selectors[len(selectors)-1] != "" {
+		t.Errorf("listed again with field selector %q, want none", selectors[len(selectors)-1])
+	}
+
+	excluded.set("kube-system")
+	if _, ok := s.RelistExcluding(); !ok {
+		t.Fatal("the exclusion of kube-system again was not followed")
+	}
+	waitUntil(t, "the parent of kube-system to leave the cache", func() bool {
+		return slices.Equal(cachedKeys(c), []string{"prod/p-00001"}) && c.store.hasSynced()
+	})
+	seen.mu.Lock()
+	forgot := len(seen.forgot)
+	seen.mu.Unlock()
+	if forgot != 0 {
+		t.Errorf("the observers were told %d parents were deleted; none was", forgot)
 	}
 }

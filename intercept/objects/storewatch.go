@@ -55,7 +55,7 @@ func watchIntoStore(store listingStore, open openWatch) func(context.Context, me
 // openChildWatch opens the watch of the children of gvr that selector
 // selects, in protobuf, each child decoded as the compactChild its cache
 // keeps.
-func (s *Store) openChildWatch(gvr schema.GroupVersionResource, selector *childSelector) openWatch {
+func (s *Store) openChildWatch(gvr schema.GroupVersionResource, selector *exclusionSelector) openWatch {
 	return func(ctx context.Context, opts metav1.ListOptions) (watch.Decoder, error) {
 		opts.FieldSelector = selector.get()
 		body, err := s.childWatch.Get().AbsPath(resourcePath(gvr)...).

@@ -36,13 +36,20 @@ func (e *excludedNamespaces) get() []string {
 }
 
 // storeExcluding is a Store whose caches list and watch s, leaving out
-// the namespaces excluded says; discovery knows Deployments (namespaced)
-// and Widgets (cluster-scoped).
+// the namespaces excluded says.
 func (s *childServer) storeExcluding(ctx context.Context, excluded *excludedNamespaces) *Store {
 	s.t.Helper()
-	cachesOver, err := CachesOver(&rest.Config{Host: s.server.URL, TLSClientConfig: rest.TLSClientConfig{Insecure: true}})
+	return storeExcluding(ctx, s.t, s.server.URL, excluded)
+}
+
+// storeExcluding is a Store whose caches list and watch the server at url,
+// leaving out the namespaces excluded says; discovery knows Deployments
+// (namespaced) and Widgets (cluster-scoped).
+func storeExcluding(ctx context.Context, t testing.TB, url string, excluded *excludedNamespaces) *Store {
+	t.Helper()
+	cachesOver, err := CachesOver(&rest.Config{Host: url, TLSClientConfig: rest.TLSClientConfig{Insecure: true}})
 	if err != nil {
-		s.t.Fatal(err)
+		t.Fatal(err)
 	}
 	disc := &fakediscovery.FakeDiscovery{Fake: &clienttesting.Fake{}}
 	disc.Resources = []*metav1.APIResourceList{

@@ -658,48 +658,14 @@ func (s *Store) parentCacheFor(gvr schema.GroupVersionResource) *objectCache {
 	if uncached[gvr.GroupResource()] {
 		return nil
 	}
-	s.mu.Lock()
-	c := s.parentCaches[gvr]
-	s.mu.Unlock()
-	if c != nil {
-		return c
-	}
-	// Discovery is asked before the store's lock is taken: it takes it
-	// to refresh. A namespaced parent is in the namespace of the objects
-	// it owns, so none in an excluded namespace is ever a parent of a
-	// decided write.
-	namespaced := s.excluded != nil && s.namespaced(gvr)
-	return lazyStart(s, s.parentCaches, gvr, func() (*objectCache, func(context.Context)) {
+	return s.cacheFor(s.parentCaches, gvr, func() cacheSource {
 		client := s.cacheDynamic.Resource(gvr)
-		var objectType runtime.Object = &unstructured.Unstructured{}
+		src := cacheSource{kind: parentKind, objectType: &unstructured.Unstructured{}, client: s.cacheDynamic, list: listOf(client.List), watch: client.Watch}
 		if s.parentWatch != nil {
-			objectType = &compactParent{}
+			src.objectType = &compactParent{}
+			src.open = func(selector *exclusionSelector) openWatch { return s.openParentWatch(gvr, selector) }
 		}
-		store := newObjectStore(parentKind, s.observersNow)
-		c := &objectCache{indexer: store.indexer, store: store, namespaced: namespaced, exclusion: s.exclusion, ctx: s.ctx}
-		c.reflectorFor = func(store listingStore, fieldSelector string) *cache.Reflector {
-			selector := &exclusionSelector{gvr: gvr, selector: fieldSelector}
-			watchParents := func(ctx context.Context, opts metav1.ListOptions) (watch.Interface, error) {
-				opts.FieldSelector = selector.get()
-				w, err := client.Watch(ctx, opts)
-				selector.refusedBy(ctx, err)
-				return w, err
-			}
-			if s.parentWatch != nil {
-				watchParents = watchIntoStore(store, s.openParentWatch(gvr, selector))
-			}
-			lw := cache.ToListWatcherWithWatchListSemantics(&cache.ListWatch{
-				ListWithContextFunc: func(ctx context.Context, opts metav1.ListOptions) (runtime.Object, error) {
-					opts.FieldSelector = selector.get()
-					list, err := client.List(ctx, opts)
-					selector.refusedBy(ctx, err)
-					return list, err
-				},
-				WatchFuncWithContext: watchParents,
-			}, s.cacheDynamic)
-			return cache.NewReflectorWithOptions(lw, objectType, store, cache.ReflectorOptions{Name: "parents " + gvr.String()})
-		}
-		return c, func(context.Context) { c.listAndWatch() }
+		return src
 	})
 }
 
@@ -812,8 +778,44 @@ func (s *Store) childCacheFor(gvr schema.GroupVersionResource) *objectCache {
 	if uncached[gvr.GroupResource()] || s.cacheMetadata == nil {
 		return nil
 	}
+	return s.cacheFor(s.childCaches, gvr, func() cacheSource {
+		client := s.cacheMetadata.Resource(gvr)
+		src := cacheSource{kind: childKind, objectType: &metav1.PartialObjectMetadata{}, client: s.cacheMetadata, list: listOf(client.List), watch: client.Watch}
+		if s.childWatch != nil {
+			src.objectType = &compactChild{}
+			src.open = func(selector *exclusionSelector) openWatch { return s.openChildWatch(gvr, selector) }
+		}
+		return src
+	})
+}
+
+// cacheSource is what a cache lists and watches, and how.
+type cacheSource struct {
+	kind cachedKind
+	// objectType is the type of the objects the watch hands the
+	// reflector.
+	objectType runtime.Object
+	// client is the client list and watch use, asked whether it does
+	// watch lists.
+	client any
+	list   func(ctx context.Context, opts metav1.ListOptions) (runtime.Object, error)
+	watch  func(ctx context.Context, opts metav1.ListOptions) (watch.Interface, error)
+	// open, when set, opens a watch that writes into the store itself
+	// (watchIntoStore) in place of watch.
+	open func(selector *exclusionSelector) openWatch
+}
+
+// listOf is list as a cache's list function.
+func listOf[L runtime.Object](list func(context.Context, metav1.ListOptions) (L, error)) func(context.Context, metav1.ListOptions) (runtime.Object, error) {
+	return func(ctx context.Context, opts metav1.ListOptions) (runtime.Object, error) { return list(ctx, opts) }
+}
+
+// cacheFor returns the cache of gvr in caches, started on first use from
+// what source says, or nil when caches holds its most already. A cache of
+// a namespaced resource leaves out the excluded namespaces.
+func (s *Store) cacheFor(caches map[schema.GroupVersionResource]*objectCache, gvr schema.GroupVersionResource, source func() cacheSource) *objectCache {
 	s.mu.Lock()
-	c := s.childCaches[gvr]
+	c := caches[gvr]
 	s.mu.Unlock()
 	if c != nil {
 		return c
@@ -821,37 +823,31 @@ func (s *Store) childCacheFor(gvr schema.GroupVersionResource) *objectCache {
 	// Discovery is asked before the store's lock is taken: it takes it
 	// to refresh.
 	namespaced := s.excluded != nil && s.namespaced(gvr)
-	return lazyStart(s, s.childCaches, gvr, func() (*objectCache, func(context.Context)) {
-		client := s.cacheMetadata.Resource(gvr)
-		var objectType runtime.Object = &metav1.PartialObjectMetadata{}
-		if s.childWatch != nil {
-			objectType = &compactChild{}
-		}
-		store := newObjectStore(childKind, s.observersNow)
+	return lazyStart(s, caches, gvr, func() (*objectCache, func(context.Context)) {
+		src := source()
+		store := newObjectStore(src.kind, s.observersNow)
 		c := &objectCache{indexer: store.indexer, store: store, namespaced: namespaced, exclusion: s.exclusion, ctx: s.ctx}
 		c.reflectorFor = func(store listingStore, fieldSelector string) *cache.Reflector {
 			selector := &exclusionSelector{gvr: gvr, selector: fieldSelector}
-			var watchChildren func(ctx context.Context, opts metav1.ListOptions) (watch.Interface, error)
-			if s.childWatch != nil {
-				watchChildren = watchIntoStore(store, s.openChildWatch(gvr, selector))
-			} else {
-				watchChildren = func(ctx context.Context, opts metav1.ListOptions) (watch.Interface, error) {
-					opts.FieldSelector = selector.get()
-					w, err := client.Watch(ctx, opts)
-					selector.refusedBy(ctx, err)
-					return w, err
-				}
+			watchFunc := func(ctx context.Context, opts metav1.ListOptions) (watch.Interface, error) {
+				opts.FieldSelector = selector.get()
+				w, err := src.watch(ctx, opts)
+				selector.refusedBy(ctx, err)
+				return w, err
+			}
+			if src.open != nil {
+				watchFunc = watchIntoStore(store, src.open(selector))
 			}
 			lw := cache.ToListWatcherWithWatchListSemantics(&cache.ListWatch{
 				ListWithContextFunc: func(ctx context.Context, opts metav1.ListOptions) (runtime.Object, error) {
 					opts.FieldSelector = selector.get()
-					list, err := client.List(ctx, opts)
+					list, err := src.list(ctx, opts)
 					selector.refusedBy(ctx, err)
 					return list, err
 				},
-				WatchFuncWithContext: watchChildren,
-			}, s.cacheMetadata)
-			return cache.NewReflectorWithOptions(lw, objectType, store, cache.ReflectorOptions{Name: "children " + gvr.String()})
+				WatchFuncWithContext: watchFunc,
+			}, src.client)
+			return cache.NewReflectorWithOptions(lw, src.objectType, store, cache.ReflectorOptions{Name: src.kind.what + " " + gvr.String()})
 		}
 		return c, func(context.Context) { c.listAndWatch() }
 	})

@@ -142,23 +142,31 @@ func (l listingStore) Update(obj interface{}) error { return l.updateDecoded(obj
 
 // updateDecoded is Update of obj, which the watch decoded as decoded.
 func (l listingStore) updateDecoded(obj interface{}, decoded *unstructured.Unstructured) error {
-	c, err := l.compact(obj)
-	if err != nil {
-		return err
-	}
-	l.writeMu.Lock()
-	defer l.writeMu.Unlock()
-	if !l.followed() {
+	return l.write(obj, func(c cachedObject) error {
+		if err := l.indexer.Update(c); err != nil {
+			return err
+		}
+		l.kind.changed(l.observers(), c, decoded)
 		return nil
-	}
-	if err := l.indexer.Update(c); err != nil {
-		return err
-	}
-	l.kind.changed(l.observers(), c, decoded)
-	return nil
+	})
 }
 
 func (l listingStore) Delete(obj interface{}) error {
+	return l.write(obj, func(c cachedObject) error {
+		if err := l.indexer.Delete(c); err != nil {
+			return err
+		}
+		_, _, uid := c.identity()
+		for _, o := range l.observers() {
+			o.Forget(uid)
+		}
+		return nil
+	})
+}
+
+// write applies one change of obj, made compact, while the store follows
+// l's list and watch.
+func (l listingStore) write(obj interface{}, apply func(c cachedObject) error) error {
 	c, err := l.compact(obj)
 	if err != nil {
 		return err
@@ -168,14 +176,7 @@ func (l listingStore) Delete(obj interface{}) error {
 	if !l.followed() {
 		return nil
 	}
-	if err := l.indexer.Delete(c); err != nil {
-		return err
-	}
-	_, _, uid := c.identity()
-	for _, o := range l.observers() {
-		o.Forget(uid)
-	}
-	return nil
+	return apply(c)
 }
 
 // Replace makes the store hold list, after a list or a watch list: the

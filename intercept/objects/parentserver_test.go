@@ -18,9 +18,7 @@ import (
 	"k8s.io/apimachinery/pkg/fields"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/apimachinery/pkg/watch"
-	fakediscovery "k8s.io/client-go/discovery/fake"
 	"k8s.io/client-go/rest"
-	clienttesting "k8s.io/client-go/testing"
 )
 
 // parentServer is kube-apiserver as a store's caches of parents read it,
@@ -85,18 +83,10 @@ func (s *parentServer) watchesOpened() int {
 }
 
 // storeExcluding is a Store whose caches list and watch s, leaving out
-// the namespaces excluded says; discovery knows Deployments.
+// the namespaces excluded says.
 func (s *parentServer) storeExcluding(ctx context.Context, excluded *excludedNamespaces) *Store {
 	s.t.Helper()
-	cachesOver, err := CachesOver(&rest.Config{Host: s.server.URL, TLSClientConfig: rest.TLSClientConfig{Insecure: true}})
-	if err != nil {
-		s.t.Fatal(err)
-	}
-	disc := &fakediscovery.FakeDiscovery{Fake: &clienttesting.Fake{}}
-	disc.Resources = []*metav1.APIResourceList{
-		{GroupVersion: "apps/v1", APIResources: []metav1.APIResource{{Name: "deployments", Kind: "Deployment", Namespaced: true, Verbs: []string{"get", "list", "watch"}}}},
-	}
-	return New(ctx, disc, nil, nil, cachesOver, ExcludingNamespaces(excluded.get))
+	return storeExcluding(ctx, s.t, s.server.URL, excluded)
 }
 
 // store is a Store whose caches list and watch s.

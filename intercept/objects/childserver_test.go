@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"io"
 	"net/http"
 	"net/http/httptest"
 	"slices"
@@ -216,15 +217,22 @@ func (s *childServer) serve(w http.ResponseWriter, r *http.Request) {
 		}
 	}
 	flusher.Flush()
+	sendFrames(r, frames, flusher, s.frames)
+}
+
+// sendFrames writes each frame the test sends to w, flushed as
+// kube-apiserver flushes every event, until the request ends, the test
+// ends the watch (a nil frame), or a frame is the last.
+func sendFrames(r *http.Request, w io.Writer, flusher http.Flusher, sent <-chan sentFrame) {
 	for {
 		select {
 		case <-r.Context().Done():
 			return
-		case f := <-s.frames:
+		case f := <-sent:
 			if f.frame == nil {
 				return
 			}
-			if _, err := frames.Write(f.frame); err != nil {
+			if _, err := w.Write(f.frame); err != nil {
 				return
 			}
 			flusher.Flush()

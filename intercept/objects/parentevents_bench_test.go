@@ -49,15 +49,7 @@ func BenchmarkParentWatchEvent(b *testing.B) {
 			for i := range frames {
 				frames[i] = parentEventFrame(watch.Modified, storedDeploymentJSON(i%parents, 200000+i))
 			}
-			b.ReportAllocs()
-			b.ResetTimer()
-			cpuBefore := processCPU(b)
-			for _, f := range frames {
-				srv.send(f, false)
-				<-seen.heard
-			}
-			b.StopTimer()
-			b.ReportMetric(float64(processCPU(b)-cpuBefore)/float64(b.N), "cpu-ns/op")
+			measureEvents(b, frames, srv.send, seen.heard)
 		})
 	}
 }

@@ -158,23 +158,7 @@ func (s *parentServer) serve(w http.ResponseWriter, r *http.Request) {
 			version, metav1.InitialEventsAnnotationKey)))
 	}
 	flusher.Flush()
-	for {
-		select {
-		case <-r.Context().Done():
-			return
-		case f := <-s.frames:
-			if f.frame == nil {
-				return
-			}
-			if _, err := w.Write(f.frame); err != nil {
-				return
-			}
-			flusher.Flush()
-			if f.last {
-				return
-			}
-		}
-	}
+	sendFrames(r, w, flusher, s.frames)
 }
 
 // storedDeploymentJSON is storedDeployment number i at resourceVersion rv.

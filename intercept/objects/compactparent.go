@@ -25,7 +25,9 @@ import (
 type compactParent struct {
 	apiVersion, kind                      string
 	namespace, name, uid, resourceVersion string
-	json                                  []byte
+	// json is the lean object as JSON; protobuf, instead, the lean object
+	// of a built-in kind watched in protobuf (typedparent.go).
+	json, protobuf []byte
 	// bookmarkAnnotations are a bookmark's: the reflector reads from them
 	// whether a watch list's initial events have ended. A parent's own
 	// are in json.
@@ -75,6 +77,13 @@ func (p *compactParent) DeepCopyObject() runtime.Object { return p }
 
 // object decodes p into a new object.
 func (p *compactParent) object() (*unstructured.Unstructured, error) {
+	if p.protobuf != nil {
+		u, err := typedParentObject(schema.FromAPIVersionAndKind(p.apiVersion, p.kind), p.protobuf)
+		if err != nil {
+			return nil, fmt.Errorf("decoding the cached %s %s/%s: %w", p.kind, p.namespace, p.name, err)
+		}
+		return u, nil
+	}
 	u := &unstructured.Unstructured{}
 	// util/json gives integers as int64, as every unstructured object
 	// from kube-apiserver has them.

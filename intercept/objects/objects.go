@@ -85,7 +85,10 @@ type Store struct {
 	// childWatch, when set, watches children decoded as compactChild;
 	// parentWatch parents decoded as compactParent.
 	childWatch, parentWatch rest.Interface
-	mapper                  *restmapper.DeferredDiscoveryRESTMapper
+	// typedParents says which parents are watched in protobuf, as their
+	// kind's Go type (typedparent.go).
+	typedParents func(gvr schema.GroupVersionResource) (schema.GroupVersionKind, bool)
+	mapper       *restmapper.DeferredDiscoveryRESTMapper
 	memo                    *mappingMemo
 	parents                 *parentMemo
 	maxInformers            int
@@ -236,6 +239,9 @@ func New(ctx context.Context, disc discovery.DiscoveryInterface, dyn dynamic.Int
 		childCaches:   map[schema.GroupVersionResource]*objectCache{},
 	}
 	s.namespaced = s.namespacedResource
+	if disc != nil {
+		s.typedParents = typedParentKinds(disc.ServerVersion, apiTypesVersion, s.KindFor)
+	}
 	for _, o := range opts {
 		o(s)
 	}
@@ -658,10 +664,27 @@ func (s *Store) parentCacheFor(gvr schema.GroupVersionResource) *objectCache {
 	if uncached[gvr.GroupResource()] {
 		return nil
 	}
+	s.mu.Lock()
+	c := s.parentCaches[gvr]
+	s.mu.Unlock()
+	if c != nil {
+		return c
+	}
+	// Discovery is asked before the store's lock is taken: it takes it
+	// to refresh.
+	var typedKind schema.GroupVersionKind
+	typed := false
+	if s.parentWatch != nil && s.childWatch != nil && s.typedParents != nil {
+		typedKind, typed = s.typedParents(gvr)
+	}
 	return s.cacheFor(s.parentCaches, gvr, func() cacheSource {
 		client := s.cacheDynamic.Resource(gvr)
 		src := cacheSource{kind: parentKind, objectType: &unstructured.Unstructured{}, client: s.cacheDynamic, list: listOf(client.List), watch: client.Watch}
-		if s.parentWatch != nil {
+		switch {
+		case typed:
+			src.objectType = &compactParent{}
+			src.open = func(selector *exclusionSelector) openWatch { return s.openTypedParentWatch(gvr, typedKind, selector) }
+		case s.parentWatch != nil:
 			src.objectType = &compactParent{}
 			src.open = func(selector *exclusionSelector) openWatch { return s.openParentWatch(gvr, selector) }
 		}

@@ -16,6 +16,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/fields"
+	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/apimachinery/pkg/watch"
 	"k8s.io/client-go/rest"
@@ -137,6 +138,7 @@ func (s *parentServer) serve(w http.ResponseWriter, r *http.Request) {
 	}
 	noWatchList := s.noWatchList
 	s.mu.Unlock()
+	inProtobuf := strings.HasPrefix(r.Header.Get("Accept"), runtime.ContentTypeProtobuf)
 	w.Header().Set("Content-Type", "application/json")
 	if q.Get("watch") != "true" {
 		fmt.Fprintf(w, `{"apiVersion":"apps/v1","kind":"DeploymentList","metadata":{"resourceVersion":%q},"items":[%s]}`,
@@ -149,11 +151,18 @@ func (s *parentServer) serve(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	flusher := w.(http.Flusher)
+	frameOf := parentEventFrame
+	if inProtobuf {
+		// As kube-apiserver answers a watch asked for in protobuf: each
+		// event a WatchEvent, framed by its length.
+		w.Header().Set("Content-Type", runtime.ContentTypeProtobuf+";stream=watch")
+		frameOf = func(typ watch.EventType, object []byte) []byte { return typedEventFrame(s.t, typ, typedDeployment(s.t, object)) }
+	}
 	if q.Get("sendInitialEvents") == "true" {
 		for _, p := range parents {
-			_, _ = w.Write(parentEventFrame(watch.Added, []byte(p)))
+			_, _ = w.Write(frameOf(watch.Added, []byte(p)))
 		}
-		_, _ = w.Write(parentEventFrame(watch.Bookmark, fmt.Appendf(nil,
+		_, _ = w.Write(frameOf(watch.Bookmark, fmt.Appendf(nil,
 			`{"apiVersion":"apps/v1","kind":"Deployment","metadata":{"resourceVersion":%q,"annotations":{%q:"true"}}}`,
 			version, metav1.InitialEventsAnnotationKey)))
 	}

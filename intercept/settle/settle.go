@@ -160,7 +160,8 @@ type entry struct {
 	// newest is the highest generation seen.
 	newest int64
 	// seen is the view of the object at resourceVersion seen.rv: the same
-	// version of an object is assessed again on every write under it.
+	// version of an object is assessed again on every write under it, and
+	// every other version at seen.generation has its spec.
 	seen view
 	// lastSeen bounds how long an object no cache delivers is kept.
 	lastSeen time.Time
@@ -194,13 +195,14 @@ func (e *entry) take(r Record) {
 	e.newest = max(e.newest, m.Since, m.SettledAt)
 }
 
-// view is what one version of an object says: its spec hash, and whether
-// it is Current (why: kstatus's message).
+// view is what one version of an object says: its spec hash, computed at
+// generation, and whether it is Current (why: kstatus's message).
 type view struct {
-	rv      string
-	hash    string
-	current bool
-	why     string
+	rv         string
+	generation int64
+	hash       string
+	current    bool
+	why        string
 }
 
 // Memory remembers, per object UID, the spec hash at which the object last
@@ -270,7 +272,8 @@ func (m *Memory) Observe(obj *unstructured.Unstructured) {
 // view computes what obj says, or takes it from the last time this
 // version of obj was seen: a resourceVersion names one content.
 func (m *Memory) view(obj *unstructured.Unstructured) view {
-	uid, rv := obj.GetUID(), obj.GetResourceVersion()
+	uid, rv, generation := obj.GetUID(), obj.GetResourceVersion(), obj.GetGeneration()
+	v := view{rv: rv, generation: generation}
 	if rv != "" {
 		m.mu.Lock()
 		e, ok := m.m[uid]
@@ -279,9 +282,24 @@ func (m *Memory) view(obj *unstructured.Unstructured) view {
 			m.mu.Unlock()
 			return v
 		}
+		// A parent's event is mostly a status change, and hashing the spec
+		// is most of its cost. kube-apiserver bumps generation whenever
+		// anything the hash covers changes: for a custom resource on any
+		// change outside metadata and status, for a built-in kind that
+		// keeps a generation in the strategy that sets it on create and
+		// bumps it on a spec change. So the hash of a generation is the
+		// one taken when it was first seen, from whichever copy (cache,
+		// live read) came first: copies that encode one spec differently
+		// cannot make it look changed. Generation 0 (a kind that keeps
+		// none) promises nothing and is always hashed.
+		if ok && generation > 0 && e.seen.generation == generation && e.seen.hash != "" {
+			v.hash = e.seen.hash
+		}
 		m.mu.Unlock()
 	}
-	v := view{rv: rv, hash: SpecHash(obj)}
+	if v.hash == "" {
+		v.hash = SpecHash(obj)
+	}
 	v.current, v.why = Current(obj)
 	return v
 }

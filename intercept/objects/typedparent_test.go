@@ -1,0 +1,402 @@
+package objects
+
+import (
+	"bytes"
+	"context"
+	"encoding/binary"
+	"encoding/json"
+	"errors"
+	"os"
+	"reflect"
+	"regexp"
+	"testing"
+	"time"
+
+	"github.com/google/go-cmp/cmp"
+	appsv1 "k8s.io/api/apps/v1"
+	batchv1 "k8s.io/api/batch/v1"
+	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/api/resource"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/runtime/schema"
+	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/apimachinery/pkg/util/intstr"
+	utiljson "k8s.io/apimachinery/pkg/util/json"
+	"k8s.io/apimachinery/pkg/version"
+	"k8s.io/apimachinery/pkg/watch"
+)
+
+// typedDeployment is the Deployment whose JSON is stored.
+func typedDeployment(t testing.TB, stored []byte) *appsv1.Deployment {
+	t.Helper()
+	d := &appsv1.Deployment{}
+	if err := json.Unmarshal(stored, d); err != nil {
+		t.Fatal(err)
+	}
+	d.SetGroupVersionKind(appsv1.SchemeGroupVersion.WithKind("Deployment"))
+	return d
+}
+
+// typedEventFrame is a protobuf watch event of obj, framed by its length,
+// as kube-apiserver writes it.
+func typedEventFrame(t testing.TB, typ watch.EventType, obj runtime.Object) []byte {
+	t.Helper()
+	var raw bytes.Buffer
+	if err := typedParentDecoder.Encode(obj, &raw); err != nil {
+		t.Fatal(err)
+	}
+	event := metav1.WatchEvent{Type: string(typ), Object: runtime.RawExtension{Raw: raw.Bytes()}}
+	data, err := event.Marshal()
+	if err != nil {
+		t.Fatal(err)
+	}
+	return append(binary.BigEndian.AppendUint32(nil, uint32(len(data))), data...) //nolint:gosec // a test's event is small
+}
+
+func TestTypesKnowEveryField(t *testing.T) {
+	for _, tc := range []struct {
+		major, minor, builtWith string
+		want                    bool
+	}{
+		{"1", "35", "v0.35.4", true},
+		{"1", "34", "v0.35.4", true},
+		{"1", "35+", "v0.35.4", true},
+		{"1", "36", "v0.35.4", false},
+		{"1", "36+", "v0.35.0", false},
+		{"2", "0", "v0.35.4", false},
+		{"1", "", "v0.35.4", false},
+		{"1", "35", "", false},
+		{"1", "35", "v1.2.3", false},
+		{"1", "35", "v0.35.0-alpha.1", true},
+	} {
+		got := typesKnowEveryField(&version.Info{Major: tc.major, Minor: tc.minor}, tc.builtWith)
+		if got != tc.want {
+			t.Errorf("server %s.%s, types %s: %v, want %v", tc.major, tc.minor, tc.builtWith, got, tc.want)
+		}
+	}
+	if typesKnowEveryField(nil, "v0.35.4") {
+		t.Error("an unknown server version counts as known")
+	}
+}
+
+func TestTypedParentKinds(t *testing.T) {
+	widgets := schema.GroupVersionResource{Group: "example.com", Version: "v1", Resource: "widgets"}
+	kinds := map[schema.GroupVersionResource]schema.GroupVersionKind{
+		deployments: appsv1.SchemeGroupVersion.WithKind("Deployment"),
+		widgets:     {Group: "example.com", Version: "v1", Kind: "Widget"},
+	}
+	kindFor := func(gvr schema.GroupVersionResource) (schema.GroupVersionKind, error) {
+		if gvk, ok := kinds[gvr]; ok {
+			return gvk, nil
+		}
+		return schema.GroupVersionKind{}, errors.New("no such resource")
+	}
+	server := func(minor string, err error) func() (*version.Info, error) {
+		return func() (*version.Info, error) { return &version.Info{Major: "1", Minor: minor}, err }
+	}
+	for _, tc := range []struct {
+		name    string
+		version func() (*version.Info, error)
+		gvr     schema.GroupVersionResource
+		want    bool
+	}{
+		{"a built-in kind", server("35", nil), deployments, true},
+		{"a custom resource", server("35", nil), widgets, false},
+		{"an unknown resource", server("35", nil), schema.GroupVersionResource{Resource: "nothing"}, false},
+		{"a newer kube-apiserver", server("36", nil), deployments, false},
+		{"no version", server("", errors.New("refused")), deployments, false},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			gvk, got := typedParentKinds(tc.version, "v0.35.4", kindFor)(tc.gvr)
+			if got != tc.want || got && gvk != kinds[tc.gvr] {
+				t.Errorf("%s: %v %v, want %v", tc.gvr, gvk, got, tc.want)
+			}
+		})
+	}
+}
+
+// The version of the API types the proxy says it is built with is the
+// one go.mod requires.
+func TestAPITypesVersionIsGoMods(t *testing.T) {
+	goMod, err := os.ReadFile("../../go.mod")
+	if err != nil {
+		t.Fatal(err)
+	}
+	required := regexp.MustCompile(`(?m)^\s*k8s\.io/api (v\S+)`).FindSubmatch(goMod)
+	if required == nil {
+		t.Fatal("go.mod requires no k8s.io/api")
+	}
+	if string(required[1]) != apiTypesVersion {
+		t.Errorf("go.mod requires k8s.io/api %s; apiTypesVersion says %s", required[1], apiTypesVersion)
+	}
+}
+
+// richParents are built-in parents with the fields that tell encodings
+// apart: empty and absent slices, quantities, int-or-strings, times,
+// booleans that are false, a condition's observedGeneration, and
+// managedFields of a spec writer, a status writer that owns
+// status.observedGeneration, and one that owns only a condition's.
+func richParents(t testing.TB) []runtime.Object {
+	t.Helper()
+	created := metav1.NewTime(time.Date(2026, 11, 26, 2, 0, 0, 0, time.UTC))
+	meta := func(name string) metav1.ObjectMeta {
+		return metav1.ObjectMeta{Name: name, Namespace: "ns", UID: types.UID("uid-" + name), ResourceVersion: "42", Generation: 3,
+			CreationTimestamp: created, Labels: map[string]string{"app": name}, Annotations: map[string]string{"kausality.io/phase": "initialized"},
+			ManagedFields: []metav1.ManagedFieldsEntry{
+				{Manager: "kubectl", Operation: metav1.ManagedFieldsOperationApply, APIVersion: "apps/v1", Time: &created,
+					FieldsType: "FieldsV1", FieldsV1: &metav1.FieldsV1{Raw: []byte(`{"f:spec":{"f:replicas":{}}}`)}},
+				{Manager: "kube-controller-manager", Operation: metav1.ManagedFieldsOperationUpdate, APIVersion: "apps/v1", Time: &created,
+					FieldsType: "FieldsV1", Subresource: "status",
+					FieldsV1: &metav1.FieldsV1{Raw: []byte(`{"f:status":{"f:conditions":{".":{}},"f:observedGeneration":{},"f:replicas":{}}}`)}},
+				{Manager: "an-operator", Operation: metav1.ManagedFieldsOperationUpdate, APIVersion: "apps/v1", Time: &created,
+					FieldsType: "FieldsV1", Subresource: "status",
+					FieldsV1: &metav1.FieldsV1{Raw: []byte(`{"f:status":{"f:conditions":{"k:{\"type\":\"Ready\"}":{"f:observedGeneration":{}}}}}`)}},
+			}}
+	}
+	replicas := int32(3)
+	no := false
+	surge := intstr.FromString("25%")
+	template := corev1.PodTemplateSpec{
+		ObjectMeta: metav1.ObjectMeta{Labels: map[string]string{"app": "web"}},
+		Spec: corev1.PodSpec{
+			Containers: []corev1.Container{{Name: "app", Image: "registry.k8s.io/pause:3.10", Args: []string{},
+				Env:   []corev1.EnvVar{{Name: "MODE", Value: "bench"}, {Name: "EMPTY"}},
+				Ports: []corev1.ContainerPort{{ContainerPort: 8080, Protocol: corev1.ProtocolTCP}},
+				Resources: corev1.ResourceRequirements{
+					Limits:   corev1.ResourceList{corev1.ResourceMemory: resource.MustParse("128Mi")},
+					Requests: corev1.ResourceList{corev1.ResourceCPU: resource.MustParse("100m")}},
+				SecurityContext: &corev1.SecurityContext{Privileged: &no}}},
+			AutomountServiceAccountToken: &no,
+			Tolerations:                  []corev1.Toleration{{Key: "k", Operator: corev1.TolerationOpExists}},
+		},
+	}
+	conditions := []appsv1.DeploymentCondition{{Type: appsv1.DeploymentAvailable, Status: corev1.ConditionTrue, LastUpdateTime: created,
+		LastTransitionTime: created, Reason: "MinimumReplicasAvailable"}}
+	return []runtime.Object{
+		&appsv1.Deployment{ObjectMeta: meta("web"), Spec: appsv1.DeploymentSpec{Replicas: &replicas,
+			Selector: &metav1.LabelSelector{MatchLabels: map[string]string{"app": "web"}}, Template: template,
+			Strategy: appsv1.DeploymentStrategy{Type: appsv1.RollingUpdateDeploymentStrategyType,
+				RollingUpdate: &appsv1.RollingUpdateDeployment{MaxSurge: &surge}}},
+			Status: appsv1.DeploymentStatus{ObservedGeneration: 3, Replicas: 3, Conditions: conditions}},
+		&appsv1.StatefulSet{ObjectMeta: meta("db"), Spec: appsv1.StatefulSetSpec{Replicas: &replicas, ServiceName: "db",
+			Selector: &metav1.LabelSelector{MatchLabels: map[string]string{"app": "db"}}, Template: template,
+			VolumeClaimTemplates: []corev1.PersistentVolumeClaim{{ObjectMeta: metav1.ObjectMeta{Name: "data"},
+				Spec: corev1.PersistentVolumeClaimSpec{AccessModes: []corev1.PersistentVolumeAccessMode{corev1.ReadWriteOnce},
+					Resources: corev1.VolumeResourceRequirements{Requests: corev1.ResourceList{corev1.ResourceStorage: resource.MustParse("1Gi")}}}}}},
+			Status: appsv1.StatefulSetStatus{ObservedGeneration: 2, Replicas: 3}},
+		&appsv1.DaemonSet{ObjectMeta: meta("agent"), Spec: appsv1.DaemonSetSpec{
+			Selector: &metav1.LabelSelector{MatchLabels: map[string]string{"app": "agent"}}, Template: template}},
+		&batchv1.Job{ObjectMeta: meta("once"), Spec: batchv1.JobSpec{Template: template, BackoffLimit: new(int32)},
+			Status: batchv1.JobStatus{Conditions: []batchv1.JobCondition{}}},
+		&batchv1.CronJob{ObjectMeta: meta("nightly"), Spec: batchv1.CronJobSpec{Schedule: "0 1 * * *",
+			JobTemplate: batchv1.JobTemplateSpec{Spec: batchv1.JobSpec{Template: template}}}},
+	}
+}
+
+// A built-in parent read from its protobuf is the tree kube-apiserver's
+// JSON of it decodes to, lean as the JSON one is: kube-apiserver encodes
+// as JSON the object it decoded from protobuf (etcd's), which is what the
+// watch sends.
+func TestTypedParentIsTheTreeOfItsJSON(t *testing.T) {
+	for _, obj := range richParents(t) {
+		gvks, _, err := typedParentScheme.ObjectKinds(obj)
+		if err != nil {
+			t.Fatal(err)
+		}
+		gvk := gvks[0]
+		obj.GetObjectKind().SetGroupVersionKind(gvk)
+		t.Run(gvk.Kind, func(t *testing.T) {
+			stored, err := obj.(protobufObject).Marshal()
+			if err != nil {
+				t.Fatal(err)
+			}
+			// As kube-apiserver holds it, decoded from etcd's protobuf.
+			held, _ := typedParentScheme.New(gvk)
+			if err := held.(protobufObject).Unmarshal(stored); err != nil {
+				t.Fatal(err)
+			}
+			held.GetObjectKind().SetGroupVersionKind(gvk)
+			asJSON, err := json.Marshal(held)
+			if err != nil {
+				t.Fatal(err)
+			}
+			fromJSON := decodedCompact(t, asJSON)
+			want, err := fromJSON.object()
+			if err != nil {
+				t.Fatal(err)
+			}
+
+			watched, _ := typedParentScheme.New(gvk)
+			if err := watched.(protobufObject).Unmarshal(stored); err != nil {
+				t.Fatal(err)
+			}
+			p, err := compactTypedParent(watched, gvk, false)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if p.json != nil || p.protobuf == nil || p.bookmarkAnnotations != nil {
+				t.Fatalf("kept json %d bytes, protobuf %d bytes, annotations %v", len(p.json), len(p.protobuf), p.bookmarkAnnotations)
+			}
+			if p.apiVersion != fromJSON.apiVersion || p.kind != fromJSON.kind || p.namespace != fromJSON.namespace ||
+				p.name != fromJSON.name || p.uid != fromJSON.uid || p.resourceVersion != fromJSON.resourceVersion {
+				t.Errorf("identity %+v, want %+v", p, fromJSON)
+			}
+			got, err := p.object()
+			if err != nil {
+				t.Fatal(err)
+			}
+			if !reflect.DeepEqual(got.Object, want.Object) {
+				t.Errorf("the tree from protobuf differs from the tree from JSON (-json +protobuf):\n%s", cmp.Diff(want.Object, got.Object))
+			}
+			if mf := got.GetManagedFields(); len(mf) != 1 || mf[0].Manager != "kube-controller-manager" {
+				t.Errorf("managedFields kept: %v", mf)
+			}
+		})
+	}
+}
+
+func TestTypedParentEvents(t *testing.T) {
+	d := typedDeployment(t, storedDeploymentJSON(1, 1001))
+	bookmark := &appsv1.Deployment{ObjectMeta: metav1.ObjectMeta{ResourceVersion: "1002",
+		Annotations: map[string]string{metav1.InitialEventsAnnotationKey: "true"}}}
+	bookmark.SetGroupVersionKind(d.GroupVersionKind())
+	gone := &metav1.Status{Status: metav1.StatusFailure, Code: 410, Reason: metav1.StatusReasonExpired, Message: "too old"}
+	gone.SetGroupVersionKind(schema.GroupVersionKind{Version: "v1", Kind: "Status"})
+	replicaSet := &appsv1.ReplicaSet{ObjectMeta: metav1.ObjectMeta{Name: "rs"}}
+	replicaSet.SetGroupVersionKind(appsv1.SchemeGroupVersion.WithKind("ReplicaSet"))
+	frame := func(typ watch.EventType, obj runtime.Object) []byte { return typedEventFrame(t, typ, obj) }
+	for _, tc := range []struct {
+		name    string
+		stream  []byte
+		check   func(t *testing.T, typ watch.EventType, obj runtime.Object)
+		wantErr string
+	}{
+		{name: "a change", stream: frame(watch.Modified, d), check: func(t *testing.T, typ watch.EventType, obj runtime.Object) {
+			p, ok := obj.(*compactParent)
+			if typ != watch.Modified || !ok || p.name != "p-00001" || p.resourceVersion != "1001" || p.bookmarkAnnotations != nil {
+				t.Errorf("%s %#v", typ, obj)
+			}
+		}},
+		{name: "a bookmark keeps its annotations", stream: frame(watch.Bookmark, bookmark), check: func(t *testing.T, typ watch.EventType, obj runtime.Object) {
+			p, ok := obj.(*compactParent)
+			if typ != watch.Bookmark || !ok || p.resourceVersion != "1002" || p.bookmarkAnnotations[metav1.InitialEventsAnnotationKey] != "true" {
+				t.Errorf("%s %#v", typ, obj)
+			}
+		}},
+		{name: "an error's Status", stream: frame(watch.Error, gone), check: func(t *testing.T, typ watch.EventType, obj runtime.Object) {
+			s, ok := obj.(*metav1.Status)
+			if typ != watch.Error || !ok || s.Code != 410 || s.Reason != metav1.StatusReasonExpired {
+				t.Errorf("%s %#v", typ, obj)
+			}
+		}},
+		{name: "another kind", stream: frame(watch.Added, replicaSet), wantErr: "a watch of Deployment sent a apps/v1, Kind=ReplicaSet"},
+		{name: "an unknown event type", stream: frame("SYNCED", d), wantErr: `a watch event of a parent of unknown type "SYNCED"`},
+		{name: "not protobuf", stream: append(binary.BigEndian.AppendUint32(nil, 3), 0xff, 0xff, 0xff), wantErr: "decoding a watch event of a parent"},
+		{name: "the end of the watch", stream: nil, wantErr: "EOF"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			events := newTypedParentEvents(readCloser{bytes.NewReader(tc.stream)}, d.GroupVersionKind())
+			typ, obj, err := events.Decode()
+			if tc.wantErr != "" {
+				if err == nil || !bytes.Contains([]byte(err.Error()), []byte(tc.wantErr)) {
+					t.Fatalf("error %v, want %q", err, tc.wantErr)
+				}
+				return
+			}
+			if err != nil {
+				t.Fatal(err)
+			}
+			tc.check(t, typ, obj)
+		})
+	}
+}
+
+type readCloser struct{ *bytes.Reader }
+
+func (readCloser) Close() error { return nil }
+
+// Over the caches' own connections, a parent of a built-in kind is watched
+// in protobuf and cached as its lean protobuf; it is read, and reaches the
+// observers, as the tree its JSON gives; a deletion reaches them too; a
+// watch that ends with 410 Gone is listed again.
+func TestTypedParentWatchCachesTheTreeOfItsJSON(t *testing.T) {
+	for name, noWatchList := range map[string]bool{"watch list": false, "list": true} {
+		t.Run(name, func(t *testing.T) {
+			ctx, cancel := context.WithCancel(context.Background())
+			defer cancel()
+			srv := newParentServer(t, storedDeploymentJSON(1, 1001), storedDeploymentJSON(2, 1002))
+			srv.mu.Lock()
+			srv.noWatchList = noWatchList
+			srv.mu.Unlock()
+			s := srv.store(ctx)
+			s.typedParents = func(gvr schema.GroupVersionResource) (schema.GroupVersionKind, bool) {
+				return appsv1.SchemeGroupVersion.WithKind("Deployment"), gvr == deployments
+			}
+			seen := newParentObserver()
+			s.AddObserver(seen)
+			waitCtx, done := context.WithTimeout(ctx, time.Minute)
+			defer done()
+			if err := s.WaitForSync(waitCtx, deployments); err != nil {
+				t.Fatal(err)
+			}
+			waitUntil(t, "the watch to open", func() bool { return srv.watchesOpened() > 0 })
+
+			changed := bytes.Replace(storedDeploymentJSON(1, 2001), []byte(`"annotations":{`), []byte(`"labels":{"churn":"1"},"annotations":{`), 1)
+			typed := typedDeployment(t, changed)
+			srv.send(typedEventFrame(t, watch.Modified, typed), false)
+			waitUntil(t, "the change to reach the cache", func() bool {
+				p, ok := cachedParent(t, s, "p-00001")
+				return ok && p.resourceVersion == "2001"
+			})
+			p, _ := cachedParent(t, s, "p-00001")
+			if p.protobuf == nil || p.json != nil {
+				t.Fatalf("the watched parent is kept as %d bytes of JSON and %d of protobuf", len(p.json), len(p.protobuf))
+			}
+			asJSON, err := json.Marshal(typed)
+			if err != nil {
+				t.Fatal(err)
+			}
+			var want unstructured.Unstructured
+			if err := utiljson.Unmarshal(decodedCompact(t, asJSON).json, &want.Object); err != nil {
+				t.Fatal(err)
+			}
+			u, ok := s.GetCachedWhole(deployments, "bench-scale", "p-00001")
+			if !ok {
+				t.Fatal("not cached")
+			}
+			if !reflect.DeepEqual(u.Object, want.Object) {
+				t.Errorf("read (-json +protobuf):\n%s", cmp.Diff(want.Object, u.Object))
+			}
+			waitUntil(t, "the observer to hear of the change", func() bool {
+				seen.mu.Lock()
+				defer seen.mu.Unlock()
+				o := seen.observed["p-00001"]
+				return o != nil && o.GetLabels()["churn"] == "1"
+			})
+			seen.mu.Lock()
+			observed := seen.observed["p-00001"]
+			seen.mu.Unlock()
+			if !reflect.DeepEqual(observed.Object, want.Object) {
+				t.Errorf("observed (-json +protobuf):\n%s", cmp.Diff(want.Object, observed.Object))
+			}
+
+			srv.send(typedEventFrame(t, watch.Deleted, typedDeployment(t, storedDeploymentJSON(2, 2002))), false)
+			waitUntil(t, "the deletion to reach the observer", func() bool {
+				seen.mu.Lock()
+				defer seen.mu.Unlock()
+				return seen.forgot[types.UID("0f6d1c3e-8a52-4c1e-9b3a-000000000002")]
+			})
+			if _, ok := cachedParent(t, s, "p-00002"); ok {
+				t.Error("a deleted parent is still cached")
+			}
+
+			opened := srv.watchesOpened()
+			gone := &metav1.Status{Status: metav1.StatusFailure, Code: 410, Reason: metav1.StatusReasonExpired, Message: "too old"}
+			gone.SetGroupVersionKind(schema.GroupVersionKind{Version: "v1", Kind: "Status"})
+			srv.send(typedEventFrame(t, watch.Error, gone), true)
+			waitUntil(t, "the watch to open again after 410 Gone", func() bool { return srv.watchesOpened() > opened })
+		})
+	}
+}

@@ -196,6 +196,10 @@ func New(cfg Config) *Interceptor {
 	return i
 }
 
+// The caches give a StatusObserver a parent's status without decoding its
+// pod templates on every change.
+var _ objects.StatusObserver = (*settle.Memory)(nil)
+
 // Wrap returns the handler the proxy chain calls in place of forward.
 func (i *Interceptor) Wrap(forward http.Handler, writeError ErrorWriter) http.Handler {
 	if i == nil || i.cfg.Objects == nil {

@@ -169,7 +169,7 @@ func (s *Store) observersNow() []Observer {
 
 // childChanged tells observers of a change to a cached child: only those
 // that hear of children (MetadataObserver), with its identity.
-func childChanged(observers []Observer, obj interface{}, _ *unstructured.Unstructured) {
+func childChanged(observers []Observer, obj interface{}, _ *watchDecoded) {
 	c, ok := cachedChild(obj)
 	if !ok {
 		return
@@ -187,18 +187,41 @@ type KindFilter interface {
 	Learns(gk schema.GroupKind) bool
 }
 
+// StatusObserver is an Observer that needs a parent's whole spec only
+// now and then (settledness hashes a spec once per generation), and its
+// status on every change.
+type StatusObserver interface {
+	Observer
+	// ObserveStatus is Observe of a parent whose pod templates status may
+	// leave out; whole gives it whole, or nil when it cannot be decoded.
+	ObserveStatus(status *unstructured.Unstructured, whole func() *unstructured.Unstructured)
+}
+
 // parentChanged tells observers of a change to a cached parent. An
 // observer satisfied with metadata (MetadataObserver) gets its identity;
 // any other the parent decoded, once for all of them (decoded, when the
 // watch has decoded it already), unless it says it does not learn from
-// its kind.
-func parentChanged(observers []Observer, obj interface{}, decoded *unstructured.Unstructured) {
+// its kind; a StatusObserver gets it without its pod templates when the
+// watch decoded it into its Go type, and whole when it asks.
+func parentChanged(observers []Observer, obj interface{}, decoded *watchDecoded) {
 	p, ok := cachedParentObject(obj)
 	if !ok {
 		return
 	}
 	var identity metav1.Object
-	whole := decoded
+	var whole, status *unstructured.Unstructured
+	wholeOf := func() *unstructured.Unstructured {
+		if whole != nil {
+			return whole
+		}
+		if decoded != nil {
+			whole, _ = decoded.whole()
+		}
+		if whole == nil {
+			whole, _ = p.object()
+		}
+		return whole
+	}
 	for _, o := range observers {
 		if mo, ok := o.(MetadataObserver); ok {
 			if identity == nil {
@@ -210,12 +233,21 @@ func parentChanged(observers []Observer, obj interface{}, decoded *unstructured.
 		if f, ok := o.(KindFilter); ok && !f.Learns(p.groupKind()) {
 			continue
 		}
-		if whole == nil {
-			u, err := p.object()
-			if err != nil {
+		if so, ok := o.(StatusObserver); ok {
+			if status == nil && decoded != nil {
+				status, _ = decoded.status()
+			}
+			if status == nil {
+				status = wholeOf()
+			}
+			if status == nil {
 				return
 			}
-			whole = u
+			so.ObserveStatus(status, wholeOf)
+			continue
+		}
+		if wholeOf() == nil {
+			return
 		}
 		o.Observe(whole)
 	}

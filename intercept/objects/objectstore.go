@@ -6,7 +6,6 @@ import (
 	"sync"
 	"sync/atomic"
 
-	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/tools/cache"
@@ -28,7 +27,7 @@ type cachedKind struct {
 	// changed tells observers of a change to obj; decoded, when not nil,
 	// is obj decoded as the watch read it, for the observers that read
 	// the whole object.
-	changed func(observers []Observer, obj interface{}, decoded *unstructured.Unstructured)
+	changed func(observers []Observer, obj interface{}, decoded *watchDecoded)
 }
 
 var (
@@ -141,7 +140,7 @@ func (l listingStore) Add(obj interface{}) error { return l.Update(obj) }
 func (l listingStore) Update(obj interface{}) error { return l.updateDecoded(obj, nil) }
 
 // updateDecoded is Update of obj, which the watch decoded as decoded.
-func (l listingStore) updateDecoded(obj interface{}, decoded *unstructured.Unstructured) error {
+func (l listingStore) updateDecoded(obj interface{}, decoded *watchDecoded) error {
 	return l.write(obj, func(c cachedObject) error {
 		if err := l.indexer.Update(c); err != nil {
 			return err

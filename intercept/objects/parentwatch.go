@@ -128,11 +128,11 @@ func (b *eventBound) Read(p []byte) (int, error) {
 // decoded is the lean object the last event decoded, if obj is that
 // event's compactParent. It is what decoding the compactParent's JSON
 // would give: kube-apiserver's JSON is an encoding of such an object.
-func (d *parentEventDecoder) decoded(obj runtime.Object) *unstructured.Unstructured {
-	if d.last == nil || d.last.object != obj {
+func (d *parentEventDecoder) decoded(obj runtime.Object) *watchDecoded {
+	if d.last == nil || d.last.object != obj || d.last.decoded == nil {
 		return nil
 	}
-	return d.last.decoded
+	return &watchDecoded{tree: d.last.decoded}
 }
 
 func (d *parentEventDecoder) Close() { _ = d.body.Close() }

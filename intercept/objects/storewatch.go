@@ -84,7 +84,35 @@ func (s *Store) openChildWatch(gvr schema.GroupVersionResource, selector *exclus
 type decodingWatch interface {
 	// decoded is obj, the last object the watch decoded, as decoded; nil
 	// for any other.
-	decoded(obj runtime.Object) *unstructured.Unstructured
+	decoded(obj runtime.Object) *watchDecoded
+}
+
+// watchDecoded is a parent as its watch decoded it: the lean tree (a JSON
+// watch's), or the lean object in its Go type (a protobuf watch's).
+type watchDecoded struct {
+	tree  *unstructured.Unstructured
+	typed runtime.Object
+}
+
+// whole is the parent as the tree its JSON decodes to.
+func (d *watchDecoded) whole() (*unstructured.Unstructured, error) {
+	if d.tree == nil && d.typed != nil {
+		u, err := typedTree(d.typed)
+		if err != nil {
+			return nil, err
+		}
+		d.tree = u
+	}
+	return d.tree, nil
+}
+
+// status is the parent as a tree, its pod templates left out when it is
+// in its Go type (withoutPodTemplates).
+func (d *watchDecoded) status() (*unstructured.Unstructured, error) {
+	if d.tree != nil || d.typed == nil {
+		return d.whole()
+	}
+	return typedTree(withoutPodTemplates(d.typed))
 }
 
 // storeWritingDecoder decodes a watch of a cache and writes each added,
@@ -168,7 +196,7 @@ func (d *storeWritingDecoder) write(typ watch.EventType, c cachedObject) {
 	if typ == watch.Deleted {
 		err = d.store.Delete(c)
 	} else {
-		var decoded *unstructured.Unstructured
+		var decoded *watchDecoded
 		if w, ok := d.events.(decodingWatch); ok {
 			decoded = w.decoded(c)
 		}

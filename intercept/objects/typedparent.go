@@ -11,6 +11,9 @@ import (
 	"strings"
 	"sync"
 
+	appsv1 "k8s.io/api/apps/v1"
+	batchv1 "k8s.io/api/batch/v1"
+	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
@@ -193,11 +196,57 @@ func typedParentObject(gvk schema.GroupVersionKind, data []byte) (*unstructured.
 		return nil, err
 	}
 	obj.GetObjectKind().SetGroupVersionKind(gvk)
+	return typedTree(obj)
+}
+
+// typedTree is obj, in its Go type with its kind set, as the tree its
+// JSON decodes to.
+func typedTree(obj runtime.Object) (*unstructured.Unstructured, error) {
 	m, err := runtime.DefaultUnstructuredConverter.ToUnstructured(obj)
 	if err != nil {
 		return nil, err
 	}
 	return &unstructured.Unstructured{Object: m}, nil
+}
+
+// withoutPodTemplates is a copy of obj, a parent in its Go type, without
+// its pod templates (and a StatefulSet's claim templates): most of a
+// workload's spec, which nothing that reads its status (kstatus, the
+// observed generations) looks at. The copy shares the rest with obj. A
+// kind without templates is obj itself.
+func withoutPodTemplates(obj runtime.Object) runtime.Object {
+	switch o := obj.(type) {
+	case *appsv1.Deployment:
+		c := *o
+		c.Spec.Template = corev1.PodTemplateSpec{}
+		return &c
+	case *appsv1.ReplicaSet:
+		c := *o
+		c.Spec.Template = corev1.PodTemplateSpec{}
+		return &c
+	case *appsv1.StatefulSet:
+		c := *o
+		c.Spec.Template = corev1.PodTemplateSpec{}
+		c.Spec.VolumeClaimTemplates = nil
+		return &c
+	case *appsv1.DaemonSet:
+		c := *o
+		c.Spec.Template = corev1.PodTemplateSpec{}
+		return &c
+	case *batchv1.Job:
+		c := *o
+		c.Spec.Template = corev1.PodTemplateSpec{}
+		return &c
+	case *batchv1.CronJob:
+		c := *o
+		c.Spec.JobTemplate = batchv1.JobTemplateSpec{}
+		return &c
+	case *corev1.ReplicationController:
+		c := *o
+		c.Spec.Template = nil
+		return &c
+	}
+	return obj
 }
 
 // typedParentEvents reads the events of a protobuf watch of the parents
@@ -208,6 +257,9 @@ type typedParentEvents struct {
 	body   io.Closer
 	frames streaming.Decoder
 	gvk    schema.GroupVersionKind
+	// last is the last parent decoded, lean, and its compactParent.
+	last        runtime.Object
+	lastCompact *compactParent
 }
 
 func newTypedParentEvents(body io.ReadCloser, gvk schema.GroupVersionKind) *typedParentEvents {
@@ -243,7 +295,17 @@ func (d *typedParentEvents) Decode() (watch.EventType, runtime.Object, error) {
 	if err != nil {
 		return "", nil, err
 	}
+	d.last, d.lastCompact = obj, p
 	return typ, p, nil
+}
+
+// decoded is the lean parent the last event decoded, in its Go type, if
+// obj is that event's compactParent.
+func (d *typedParentEvents) decoded(obj runtime.Object) *watchDecoded {
+	if d.lastCompact == nil || runtime.Object(d.lastCompact) != obj {
+		return nil
+	}
+	return &watchDecoded{typed: d.last}
 }
 
 func (d *typedParentEvents) Close() { _ = d.body.Close() }

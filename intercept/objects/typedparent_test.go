@@ -9,6 +9,7 @@ import (
 	"os"
 	"reflect"
 	"regexp"
+	"sync"
 	"testing"
 	"time"
 
@@ -26,6 +27,8 @@ import (
 	utiljson "k8s.io/apimachinery/pkg/util/json"
 	"k8s.io/apimachinery/pkg/version"
 	"k8s.io/apimachinery/pkg/watch"
+
+	"github.com/kausality-io/kausality-proxy/intercept/settle"
 )
 
 // typedDeployment is the Deployment whose JSON is stored.
@@ -397,6 +400,135 @@ func TestTypedParentWatchCachesTheTreeOfItsJSON(t *testing.T) {
 			gone.SetGroupVersionKind(schema.GroupVersionKind{Version: "v1", Kind: "Status"})
 			srv.send(typedEventFrame(t, watch.Error, gone), true)
 			waitUntil(t, "the watch to open again after 410 Gone", func() bool { return srv.watchesOpened() > opened })
+		})
+	}
+}
+
+// A parent without its pod templates is as settled as it is whole: what
+// tells it (kstatus, the observed generations) reads no template. The
+// parent itself keeps its templates.
+func TestWithoutPodTemplatesIsAsSettled(t *testing.T) {
+	statuses := map[string]func(obj runtime.Object){
+		"as written": func(runtime.Object) {},
+		"observedGeneration behind": func(obj runtime.Object) {
+			switch o := obj.(type) {
+			case *appsv1.Deployment:
+				o.Status.ObservedGeneration = 1
+			case *appsv1.StatefulSet:
+				o.Status.ObservedGeneration = 1
+			case *appsv1.DaemonSet:
+				o.Status.ObservedGeneration = 1
+			}
+		},
+		"all ready": func(obj runtime.Object) {
+			switch o := obj.(type) {
+			case *appsv1.Deployment:
+				o.Status = appsv1.DeploymentStatus{ObservedGeneration: 3, Replicas: 3, UpdatedReplicas: 3, ReadyReplicas: 3, AvailableReplicas: 3,
+					Conditions: []appsv1.DeploymentCondition{{Type: appsv1.DeploymentAvailable, Status: corev1.ConditionTrue}}}
+			case *appsv1.StatefulSet:
+				o.Status = appsv1.StatefulSetStatus{ObservedGeneration: 3, Replicas: 3, ReadyReplicas: 3, CurrentReplicas: 3, UpdatedReplicas: 3,
+					CurrentRevision: "r1", UpdateRevision: "r1", AvailableReplicas: 3}
+			case *appsv1.DaemonSet:
+				o.Status = appsv1.DaemonSetStatus{ObservedGeneration: 3, DesiredNumberScheduled: 2, CurrentNumberScheduled: 2,
+					UpdatedNumberScheduled: 2, NumberAvailable: 2, NumberReady: 2}
+			case *batchv1.Job:
+				o.Status = batchv1.JobStatus{Succeeded: 1, Conditions: []batchv1.JobCondition{{Type: batchv1.JobComplete, Status: corev1.ConditionTrue}}}
+			}
+		},
+	}
+	for _, parent := range richParents(t) {
+		gvks, _, err := typedParentScheme.ObjectKinds(parent)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for name, setStatus := range statuses {
+			t.Run(gvks[0].Kind+"/"+name, func(t *testing.T) {
+				obj := parent.DeepCopyObject()
+				obj.GetObjectKind().SetGroupVersionKind(gvks[0])
+				setStatus(obj)
+				whole, err := typedTree(obj)
+				if err != nil {
+					t.Fatal(err)
+				}
+				status, err := typedTree(withoutPodTemplates(obj))
+				if err != nil {
+					t.Fatal(err)
+				}
+				wantCurrent, wantWhy := settle.Current(whole)
+				current, why := settle.Current(status)
+				if current != wantCurrent || why != wantWhy {
+					t.Errorf("without pod templates %v (%s); whole %v (%s)", current, why, wantCurrent, wantWhy)
+				}
+				after, err := typedTree(obj)
+				if err != nil {
+					t.Fatal(err)
+				}
+				if !reflect.DeepEqual(after.Object, whole.Object) {
+					t.Error("leaving out the templates changed the parent")
+				}
+				for _, path := range [][]string{{"spec", "template", "spec", "containers"}, {"spec", "jobTemplate", "spec", "template", "spec", "containers"}, {"spec", "volumeClaimTemplates"}} {
+					if v, found, _ := unstructured.NestedFieldNoCopy(status.Object, path...); found && v != nil {
+						t.Errorf("%v is still there", path)
+					}
+				}
+			})
+		}
+	}
+}
+
+// statusObserver is a StatusObserver that asks for the whole parent.
+type statusObserver struct {
+	mu             sync.Mutex
+	status, whole  *unstructured.Unstructured
+	statuses, asks int
+}
+
+func (o *statusObserver) ObserveStatus(status *unstructured.Unstructured, whole func() *unstructured.Unstructured) {
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	o.status, o.whole = status, whole()
+	o.statuses++
+	o.asks++
+}
+func (o *statusObserver) Observe(*unstructured.Unstructured) {
+	panic("a StatusObserver is not given a whole parent")
+}
+func (o *statusObserver) Forget(types.UID) {}
+
+// A StatusObserver gets a parent watched in protobuf without its pod
+// templates, and whole when it asks: the tree its JSON gives. A parent
+// watched in JSON it gets whole both times.
+func TestStatusObserverGetsTheParentWithoutItsTemplates(t *testing.T) {
+	d := typedDeployment(t, storedDeploymentJSON(1, 7))
+	lean, err := compactTypedParent(d.DeepCopy(), d.GroupVersionKind(), false)
+	if err != nil {
+		t.Fatal(err)
+	}
+	want, err := lean.object()
+	if err != nil {
+		t.Fatal(err)
+	}
+	typed := d.DeepCopy()
+	if _, err := compactTypedParent(typed, d.GroupVersionKind(), false); err != nil {
+		t.Fatal(err)
+	}
+	for name, decoded := range map[string]*watchDecoded{"protobuf": {typed: typed}, "JSON": {tree: want.DeepCopy()}, "list": nil} {
+		t.Run(name, func(t *testing.T) {
+			o := &statusObserver{}
+			parentChanged([]Observer{o}, lean, decoded)
+			if o.statuses != 1 {
+				t.Fatalf("told %d times", o.statuses)
+			}
+			if !reflect.DeepEqual(o.whole.Object, want.Object) {
+				t.Errorf("whole (-want +got):\n%s", cmp.Diff(want.Object, o.whole.Object))
+			}
+			containers, _, _ := unstructured.NestedFieldNoCopy(o.status.Object, "spec", "template", "spec", "containers")
+			if hasTemplate := containers != nil; hasTemplate == (name == "protobuf") {
+				t.Errorf("the status has its pod template: %v", hasTemplate)
+			}
+			if o.status.GetResourceVersion() != "7" || o.status.GetGeneration() != want.GetGeneration() {
+				t.Errorf("status of version %s, generation %d", o.status.GetResourceVersion(), o.status.GetGeneration())
+			}
 		})
 	}
 }

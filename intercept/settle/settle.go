@@ -269,39 +269,80 @@ func (m *Memory) Observe(obj *unstructured.Unstructured) {
 	m.learn(obj, v)
 }
 
+// ObserveStatus is Observe of a parent whose pod templates may be left
+// out of status: a pod template is most of a workload's spec, and no
+// status reads it. The spec is hashed from whole, asked only when the
+// spec of status's generation is not known yet.
+func (m *Memory) ObserveStatus(status *unstructured.Unstructured, whole func() *unstructured.Unstructured) {
+	if m == nil || status == nil || status.GetUID() == "" {
+		return
+	}
+	m.mu.Lock()
+	parent := m.parentKinds[status.GroupVersionKind().GroupKind()]
+	m.mu.Unlock()
+	if !parent {
+		return
+	}
+	v, hashed := m.known(status)
+	if !hashed {
+		obj := whole()
+		if obj == nil {
+			return
+		}
+		v.hash = SpecHash(obj)
+	}
+	if v.why == "" {
+		v.current, v.why = Current(status)
+	}
+	m.learn(status, v)
+}
+
 // view computes what obj says, or takes it from the last time this
 // version of obj was seen: a resourceVersion names one content.
 func (m *Memory) view(obj *unstructured.Unstructured) view {
-	uid, rv, generation := obj.GetUID(), obj.GetResourceVersion(), obj.GetGeneration()
-	v := view{rv: rv, generation: generation}
-	if rv != "" {
-		m.mu.Lock()
-		e, ok := m.m[uid]
-		if ok && e.seen.rv == rv {
-			v := e.seen
-			m.mu.Unlock()
-			return v
-		}
-		// A parent's event is mostly a status change, and hashing the spec
-		// is most of its cost. kube-apiserver bumps generation whenever
-		// anything the hash covers changes: for a custom resource on any
-		// change outside metadata and status, for a built-in kind that
-		// keeps a generation in the strategy that sets it on create and
-		// bumps it on a spec change. So the hash of a generation is the
-		// one taken when it was first seen, from whichever copy (cache,
-		// live read) came first: copies that encode one spec differently
-		// cannot make it look changed. Generation 0 (a kind that keeps
-		// none) promises nothing and is always hashed.
-		if ok && generation > 0 && e.seen.generation == generation && e.seen.hash != "" {
-			v.hash = e.seen.hash
-		}
-		m.mu.Unlock()
-	}
-	if v.hash == "" {
+	v, hashed := m.known(obj)
+	if !hashed {
 		v.hash = SpecHash(obj)
 	}
-	v.current, v.why = Current(obj)
+	if v.why == "" {
+		v.current, v.why = Current(obj)
+	}
 	return v
+}
+
+// known is what m knows already of what obj says: all of it for a
+// version it has seen (why is set), the spec hash of a generation it has
+// seen (hashed).
+func (m *Memory) known(obj *unstructured.Unstructured) (v view, hashed bool) {
+	uid, rv, generation := obj.GetUID(), obj.GetResourceVersion(), obj.GetGeneration()
+	v = view{rv: rv, generation: generation}
+	if rv == "" {
+		return v, false
+	}
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	e, ok := m.m[uid]
+	if !ok {
+		return v, false
+	}
+	if e.seen.rv == rv {
+		return e.seen, true
+	}
+	// A parent's event is mostly a status change, and hashing the spec
+	// is most of its cost. kube-apiserver bumps generation whenever
+	// anything the hash covers changes: for a custom resource on any
+	// change outside metadata and status, for a built-in kind that
+	// keeps a generation in the strategy that sets it on create and
+	// bumps it on a spec change. So the hash of a generation is the
+	// one taken when it was first seen, from whichever copy (cache,
+	// live read) came first: copies that encode one spec differently
+	// cannot make it look changed. Generation 0 (a kind that keeps
+	// none) promises nothing and is always hashed.
+	if generation > 0 && e.seen.generation == generation && e.seen.hash != "" {
+		v.hash = e.seen.hash
+		return v, true
+	}
+	return v, false
 }
 
 // Forget drops what is known of uid (the object was deleted).

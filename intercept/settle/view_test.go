@@ -139,3 +139,44 @@ func TestViewReusesTheHashOfAGeneration(t *testing.T) {
 		})
 	}
 }
+
+// ObserveStatus asks for the whole parent only when it has not hashed the
+// spec of the parent's generation, and learns what Observe of the whole
+// parent learns.
+func TestObserveStatusAsksForTheWholeOnlyForANewGeneration(t *testing.T) {
+	withRV := func(obj *unstructured.Unstructured, rv string) *unstructured.Unstructured {
+		obj.SetResourceVersion(rv)
+		return obj
+	}
+	withoutSpec := func(obj *unstructured.Unstructured) *unstructured.Unstructured {
+		status := obj.DeepCopy()
+		unstructured.RemoveNestedField(status.Object, "spec", "template")
+		return status
+	}
+	steps := []struct {
+		whole     *unstructured.Unstructured
+		wantAsked bool
+	}{
+		{withRV(deployment("v1", 2, 1, 3, 1), "10"), true},
+		{withRV(deployment("v1", 2, 2, 3, 3), "11"), false},
+		{withRV(deployment("v2", 3, 2, 3, 3), "12"), true},
+		{withRV(deployment("v2", 3, 3, 3, 3), "13"), false},
+	}
+	viaStatus, viaWhole := parentMemory(), parentMemory()
+	for i, step := range steps {
+		asked := false
+		viaStatus.ObserveStatus(withoutSpec(step.whole), func() *unstructured.Unstructured { asked = true; return step.whole })
+		viaWhole.Observe(step.whole)
+		if asked != step.wantAsked {
+			t.Errorf("step %d: asked for the whole parent %v, want %v", i, asked, step.wantAsked)
+		}
+		_, got, _ := viaStatus.Record(step.whole.GetUID())
+		_, want, _ := viaWhole.Record(step.whole.GetUID())
+		if got != want {
+			t.Errorf("step %d: learned %+v, Observe learns %+v", i, got, want)
+		}
+	}
+	if f := viaStatus.Assess(steps[3].whole); !f.AtCurrentSpec {
+		t.Errorf("not at its current spec: %s", f.Reason)
+	}
+}

@@ -49,6 +49,20 @@ func (i *Interceptor) learnStatus(f *facts) {
 		obj.Object[k] = v
 	}
 	obj.Object["status"] = status
+	// This content is not the stored version's: under its resourceVersion
+	// the memory would take what it saw of that version, status and all,
+	// and learn nothing from the write. Without one the memory reads it
+	// afresh and keeps it under no version. f.old's metadata is shared:
+	// copied, not changed.
+	if meta, ok := f.old.Object["metadata"].(map[string]interface{}); ok {
+		m := make(map[string]interface{}, len(meta))
+		for k, v := range meta {
+			if k != "resourceVersion" {
+				m[k] = v
+			}
+		}
+		obj.Object["metadata"] = m
+	}
 	i.settled.Observe(obj)
 }
 

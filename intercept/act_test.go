@@ -300,3 +300,45 @@ func TestReservationRecordRewrittenInFlight(t *testing.T) {
 		t.Errorf("the parent still names settled reservations: %q", stamps)
 	}
 }
+
+// A parent's status write the proxy forwarded teaches the settledness
+// memory at once, even when the memory has already seen the stored
+// version the write replaced: the next write of the parent's controller is
+// judged by the status kube-apiserver accepted, not by the one the cache
+// still holds.
+func TestStatusWriteSettlesTheParentBeforeTheCacheSeesIt(t *testing.T) {
+	allowAll := func(authorizationv1.SubjectAccessReviewSpec) (bool, error) { return true, nil }
+	// The upstream stores nothing: the cache never sees the status write.
+	env := newServeEnv(t, nil, allowAll, enforce)
+	write := driftWrite("web-1", "web", "web-uid")
+
+	// web is still rolling out (observedGeneration 5 at generation 6): its
+	// controller's write is expected, and the memory has now seen the
+	// stored web.
+	rec := httptest.NewRecorder()
+	env.handler.ServeHTTP(rec, env.request(t, write))
+	if rec.Code != http.StatusOK {
+		t.Fatalf("the controller's write under a parent rolling out: code %d (error %v), want 200", rec.Code, env.lastError)
+	}
+
+	// The deployment controller reports it has caught up.
+	rec = httptest.NewRecorder()
+	env.handler.ServeHTTP(rec, env.request(t, benchWrite{method: http.MethodPatch,
+		path:        "/apis/apps/v1/namespaces/apps/deployments/web/status?fieldManager=" + benchKCM,
+		contentType: "application/merge-patch+json", body: []byte(`{"status":{"observedGeneration":6}}`),
+		user: "system:serviceaccount:kube-system:deployment-controller"}))
+	if rec.Code != http.StatusOK {
+		t.Fatalf("the status write: code %d (error %v), want 200", rec.Code, env.lastError)
+	}
+
+	// web has settled at its spec: the same write is drift now, though the
+	// cache (and a live read) still show the status before the write.
+	rec = httptest.NewRecorder()
+	env.handler.ServeHTTP(rec, env.request(t, write))
+	if rec.Code != http.StatusForbidden {
+		t.Fatalf("the controller's write after its parent settled: code %d (error %v), want 403 (drift)", rec.Code, env.lastError)
+	}
+	if env.lastError == nil || !strings.Contains(env.lastError.Error(), "has settled at its current spec") {
+		t.Errorf("the refusal %v is not for drift under a parent settled at its spec", env.lastError)
+	}
+}

@@ -89,10 +89,10 @@ type Store struct {
 	// kind's Go type (typedparent.go).
 	typedParents func(gvr schema.GroupVersionResource) (schema.GroupVersionKind, bool)
 	mapper       *restmapper.DeferredDiscoveryRESTMapper
-	memo                    *mappingMemo
-	parents                 *parentMemo
-	maxInformers            int
-	now                     func() time.Time
+	memo         *mappingMemo
+	parents      *parentMemo
+	maxInformers int
+	now          func() time.Time
 
 	ctx context.Context
 	mu  sync.Mutex

@@ -156,7 +156,9 @@ func (s *parentServer) serve(w http.ResponseWriter, r *http.Request) {
 		// As kube-apiserver answers a watch asked for in protobuf: each
 		// event a WatchEvent, framed by its length.
 		w.Header().Set("Content-Type", runtime.ContentTypeProtobuf+";stream=watch")
-		frameOf = func(typ watch.EventType, object []byte) []byte { return typedEventFrame(s.t, typ, typedDeployment(s.t, object)) }
+		frameOf = func(typ watch.EventType, object []byte) []byte {
+			return typedEventFrame(s.t, typ, typedDeployment(s.t, object))
+		}
 	}
 	if q.Get("sendInitialEvents") == "true" {
 		for _, p := range parents {

@@ -25,6 +25,7 @@ import (
 type compactParent struct {
 	apiVersion, kind                      string
 	namespace, name, uid, resourceVersion string
+	generation                            int64
 	// json is the lean object as JSON; protobuf, instead, the lean object
 	// of a built-in kind watched in protobuf (typedparent.go).
 	json, protobuf []byte
@@ -53,14 +54,14 @@ func compactParentOf(obj interface{}) (interface{}, error) {
 		return nil, fmt.Errorf("keeping %s %s/%s as JSON: %w", u.GetKind(), u.GetNamespace(), u.GetName(), err)
 	}
 	return &compactParent{apiVersion: u.GetAPIVersion(), kind: u.GetKind(), namespace: u.GetNamespace(), name: u.GetName(),
-		uid: string(u.GetUID()), resourceVersion: u.GetResourceVersion(), json: data}, nil
+		uid: string(u.GetUID()), resourceVersion: u.GetResourceVersion(), generation: u.GetGeneration(), json: data}, nil
 }
 
 // GetObjectMeta is p's identity: what the cache's key and namespace index
 // read (meta.Accessor), and what an observer of metadata gets.
 func (p *compactParent) GetObjectMeta() metav1.Object {
 	return &metav1.ObjectMeta{Namespace: p.namespace, Name: p.name, UID: types.UID(p.uid), ResourceVersion: p.resourceVersion,
-		Annotations: p.bookmarkAnnotations}
+		Generation: p.generation, Annotations: p.bookmarkAnnotations}
 }
 
 // GetObjectKind is the kind p has.

@@ -189,12 +189,16 @@ type KindFilter interface {
 
 // StatusObserver is an Observer that needs a parent's whole spec only
 // now and then (settledness hashes a spec once per generation), and its
-// status on every change.
+// status only when it changed.
 type StatusObserver interface {
 	Observer
-	// ObserveStatus is Observe of a parent whose pod templates status may
-	// leave out; whole gives it whole, or nil when it cannot be decoded.
-	ObserveStatus(status *unstructured.Unstructured, whole func() *unstructured.Unstructured)
+	// ObserveStatus is Observe of the parent of kind gk that identity
+	// names (namespace, name, UID, resourceVersion, generation). status
+	// gives it, its pod templates possibly left out; whole gives it whole;
+	// either is nil when it cannot be decoded. statusKey, when not empty,
+	// is equal for two versions of a parent only if their generation,
+	// deletion, annotations and status are.
+	ObserveStatus(identity metav1.Object, gk schema.GroupKind, statusKey string, status, whole func() *unstructured.Unstructured)
 }
 
 // parentChanged tells observers of a change to a cached parent. An
@@ -210,6 +214,8 @@ func parentChanged(observers []Observer, obj interface{}, decoded *watchDecoded)
 	}
 	var identity metav1.Object
 	var whole, status *unstructured.Unstructured
+	var key string
+	keyed := false
 	wholeOf := func() *unstructured.Unstructured {
 		if whole != nil {
 			return whole
@@ -221,6 +227,15 @@ func parentChanged(observers []Observer, obj interface{}, decoded *watchDecoded)
 			whole, _ = p.object()
 		}
 		return whole
+	}
+	statusOf := func() *unstructured.Unstructured {
+		if status == nil && decoded != nil {
+			status, _ = decoded.status()
+		}
+		if status == nil {
+			return wholeOf()
+		}
+		return status
 	}
 	for _, o := range observers {
 		if mo, ok := o.(MetadataObserver); ok {
@@ -234,16 +249,13 @@ func parentChanged(observers []Observer, obj interface{}, decoded *watchDecoded)
 			continue
 		}
 		if so, ok := o.(StatusObserver); ok {
-			if status == nil && decoded != nil {
-				status, _ = decoded.status()
+			if identity == nil {
+				identity = p.GetObjectMeta()
 			}
-			if status == nil {
-				status = wholeOf()
+			if !keyed && decoded != nil {
+				key, keyed = decoded.statusKey(), true
 			}
-			if status == nil {
-				return
-			}
-			so.ObserveStatus(status, wholeOf)
+			so.ObserveStatus(identity, p.groupKind(), key, statusOf, wholeOf)
 			continue
 		}
 		if wholeOf() == nil {

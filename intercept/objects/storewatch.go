@@ -106,6 +106,14 @@ func (d *watchDecoded) whole() (*unstructured.Unstructured, error) {
 	return d.tree, nil
 }
 
+// statusKey is typedStatusKey of the parent in its Go type; "" for a tree.
+func (d *watchDecoded) statusKey() string {
+	if d.typed == nil {
+		return ""
+	}
+	return typedStatusKey(d.typed)
+}
+
 // status is the parent as a tree, its pod templates left out when it is
 // in its Go type (withoutPodTemplates).
 func (d *watchDecoded) status() (*unstructured.Unstructured, error) {

@@ -3,13 +3,19 @@ package objects
 import (
 	"bytes"
 	"context"
+	"crypto/sha256"
+	"encoding/binary"
 	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
+	"maps"
+	"reflect"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
+	"time"
 
 	appsv1 "k8s.io/api/apps/v1"
 	batchv1 "k8s.io/api/batch/v1"
@@ -138,7 +144,7 @@ func compactTypedParent(obj runtime.Object, gvk schema.GroupVersionKind, keepAnn
 	}
 	apiVersion, kind := gvk.ToAPIVersionAndKind()
 	p := &compactParent{apiVersion: apiVersion, kind: kind, namespace: m.GetNamespace(), name: m.GetName(),
-		uid: string(m.GetUID()), resourceVersion: m.GetResourceVersion(), protobuf: data}
+		uid: string(m.GetUID()), resourceVersion: m.GetResourceVersion(), generation: m.GetGeneration(), protobuf: data}
 	if keepAnnotations {
 		p.bookmarkAnnotations = m.GetAnnotations()
 	}
@@ -164,22 +170,49 @@ func leanManagedFields(entries []metav1.ManagedFieldsEntry) []metav1.ManagedFiel
 }
 
 // ownsObservedGeneration reports whether f has status.observedGeneration:
-// a condition's observedGeneration is deeper down.
+// a condition's observedGeneration is deeper down. A field manager's set
+// is mostly the same for every object of a kind it writes, and parsing it
+// was a large share of a parent's event: answers are remembered.
 func ownsObservedGeneration(f *metav1.FieldsV1) bool {
 	if f == nil || !bytes.Contains(f.Raw, []byte(`"f:observedGeneration"`)) {
 		return false
 	}
+	observedGenerationOwnersMu.Lock()
+	owns, known := observedGenerationOwners[string(f.Raw)]
+	observedGenerationOwnersMu.Unlock()
+	if known {
+		return owns
+	}
 	var fields map[string]json.RawMessage
-	if json.Unmarshal(f.Raw, &fields) != nil {
-		return false
+	if json.Unmarshal(f.Raw, &fields) == nil {
+		var status map[string]json.RawMessage
+		if json.Unmarshal(fields["f:status"], &status) == nil {
+			_, owns = status["f:observedGeneration"]
+		}
 	}
-	var status map[string]json.RawMessage
-	if json.Unmarshal(fields["f:status"], &status) != nil {
-		return false
+	if len(f.Raw) > maxRememberedFieldSet {
+		return owns
 	}
-	_, ok := status["f:observedGeneration"]
-	return ok
+	observedGenerationOwnersMu.Lock()
+	if len(observedGenerationOwners) >= maxObservedGenerationOwners {
+		clear(observedGenerationOwners)
+	}
+	observedGenerationOwners[string(f.Raw)] = owns
+	observedGenerationOwnersMu.Unlock()
+	return owns
 }
+
+// maxObservedGenerationOwners bounds the field sets whose answer is
+// remembered, and maxRememberedFieldSet the size of one: 4 MiB at most.
+const (
+	maxObservedGenerationOwners = 512
+	maxRememberedFieldSet       = 8 * 1024
+)
+
+var (
+	observedGenerationOwnersMu sync.Mutex
+	observedGenerationOwners   = map[string]bool{}
+)
 
 // typedParentObject decodes the protobuf of a parent of kind gvk into the
 // tree a decision reads: what decoding kube-apiserver's JSON of it gives.
@@ -207,6 +240,51 @@ func typedTree(obj runtime.Object) (*unstructured.Unstructured, error) {
 		return nil, err
 	}
 	return &unstructured.Unstructured{Object: m}, nil
+}
+
+// typedStatusKey stands for everything settledness reads of obj, a parent
+// in its Go type, but its spec (which its generation stands for): its
+// generation, deletion, annotations and status, the status as protobuf
+// (whose encoding of a map is ordered). "" when obj has no status.
+func typedStatusKey(obj runtime.Object) string {
+	m, err := meta.Accessor(obj)
+	if err != nil {
+		return ""
+	}
+	v := reflect.ValueOf(obj)
+	if v.Kind() != reflect.Pointer || v.Elem().Kind() != reflect.Struct {
+		return ""
+	}
+	status := v.Elem().FieldByName("Status")
+	if !status.IsValid() || !status.CanAddr() {
+		return ""
+	}
+	marshaler, ok := status.Addr().Interface().(interface{ Marshal() ([]byte, error) })
+	if !ok {
+		return ""
+	}
+	data, err := marshaler.Marshal()
+	if err != nil {
+		return ""
+	}
+	h := sha256.New()
+	var n [8]byte
+	binary.BigEndian.PutUint64(n[:], uint64(m.GetGeneration())) //nolint:gosec // the bits, not the number
+	h.Write(n[:])
+	if t := m.GetDeletionTimestamp(); t != nil {
+		h.Write([]byte(t.UTC().Format(time.RFC3339)))
+	}
+	h.Write([]byte{0})
+	annotations := m.GetAnnotations()
+	for _, k := range slices.Sorted(maps.Keys(annotations)) {
+		h.Write([]byte(k))
+		h.Write([]byte{0})
+		h.Write([]byte(annotations[k]))
+		h.Write([]byte{0})
+	}
+	h.Write([]byte{0xff})
+	h.Write(data)
+	return string(h.Sum(nil))
 }
 
 // withoutPodTemplates is a copy of obj, a parent in its Go type, without

@@ -478,17 +478,19 @@ func TestWithoutPodTemplatesIsAsSettled(t *testing.T) {
 
 // statusObserver is a StatusObserver that asks for the whole parent.
 type statusObserver struct {
-	mu             sync.Mutex
-	status, whole  *unstructured.Unstructured
-	statuses, asks int
+	mu            sync.Mutex
+	identity      metav1.Object
+	key           string
+	status, whole *unstructured.Unstructured
+	statuses      int
 }
 
-func (o *statusObserver) ObserveStatus(status *unstructured.Unstructured, whole func() *unstructured.Unstructured) {
+func (o *statusObserver) ObserveStatus(identity metav1.Object, _ schema.GroupKind, key string, status, whole func() *unstructured.Unstructured) {
 	o.mu.Lock()
 	defer o.mu.Unlock()
-	o.status, o.whole = status, whole()
+	o.identity, o.key = identity, key
+	o.status, o.whole = status(), whole()
 	o.statuses++
-	o.asks++
 }
 func (o *statusObserver) Observe(*unstructured.Unstructured) {
 	panic("a StatusObserver is not given a whole parent")
@@ -529,6 +531,75 @@ func TestStatusObserverGetsTheParentWithoutItsTemplates(t *testing.T) {
 			if o.status.GetResourceVersion() != "7" || o.status.GetGeneration() != want.GetGeneration() {
 				t.Errorf("status of version %s, generation %d", o.status.GetResourceVersion(), o.status.GetGeneration())
 			}
+			if o.identity.GetResourceVersion() != "7" || o.identity.GetGeneration() != want.GetGeneration() || o.identity.GetUID() != want.GetUID() {
+				t.Errorf("identity %+v", o.identity)
+			}
+			if hasKey := o.key != ""; hasKey != (name == "protobuf") {
+				t.Errorf("status key %q", o.key)
+			}
 		})
+	}
+}
+
+// The status key of a parent changes with what settledness reads of it
+// (generation, deletion, annotations, status), and with nothing else.
+func TestTypedStatusKey(t *testing.T) {
+	base := typedDeployment(t, storedDeploymentJSON(1, 7))
+	now := metav1.NewTime(time.Date(2026, 11, 26, 3, 0, 0, 0, time.UTC))
+	for _, tc := range []struct {
+		name   string
+		change func(d *appsv1.Deployment)
+		same   bool
+	}{
+		{"a label", func(d *appsv1.Deployment) { d.Labels = map[string]string{"churn": "1"} }, true},
+		{"the resourceVersion", func(d *appsv1.Deployment) { d.ResourceVersion = "8" }, true},
+		{"managedFields", func(d *appsv1.Deployment) { d.ManagedFields = nil }, true},
+		{"the spec at the same generation", func(d *appsv1.Deployment) { d.Spec.MinReadySeconds = 9 }, true},
+		{"the generation", func(d *appsv1.Deployment) { d.Generation++ }, false},
+		{"the deletion", func(d *appsv1.Deployment) { d.DeletionTimestamp = &now }, false},
+		{"an annotation", func(d *appsv1.Deployment) { d.Annotations["kausality.io/observed-generation"] = "1" }, false},
+		{"an annotation's value", func(d *appsv1.Deployment) { d.Annotations["kausality.io/phase"] = "x" }, false},
+		{"the status", func(d *appsv1.Deployment) { d.Status.ReadyReplicas = 1 }, false},
+		{"a condition", func(d *appsv1.Deployment) { d.Status.Conditions[0].Status = corev1.ConditionFalse }, false},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			d := base.DeepCopy()
+			tc.change(d)
+			before, after := typedStatusKey(base), typedStatusKey(d)
+			if before == "" || after == "" {
+				t.Fatal("no key")
+			}
+			if (before == after) != tc.same {
+				t.Errorf("same key %v, want %v", before == after, tc.same)
+			}
+		})
+	}
+	if typedStatusKey(&corev1.ConfigMap{}) != "" {
+		t.Error("a kind without status has a key")
+	}
+}
+
+// A field set owns status.observedGeneration only at the top of its
+// status; asked twice, the remembered answer is the same.
+func TestOwnsObservedGeneration(t *testing.T) {
+	large := `{"f:status":{"f:observedGeneration":{},"f:x":"` + string(bytes.Repeat([]byte("a"), maxRememberedFieldSet)) + `"}}`
+	for raw, want := range map[string]bool{
+		`{"f:status":{"f:observedGeneration":{}}}`:                                             true,
+		`{"f:spec":{"f:replicas":{}},"f:status":{".":{},"f:observedGeneration":{}}}`:           true,
+		`{"f:status":{"f:conditions":{"k:{\"type\":\"Ready\"}":{"f:observedGeneration":{}}}}}`: false,
+		`{"f:spec":{"f:observedGeneration":{}}}`:                                               false,
+		`{"f:status":{"f:replicas":{}}}`:                                                       false,
+		`{"f:status":"f:observedGeneration"}`:                                                  false,
+		`not json "f:observedGeneration"`:                                                      false,
+		large:                                                                                  true,
+	} {
+		for range 2 {
+			if got := ownsObservedGeneration(&metav1.FieldsV1{Raw: []byte(raw)}); got != want {
+				t.Errorf("%.80s: %v, want %v", raw, got, want)
+			}
+		}
+	}
+	if ownsObservedGeneration(nil) {
+		t.Error("no field set owns it")
 	}
 }

@@ -25,6 +25,7 @@ import (
 	"sync"
 	"time"
 
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/apimachinery/pkg/types"
@@ -203,6 +204,9 @@ type view struct {
 	hash       string
 	current    bool
 	why        string
+	// key, when set, stands for everything Current reads of the version
+	// (ObserveStatus).
+	key string
 }
 
 // Memory remembers, per object UID, the spec hash at which the object last
@@ -269,32 +273,55 @@ func (m *Memory) Observe(obj *unstructured.Unstructured) {
 	m.learn(obj, v)
 }
 
-// ObserveStatus is Observe of a parent whose pod templates may be left
-// out of status: a pod template is most of a workload's spec, and no
-// status reads it. The spec is hashed from whole, asked only when the
-// spec of status's generation is not known yet.
-func (m *Memory) ObserveStatus(status *unstructured.Unstructured, whole func() *unstructured.Unstructured) {
-	if m == nil || status == nil || status.GetUID() == "" {
+// ObserveStatus is Observe of the parent of kind gk that identity names:
+// status gives it with its pod templates possibly left out (a pod template
+// is most of a workload's spec, and no status reads it), whole gives it
+// whole, asked only to hash the spec of a generation not hashed yet.
+// statusKey, when not empty, is equal for two versions of the parent only
+// if they are alike in all Current reads (generation, deletion,
+// annotations, status): a version whose key is the last one's says what
+// that one said, and nothing is decoded for it. Most of a parent's events
+// change neither its spec nor its status (a label, a managedFields
+// timestamp).
+func (m *Memory) ObserveStatus(identity metav1.Object, gk schema.GroupKind, statusKey string,
+	status, whole func() *unstructured.Unstructured) {
+	if m == nil || identity == nil || identity.GetUID() == "" {
 		return
 	}
 	m.mu.Lock()
-	parent := m.parentKinds[status.GroupVersionKind().GroupKind()]
+	parent := m.parentKinds[gk]
+	var v view
+	known := false
+	if e, ok := m.m[identity.GetUID()]; ok && parent && statusKey != "" && e.seen.key == statusKey &&
+		e.seen.generation == identity.GetGeneration() && e.seen.why != "" && identity.GetResourceVersion() != "" {
+		v, known = e.seen, true
+		v.rv = identity.GetResourceVersion()
+	}
 	m.mu.Unlock()
 	if !parent {
 		return
 	}
-	v, hashed := m.known(status)
+	if known {
+		m.learn(identity, v)
+		return
+	}
+	obj := status()
+	if obj == nil {
+		return
+	}
+	v, hashed := m.known(obj)
 	if !hashed {
-		obj := whole()
-		if obj == nil {
+		w := whole()
+		if w == nil {
 			return
 		}
-		v.hash = SpecHash(obj)
+		v.hash = SpecHash(w)
 	}
 	if v.why == "" {
-		v.current, v.why = Current(status)
+		v.current, v.why = Current(obj)
 	}
-	m.learn(status, v)
+	v.key = statusKey
+	m.learn(obj, v)
 }
 
 // view computes what obj says, or takes it from the last time this
@@ -396,7 +423,7 @@ func (m *Memory) sweep(now time.Time) {
 
 // learn records one sighting of obj, whose version says v, and returns a
 // copy of its entry.
-func (m *Memory) learn(obj *unstructured.Unstructured, v view) entry {
+func (m *Memory) learn(obj metav1.Object, v view) entry {
 	uid, generation := obj.GetUID(), obj.GetGeneration()
 	hash, current := v.hash, v.current
 	now := m.now()

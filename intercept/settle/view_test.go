@@ -1,9 +1,11 @@
 package settle
 
 import (
+	"strconv"
 	"testing"
 
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/apimachinery/pkg/runtime/schema"
 )
 
 // realisticDeployment is a Deployment at generation 4 with the spec of a
@@ -165,7 +167,10 @@ func TestObserveStatusAsksForTheWholeOnlyForANewGeneration(t *testing.T) {
 	viaStatus, viaWhole := parentMemory(), parentMemory()
 	for i, step := range steps {
 		asked := false
-		viaStatus.ObserveStatus(withoutSpec(step.whole), func() *unstructured.Unstructured { asked = true; return step.whole })
+		status := withoutSpec(step.whole)
+		viaStatus.ObserveStatus(status, status.GroupVersionKind().GroupKind(), "",
+			func() *unstructured.Unstructured { return status },
+			func() *unstructured.Unstructured { asked = true; return step.whole })
 		viaWhole.Observe(step.whole)
 		if asked != step.wantAsked {
 			t.Errorf("step %d: asked for the whole parent %v, want %v", i, asked, step.wantAsked)
@@ -178,5 +183,45 @@ func TestObserveStatusAsksForTheWholeOnlyForANewGeneration(t *testing.T) {
 	}
 	if f := viaStatus.Assess(steps[3].whole); !f.AtCurrentSpec {
 		t.Errorf("not at its current spec: %s", f.Reason)
+	}
+}
+
+// A version whose status key is the last one's is not decoded: it says
+// what the last one said, learned under its own resourceVersion. A new
+// key, a new generation or an empty key is decoded.
+func TestObserveStatusSkipsAVersionAlikeInStatus(t *testing.T) {
+	gk := schema.GroupKind{Group: "apps", Kind: "Deployment"}
+	steps := []struct {
+		key        string
+		obj        *unstructured.Unstructured
+		wantStatus bool
+	}{
+		{"k1", deployment("v1", 2, 2, 3, 3), true},
+		{"k1", deployment("v1", 2, 2, 3, 3), false},
+		{"k2", deployment("v1", 2, 1, 3, 3), true},
+		{"k2", deployment("v1", 2, 1, 3, 3), false},
+		{"", deployment("v1", 2, 1, 3, 3), true},
+		{"k2", deployment("v1", 2, 1, 3, 3), true},
+		{"k2", deployment("v1", 3, 1, 3, 3), true},
+	}
+	m, whole := parentMemory(), parentMemory()
+	for i, step := range steps {
+		step.obj.SetResourceVersion(strconv.Itoa(10 + i))
+		asked := false
+		m.ObserveStatus(step.obj, gk, step.key,
+			func() *unstructured.Unstructured { asked = true; return step.obj },
+			func() *unstructured.Unstructured { return step.obj })
+		whole.Observe(step.obj)
+		if asked != step.wantStatus {
+			t.Errorf("step %d: decoded %v, want %v", i, asked, step.wantStatus)
+		}
+		_, got, _ := m.Record(step.obj.GetUID())
+		_, want, _ := whole.Record(step.obj.GetUID())
+		if got != want {
+			t.Errorf("step %d: learned %+v, Observe learns %+v", i, got, want)
+		}
+		if f, wantFacts := m.Assess(step.obj), whole.Assess(step.obj); f != wantFacts {
+			t.Errorf("step %d: facts %+v, want %+v", i, f, wantFacts)
+		}
 	}
 }

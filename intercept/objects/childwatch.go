@@ -44,6 +44,7 @@ const (
 	unknownTypeMeta        protowire.Number = 1
 	unknownRaw             protowire.Number = 2
 	unknownContentEncoding protowire.Number = 3
+	typeMetaAPIVersion     protowire.Number = 1
 	typeMetaKind           protowire.Number = 2
 )
 

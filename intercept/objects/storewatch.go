@@ -88,16 +88,37 @@ type decodingWatch interface {
 }
 
 // watchDecoded is a parent as its watch decoded it: the lean tree (a JSON
-// watch's), or the lean object in its Go type (a protobuf watch's).
+// watch's), or the lean object's protobuf (a protobuf watch's), decoded
+// into its Go type only when asked.
 type watchDecoded struct {
-	tree  *unstructured.Unstructured
-	typed runtime.Object
+	tree *unstructured.Unstructured
+
+	protobuf []byte
+	gvk      schema.GroupVersionKind
+	key      string
+	typed    runtime.Object
+}
+
+// typedObject is the parent in its Go type.
+func (d *watchDecoded) typedObject() (runtime.Object, error) {
+	if d.typed == nil {
+		obj, err := typedParent(d.gvk, d.protobuf)
+		if err != nil {
+			return nil, err
+		}
+		d.typed = obj
+	}
+	return d.typed, nil
 }
 
 // whole is the parent as the tree its JSON decodes to.
 func (d *watchDecoded) whole() (*unstructured.Unstructured, error) {
-	if d.tree == nil && d.typed != nil {
-		u, err := typedTree(d.typed)
+	if d.tree == nil && d.protobuf != nil {
+		obj, err := d.typedObject()
+		if err != nil {
+			return nil, err
+		}
+		u, err := typedTree(obj)
 		if err != nil {
 			return nil, err
 		}
@@ -106,21 +127,21 @@ func (d *watchDecoded) whole() (*unstructured.Unstructured, error) {
 	return d.tree, nil
 }
 
-// statusKey is typedStatusKey of the parent in its Go type; "" for a tree.
-func (d *watchDecoded) statusKey() string {
-	if d.typed == nil {
-		return ""
-	}
-	return typedStatusKey(d.typed)
-}
+// statusKey is leanProtobuf's of a parent watched in protobuf; "" for a
+// tree.
+func (d *watchDecoded) statusKey() string { return d.key }
 
-// status is the parent as a tree, its pod templates left out when it is
-// in its Go type (withoutPodTemplates).
+// status is the parent as a tree, its pod templates left out when it was
+// watched in protobuf (withoutPodTemplates).
 func (d *watchDecoded) status() (*unstructured.Unstructured, error) {
-	if d.tree != nil || d.typed == nil {
+	if d.tree != nil || d.protobuf == nil {
 		return d.whole()
 	}
-	return typedTree(withoutPodTemplates(d.typed))
+	obj, err := d.typedObject()
+	if err != nil {
+		return nil, err
+	}
+	return typedTree(withoutPodTemplates(obj))
 }
 
 // storeWritingDecoder decodes a watch of a cache and writes each added,

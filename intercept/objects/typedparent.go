@@ -3,24 +3,17 @@ package objects
 import (
 	"bytes"
 	"context"
-	"crypto/sha256"
-	"encoding/binary"
 	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
-	"maps"
-	"reflect"
-	"slices"
 	"strconv"
 	"strings"
 	"sync"
-	"time"
 
 	appsv1 "k8s.io/api/apps/v1"
 	batchv1 "k8s.io/api/batch/v1"
 	corev1 "k8s.io/api/core/v1"
-	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/runtime"
@@ -124,80 +117,39 @@ func leadingNumber(s string) (int, bool) {
 // information lists no modules.
 const apiTypesVersion = "v0.35.4"
 
-// compactTypedParent is compactParentOf of obj, a parent decoded into its
-// Go type: the same lean form (LeanParent), kept as protobuf. A bookmark
-// keeps its annotations (keepAnnotations): the reflector reads the end of
-// a watch list's initial events from them.
-func compactTypedParent(obj runtime.Object, gvk schema.GroupVersionKind, keepAnnotations bool) (*compactParent, error) {
-	m, err := meta.Accessor(obj)
-	if err != nil {
-		return nil, err
-	}
-	m.SetManagedFields(leanManagedFields(m.GetManagedFields()))
-	pm, ok := obj.(protobufObject)
-	if !ok {
-		return nil, fmt.Errorf("%s has no protobuf encoding", gvk)
-	}
-	data, err := pm.Marshal()
-	if err != nil {
-		return nil, fmt.Errorf("keeping %s %s/%s as protobuf: %w", gvk.Kind, m.GetNamespace(), m.GetName(), err)
-	}
-	apiVersion, kind := gvk.ToAPIVersionAndKind()
-	p := &compactParent{apiVersion: apiVersion, kind: kind, namespace: m.GetNamespace(), name: m.GetName(),
-		uid: string(m.GetUID()), resourceVersion: m.GetResourceVersion(), generation: m.GetGeneration(), protobuf: data}
-	if keepAnnotations {
-		p.bookmarkAnnotations = m.GetAnnotations()
-	}
-	return p, nil
-}
-
 // observedGenerationOwned is what LeanParent leaves of a managedFields
 // entry that owns status.observedGeneration.
 var observedGenerationOwned = []byte(`{"f:status":{"f:observedGeneration":{}}}`)
-
-// leanManagedFields is LeanParent's managedFields of a typed object: the
-// entries that own status.observedGeneration, with only that field.
-func leanManagedFields(entries []metav1.ManagedFieldsEntry) []metav1.ManagedFieldsEntry {
-	var kept []metav1.ManagedFieldsEntry
-	for _, e := range entries {
-		if !ownsObservedGeneration(e.FieldsV1) {
-			continue
-		}
-		e.FieldsV1 = &metav1.FieldsV1{Raw: observedGenerationOwned}
-		kept = append(kept, e)
-	}
-	return kept
-}
 
 // ownsObservedGeneration reports whether f has status.observedGeneration:
 // a condition's observedGeneration is deeper down. A field manager's set
 // is mostly the same for every object of a kind it writes, and parsing it
 // was a large share of a parent's event: answers are remembered.
-func ownsObservedGeneration(f *metav1.FieldsV1) bool {
-	if f == nil || !bytes.Contains(f.Raw, []byte(`"f:observedGeneration"`)) {
+func ownsObservedGeneration(raw []byte) bool {
+	if !bytes.Contains(raw, []byte(`"f:observedGeneration"`)) {
 		return false
 	}
 	observedGenerationOwnersMu.Lock()
-	owns, known := observedGenerationOwners[string(f.Raw)]
+	owns, known := observedGenerationOwners[string(raw)]
 	observedGenerationOwnersMu.Unlock()
 	if known {
 		return owns
 	}
 	var fields map[string]json.RawMessage
-	if json.Unmarshal(f.Raw, &fields) == nil {
+	if json.Unmarshal(raw, &fields) == nil {
 		var status map[string]json.RawMessage
 		if json.Unmarshal(fields["f:status"], &status) == nil {
 			_, owns = status["f:observedGeneration"]
 		}
 	}
-	if len(f.Raw) > maxRememberedFieldSet {
+	if len(raw) > maxRememberedFieldSet {
 		return owns
 	}
 	observedGenerationOwnersMu.Lock()
 	if len(observedGenerationOwners) >= maxObservedGenerationOwners {
 		clear(observedGenerationOwners)
 	}
-	observedGenerationOwners[string(f.Raw)] = owns
+	observedGenerationOwners[string(raw)] = owns
 	observedGenerationOwnersMu.Unlock()
 	return owns
 }
@@ -217,6 +169,16 @@ var (
 // typedParentObject decodes the protobuf of a parent of kind gvk into the
 // tree a decision reads: what decoding kube-apiserver's JSON of it gives.
 func typedParentObject(gvk schema.GroupVersionKind, data []byte) (*unstructured.Unstructured, error) {
+	obj, err := typedParent(gvk, data)
+	if err != nil {
+		return nil, err
+	}
+	return typedTree(obj)
+}
+
+// typedParent decodes the protobuf of a parent of kind gvk into its Go
+// type.
+func typedParent(gvk schema.GroupVersionKind, data []byte) (runtime.Object, error) {
 	obj, err := typedParentScheme.New(gvk)
 	if err != nil {
 		return nil, err
@@ -229,7 +191,7 @@ func typedParentObject(gvk schema.GroupVersionKind, data []byte) (*unstructured.
 		return nil, err
 	}
 	obj.GetObjectKind().SetGroupVersionKind(gvk)
-	return typedTree(obj)
+	return obj, nil
 }
 
 // typedTree is obj, in its Go type with its kind set, as the tree its
@@ -240,51 +202,6 @@ func typedTree(obj runtime.Object) (*unstructured.Unstructured, error) {
 		return nil, err
 	}
 	return &unstructured.Unstructured{Object: m}, nil
-}
-
-// typedStatusKey stands for everything settledness reads of obj, a parent
-// in its Go type, but its spec (which its generation stands for): its
-// generation, deletion, annotations and status, the status as protobuf
-// (whose encoding of a map is ordered). "" when obj has no status.
-func typedStatusKey(obj runtime.Object) string {
-	m, err := meta.Accessor(obj)
-	if err != nil {
-		return ""
-	}
-	v := reflect.ValueOf(obj)
-	if v.Kind() != reflect.Pointer || v.Elem().Kind() != reflect.Struct {
-		return ""
-	}
-	status := v.Elem().FieldByName("Status")
-	if !status.IsValid() || !status.CanAddr() {
-		return ""
-	}
-	marshaler, ok := status.Addr().Interface().(interface{ Marshal() ([]byte, error) })
-	if !ok {
-		return ""
-	}
-	data, err := marshaler.Marshal()
-	if err != nil {
-		return ""
-	}
-	h := sha256.New()
-	var n [8]byte
-	binary.BigEndian.PutUint64(n[:], uint64(m.GetGeneration())) //nolint:gosec // the bits, not the number
-	h.Write(n[:])
-	if t := m.GetDeletionTimestamp(); t != nil {
-		h.Write([]byte(t.UTC().Format(time.RFC3339)))
-	}
-	h.Write([]byte{0})
-	annotations := m.GetAnnotations()
-	for _, k := range slices.Sorted(maps.Keys(annotations)) {
-		h.Write([]byte(k))
-		h.Write([]byte{0})
-		h.Write([]byte(annotations[k]))
-		h.Write([]byte{0})
-	}
-	h.Write([]byte{0xff})
-	h.Write(data)
-	return string(h.Sum(nil))
 }
 
 // withoutPodTemplates is a copy of obj, a parent in its Go type, without
@@ -335,8 +252,9 @@ type typedParentEvents struct {
 	body   io.Closer
 	frames streaming.Decoder
 	gvk    schema.GroupVersionKind
-	// last is the last parent decoded, lean, and its compactParent.
-	last        runtime.Object
+	// last is the last parent decoded, lean, and lastCompact its
+	// compactParent.
+	last        *watchDecoded
 	lastCompact *compactParent
 }
 
@@ -359,22 +277,76 @@ func (d *typedParentEvents) Decode() (watch.EventType, runtime.Object, error) {
 	default:
 		return "", nil, fmt.Errorf("a watch event of a parent of unknown type %q", event.Type)
 	}
-	obj, gvk, err := typedParentDecoder.Decode(event.Object.Raw, nil, nil)
+	object, kind, err := unknownObject(event.Object.Raw)
 	if err != nil {
 		return "", nil, fmt.Errorf("decoding a %s watch event of a parent: %w", typ, err)
 	}
-	if typ == watch.Error {
+	if typ == watch.Error || kind.Kind == "Status" {
+		// A Status: the reflector reads it as it comes.
+		obj, _, err := typedParentDecoder.Decode(event.Object.Raw, nil, nil)
+		if err != nil {
+			return "", nil, fmt.Errorf("decoding a %s watch event of a parent: %w", typ, err)
+		}
 		return typ, obj, nil
 	}
-	if *gvk != d.gvk {
-		return "", nil, fmt.Errorf("a watch of %s sent a %s", d.gvk.Kind, gvk)
+	if kind != d.gvk {
+		return "", nil, fmt.Errorf("a watch of %s sent a %s", d.gvk.Kind, kind)
 	}
-	p, err := compactTypedParent(obj, *gvk, typ == watch.Bookmark)
+	p, decoded, err := compactProtobufParent(object, kind, typ == watch.Bookmark)
 	if err != nil {
-		return "", nil, err
+		return "", nil, fmt.Errorf("decoding a %s watch event of a parent: %w", typ, err)
 	}
-	d.last, d.lastCompact = obj, p
+	d.last, d.lastCompact = decoded, p
 	return typ, p, nil
+}
+
+// compactProtobufParent is compactParentOf of the parent of kind gvk whose
+// protobuf is object, and the parent for the observers. A bookmark keeps
+// its annotations (withAnnotations): the reflector reads the end of a
+// watch list's initial events from them.
+func compactProtobufParent(object []byte, gvk schema.GroupVersionKind, withAnnotations bool) (*compactParent, *watchDecoded, error) {
+	lean, err := leanParentProtobuf(object, withAnnotations)
+	if err != nil {
+		return nil, nil, err
+	}
+	apiVersion, kind := gvk.ToAPIVersionAndKind()
+	p := &compactParent{apiVersion: apiVersion, kind: kind, namespace: lean.namespace, name: lean.name, uid: lean.uid,
+		resourceVersion: lean.resourceVersion, generation: lean.generation, protobuf: lean.object,
+		bookmarkAnnotations: lean.annotations}
+	return p, &watchDecoded{protobuf: lean.object, gvk: gvk, key: lean.statusKey}, nil
+}
+
+// unknownObject is the object of the runtime.Unknown whose protobuf is
+// data, and its kind.
+func unknownObject(data []byte) ([]byte, schema.GroupVersionKind, error) {
+	if !bytes.HasPrefix(data, protobufPrefix) {
+		return nil, schema.GroupVersionKind{}, errors.New("the object is not protobuf")
+	}
+	envelope := data[len(protobufPrefix):]
+	encoding, err := bytesField(envelope, unknownContentEncoding)
+	if err != nil {
+		return nil, schema.GroupVersionKind{}, err
+	}
+	if len(encoding) > 0 {
+		return nil, schema.GroupVersionKind{}, fmt.Errorf("the object has content encoding %q", encoding)
+	}
+	typeMeta, err := bytesField(envelope, unknownTypeMeta)
+	if err != nil {
+		return nil, schema.GroupVersionKind{}, err
+	}
+	apiVersion, err := bytesField(typeMeta, typeMetaAPIVersion)
+	if err != nil {
+		return nil, schema.GroupVersionKind{}, err
+	}
+	kind, err := bytesField(typeMeta, typeMetaKind)
+	if err != nil {
+		return nil, schema.GroupVersionKind{}, err
+	}
+	object, err := bytesField(envelope, unknownRaw)
+	if err != nil {
+		return nil, schema.GroupVersionKind{}, err
+	}
+	return object, schema.FromAPIVersionAndKind(string(apiVersion), string(kind)), nil
 }
 
 // decoded is the lean parent the last event decoded, in its Go type, if
@@ -383,7 +355,7 @@ func (d *typedParentEvents) decoded(obj runtime.Object) *watchDecoded {
 	if d.lastCompact == nil || runtime.Object(d.lastCompact) != obj {
 		return nil
 	}
-	return &watchDecoded{typed: d.last}
+	return d.last
 }
 
 func (d *typedParentEvents) Close() { _ = d.body.Close() }

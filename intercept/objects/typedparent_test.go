@@ -14,6 +14,7 @@ import (
 	"time"
 
 	"github.com/google/go-cmp/cmp"
+	"google.golang.org/protobuf/encoding/protowire"
 	appsv1 "k8s.io/api/apps/v1"
 	batchv1 "k8s.io/api/batch/v1"
 	corev1 "k8s.io/api/core/v1"
@@ -231,11 +232,7 @@ func TestTypedParentIsTheTreeOfItsJSON(t *testing.T) {
 				t.Fatal(err)
 			}
 
-			watched, _ := typedParentScheme.New(gvk)
-			if err := watched.(protobufObject).Unmarshal(stored); err != nil {
-				t.Fatal(err)
-			}
-			p, err := compactTypedParent(watched, gvk, false)
+			p, _, err := compactProtobufParent(stored, gvk, false)
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -502,7 +499,11 @@ func (o *statusObserver) Forget(types.UID) {}
 // watched in JSON it gets whole both times.
 func TestStatusObserverGetsTheParentWithoutItsTemplates(t *testing.T) {
 	d := typedDeployment(t, storedDeploymentJSON(1, 7))
-	lean, err := compactTypedParent(d.DeepCopy(), d.GroupVersionKind(), false)
+	stored, err := d.Marshal()
+	if err != nil {
+		t.Fatal(err)
+	}
+	lean, watched, err := compactProtobufParent(stored, d.GroupVersionKind(), false)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -510,11 +511,7 @@ func TestStatusObserverGetsTheParentWithoutItsTemplates(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	typed := d.DeepCopy()
-	if _, err := compactTypedParent(typed, d.GroupVersionKind(), false); err != nil {
-		t.Fatal(err)
-	}
-	for name, decoded := range map[string]*watchDecoded{"protobuf": {typed: typed}, "JSON": {tree: want.DeepCopy()}, "list": nil} {
+	for name, decoded := range map[string]*watchDecoded{"protobuf": watched, "JSON": {tree: want.DeepCopy()}, "list": nil} {
 		t.Run(name, func(t *testing.T) {
 			o := &statusObserver{}
 			parentChanged([]Observer{o}, lean, decoded)
@@ -542,10 +539,23 @@ func TestStatusObserverGetsTheParentWithoutItsTemplates(t *testing.T) {
 }
 
 // The status key of a parent changes with what settledness reads of it
-// (generation, deletion, annotations, status), and with nothing else.
-func TestTypedStatusKey(t *testing.T) {
+// (generation, deletion, annotations, status; and the spec, which its
+// generation stands for), and with nothing else.
+func TestStatusKey(t *testing.T) {
 	base := typedDeployment(t, storedDeploymentJSON(1, 7))
 	now := metav1.NewTime(time.Date(2026, 11, 26, 3, 0, 0, 0, time.UTC))
+	keyOf := func(d *appsv1.Deployment) string {
+		t.Helper()
+		data, err := d.Marshal()
+		if err != nil {
+			t.Fatal(err)
+		}
+		lean, err := leanParentProtobuf(data, false)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return lean.statusKey
+	}
 	for _, tc := range []struct {
 		name   string
 		change func(d *appsv1.Deployment)
@@ -554,8 +564,9 @@ func TestTypedStatusKey(t *testing.T) {
 		{"a label", func(d *appsv1.Deployment) { d.Labels = map[string]string{"churn": "1"} }, true},
 		{"the resourceVersion", func(d *appsv1.Deployment) { d.ResourceVersion = "8" }, true},
 		{"managedFields", func(d *appsv1.Deployment) { d.ManagedFields = nil }, true},
-		{"the spec at the same generation", func(d *appsv1.Deployment) { d.Spec.MinReadySeconds = 9 }, true},
+		{"a managedFields timestamp", func(d *appsv1.Deployment) { d.ManagedFields[1].Time = &now }, true},
 		{"the generation", func(d *appsv1.Deployment) { d.Generation++ }, false},
+		{"the spec", func(d *appsv1.Deployment) { d.Spec.MinReadySeconds = 9 }, false},
 		{"the deletion", func(d *appsv1.Deployment) { d.DeletionTimestamp = &now }, false},
 		{"an annotation", func(d *appsv1.Deployment) { d.Annotations["kausality.io/observed-generation"] = "1" }, false},
 		{"an annotation's value", func(d *appsv1.Deployment) { d.Annotations["kausality.io/phase"] = "x" }, false},
@@ -565,17 +576,10 @@ func TestTypedStatusKey(t *testing.T) {
 		t.Run(tc.name, func(t *testing.T) {
 			d := base.DeepCopy()
 			tc.change(d)
-			before, after := typedStatusKey(base), typedStatusKey(d)
-			if before == "" || after == "" {
-				t.Fatal("no key")
-			}
-			if (before == after) != tc.same {
-				t.Errorf("same key %v, want %v", before == after, tc.same)
+			if same := keyOf(base) == keyOf(d); same != tc.same {
+				t.Errorf("same key %v, want %v", same, tc.same)
 			}
 		})
-	}
-	if typedStatusKey(&corev1.ConfigMap{}) != "" {
-		t.Error("a kind without status has a key")
 	}
 }
 
@@ -594,12 +598,31 @@ func TestOwnsObservedGeneration(t *testing.T) {
 		large:                                                                                  true,
 	} {
 		for range 2 {
-			if got := ownsObservedGeneration(&metav1.FieldsV1{Raw: []byte(raw)}); got != want {
+			if got := ownsObservedGeneration([]byte(raw)); got != want {
 				t.Errorf("%.80s: %v, want %v", raw, got, want)
 			}
 		}
 	}
 	if ownsObservedGeneration(nil) {
 		t.Error("no field set owns it")
+	}
+}
+
+// A parent's protobuf that is not an object's is an error, not a parent.
+func TestLeanParentProtobufRefusesWhatIsNoObject(t *testing.T) {
+	d := typedDeployment(t, storedDeploymentJSON(1, 7))
+	stored, err := d.Marshal()
+	if err != nil {
+		t.Fatal(err)
+	}
+	for name, data := range map[string][]byte{
+		"cut short":                   stored[:len(stored)/2],
+		"metadata that is a number":   protowire.AppendVarint(protowire.AppendTag(nil, objectMetadata, protowire.VarintType), 7),
+		"a name that is a number":     protowire.AppendBytes(protowire.AppendTag(nil, objectMetadata, protowire.BytesType), protowire.AppendVarint(protowire.AppendTag(nil, objectMetaName, protowire.VarintType), 1)),
+		"a generation that is a text": protowire.AppendBytes(protowire.AppendTag(nil, objectMetadata, protowire.BytesType), protowire.AppendString(protowire.AppendTag(nil, objectMetaGeneration, protowire.BytesType), "1")),
+	} {
+		if _, err := leanParentProtobuf(data, true); err == nil {
+			t.Errorf("%s: no error", name)
+		}
 	}
 }

@@ -736,6 +736,17 @@ func (s *Store) parentCacheFor(gvr schema.GroupVersionResource) *objectCache {
 	})
 }
 
+// ParentsInProtobuf reports whether the cache of parents of gvr watches
+// them in protobuf: gvr is of a built-in kind, and kube-apiserver is no
+// newer than the API types the proxy is built with.
+func (s *Store) ParentsInProtobuf(gvr schema.GroupVersionResource) bool {
+	if s.parentWatch == nil || s.childWatch == nil || s.typedParents == nil {
+		return false
+	}
+	_, ok := s.typedParents(gvr)
+	return ok
+}
+
 // lazyStart returns the cache of gvr in started, starting it with start
 // when the store holds fewer than its most caches of that sort; the zero
 // value (nil) when it holds that many.

@@ -7,6 +7,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"reflect"
 	"strconv"
 	"strings"
 	"sync"
@@ -76,11 +77,44 @@ func typedParentKinds(serverVersion func() (*version.Info, error), builtWith str
 			return schema.GroupVersionKind{}, false
 		}
 		obj, err := typedParentScheme.New(gvk)
-		if _, ok := obj.(protobufObject); err != nil || !ok {
+		if _, ok := obj.(protobufObject); err != nil || !ok || embedsTypeMeta(reflect.TypeOf(obj).Elem(), map[reflect.Type]bool{}) {
 			return schema.GroupVersionKind{}, false
 		}
 		return gvk, true
 	}
+}
+
+// typeMetaType is the Go type of an object's apiVersion and kind.
+var typeMetaType = reflect.TypeFor[metav1.TypeMeta]()
+
+// embedsTypeMeta reports whether t holds, below its own, an object with
+// apiVersion and kind (a StatefulSet's claim templates): protobuf encodes
+// no object's apiVersion and kind, but kube-apiserver's JSON has the ones
+// it defaults on such an object, so its protobuf would not give the tree
+// its JSON does.
+func embedsTypeMeta(t reflect.Type, seen map[reflect.Type]bool) bool {
+	if seen[t] {
+		return false
+	}
+	seen[t] = true
+	switch t.Kind() {
+	case reflect.Pointer, reflect.Slice, reflect.Array, reflect.Map:
+		return embedsTypeMeta(t.Elem(), seen)
+	case reflect.Struct:
+		for i := range t.NumField() {
+			f := t.Field(i)
+			if f.Type == typeMetaType {
+				if len(seen) > 1 {
+					return true
+				}
+				continue
+			}
+			if embedsTypeMeta(f.Type, seen) {
+				return true
+			}
+		}
+	}
+	return false
 }
 
 // typesKnowEveryField reports whether the API types of module version
@@ -205,7 +239,7 @@ func typedTree(obj runtime.Object) (*unstructured.Unstructured, error) {
 }
 
 // withoutPodTemplates is a copy of obj, a parent in its Go type, without
-// its pod templates (and a StatefulSet's claim templates): most of a
+// its pod templates (StatefulSets are watched in JSON): most of a
 // workload's spec, which nothing that reads its status (kstatus, the
 // observed generations) looks at. The copy shares the rest with obj. A
 // kind without templates is obj itself.
@@ -218,11 +252,6 @@ func withoutPodTemplates(obj runtime.Object) runtime.Object {
 	case *appsv1.ReplicaSet:
 		c := *o
 		c.Spec.Template = corev1.PodTemplateSpec{}
-		return &c
-	case *appsv1.StatefulSet:
-		c := *o
-		c.Spec.Template = corev1.PodTemplateSpec{}
-		c.Spec.VolumeClaimTemplates = nil
 		return &c
 	case *appsv1.DaemonSet:
 		c := *o

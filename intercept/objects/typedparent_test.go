@@ -184,12 +184,6 @@ func richParents(t testing.TB) []runtime.Object {
 			Strategy: appsv1.DeploymentStrategy{Type: appsv1.RollingUpdateDeploymentStrategyType,
 				RollingUpdate: &appsv1.RollingUpdateDeployment{MaxSurge: &surge}}},
 			Status: appsv1.DeploymentStatus{ObservedGeneration: 3, Replicas: 3, Conditions: conditions}},
-		&appsv1.StatefulSet{ObjectMeta: meta("db"), Spec: appsv1.StatefulSetSpec{Replicas: &replicas, ServiceName: "db",
-			Selector: &metav1.LabelSelector{MatchLabels: map[string]string{"app": "db"}}, Template: template,
-			VolumeClaimTemplates: []corev1.PersistentVolumeClaim{{ObjectMeta: metav1.ObjectMeta{Name: "data"},
-				Spec: corev1.PersistentVolumeClaimSpec{AccessModes: []corev1.PersistentVolumeAccessMode{corev1.ReadWriteOnce},
-					Resources: corev1.VolumeResourceRequirements{Requests: corev1.ResourceList{corev1.ResourceStorage: resource.MustParse("1Gi")}}}}}},
-			Status: appsv1.StatefulSetStatus{ObservedGeneration: 2, Replicas: 3}},
 		&appsv1.DaemonSet{ObjectMeta: meta("agent"), Spec: appsv1.DaemonSetSpec{
 			Selector: &metav1.LabelSelector{MatchLabels: map[string]string{"app": "agent"}}, Template: template}},
 		&batchv1.Job{ObjectMeta: meta("once"), Spec: batchv1.JobSpec{Template: template, BackoffLimit: new(int32)},
@@ -411,8 +405,6 @@ func TestWithoutPodTemplatesIsAsSettled(t *testing.T) {
 			switch o := obj.(type) {
 			case *appsv1.Deployment:
 				o.Status.ObservedGeneration = 1
-			case *appsv1.StatefulSet:
-				o.Status.ObservedGeneration = 1
 			case *appsv1.DaemonSet:
 				o.Status.ObservedGeneration = 1
 			}
@@ -422,9 +414,6 @@ func TestWithoutPodTemplatesIsAsSettled(t *testing.T) {
 			case *appsv1.Deployment:
 				o.Status = appsv1.DeploymentStatus{ObservedGeneration: 3, Replicas: 3, UpdatedReplicas: 3, ReadyReplicas: 3, AvailableReplicas: 3,
 					Conditions: []appsv1.DeploymentCondition{{Type: appsv1.DeploymentAvailable, Status: corev1.ConditionTrue}}}
-			case *appsv1.StatefulSet:
-				o.Status = appsv1.StatefulSetStatus{ObservedGeneration: 3, Replicas: 3, ReadyReplicas: 3, CurrentReplicas: 3, UpdatedReplicas: 3,
-					CurrentRevision: "r1", UpdateRevision: "r1", AvailableReplicas: 3}
 			case *appsv1.DaemonSet:
 				o.Status = appsv1.DaemonSetStatus{ObservedGeneration: 3, DesiredNumberScheduled: 2, CurrentNumberScheduled: 2,
 					UpdatedNumberScheduled: 2, NumberAvailable: 2, NumberReady: 2}
@@ -463,7 +452,7 @@ func TestWithoutPodTemplatesIsAsSettled(t *testing.T) {
 				if !reflect.DeepEqual(after.Object, whole.Object) {
 					t.Error("leaving out the templates changed the parent")
 				}
-				for _, path := range [][]string{{"spec", "template", "spec", "containers"}, {"spec", "jobTemplate", "spec", "template", "spec", "containers"}, {"spec", "volumeClaimTemplates"}} {
+				for _, path := range [][]string{{"spec", "template", "spec", "containers"}, {"spec", "jobTemplate", "spec", "template", "spec", "containers"}} {
 					if v, found, _ := unstructured.NestedFieldNoCopy(status.Object, path...); found && v != nil {
 						t.Errorf("%v is still there", path)
 					}
@@ -624,5 +613,34 @@ func TestLeanParentProtobufRefusesWhatIsNoObject(t *testing.T) {
 		if _, err := leanParentProtobuf(data, true); err == nil {
 			t.Errorf("%s: no error", name)
 		}
+	}
+}
+
+// A kind whose objects hold objects with an apiVersion and kind of their
+// own is not watched in protobuf: protobuf leaves those out.
+func TestEmbedsTypeMeta(t *testing.T) {
+	for _, tc := range []struct {
+		obj  runtime.Object
+		want bool
+	}{
+		{&appsv1.Deployment{}, false},
+		{&appsv1.ReplicaSet{}, false},
+		{&appsv1.DaemonSet{}, false},
+		{&batchv1.Job{}, false},
+		{&batchv1.CronJob{}, false},
+		{&corev1.ReplicationController{}, false},
+		{&appsv1.StatefulSet{}, true},
+		{&metav1.Status{}, false},
+	} {
+		if got := embedsTypeMeta(reflect.TypeOf(tc.obj).Elem(), map[reflect.Type]bool{}); got != tc.want {
+			t.Errorf("%T: %v, want %v", tc.obj, got, tc.want)
+		}
+	}
+	kindFor := func(schema.GroupVersionResource) (schema.GroupVersionKind, error) {
+		return appsv1.SchemeGroupVersion.WithKind("StatefulSet"), nil
+	}
+	if _, ok := typedParentKinds(func() (*version.Info, error) { return &version.Info{Major: "1", Minor: "35"}, nil }, "v0.35.4", kindFor)(
+		schema.GroupVersionResource{Group: "apps", Version: "v1", Resource: "statefulsets"}); ok {
+		t.Error("StatefulSets are watched in protobuf")
 	}
 }

@@ -127,19 +127,8 @@ func testParentWatchCachesParentsAsDecodedWhole(t *testing.T, noWatchList bool) 
 		t.Errorf("managedFields kept: %v", mf)
 	}
 
-	srv.send(parentEventFrame(watch.Deleted, storedDeploymentJSON(2, 2002)), false)
-	waitUntil(t, "the deletion to reach the observer", func() bool {
-		seen.mu.Lock()
-		defer seen.mu.Unlock()
-		return seen.forgot[types.UID("0f6d1c3e-8a52-4c1e-9b3a-000000000002")]
-	})
-	if _, ok := cachedParent(t, s, "p-00002"); ok {
-		t.Error("a deleted parent is still cached")
-	}
-
-	opened := srv.watchesOpened()
-	srv.send(parentEventFrame(watch.Error, []byte(`{"apiVersion":"v1","kind":"Status","status":"Failure","reason":"Expired","code":410,"message":"too old resource version"}`)), false)
-	waitUntil(t, "the cache to list and watch again after 410 Gone", func() bool { return srv.watchesOpened() > opened })
+	deletedAndGone(t, srv, s, seen, parentEventFrame(watch.Deleted, storedDeploymentJSON(2, 2002)),
+		parentEventFrame(watch.Error, []byte(`{"apiVersion":"v1","kind":"Status","status":"Failure","reason":"Expired","code":410,"message":"too old resource version"}`)))
 }
 
 // Each event is decoded in one pass into what its cache keeps, as the
@@ -366,4 +355,23 @@ func TestParentCacheLeavesOutTheExcludedNamespaces(t *testing.T) {
 	if forgot != 0 {
 		t.Errorf("the observers were told %d parents were deleted; none was", forgot)
 	}
+}
+
+// deletedAndGone sends the deletion of p-00002 (deleted) and expects it to
+// leave the cache and reach the observer; then a 410 Gone (gone), and
+// expects the cache to list and watch again.
+func deletedAndGone(t *testing.T, srv *parentServer, s *Store, seen *parentObserver, deleted, gone []byte) {
+	t.Helper()
+	srv.send(deleted, false)
+	waitUntil(t, "the deletion to reach the observer", func() bool {
+		seen.mu.Lock()
+		defer seen.mu.Unlock()
+		return seen.forgot[types.UID("0f6d1c3e-8a52-4c1e-9b3a-000000000002")]
+	})
+	if _, ok := cachedParent(t, s, "p-00002"); ok {
+		t.Error("a deleted parent is still cached")
+	}
+	opened := srv.watchesOpened()
+	srv.send(gone, false)
+	waitUntil(t, "the cache to list and watch again after 410 Gone", func() bool { return srv.watchesOpened() > opened })
 }

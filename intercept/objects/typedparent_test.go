@@ -376,21 +376,10 @@ func TestTypedParentWatchCachesTheTreeOfItsJSON(t *testing.T) {
 				t.Errorf("observed (-json +protobuf):\n%s", cmp.Diff(want.Object, observed.Object))
 			}
 
-			srv.send(typedEventFrame(t, watch.Deleted, typedDeployment(t, storedDeploymentJSON(2, 2002))), false)
-			waitUntil(t, "the deletion to reach the observer", func() bool {
-				seen.mu.Lock()
-				defer seen.mu.Unlock()
-				return seen.forgot[types.UID("0f6d1c3e-8a52-4c1e-9b3a-000000000002")]
-			})
-			if _, ok := cachedParent(t, s, "p-00002"); ok {
-				t.Error("a deleted parent is still cached")
-			}
-
-			opened := srv.watchesOpened()
 			gone := &metav1.Status{Status: metav1.StatusFailure, Code: 410, Reason: metav1.StatusReasonExpired, Message: "too old"}
 			gone.SetGroupVersionKind(schema.GroupVersionKind{Version: "v1", Kind: "Status"})
-			srv.send(typedEventFrame(t, watch.Error, gone), true)
-			waitUntil(t, "the watch to open again after 410 Gone", func() bool { return srv.watchesOpened() > opened })
+			deletedAndGone(t, srv, s, seen, typedEventFrame(t, watch.Deleted, typedDeployment(t, storedDeploymentJSON(2, 2002))),
+				typedEventFrame(t, watch.Error, gone))
 		})
 	}
 }

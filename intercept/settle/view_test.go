@@ -6,6 +6,7 @@ import (
 
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/runtime/schema"
+	"k8s.io/apimachinery/pkg/types"
 )
 
 // realisticDeployment is a Deployment at generation 4 with the spec of a
@@ -175,11 +176,7 @@ func TestObserveStatusAsksForTheWholeOnlyForANewGeneration(t *testing.T) {
 		if asked != step.wantAsked {
 			t.Errorf("step %d: asked for the whole parent %v, want %v", i, asked, step.wantAsked)
 		}
-		_, got, _ := viaStatus.Record(step.whole.GetUID())
-		_, want, _ := viaWhole.Record(step.whole.GetUID())
-		if got != want {
-			t.Errorf("step %d: learned %+v, Observe learns %+v", i, got, want)
-		}
+		learnedAlike(t, i, viaStatus, viaWhole, step.whole.GetUID())
 	}
 	if f := viaStatus.Assess(steps[3].whole); !f.AtCurrentSpec {
 		t.Errorf("not at its current spec: %s", f.Reason)
@@ -215,13 +212,20 @@ func TestObserveStatusSkipsAVersionAlikeInStatus(t *testing.T) {
 		if asked != step.wantStatus {
 			t.Errorf("step %d: decoded %v, want %v", i, asked, step.wantStatus)
 		}
-		_, got, _ := m.Record(step.obj.GetUID())
-		_, want, _ := whole.Record(step.obj.GetUID())
-		if got != want {
-			t.Errorf("step %d: learned %+v, Observe learns %+v", i, got, want)
-		}
+		learnedAlike(t, i, m, whole, step.obj.GetUID())
 		if f, wantFacts := m.Assess(step.obj), whole.Assess(step.obj); f != wantFacts {
 			t.Errorf("step %d: facts %+v, want %+v", i, f, wantFacts)
 		}
+	}
+}
+
+// learnedAlike fails unless got and want record the same of uid after
+// step.
+func learnedAlike(t *testing.T, step int, got, want *Memory, uid types.UID) {
+	t.Helper()
+	_, g, _ := got.Record(uid)
+	_, w, _ := want.Record(uid)
+	if g != w {
+		t.Errorf("step %d: learned %+v, Observe learns %+v", step, g, w)
 	}
 }

@@ -85,14 +85,16 @@ type Store struct {
 	// childWatch, when set, watches children decoded as compactChild;
 	// parentWatch parents decoded as compactParent.
 	childWatch, parentWatch rest.Interface
-	// typedParents says which parents are watched in protobuf, as their
-	// kind's Go type (typedparent.go).
-	typedParents func(gvr schema.GroupVersionResource) (schema.GroupVersionKind, bool)
-	mapper       *restmapper.DeferredDiscoveryRESTMapper
-	memo         *mappingMemo
-	parents      *parentMemo
-	maxInformers int
-	now          func() time.Time
+	// typedParents says which parents may be watched in protobuf, as
+	// their kind's Go type, and protobufServed whether kube-apiserver
+	// serves them so now (typedparent.go).
+	typedParents   func(gvr schema.GroupVersionResource) (schema.GroupVersionKind, bool)
+	protobufServed func() bool
+	mapper         *restmapper.DeferredDiscoveryRESTMapper
+	memo           *mappingMemo
+	parents        *parentMemo
+	maxInformers   int
+	now            func() time.Time
 
 	ctx context.Context
 	mu  sync.Mutex
@@ -284,7 +286,10 @@ func New(ctx context.Context, disc discovery.DiscoveryInterface, dyn dynamic.Int
 	}
 	s.namespaced = s.namespacedResource
 	if disc != nil {
-		s.typedParents = typedParentKinds(disc.ServerVersion, apiTypesVersion, s.KindFor)
+		s.typedParents = func(gvr schema.GroupVersionResource) (schema.GroupVersionKind, bool) {
+			return typedParentKind(s.KindFor, gvr)
+		}
+		s.protobufServed = protobufServed(disc.ServerVersion, apiTypesVersion, func() time.Time { return s.now() })
 	}
 	for _, o := range opts {
 		o(s)
@@ -737,14 +742,14 @@ func (s *Store) parentCacheFor(gvr schema.GroupVersionResource) *objectCache {
 }
 
 // ParentsInProtobuf reports whether the cache of parents of gvr watches
-// them in protobuf: gvr is of a built-in kind, and kube-apiserver is no
-// newer than the API types the proxy is built with.
+// them in protobuf now: gvr is of a built-in kind, and kube-apiserver is
+// no newer than the API types the proxy is built with.
 func (s *Store) ParentsInProtobuf(gvr schema.GroupVersionResource) bool {
 	if s.parentWatch == nil || s.childWatch == nil || s.typedParents == nil {
 		return false
 	}
 	_, ok := s.typedParents(gvr)
-	return ok
+	return ok && s.protobufServed()
 }
 
 // lazyStart returns the cache of gvr in started, starting it with start

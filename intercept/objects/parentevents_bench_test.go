@@ -73,6 +73,7 @@ func BenchmarkParentWatchEvent(b *testing.B) {
 				s.typedParents = func(schema.GroupVersionResource) (schema.GroupVersionKind, bool) {
 					return appsv1.SchemeGroupVersion.WithKind("Deployment"), true
 				}
+				s.protobufServed = func() bool { return true }
 			}
 			// What learns from every parent in the proxy: the settledness
 			// memory. The observer after it only says an event arrived.

@@ -38,8 +38,9 @@ type parentServer struct {
 	parents map[string][]byte
 	version int
 	opened  int
-	// selectors are the field selectors of the lists and watches asked.
-	selectors []string
+	// selectors are the field selectors of the lists and watches asked,
+	// watchAccepts the media types the watches asked for.
+	selectors, watchAccepts []string
 
 	frames chan sentFrame
 }
@@ -75,6 +76,13 @@ func (s *parentServer) fieldSelectors() []string {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	return slices.Clone(s.selectors)
+}
+
+// acceptedByWatches are the media types the watches asked for so far.
+func (s *parentServer) acceptedByWatches() []string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return slices.Clone(s.watchAccepts)
 }
 
 func (s *parentServer) watchesOpened() int {
@@ -135,6 +143,7 @@ func (s *parentServer) serve(w http.ResponseWriter, r *http.Request) {
 	}
 	if q.Get("watch") == "true" {
 		s.opened++
+		s.watchAccepts = append(s.watchAccepts, r.Header.Get("Accept"))
 	}
 	noWatchList := s.noWatchList
 	s.mu.Unlock()

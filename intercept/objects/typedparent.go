@@ -11,6 +11,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"time"
 
 	appsv1 "k8s.io/api/apps/v1"
 	batchv1 "k8s.io/api/batch/v1"
@@ -57,30 +58,43 @@ type protobufObject interface {
 	Unmarshal(data []byte) error
 }
 
-// typedParentKinds returns which kind of parent is watched in protobuf:
-// kindFor maps a resource to its kind, and serverVersion is kube-apiserver's,
-// read once, when the first resource is asked about. builtWith is the
-// version of the API types the proxy is built with (k8s.io/api's module
-// version, "v0.35.4").
-func typedParentKinds(serverVersion func() (*version.Info, error), builtWith string,
-	kindFor func(schema.GroupVersionResource) (schema.GroupVersionKind, error)) func(schema.GroupVersionResource) (schema.GroupVersionKind, bool) {
-	served := sync.OnceValue(func() bool {
-		v, err := serverVersion()
-		return err == nil && typesKnowEveryField(v, builtWith)
-	})
-	return func(gvr schema.GroupVersionResource) (schema.GroupVersionKind, bool) {
-		if !served() {
-			return schema.GroupVersionKind{}, false
+// typedParentKind reports whether the parents of gvr are of a built-in
+// kind that can be watched in protobuf, and which: kindFor maps a
+// resource to its kind.
+func typedParentKind(kindFor func(schema.GroupVersionResource) (schema.GroupVersionKind, error), gvr schema.GroupVersionResource) (schema.GroupVersionKind, bool) {
+	gvk, err := kindFor(gvr)
+	if err != nil || !typedParentScheme.Recognizes(gvk) {
+		return schema.GroupVersionKind{}, false
+	}
+	obj, err := typedParentScheme.New(gvk)
+	if _, ok := obj.(protobufObject); err != nil || !ok || embedsTypeMeta(reflect.TypeOf(obj).Elem(), map[reflect.Type]bool{}) {
+		return schema.GroupVersionKind{}, false
+	}
+	return gvk, true
+}
+
+// serverVersionRecheck is how long kube-apiserver's version is taken as
+// read: an upgrade ends every watch, and the watches opened after it read
+// the new version.
+const serverVersionRecheck = time.Minute
+
+// protobufServed returns whether kube-apiserver is no newer than the API
+// types of version builtWith (k8s.io/api's module version, "v0.35.4"),
+// reading its version (serverVersion) at most once per
+// serverVersionRecheck by the clock now. A version it cannot read counts
+// as newer.
+func protobufServed(serverVersion func() (*version.Info, error), builtWith string, now func() time.Time) func() bool {
+	var mu sync.Mutex
+	var readAt time.Time
+	var served bool
+	return func() bool {
+		mu.Lock()
+		defer mu.Unlock()
+		if t := now(); readAt.IsZero() || t.Sub(readAt) >= serverVersionRecheck {
+			v, err := serverVersion()
+			served, readAt = err == nil && typesKnowEveryField(v, builtWith), t
 		}
-		gvk, err := kindFor(gvr)
-		if err != nil || !typedParentScheme.Recognizes(gvk) {
-			return schema.GroupVersionKind{}, false
-		}
-		obj, err := typedParentScheme.New(gvk)
-		if _, ok := obj.(protobufObject); err != nil || !ok || embedsTypeMeta(reflect.TypeOf(obj).Elem(), map[reflect.Type]bool{}) {
-			return schema.GroupVersionKind{}, false
-		}
-		return gvk, true
+		return served
 	}
 }
 
@@ -394,10 +408,16 @@ const typedParentMediaType = runtime.ContentTypeProtobuf
 
 // openTypedParentWatch opens the watch of the parents of gvr, of the
 // built-in kind gvk, that selector selects: in protobuf, each decoded
-// into gvk's Go type and made compact. It goes over the client of the
-// watches of children, which reads a refusal's Status in protobuf.
+// into gvk's Go type and made compact, while kube-apiserver is no newer
+// than the proxy's API types; in JSON (openParentWatch) otherwise. It
+// goes over the client of the watches of children, which reads a
+// refusal's Status in protobuf.
 func (s *Store) openTypedParentWatch(gvr schema.GroupVersionResource, gvk schema.GroupVersionKind, selector *exclusionSelector) openWatch {
+	inJSON := s.openParentWatch(gvr, selector)
 	return func(ctx context.Context, opts metav1.ListOptions) (watch.Decoder, error) {
+		if !s.protobufServed() {
+			return inJSON(ctx, opts)
+		}
 		opts.FieldSelector = selector.get()
 		body, err := s.childWatch.Get().AbsPath(resourcePath(gvr)...).
 			SetHeader("Accept", typedParentMediaType).

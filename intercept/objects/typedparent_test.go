@@ -85,11 +85,13 @@ func TestTypesKnowEveryField(t *testing.T) {
 	}
 }
 
-func TestTypedParentKinds(t *testing.T) {
+func TestTypedParentKind(t *testing.T) {
 	widgets := schema.GroupVersionResource{Group: "example.com", Version: "v1", Resource: "widgets"}
+	statefulSets := schema.GroupVersionResource{Group: "apps", Version: "v1", Resource: "statefulsets"}
 	kinds := map[schema.GroupVersionResource]schema.GroupVersionKind{
-		deployments: appsv1.SchemeGroupVersion.WithKind("Deployment"),
-		widgets:     {Group: "example.com", Version: "v1", Kind: "Widget"},
+		deployments:  appsv1.SchemeGroupVersion.WithKind("Deployment"),
+		statefulSets: appsv1.SchemeGroupVersion.WithKind("StatefulSet"),
+		widgets:      {Group: "example.com", Version: "v1", Kind: "Widget"},
 	}
 	kindFor := func(gvr schema.GroupVersionResource) (schema.GroupVersionKind, error) {
 		if gvk, ok := kinds[gvr]; ok {
@@ -97,28 +99,104 @@ func TestTypedParentKinds(t *testing.T) {
 		}
 		return schema.GroupVersionKind{}, errors.New("no such resource")
 	}
-	server := func(minor string, err error) func() (*version.Info, error) {
-		return func() (*version.Info, error) { return &version.Info{Major: "1", Minor: minor}, err }
-	}
 	for _, tc := range []struct {
-		name    string
-		version func() (*version.Info, error)
-		gvr     schema.GroupVersionResource
-		want    bool
+		name string
+		gvr  schema.GroupVersionResource
+		want bool
 	}{
-		{"a built-in kind", server("35", nil), deployments, true},
-		{"a custom resource", server("35", nil), widgets, false},
-		{"an unknown resource", server("35", nil), schema.GroupVersionResource{Resource: "nothing"}, false},
-		{"a newer kube-apiserver", server("36", nil), deployments, false},
-		{"no version", server("", errors.New("refused")), deployments, false},
+		{"a built-in kind", deployments, true},
+		{"a built-in kind that embeds objects with a kind of their own", statefulSets, false},
+		{"a custom resource", widgets, false},
+		{"an unknown resource", schema.GroupVersionResource{Resource: "nothing"}, false},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			gvk, got := typedParentKinds(tc.version, "v0.35.4", kindFor)(tc.gvr)
+			gvk, got := typedParentKind(kindFor, tc.gvr)
 			if got != tc.want || got && gvk != kinds[tc.gvr] {
 				t.Errorf("%s: %v %v, want %v", tc.gvr, gvk, got, tc.want)
 			}
 		})
 	}
+}
+
+// Whether kube-apiserver serves parents in protobuf is read again once a
+// minute: an upgrade past the proxy's API types ends every watch, and the
+// next ones are opened in JSON.
+func TestProtobufServedFollowsAnUpgrade(t *testing.T) {
+	now := time.Date(2026, 11, 26, 0, 0, 0, 0, time.UTC)
+	minor, reads := "35", 0
+	var readErr error
+	served := protobufServed(func() (*version.Info, error) {
+		reads++
+		return &version.Info{Major: "1", Minor: minor}, readErr
+	}, "v0.35.4", func() time.Time { return now })
+	for _, step := range []struct {
+		after     time.Duration
+		minor     string
+		err       error
+		want      bool
+		wantReads int
+	}{
+		{0, "35", nil, true, 1},
+		{30 * time.Second, "36", nil, true, 1},
+		{30 * time.Second, "36", nil, false, 2},
+		{time.Minute, "34", nil, true, 3},
+		{time.Minute, "34", errors.New("refused"), false, 4},
+	} {
+		now = now.Add(step.after)
+		minor, readErr = step.minor, step.err
+		if got := served(); got != step.want || reads != step.wantReads {
+			t.Errorf("after %s at 1.%s (%v): served %v after %d reads, want %v after %d", step.after, step.minor, step.err, got, reads, step.want, step.wantReads)
+		}
+	}
+}
+
+// A cache of a built-in kind's parents opens its watches in JSON while
+// kube-apiserver is newer than the proxy's API types, and in protobuf
+// again once it is not.
+func TestTypedParentWatchIsJSONFromANewerServer(t *testing.T) {
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	srv := newParentServer(t, storedDeploymentJSON(1, 1001))
+	s := srv.store(ctx)
+	var mu sync.Mutex
+	served := false
+	s.typedParents = func(gvr schema.GroupVersionResource) (schema.GroupVersionKind, bool) {
+		return appsv1.SchemeGroupVersion.WithKind("Deployment"), gvr == deployments
+	}
+	s.protobufServed = func() bool {
+		mu.Lock()
+		defer mu.Unlock()
+		return served
+	}
+	waitCtx, done := context.WithTimeout(ctx, time.Minute)
+	defer done()
+	if err := s.WaitForSync(waitCtx, deployments); err != nil {
+		t.Fatal(err)
+	}
+	waitUntil(t, "the watch to open", func() bool { return srv.watchesOpened() > 0 })
+	if accepts := srv.acceptedByWatches(); accepts[len(accepts)-1] != runtime.ContentTypeJSON {
+		t.Fatalf("the watch asked for %v from a newer kube-apiserver", accepts)
+	}
+	srv.send(parentEventFrame(watch.Modified, storedDeploymentJSON(1, 2001)), false)
+	waitUntil(t, "the JSON change to reach the cache", func() bool {
+		p, ok := cachedParent(t, s, "p-00001")
+		return ok && p.resourceVersion == "2001" && p.json != nil
+	})
+
+	mu.Lock()
+	served = true
+	mu.Unlock()
+	opened := srv.watchesOpened()
+	srv.send(parentEventFrame(watch.Error, []byte(`{"apiVersion":"v1","kind":"Status","status":"Failure","reason":"Expired","code":410,"message":"too old resource version"}`)), false)
+	waitUntil(t, "the watch to open again", func() bool { return srv.watchesOpened() > opened })
+	if accepts := srv.acceptedByWatches(); accepts[len(accepts)-1] != runtime.ContentTypeProtobuf {
+		t.Fatalf("the watch asked for %v", accepts)
+	}
+	srv.send(typedEventFrame(t, watch.Modified, typedDeployment(t, storedDeploymentJSON(1, 3001))), false)
+	waitUntil(t, "the protobuf change to reach the cache", func() bool {
+		p, ok := cachedParent(t, s, "p-00001")
+		return ok && p.resourceVersion == "3001" && p.protobuf != nil
+	})
 }
 
 // The version of the API types the proxy says it is built with is the
@@ -328,6 +406,7 @@ func TestTypedParentWatchCachesTheTreeOfItsJSON(t *testing.T) {
 			s.typedParents = func(gvr schema.GroupVersionResource) (schema.GroupVersionKind, bool) {
 				return appsv1.SchemeGroupVersion.WithKind("Deployment"), gvr == deployments
 			}
+			s.protobufServed = func() bool { return true }
 			seen := newParentObserver()
 			s.AddObserver(seen)
 			waitCtx, done := context.WithTimeout(ctx, time.Minute)
@@ -624,12 +703,5 @@ func TestEmbedsTypeMeta(t *testing.T) {
 		if got := embedsTypeMeta(reflect.TypeOf(tc.obj).Elem(), map[reflect.Type]bool{}); got != tc.want {
 			t.Errorf("%T: %v, want %v", tc.obj, got, tc.want)
 		}
-	}
-	kindFor := func(schema.GroupVersionResource) (schema.GroupVersionKind, error) {
-		return appsv1.SchemeGroupVersion.WithKind("StatefulSet"), nil
-	}
-	if _, ok := typedParentKinds(func() (*version.Info, error) { return &version.Info{Major: "1", Minor: "35"}, nil }, "v0.35.4", kindFor)(
-		schema.GroupVersionResource{Group: "apps", Version: "v1", Resource: "statefulsets"}); ok {
-		t.Error("StatefulSets are watched in protobuf")
 	}
 }

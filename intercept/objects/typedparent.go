@@ -24,7 +24,7 @@ import (
 	"k8s.io/apimachinery/pkg/runtime/serializer/streaming"
 	"k8s.io/apimachinery/pkg/version"
 	"k8s.io/apimachinery/pkg/watch"
-	"k8s.io/client-go/kubernetes/scheme" //nolint:depguard // the types of the built-in kinds, not a client
+	"k8s.io/client-go/kubernetes/scheme"
 )
 
 // A parent of a built-in kind (a Deployment, a StatefulSet) is watched in

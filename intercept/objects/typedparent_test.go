@@ -56,7 +56,7 @@ func typedEventFrame(t testing.TB, typ watch.EventType, obj runtime.Object) []by
 	if err != nil {
 		t.Fatal(err)
 	}
-	return append(binary.BigEndian.AppendUint32(nil, uint32(len(data))), data...) //nolint:gosec // a test's event is small
+	return append(binary.BigEndian.AppendUint32(nil, uint32(len(data))), data...)
 }
 
 func TestTypesKnowEveryField(t *testing.T) {

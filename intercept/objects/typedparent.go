@@ -27,12 +27,13 @@ import (
 	"k8s.io/client-go/kubernetes/scheme"
 )
 
-// A parent of a built-in kind (a Deployment, a StatefulSet) is watched in
-// protobuf, decoded into its Go type and kept as the protobuf of its lean
-// form: decoding a Deployment's JSON into a tree of maps and encoding the
-// lean tree again was most of the CPU of its watch event, several times
-// what its protobuf costs. It is made the tree a decision reads only when
-// one is decided under it, or an observer learns from its kind.
+// A parent of a built-in kind (a Deployment, a DaemonSet) is watched in
+// protobuf and kept as the protobuf of its lean form (parentprotobuf.go):
+// decoding a Deployment's JSON into a tree of maps and encoding the lean
+// tree again was most of the CPU of its watch event, several times what
+// its protobuf costs. It is decoded into its Go type, and made the tree a
+// decision reads, only when one is decided under it or the settledness
+// memory needs it.
 //
 // The tree is the one kube-apiserver's JSON decodes to only if the proxy's
 // Go types know every field kube-apiserver sends: its JSON is an encoding
@@ -81,8 +82,9 @@ const serverVersionRecheck = time.Minute
 // protobufServed returns whether kube-apiserver is no newer than the API
 // types of version builtWith (k8s.io/api's module version, "v0.35.4"),
 // reading its version (serverVersion) at most once per
-// serverVersionRecheck by the clock now. A version it cannot read counts
-// as newer.
+// serverVersionRecheck by the clock now. A version it cannot read (while
+// kube-apiserver restarts) counts as newer, and is read again when next
+// asked.
 func protobufServed(serverVersion func() (*version.Info, error), builtWith string, now func() time.Time) func() bool {
 	var mu sync.Mutex
 	var readAt time.Time
@@ -92,7 +94,11 @@ func protobufServed(serverVersion func() (*version.Info, error), builtWith strin
 		defer mu.Unlock()
 		if t := now(); readAt.IsZero() || t.Sub(readAt) >= serverVersionRecheck {
 			v, err := serverVersion()
-			served, readAt = err == nil && typesKnowEveryField(v, builtWith), t
+			if err != nil {
+				readAt, served = time.Time{}, false
+				return false
+			}
+			served, readAt = typesKnowEveryField(v, builtWith), t
 		}
 		return served
 	}

@@ -120,7 +120,8 @@ func TestTypedParentKind(t *testing.T) {
 
 // Whether kube-apiserver serves parents in protobuf is read again once a
 // minute: an upgrade past the proxy's API types ends every watch, and the
-// next ones are opened in JSON.
+// next ones are opened in JSON. A version that cannot be read is read
+// again when next asked.
 func TestProtobufServedFollowsAnUpgrade(t *testing.T) {
 	now := time.Date(2026, 11, 26, 0, 0, 0, 0, time.UTC)
 	minor, reads := "35", 0
@@ -141,6 +142,8 @@ func TestProtobufServedFollowsAnUpgrade(t *testing.T) {
 		{30 * time.Second, "36", nil, false, 2},
 		{time.Minute, "34", nil, true, 3},
 		{time.Minute, "34", errors.New("refused"), false, 4},
+		{time.Second, "34", nil, true, 5},
+		{time.Second, "34", nil, true, 5},
 	} {
 		now = now.Add(step.after)
 		minor, readErr = step.minor, step.err

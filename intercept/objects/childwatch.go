@@ -23,30 +23,7 @@ import (
 // compactChild: the lean metadata's protobuf is the stored metadata's with
 // some fields left out, so it is copied rather than decoded into an
 // ObjectMeta (every managedFields entry a handful of allocations) and
-// encoded again. Field numbers are those of generated.proto of
-// k8s.io/apimachinery's meta/v1 and runtime packages.
-const (
-	objectMetaName          protowire.Number = 1
-	objectMetaNamespace     protowire.Number = 3
-	objectMetaUID           protowire.Number = 5
-	objectMetaVersion       protowire.Number = 6
-	objectMetaLabels        protowire.Number = 11
-	objectMetaManagedFields protowire.Number = 17
-
-	// Every object's protobuf, PartialObjectMetadata's included, holds its
-	// ObjectMeta in field 1.
-	objectMetadata protowire.Number = 1
-
-	watchEventType   protowire.Number = 1
-	watchEventObject protowire.Number = 2
-	rawExtensionRaw  protowire.Number = 1
-
-	unknownTypeMeta        protowire.Number = 1
-	unknownRaw             protowire.Number = 2
-	unknownContentEncoding protowire.Number = 3
-	typeMetaAPIVersion     protowire.Number = 1
-	typeMetaKind           protowire.Number = 2
-)
+// encoded again (the field numbers are in protobuffields.go).
 
 // childWatchMediaType asks for the metadata of objects in protobuf, the
 // only form childWatchSerializer reads.

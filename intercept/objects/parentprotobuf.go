@@ -15,19 +15,7 @@ import (
 // it keeps. Decoding a Deployment into its Go type and encoding the lean
 // object again was most of the CPU of a parent's event that changes
 // nothing settledness reads (a label); the object is decoded only when
-// it is read. Field numbers are those of generated.proto of
-// k8s.io/apimachinery's meta/v1 package.
-const (
-	objectMetaGeneration        protowire.Number = 7
-	objectMetaDeletionTimestamp protowire.Number = 9
-	objectMetaAnnotations       protowire.Number = 12
-
-	mapEntryKey   protowire.Number = 1
-	mapEntryValue protowire.Number = 2
-
-	managedFieldsEntryFieldsV1 protowire.Number = 7
-	fieldsV1Raw                protowire.Number = 1
-)
+// it is read.
 
 // leanProtobuf is a parent's object made lean from its protobuf, and what
 // was read of it on the way.

@@ -199,7 +199,7 @@ type StatusObserver interface {
 	// gives it, its pod templates possibly left out; whole gives it whole;
 	// either is nil when it cannot be decoded. statusKey, when not empty,
 	// is equal for two versions of a parent only if their generation,
-	// deletion, annotations and status are.
+	// deletion, annotations, spec and status are.
 	ObserveStatus(identity metav1.Object, gk schema.GroupKind, statusKey string, status, whole func() *unstructured.Unstructured)
 }
 
@@ -207,8 +207,9 @@ type StatusObserver interface {
 // observer satisfied with metadata (MetadataObserver) gets its identity;
 // any other the parent decoded, once for all of them (decoded, when the
 // watch has decoded it already), unless it says it does not learn from
-// its kind; a StatusObserver gets it without its pod templates when the
-// watch decoded it into its Go type, and whole when it asks.
+// its kind; a StatusObserver gets it without its pod templates when it
+// was watched in protobuf, whole when it asks, and nothing decoded when
+// its status key says nothing it reads changed.
 func parentChanged(observers []Observer, obj interface{}, decoded *watchDecoded) {
 	p, ok := cachedParentObject(obj)
 	if !ok {

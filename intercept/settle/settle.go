@@ -279,7 +279,7 @@ func (m *Memory) Observe(obj *unstructured.Unstructured) {
 // whole, asked only to hash the spec of a generation not hashed yet.
 // statusKey, when not empty, is equal for two versions of the parent only
 // if they are alike in all Current reads (generation, deletion,
-// annotations, status): a version whose key is the last one's says what
+// annotations, spec, status): a version whose key is the last one's says what
 // that one said, and nothing is decoded for it. Most of a parent's events
 // change neither its spec nor its status (a label, a managedFields
 // timestamp).

@@ -43,15 +43,15 @@ func compactChildFromMetadata(meta []byte) (*compactChild, error) {
 		case objectMetaLabels, objectMetaManagedFields:
 			return nil
 		case objectMetaName, objectMetaNamespace, objectMetaUID:
-			if typ != protowire.BytesType {
-				return fmt.Errorf("field %d of the metadata is not a string", num)
+			s, err := metadataString(num, typ, value)
+			if err != nil {
+				return err
 			}
-			s, _ := protowire.ConsumeBytes(value)
 			switch num {
 			case objectMetaName:
-				c.name = string(s)
+				c.name = s
 			case objectMetaNamespace:
-				c.namespace = string(s)
+				c.namespace = s
 			default:
 				c.uid = types.UID(s)
 			}
@@ -70,6 +70,16 @@ func compactChildFromMetadata(meta []byte) (*compactChild, error) {
 		return nil
 	})
 	return c, nil
+}
+
+// metadataString is the string field num of the metadata, of type typ,
+// whose value is value.
+func metadataString(num protowire.Number, typ protowire.Type, value []byte) (string, error) {
+	if typ != protowire.BytesType {
+		return "", fmt.Errorf("field %d of the metadata is not a string", num)
+	}
+	s, _ := protowire.ConsumeBytes(value)
+	return string(s), nil
 }
 
 // walkFields calls each with every field of the protobuf message b: the

@@ -67,19 +67,19 @@ func leanParentProtobuf(object []byte, withAnnotations bool) (*leanProtobuf, err
 			lean = append(lean, kept...)
 			return nil
 		case objectMetaName, objectMetaNamespace, objectMetaUID, objectMetaVersion:
-			if typ != protowire.BytesType {
-				return fmt.Errorf("field %d of the metadata is not a string", num)
+			s, err := metadataString(num, typ, value)
+			if err != nil {
+				return err
 			}
-			s, _ := protowire.ConsumeBytes(value)
 			switch num {
 			case objectMetaName:
-				out.name = string(s)
+				out.name = s
 			case objectMetaNamespace:
-				out.namespace = string(s)
+				out.namespace = s
 			case objectMetaUID:
-				out.uid = string(s)
+				out.uid = s
 			default:
-				out.resourceVersion = string(s)
+				out.resourceVersion = s
 			}
 		case objectMetaGeneration:
 			if typ != protowire.VarintType {

@@ -51,12 +51,7 @@ func parentWatchClient(cfg *rest.Config, client *http.Client) (rest.Interface, e
 // selects, each event decoded by parentEventDecoder.
 func (s *Store) openParentWatch(gvr schema.GroupVersionResource, selector *exclusionSelector) openWatch {
 	return func(ctx context.Context, opts metav1.ListOptions) (watch.Decoder, error) {
-		opts.FieldSelector = selector.get()
-		body, err := s.parentWatch.Get().AbsPath(resourcePath(gvr)...).
-			SetHeader("Accept", runtime.ContentTypeJSON).
-			VersionedParams(&opts, metav1.ParameterCodec).
-			Stream(ctx)
-		selector.refusedBy(ctx, err)
+		body, err := openWatchStream(ctx, s.parentWatch, gvr, runtime.ContentTypeJSON, selector, opts)
 		if err != nil {
 			return nil, err
 		}

@@ -17,6 +17,7 @@ import (
 	utilnet "k8s.io/apimachinery/pkg/util/net"
 	utilruntime "k8s.io/apimachinery/pkg/util/runtime"
 	"k8s.io/apimachinery/pkg/watch"
+	"k8s.io/client-go/rest"
 	restclientwatch "k8s.io/client-go/rest/watch"
 	"k8s.io/klog/v2"
 )
@@ -52,17 +53,25 @@ func watchIntoStore(store listingStore, open openWatch) func(context.Context, me
 	}
 }
 
+// openWatchStream opens the watch of the objects of gvr that selector
+// selects over client, asking for mediaType, and returns its body.
+func openWatchStream(ctx context.Context, client rest.Interface, gvr schema.GroupVersionResource, mediaType string,
+	selector *exclusionSelector, opts metav1.ListOptions) (io.ReadCloser, error) {
+	opts.FieldSelector = selector.get()
+	body, err := client.Get().AbsPath(resourcePath(gvr)...).
+		SetHeader("Accept", mediaType).
+		VersionedParams(&opts, metav1.ParameterCodec).
+		Stream(ctx)
+	selector.refusedBy(ctx, err)
+	return body, err
+}
+
 // openChildWatch opens the watch of the children of gvr that selector
 // selects, in protobuf, each child decoded as the compactChild its cache
 // keeps.
 func (s *Store) openChildWatch(gvr schema.GroupVersionResource, selector *exclusionSelector) openWatch {
 	return func(ctx context.Context, opts metav1.ListOptions) (watch.Decoder, error) {
-		opts.FieldSelector = selector.get()
-		body, err := s.childWatch.Get().AbsPath(resourcePath(gvr)...).
-			SetHeader("Accept", childWatchMediaType).
-			VersionedParams(&opts, metav1.ParameterCodec).
-			Stream(ctx)
-		selector.refusedBy(ctx, err)
+		body, err := openWatchStream(ctx, s.childWatch, gvr, childWatchMediaType, selector, opts)
 		if err != nil {
 			return nil, err
 		}

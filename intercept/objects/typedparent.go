@@ -424,12 +424,7 @@ func (s *Store) openTypedParentWatch(gvr schema.GroupVersionResource, gvk schema
 		if !s.protobufServed() {
 			return inJSON(ctx, opts)
 		}
-		opts.FieldSelector = selector.get()
-		body, err := s.childWatch.Get().AbsPath(resourcePath(gvr)...).
-			SetHeader("Accept", typedParentMediaType).
-			VersionedParams(&opts, metav1.ParameterCodec).
-			Stream(ctx)
-		selector.refusedBy(ctx, err)
+		body, err := openWatchStream(ctx, s.childWatch, gvr, typedParentMediaType, selector, opts)
 		if err != nil {
 			return nil, err
 		}

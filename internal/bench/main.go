@@ -62,7 +62,7 @@ func run() error {
 		scale   = flag.Int("scale", 0, "Run the scale profile instead, with this many parents (and ten times as many children), and write -out.")
 		runs    = flag.Int("runs", 1, "With -scale: how many times to run the profile, each on a fresh control plane; the report shows every run's figures. With -only: how many times to measure the section.")
 		cpuN    = flag.Int("cpu-per-write", 0, "Measure only CPU per intercepted and pass-through write, with this many writes per round and target (three rounds), and profile them; writes no report.")
-		only    = flag.String("only", "", `Measure one section only and write no report; "drift": the drift scenario's rows, -runs times.`)
+		only    = flag.String("only", "", `Measure one section only and write no report, -runs times: "drift" (the drift scenario's rows) or "expected" (the Expected writes' rows).`)
 	)
 	flag.Parse()
 	rc := newRunConfig(*quick)
@@ -73,9 +73,11 @@ func run() error {
 	switch *only {
 	case "":
 	case "drift":
-		return runDriftOnly(max(*runs, 1), *workDir, rc)
+		return runOnly(scDrift, max(*runs, 1), *workDir, rc)
+	case "expected":
+		return runOnly(scExpected, max(*runs, 1), *workDir, rc)
 	default:
-		return fmt.Errorf("-only %q: the one section that runs alone is drift", *only)
+		return fmt.Errorf("-only %q: the sections that run alone are drift and expected", *only)
 	}
 	if *scale > 0 {
 		return runScale(root, *scale, max(*runs, 1), *out, *workDir, *command, rc)

@@ -36,6 +36,14 @@ type Stats struct {
 	StackInuse uint64
 	Sys        uint64
 	Goroutines int
+	// TotalAlloc is every byte the heap ever allocated, NumGC the
+	// collections so far: with the cost of one collection they give the
+	// share of collecting garbage that the allocations of a window
+	// amount to (gcShare).
+	TotalAlloc uint64
+	NumGC      uint32
+	// GCPercent is the process's GOGC.
+	GCPercent int
 	// Forwarded counts requests the proxy forwarded upstream (the
 	// ReverseProxy transport). Own counts requests its own clients
 	// (informers, live GETs, side writes, reviews) sent, by "verb
@@ -242,12 +250,27 @@ func (c *controlServer) stats() Stats {
 		StackInuse: ms.StackInuse,
 		Sys:        ms.Sys,
 		Goroutines: runtime.NumGoroutine(),
+		TotalAlloc: ms.TotalAlloc,
+		NumGC:      ms.NumGC,
+		GCPercent:  gcPercent(),
 	}
 	if c.counter != nil {
 		s.Forwarded = c.counter.forwarded.Load()
 		s.Own, s.Background = c.counter.ownSnapshot()
 	}
 	return s
+}
+
+// gcPercent is GOGC as the runtime reads it: 100 unless set, "off" is -1.
+func gcPercent() int {
+	v := os.Getenv("GOGC")
+	if v == "off" {
+		return -1
+	}
+	if n, err := strconv.Atoi(v); err == nil {
+		return n
+	}
+	return 100
 }
 
 func writeJSON(w http.ResponseWriter, v any) {

@@ -744,7 +744,7 @@ func (s *Store) parentCacheFor(gvr schema.GroupVersionResource) *objectCache {
 
 // ParentsInProtobuf reports whether the cache of parents of gvr watches
 // them in protobuf now: gvr is of a built-in kind, and kube-apiserver is
-// no newer than the API types the proxy is built with.
+// of the minor version of the API types the proxy is built with.
 func (s *Store) ParentsInProtobuf(gvr schema.GroupVersionResource) bool {
 	if s.parentWatch == nil || s.childWatch == nil || s.typedParents == nil {
 		return false

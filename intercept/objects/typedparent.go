@@ -36,14 +36,18 @@ import (
 // memory needs it.
 //
 // The tree is the one kube-apiserver's JSON decodes to only if the proxy's
-// Go types know every field kube-apiserver sends: its JSON is an encoding
-// of the same types, while decoding protobuf drops a field the types do
-// not have. So kinds are watched in protobuf only from a kube-apiserver no
-// newer than the API types the proxy is built with. An older one sends a
-// subset of their fields, and an optional field the older one lacks is
-// left out of the JSON of both (API conventions make every field added
-// since optional and omitted when empty). Custom resources and kinds of
-// aggregated API servers are watched in JSON.
+// Go types encode every field as kube-apiserver does: its JSON is an
+// encoding of its own types, while decoding protobuf drops a field the
+// proxy's types do not have, and ToUnstructured renders a field with the
+// proxy's JSON tags. Both change between minor versions: a newer
+// kube-apiserver sends fields the types lack, and an older one may tag a
+// field differently (before 1.34 an empty creationTimestamp went into the
+// JSON as null, so every pod template's metadata had one, which the
+// types since leave out). Either would make one spec hash two ways, from
+// the cache and from a live read. So kinds are watched in protobuf only
+// from a kube-apiserver of the minor version of the API types the proxy
+// is built with. Custom resources and kinds of aggregated API servers are
+// watched in JSON.
 
 // typedParentScheme knows the Go types of the built-in kinds.
 var typedParentScheme = scheme.Scheme
@@ -75,15 +79,17 @@ func typedParentKind(kindFor func(schema.GroupVersionResource) (schema.GroupVers
 }
 
 // serverVersionRecheck is how long kube-apiserver's version is taken as
-// read: an upgrade ends every watch, and the watches opened after it read
-// the new version.
-const serverVersionRecheck = time.Minute
+// read. An upgrade ends every watch, and the watches opened after it must
+// read the new version: the read is taken again for each watch opened
+// later than this, and one read serves the watches that a restart of
+// kube-apiserver has reopened together.
+const serverVersionRecheck = 5 * time.Second
 
-// protobufServed returns whether kube-apiserver is no newer than the API
-// types of version builtWith (k8s.io/api's module version, "v0.35.4"),
-// reading its version (serverVersion) at most once per
+// protobufServed returns whether kube-apiserver is of the minor version of
+// the API types of version builtWith (k8s.io/api's module version,
+// "v0.35.4"), reading its version (serverVersion) at most once per
 // serverVersionRecheck by the clock now. A version it cannot read (while
-// kube-apiserver restarts) counts as newer, and is read again when next
+// kube-apiserver restarts) counts as another, and is read again when next
 // asked.
 func protobufServed(serverVersion func() (*version.Info, error), builtWith string, now func() time.Time) func() bool {
 	var mu sync.Mutex
@@ -98,7 +104,7 @@ func protobufServed(serverVersion func() (*version.Info, error), builtWith strin
 				readAt, served = time.Time{}, false
 				return false
 			}
-			served, readAt = typesKnowEveryField(v, builtWith), t
+			served, readAt = encodesAsTheTypes(v, builtWith), t
 		}
 		return served
 	}
@@ -137,11 +143,11 @@ func embedsTypeMeta(t reflect.Type, seen map[reflect.Type]bool) bool {
 	return false
 }
 
-// typesKnowEveryField reports whether the API types of module version
-// builtWith ("v0.35.4") know every field a kube-apiserver of version server
-// sends: it is of Kubernetes 1.x with x no greater than the types' minor
+// encodesAsTheTypes reports whether a kube-apiserver of version server
+// encodes the fields of the API types of module version builtWith
+// ("v0.35.4") as they do: it is of Kubernetes 1.x with x the types' minor
 // version. Providers append to the minor version ("35+").
-func typesKnowEveryField(server *version.Info, builtWith string) bool {
+func encodesAsTheTypes(server *version.Info, builtWith string) bool {
 	if server == nil || server.Major != "1" {
 		return false
 	}
@@ -154,7 +160,7 @@ func typesKnowEveryField(server *version.Info, builtWith string) bool {
 		return false
 	}
 	typesMinor, ok := leadingNumber(parts[1])
-	return ok && serverMinor <= typesMinor
+	return ok && serverMinor == typesMinor
 }
 
 func leadingNumber(s string) (int, bool) {
@@ -414,8 +420,9 @@ const typedParentMediaType = runtime.ContentTypeProtobuf
 
 // openTypedParentWatch opens the watch of the parents of gvr, of the
 // built-in kind gvk, that selector selects: in protobuf, each decoded
-// into gvk's Go type and made compact, while kube-apiserver is no newer
-// than the proxy's API types; in JSON (openParentWatch) otherwise. It
+// into gvk's Go type and made compact, while kube-apiserver is of the
+// minor version of the proxy's API types; in JSON (openParentWatch)
+// otherwise. It
 // goes over the client of the watches of children, which reads a
 // refusal's Status in protobuf.
 func (s *Store) openTypedParentWatch(gvr schema.GroupVersionResource, gvk schema.GroupVersionKind, selector *exclusionSelector) openWatch {

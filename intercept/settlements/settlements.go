@@ -222,7 +222,9 @@ func (s *Store) next(ctx context.Context) bool {
 
 // write merges batch into the stored ConfigMap of namespace's parents,
 // with the resourceVersion it read as the precondition, re-reading on a
-// conflict.
+// conflict. A ConfigMap left without records is deleted, under the same
+// precondition: namespaces come and go (one per pull request), and every
+// replica reads every ConfigMap before it is ready.
 func (s *Store) write(ctx context.Context, namespace string, batch map[types.UID]bool) error {
 	var err error
 	for range conflictRetries {
@@ -251,6 +253,17 @@ func (s *Store) write(ctx context.Context, namespace string, batch map[types.UID
 			}
 			return err
 		}
+		if len(next) == 0 {
+			err = s.configMaps.Delete(ctx, stored.Name, metav1.DeleteOptions{Preconditions: &metav1.Preconditions{
+				UID: &stored.UID, ResourceVersion: &stored.ResourceVersion}})
+			switch {
+			case apierrors.IsNotFound(err):
+				return nil
+			case apierrors.IsConflict(err):
+				continue
+			}
+			return err
+		}
 		cm := stored.DeepCopy()
 		cm.Data = next
 		if cm.Labels == nil {
@@ -258,7 +271,9 @@ func (s *Store) write(ctx context.Context, namespace string, batch map[types.UID
 		}
 		cm.Labels[managedByLabel], cm.Labels[componentLabel] = managedBy, component
 		_, err = s.configMaps.Update(ctx, cm, metav1.UpdateOptions{FieldManager: managedBy})
-		if apierrors.IsConflict(err) {
+		if apierrors.IsConflict(err) || apierrors.IsNotFound(err) {
+			// Changed or deleted (emptied) by another replica since it
+			// was read.
 			continue
 		}
 		return err

@@ -176,3 +176,116 @@ func TestName(t *testing.T) {
 		t.Fatalf("Name(apps) = %q", got)
 	}
 }
+
+// preconditionedDeletes makes the fake refuse a delete whose
+// preconditions do not hold, as kube-apiserver does; before each delete,
+// meanwhile runs (another replica's write). It returns the deletes that
+// named no resourceVersion.
+func preconditionedDeletes(client *fake.Clientset, meanwhile func()) *int {
+	var mu sync.Mutex
+	unconditional := 0
+	client.PrependReactor("delete", "configmaps", func(a clienttesting.Action) (bool, runtime.Object, error) {
+		mu.Lock()
+		defer mu.Unlock()
+		if meanwhile != nil {
+			meanwhile()
+			meanwhile = nil
+		}
+		del := a.(clienttesting.DeleteActionImpl)
+		pre := del.GetDeleteOptions().Preconditions
+		if pre == nil || pre.ResourceVersion == nil || pre.UID == nil {
+			unconditional++
+			return false, nil, nil
+		}
+		stored, err := client.Tracker().Get(corev1.SchemeGroupVersion.WithResource("configmaps"), del.Namespace, del.Name)
+		if err != nil {
+			return false, nil, nil
+		}
+		cm := stored.(*corev1.ConfigMap)
+		if cm.ResourceVersion != *pre.ResourceVersion || cm.UID != *pre.UID {
+			return true, nil, apierrors.NewConflict(corev1.Resource("configmaps"), del.Name, fmt.Errorf("the preconditions do not hold"))
+		}
+		return false, nil, nil
+	})
+	return &unconditional
+}
+
+// Namespaces come and go (one per pull request): once a namespace's last
+// parent is gone, its ConfigMap goes too, or the proxy's namespace, which
+// every replica reads before it is ready, would grow with every namespace
+// it ever saw.
+func TestTheRecordsOfANamespaceWithoutParentsGo(t *testing.T) {
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	client := fake.NewClientset()
+	preconditionedUpdates(client)
+	unconditional := preconditionedDeletes(client, nil)
+	m, _ := replica(t, ctx, client)
+	for i := range 20 {
+		ns := fmt.Sprintf("pr-%d", i)
+		d := deployment(ns, "web", "v1", 1, true)
+		m.Assess(d)
+		testutil.Eventually(t, 10*time.Second, "recorded", func() error {
+			_, err := client.CoreV1().ConfigMaps(proxyNamespace).Get(ctx, Name(ns), metav1.GetOptions{})
+			return err
+		})
+		m.Forget(d.GetUID())
+	}
+	testutil.Eventually(t, 10*time.Second, "every ConfigMap deleted", func() error {
+		cms, err := client.CoreV1().ConfigMaps(proxyNamespace).List(ctx, metav1.ListOptions{})
+		if err != nil {
+			return err
+		}
+		if n := len(cms.Items); n > 0 {
+			return fmt.Errorf("%d ConfigMaps stay", n)
+		}
+		return nil
+	})
+	if *unconditional > 0 {
+		t.Errorf("%d deletes without a resourceVersion and UID precondition", *unconditional)
+	}
+}
+
+// A replica that removes the last record it read never deletes a record
+// another replica added meanwhile.
+func TestEmptyingTheRecordsKeepsOneAddedMeanwhile(t *testing.T) {
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	client := fake.NewClientset()
+	preconditionedUpdates(client)
+	other := settle.Record{Settled: "h1", SettledAt: 1, Current: "h1", Since: 1}.Encode()
+	preconditionedDeletes(client, func() {
+		stored, err := client.Tracker().Get(corev1.SchemeGroupVersion.WithResource("configmaps"), proxyNamespace, Name("team"))
+		if err != nil {
+			t.Errorf("reading the ConfigMap: %v", err)
+			return
+		}
+		cm := stored.(*corev1.ConfigMap).DeepCopy()
+		cm.Data["uid-other"] = other
+		cm.ResourceVersion += "0"
+		if err := client.Tracker().Update(corev1.SchemeGroupVersion.WithResource("configmaps"), cm, proxyNamespace); err != nil {
+			t.Errorf("another replica's write: %v", err)
+		}
+	})
+	m, _ := replica(t, ctx, client)
+	d := deployment("team", "web", "v1", 1, true)
+	m.Assess(d)
+	testutil.Eventually(t, 10*time.Second, "recorded", func() error {
+		_, err := client.CoreV1().ConfigMaps(proxyNamespace).Get(ctx, Name("team"), metav1.GetOptions{})
+		return err
+	})
+	m.Forget(d.GetUID())
+	testutil.Eventually(t, 10*time.Second, "the forgotten record removed, the other kept", func() error {
+		cm, err := client.CoreV1().ConfigMaps(proxyNamespace).Get(ctx, Name("team"), metav1.GetOptions{})
+		if err != nil {
+			return err
+		}
+		if _, ok := cm.Data["uid-web"]; ok {
+			return fmt.Errorf("uid-web is still recorded")
+		}
+		if cm.Data["uid-other"] != other {
+			return fmt.Errorf("the other replica's record is %q", cm.Data["uid-other"])
+		}
+		return nil
+	})
+}

@@ -20,6 +20,7 @@ package settlements
 import (
 	"context"
 	"sort"
+	"strings"
 	"sync"
 	"time"
 
@@ -29,6 +30,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/labels"
 	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/apimachinery/pkg/util/wait"
 	"k8s.io/client-go/informers"
 	"k8s.io/client-go/kubernetes"
 	corev1client "k8s.io/client-go/kubernetes/typed/core/v1"
@@ -54,6 +56,9 @@ const (
 	// conflictRetries bounds the re-reads of one batch whose
 	// resourceVersion another replica moved; then it is queued again.
 	conflictRetries = 5
+	// sweepEvery is how often the records of deleted namespaces are
+	// looked for.
+	sweepEvery = 10 * time.Minute
 )
 
 // Name is the ConfigMap that holds the records of the parents in
@@ -68,6 +73,7 @@ func Name(namespace string) string {
 // Store reads and writes the records. It implements settle.Durable.
 type Store struct {
 	configMaps      corev1client.ConfigMapInterface
+	namespaces      corev1client.NamespaceInterface
 	namespace       string
 	maxPerNamespace int
 	now             func() time.Time
@@ -94,7 +100,7 @@ func New(client kubernetes.Interface, namespace string, log *zap.Logger) *Store 
 	factory := informers.NewSharedInformerFactoryWithOptions(client, 0, informers.WithNamespace(namespace),
 		informers.WithTweakListOptions(func(lo *metav1.ListOptions) { lo.LabelSelector = selector }))
 	return &Store{
-		configMaps: client.CoreV1().ConfigMaps(namespace), namespace: namespace,
+		configMaps: client.CoreV1().ConfigMaps(namespace), namespaces: client.CoreV1().Namespaces(), namespace: namespace,
 		maxPerNamespace: DefaultMaxPerNamespace, now: time.Now, log: log,
 		factory: factory, records: factory.Core().V1().ConfigMaps().Informer(),
 		queue:   workqueue.NewTypedRateLimitingQueueWithConfig(workqueue.DefaultTypedControllerRateLimiter[string](), workqueue.TypedRateLimitingQueueConfig[string]{Name: "settledness"}),
@@ -127,9 +133,14 @@ func (s *Store) adopt(obj interface{}) {
 }
 
 // Run watches the records and writes what the memory learns until ctx is
-// done.
+// done; every sweepEvery, it deletes the records of deleted namespaces.
 func (s *Store) Run(ctx context.Context) {
 	s.factory.Start(ctx.Done())
+	go wait.JitterUntilWithContext(ctx, func(ctx context.Context) {
+		if s.records.HasSynced() {
+			s.Sweep(ctx)
+		}
+	}, sweepEvery, 0.2, false)
 	go func() {
 		<-ctx.Done()
 		s.queue.ShutDown()
@@ -318,6 +329,36 @@ func (s *Store) apply(data map[string]string, batch map[types.UID]bool) (map[str
 		}
 	}
 	return next, false
+}
+
+// Sweep deletes the ConfigMaps of namespaces that no longer exist. A
+// replica removes a record when it sees its parent deleted; it does not
+// see what was deleted while no replica ran, nor the deletion of a parent
+// of a kind it has no cache of since it started. Each ConfigMap is deleted
+// under the resourceVersion and UID it was read at: a namespace created
+// again meanwhile, whose parents another replica has recorded, keeps its
+// records.
+func (s *Store) Sweep(ctx context.Context) {
+	for _, obj := range s.records.GetStore().List() {
+		cm, ok := obj.(*corev1.ConfigMap)
+		if !ok {
+			continue
+		}
+		namespace, ok := strings.CutPrefix(cm.Name, clusterScoped+".")
+		if !ok {
+			continue
+		}
+		_, err := s.namespaces.Get(ctx, namespace, metav1.GetOptions{})
+		if !apierrors.IsNotFound(err) {
+			continue
+		}
+		err = s.configMaps.Delete(ctx, cm.Name, metav1.DeleteOptions{Preconditions: &metav1.Preconditions{
+			UID: &cm.UID, ResourceVersion: &cm.ResourceVersion}})
+		if err != nil && !apierrors.IsNotFound(err) && !apierrors.IsConflict(err) {
+			s.log.Warn("cannot delete the settledness records of a deleted namespace; trying again later",
+				zap.String("namespace", s.namespace), zap.String("configMap", cm.Name), zap.Error(err))
+		}
+	}
 }
 
 // Bound drops from data the records that changed longest ago, and those

@@ -11,6 +11,7 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/client-go/kubernetes/fake"
@@ -288,4 +289,41 @@ func TestEmptyingTheRecordsKeepsOneAddedMeanwhile(t *testing.T) {
 		}
 		return nil
 	})
+}
+
+// The records of a namespace deleted while no replica saw its parents go
+// are deleted by the sweep; those of a namespace that exists, of
+// cluster-scoped parents, and of a namespace recorded again since the
+// sweep read them stay.
+func TestSweepDeletesTheRecordsOfDeletedNamespaces(t *testing.T) {
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	record := settle.Record{Settled: "h1", SettledAt: 1, Current: "h1", Since: 1}.Encode()
+	recorded := func(name string) *corev1.ConfigMap {
+		return &corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: proxyNamespace, UID: types.UID("uid-" + name), ResourceVersion: "5",
+			Labels: map[string]string{managedByLabel: managedBy, componentLabel: component}}, Data: map[string]string{"uid-p": record}}
+	}
+	client := fake.NewClientset(
+		&corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: "alive"}},
+		recorded(Name("alive")), recorded(Name("gone")), recorded(Name("")), recorded(Name("recreated")))
+	// Another replica records a parent of a namespace created again
+	// after the sweep read the records.
+	unconditional := preconditionedDeletes(client, func() {
+		cm := recorded(Name("recreated"))
+		cm.ResourceVersion = "6"
+		if err := client.Tracker().Update(corev1.SchemeGroupVersion.WithResource("configmaps"), cm, proxyNamespace); err != nil {
+			t.Errorf("another replica's write: %v", err)
+		}
+	})
+	_, s := replica(t, ctx, client)
+	s.Sweep(ctx)
+	for name, want := range map[string]bool{Name("alive"): true, Name("gone"): false, Name(""): true, Name("recreated"): true} {
+		_, err := client.CoreV1().ConfigMaps(proxyNamespace).Get(ctx, name, metav1.GetOptions{})
+		if got := err == nil; got != want {
+			t.Errorf("%s stays: %v, want %v (%v)", name, got, want, err)
+		}
+	}
+	if *unconditional > 0 {
+		t.Errorf("%d deletes without a resourceVersion and UID precondition", *unconditional)
+	}
 }

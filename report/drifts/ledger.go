@@ -93,8 +93,9 @@ type Options struct {
 	Escalator Escalator
 	// Backoff between delivery attempts of one record.
 	Backoff notify.Backoff
-	// MaxAge: a record still undelivered this long after detection is
-	// given up (dropped, counted and logged).
+	// MaxAge: a record whose phase is still undelivered this long after it
+	// began (the detection, or the drift's end) is given up (dropped,
+	// counted and logged). A delivered open drift is kept while it lasts.
 	MaxAge time.Duration
 	// Quotas bound the records per controller, per parent and in all;
 	// zero fields are the defaults (Total: DefaultMaxRecords).

@@ -81,7 +81,7 @@ func TestReopen(t *testing.T) {
 	r.State.Resolved = &Resolution{Reason: v1alpha1.ReasonApproved}
 	r.State.Delivered = map[string]v1alpha1.DriftReportPhase{a: v1alpha1.PhaseResolved, b: v1alpha1.PhaseDetected}
 	r.State.Slack, r.State.SlackResolved = &escalation.MessageRef{Channel: "C", Timestamp: "1"}, true
-	reopen(r)
+	reopen(r, openRecord())
 	if r.State.Resolved != nil {
 		t.Error("still resolved")
 	}

@@ -224,7 +224,7 @@ func (l *Ledger) create(ctx context.Context, rec *Record, attempt int) bool {
 		if existing.State.Resolved == nil {
 			return nil
 		}
-		reopen(existing)
+		reopen(existing, rec)
 		out, err := encode(existing, l.o.Namespace)
 		if err != nil {
 			return err
@@ -250,10 +250,16 @@ func (l *Ledger) create(ctx context.Context, rec *Record, attempt int) bool {
 	return true
 }
 
-// reopen turns a resolved record back into an open drift. A receiver that
-// got the Resolved report gets the Detected report again; one that did not
-// sees the drift as never ended.
-func reopen(r *Record) {
+// reopen turns a resolved record back into an open drift, detected as in
+// again: the drift is judged, reported and acted on (Slack, kubectl
+// kausality drifts) by the new detection's parent spec, time, mode and
+// report, not the old one's, which the parent may have left since. A
+// receiver that got the Resolved report gets the Detected report again;
+// one that did not sees the drift as never ended.
+func reopen(r, again *Record) {
+	r.Report = again.Report
+	r.State.ParentSpecHash, r.State.DetectedAt = again.State.ParentSpecHash, again.State.DetectedAt
+	r.State.Mode, r.State.Held = again.State.Mode, again.State.Held
 	r.State.Resolved = nil
 	for k, phase := range r.State.Delivered {
 		if phase == v1alpha1.PhaseResolved {

@@ -63,7 +63,7 @@ func (l *Ledger) reconcile(ctx context.Context, name string) (time.Duration, err
 			l.log.Info("cannot tell whether a drift has ended; retrying", zap.String("id", rec.ID()), zap.Error(err))
 		}
 	}
-	if now.Sub(rec.State.DetectedAt.Time) > l.o.MaxAge {
+	if since, pending := l.undeliveredSince(rec); pending && now.Sub(since) > l.o.MaxAge {
 		l.log.Warn("DriftReport given up: not delivered within the maximum age", zap.String("id", rec.ID()),
 			zap.Duration("maxAge", l.o.MaxAge))
 		l.m.dropped.WithLabelValues(dropExpired).Inc()
@@ -292,6 +292,27 @@ func (l *Ledger) escalate(ctx context.Context, rec *Record) bool {
 		return true
 	}
 	return false
+}
+
+// undeliveredSince says whether a phase of rec is still to be delivered,
+// and since when: Detected since the drift was detected, Resolved since it
+// ended. A drift whose Detected report is out stays open as long as it
+// lasts (the quotas bound how many do): its record is what Slack clicks
+// and kubectl kausality drifts read, and its Resolved report is still to
+// come.
+func (l *Ledger) undeliveredSince(rec *Record) (time.Time, bool) {
+	if rec.State.Resolved != nil {
+		return rec.State.Resolved.At.Time, !l.everythingOut(rec)
+	}
+	for _, url := range l.o.Receivers {
+		if rec.State.Delivered[receiverKey(url)] == "" {
+			return rec.State.DetectedAt.Time, true
+		}
+	}
+	if l.o.Escalator != nil && rec.State.Slack == nil && !rec.State.SlackSuppressed {
+		return rec.State.DetectedAt.Time, true
+	}
+	return time.Time{}, false
 }
 
 // everythingOut: every receiver has the Resolved report and the message,

@@ -32,7 +32,9 @@ func (o *fixedObjects) GetKindShared(context.Context, schema.GroupVersionKind, s
 func (o *fixedObjects) GetMetadata(context.Context, schema.GroupVersionResource, string, string) (*unstructured.Unstructured, objects.Source, error) {
 	return o.child, objects.FromCache, nil
 }
-func (*fixedObjects) WaitForMetadataSync(context.Context, schema.GroupVersionResource) error { return nil }
+func (*fixedObjects) WaitForMetadataSync(context.Context, schema.GroupVersionResource) error {
+	return nil
+}
 func (*fixedObjects) Mapping(gvk schema.GroupVersionKind) (*meta.RESTMapping, error) {
 	return &meta.RESTMapping{Resource: schema.GroupVersionResource{Group: gvk.Group, Version: gvk.Version, Resource: "things"}, GroupVersionKind: gvk, Scope: meta.RESTScopeNamespace}, nil
 }
@@ -174,7 +176,6 @@ func TestAReopenedDriftIsJudgedOnTheNewSpec(t *testing.T) {
 			"(record keeps parentSpecHash %s of the old spec, detectedAt %v)", reason, reopened.State.ParentSpecHash, reopened.State.DetectedAt)
 	}
 }
-
 
 // A drift whose Detected report no receiver has taken within MaxAge is
 // given up: its record goes, as the option says.

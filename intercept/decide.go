@@ -170,7 +170,12 @@ func (i *Interceptor) decide(f *facts) decision.Decision {
 	in := i.input(f, &f.parent)
 	d := decision.Decide(in)
 	if f.formerParent.obj != nil {
-		d = decision.UnderBoth(d, decision.Decide(i.input(f, &f.formerParent)))
+		former := decision.Decide(i.input(f, &f.formerParent))
+		d = decision.UnderBoth(d, former)
+		if former.Actor.IsController && f.req.w.sub != statusSubresource {
+			// Its former parent's controller moves the child away.
+			d = decision.KeepChildModes(d, f.old, f.new)
+		}
 	}
 	d = decision.DecideAllowances(f.req.context(), d, in, i.allowanceInputs(f))
 	if len(f.warnings) > 0 {

@@ -163,6 +163,24 @@ func ResetsControllers(old, new map[string]string, u controllerid.User) bool {
 	return set && strings.TrimSpace(v) == "" && len(recorded) > 0 && !u.In(recorded)
 }
 
+// withSet returns c with key set to value instead of removed.
+func withSet(c *AnnotationChanges, key, value string) *AnnotationChanges {
+	out := AnnotationChanges{Set: map[string]string{key: value}}
+	if c != nil {
+		for k, v := range c.Set {
+			if k != key {
+				out.Set[k] = v
+			}
+		}
+		for _, k := range c.Remove {
+			if k != key {
+				out.Remove = append(out.Remove, k)
+			}
+		}
+	}
+	return &out
+}
+
 // withRemoved returns c with key removed instead of set.
 func withRemoved(c *AnnotationChanges, key string) *AnnotationChanges {
 	out := AnnotationChanges{Remove: []string{key}}

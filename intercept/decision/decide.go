@@ -122,6 +122,9 @@ func decideOnce(in Input) Decision {
 		d.Reason += "; " + name + " reset " + annotations.Controllers
 	}
 	x.guardOwnControls()
+	if !in.StatusWrite && x.in.Parent != nil && x.isController() {
+		d = KeepChildModes(d, in.OldObject, in.NewObject)
+	}
 
 	if d.Result == Deny {
 		d.ChildAnnotations, d.Trace, d.TraceOrigin = nil, "", false
@@ -241,8 +244,12 @@ func (x *decider) decide() {
 	// Moving a child away from its controller owner is a write under that
 	// owner even when nothing else changes: otherwise a child leaves a
 	// frozen or settled parent in a metadata-only write, and its next spec
-	// change has no parent to answer to.
-	changed := in.DesiredChanged || in.Operation == Create || in.Operation == Delete || ControllerMoved(in.OldObject, in.NewObject)
+	// change has no parent to answer to. Adopting an orphan is a write
+	// under the parent it joins, as creating it there would be: otherwise
+	// a controller creates its settled parent's child as an orphan, and
+	// adopts it.
+	changed := in.DesiredChanged || in.Operation == Create || in.Operation == Delete ||
+		ControllerMoved(in.OldObject, in.NewObject) || Adopted(in.OldObject, in.NewObject)
 	if !changed {
 		d.Category = NoDesiredChange
 		d.Reason = "no desired-state change (only metadata and/or status)"
@@ -417,8 +424,14 @@ func (x *decider) resolveMode() (annotations.DriftMode, ModeSource) {
 		value, object string
 		src           ModeSource
 	}
+	own := x.oldAnn[annotations.Mode]
+	if Adopted(x.in.OldObject, x.in.NewObject) {
+		// An orphan's own mode was written with no parent to answer to:
+		// its adoption is decided as the parent's other children are.
+		own = ""
+	}
 	levels := [...]level{
-		{x.oldAnn[annotations.Mode], "child " + x.d.Child.String() + " (stored)", ModeFromObject},
+		{own, "child " + x.d.Child.String() + " (stored)", ModeFromObject},
 		{x.in.Mode.Namespace, "namespace " + x.d.Child.Namespace, ModeFromNamespace},
 		{x.in.Mode.Controller, "per-controller config", ModeFromController},
 		{string(x.in.Mode.Default), "default mode", ModeFromDefault},

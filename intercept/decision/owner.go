@@ -1,8 +1,12 @@
 package decision
 
 import (
+	"slices"
+
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+
+	"github.com/kausality-io/kausality-proxy/intercept/annotations"
 )
 
 // ControllerMoved reports whether a write removes or re-points the
@@ -19,4 +23,58 @@ func ControllerMoved(old, new *unstructured.Unstructured) bool {
 		return true
 	}
 	return before.UID != after.UID || before.Kind != after.Kind || before.Name != after.Name
+}
+
+// Adopted reports whether a write gives an object that has no controller
+// ownerReference one.
+func Adopted(old, new *unstructured.Unstructured) bool {
+	return old != nil && new != nil && metav1.GetControllerOfNoCopy(old) == nil && metav1.GetControllerOfNoCopy(new) != nil
+}
+
+// childModes are the controls of a child that decide how its own writes
+// are gated.
+var childModes = [...]string{annotations.Mode, annotations.AllowanceMode}
+
+// KeepChildModes returns d with the child's modes as stored: the write is
+// made by the controller of a parent of the child (the one it joins or the
+// one it leaves), who may not choose how its own writes to the child are
+// gated. An adoption leaves none of them at all: they were written while
+// the child had no parent to answer to, maybe by the controller adopting
+// it (an orphan created with mode log, then adopted, would drift unheld).
+func KeepChildModes(d Decision, old, new *unstructured.Unstructured) Decision {
+	if d.Result != Allow || old == nil || new == nil {
+		return d
+	}
+	stored, written := old.GetAnnotations(), new.GetAnnotations()
+	after := make(map[string]string, len(childModes))
+	for _, k := range childModes {
+		if v, ok := written[k]; ok {
+			after[k] = v
+		}
+	}
+	if d.ChildAnnotations != nil {
+		for _, k := range childModes {
+			if v, ok := d.ChildAnnotations.Set[k]; ok {
+				after[k] = v
+			}
+			if slices.Contains(d.ChildAnnotations.Remove, k) {
+				delete(after, k)
+			}
+		}
+	}
+	adopted := Adopted(old, new)
+	for _, k := range childModes {
+		want, keep := stored[k]
+		if adopted {
+			keep = false
+		}
+		got, has := after[k]
+		switch {
+		case keep && (!has || got != want):
+			d.ChildAnnotations = withSet(d.ChildAnnotations, k, want)
+		case !keep && has:
+			d.ChildAnnotations = withRemoved(d.ChildAnnotations, k)
+		}
+	}
+	return d
 }

@@ -17,6 +17,8 @@ package sidewrites
 
 import (
 	"context"
+	"errors"
+	"net/http"
 	"time"
 
 	"go.uber.org/zap"
@@ -134,7 +136,12 @@ func (a *Approvals) Reserve(ctx context.Context, rw Write, stamps string) (Write
 		}
 	}
 	if err := a.writer.reserveApproval(ctx, upd, rec, stamps); err != nil {
-		if rec != nil {
+		// Only a refusal says the approval was not taken. Any other
+		// failure (a timeout, an answer lost with its connection) may
+		// come after kube-apiserver took it: the record stays, and the
+		// orphan settlement puts the approval back once the parent's
+		// stamp shows it was taken for a write that never came.
+		if rec != nil && refused(err) {
 			if _, cerr := a.records.Claim(ctx, rec); cerr != nil {
 				a.reservationLog(rw).Info("cannot remove the record of a reservation that did not happen; it is settled later", zap.Error(cerr))
 			}
@@ -143,6 +150,18 @@ func (a *Approvals) Reserve(ctx context.Context, rw Write, stamps string) (Write
 	}
 	rw.record = rec
 	return rw, nil
+}
+
+// refused reports whether err is kube-apiserver's refusal of a write,
+// which it then did not carry out: a 4xx answer but a timeout (a 429 of
+// its priority and fairness comes before the write is looked at).
+func refused(err error) bool {
+	var status apierrors.APIStatus
+	if !errors.As(err, &status) {
+		return false
+	}
+	code := status.Status().Code
+	return code >= 400 && code < 500 && code != http.StatusRequestTimeout
 }
 
 // Settle carries out what kube-apiserver's answer code means

@@ -204,6 +204,8 @@ func (i *Interceptor) input(f *facts, parent *parentFacts) decision.Input {
 		Confirmed:         f.confirmed,
 		NoChangeIsCertain: f.noChangeIsCertain(),
 		StaleUpdate:       f.staleUpdate(),
+		ObjectLive:        f.childLive,
+		NamesControls:     f.namesControls,
 		Now:               i.cfg.Clock.Now(),
 		Lifecycle:         rq.settings.Lifecycle,
 		UngatedKinds:      rq.settings.UngatedChildKinds,
@@ -248,6 +250,7 @@ func (f *facts) held() decision.Held {
 	return decision.Held{
 		Confirmable:       (sub == mainResource || sub == scaleSubresource) && !f.confirmed,
 		MainResource:      sub == mainResource,
+		StatusWrite:       sub == statusSubresource,
 		ChildLive:         f.childLive,
 		ParentFromCache:   f.parent.source == "cache",
 		ChildAccessKnown:  f.childAccessKnown,
@@ -547,7 +550,7 @@ func (i *Interceptor) fetch(r *http.Request, f *facts, need decision.Need, up up
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			got.live, got.copied, liveErr = i.wholeChild(r.Context(), f)
+			got.live, got.copied, liveErr = i.wholeChild(r.Context(), f, !need.NoCopy)
 		}()
 	}
 	if need.ServerResult {
@@ -604,10 +607,10 @@ func (i *Interceptor) liveChild(ctx context.Context, f *facts) (*unstructured.Un
 }
 
 // wholeChild is the whole stored child for a write decided so far on its
-// cached metadata: the copy the proxy last saw of the cached version, else
-// the child read live.
-func (i *Interceptor) wholeChild(ctx context.Context, f *facts) (_ *unstructured.Unstructured, copied bool, _ error) {
-	if f.oldIsMetadata && f.old != nil {
+// cached metadata: the copy the proxy last saw of the cached version when
+// mayCopy, else the child read live.
+func (i *Interceptor) wholeChild(ctx context.Context, f *facts, mayCopy bool) (_ *unstructured.Unstructured, copied bool, _ error) {
+	if mayCopy && f.oldIsMetadata && f.old != nil {
 		key := storedcopies.Key{Resource: f.req.w.gvr, Kind: f.kind, Namespace: f.namespace, Name: f.req.w.info.Name}
 		if cp, ok := i.copies.At(key, f.old.GetResourceVersion()); ok {
 			return cp, true, nil

@@ -28,6 +28,7 @@ import (
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/tools/cache"
 
+	"github.com/kausality-io/kausality-proxy/intercept/annotations"
 	"github.com/kausality-io/kausality-proxy/intercept/body"
 	"github.com/kausality-io/kausality-proxy/intercept/decision"
 	"github.com/kausality-io/kausality-proxy/intercept/desired"
@@ -51,6 +52,9 @@ type facts struct {
 	data []byte
 	// dryRun: the query's dryRun, or a delete's options in its body.
 	dryRun bool
+	// namesControls: a patch that could set or remove a control of the
+	// object whatever it holds (decision.Input.NamesControls).
+	namesControls bool
 	// op is the effective operation: an apply or a PUT of an object that
 	// does not exist is a create.
 	op decision.Operation
@@ -170,6 +174,9 @@ func (i *Interceptor) gather(ctx context.Context, rq *writeRequest, data []byte,
 		}
 		f.fromStored.Patch = &patch.Request{Type: f.patchType, Patch: data, Kind: f.kind, Name: wr.info.Name, Namespace: f.namespace,
 			FieldManager: wr.fieldManager, FieldManagerNamed: wr.explicitFieldManager, Force: f.force}
+		if wr.sub == mainResource || wr.sub == statusSubresource {
+			f.namesControls = patch.NamesAnnotation(f.patchType, data, controlKeys, f.kind)
+		}
 	}
 	if f.op != decision.Create {
 		stored, err := i.storedObject(ctx, f, storedNeedOf(f))
@@ -197,6 +204,10 @@ func (i *Interceptor) gather(ctx context.Context, rq *writeRequest, data []byte,
 // a dry run, and the kind and namespace of what it deletes. Each object
 // it would delete gets the facts of the DELETE of it from these
 // (collection.go). On an error, the facts are those known so far.
+// controlKeys are the annotations that hold people's controls over an
+// object.
+var controlKeys = annotations.ControlKeys()
+
 // decodedAs is the kind a whole object in the body is decoded as: the
 // resource's, or a Scale for a /scale write.
 func (f *facts) decodedAs() *schema.GroupVersionKind {

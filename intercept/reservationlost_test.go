@@ -2,6 +2,7 @@ package intercept_test
 
 import (
 	"context"
+	"fmt"
 	"net/http"
 	"net/http/httptest"
 	"strings"
@@ -19,6 +20,7 @@ import (
 	"github.com/kausality-io/kausality-proxy/intercept"
 	"github.com/kausality-io/kausality-proxy/intercept/annotations"
 	"github.com/kausality-io/kausality-proxy/intercept/reservations"
+	"github.com/kausality-io/kausality-proxy/internal/testutil"
 )
 
 // The patch that takes the once approval off the parent is applied by
@@ -65,14 +67,17 @@ func TestAReservationWhoseAnswerIsLostIsSettledAsAnOrphan(t *testing.T) {
 		t.Fatalf("%d records of reservations, want the one whose patch may have been applied", n)
 	}
 	clock.SetTime(start.Add(intercept.DefaultReservationOrphanAge + time.Second))
-	intercept.SettleOrphans(context.Background(), env.interceptor)
-
-	parent, err := env.dyn.Resource(deploymentsGVR).Namespace("apps").Get(context.Background(), "approved", metav1.GetOptions{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	ann := parent.GetAnnotations()
-	if ann[annotations.Approvals] != onceApproval {
-		t.Errorf("the write was refused (%d) and never applied, yet the once approval is gone for good", rec.Code)
-	}
+	// The orphan settlement reads the records its replica's watch has
+	// seen.
+	testutil.Eventually(t, 10*time.Second, "the once approval put back by the orphan settlement", func() error {
+		intercept.SettleOrphans(context.Background(), env.interceptor)
+		parent, err := env.dyn.Resource(deploymentsGVR).Namespace("apps").Get(context.Background(), "approved", metav1.GetOptions{})
+		if err != nil {
+			return err
+		}
+		if got := parent.GetAnnotations()[annotations.Approvals]; got != onceApproval {
+			return fmt.Errorf("the write was refused (%d) and never applied; the parent's approvals are %q", rec.Code, got)
+		}
+		return nil
+	})
 }

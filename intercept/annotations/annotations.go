@@ -122,6 +122,11 @@ func IsControl(key string) bool {
 	return false
 }
 
+// ControlKeys lists the keys IsControl reports.
+func ControlKeys() []string {
+	return []string{Approvals, Rejections, Freeze, SnoozeUntil, Snooze, Mode, AllowanceMode}
+}
+
 // TraceLabel returns the label name of a kausality.io/trace-<label>
 // annotation key, or "" if key is not one.
 func TraceLabel(key string) string {

@@ -73,6 +73,15 @@ func (x *decider) guardOwnControls() {
 	}
 	keys := changedKeys(x.oldAnn, stored, annotations.IsControl)
 	if len(keys) == 0 {
+		// The object's own controller patches its controls without a
+		// change of the copy it was decided on: decided again on the
+		// object read live, in case the copy misses a control a person
+		// has just set.
+		if in.NamesControls && !in.Confirmed && !in.ObjectLive {
+			if id := x.objectIdentity(); id.Determined && id.IsController {
+				d.RecheckController = true
+			}
+		}
 		return
 	}
 	if id := x.objectIdentity(); id.Determined && id.IsController {

@@ -119,6 +119,49 @@ func TestControls(t *testing.T) {
 			category: NoDesiredChange,
 		},
 		{
+			name: "the object's controller patches controls its copy does not hold: decided again on a live read",
+			in: func() Input {
+				in := ownWrite(false, setAnn("example.com/revision", "2"))
+				in.NamesControls = true
+				return in
+			},
+			result:   Allow,
+			category: NoDesiredChange,
+			recheck:  true,
+		},
+		{
+			name: "status: the same",
+			in: func() Input {
+				in := ownWrite(true, setAnn("example.com/revision", "2"))
+				in.NamesControls = true
+				return in
+			},
+			result:   Allow,
+			category: StatusWrite,
+			recheck:  true,
+		},
+		{
+			name: "the object's controller patches controls of a copy read live",
+			in: func() Input {
+				in := ownWrite(false, setAnn("example.com/revision", "2"))
+				in.NamesControls, in.ObjectLive = true, true
+				return in
+			},
+			result:   Allow,
+			category: NoDesiredChange,
+		},
+		{
+			name: "a person patches controls the copy does not hold: nothing to recheck",
+			in: func() Input {
+				in := ownWrite(false, setAnn("example.com/revision", "2"))
+				in.NamesControls = true
+				alice(&in)
+				return in
+			},
+			result:   Allow,
+			category: NoDesiredChange,
+		},
+		{
 			name: "a PUT of an old copy is no edit: kube-apiserver answers it with a conflict",
 			in: func() Input {
 				in := ownWrite(false, delAnn(annotations.Approvals), setAnn(annotations.Approvals, always))

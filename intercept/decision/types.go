@@ -241,6 +241,14 @@ type Input struct {
 	// then name neither the parent nor what its annotations say (a
 	// freeze's reason, a rejection's), only what to do.
 	ParentHidden bool
+	// ObjectLive: OldObject was read live, not from a cache or a copy.
+	ObjectLive bool
+	// NamesControls: the write is a patch that could set or remove one of
+	// the object's controls whatever OldObject holds (it names one, or
+	// replaces the annotations whole). A copy of the object a beat behind
+	// may not hold the control a person has just set, which the patch then
+	// removes although it changes nothing of that copy.
+	NamesControls bool
 	// StaleUpdate: a PUT naming a resourceVersion other than OldObject's.
 	// kube-apiserver refuses it with a conflict, so the annotations it
 	// carries are an old copy, not an edit.

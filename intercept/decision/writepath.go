@@ -79,8 +79,10 @@ type Held struct {
 	// and the proxy can read (the main resource, or /scale of it).
 	Confirmable bool
 	// MainResource: the write is of the object itself (not a
-	// subresource); only such a write can change its controls.
-	MainResource bool
+	// subresource); StatusWrite: of its status. Only these can change its
+	// controls (kube-apiserver keeps a status write's annotations for
+	// most kinds).
+	MainResource, StatusWrite bool
 	// ChildLive: the stored object was read live.
 	ChildLive bool
 	// ParentFromCache: the parent snapshot comes from the cache.
@@ -100,8 +102,9 @@ type Held struct {
 // three are independent of each other and run together.
 type Need struct {
 	// LiveChild: the stored object, read live, with the write applied to
-	// it again.
-	LiveChild bool
+	// it again; NoCopy: read from kube-apiserver, not from the copy the
+	// proxy kept of the version its cache holds.
+	LiveChild, NoCopy bool
 	// ServerResult: kube-apiserver's own result for the write (a live
 	// read of the object and a server-side dry run of the same request).
 	ServerResult bool
@@ -135,13 +138,16 @@ func Needs(d *Decision, h Held) Need {
 		n.LiveChild = true
 		return n
 	}
-	n.LiveChild = d.RecheckController && h.MainResource && !h.ChildLive
+	n.LiveChild = d.RecheckController && (h.MainResource || h.StatusWrite) && !h.ChildLive
 	n.ServerResult = d.ConfirmWithServer && h.Confirmable
 	n.FreshParent = NeedsConfirmation(d, h.ParentFromCache)
 	if n.ServerResult {
 		// The dry run's facts include a live read of the object.
 		n.LiveChild = false
 	}
+	// A copy of the version the cache holds is as far behind as the
+	// cache.
+	n.NoCopy = n.LiveChild
 	if !n.None() {
 		return n
 	}

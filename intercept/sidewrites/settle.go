@@ -356,16 +356,15 @@ func (a *Approvals) SettleOrphans(ctx context.Context) {
 	for _, rec := range orphans {
 		rw := writeOf(rec)
 		readCtx, cancel := context.WithTimeout(ctx, a.writer.Timeout)
-		if !a.vouchedFor(readCtx, rw) {
-			cancel()
-			continue
-		}
-		settled := a.checkStored(readCtx, rw)
+		settled := a.vouchedFor(readCtx, rw) && a.checkStored(readCtx, rw)
 		cancel()
+		// A record whose parent or object cannot be read for so long (its
+		// kind no longer served, kube-apiserver refusing) is given up, or
+		// every replica would look at it for good.
 		if !settled && a.clock.Since(rec.Reserved) > reservationMaxAge {
 			if claim, _ := a.records.Claim(ctx, rec); claim != reservations.Lost {
 				a.count(reservationUnsettled)
-				a.reservationLog(rw).Error("gave up settling a reserved once approval: its object could not be read for " + reservationMaxAge.String() +
+				a.reservationLog(rw).Error("gave up settling a reserved once approval: its parent or object could not be read for " + reservationMaxAge.String() +
 					"; if the object does not show the approved change, approve it again")
 			}
 		}

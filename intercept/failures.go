@@ -61,10 +61,13 @@ func (i *Interceptor) unresolvable(err error) error {
 	}
 	action := decision.OnFailure(i.cfg.FailurePolicy, kind)
 	switch {
+	case meta.IsNoMatchError(err):
+		// Not an outage: the write names a kind nobody serves, which its
+		// caller can do on purpose to have it forwarded undecided under
+		// --failure-policy=Ignore.
+		return unservedParentKind(err, i.cfg.FailurePolicy)
 	case action.Forward:
 		return &ignoredError{err}
-	case meta.IsNoMatchError(err):
-		return unservedParentKind(err)
 	case action.Code == http.StatusServiceUnavailable:
 		e := apierrors.NewServiceUnavailable(fmt.Sprintf("kausality-proxy cannot decide about this write (--failure-policy=Fail): %v", err))
 		e.ErrStatus.Details = &metav1.StatusDetails{RetryAfterSeconds: 1}
@@ -75,18 +78,23 @@ func (i *Interceptor) unresolvable(err error) error {
 
 // unservedParentKind refuses a write whose parent is of a kind that
 // kube-apiserver does not serve (discovery was refreshed for the lookup, or
-// moments before). The parent cannot be read, so --failure-policy=Fail
-// answers 500 as for any unreadable parent, but the message says what the
-// caller can fix: the ownerReference is misspelled, or the kind's
-// CustomResourceDefinition is gone.
-func unservedParentKind(err error) error {
+// moments before), whatever the failure policy: 500 as for any unreadable
+// parent, but the message says what the caller can fix: the
+// ownerReference is misspelled, or the kind's CustomResourceDefinition is
+// gone. It is no outage, which is all --failure-policy=Ignore lets a write
+// through for: a caller could name such an owner on purpose.
+func unservedParentKind(err error, policy decision.FailurePolicy) error {
+	why := "(--failure-policy=Fail)"
+	if policy == decision.FailurePolicyIgnore {
+		why = "and refuses it although --failure-policy=Ignore, which covers outages only"
+	}
 	return &apierrors.StatusError{ErrStatus: metav1.Status{
 		Status: metav1.StatusFailure,
 		Code:   http.StatusInternalServerError,
 		Reason: metav1.StatusReasonInternalError,
-		Message: fmt.Sprintf("kausality-proxy cannot decide about this write (--failure-policy=Fail): %v. "+
+		Message: fmt.Sprintf("kausality-proxy cannot decide about this write %s: %v. "+
 			"The controller ownerReference names a kind that kube-apiserver does not serve: correct its apiVersion and kind, or, "+
-			"if the kind's CustomResourceDefinition was removed, remove the ownerReference; if the kind was installed moments ago, retry", err),
+			"if the kind's CustomResourceDefinition was removed, remove the ownerReference; if the kind was installed moments ago, retry", why, err),
 		Details: &metav1.StatusDetails{Causes: []metav1.StatusCause{{
 			Type:    metav1.CauseTypeFieldValueNotSupported,
 			Field:   "metadata.ownerReferences",

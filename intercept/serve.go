@@ -171,9 +171,9 @@ func (i *Interceptor) serveOne(x exchange, rq *writeRequest) {
 }
 
 // serveShadow handles a write of a controller in shadow mode: the full
-// decision is computed and logged, and the request goes upstream exactly as
-// it came: no annotation, no approval consumed, no denial, no warning, no
-// side write. Whatever goes wrong while deciding is logged, never returned.
+// decision is computed and logged, and the request goes upstream as it
+// came, but for the system annotations it would change, which are kept as
+// stored: no approval consumed, no denial, no warning, no side write. Whatever goes wrong while deciding is logged, never returned.
 func (i *Interceptor) serveShadow(x exchange, rq *writeRequest) {
 	f := facts{req: rq, op: rq.w.op, namespace: rq.w.namespace, dryRun: rq.w.dryRun}
 	data, err := i.readShadowBody(x.w, x.r)
@@ -186,8 +186,12 @@ func (i *Interceptor) serveShadow(x exchange, rq *writeRequest) {
 	}
 	decided, decideErr := i.shadowDecisions(x, rq, data)
 	upstream.RestoreBody(x.r, data)
+	out := x.r
+	if decideErr == nil && len(decided) == 1 {
+		out = i.keepingSystemAnnotations(x.r, &decided[0].f)
+	}
 	rec := httpx.NewCodeRecorder(x.w)
-	x.up.Send(rec, x.r)
+	x.up.Send(rec, out)
 	outcome := "shadow:" + strconv.Itoa(rec.Code())
 	if decideErr != nil {
 		i.logError(&f, outcome, decideErr)
@@ -196,6 +200,27 @@ func (i *Interceptor) serveShadow(x exchange, rq *writeRequest) {
 	for _, m := range decided {
 		i.recordDecision(&m.f, &m.d, outcome)
 	}
+}
+
+// keepingSystemAnnotations is r, a shadow write of the object f decided,
+// with the system annotations it would change kept as stored: what only
+// the proxy writes (allowances, the records of controllers and
+// reservations, the trace), on which the decisions of other writes rest.
+// r as it came when it changes none, or cannot be rewritten.
+func (i *Interceptor) keepingSystemAnnotations(r *http.Request, f *facts) *http.Request {
+	keep := decision.KeepSystemAnnotations(f.old, f.new)
+	if keep.Empty() || f.op == decision.Delete {
+		return r
+	}
+	// No precondition: a shadow write is never made to fail.
+	unpinned := *f
+	unpinned.precondition = ""
+	out, err := prepare(r, &unpinned, &decision.Decision{ChildAnnotations: keep})
+	if err != nil {
+		i.logError(f, "shadow", fmt.Errorf("keeping the system annotations as stored: %w", err))
+		return r
+	}
+	return out.req
 }
 
 // shadowDecisions decides a shadow write, or each object of a shadow

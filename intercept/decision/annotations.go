@@ -163,6 +163,19 @@ func ResetsControllers(old, new map[string]string, u controllerid.User) bool {
 	return set && strings.TrimSpace(v) == "" && len(recorded) > 0 && !u.In(recorded)
 }
 
+// KeepSystemAnnotations is what puts the system annotations a write would
+// change (from old, as stored, to new) back to their stored values; nil
+// when it changes none. A write the proxy forwards undecided (a
+// controller's in shadow mode) must not write what only the proxy writes,
+// on which the decisions of other writes rest.
+func KeepSystemAnnotations(old, new *unstructured.Unstructured) *AnnotationChanges {
+	if old == nil || new == nil {
+		return nil
+	}
+	written := annotationsOf(new)
+	return diffAnnotations(written, computeAnnotations(annotationsOf(old), written, annotations.IsSystem, false, "", ""))
+}
+
 // withSet returns c with key set to value instead of removed.
 func withSet(c *AnnotationChanges, key, value string) *AnnotationChanges {
 	out := AnnotationChanges{Set: map[string]string{key: value}}

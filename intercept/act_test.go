@@ -45,6 +45,21 @@ func recordsClient() *kubefake.Clientset {
 	return client
 }
 
+// withRecords gives the interceptor a store of reservation records in
+// client, watching them.
+func withRecords(t *testing.T, client *kubefake.Clientset, clock *clocktesting.FakePassiveClock) serveOption {
+	return func(s *serveSetup) {
+		store := reservations.New(client, recordNamespace, "this-replica", clock)
+		ctx, cancel := context.WithCancel(context.Background())
+		t.Cleanup(cancel)
+		store.Run(ctx)
+		if !cache.WaitForCacheSync(ctx.Done(), store.HasSynced) {
+			t.Fatal("the watch of the records did not sync")
+		}
+		s.config.Reservations = store
+	}
+}
+
 func recordCount(t *testing.T, client *kubefake.Clientset) int {
 	t.Helper()
 	list, err := client.CoreV1().ConfigMaps(recordNamespace).List(context.Background(), metav1.ListOptions{})
@@ -60,19 +75,6 @@ func recordCount(t *testing.T, client *kubefake.Clientset) int {
 func TestReservationRecords(t *testing.T) {
 	allowAll := func(authorizationv1.SubjectAccessReviewSpec) (bool, error) { return true, nil }
 	start := time.Date(2026, 11, 24, 12, 0, 0, 0, time.UTC)
-	// withRecords gives the interceptor a store of records, watching them.
-	withRecords := func(t *testing.T, client *kubefake.Clientset, clock *clocktesting.FakePassiveClock) serveOption {
-		return func(s *serveSetup) {
-			store := reservations.New(client, recordNamespace, "this-replica", clock)
-			ctx, cancel := context.WithCancel(context.Background())
-			t.Cleanup(cancel)
-			store.Run(ctx)
-			if !cache.WaitForCacheSync(ctx.Done(), store.HasSynced) {
-				t.Fatal("the watch of the records did not sync")
-			}
-			s.config.Reservations = store
-		}
-	}
 	// seen waits until the watch of the records shows one as older than
 	// a second.
 	seen := func(t *testing.T, env *benchEnv) {

@@ -6,7 +6,6 @@ import (
 	"time"
 
 	authorizationv1 "k8s.io/api/authorization/v1"
-	"k8s.io/client-go/tools/cache"
 	clocktesting "k8s.io/utils/clock/testing"
 
 	"github.com/kausality-io/kausality-proxy/intercept"
@@ -24,16 +23,7 @@ func TestAnOrphanWhoseParentKindIsNotServedIsGivenUp(t *testing.T) {
 	start := time.Date(2026, 11, 24, 12, 0, 0, 0, time.UTC)
 	client := recordsClient()
 	clock := clocktesting.NewFakePassiveClock(start)
-	env := newServeEnv(t, nil, allowAll, withApprovedFamily, enforce, func(s *serveSetup) {
-		store := reservations.New(client, recordNamespace, "this-replica", clock)
-		ctx, cancel := context.WithCancel(context.Background())
-		t.Cleanup(cancel)
-		store.Run(ctx)
-		if !cache.WaitForCacheSync(ctx.Done(), store.HasSynced) {
-			t.Fatal("no sync")
-		}
-		s.config.Reservations = store
-	})
+	env := newServeEnv(t, nil, allowAll, withApprovedFamily, enforce, withRecords(t, client, clock))
 	dead := reservations.New(client, recordNamespace, "dead-replica", clock)
 	if _, err := dead.Open(context.Background(), reservations.Reservation{
 		Parent:    decision.ObjectRef{APIVersion: "widgets.example.com/v1beta1", Kind: "Widget", Namespace: "apps", Name: "w"},

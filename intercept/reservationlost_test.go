@@ -14,12 +14,10 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
 	clienttesting "k8s.io/client-go/testing"
-	"k8s.io/client-go/tools/cache"
 	clocktesting "k8s.io/utils/clock/testing"
 
 	"github.com/kausality-io/kausality-proxy/intercept"
 	"github.com/kausality-io/kausality-proxy/intercept/annotations"
-	"github.com/kausality-io/kausality-proxy/intercept/reservations"
 	"github.com/kausality-io/kausality-proxy/internal/testutil"
 )
 
@@ -32,16 +30,7 @@ func TestAReservationWhoseAnswerIsLostIsSettledAsAnOrphan(t *testing.T) {
 	start := time.Date(2026, 11, 24, 12, 0, 0, 0, time.UTC)
 	client := recordsClient()
 	clock := clocktesting.NewFakePassiveClock(start)
-	env := newServeEnv(t, nil, allowAll, withApprovedFamily, enforce, func(s *serveSetup) {
-		store := reservations.New(client, recordNamespace, "this-replica", clock)
-		ctx, cancel := context.WithCancel(context.Background())
-		t.Cleanup(cancel)
-		store.Run(ctx)
-		if !cache.WaitForCacheSync(ctx.Done(), store.HasSynced) {
-			t.Fatal("no sync")
-		}
-		s.config.Reservations = store
-	})
+	env := newServeEnv(t, nil, allowAll, withApprovedFamily, enforce, withRecords(t, client, clock))
 	env.upstream = answering(http.StatusOK)
 	lost := false
 	env.dyn.PrependReactor("patch", "deployments", func(a clienttesting.Action) (bool, runtime.Object, error) {

@@ -136,11 +136,20 @@ func (s *Store) adopt(obj interface{}) {
 // done; every sweepEvery, it deletes the records of deleted namespaces.
 func (s *Store) Run(ctx context.Context) {
 	s.factory.Start(ctx.Done())
-	go wait.JitterUntilWithContext(ctx, func(ctx context.Context) {
-		if s.records.HasSynced() {
-			s.Sweep(ctx)
+	go func() {
+		// Not at the start: a replica that starts is busy enough, and a
+		// namespace's records are worth keeping a while anyway.
+		select {
+		case <-ctx.Done():
+			return
+		case <-time.After(wait.Jitter(sweepEvery, 0.2)):
 		}
-	}, sweepEvery, 0.2, false)
+		wait.JitterUntilWithContext(ctx, func(ctx context.Context) {
+			if s.records.HasSynced() {
+				s.Sweep(ctx)
+			}
+		}, sweepEvery, 0.2, false)
+	}()
 	go func() {
 		<-ctx.Done()
 		s.queue.ShutDown()

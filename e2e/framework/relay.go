@@ -1,11 +1,18 @@
 package framework
 
 import (
+	"errors"
 	"fmt"
 	"io"
+	"math/rand/v2"
 	"net"
+	"os"
+	"strconv"
+	"strings"
 	"sync"
 	"sync/atomic"
+	"syscall"
+	"time"
 )
 
 // Relay is a loopback TCP relay between the proxy and kube-apiserver. TLS
@@ -23,9 +30,12 @@ type Relay struct {
 	accepted atomic.Int64
 }
 
-// NewRelay listens on a free loopback port and forwards to target.
+// NewRelay listens on a free loopback port and forwards to target. The
+// port is below the kernel's range of ephemeral ports: while the relay is
+// down, the port it gave up could otherwise become the local port of any
+// outgoing connection (another test's), and listening on it again fail.
 func NewRelay(target string) (*Relay, error) {
-	l, err := net.Listen("tcp", "127.0.0.1:0")
+	l, err := listenBelowEphemeralPorts()
 	if err != nil {
 		return nil, err
 	}
@@ -65,7 +75,16 @@ func (r *Relay) Up() error {
 		return nil
 	}
 	r.mu.Unlock()
-	l, err := net.Listen("tcp", r.addr)
+	var (
+		l   net.Listener
+		err error
+	)
+	// A connection the relay closed may hold the port a moment longer.
+	for deadline := time.Now().Add(10 * time.Second); ; time.Sleep(50 * time.Millisecond) {
+		if l, err = net.Listen("tcp", r.addr); err == nil || !errors.Is(err, syscall.EADDRINUSE) || time.Now().After(deadline) {
+			break
+		}
+	}
 	if err != nil {
 		return fmt.Errorf("relay: listening again on %s: %w", r.addr, err)
 	}
@@ -134,4 +153,28 @@ func (c countingWriter) Write(p []byte) (int, error) {
 	n, err := c.w.Write(p)
 	c.n.Add(int64(n))
 	return n, err
+}
+
+// listenBelowEphemeralPorts listens on a free loopback port below the
+// kernel's ephemeral port range (/proc/sys/net/ipv4/ip_local_port_range),
+// or on any free port where that range cannot be read or leaves no room.
+func listenBelowEphemeralPorts() (net.Listener, error) {
+	low := 32768
+	if data, err := os.ReadFile("/proc/sys/net/ipv4/ip_local_port_range"); err == nil {
+		if fields := strings.Fields(string(data)); len(fields) == 2 {
+			if n, err := strconv.Atoi(fields[0]); err == nil {
+				low = n
+			}
+		}
+	}
+	const first = 10000
+	if low-first >= 1000 {
+		for range 100 {
+			l, err := net.Listen("tcp", "127.0.0.1:"+strconv.Itoa(first+rand.IntN(low-first)))
+			if err == nil {
+				return l, nil
+			}
+		}
+	}
+	return net.Listen("tcp", "127.0.0.1:0")
 }

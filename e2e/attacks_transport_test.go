@@ -121,6 +121,16 @@ func TestAttackFailedUpgradeConnectionReuse(t *testing.T) {
 					}
 				}
 				mustf(t, err, "reading answers")
+				if len(got) == 0 && closed && tc.pipelined {
+					// The refused upgrade's connection is closed with the
+					// pipelined request unread, so the kernel resets it,
+					// and the reset can overtake the answer on its way:
+					// the connection ended, and the request behind it was
+					// never served (below).
+					t.Logf("the connection was reset before kube-apiserver's %d arrived", tc.want)
+					expectNoBinding(t, name)
+					return
+				}
 				if len(got) == 0 || got[0].Code != tc.want {
 					t.Fatalf("answers %v, want kube-apiserver's %d first", codes(got), tc.want)
 				}

@@ -372,9 +372,14 @@ func TestRBACSufficientForDriftScenario(t *testing.T) {
 		}
 		return fmt.Errorf("no ReplicaSet for the new template yet")
 	})
-	if count(in.decisions(t, ns, "replicasets", ""), controller, "Allow", "Expected") == 0 {
-		t.Fatal("no Expected decision for the deployment controller's writes after the spec change")
-	}
+	// The decision line is written once kube-apiserver has answered the
+	// write, so the ReplicaSet may be read a moment before it.
+	eventually(t, 30*time.Second, "an Expected decision for the deployment controller's writes after the spec change", func() error {
+		if count(in.decisions(t, ns, "replicasets", ""), controller, "Allow", "Expected") == 0 {
+			return fmt.Errorf("none yet")
+		}
+		return nil
+	})
 
 	// Nothing the proxy had to read, and no parent it had to annotate, was
 	// forbidden to it: across everything kube-controller-manager did

@@ -26,9 +26,11 @@ import (
 // A once approval is not spent by a write kube-apiserver could not finish.
 // A validating webhook admits dry runs and breaks off on real writes, so
 // the approved write passes the proxy's dry run, is forwarded, and is
-// answered 500 by kube-apiserver with nothing stored: the approval must be
-// back on the parent when the controller hears the 500, and admit the
-// write once the webhook is gone.
+// answered 500 by kube-apiserver with nothing stored. A 500 does not say
+// the write is over (a storage transaction that timed out may still
+// commit), so the approval stays reserved until the write's deadline at
+// kube-apiserver has passed; then it must be back on the parent, and
+// admit the write once the webhook is gone.
 func TestOnceApprovalSurvivesAWriteKubeAPIServerCouldNotFinish(t *testing.T) {
 	f := newOnceApprovedGadget(t, "wg-5xx")
 	f.settleGadget("g", "Allow/DriftApproved")
@@ -61,10 +63,17 @@ func TestOnceApprovalSurvivesAWriteKubeAPIServerCouldNotFinish(t *testing.T) {
 	if v := f.gadgetValue("g"); v != "a" {
 		t.Fatalf("kube-apiserver stored the write it answered %d: value %q", status.Status().Code, v)
 	}
-	// Put back before the controller heard the 500: no waiting here.
-	if got := wgApprovals(t, f.getWidget().GetAnnotations()[wgAnnApprovals]); len(got) != 1 {
-		t.Fatalf("the once approval was spent by a write kube-apiserver did not store: approvals %v", got)
+	// The write carried the proxy's --request-timeout (60s) as its
+	// timeout; it can land for 10s more.
+	if got := wgApprovals(t, f.getWidget().GetAnnotations()[wgAnnApprovals]); len(got) != 0 {
+		t.Fatalf("the once approval is back while its write may still land: approvals %v", got)
 	}
+	eventually(t, 2*time.Minute, "the once approval back once the write can no longer land", func() error {
+		if got := wgApprovals(t, f.getWidget().GetAnnotations()[wgAnnApprovals]); len(got) != 1 {
+			return fmt.Errorf("the once approval was spent by a write kube-apiserver did not store: approvals %v", got)
+		}
+		return nil
+	})
 
 	hook.Remove()
 	waitForProbe(t, f, func(err error) bool { return err == nil }, "the webhook to be gone")

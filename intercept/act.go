@@ -14,6 +14,7 @@ import (
 	"net/http"
 	"strconv"
 	"strings"
+	"time"
 
 	"go.uber.org/zap"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
@@ -329,6 +330,9 @@ func (i *Interceptor) act(x exchange, f *facts, d *decision.Decision, round int,
 				*d = d.AheadFollowing()
 			}
 		case decision.StepForward:
+			if reserved != nil {
+				out.req = i.boundedAtUpstream(out.req)
+			}
 			again, err := i.forward(x, f, d, out, reserved, round)
 			if err != nil || !again {
 				return nothingMoved, err
@@ -490,8 +494,38 @@ func (i *Interceptor) actOnCollection(x exchange, f facts, c *collection, acts *
 	if moved >= 0 {
 		return moved
 	}
-	i.forwardCollection(x, c, acts.out, acts.reserved)
+	out := acts.out
+	if len(acts.reserved) > 0 {
+		out = i.boundedAtUpstream(out)
+	}
+	i.forwardCollection(x, c, out, acts.reserved)
 	return -1
+}
+
+// boundedAtUpstream returns out with a timeout for kube-apiserver that
+// ends no later than the proxy's own deadline for the request. A write
+// kube-apiserver answers 504, or whose answer is lost, may go on being
+// processed until its deadline there; the once approval reserved for it
+// is put back only after that (package sidewrites), which is sound only
+// if that deadline is the proxy's, not whatever kube-apiserver's
+// --request-timeout is.
+func (i *Interceptor) boundedAtUpstream(out *http.Request) *http.Request {
+	left := i.cfg.RequestTimeout
+	if deadline, ok := out.Context().Deadline(); ok {
+		left = min(left, time.Until(deadline))
+	}
+	// Whole seconds, rounded down: kube-apiserver's deadline starts when
+	// the request reaches it, after the proxy's.
+	seconds := max(1, int64(left/time.Second))
+	q := out.URL.Query()
+	if given, err := time.ParseDuration(q.Get("timeout")); err == nil && given > 0 && given <= time.Duration(seconds)*time.Second {
+		return out
+	}
+	bounded := out.Clone(out.Context())
+	q.Set("timeout", strconv.FormatInt(seconds, 10)+"s")
+	bounded.URL.RawQuery = q.Encode()
+	bounded.RequestURI = ""
+	return bounded
 }
 
 // pinnedCollection is the deletecollection to forward: r, pinned to the

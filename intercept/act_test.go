@@ -17,6 +17,7 @@ import (
 	kubefake "k8s.io/client-go/kubernetes/fake"
 	clienttesting "k8s.io/client-go/testing"
 	"k8s.io/client-go/tools/cache"
+	"k8s.io/utils/clock"
 	clocktesting "k8s.io/utils/clock/testing"
 
 	"github.com/kausality-io/kausality-proxy/intercept"
@@ -47,6 +48,11 @@ func recordsClient() *kubefake.Clientset {
 
 // withRecords gives the interceptor a store of reservation records in
 // client, watching them.
+// withClock gives the interceptor its clock.
+func withClock(clk clock.PassiveClock) serveOption {
+	return func(s *serveSetup) { s.config.Clock = clk }
+}
+
 func withRecords(t *testing.T, client *kubefake.Clientset, clock *clocktesting.FakePassiveClock) serveOption {
 	return func(s *serveSetup) {
 		store := reservations.New(client, recordNamespace, "this-replica", clock)

@@ -56,6 +56,9 @@ type Options struct {
 	// ReservationOrphanAge is when a once-approval reservation whose
 	// replica has not settled it is settled by another (0: the default).
 	ReservationOrphanAge time.Duration
+	// RequestTimeout is the proxy's --request-timeout: no write it
+	// forwards is processed longer (0: the default).
+	RequestTimeout time.Duration
 }
 
 // DriftOptions configure the drift records, the election of the replica
@@ -141,6 +144,7 @@ func Build(o Options) (*Interceptor, error) {
 		Settlements:          settled,
 		Reservations:         reserved,
 		ReservationOrphanAge: o.ReservationOrphanAge,
+		RequestTimeout:       o.RequestTimeout,
 		Policies:             policies,
 		AllowancePolicies:    allowancePolicies,
 		Drifts:               reporter,

@@ -95,6 +95,14 @@ func (i *Interceptor) classify(r *http.Request) (*write, bool) {
 			return nil, false
 		}
 		sub = statusSubresource
+	case "finalize":
+		// kube-apiserver's finalize strategy resets only the status, so a
+		// Namespace's metadata, annotations included, is written through
+		// it as through a status write, and is guarded as one.
+		if op != decision.Update || info.APIGroup != "" || info.Resource != "namespaces" {
+			return nil, false
+		}
+		sub = statusSubresource
 	case "scale":
 		if op != decision.Update {
 			return nil, false

@@ -121,6 +121,11 @@ type Config struct {
 	// ReservationOrphanAge is when a reservation its replica has not
 	// settled is settled by this one; 0 is DefaultReservationOrphanAge.
 	ReservationOrphanAge time.Duration
+	// RequestTimeout is the longest the proxy serves a write that is not
+	// long-running (its --request-timeout); a forwarded write with a
+	// reserved once approval carries what is left of it as its timeout at
+	// kube-apiserver. 0 is sidewrites.DefaultWriteTimeout.
+	RequestTimeout time.Duration
 	// Settlements keeps what this replica learns of its parents'
 	// settledness for every replica; nil keeps it in this process only.
 	Settlements *settlements.Store
@@ -175,6 +180,9 @@ func New(cfg Config) *Interceptor {
 	if cfg.Clock == nil {
 		cfg.Clock = clock.RealClock{}
 	}
+	if cfg.RequestTimeout <= 0 {
+		cfg.RequestTimeout = sidewrites.DefaultWriteTimeout
+	}
 	if cfg.SideWriteTimeout <= 0 {
 		cfg.SideWriteTimeout = 10 * time.Second
 	}
@@ -186,7 +194,7 @@ func New(cfg Config) *Interceptor {
 	i.scalePaths = scalepath.New(cfg.Objects, cfg.Clock)
 	i.copies = storedcopies.New(storedcopies.DefaultLimits)
 	i.sideWriter = &sidewrites.Writer{Objects: cfg.Objects, Dynamic: cfg.Writer, FieldManager: FieldManager, Log: cfg.Log, Timeout: cfg.SideWriteTimeout}
-	i.approvals = sidewrites.NewApprovals(i.sideWriter, cfg.Reservations, cfg.Clock, cfg.ReservationOrphanAge, i.metrics.reservation)
+	i.approvals = sidewrites.NewApprovals(i.sideWriter, cfg.Reservations, cfg.Clock, cfg.ReservationOrphanAge, cfg.RequestTimeout, i.metrics.reservation)
 	if cfg.Settlements != nil {
 		cfg.Settlements.Attach(i.settled)
 	}

@@ -18,6 +18,7 @@ import (
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/runtime/schema"
 	clienttesting "k8s.io/client-go/testing"
+	clocktesting "k8s.io/utils/clock/testing"
 
 	"github.com/kausality-io/kausality-proxy/intercept"
 	"github.com/kausality-io/kausality-proxy/intercept/annotations"
@@ -118,10 +119,10 @@ func TestOrchestration(t *testing.T) {
 			wantApproval: true, wantForwarded: 3, wantLiveParentReads: 2,
 		},
 		{
-			name: "an answer that does not say, and the object is stored as it was: the approval is put back",
-			opts: []serveOption{withApprovedFamily, enforce}, upstream: answering(http.StatusInternalServerError),
+			name: "an answer that does not say, and the object is stored as it was: the approval stays reserved while the write may still land",
+			opts: []serveOption{withApprovedFamily, enforce, withClock(clocktesting.NewFakePassiveClock(time.Now()))}, upstream: answering(http.StatusInternalServerError),
 			write: driftWrite("approved-1", "approved", "approved-uid"), wantCode: http.StatusInternalServerError,
-			wantApproval: true, wantForwarded: 3, wantLiveParentReads: 2,
+			wantApproval: false, wantForwarded: 3, wantLiveParentReads: 1,
 		},
 		{
 			name: "somebody changed the parent while the approval was reserved: decided again from a fresh read",
@@ -239,6 +240,40 @@ func TestReservedApprovalWithoutAClearAnswer(t *testing.T) {
 		}
 	})
 
+	t.Run("the object is stored as it was: the approval goes back once the write can no longer land", func(t *testing.T) {
+		clock := clocktesting.NewFakePassiveClock(time.Now())
+		env := newServeEnv(t, nil, allowAll, withApprovedFamily, enforce, withClock(clock), func(s *serveSetup) { s.config.RequestTimeout = 30 * time.Second })
+		var timeout atomic.Value
+		env.upstream = func(w http.ResponseWriter, r *http.Request) {
+			if r.URL.Query().Get("dryRun") == "" {
+				timeout.Store(r.URL.Query().Get("timeout"))
+			}
+			// kube-apiserver's timeout filter: the write goes on.
+			answering(http.StatusGatewayTimeout)(w, r)
+		}
+		rec := httptest.NewRecorder()
+		env.handler.ServeHTTP(rec, env.request(t, write))
+		if rec.Code != http.StatusGatewayTimeout {
+			t.Fatalf("code %d, want 504 (error: %v)", rec.Code, env.lastError)
+		}
+		if got := timeout.Load(); got != "30s" {
+			t.Errorf("the write was forwarded with timeout %q, want the proxy's own 30s: kube-apiserver must not process it longer", got)
+		}
+		// The object was read before the answer went out, and is stored
+		// as it was: the write may still land.
+		if approvalOnParent(t, env) {
+			t.Fatal("the approval is back while the write may still land: it could admit the retry as well")
+		}
+		clock.SetTime(clock.Now().Add(30*time.Second + 10*time.Second))
+		deadline := time.Now().Add(time.Minute)
+		for !approvalOnParent(t, env) {
+			if time.Now().After(deadline) {
+				t.Fatalf("the approval was not put back once the write could no longer land, though it never was stored")
+			}
+			time.Sleep(50 * time.Millisecond)
+		}
+	})
+
 	t.Run("kube-apiserver cannot be read at once: the approval is put back once it can", func(t *testing.T) {
 		var down atomic.Int32
 		failWhileDown := func(s *serveSetup) {
@@ -250,7 +285,8 @@ func TestReservedApprovalWithoutAClearAnswer(t *testing.T) {
 				return false, nil, nil
 			}})
 		}
-		env := newServeEnv(t, nil, allowAll, withApprovedFamily, enforce, failWhileDown)
+		clock := clocktesting.NewFakePassiveClock(time.Now())
+		env := newServeEnv(t, nil, allowAll, withApprovedFamily, enforce, failWhileDown, withClock(clock))
 		env.upstream = func(w http.ResponseWriter, r *http.Request) {
 			if r.URL.Query().Get("dryRun") == "" {
 				// The write is lost with kube-apiserver, which stays
@@ -264,6 +300,8 @@ func TestReservedApprovalWithoutAClearAnswer(t *testing.T) {
 		if rec.Code != http.StatusServiceUnavailable {
 			t.Fatalf("code %d, want 503 (error: %v)", rec.Code, env.lastError)
 		}
+		// The write's deadline passes before kube-apiserver can be read.
+		clock.SetTime(clock.Now().Add(time.Hour))
 		deadline := time.Now().Add(time.Minute)
 		for !approvalOnParent(t, env) {
 			if time.Now().After(deadline) {

@@ -140,7 +140,7 @@ func (o *Options) AddFlags(fs *pflag.FlagSet) {
 	fs.StringVar(&o.Drifts.Namespace, "drift-namespace", o.Drifts.Namespace,
 		"Namespace of the open-drift records and of the once-approval reservation records (ConfigMaps), and of the Lease that elects the one replica sending DriftReports. Default: $POD_NAMESPACE, else kausality-system.")
 	fs.DurationVar(&o.ApprovalReservationOrphanAge, "approval-reservation-orphan-age", o.ApprovalReservationOrphanAge,
-		"When a once approval reserved for a write by a replica that has not settled it (it died mid-write) is settled by another replica, from what kube-apiserver stores. Keep it above the time kube-apiserver may still finish a write (its --request-timeout). At least 30s.")
+		"When a once approval reserved for a write by a replica that has not settled it (it died mid-write) is settled by another replica, from what kube-apiserver stores. An approval never goes back before its write can no longer land (10s past --request-timeout, which the write carries as its timeout), whatever this age. At least 30s.")
 	fs.StringVar(&o.Drifts.SlackChannel, "slack-channel", o.Drifts.SlackChannel, "Slack channel each drift is escalated to, with Approve, Reject and Snooze buttons. Empty: no Slack.")
 	fs.StringVar(&o.Drifts.SlackCredentialsDir, "slack-credentials-dir", o.Drifts.SlackCredentialsDir,
 		"Directory of the mounted Secret holding the Slack files bot-token and signing-secret (never flags).")
@@ -181,7 +181,7 @@ func (o *Options) Validate() []error {
 		errs = append(errs, fmt.Errorf("--max-request-body-bytes must be positive"))
 	}
 	if o.ApprovalReservationOrphanAge < 30*time.Second {
-		errs = append(errs, fmt.Errorf("--approval-reservation-orphan-age must be at least 30s, not %s: a shorter one could put an approval back while its write is still in flight", o.ApprovalReservationOrphanAge))
+		errs = append(errs, fmt.Errorf("--approval-reservation-orphan-age must be at least 30s, not %s: every replica looks for orphaned reservations a third of it apart", o.ApprovalReservationOrphanAge))
 	}
 	if bad := validation.IsDNS1123Label(o.Drifts.Namespace); len(bad) > 0 {
 		errs = append(errs, fmt.Errorf("--drift-namespace %q is not a namespace name: %s", o.Drifts.Namespace, strings.Join(bad, "; ")))

@@ -133,6 +133,7 @@ func (o *Options) Config(log *zap.Logger) (*Config, error) {
 		DriftWebhookTimeout:  o.DriftWebhookTimeout,
 		Drifts:               o.Drifts,
 		ReservationOrphanAge: o.ApprovalReservationOrphanAge,
+		RequestTimeout:       o.RequestTimeout,
 		DefaultMode:          o.DefaultMode,
 		FailurePolicy:        o.FailurePolicy,
 		MaxBodyBytes:         o.MaxRequestBodyBytes,

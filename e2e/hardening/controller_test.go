@@ -317,12 +317,13 @@ func (c *controller) approvalPresent(ctx context.Context, name string) (bool, er
 }
 
 // approvalSettleWait is how long an approval spent by a write without a
-// clear answer may take to come back: the proxy retries the read of the
-// object with backoff (at most 15s apart) while kube-apiserver restarts or
-// the replica is cut off from it, and when the replica was killed, the
-// other one settles its record once it is older than 30s (looking every
-// 10s).
-const approvalSettleWait = 90 * time.Second
+// clear answer may take to come back: not before the write can no longer
+// land (40s after it was reserved, with the replicas' --request-timeout
+// of 30s); the proxy retries the read of the object with backoff (at most
+// 15s apart) while kube-apiserver restarts or the replica is cut off from
+// it, and when the replica was killed, the other one settles its record
+// once it is older than 30s (looking every 10s).
+const approvalSettleWait = 2 * time.Minute
 
 // approvalReturns waits for the once approval of Tally name to be put back
 // on the Rig, and reports whether it was. A write that landed (its marker
@@ -352,7 +353,7 @@ func (c *controller) approvalReturns(ctx context.Context, name, marker string) (
 // attempt consumed it. After each attempt the approval must be gone
 // exactly when the write was accepted (or may have been applied).
 func (c *controller) approved(ctx context.Context, name string) error {
-	deadline := time.Now().Add(2 * time.Minute)
+	deadline := time.Now().Add(2 * approvalSettleWait)
 	for time.Now().Before(deadline) {
 		e, err := c.update(ctx, kindApproved, name)
 		if err != nil {
@@ -389,7 +390,7 @@ func (c *controller) approved(ctx context.Context, name string) error {
 		}
 		time.Sleep(200 * time.Millisecond)
 	}
-	return fmt.Errorf("%s: no approved write of Tally %s consumed its approval in 2 minutes", c.ns, name)
+	return fmt.Errorf("%s: no approved write of Tally %s consumed its approval in %s", c.ns, name, 2*approvalSettleWait)
 }
 
 var dryRunWarning = regexp.MustCompile(`^kausality dry-run: (\w+) \((\w+)\)`)

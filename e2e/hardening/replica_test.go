@@ -91,6 +91,9 @@ func newReplica(name string, identity *rest.Config) (*replica, error) {
 			"--shutdown-timeout=5s",
 			"--drift-namespace=" + recordNamespace,
 			"--approval-reservation-orphan-age=30s",
+			// An approval whose write got no clear answer goes back once
+			// the write can no longer land: 10s after this.
+			"--request-timeout=30s",
 		},
 	}
 	return r, nil

@@ -307,10 +307,19 @@ const (
 	// ApprovalRestore: kube-apiserver refused the write, so nothing was
 	// stored; the approval goes back.
 	ApprovalRestore
-	// ApprovalCheckStored: the answer does not say whether the write was
-	// applied (a 5xx, a broken connection, a timeout); what kube-apiserver
-	// stores decides (WriteNotApplied).
+	// ApprovalCheckStored: kube-apiserver is done with the write, but its
+	// answer does not say what was applied (a deletecollection that
+	// failed after some deletes); what it stores decides
+	// (WriteNotApplied).
 	ApprovalCheckStored
+	// ApprovalCheckStoredAfterDeadline: the answer does not say whether
+	// the write was applied, and the write may still be processed (a 5xx:
+	// kube-apiserver answers 504 at its deadline and lets the write go
+	// on, and a storage transaction that timed out may still commit; a
+	// broken connection, or no answer at all). What kube-apiserver stores
+	// decides, but an object stored as it was proves the write did not
+	// land only once the write's deadline there has passed.
+	ApprovalCheckStoredAfterDeadline
 )
 
 // OnWriteAnswer decides the fate of a reserved once approval from the code
@@ -325,7 +334,7 @@ func OnWriteAnswer(code int) ReservedApprovalAction {
 	case code >= 400 && code < 500:
 		return ApprovalRestore
 	default:
-		return ApprovalCheckStored
+		return ApprovalCheckStoredAfterDeadline
 	}
 }
 
@@ -336,10 +345,14 @@ func OnWriteAnswer(code int) ReservedApprovalAction {
 // per object by what kube-apiserver stores, and only the approvals of
 // objects still stored as they were go back.
 func OnCollectionAnswer(code int) ReservedApprovalAction {
-	if code >= 200 && code < 300 {
+	switch {
+	case code >= 200 && code < 300:
 		return ApprovalUsed
+	case code >= 400 && code < 500:
+		return ApprovalCheckStored
+	default:
+		return ApprovalCheckStoredAfterDeadline
 	}
-	return ApprovalCheckStored
 }
 
 // MaxNamedChildren bounds the objects a refused deletecollection names.

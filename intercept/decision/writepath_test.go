@@ -80,11 +80,11 @@ func TestOnWriteAnswer(t *testing.T) {
 		{422, ApprovalRestore},
 		{403, ApprovalRestore},
 		{429, ApprovalRestore},
-		{500, ApprovalCheckStored},
-		{502, ApprovalCheckStored},
-		{503, ApprovalCheckStored},
-		{504, ApprovalCheckStored},
-		{0, ApprovalCheckStored},
+		{500, ApprovalCheckStoredAfterDeadline},
+		{502, ApprovalCheckStoredAfterDeadline},
+		{503, ApprovalCheckStoredAfterDeadline},
+		{504, ApprovalCheckStoredAfterDeadline},
+		{0, ApprovalCheckStoredAfterDeadline},
 	}
 	for _, tt := range tests {
 		if got := OnWriteAnswer(tt.code); got != tt.want {
@@ -214,8 +214,8 @@ func TestOnCollectionAnswer(t *testing.T) {
 		{200, ApprovalUsed},
 		{409, ApprovalCheckStored},
 		{422, ApprovalCheckStored},
-		{500, ApprovalCheckStored},
-		{0, ApprovalCheckStored},
+		{500, ApprovalCheckStoredAfterDeadline},
+		{0, ApprovalCheckStoredAfterDeadline},
 	}
 	for _, tt := range tests {
 		if got := OnCollectionAnswer(tt.code); got != tt.want {

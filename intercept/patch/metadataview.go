@@ -4,6 +4,7 @@ import (
 	"encoding/json"
 	"strings"
 
+	jsonpatch "gopkg.in/evanphx/json-patch.v4"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/types"
@@ -49,43 +50,32 @@ func ApplyToMetadata(patchType types.PatchType, view *unstructured.Unstructured,
 	return OnMetadata{}, false
 }
 
-// jsonPatchTarget is the part of an operation that says what it touches.
-type jsonPatchTarget struct {
-	Op   string  `json:"op"`
-	Path string  `json:"path"`
-	From *string `json:"from"`
-}
-
 func jsonPatchToMetadata(view *unstructured.Unstructured, patch []byte, opts Options) (OnMetadata, bool) {
-	var raw []json.RawMessage
-	if json.Unmarshal(patch, &raw) != nil || len(raw) > MaxJSONPatchOperations {
+	ops, ok := jsonPatchTargets(patch)
+	if !ok || len(ops) > MaxJSONPatchOperations {
 		return OnMetadata{}, false
 	}
 	var (
-		onMetadata []json.RawMessage
+		onMetadata jsonpatch.Patch
 		changes    bool
 	)
-	for _, r := range raw {
-		var op jsonPatchTarget
-		if json.Unmarshal(r, &op) != nil {
-			return OnMetadata{}, false
-		}
-		to := partOf(op.Path)
+	for _, op := range ops {
+		to := partOf(op.path)
 		from := to
-		if op.From != nil && (op.Op == "move" || op.Op == "copy") {
-			from = partOf(*op.From)
+		if op.from != nil && (op.op == "move" || op.op == "copy") {
+			from = partOf(*op.from)
 		}
 		switch {
 		case to == wholeObject || from == wholeObject, from != to:
 			return OnMetadata{}, false
-		case op.Op == "copy":
+		case op.op == "copy":
 			// Copies can double a value with every operation: the patch is
 			// applied whole, within the proxy's copy budget, so an
 			// amplifying patch is refused here and never forwarded.
 			return OnMetadata{}, false
 		case to == metadataPart:
-			onMetadata = append(onMetadata, r)
-		case to == desiredPart && op.Op != "test":
+			onMetadata = append(onMetadata, op.operation)
+		case to == desiredPart && op.op != "test":
 			// A test of content is kube-apiserver's to make; it changes
 			// nothing.
 			changes = true

@@ -51,6 +51,12 @@ func TestApplyToMetadataJSONPatch(t *testing.T) {
 		{name: "whole object replaced", patch: `[{"op":"replace","path":"","value":{}}]`},
 		{name: "not a JSON patch", patch: `{"spec":{}}`},
 		{name: "rename", patch: `[{"op":"replace","path":"/metadata/name","value":"other"}]`},
+		// kube-apiserver reads members by their exact names: a decoy
+		// member names no path.
+		{name: "an annotation written under a decoy Path member", patch: `[{"op":"add","path":"/metadata/annotations/kausality.io~1mode","value":"log","Path":"/spec/replicas"}]`,
+			wantOK: true, wantAnn: map[string]string{"kausality.io/mode": "log"}},
+		{name: "content written under a decoy Path member", patch: `[{"op":"add","path":"/spec/replicas","value":7,"Path":"/metadata/labels/decoy"}]`,
+			wantOK: true, wantChanges: true},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {

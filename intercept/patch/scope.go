@@ -1,8 +1,9 @@
 package patch
 
 import (
-	"encoding/json"
 	"strings"
+
+	jsonpatch "gopkg.in/evanphx/json-patch.v4"
 
 	"k8s.io/apimachinery/pkg/types"
 
@@ -26,22 +27,58 @@ func OnlyMetadata(patchType types.PatchType, patch []byte) bool {
 		})
 		return isObject && only
 	case types.JSONPatchType:
-		var ops []struct {
-			Op   string  `json:"op"`
-			Path string  `json:"path"`
-			From *string `json:"from"`
-		}
-		if json.Unmarshal(patch, &ops) != nil {
+		ops, ok := jsonPatchTargets(patch)
+		if !ok {
 			return false
 		}
 		for _, op := range ops {
-			if !underMetadataOrStatus(op.Path) || (op.From != nil && op.Op == "move" && !underMetadataOrStatus(*op.From)) {
+			if !underMetadataOrStatus(op.path) || (op.from != nil && op.op == "move" && !underMetadataOrStatus(*op.from)) {
 				return false
 			}
 		}
 		return true
 	}
 	return false
+}
+
+// jsonPatchTarget is what one JSON patch operation touches.
+type jsonPatchTarget struct {
+	op, path string
+	// from is nil when the operation has none.
+	from *string
+	// operation is the operation as kube-apiserver reads it.
+	operation jsonpatch.Operation
+}
+
+// jsonPatchTargets reads the operations of patch as kube-apiserver does,
+// with the library it uses: each operation is an object whose members are
+// looked up by their exact names, the last of duplicates winning. A Go
+// struct would match "Path" or "PATH" as well, so that a decoy member
+// could make an operation look as if it touched another path than the one
+// kube-apiserver applies. It reports false for a patch kube-apiserver
+// cannot decode, or an operation without a path.
+func jsonPatchTargets(patch []byte) ([]jsonPatchTarget, bool) {
+	ops, err := jsonpatch.DecodePatch(patch)
+	if err != nil {
+		return nil, false
+	}
+	targets := make([]jsonPatchTarget, 0, len(ops))
+	for _, op := range ops {
+		path, err := op.Path()
+		if err != nil {
+			return nil, false
+		}
+		t := jsonPatchTarget{op: op.Kind(), path: path, operation: op}
+		if _, named := op["from"]; named {
+			from, err := op.From()
+			if err != nil {
+				return nil, false
+			}
+			t.from = &from
+		}
+		targets = append(targets, t)
+	}
+	return targets, true
 }
 
 func underMetadataOrStatus(pointer string) bool {

@@ -26,6 +26,15 @@ func TestOnlyMetadata(t *testing.T) {
 		{"JSON patch moving the spec into metadata", types.JSONPatchType, `[{"op":"move","from":"/spec/replicas","path":"/metadata/labels/r"}]`, false},
 		{"JSON patch copying the spec into metadata", types.JSONPatchType, `[{"op":"copy","from":"/spec/replicas","path":"/metadata/labels/r"}]`, true},
 		{"a path that only starts like metadata", types.JSONPatchType, `[{"op":"add","path":"/metadataX","value":1}]`, false},
+		// Members are read by their exact names, the last of duplicates
+		// winning, as kube-apiserver reads them.
+		{"JSON patch of the spec with a decoy Path member", types.JSONPatchType, `[{"op":"add","path":"/spec","value":{},"Path":"/metadata/labels/a"}]`, false},
+		{"JSON patch of the spec with a decoy PATH member first", types.JSONPatchType, `[{"PATH":"/metadata/labels/a","op":"add","path":"/spec","value":{}}]`, false},
+		{"JSON patch whose last path member is the spec", types.JSONPatchType, `[{"op":"add","path":"/metadata/labels/a","path":"/spec/replicas","value":3}]`, false},
+		{"JSON patch whose last path member is metadata", types.JSONPatchType, `[{"op":"add","path":"/spec/replicas","path":"/metadata/labels/a","value":"3"}]`, true},
+		{"JSON patch moving the spec, with a decoy From member", types.JSONPatchType, `[{"op":"move","from":"/spec/replicas","From":"/metadata/labels/b","path":"/metadata/labels/r"}]`, false},
+		{"JSON patch with an escaped path member", types.JSONPatchType, `[{"op":"add","p\u0061th":"/spec/replicas","value":3}]`, false},
+		{"JSON patch without a path", types.JSONPatchType, `[{"op":"add","Path":"/metadata/labels/a","value":"b"}]`, false},
 		{"apply never", types.ApplyYAMLPatchType, `{"metadata":{"labels":{"a":"b"}}}`, false},
 		{"not JSON", types.MergePatchType, `nope`, false},
 	}

@@ -8,8 +8,13 @@
 // answered the write it was reserved for: it is spent by an applied write,
 // put back after a refusal, and when the answer does not say (a 5xx, a
 // broken connection, kube-apiserver restarting), what kube-apiserver
-// stores decides. A write that provably did not land must not cost the
-// person's approval; one that may have landed must not leave it usable.
+// stores decides, once the write can no longer land: kube-apiserver
+// answers 504 at the write's deadline and lets it go on, so an object
+// stored as it was proves the write did not land only after that
+// deadline, which the proxy sets (the write's timeout there is what is
+// left of the proxy's own). A write that provably did not land must not
+// cost the person's approval; one that may have landed must not leave it
+// usable.
 // Each reservation is recorded in the cluster first (package
 // reservations), so that one whose replica died is settled by another.
 
@@ -56,6 +61,15 @@ const (
 	// gets its answer: an unreachable kube-apiserver must not hold the
 	// answer for long, the background retries take over.
 	reservationFirstCheckTimeout = 2 * time.Second
+	// landingGrace is how long after its deadline at kube-apiserver a write
+	// may still land: the request reaching kube-apiserver after the proxy
+	// sent it, and a storage transaction sent just before the deadline
+	// committing after it.
+	landingGrace = 10 * time.Second
+	// DefaultWriteTimeout is the longest a forwarded write is processed
+	// when none is given: the proxy's and kube-apiserver's default
+	// --request-timeout.
+	DefaultWriteTimeout = time.Minute
 )
 
 // Outcomes of a reserved once approval, the values of the metric's label.
@@ -86,12 +100,18 @@ type Write struct {
 	// orphan: the record was found, not written by this process; it is
 	// honoured only while its parent vouches for its content.
 	orphan bool
+	// reserved is when the approval was reserved, before the write was
+	// forwarded.
+	reserved time.Time
+	// landsBy, when set, is when the write can no longer land: until
+	// then, an object stored as it was proves nothing.
+	landsBy time.Time
 }
 
 // writeOf is the write of an orphaned record.
 func writeOf(rec *reservations.Record) Write {
 	return Write{Approval: rec.Update(), Operation: rec.Operation, GVR: rec.GVR(), Namespace: rec.Namespace, Name: rec.Name,
-		Before: rec.Before, record: rec, orphan: true}
+		Before: rec.Before, record: rec, orphan: true, reserved: rec.Reserved}
 }
 
 // Approvals reserves once approvals for writes and settles them when
@@ -102,6 +122,10 @@ type Approvals struct {
 	records   *reservations.Store
 	clock     clock.PassiveClock
 	orphanAge time.Duration
+	// inFlight is how long after its reservation a write may still land:
+	// the longest kube-apiserver processes a forwarded write, and the
+	// landingGrace.
+	inFlight time.Duration
 	// count counts an outcome of a reservation.
 	count func(outcome string)
 	// settling bounds the reservations settled in the background.
@@ -110,11 +134,18 @@ type Approvals struct {
 
 // NewApprovals returns the keeper of the once approvals writer takes off
 // parents. records may be nil; orphanAge 0 is DefaultReservationOrphanAge.
-func NewApprovals(writer *Writer, records *reservations.Store, clk clock.PassiveClock, orphanAge time.Duration, count func(outcome string)) *Approvals {
+// writeTimeout is the longest kube-apiserver processes a write the proxy
+// forwards (the proxy's --request-timeout, which every forwarded write
+// with a reserved approval carries as its timeout); 0 is
+// DefaultWriteTimeout.
+func NewApprovals(writer *Writer, records *reservations.Store, clk clock.PassiveClock, orphanAge, writeTimeout time.Duration, count func(outcome string)) *Approvals {
 	if orphanAge <= 0 {
 		orphanAge = DefaultReservationOrphanAge
 	}
-	return &Approvals{writer: writer, records: records, clock: clk, orphanAge: orphanAge, count: count,
+	if writeTimeout <= 0 {
+		writeTimeout = DefaultWriteTimeout
+	}
+	return &Approvals{writer: writer, records: records, clock: clk, orphanAge: orphanAge, inFlight: writeTimeout + landingGrace, count: count,
 		settling: make(chan struct{}, maxSettlingReservations)}
 }
 
@@ -123,6 +154,7 @@ func NewApprovals(writer *Writer, records *reservations.Store, clk clock.Passive
 // the approval's precondition names is stamps.
 func (a *Approvals) Reserve(ctx context.Context, rw Write, stamps string) (Write, error) {
 	upd := rw.Approval
+	rw.reserved = a.clock.Now()
 	var rec *reservations.Record
 	if a.records != nil {
 		var err error
@@ -181,7 +213,10 @@ func (a *Approvals) Settle(rw Write, action decision.ReservedApprovalAction) {
 		}()
 	case decision.ApprovalRestore:
 		a.GiveBack(rw, "kube-apiserver refused the write")
-	case decision.ApprovalCheckStored:
+	case decision.ApprovalCheckStored, decision.ApprovalCheckStoredAfterDeadline:
+		if action == decision.ApprovalCheckStoredAfterDeadline {
+			rw.landsBy = rw.reserved.Add(a.inFlight)
+		}
 		ctx, cancel := context.WithTimeout(context.Background(), min(reservationFirstCheckTimeout, a.writer.Timeout))
 		settled := a.checkStored(ctx, rw)
 		cancel()
@@ -236,7 +271,17 @@ func (a *Approvals) checkStored(ctx context.Context, rw Write) bool {
 		after = decision.StoredState{Exists: true, UID: string(live.GetUID()), ResourceVersion: live.GetResourceVersion()}
 	}
 	if decision.WriteNotApplied(rw.Operation, rw.Before, after) {
-		return a.finish(ctx, rw, reservationRestored, "the write got no clear answer, and kube-apiserver still stores the object as it was")
+		// An object stored as it was proves nothing while the write may
+		// still be processed: kube-apiserver answers 504 at its deadline
+		// and lets the write go on, and a lost connection says nothing of
+		// the request it carried. Put back before then, the approval
+		// could admit the retry as well as the write.
+		if a.clock.Now().Before(rw.landsBy) {
+			a.reservationLog(rw).Debug("the object of a write with no clear answer is stored as it was; the approval goes back once the write can no longer land",
+				zap.Time("landsBy", rw.landsBy))
+			return false
+		}
+		return a.finish(ctx, rw, reservationRestored, "the write got no clear answer, and kube-apiserver still stores the object as it was after the write's deadline")
 	}
 	a.reservationLog(rw).Warn("a once approval stays spent: the write it was reserved for got no clear answer, and the object changed, maybe by that write",
 		zap.String("resourceVersionBefore", rw.Before.ResourceVersion), zap.String("resourceVersionAfter", after.ResourceVersion))
@@ -278,11 +323,13 @@ func (a *Approvals) finish(ctx context.Context, rw Write, outcome, why string) b
 	return true
 }
 
-// checkStoredUntilSettled retries checkStored with backoff while
-// kube-apiserver cannot be read, for at most reservationSettleWindow; then
-// the record is left to the orphan settlement.
+// checkStoredUntilSettled retries checkStored with backoff until the write
+// can no longer land and while kube-apiserver cannot be read, for at most
+// reservationSettleWindow past the write's deadline; then the record is
+// left to the orphan settlement.
 func (a *Approvals) checkStoredUntilSettled(rw Write) {
-	ctx, cancel := context.WithTimeout(context.Background(), reservationSettleWindow)
+	window := reservationSettleWindow + max(0, rw.landsBy.Sub(a.clock.Now()))
+	ctx, cancel := context.WithTimeout(context.Background(), window)
 	defer cancel()
 	backoff := wait.Backoff{Duration: 500 * time.Millisecond, Factor: 2, Jitter: 0.2, Steps: 1 << 20, Cap: 15 * time.Second}
 	err := wait.ExponentialBackoffWithContext(ctx, backoff, func(ctx context.Context) (bool, error) {
@@ -291,7 +338,7 @@ func (a *Approvals) checkStoredUntilSettled(rw Write) {
 		return a.checkStored(readCtx, rw), nil
 	})
 	if err != nil {
-		a.unsettled(rw, "kube-apiserver could not be read for "+reservationSettleWindow.String())
+		a.unsettled(rw, "kube-apiserver could not be read for "+window.String())
 	}
 }
 
@@ -355,6 +402,9 @@ func (a *Approvals) SettleOrphans(ctx context.Context) {
 	}
 	for _, rec := range orphans {
 		rw := writeOf(rec)
+		// Nothing says whether its write was answered: it may have been
+		// forwarded moments before its replica died.
+		rw.landsBy = rw.reserved.Add(a.inFlight)
 		readCtx, cancel := context.WithTimeout(ctx, a.writer.Timeout)
 		settled := a.vouchedFor(readCtx, rw) && a.checkStored(readCtx, rw)
 		cancel()

@@ -130,4 +130,3 @@ func TestADecoyPathMemberOfAJSONPatchDoesNotWriteProtectedAnnotations(t *testing
 		})
 	}
 }
-

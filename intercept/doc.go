@@ -33,8 +33,14 @@
 //     preconditions are only ever the caller's (collection.go);
 //   - pods/eviction, as a DELETE of the pod; its body, in any format, says
 //     whether it is a dry run;
+//   - namespaces/finalize, as a status write: kube-apiserver keeps the
+//     metadata of its body;
+//   - a Binding (pods/binding, or the bindings resource) is no decided
+//     write, but kube-apiserver copies its annotations onto the pod, so
+//     one that carries a kausality annotation is refused (binding.go);
 //   - not intercepted, forwarded untouched: every other subresource
-//     (binding, token, ephemeralcontainers, resize, ...), and reads.
+//     (token, ephemeralcontainers, resize, ...: kube-apiserver keeps the
+//     stored metadata for them), and reads.
 //
 // What goes upstream: a JSON create or update, and a merge or strategic
 // merge patch without top-level metadata, is forwarded as the caller's own

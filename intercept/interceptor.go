@@ -9,6 +9,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"go.uber.org/zap"
 	"k8s.io/apiserver/pkg/authorization/authorizer"
+	"k8s.io/apiserver/pkg/endpoints/request"
 	"k8s.io/client-go/dynamic"
 	"k8s.io/client-go/metadata"
 	"k8s.io/utils/clock"
@@ -216,6 +217,11 @@ func (i *Interceptor) Wrap(forward http.Handler, writeError ErrorWriter) http.Ha
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		write, ok := i.classify(r)
 		if !ok {
+			if info, isResource := request.RequestInfoFrom(r.Context()); isResource && isBinding(info) &&
+				i.cfg.Settings().Rules.Targets("", "pods", info.Namespace) {
+				i.serveBinding(w, r, info, forward, writeError)
+				return
+			}
 			forward.ServeHTTP(w, r)
 			return
 		}

@@ -33,6 +33,7 @@ import (
 	"github.com/kausality-io/kausality-proxy/intercept/desired"
 	"github.com/kausality-io/kausality-proxy/intercept/trace"
 	"github.com/kausality-io/kausality-proxy/report/drifts"
+	"github.com/kausality-io/kausality-proxy/report/escalation"
 	"github.com/kausality-io/kausality-proxy/report/notify"
 )
 
@@ -43,6 +44,11 @@ type DriftRow struct {
 	// ParentGeneration.
 	Parent           decision.ObjectRef `json:"parent"`
 	ParentGeneration int64              `json:"parentGeneration"`
+	// ParentUID and ParentSpecHash name the parent object and its spec at
+	// detection: a decision taken here lands only on that object, and an
+	// approval only while its spec is unchanged.
+	ParentUID      string `json:"parentUID,omitempty"`
+	ParentSpecHash string `json:"parentSpecHash,omitempty"`
 	Child            decision.ObjectRef `json:"child"`
 	// Controller is the user whose write drifted.
 	Controller string                `json:"controller"`
@@ -139,6 +145,7 @@ func rowOf(rec *drifts.Record) DriftRow {
 	s := rec.Report.Spec
 	row := DriftRow{
 		ID: s.ID, Parent: notify.ParentObject(s.Parent), ParentGeneration: s.Parent.Generation, Child: notify.ChildObject(s.Child),
+		ParentUID: string(s.Parent.UID), ParentSpecHash: rec.State.ParentSpecHash,
 		Controller: s.Request.User, Changes: s.Changes, DetectedAt: rec.State.DetectedAt.Time,
 		Mode: rec.State.Mode, Held: rec.State.Held, Allowances: s.Allowances,
 	}
@@ -421,6 +428,16 @@ func (a *driftActor) apply(ctx context.Context, req actionRequest) (string, erro
 	t := target{mapping: m, ns: req.row.Parent.Namespace, name: req.row.Parent.Name}
 	st := annotations.Stamp{User: a.user, At: a.o.now()}
 	edit, _, err := a.c.update(ctx, t, func(p *unstructured.Unstructured) (annotations.Edit, error) {
+		// As a click in Slack: the decision is about this drift, under
+		// the parent it was detected under.
+		if err := escalation.SameParent(p, req.row.ParentUID); err != nil {
+			return annotations.Edit{}, err
+		}
+		if req.action.approves {
+			if _, err := escalation.ApprovableGeneration(p, req.row.ParentGeneration, req.row.ParentSpecHash); err != nil {
+				return annotations.Edit{}, err
+			}
+		}
 		return req.action.edit(req.row.Child, p, req.input, st)
 	})
 	if err != nil {

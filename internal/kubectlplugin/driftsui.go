@@ -23,14 +23,17 @@ type driftAction struct {
 	name    string // as the prompt and the help line say it
 	ask     string // what to type, "" for a yes/no confirmation
 	initial string
-	edit    func(child decision.ObjectRef, parent *unstructured.Unstructured, input string, st annotations.Stamp) (annotations.Edit, error)
+	// approves: the edit approves the drift, which holds only while the
+	// parent's spec is the one the drift was detected under.
+	approves bool
+	edit     func(child decision.ObjectRef, parent *unstructured.Unstructured, input string, st annotations.Stamp) (annotations.Edit, error)
 }
 
 var driftActions = []driftAction{
-	{key: "a", name: "approve once", edit: func(child decision.ObjectRef, p *unstructured.Unstructured, _ string, st annotations.Stamp) (annotations.Edit, error) {
+	{key: "a", name: "approve once", approves: true, edit: func(child decision.ObjectRef, p *unstructured.Unstructured, _ string, st annotations.Stamp) (annotations.Edit, error) {
 		return approveEdit(child, p, annotations.ApprovalOnce, st)
 	}},
-	{key: "g", name: "approve for this generation", edit: func(child decision.ObjectRef, p *unstructured.Unstructured, _ string, st annotations.Stamp) (annotations.Edit, error) {
+	{key: "g", name: "approve for this generation", approves: true, edit: func(child decision.ObjectRef, p *unstructured.Unstructured, _ string, st annotations.Stamp) (annotations.Edit, error) {
 		return approveEdit(child, p, annotations.ApprovalGeneration, st)
 	}},
 	{key: "r", name: "reject", ask: "reason (shown in every denial)", edit: func(child decision.ObjectRef, p *unstructured.Unstructured, reason string, st annotations.Stamp) (annotations.Edit, error) {

@@ -351,13 +351,13 @@ func (e *Escalator) apply(ctx context.Context, c click, d OpenDrift) {
 // compute is the edit of the parent a click on drift d asks for, computed
 // from the parent as read, and the parent generation an approval is for.
 func (c click) compute(parent *unstructured.Unstructured, d OpenDrift, st annotations.Stamp) (annotations.Edit, int64, error) {
-	if d.ParentUID != "" && string(parent.GetUID()) != d.ParentUID {
-		return annotations.Edit{}, 0, fmt.Errorf("the parent was deleted and created again since the drift (uid %s, now %s)", d.ParentUID, parent.GetUID())
+	if err := SameParent(parent, d.ParentUID); err != nil {
+		return annotations.Edit{}, 0, err
 	}
 	ann := parent.GetAnnotations()
 	switch c.action {
 	case ActionApproveOnce, ActionApproveGeneration:
-		generation, err := approvableGeneration(parent, d)
+		generation, err := ApprovableGeneration(parent, d.Generation, d.ParentSpecHash)
 		if err != nil {
 			return annotations.Edit{}, 0, err
 		}
@@ -380,21 +380,34 @@ func (c click) compute(parent *unstructured.Unstructured, d OpenDrift, st annota
 	return annotations.Edit{}, 0, fmt.Errorf("unknown action %q", c.action)
 }
 
-// approvableGeneration is the parent generation an approval of drift d is
-// written for. An approval names a generation; after the parent's spec
-// changed it would approve nothing, and the drift is gone. Some kinds bump
-// the generation when only annotations change (a snooze click on the same
-// message does that): with the spec as it was at detection, the approval
-// is for the parent's current generation.
-func approvableGeneration(parent *unstructured.Unstructured, d OpenDrift) (int64, error) {
+// SameParent reports an error when parent is not the object a drift was
+// detected under (uid; "" when the record has none): it was deleted and
+// created again under the same name since, and whatever is decided for
+// the drift must not land on the new one.
+func SameParent(parent *unstructured.Unstructured, uid string) error {
+	if uid != "" && string(parent.GetUID()) != uid {
+		return fmt.Errorf("the parent was deleted and created again since the drift (uid %s, now %s)", uid, parent.GetUID())
+	}
+	return nil
+}
+
+// ApprovableGeneration is the parent generation an approval of a drift
+// detected at generation, with the parent's spec then hashing to specHash
+// ("" when unknown), is written for. An approval names a generation;
+// after the parent's spec changed it would approve a write nobody was
+// shown, and the drift is gone. Some kinds bump the generation when only
+// annotations change (a snooze on the same drift does that): with the
+// spec as it was at detection, the approval is for the parent's current
+// generation.
+func ApprovableGeneration(parent *unstructured.Unstructured, generation int64, specHash string) (int64, error) {
 	g := parent.GetGeneration()
-	if g == d.Generation {
+	if g == generation {
 		return g, nil
 	}
-	if g > d.Generation && d.ParentSpecHash != "" && settle.SpecHash(parent) == d.ParentSpecHash {
+	if g > generation && specHash != "" && settle.SpecHash(parent) == specHash {
 		return g, nil
 	}
-	return 0, fmt.Errorf("the parent's spec changed since the drift (generation %d, now %d): the write is no longer drift", d.Generation, g)
+	return 0, fmt.Errorf("the parent's spec changed since the drift (generation %d, now %d): the write is no longer drift", generation, g)
 }
 
 // outcome says in the message who did what, and whether the drift is

@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"sync"
 	"time"
 
 	"go.uber.org/zap"
@@ -69,15 +70,25 @@ func (l *Ledger) reconcile(ctx context.Context, name string) (time.Duration, err
 		l.m.dropped.WithLabelValues(dropExpired).Inc()
 		return 0, l.delete(ctx, rec.Name, rec.ResourceVersion)
 	}
-	changed, retryAfter, failed := l.deliver(ctx, rec)
-	if l.o.Escalator != nil && l.escalate(ctx, rec) {
-		changed = true
+	// Slack and every receiver are told side by side: one that hangs
+	// until its timeout must not hold back the others, least of all the
+	// message a person acts on. Each writes only its own part of the
+	// record's state.
+	var (
+		escalated bool
+		wg        sync.WaitGroup
+	)
+	if l.o.Escalator != nil {
+		wg.Go(func() { escalated = l.escalate(ctx, rec) })
 	}
+	changed, retryAfter, failed := l.deliver(ctx, rec)
+	wg.Wait()
+	changed = changed || escalated
 	if rec.State.Resolved != nil && l.everythingOut(rec) {
 		return 0, l.delete(ctx, rec.Name, rec.ResourceVersion)
 	}
 	if changed {
-		if err := l.update(ctx, rec); err != nil {
+		if err := l.saveProgress(ctx, rec); err != nil {
 			return 0, err
 		}
 	}
@@ -199,54 +210,84 @@ func (l *Ledger) deliver(ctx context.Context, rec *Record) (changed bool, retryA
 	if len(l.o.Receivers) == 0 {
 		return false, 0, false
 	}
-	var detected, resolved []byte
-	for _, url := range l.o.Receivers {
+	// Receivers are posted to side by side; each reports the phase it got
+	// to, merged into the record afterwards.
+	type outcome struct {
+		key        string
+		reached    v1alpha1.DriftReportPhase
+		retryAfter time.Duration
+		failed     bool
+	}
+	var (
+		bodies   sync.Map // phase → []byte
+		outcomes = make([]outcome, len(l.o.Receivers))
+		wg       sync.WaitGroup
+	)
+	body := func(phase v1alpha1.DriftReportPhase) []byte {
+		if b, ok := bodies.Load(phase); ok {
+			return b.([]byte)
+		}
+		b, _ := bodies.LoadOrStore(phase, l.body(rec, phase))
+		return b.([]byte)
+	}
+	for n, url := range l.o.Receivers {
 		key := receiverKey(url)
-		for {
-			have := rec.State.Delivered[key]
-			var phase v1alpha1.DriftReportPhase
-			switch {
-			case have == "":
-				phase = v1alpha1.PhaseDetected
-			case have == v1alpha1.PhaseDetected && rec.State.Resolved != nil:
-				phase = v1alpha1.PhaseResolved
-			}
-			if phase == "" {
-				break
-			}
-			body := &detected
-			if phase == v1alpha1.PhaseResolved {
-				body = &resolved
-			}
-			if *body == nil {
-				*body = l.body(rec, phase)
-			}
-			ra, err := notify.Post(ctx, l.client, url, *body, l.o.ReceiverToken, l.o.Timeout)
-			var de *notify.DeliveryError
-			if errors.As(err, &de) && !de.Retryable {
-				// The receiver's final answer: another attempt would get
-				// the same. The phase counts as done for it.
-				l.m.dropped.WithLabelValues(dropRejected).Inc()
-				l.log.Warn("DriftReport rejected by a receiver; not retried", zap.String("id", rec.ID()),
-					zap.String("phase", string(phase)), zap.String("receiver", key), zap.Int("code", de.Code))
-				err = nil
-			}
-			if err != nil {
-				l.m.retries.WithLabelValues(string(phase)).Inc()
-				l.log.Info("DriftReport delivery failed; it will be retried", zap.String("id", rec.ID()),
-					zap.String("phase", string(phase)), zap.String("receiver", key), zap.Error(err))
-				failed, retryAfter = true, max(retryAfter, ra)
-				break
-			}
-			l.m.sent.WithLabelValues(string(phase)).Inc()
+		have := rec.State.Delivered[key]
+		wg.Go(func() {
+			outcomes[n] = outcome{key: key}
+			outcomes[n].reached, outcomes[n].retryAfter, outcomes[n].failed = l.deliverTo(ctx, rec, url, key, have, body)
+		})
+	}
+	wg.Wait()
+	for _, o := range outcomes {
+		if o.failed {
+			failed, retryAfter = true, max(retryAfter, o.retryAfter)
+		}
+		if o.reached != rec.State.Delivered[o.key] {
 			if rec.State.Delivered == nil {
 				rec.State.Delivered = map[string]v1alpha1.DriftReportPhase{}
 			}
-			rec.State.Delivered[key] = phase
+			rec.State.Delivered[o.key] = o.reached
 			changed = true
 		}
 	}
 	return changed, retryAfter, failed
+}
+
+// deliverTo posts to the receiver at url the phases of rec it has not had
+// since have, and returns the last one it took.
+func (l *Ledger) deliverTo(ctx context.Context, rec *Record, url, key string, have v1alpha1.DriftReportPhase,
+	body func(v1alpha1.DriftReportPhase) []byte) (reached v1alpha1.DriftReportPhase, retryAfter time.Duration, failed bool) {
+	for {
+		var phase v1alpha1.DriftReportPhase
+		switch {
+		case have == "":
+			phase = v1alpha1.PhaseDetected
+		case have == v1alpha1.PhaseDetected && rec.State.Resolved != nil:
+			phase = v1alpha1.PhaseResolved
+		}
+		if phase == "" {
+			return have, 0, false
+		}
+		ra, err := notify.Post(ctx, l.client, url, body(phase), l.o.ReceiverToken, l.o.Timeout)
+		var de *notify.DeliveryError
+		if errors.As(err, &de) && !de.Retryable {
+			// The receiver's final answer: another attempt would get the
+			// same. The phase counts as done for it.
+			l.m.dropped.WithLabelValues(dropRejected).Inc()
+			l.log.Warn("DriftReport rejected by a receiver; not retried", zap.String("id", rec.ID()),
+				zap.String("phase", string(phase)), zap.String("receiver", key), zap.Int("code", de.Code))
+			err = nil
+		}
+		if err != nil {
+			l.m.retries.WithLabelValues(string(phase)).Inc()
+			l.log.Info("DriftReport delivery failed; it will be retried", zap.String("id", rec.ID()),
+				zap.String("phase", string(phase)), zap.String("receiver", key), zap.Error(err))
+			return have, ra, true
+		}
+		l.m.sent.WithLabelValues(string(phase)).Inc()
+		have = phase
+	}
 }
 
 func (l *Ledger) body(rec *Record, phase v1alpha1.DriftReportPhase) []byte {
@@ -376,4 +417,64 @@ func (l *Ledger) delete(ctx context.Context, name, resourceVersion string) error
 	}
 	l.wrote(name, resourceVersion)
 	return nil
+}
+
+// saveProgress writes what rec's receivers and Slack were told. The record
+// may have changed since it was read (a click on its Slack message claims
+// itself on it): the progress is then merged into the record as stored,
+// since dropping it would tell a receiver the same phase again.
+func (l *Ledger) saveProgress(ctx context.Context, rec *Record) error {
+	for attempt := 0; ; attempt++ {
+		err := l.update(ctx, rec)
+		if !apierrors.IsConflict(err) || attempt == 3 {
+			return err
+		}
+		cm, gerr := l.o.Client.CoreV1().ConfigMaps(l.o.Namespace).Get(ctx, rec.Name, metav1.GetOptions{})
+		if gerr != nil {
+			return err
+		}
+		stored, derr := decode(cm)
+		if derr != nil || !mergeProgress(stored, rec) {
+			// Another drift's record now, or this one detected again:
+			// its own progress starts over.
+			return err
+		}
+		rec = stored
+	}
+}
+
+// mergeProgress adds to stored what ours records of the same detection
+// as delivered or escalated, and reports whether stored is that
+// detection's record.
+func mergeProgress(stored, ours *Record) bool {
+	if stored.ID() != ours.ID() || !stored.State.DetectedAt.Equal(&ours.State.DetectedAt) {
+		return false
+	}
+	for key, phase := range ours.State.Delivered {
+		if phaseOrder(phase) > phaseOrder(stored.State.Delivered[key]) && (phase != v1alpha1.PhaseResolved || stored.State.Resolved != nil) {
+			if stored.State.Delivered == nil {
+				stored.State.Delivered = map[string]v1alpha1.DriftReportPhase{}
+			}
+			stored.State.Delivered[key] = phase
+		}
+	}
+	if stored.State.Slack == nil && ours.State.Slack != nil {
+		stored.State.Slack = ours.State.Slack
+	}
+	if ours.State.SlackResolved && stored.State.Resolved != nil && stored.State.Slack != nil && ours.State.Slack != nil && *stored.State.Slack == *ours.State.Slack {
+		stored.State.SlackResolved = true
+	}
+	stored.State.SlackSuppressed = stored.State.SlackSuppressed || ours.State.SlackSuppressed
+	return true
+}
+
+// phaseOrder orders the phases a receiver is told.
+func phaseOrder(p v1alpha1.DriftReportPhase) int {
+	switch p {
+	case v1alpha1.PhaseDetected:
+		return 1
+	case v1alpha1.PhaseResolved:
+		return 2
+	}
+	return 0
 }

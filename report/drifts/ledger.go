@@ -188,6 +188,7 @@ func New(o Options) (*Ledger, error) {
 		pairIndex:       labelIndex(PairLabel),
 		controllerIndex: labelIndex(ControllerLabel),
 		parentIndex:     labelIndex(ParentLabel),
+		namespaceIndex:  labelIndex(NamespaceLabel),
 	}); err != nil {
 		return nil, err
 	}
@@ -225,6 +226,7 @@ const (
 	pairIndex       = "pair"
 	controllerIndex = "controller"
 	parentIndex     = "parent"
+	namespaceIndex  = "drift-namespace"
 )
 
 func labelIndex(label string) cache.IndexFunc {

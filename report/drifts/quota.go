@@ -29,10 +29,12 @@ const (
 // Quotas bound the drift records in the cluster, per controller (the user
 // whose write drifted) and per parent, in records and in bytes, so that
 // one controller's flood of denied writes fills its own quota and nobody
-// else's. Total is a safety cap on all records: past it, a controller may
-// still record while it holds less than its fair share (Total divided by
-// the controllers holding records), so the controllers flooding are cut
-// off, not the others; at twice Total nothing more is recorded.
+// else's. Total is a safety cap on all records: past it, a namespace and a
+// controller may still record while each holds less than its fair share
+// (Total divided by the namespaces, or the controllers, holding records),
+// so the ones flooding are cut off, not the others; a tenant whose
+// namespace runs many controllers cannot fill the cap alone. At twice
+// Total nothing more is recorded.
 type Quotas struct {
 	ControllerRecords int
 	ControllerBytes   int64
@@ -57,6 +59,10 @@ type QuotaFacts struct {
 	// Controllers is how many controllers hold records, the new record's
 	// included.
 	Controllers int
+	// Namespace are the records of the new record's namespace, and
+	// Namespaces how many namespaces hold records, its own included.
+	Namespace  Usage
+	Namespaces int
 	// Size of the new record.
 	Size int64
 }
@@ -69,6 +75,7 @@ const (
 	QuotaParentRecords     = "parent_records"
 	QuotaParentBytes       = "parent_bytes"
 	QuotaTotal             = "total"
+	QuotaNamespaceShare    = "namespace_share"
 	QuotaRate              = "rate"
 )
 
@@ -86,6 +93,8 @@ func Admit(q Quotas, f QuotaFacts) string {
 		return QuotaParentBytes
 	case f.Total >= 2*q.Total:
 		return QuotaTotal
+	case f.Total >= q.Total && f.Namespace.Records >= max(1, q.Total/max(1, f.Namespaces)):
+		return QuotaNamespaceShare
 	case f.Total >= q.Total && f.Controller.Records >= max(1, q.Total/max(1, f.Controllers)):
 		return QuotaTotal
 	}
@@ -105,6 +114,8 @@ func quotaDescription(reason string) string {
 		return "the parent's drift records hold the most bytes they may"
 	case QuotaTotal:
 		return "the cluster holds the most drift records it may, and the controller holds at least its share"
+	case QuotaNamespaceShare:
+		return "the cluster holds the most drift records it may, and the namespace holds at least its share"
 	case QuotaRate:
 		return "the controller has new drifts faster than they may be reported"
 	}

@@ -40,6 +40,11 @@ func TestAdmit(t *testing.T) {
 			facts: QuotaFacts{Controller: Usage{0, 0}, Total: 100, Controllers: 11, Size: 1 << 10}},
 		{name: "past the total, a controller at its share does not",
 			facts: QuotaFacts{Controller: Usage{9, 9 << 10}, Total: 100, Controllers: 11, Size: 1 << 10}, want: QuotaTotal},
+		{name: "past the total, a namespace at its share does not, though its controller is under its own",
+			facts: QuotaFacts{Controller: Usage{1, 1 << 10}, Namespace: Usage{50, 50 << 10}, Total: 100, Controllers: 60, Namespaces: 2, Size: 1 << 10},
+			want:  QuotaNamespaceShare},
+		{name: "past the total, another namespace under its share records",
+			facts: QuotaFacts{Controller: Usage{0, 0}, Namespace: Usage{0, 0}, Total: 100, Controllers: 61, Namespaces: 2, Size: 1 << 10}},
 		{name: "at twice the total, nobody records",
 			facts: QuotaFacts{Controller: Usage{0, 0}, Total: 200, Controllers: 30, Size: 1 << 10}, want: QuotaTotal},
 	} {

@@ -32,6 +32,9 @@ const (
 	// ParentLabel one of the parent: the quotas count records by them.
 	ControllerLabel = "kausality.io/drift-controller"
 	ParentLabel     = "kausality.io/drift-parent"
+	// NamespaceLabel holds a hash of the namespace the drifted write went
+	// to: past the cluster's total, each namespace records only its share.
+	NamespaceLabel = "kausality.io/drift-namespace"
 
 	reportKey = "report"
 	stateKey  = "state"
@@ -121,6 +124,11 @@ func PairHash(r v1alpha1.DriftReport) string {
 func ControllerKey(r v1alpha1.DriftReport) string { return shortHash(r.Spec.Request.User) }
 
 // ParentKey identifies the parent of a report in a label value.
+// NamespaceKey identifies, in a label value, the namespace of the drifted
+// write ("" for a cluster-scoped child counts as a namespace of its own).
+func NamespaceKey(r v1alpha1.DriftReport) string { return shortHash("ns\x00" + r.Spec.Child.Namespace) }
+
+// ParentKey identifies, in a label value, the parent of the drift.
 func ParentKey(r v1alpha1.DriftReport) string {
 	p := r.Spec.Parent
 	return shortHash(groupOf(p.APIVersion) + "\x00" + p.Kind + "\x00" + p.Namespace + "\x00" + p.Name)
@@ -168,6 +176,7 @@ func encode(r *Record, namespace string) (*corev1.ConfigMap, error) {
 				PairLabel:       PairHash(r.Report),
 				ControllerLabel: ControllerKey(r.Report),
 				ParentLabel:     ParentKey(r.Report),
+				NamespaceLabel:  NamespaceKey(r.Report),
 			},
 		},
 		Data: map[string]string{reportKey: string(report), stateKey: string(state)},

@@ -203,7 +203,7 @@ func (l *Ledger) create(ctx context.Context, rec *Record, attempt int) bool {
 		l.m.recorded.WithLabelValues(resultCreated).Inc()
 		l.mu.Lock()
 		l.pending[cm.Name] = pendingRecord{controller: cm.Labels[ControllerLabel], parent: cm.Labels[ParentLabel],
-			bytes: recordBytes(cm), at: l.o.Clock.Now()}
+			namespace: cm.Labels[NamespaceLabel], bytes: recordBytes(cm), at: l.o.Clock.Now()}
 		l.mu.Unlock()
 		return true
 	case !apierrors.IsAlreadyExists(err):
@@ -292,9 +292,9 @@ func (l *Ledger) drop(reason string, rec *Record) {
 // pendingRecord is a record this replica created and the informer has not
 // shown yet.
 type pendingRecord struct {
-	controller, parent string
-	bytes              int64
-	at                 time.Time
+	controller, parent, namespace string
+	bytes                         int64
+	at                            time.Time
 }
 
 // pendingTimeout forgets a pending record the informer never showed (it
@@ -313,7 +313,7 @@ func recordBytes(cm *corev1.ConfigMap) int64 {
 // quotaFacts gathers, from the informer and the records this replica
 // created since, the records the new record cm would join.
 func (l *Ledger) quotaFacts(cm *corev1.ConfigMap) QuotaFacts {
-	controller, parent := cm.Labels[ControllerLabel], cm.Labels[ParentLabel]
+	controller, parent, namespace := cm.Labels[ControllerLabel], cm.Labels[ParentLabel], cm.Labels[NamespaceLabel]
 	f := QuotaFacts{Size: recordBytes(cm)}
 	indexer := l.records.GetIndexer()
 	usage := func(index, key string) Usage {
@@ -327,12 +327,16 @@ func (l *Ledger) quotaFacts(cm *corev1.ConfigMap) QuotaFacts {
 		}
 		return u
 	}
-	f.Controller, f.Parent = usage(controllerIndex, controller), usage(parentIndex, parent)
+	f.Controller, f.Parent, f.Namespace = usage(controllerIndex, controller), usage(parentIndex, parent), usage(namespaceIndex, namespace)
 	f.Total = len(indexer.ListKeys())
 	controllers := indexer.ListIndexFuncValues(controllerIndex)
 	f.Controllers = len(controllers)
 	if f.Controller.Records == 0 {
 		f.Controllers++
+	}
+	f.Namespaces = len(indexer.ListIndexFuncValues(namespaceIndex))
+	if f.Namespace.Records == 0 {
+		f.Namespaces++
 	}
 	now := l.o.Clock.Now()
 	l.mu.Lock()
@@ -350,6 +354,10 @@ func (l *Ledger) quotaFacts(cm *corev1.ConfigMap) QuotaFacts {
 		if p.parent == parent {
 			f.Parent.Records++
 			f.Parent.Bytes += p.bytes
+		}
+		if p.namespace == namespace {
+			f.Namespace.Records++
+			f.Namespace.Bytes += p.bytes
 		}
 	}
 	return f

@@ -194,6 +194,7 @@ func (i *Interceptor) input(f *facts, parent *parentFacts) decision.Input {
 		DesiredChanged:    f.changed,
 		Changes:           f.shownChanges(),
 		StatusWrite:       rq.w.sub == statusSubresource,
+		StatusInObject:    f.statusInObject,
 		ScaleWrite:        rq.w.sub == scaleSubresource,
 		Parent:            parent.obj,
 		User:              rq.user,

@@ -102,8 +102,9 @@
 // caller), sidewrites (the proxy's own writes around a forwarded write:
 // a decision's parent annotations, once approvals reserved, put back and
 // settled, orphans included, the trace of a /scale write), reservations
-// (the records of reserved once approvals), scalepath (where a custom
-// resource's /scale keeps its replicas), policywatch (the ApprovalPolicy,
+// (the records of reserved once approvals), subresources (where a custom
+// resource's /scale keeps its replicas, and whether its status is written
+// with the object), policywatch (the ApprovalPolicy,
 // ClusterApprovalPolicy and AllowancePolicy informers, compiled once per
 // generation, and the writer of their Ready condition), settlements (the
 // parents' settledness shared by the replicas), config (the --config

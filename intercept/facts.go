@@ -35,7 +35,7 @@ import (
 	"github.com/kausality-io/kausality-proxy/intercept/history"
 	"github.com/kausality-io/kausality-proxy/intercept/objects"
 	"github.com/kausality-io/kausality-proxy/intercept/patch"
-	"github.com/kausality-io/kausality-proxy/intercept/scalepath"
+	"github.com/kausality-io/kausality-proxy/intercept/subresources"
 	"github.com/kausality-io/kausality-proxy/intercept/settle"
 	"github.com/kausality-io/kausality-proxy/intercept/storedcopies"
 	"github.com/kausality-io/kausality-proxy/intercept/upstream"
@@ -52,6 +52,10 @@ type facts struct {
 	data []byte
 	// dryRun: the query's dryRun, or a delete's options in its body.
 	dryRun bool
+	// statusInObject: the written object's status is written with it (a
+	// custom resource without a status subresource): a write of it that
+	// advances its observed generation is its controller's.
+	statusInObject bool
 	// namesControls: a patch that could set or remove a control of the
 	// object whatever it holds (decision.Input.NamesControls).
 	namesControls bool
@@ -190,6 +194,11 @@ func (i *Interceptor) gather(ctx context.Context, rq *writeRequest, data []byte,
 	}
 	if err = i.withEffectiveObject(ctx, f); err != nil {
 		return f, err
+	}
+	if _, reportsStatus := f.new.Object["status"]; f.new != nil && reportsStatus && wr.sub == mainResource && f.op == decision.Update {
+		// Not knowing counts as a status subresource: the writer is then
+		// not recorded, as before the resource was written at all.
+		f.statusInObject, _ = i.scalePaths.StatusInObject(ctx, wr.gvr)
 	}
 	if f.oldIsMetadata && wr.verb == "patch" && patch.OnlyMetadata(f.patchType, f.data) {
 		// A patch of metadata alone changes no desired state, whatever
@@ -602,7 +611,7 @@ func (i *Interceptor) readShadowBody(w http.ResponseWriter, r *http.Request) ([]
 // a scale subresource is kube-apiserver's 404.
 func (i *Interceptor) specReplicasPath(ctx context.Context, gvr schema.GroupVersionResource) (string, error) {
 	path, scalable, err := i.scalePaths.SpecReplicasPath(ctx, gvr)
-	var unreadable *scalepath.UnreadableError
+	var unreadable *subresources.UnreadableError
 	switch {
 	case errors.As(err, &unreadable):
 		return "", i.unresolvable(unreadable.Err)

@@ -22,7 +22,7 @@ import (
 	"github.com/kausality-io/kausality-proxy/intercept/objects"
 	"github.com/kausality-io/kausality-proxy/intercept/policy"
 	"github.com/kausality-io/kausality-proxy/intercept/reservations"
-	"github.com/kausality-io/kausality-proxy/intercept/scalepath"
+	"github.com/kausality-io/kausality-proxy/intercept/subresources"
 	"github.com/kausality-io/kausality-proxy/intercept/settle"
 	"github.com/kausality-io/kausality-proxy/intercept/settlements"
 	"github.com/kausality-io/kausality-proxy/intercept/sidewrites"
@@ -144,7 +144,7 @@ type Interceptor struct {
 	// the caches and from the parents read for decisions.
 	settled *settle.Memory
 	// scalePaths remembers where custom resources keep their replicas.
-	scalePaths *scalepath.Resolver
+	scalePaths *subresources.Resolver
 	// copies are the last whole stored objects seen of children whose
 	// writes needed more than their cached metadata.
 	copies *storedcopies.Copies
@@ -192,7 +192,7 @@ func New(cfg Config) *Interceptor {
 	}
 	i := &Interceptor{cfg: cfg, metrics: newMetrics(cfg.Metrics), settled: settle.NewMemory(0, time.Now)}
 	i.access = &access.Checker{Authorizer: cfg.Authorizer, Objects: cfg.Objects}
-	i.scalePaths = scalepath.New(cfg.Objects, cfg.Clock)
+	i.scalePaths = subresources.New(cfg.Objects, cfg.Clock)
 	i.copies = storedcopies.New(storedcopies.DefaultLimits)
 	i.sideWriter = &sidewrites.Writer{Objects: cfg.Objects, Dynamic: cfg.Writer, FieldManager: FieldManager, Log: cfg.Log, Timeout: cfg.SideWriteTimeout}
 	i.approvals = sidewrites.NewApprovals(i.sideWriter, cfg.Reservations, cfg.Clock, cfg.ReservationOrphanAge, cfg.RequestTimeout, i.metrics.reservation)

@@ -115,6 +115,9 @@ func decideOnce(in Input) Decision {
 	d.Actor = Actor{User: name, UserHash: x.userHash, FieldManager: in.FieldManager}
 
 	x.decide()
+	if in.StatusInObject && !in.StatusWrite && in.Operation == Update && d.Result == Allow {
+		x.recordStatusWriter(true)
+	}
 	// A controller that copies its parent's annotations onto a child
 	// (the deployment controller does) never resets the child's record.
 	if d.Result == Allow && !in.StatusWrite && ResetsControllers(x.oldAnn, x.newAnn, x.user) && !x.isController() {
@@ -714,18 +717,7 @@ func (x *decider) statusWrite() {
 	if obj == nil {
 		return
 	}
-	if observed, advances := advancesObservedGeneration(in.OldObject, in.NewObject); advances {
-		v, changed, refusal := controllerid.RecordController(stored[annotations.Controllers], x.user)
-		switch {
-		case refusal != "":
-			d.Warnings = append(d.Warnings, "kausality: "+d.Actor.User+" is not recorded in "+annotations.Controllers+" of "+target.String()+
-				": "+refusal+"; if it is the new controller, a person resets the record with `kubectl kausality reset-controllers`")
-		case changed:
-			x.addParentWrite(target, annotations.Controllers, stored[annotations.Controllers], v,
-				"record "+d.Actor.User+" as controller: its status write advanced observedGeneration to "+itoa(observed)+" (only once the stored generation has reached it)")
-			x.d.ParentWrites[x.parentWriteIndex(target)].Controller = &ControllerRecord{User: x.user, ObservedGeneration: observed}
-		}
-	}
+	x.recordStatusWriter(false)
 	if stored[annotations.Phase] != annotations.PhaseInitialized {
 		if lc := in.Lifecycle.Detect(obj); lc.Phase == lifecycle.Initialized && lc.Persist {
 			x.addParentWrite(target, annotations.Phase, stored[annotations.Phase], annotations.PhaseInitialized,
@@ -741,6 +733,49 @@ func (x *decider) statusWrite() {
 			x.addParentWrite(target, annotations.ObservedGeneration, stored[annotations.ObservedGeneration], g, "record observed generation (no status.observedGeneration)")
 		}
 	}
+}
+
+// recordStatusWriter records the writer as the written object's controller
+// when its write advances the object's observed generation (only once the
+// stored generation has reached it). reported: the observed generation
+// counts only as the object reports it; a write of an object itself
+// (status written with it) is recorded only then, since a kind that
+// reports none would otherwise record whoever writes it.
+func (x *decider) recordStatusWriter(reported bool) {
+	in, d := x.in, x.d
+	if reported && (in.NewObject == nil || !reportsObservedGeneration(in.NewObject)) {
+		return
+	}
+	observed, advances := advancesObservedGeneration(in.OldObject, in.NewObject)
+	if !advances {
+		return
+	}
+	target := d.Child
+	stored := x.oldAnn
+	if in.OldObject == nil {
+		stored = x.newAnn
+	}
+	shape := "status write"
+	if !in.StatusWrite {
+		shape = "write of the object (its status has no subresource)"
+	}
+	v, changed, refusal := controllerid.RecordController(stored[annotations.Controllers], x.user)
+	switch {
+	case refusal != "":
+		d.Warnings = append(d.Warnings, "kausality: "+d.Actor.User+" is not recorded in "+annotations.Controllers+" of "+target.String()+
+			": "+refusal+"; if it is the new controller, a person resets the record with `kubectl kausality reset-controllers`")
+	case changed:
+		x.addParentWrite(target, annotations.Controllers, stored[annotations.Controllers], v,
+			"record "+d.Actor.User+" as controller: its "+shape+" advanced observedGeneration to "+itoa(observed)+" (only once the stored generation has reached it)")
+		x.d.ParentWrites[x.parentWriteIndex(target)].Controller = &ControllerRecord{User: x.user, ObservedGeneration: observed}
+	}
+}
+
+// reportsObservedGeneration reports whether obj says which generation its
+// controller observed, in its status or in a condition.
+func reportsObservedGeneration(obj *unstructured.Unstructured) bool {
+	_, source, known := lifecycle.ObservedGeneration(obj)
+	return known && source != lifecycle.SourceAnnotation
 }
 
 // advancesObservedGeneration reports whether a status write moves the

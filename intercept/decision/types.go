@@ -197,6 +197,11 @@ type Input struct {
 	Changes []desired.Change
 	// StatusWrite: a write to the status subresource.
 	StatusWrite bool
+	// StatusInObject: the written object has no status subresource (a
+	// custom resource whose CRD declares none), so its controller reports
+	// status through writes of the object itself, which record it as a
+	// status write would.
+	StatusInObject bool
 	// ScaleWrite: a write to the /scale subresource. Its body has no room
 	// for the object's annotations.
 	ScaleWrite bool

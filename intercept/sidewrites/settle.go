@@ -331,14 +331,22 @@ func (a *Approvals) checkStoredUntilSettled(rw Write) {
 	window := reservationSettleWindow + max(0, rw.landsBy.Sub(a.clock.Now()))
 	ctx, cancel := context.WithTimeout(context.Background(), window)
 	defer cancel()
+	// Step keeps returning the cap once it is reached: the retries go on
+	// for the whole window (wait.ExponentialBackoff would stop there).
 	backoff := wait.Backoff{Duration: 500 * time.Millisecond, Factor: 2, Jitter: 0.2, Steps: 1 << 20, Cap: 15 * time.Second}
-	err := wait.ExponentialBackoffWithContext(ctx, backoff, func(ctx context.Context) (bool, error) {
+	for {
 		readCtx, readCancel := context.WithTimeout(ctx, a.writer.Timeout)
-		defer readCancel()
-		return a.checkStored(readCtx, rw), nil
-	})
-	if err != nil {
-		a.unsettled(rw, "kube-apiserver could not be read for "+window.String())
+		settled := a.checkStored(readCtx, rw)
+		readCancel()
+		if settled {
+			return
+		}
+		select {
+		case <-ctx.Done():
+			a.unsettled(rw, "it could not be settled within "+window.Round(time.Second).String())
+			return
+		case <-time.After(backoff.Step()):
+		}
 	}
 }
 

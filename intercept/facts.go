@@ -35,9 +35,9 @@ import (
 	"github.com/kausality-io/kausality-proxy/intercept/history"
 	"github.com/kausality-io/kausality-proxy/intercept/objects"
 	"github.com/kausality-io/kausality-proxy/intercept/patch"
-	"github.com/kausality-io/kausality-proxy/intercept/subresources"
 	"github.com/kausality-io/kausality-proxy/intercept/settle"
 	"github.com/kausality-io/kausality-proxy/intercept/storedcopies"
+	"github.com/kausality-io/kausality-proxy/intercept/subresources"
 	"github.com/kausality-io/kausality-proxy/intercept/upstream"
 )
 

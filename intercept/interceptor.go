@@ -22,11 +22,11 @@ import (
 	"github.com/kausality-io/kausality-proxy/intercept/objects"
 	"github.com/kausality-io/kausality-proxy/intercept/policy"
 	"github.com/kausality-io/kausality-proxy/intercept/reservations"
-	"github.com/kausality-io/kausality-proxy/intercept/subresources"
 	"github.com/kausality-io/kausality-proxy/intercept/settle"
 	"github.com/kausality-io/kausality-proxy/intercept/settlements"
 	"github.com/kausality-io/kausality-proxy/intercept/sidewrites"
 	"github.com/kausality-io/kausality-proxy/intercept/storedcopies"
+	"github.com/kausality-io/kausality-proxy/intercept/subresources"
 	"github.com/kausality-io/kausality-proxy/internal/stackgrow"
 	"github.com/kausality-io/kausality-proxy/report"
 )

@@ -47,9 +47,9 @@ type DriftRow struct {
 	// ParentUID and ParentSpecHash name the parent object and its spec at
 	// detection: a decision taken here lands only on that object, and an
 	// approval only while its spec is unchanged.
-	ParentUID      string `json:"parentUID,omitempty"`
-	ParentSpecHash string `json:"parentSpecHash,omitempty"`
-	Child            decision.ObjectRef `json:"child"`
+	ParentUID      string             `json:"parentUID,omitempty"`
+	ParentSpecHash string             `json:"parentSpecHash,omitempty"`
+	Child          decision.ObjectRef `json:"child"`
 	// Controller is the user whose write drifted.
 	Controller string                `json:"controller"`
 	Changes    []desired.Change      `json:"changes,omitempty"`

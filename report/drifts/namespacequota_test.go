@@ -57,4 +57,3 @@ func TestOneNamespaceCannotCrowdOutEveryOtherNamespacesDrift(t *testing.T) {
 			err, len(store.ListKeys()))
 	}
 }
-

@@ -195,7 +195,7 @@ func (i *Interceptor) gather(ctx context.Context, rq *writeRequest, data []byte,
 	if err = i.withEffectiveObject(ctx, f); err != nil {
 		return f, err
 	}
-	if _, reportsStatus := f.new.Object["status"]; f.new != nil && reportsStatus && wr.sub == mainResource && f.op == decision.Update {
+	if f.new != nil && wr.sub == mainResource && f.op == decision.Update && f.new.Object["status"] != nil {
 		// Not knowing counts as a status subresource: the writer is then
 		// not recorded, as before the resource was written at all.
 		f.statusInObject, _ = i.scalePaths.StatusInObject(ctx, wr.gvr)

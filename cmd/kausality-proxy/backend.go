@@ -93,7 +93,7 @@ answers ok.`,
 			}
 			ctx, stop := signal.NotifyContext(cmd.Context(), syscall.SIGINT, syscall.SIGTERM)
 			defer stop()
-			h := &logBackend{out: cmd.OutOrStdout(), maxBytes: limit, log: log, token: token}
+			h := newLogBackend(cmd.OutOrStdout(), limit, log, token)
 			log.Info("DriftReport log backend listening", zap.String("address", ln.Addr().String()), zap.Int64("maxReportSize", limit),
 				zap.Bool("authenticated", token != nil))
 			return serveUntilDone(ctx, ln, h.handler(), o.ShutdownTimeout, log)
@@ -166,6 +166,9 @@ type logBackend struct {
 	out      io.Writer
 	maxBytes int64
 	log      *zap.Logger
+	// refusals logs the requests refused for their token, sampled:
+	// whoever reaches the endpoint can send them.
+	refusals *zap.Logger
 	// token is the hash of the bearer token senders must present; nil:
 	// anyone may send.
 	token *[sha256.Size]byte
@@ -200,12 +203,21 @@ func (b *logBackend) handler() http.Handler {
 	return mux
 }
 
+// newLogBackend writes the reports it takes to out, each at most maxBytes,
+// from senders presenting the token whose hash is token (nil: anyone).
+func newLogBackend(out io.Writer, maxBytes int64, log *zap.Logger, token *[sha256.Size]byte) *logBackend {
+	return &logBackend{out: out, maxBytes: maxBytes, log: log, token: token,
+		refusals: log.WithOptions(zap.WrapCore(func(c zapcore.Core) zapcore.Core {
+			return zapcore.NewSamplerWithOptions(c, time.Minute, 5, 0)
+		}))}
+}
+
 func (b *logBackend) receive(w http.ResponseWriter, r *http.Request) {
 	if !b.authenticated(r) {
 		w.Header().Set("WWW-Authenticate", `Bearer realm="kausality-proxy backend log"`)
 		writeStatus(w, http.StatusUnauthorized, metav1.StatusReasonUnauthorized,
 			"a DriftReport needs the bearer token of --auth-token-file (the proxy sends the one in --drift-webhook-token-file)")
-		b.log.Info("refused a request without the senders' token", zap.String("remote", r.RemoteAddr), zap.String("path", r.URL.Path))
+		b.refusals.Info("refused a request without the senders' token (at most 5 such lines a minute)", zap.String("remote", r.RemoteAddr), zap.String("path", r.URL.Path))
 		return
 	}
 	if r.Method != http.MethodPost {

@@ -101,7 +101,7 @@ func TestBackendLogHandler(t *testing.T) {
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			var out bytes.Buffer
-			b := &logBackend{out: &out, maxBytes: limit, log: zap.NewNop()}
+			b := newLogBackend(&out, limit, zap.NewNop(), nil)
 			req := httptest.NewRequest(tc.method, tc.path, strings.NewReader(tc.body))
 			req.Header.Set("Content-Type", "application/json")
 			rec := httptest.NewRecorder()
@@ -128,7 +128,7 @@ func (failingWriter) Write([]byte) (int, error) { return 0, errors.New("stdout c
 
 // A report that cannot be printed is answered 5xx, which the proxy retries.
 func TestBackendLogWriteFailure(t *testing.T) {
-	b := &logBackend{out: failingWriter{}, maxBytes: 1 << 20, log: zap.NewNop()}
+	b := newLogBackend(failingWriter{}, 1<<20, zap.NewNop(), nil)
 	rec := httptest.NewRecorder()
 	b.handler().ServeHTTP(rec, httptest.NewRequest("POST", "/", strings.NewReader(sentReport(t))))
 	if want := status(500, "InternalError", "the report could not be written"); rec.Code != 500 || rec.Body.String() != want {
@@ -162,7 +162,7 @@ func TestBackendLogServeAndShutdown(t *testing.T) {
 		t.Fatal(err)
 	}
 	var out syncBuffer
-	b := &logBackend{out: &out, maxBytes: 1 << 20, log: zap.NewNop()}
+	b := newLogBackend(&out, 1<<20, zap.NewNop(), nil)
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan error, 1)
 	go func() { done <- serveUntilDone(ctx, ln, b.handler(), 10*time.Second, zap.NewNop()) }()
@@ -247,7 +247,7 @@ func TestBackendLogRefusesForgedReports(t *testing.T) {
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			var out bytes.Buffer
-			b := &logBackend{out: &out, maxBytes: 1 << 20, log: zap.NewNop(), token: token}
+			b := newLogBackend(&out, 1<<20, zap.NewNop(), token)
 			req := httptest.NewRequest("POST", "/", strings.NewReader(sent))
 			if tc.authorization != "" {
 				req.Header.Set("Authorization", tc.authorization)
@@ -273,7 +273,7 @@ func TestBackendLogRefusesForgedReports(t *testing.T) {
 		})
 	}
 	// Health checks need no token.
-	b := &logBackend{out: io.Discard, maxBytes: 1 << 20, log: zap.NewNop(), token: token}
+	b := newLogBackend(io.Discard, 1<<20, zap.NewNop(), token)
 	rec := httptest.NewRecorder()
 	b.handler().ServeHTTP(rec, httptest.NewRequest("GET", "/healthz", nil))
 	if rec.Code != 200 {

@@ -28,6 +28,7 @@ import (
 
 	"github.com/slack-go/slack"
 	"go.uber.org/zap"
+	"go.uber.org/zap/zapcore"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 
 	"github.com/kausality-io/kausality-proxy/api/v1alpha1"
@@ -83,7 +84,11 @@ type Escalator struct {
 	limiter       *messageLimiter
 	clock         func() time.Time
 	log           *zap.Logger
-	replays       *replayMemory
+	// refusals logs the requests refused for their signature, sampled:
+	// anyone who reaches the endpoint can send them, and a flood of them
+	// must not become a flood of lines.
+	refusals *zap.Logger
+	replays  *replayMemory
 	// clicks are the clicks being applied after their request was answered.
 	clicks sync.WaitGroup
 }
@@ -133,6 +138,7 @@ func New(cfg Config) (*Escalator, error) {
 	if e.log == nil {
 		e.log = zap.NewNop()
 	}
+	e.refusals = sampledPerMinute(e.log, 5)
 	if e.excluded == nil {
 		e.excluded = func() []string { return nil }
 	}
@@ -222,4 +228,12 @@ func LoadCredentials(dir string) (botToken, signingSecret string, err error) {
 		return "", "", err
 	}
 	return botToken, signingSecret, nil
+}
+
+// sampledPerMinute is log writing at most n lines of each message a
+// minute.
+func sampledPerMinute(log *zap.Logger, n int) *zap.Logger {
+	return log.WithOptions(zap.WrapCore(func(c zapcore.Core) zapcore.Core {
+		return zapcore.NewSamplerWithOptions(c, time.Minute, n, 0)
+	}))
 }

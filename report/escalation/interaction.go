@@ -83,7 +83,7 @@ func (e *Escalator) serveInteraction(w http.ResponseWriter, r *http.Request) {
 	}
 	claim, err := e.verify(r.Header, body)
 	if err != nil {
-		e.log.Info("slack interaction refused", zap.Error(err), zap.String("remote", r.RemoteAddr))
+		e.refusals.Info("slack interaction refused (at most 5 such lines a minute)", zap.Error(err), zap.String("remote", r.RemoteAddr))
 		if errors.Is(err, errTooManyRequests) {
 			http.Error(w, err.Error(), http.StatusServiceUnavailable)
 			return

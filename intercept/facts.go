@@ -215,7 +215,7 @@ func (i *Interceptor) gather(ctx context.Context, rq *writeRequest, data []byte,
 // (collection.go). On an error, the facts are those known so far.
 // controlKeys are the annotations that hold people's controls over an
 // object.
-var controlKeys = annotations.ControlKeys()
+var controlKeys = append(annotations.ControlKeys(), annotations.LastApplied)
 
 // decodedAs is the kind a whole object in the body is decoded as: the
 // resource's, or a Scale for a /scale write.

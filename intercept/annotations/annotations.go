@@ -21,6 +21,11 @@ import (
 	"strings"
 )
 
+// LastApplied is kubectl's last-applied-configuration, from which kubectl
+// apply computes what to remove: the controls it names are guarded as the
+// controls themselves.
+const LastApplied = "kubectl.kubernetes.io/last-applied-configuration"
+
 // Prefix is the common prefix of every kausality annotation.
 const Prefix = "kausality.io/"
 

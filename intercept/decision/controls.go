@@ -6,6 +6,7 @@
 package decision
 
 import (
+	"encoding/json"
 	"sort"
 	"strconv"
 	"strings"
@@ -72,6 +73,9 @@ func (x *decider) guardOwnControls() {
 		}
 	}
 	keys := changedKeys(x.oldAnn, stored, annotations.IsControl)
+	if lastAppliedControlsChanged(x.oldAnn[annotations.LastApplied], stored[annotations.LastApplied]) {
+		keys = append(keys, annotations.LastApplied)
+	}
 	if len(keys) == 0 {
 		// The object's own controller patches its controls without a
 		// change of the copy it was decided on: decided again on the
@@ -180,4 +184,47 @@ func (x *decider) refuseStatusAnnotations(keys []string) {
 		d.Causes = append(d.Causes, metav1.StatusCause{Type: CauseControlAnnotation, Field: annotationField(k),
 			Message: "not changed through the status subresource"})
 	}
+}
+
+// lastAppliedControlsChanged reports whether the controls named in the
+// annotations of a kubectl last-applied-configuration differ between old
+// and new. kubectl apply computes what to remove from it: a controller
+// that writes a control into its own object's last-applied configuration
+// makes the next person who applies a manifest without it remove that
+// control (a freeze, a rejection) unawares. A value that is not JSON
+// counts as changed when it differs and mentions a kausality annotation.
+func lastAppliedControlsChanged(old, new string) bool {
+	if old == new {
+		return false
+	}
+	before, okBefore := lastAppliedControls(old)
+	after, okAfter := lastAppliedControls(new)
+	if !okBefore || !okAfter {
+		return strings.Contains(new, annotations.Prefix) || strings.Contains(old, annotations.Prefix)
+	}
+	return len(changedKeys(before, after, annotations.IsControl)) > 0
+}
+
+// lastAppliedControls are the control annotations a last-applied
+// configuration names, and false when it is not a JSON object.
+func lastAppliedControls(value string) (map[string]string, bool) {
+	if value == "" {
+		return nil, true
+	}
+	// Members by their exact names, as kubectl reads them: a struct
+	// would take a decoy "Metadata" for "metadata".
+	var applied map[string]any
+	if err := json.Unmarshal([]byte(value), &applied); err != nil || applied == nil {
+		return nil, false
+	}
+	metadata, _ := applied["metadata"].(map[string]any)
+	named, _ := metadata["annotations"].(map[string]any)
+	controls := map[string]string{}
+	for k, v := range named {
+		if annotations.IsControl(k) {
+			s, _ := v.(string)
+			controls[k] = s
+		}
+	}
+	return controls, true
 }

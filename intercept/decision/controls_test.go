@@ -113,6 +113,42 @@ func TestControls(t *testing.T) {
 			category: NoDesiredChange,
 		},
 		{
+			name: "the object's controller writes a freeze into its last-applied configuration",
+			in: func() Input {
+				return ownWrite(false, setAnn(annotations.LastApplied, `{"metadata":{"annotations":{"kausality.io/freeze":"x"}},"spec":{}}`))
+			},
+			result:   Deny,
+			category: OwnControlsRefused,
+			says:     []string{"may not edit its own " + annotations.LastApplied},
+		},
+		{
+			name: "a decoy Metadata member hides nothing",
+			in: func() Input {
+				return ownWrite(false, setAnn(annotations.LastApplied, `{"metadata":{"annotations":{"kausality.io/freeze":"x"}},"Metadata":{}}`),
+					setAnn(annotations.LastApplied, `{"metadata":{}}`))
+			},
+			result:   Deny,
+			category: OwnControlsRefused,
+		},
+		{
+			name: "the object's controller drops a rejection from its last-applied configuration",
+			in: func() Input {
+				return ownWrite(false, setAnn(annotations.LastApplied, `{"metadata":{"annotations":{"note":"b"}}}`),
+					setAnn(annotations.LastApplied, `{"metadata":{"annotations":{"note":"a","kausality.io/rejections":"[]"}}}`))
+			},
+			result:   Deny,
+			category: OwnControlsRefused,
+		},
+		{
+			name: "the object's controller rewrites its last-applied configuration, controls alone",
+			in: func() Input {
+				return ownWrite(false, setAnn(annotations.LastApplied, `{"metadata":{"annotations":{"note":"b","kausality.io/freeze":"x"}}}`),
+					setAnn(annotations.LastApplied, `{"metadata":{"annotations":{"note":"a","kausality.io/freeze":"x"}}}`))
+			},
+			result:   Allow,
+			category: NoDesiredChange,
+		},
+		{
 			name:     "the object's controller changes its other annotations",
 			in:       func() Input { return ownWrite(false, setAnn("example.com/revision", "2")) },
 			result:   Allow,

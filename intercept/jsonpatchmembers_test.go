@@ -45,6 +45,29 @@ func jsonPatchingUpstream(t *testing.T, stored *unstructured.Unstructured, writt
 	}
 }
 
+// patchAsDeploymentController sends the deployment controller's JSON patch
+// op of ReplicaSet name, which kube-apiserver stores as stored, to the
+// proxy in enforce mode, with ReplicaSets cached as children, and returns
+// the answer and what kube-apiserver stored.
+func patchAsDeploymentController(t *testing.T, stored *unstructured.Unstructured, name, op string) (*httptest.ResponseRecorder, []map[string]interface{}, *benchEnv) {
+	t.Helper()
+	allowAll := func(authorizationv1.SubjectAccessReviewSpec) (bool, error) { return true, nil }
+	env := newServeEnv(t, nil, allowAll, enforce, replicaSetsAsChildren)
+	var (
+		mu      sync.Mutex
+		written []map[string]interface{}
+	)
+	env.upstream = jsonPatchingUpstream(t, stored, &written, &mu)
+	rec := httptest.NewRecorder()
+	env.handler.ServeHTTP(rec, env.request(t, benchWrite{method: http.MethodPatch,
+		path:        "/apis/apps/v1/namespaces/apps/replicasets/" + name + "?fieldManager=kube-controller-manager",
+		contentType: "application/json-patch+json", body: []byte(op),
+		user: "system:serviceaccount:kube-system:deployment-controller"}))
+	mu.Lock()
+	defer mu.Unlock()
+	return rec, written, env
+}
+
 // A JSON patch operation is read by kube-apiserver (evanphx/json-patch v4)
 // as a map: only the exact member "path" counts. A Go struct matches
 // member names case-insensitively, so a decoy "Path" member could make an
@@ -53,7 +76,6 @@ func jsonPatchingUpstream(t *testing.T, stored *unstructured.Unstructured, writt
 // settled parent would so change the child's desired state as if its
 // patch touched only metadata: drift through in enforce mode, undecided.
 func TestADecoyPathMemberOfAJSONPatchDoesNotHideDrift(t *testing.T) {
-	allowAll := func(authorizationv1.SubjectAccessReviewSpec) (bool, error) { return true, nil }
 	stored := benchChild("stable-1", "stable", "stable-uid", 1)
 	spec, _ := json.Marshal(benchChild("stable-1", "stable", "stable-uid", 7).Object["spec"])
 	for _, tc := range []struct {
@@ -65,19 +87,7 @@ func TestADecoyPathMemberOfAJSONPatchDoesNotHideDrift(t *testing.T) {
 		{"decoy Path member", `[{"op":"add","path":"/spec","value":` + string(spec) + `,"Path":"/metadata/labels/decoy"}]`},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			env := newServeEnv(t, nil, allowAll, enforce, replicaSetsAsChildren)
-			var (
-				mu      sync.Mutex
-				written []map[string]interface{}
-			)
-			env.upstream = jsonPatchingUpstream(t, stored, &written, &mu)
-			rec := httptest.NewRecorder()
-			env.handler.ServeHTTP(rec, env.request(t, benchWrite{method: http.MethodPatch,
-				path:        "/apis/apps/v1/namespaces/apps/replicasets/stable-1?fieldManager=kube-controller-manager",
-				contentType: "application/json-patch+json", body: []byte(tc.op),
-				user: "system:serviceaccount:kube-system:deployment-controller"}))
-			mu.Lock()
-			defer mu.Unlock()
+			rec, written, env := patchAsDeploymentController(t, stored, "stable-1", tc.op)
 			if rec.Code != http.StatusForbidden || len(written) != 0 {
 				replicas := interface{}(nil)
 				if len(written) > 0 {
@@ -96,7 +106,6 @@ func TestADecoyPathMemberOfAJSONPatchDoesNotHideDrift(t *testing.T) {
 // controller write. It lowers the child's own mode and forges the system
 // annotation kausal.io/allowances.
 func TestADecoyPathMemberOfAJSONPatchDoesNotWriteProtectedAnnotations(t *testing.T) {
-	allowAll := func(authorizationv1.SubjectAccessReviewSpec) (bool, error) { return true, nil }
 	stored := benchChild("web-1", "web", "web-uid", 1)
 	for _, tc := range []struct {
 		name, op, key, value string
@@ -107,19 +116,7 @@ func TestADecoyPathMemberOfAJSONPatchDoesNotWriteProtectedAnnotations(t *testing
 		{"controllers", `[{"op":"add","path":"/metadata/annotations/kausality.io~1controllers","value":"zzzzzzzzzzzzzzzz","Path":"/spec/replicas"}]`, "kausality.io/controllers", "zzzzzzzzzzzzzzzz"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			env := newServeEnv(t, nil, allowAll, enforce, replicaSetsAsChildren)
-			var (
-				mu      sync.Mutex
-				written []map[string]interface{}
-			)
-			env.upstream = jsonPatchingUpstream(t, stored, &written, &mu)
-			rec := httptest.NewRecorder()
-			env.handler.ServeHTTP(rec, env.request(t, benchWrite{method: http.MethodPatch,
-				path:        "/apis/apps/v1/namespaces/apps/replicasets/web-1?fieldManager=kube-controller-manager",
-				contentType: "application/json-patch+json", body: []byte(tc.op),
-				user: "system:serviceaccount:kube-system:deployment-controller"}))
-			mu.Lock()
-			defer mu.Unlock()
+			rec, written, _ := patchAsDeploymentController(t, stored, "web-1", tc.op)
 			for _, obj := range written {
 				got, _, _ := unstructured.NestedString(obj, "metadata", "annotations", tc.key)
 				if got == tc.value {

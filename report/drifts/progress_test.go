@@ -22,6 +22,24 @@ import (
 	"github.com/kausality-io/kausality-proxy/report/escalation"
 )
 
+// hangingReceiver is a DriftReport receiver that never answers: its
+// requests end with their client's timeout.
+func hangingReceiver(t *testing.T) *httptest.Server {
+	t.Helper()
+	release := make(chan struct{})
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		select {
+		case <-release:
+		case <-r.Context().Done():
+		}
+	}))
+	t.Cleanup(func() {
+		close(release)
+		srv.Close()
+	})
+	return srv
+}
+
 // countingEscalator is Slack that takes every message.
 type countingEscalator struct {
 	posts  atomic.Int32
@@ -44,15 +62,7 @@ func (*countingEscalator) Resolve(context.Context, escalation.MessageRef, v1alph
 // back the escalation of a drift to the person on call, on every record
 // and every retry.
 func TestAHangingReceiverDoesNotDelayTheSlackMessage(t *testing.T) {
-	release := make(chan struct{})
-	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		select {
-		case <-release:
-		case <-r.Context().Done():
-		}
-	}))
-	defer srv.Close()
-	defer close(release)
+	srv := hangingReceiver(t)
 
 	clock := clocktesting.NewFakeClock(time.Date(2026, 11, 24, 12, 0, 0, 0, time.UTC))
 	objs := &fixedObjects{parent: ledgerParent(2), child: ledgerChild()}
@@ -147,15 +157,7 @@ func conflictsLikeKubeAPIServer(client *fake.Clientset) {
 // Receivers are told side by side: one that hangs does not hold back the
 // others, and what each took is recorded.
 func TestAHangingReceiverDoesNotDelayTheOthers(t *testing.T) {
-	release := make(chan struct{})
-	hanging := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		select {
-		case <-release:
-		case <-r.Context().Done():
-		}
-	}))
-	defer hanging.Close()
-	defer close(release)
+	hanging := hangingReceiver(t)
 	got := make(chan struct{}, 1)
 	answering := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		select {

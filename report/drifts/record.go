@@ -123,7 +123,6 @@ func PairHash(r v1alpha1.DriftReport) string {
 // drifted: quotas and rate limits are kept per controller.
 func ControllerKey(r v1alpha1.DriftReport) string { return shortHash(r.Spec.Request.User) }
 
-// ParentKey identifies the parent of a report in a label value.
 // NamespaceKey identifies, in a label value, the namespace of the drifted
 // write ("" for a cluster-scoped child counts as a namespace of its own).
 func NamespaceKey(r v1alpha1.DriftReport) string { return shortHash("ns\x00" + r.Spec.Child.Namespace) }

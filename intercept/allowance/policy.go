@@ -80,6 +80,14 @@ func (c *Compiled) Valid() bool { return c != nil && len(c.Problems) == 0 }
 // Kind is the kind of the parent whose changes the policy speaks of.
 func (c *Compiled) Kind() string { return c.kind }
 
+// Targets reports whether the policy is written for objects of the group
+// and kind, valid or not. A kind an invalid policy targets is governed all
+// the same, and the invalid policy grants nothing: a policy broken by an
+// edit must not switch the check of its kind off.
+func (c *Compiled) Targets(group, kind string) bool {
+	return c != nil && c.kind == kind && groupMatches(c.group, group)
+}
+
 // Governs reports whether the policy speaks of changes of objects of the
 // group and kind: a valid policy for the kind that names their group, or
 // no group.

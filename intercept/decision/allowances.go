@@ -68,14 +68,15 @@ type AllowanceOutcome struct {
 // in. ctx bounds the CEL evaluations to the request.
 func DecideAllowances(ctx context.Context, d Decision, in Input, a AllowanceInputs) Decision {
 	d = allowancesAhead(decideAllowances(ctx, d, in, a), in)
-	if in.Update() && in.StaleUpdate && !in.Confirmed && d.Allowances != nil && len(d.Allowances.Violations) > 0 {
-		// A controller that writes from a cache a beat behind sends an
-		// old copy of the object, whose fields differ from the stored
-		// ones without anyone having changed them: kube-apiserver refuses
-		// such a PUT with a conflict, which the controller retries on
-		// fresh state. The server's own result says whether it is a
-		// conflict or a violation, so an old copy is never reported as
-		// one.
+	if in.Update() && !in.Confirmed && d.Allowances != nil && len(d.Allowances.Violations) > 0 {
+		// A violation is confirmed on what kube-apiserver would store, as
+		// a drift verdict is. A controller that writes from a cache a beat
+		// behind sends an old copy of the object, whose fields differ
+		// from the stored ones without anyone having changed them
+		// (kube-apiserver refuses such a PUT with a conflict, which the
+		// controller retries on fresh state); one that rebuilds the spec
+		// leaves out fields kube-apiserver defaults. Neither is reported
+		// as a violation.
 		d.ConfirmWithServer = true
 	}
 	return d
@@ -199,7 +200,7 @@ func AnnotationWriteBumpsGeneration(group, kind string) bool {
 // controller.
 func governed(policies []*allowance.Compiled, group, kind string) bool {
 	for _, p := range policies {
-		if p.Governs(group, kind) {
+		if p.Targets(group, kind) {
 			return true
 		}
 	}

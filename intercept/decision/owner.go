@@ -5,12 +5,14 @@ import (
 
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/apimachinery/pkg/runtime/schema"
 
 	"github.com/kausality-io/kausality-proxy/intercept/annotations"
 )
 
 // ControllerMoved reports whether a write removes or re-points the
-// controller ownerReference.
+// controller ownerReference: to another object, kind or API group (kinds
+// of one name are served by many groups; only the version may change).
 func ControllerMoved(old, new *unstructured.Unstructured) bool {
 	if old == nil || new == nil {
 		return false
@@ -22,7 +24,18 @@ func ControllerMoved(old, new *unstructured.Unstructured) bool {
 	case after == nil:
 		return true
 	}
-	return before.UID != after.UID || before.Kind != after.Kind || before.Name != after.Name
+	return before.UID != after.UID || before.Kind != after.Kind || before.Name != after.Name || !sameGroup(before.APIVersion, after.APIVersion)
+}
+
+// sameGroup reports whether two apiVersions name one API group; one that
+// cannot be parsed names only itself.
+func sameGroup(a, b string) bool {
+	ga, errA := schema.ParseGroupVersion(a)
+	gb, errB := schema.ParseGroupVersion(b)
+	if errA != nil || errB != nil {
+		return a == b
+	}
+	return ga.Group == gb.Group
 }
 
 // Adopted reports whether a write gives an object that has no controller

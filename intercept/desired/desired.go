@@ -89,7 +89,10 @@ func Diff(old, new *unstructured.Unstructured) Result {
 		return Result{}
 	}
 	d := differ{redact: isSecret(old) || isSecret(new)}
-	useSpec := hasSpec(old) || hasSpec(new)
+	// The spec alone only when both sides have one: a "spec" member sent
+	// for a kind that has none (kube-apiserver drops it) must not hide a
+	// change of its data.
+	useSpec := (old == nil || hasSpec(old)) && (new == nil || hasSpec(new))
 	d.walk(nil, State(old, useSpec), State(new, useSpec))
 	r := Result{Changes: d.changes, Total: d.total, Changed: d.total > 0}
 	if new == nil && old != nil {
@@ -156,6 +159,16 @@ type fieldPath struct {
 	parent  *fieldPath
 	segment string // ".key", `["key"]`, "[3]" or "[name=x]"; the top-level key bare
 	top     string // the top-level field this path is under
+}
+
+// isSelector reports whether p ends in a label selector field: selector,
+// or a field named ...Selector.
+func (p *fieldPath) isSelector() bool {
+	if p == nil {
+		return false
+	}
+	key := strings.TrimPrefix(p.segment, ".")
+	return key == "selector" || strings.HasSuffix(key, "Selector")
 }
 
 func (p *fieldPath) child(segment string) *fieldPath {
@@ -308,6 +321,13 @@ func truncate(s string, n int) string {
 func (d *differ) walk(path *fieldPath, a, b interface{}) {
 	aEmpty, bEmpty := isEmpty(a), isEmpty(b)
 	if aEmpty && bEmpty {
+		if (a == nil) != (b == nil) && path.isSelector() {
+			// A label selector that is absent selects nothing (a
+			// PodDisruptionBudget's) or is not applied, and one that is
+			// empty selects everything (a NetworkPolicy peer's or an
+			// affinity term's namespaceSelector).
+			d.add(path, a, b)
+		}
 		return
 	}
 	am, aIsMap := a.(map[string]interface{})
@@ -474,6 +494,12 @@ func isEmpty(v interface{}) bool {
 // their Go type (decoding gives int64 or float64), strings and booleans as
 // themselves; anything else, or leaves of different kinds, differ.
 func EqualScalar(a, b interface{}) bool {
+	// Integers exactly: beyond 2^53 two of them share a float64.
+	if ai, ok := integer(a); ok {
+		if bi, ok := integer(b); ok {
+			return ai == bi
+		}
+	}
 	if af, ok := number(a); ok {
 		bf, ok := number(b)
 		return ok && af == bf
@@ -488,6 +514,18 @@ func EqualScalar(a, b interface{}) bool {
 	}
 	// Mismatched kinds (map vs scalar, list vs map, ...).
 	return false
+}
+
+func integer(v interface{}) (int64, bool) {
+	switch n := v.(type) {
+	case int64:
+		return n, true
+	case int:
+		return int64(n), true
+	case int32:
+		return int64(n), true
+	}
+	return 0, false
 }
 
 func number(v interface{}) (float64, bool) {

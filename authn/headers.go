@@ -270,12 +270,21 @@ func sameUser(a, b user.Info) bool {
 	return true
 }
 
-// headerKeyEscape %-encodes an extra key for an Impersonate-Extra- header the
-// way client-go's impersonating round tripper does: every byte that is not
-// an HTTP token character, and '%' itself.
+// keepsInHeaderKey reports whether c goes into an Impersonate-Extra- header
+// name as itself.
+func keepsInHeaderKey(c byte) bool {
+	return isTokenChar(c) && c != '%' && (c < 'A' || c > 'Z')
+}
+
+// headerKeyEscape %-encodes an extra key for an Impersonate-Extra- header:
+// every byte that is not an HTTP token character, '%' itself, and upper
+// case letters. kube-apiserver lower-cases the header name before it
+// decodes it, so a key with upper case sent as is would arrive as another
+// key than the one authorized (client-go's impersonating round tripper
+// has that flaw); sent %-encoded, it arrives as it is.
 func headerKeyEscape(key string) string {
 	i := 0
-	for i < len(key) && isTokenChar(key[i]) && key[i] != '%' {
+	for i < len(key) && keepsInHeaderKey(key[i]) {
 		i++
 	}
 	if i == len(key) {
@@ -286,7 +295,7 @@ func headerKeyEscape(key string) string {
 	b = append(b, key[:i]...)
 	for ; i < len(key); i++ {
 		c := key[i]
-		if !isTokenChar(c) || c == '%' {
+		if !keepsInHeaderKey(c) {
 			b = append(b, '%', hex[c>>4], hex[c&0xf])
 			continue
 		}

@@ -2,6 +2,7 @@ package authn
 
 import (
 	"fmt"
+	"slices"
 	"sort"
 	"strings"
 	"unicode"
@@ -25,6 +26,12 @@ func ValidateIdentity(u user.Info) error {
 	}
 	if err := validIdentityValue("user name", u.GetName()); err != nil {
 		return err
+	}
+	if u.GetName() == user.Anonymous && !slices.Contains(u.GetGroups(), user.AllUnauthenticated) {
+		// A certificate can name system:anonymous; kube-apiserver gives
+		// an impersonated system:anonymous the group
+		// system:unauthenticated, which this user does not have.
+		return fmt.Errorf("the user %s without the group %s cannot be impersonated as itself", user.Anonymous, user.AllUnauthenticated)
 	}
 	if uid := u.GetUID(); uid != "" {
 		if err := validIdentityValue("uid", uid); err != nil {

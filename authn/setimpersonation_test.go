@@ -30,7 +30,7 @@ func addedImpersonation(h http.Header, u user.Info) {
 		for _, v := range extra[k] {
 			var b strings.Builder
 			for i := 0; i < len(k); i++ {
-				if c := k[i]; !isTokenChar(c) || c == '%' {
+				if c := k[i]; !isTokenChar(c) || c == '%' || c >= 'A' && c <= 'Z' {
 					fmt.Fprintf(&b, "%%%02X", c)
 				} else {
 					b.WriteByte(c)
@@ -84,6 +84,9 @@ func TestHeaderKeyEscape(t *testing.T) {
 		"ü":                "%C3%BC",
 		"":                 "",
 		"a~b|c":            "a~b|c",
+		// kube-apiserver lower-cases the header name before decoding it.
+		"Scopes":  "%53copes",
+		"aDMIN-x": "a%44%4D%49%4E-x",
 	} {
 		if got := headerKeyEscape(in); got != want {
 			t.Errorf("headerKeyEscape(%q) = %q, want %q", in, got, want)

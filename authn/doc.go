@@ -110,7 +110,11 @@ the upstream's impersonation filter reconstructs exactly that user (the
 groups the filter adds itself, system:authenticated or
 system:unauthenticated, are not sent; a service-account name always gets
 explicit groups so the filter does not add the service-account groups on
-its own). The proxy's identity therefore needs "impersonate" on users,
+its own; an extra key's upper case letters are %-escaped too, since
+kube-apiserver lower-cases a header name before it decodes it; a user the
+filter cannot reconstruct, such as a certificate naming system:anonymous
+without system:unauthenticated, is refused with 401). The proxy's identity
+therefore needs "impersonate" on users,
 groups, serviceaccounts, uids and userextras (an x509 user carries the
 authentication.kubernetes.io/credential-id extra), plus create on
 tokenreviews and subjectaccessreviews. Anonymous callers, when enabled, are
@@ -162,7 +166,9 @@ whose number is bounded, and Secrets are never cached. A once approval is
 reserved on the parent only after a server-side dry run as the caller shows
 that kube-apiserver will accept the write. It is put back only when the
 write provably did not land: kube-apiserver refused it (4xx), or, after an
-answer that does not say, the object is stored exactly as it was read. A
+answer that does not say, the object is stored exactly as it was read once
+the write can no longer land (it is forwarded with what is left of the
+proxy's own deadline as its timeout at kube-apiserver). A
 reservation is recorded in a ConfigMap of the proxy's namespace, so another
 replica can settle it when its own died; such a record is data anyone with
 write access to that namespace could forge, so it is honoured only while

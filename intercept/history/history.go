@@ -73,7 +73,13 @@ func RevisionOf(obj *unstructured.Unstructured) (Revision, bool) {
 	r := Revision{Name: obj.GetName(), Created: obj.GetCreationTimestamp().Time, Deleting: obj.GetDeletionTimestamp() != nil}
 	switch obj.GroupVersionKind().GroupKind() {
 	case replicaSet:
-		n, err := strconv.ParseInt(obj.GetAnnotations()[RevisionAnnotation], 10, 64)
+		// The deployment controller counts a ReplicaSet without the
+		// annotation (one it adopted) as revision 0, the oldest.
+		v, annotated := obj.GetAnnotations()[RevisionAnnotation]
+		if !annotated {
+			break
+		}
+		n, err := strconv.ParseInt(v, 10, 64)
 		if err != nil {
 			return r, false
 		}

@@ -115,8 +115,13 @@ func TestPruning(t *testing.T) {
 func TestRevisionOf(t *testing.T) {
 	noAnnotation := replicaSetAt("web-1", 1, 0, 0)
 	noAnnotation.SetAnnotations(nil)
-	if _, ok := RevisionOf(noAnnotation); ok {
-		t.Fatal("a ReplicaSet without a revision annotation has no revision")
+	if r, ok := RevisionOf(noAnnotation); !ok || r.Number != 0 {
+		t.Fatalf("a ReplicaSet without a revision annotation is revision 0 to the deployment controller: %+v, %v", r, ok)
+	}
+	garbled := replicaSetAt("web-1", 1, 0, 0)
+	garbled.SetAnnotations(map[string]string{RevisionAnnotation: "one"})
+	if _, ok := RevisionOf(garbled); ok {
+		t.Fatal("a ReplicaSet whose revision annotation is no number has no revision")
 	}
 	cr := controllerRevisionAt("db-7", 7)
 	r, ok := RevisionOf(cr)

@@ -92,7 +92,9 @@ without the proxy, and a token the upstream no longer accepts stops working
 at once regardless of the proxy's cache. If the caller asked to impersonate
 and the proxy allowed it, the Impersonate-* headers for the resulting user
 are added and the upstream checks that impersonation again, against the
-caller's token.
+caller's token. A service account impersonated with exactly the groups
+kube-apiserver gives it goes without Impersonate-Group, as the caller sent
+it: the caller needs no right to impersonate those groups.
 
 Such a request must go upstream on a transport that carries no credentials
 of the proxy's own, and in particular no client certificate:

@@ -172,6 +172,13 @@ func ApplyUpstreamIdentity(h http.Header, caller *Caller, effective user.Info) (
 		h.Set("Authorization", "Bearer "+caller.Token)
 		if !sameUser(caller.User, effective) {
 			setImpersonation(h, effective)
+			if groupsImpliedForServiceAccount(effective) {
+				// kube-apiserver checks the impersonation against the
+				// caller's token: one that may impersonate the service
+				// account need not be allowed to impersonate its groups,
+				// which kube-apiserver adds itself when none are sent.
+				delete(h, authenticationv1.ImpersonateGroupHeader)
+			}
 		}
 		return false
 	case MethodX509, MethodAnonymous:
@@ -334,4 +341,25 @@ func headerFold(h http.Header, name string) string {
 		}
 	}
 	return ""
+}
+
+// groupsImpliedForServiceAccount reports whether u is a service account
+// whose groups are exactly the ones kube-apiserver gives an impersonated
+// service account sent without any Impersonate-Group.
+func groupsImpliedForServiceAccount(u user.Info) bool {
+	namespace, _, err := serviceaccount.SplitUsername(u.GetName())
+	if err != nil {
+		return false
+	}
+	implied := append(serviceaccount.MakeGroupNames(namespace), user.AllAuthenticated)
+	groups := u.GetGroups()
+	if len(groups) != len(implied) {
+		return false
+	}
+	for _, g := range implied {
+		if !slices.Contains(groups, g) {
+			return false
+		}
+	}
+	return true
 }

@@ -256,14 +256,25 @@ func TestHeaderHygiene(t *testing.T) {
 			wantProxy: false,
 		},
 		{
-			name:      "token: impersonating a service account sends its groups explicitly",
+			name:      "token: impersonating a service account with its own groups sends none, kube-apiserver adds them",
 			in:        http.Header{"Authorization": {"Bearer bob-token"}},
 			caller:    tokenBob,
 			effective: builderSA,
 			want: http.Header{
+				"Authorization":    {"Bearer bob-token"},
+				"Impersonate-User": {"system:serviceaccount:ns1:builder"},
+			},
+			wantProxy: false,
+		},
+		{
+			name:      "token: impersonating a service account with other groups sends them explicitly",
+			in:        http.Header{"Authorization": {"Bearer bob-token"}},
+			caller:    tokenBob,
+			effective: &user.DefaultInfo{Name: "system:serviceaccount:ns1:builder", Groups: []string{"system:serviceaccounts", "system:authenticated"}},
+			want: http.Header{
 				"Authorization":     {"Bearer bob-token"},
 				"Impersonate-User":  {"system:serviceaccount:ns1:builder"},
-				"Impersonate-Group": {"system:serviceaccounts", "system:serviceaccounts:ns1", "system:authenticated"},
+				"Impersonate-Group": {"system:serviceaccounts", "system:authenticated"},
 			},
 			wantProxy: false,
 		},

@@ -117,3 +117,37 @@ func TestACertificateNamingSystemAnonymousIsRefused(t *testing.T) {
 		t.Fatalf("kube-apiserver's impersonation of system:anonymous: %d %v; the refusal may go", code, got)
 	}
 }
+
+// A token caller allowed to impersonate a service account (and nothing
+// else) is served: kube-apiserver checks the impersonation against the
+// caller's own token, so the service account's implied groups are not
+// sent as Impersonate-Group headers, which it would check as group
+// impersonation.
+func TestATokenCallerMayImpersonateAServiceAccountAlone(t *testing.T) {
+	authz := authorizer.AuthorizerFunc(func(_ context.Context, a authorizer.Attributes) (authorizer.Decision, string, error) {
+		if a.GetUser().GetName() == "bob" && a.GetVerb() == "impersonate" && a.GetResource() == "serviceaccounts" &&
+			a.GetNamespace() == "ns1" && a.GetName() == "builder" {
+			return authorizer.DecisionAllow, "", nil
+		}
+		return authorizer.DecisionNoOpinion, "no", nil
+	})
+	in := http.Header{"Impersonate-User": {"system:serviceaccount:ns1:builder"}}
+	if _, code := upstreamSees(t, bobUser, in, authz); code != http.StatusOK {
+		t.Fatalf("setup: kube-apiserver itself refuses: %d", code)
+	}
+	a := &Authenticator{authz: authz}
+	effective, err := a.ResolveImpersonation(context.Background(), tokenBob, in)
+	if err != nil {
+		t.Fatalf("the proxy refuses: %v", err)
+	}
+	out := in.Clone()
+	SanitizeInbound(out)
+	if ApplyUpstreamIdentity(out, tokenBob, effective) {
+		t.Fatal("token callers must not use proxy credentials")
+	}
+	// The upstream authenticates bob by his token, then checks the
+	// impersonation headers against bob.
+	if _, code := upstreamSees(t, bobUser, out, authz); code != http.StatusOK {
+		t.Errorf("kube-apiserver refuses the proxy's re-encoding with %d; headers: %v", code, out)
+	}
+}

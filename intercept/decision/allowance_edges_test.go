@@ -13,7 +13,6 @@ import (
 	"github.com/kausality-io/kausality-proxy/intercept/settle"
 )
 
-
 // The only Deployment policy turning invalid (a CEL condition that no
 // longer compiles after an edit, a typo in a path) must not turn a
 // violation that enforce mode refuses into an allowed write: the kind

@@ -74,8 +74,13 @@ func TestAParentWithoutAStatusSubresourceRecordsItsController(t *testing.T) {
 		"conditions": []any{map[string]any{"type": "Ready", "status": "True", "reason": "Reconciled",
 			"observedGeneration": observed, "lastTransitionTime": time.Now().UTC().Format(time.RFC3339)}},
 	}
-	_, err = ctrl.dyn.Resource(plainGVR).Namespace(ns).Update(ctx, created, metav1.UpdateOptions{FieldManager: wgManager})
-	mustf(t, err, "the operator reports status through PlainWidget %s", name)
+	// The proxy learns of the new kind from discovery, which it reads
+	// again at most so often: until then the write gets a 404, as for a
+	// kind nobody serves, and a controller retries it.
+	eventually(t, 30*time.Second, "the operator reports status through PlainWidget "+name, func() error {
+		_, err := ctrl.dyn.Resource(plainGVR).Namespace(ns).Update(ctx, created, metav1.UpdateOptions{FieldManager: wgManager})
+		return err
+	})
 	eventually(t, 30*time.Second, "the operator recorded as the PlainWidget's controller", func() error {
 		got, err := admin.Resource(plainGVR).Namespace(ns).Get(ctx, name, metav1.GetOptions{})
 		if err != nil {

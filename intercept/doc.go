@@ -37,7 +37,7 @@
 //     metadata of its body;
 //   - a Binding (pods/binding, or the bindings resource) is no decided
 //     write, but kube-apiserver copies its annotations onto the pod, so
-//     one that carries a kausality annotation is refused (binding.go);
+//     one that carries a kausality annotation is refused (package binding);
 //   - not intercepted, forwarded untouched: every other subresource
 //     (token, ephemeralcontainers, resize, ...: kube-apiserver keeps the
 //     stored metadata for them), and reads.

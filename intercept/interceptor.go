@@ -17,6 +17,7 @@ import (
 	"github.com/kausality-io/kausality-proxy/intercept/access"
 	"github.com/kausality-io/kausality-proxy/intercept/allowance"
 	"github.com/kausality-io/kausality-proxy/intercept/annotations"
+	"github.com/kausality-io/kausality-proxy/intercept/binding"
 	"github.com/kausality-io/kausality-proxy/intercept/config"
 	"github.com/kausality-io/kausality-proxy/intercept/decision"
 	"github.com/kausality-io/kausality-proxy/intercept/objects"
@@ -27,6 +28,7 @@ import (
 	"github.com/kausality-io/kausality-proxy/intercept/sidewrites"
 	"github.com/kausality-io/kausality-proxy/intercept/storedcopies"
 	"github.com/kausality-io/kausality-proxy/intercept/subresources"
+	"github.com/kausality-io/kausality-proxy/intercept/upstream"
 	"github.com/kausality-io/kausality-proxy/internal/stackgrow"
 	"github.com/kausality-io/kausality-proxy/report"
 )
@@ -217,7 +219,7 @@ func (i *Interceptor) Wrap(forward http.Handler, writeError ErrorWriter) http.Ha
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		write, ok := i.classify(r)
 		if !ok {
-			if info, isResource := request.RequestInfoFrom(r.Context()); isResource && isBinding(info) &&
+			if info, isResource := request.RequestInfoFrom(r.Context()); isResource && binding.Is(info) &&
 				i.cfg.Settings().Rules.Targets("", "pods", info.Namespace) {
 				i.serveBinding(w, r, info, forward, writeError)
 				return
@@ -230,6 +232,22 @@ func (i *Interceptor) Wrap(forward http.Handler, writeError ErrorWriter) http.Ha
 		stackgrow.To32K()
 		i.serveWrite(w, r, write, forward, writeError)
 	})
+}
+
+// serveBinding forwards a Binding of a pod the proxy decides about, read
+// whole and untouched, unless package binding refuses it; a refused one
+// sends nothing upstream.
+func (i *Interceptor) serveBinding(w http.ResponseWriter, r *http.Request, info *request.RequestInfo, forward http.Handler, writeError ErrorWriter) {
+	data, err := i.readInterceptedBody(w, r)
+	if err == nil {
+		err = binding.Refusal(info, r.Header.Get("Content-Type"), data)
+	}
+	if err != nil {
+		writeError(w, err)
+		return
+	}
+	upstream.RestoreBody(r, data)
+	forward.ServeHTTP(w, r)
 }
 
 // errPoliciesNotSynced is what readiness reports while the approval

@@ -235,6 +235,10 @@ func (i *Interceptor) sideWrites(writes []decision.SideWrite) {
 		if sw.AnnotationChanges.Empty() {
 			continue
 		}
+		if sw.Deferred {
+			i.deferred.Schedule(sw)
+			continue
+		}
 		go func() {
 			ctx, cancel := context.WithTimeout(context.Background(), i.cfg.SideWriteTimeout)
 			defer cancel()

@@ -56,6 +56,8 @@ type Options struct {
 	// ReservationOrphanAge is when a once-approval reservation whose
 	// replica has not settled it is settled by another (0: the default).
 	ReservationOrphanAge time.Duration
+	// UnboundStatusRecordDelay: see Config.
+	UnboundStatusRecordDelay time.Duration
 	// RequestTimeout is the proxy's --request-timeout: no write it
 	// forwards is processed longer (0: the default).
 	RequestTimeout time.Duration
@@ -141,23 +143,24 @@ func Build(o Options) (*Interceptor, error) {
 	settled := settlements.New(client, o.Drifts.Namespace, o.Log.Named("settledness"))
 	settled.Run(background)
 	i := New(Config{
-		Settlements:          settled,
-		Reservations:         reserved,
-		ReservationOrphanAge: o.ReservationOrphanAge,
-		RequestTimeout:       o.RequestTimeout,
-		Policies:             policies,
-		AllowancePolicies:    allowancePolicies,
-		Drifts:               reporter,
-		Objects:              store,
-		Writer:               dyn,
-		Metadata:             meta,
-		Settings:             settings.Current,
-		DefaultMode:          annotations.DriftMode(o.DefaultMode),
-		FailurePolicy:        FailurePolicy(o.FailurePolicy),
-		Authorizer:           o.Authorizer,
-		MaxBodyBytes:         o.MaxBodyBytes,
-		Log:                  o.Log.Named("intercept"),
-		Metrics:              o.Metrics,
+		Settlements:              settled,
+		Reservations:             reserved,
+		ReservationOrphanAge:     o.ReservationOrphanAge,
+		UnboundStatusRecordDelay: o.UnboundStatusRecordDelay,
+		RequestTimeout:           o.RequestTimeout,
+		Policies:                 policies,
+		AllowancePolicies:        allowancePolicies,
+		Drifts:                   reporter,
+		Objects:                  store,
+		Writer:                   dyn,
+		Metadata:                 meta,
+		Settings:                 settings.Current,
+		DefaultMode:              annotations.DriftMode(o.DefaultMode),
+		FailurePolicy:            FailurePolicy(o.FailurePolicy),
+		Authorizer:               o.Authorizer,
+		MaxBodyBytes:             o.MaxBodyBytes,
+		Log:                      o.Log.Named("intercept"),
+		Metrics:                  o.Metrics,
 	})
 	i.watcher, i.stopBackground = settings, stop
 	return i, nil

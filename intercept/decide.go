@@ -188,31 +188,32 @@ func (i *Interceptor) decide(f *facts) decision.Decision {
 func (i *Interceptor) input(f *facts, parent *parentFacts) decision.Input {
 	rq := f.req
 	in := decision.Input{
-		Operation:         f.op,
-		OldObject:         f.old,
-		NewObject:         f.new,
-		DesiredChanged:    f.changed,
-		Changes:           f.shownChanges(),
-		StatusWrite:       rq.w.sub == statusSubresource,
-		StatusInObject:    f.statusInObject,
-		ScaleWrite:        rq.w.sub == scaleSubresource,
-		Parent:            parent.obj,
-		User:              rq.user,
-		UserHashes:        rq.userHashes,
-		FieldManager:      rq.w.fieldManager,
-		Mode:              decision.ModeInputs{Namespace: f.nsMode, Default: i.cfg.DefaultMode},
-		DryRun:            f.dryRun,
-		Confirmed:         f.confirmed,
-		NoChangeIsCertain: f.noChangeIsCertain(),
-		StaleUpdate:       f.staleUpdate(),
-		ObjectLive:        f.childLive,
-		NamesControls:     f.namesControls,
-		Now:               i.cfg.Clock.Now(),
-		Lifecycle:         rq.settings.Lifecycle,
-		UngatedKinds:      rq.settings.UngatedChildKinds,
-		ParentHidden:      parent.obj != nil && parent.hidden,
-		OwnedRevisions:    parent.revisions,
-		Settle:            parent.settle,
+		Operation:            f.op,
+		OldObject:            f.old,
+		NewObject:            f.new,
+		DesiredChanged:       f.changed,
+		Changes:              f.shownChanges(),
+		StatusWrite:          rq.w.sub == statusSubresource,
+		StatusInObject:       f.statusInObject,
+		ScaleWrite:           rq.w.sub == scaleSubresource,
+		Parent:               parent.obj,
+		User:                 rq.user,
+		UserHashes:           rq.userHashes,
+		FieldManager:         rq.w.fieldManager,
+		Mode:                 decision.ModeInputs{Namespace: f.nsMode, Default: i.cfg.DefaultMode},
+		DryRun:               f.dryRun,
+		Confirmed:            f.confirmed,
+		NoChangeIsCertain:    f.noChangeIsCertain(),
+		StaleUpdate:          f.staleUpdate(),
+		NamesResourceVersion: rq.w.sub == statusSubresource && f.namesResourceVersion(),
+		ObjectLive:           f.childLive,
+		NamesControls:        f.namesControls,
+		Now:                  i.cfg.Clock.Now(),
+		Lifecycle:            rq.settings.Lifecycle,
+		UngatedKinds:         rq.settings.UngatedChildKinds,
+		ParentHidden:         parent.obj != nil && parent.hidden,
+		OwnedRevisions:       parent.revisions,
+		Settle:               parent.settle,
 	}
 	if parent.obj != nil {
 		in.Policies = rq.policies
@@ -271,6 +272,18 @@ func (f *facts) noChangeIsCertain() bool {
 		return patch.OnlyMetadata(f.patchType, f.data)
 	case wr.verb == "update" && wr.sub == mainResource && f.sent != nil && f.old != nil:
 		return f.sent.GetResourceVersion() != "" && f.sent.GetResourceVersion() == f.old.GetResourceVersion()
+	}
+	return false
+}
+
+// namesResourceVersion reports whether the client's write names the
+// resourceVersion it was made on.
+func (f *facts) namesResourceVersion() bool {
+	switch {
+	case f.req.w.verb == "patch":
+		return patch.NamesResourceVersion(f.patchType, f.data)
+	case f.sent != nil:
+		return f.sent.GetResourceVersion() != ""
 	}
 	return false
 }

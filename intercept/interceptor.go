@@ -124,6 +124,12 @@ type Config struct {
 	// ReservationOrphanAge is when a reservation its replica has not
 	// settled is settled by this one; 0 is DefaultReservationOrphanAge.
 	ReservationOrphanAge time.Duration
+	// UnboundStatusRecordDelay is how long after a status write that names
+	// no resourceVersion the generation it landed on is recorded for a kind
+	// that reports none (sidewrites.Deferred); 0 records at once.
+	UnboundStatusRecordDelay time.Duration
+	// Timers runs the deferred records; nil is the real clock.
+	Timers clock.WithDelayedExecution
 	// RequestTimeout is the longest the proxy serves a write that is not
 	// long-running (its --request-timeout); a forwarded write with a
 	// reserved once approval carries what is left of it as its timeout at
@@ -137,6 +143,11 @@ type Config struct {
 // DefaultReservationOrphanAge is when a reservation whose replica has not
 // settled it is settled by any replica.
 const DefaultReservationOrphanAge = sidewrites.DefaultReservationOrphanAge
+
+// DefaultUnboundStatusRecordDelay is --unbound-status-record-delay: long
+// enough for a controller to see a spec change that landed while it was
+// computing a status, short beside the time a parent stays settled.
+const DefaultUnboundStatusRecordDelay = 30 * time.Second
 
 // Interceptor holds what write interception needs across requests.
 type Interceptor struct {
@@ -159,6 +170,9 @@ type Interceptor struct {
 	sideWriter *sidewrites.Writer
 	// approvals reserves once approvals and settles them.
 	approvals *sidewrites.Approvals
+	// deferred makes the records a status write without a resourceVersion
+	// asks for, once its writer has had the time to see the latest spec.
+	deferred *sidewrites.Deferred
 }
 
 // New returns an Interceptor. A nil Objects store makes it a pass-through:
@@ -198,6 +212,10 @@ func New(cfg Config) *Interceptor {
 	i.copies = storedcopies.New(storedcopies.DefaultLimits)
 	i.sideWriter = &sidewrites.Writer{Objects: cfg.Objects, Dynamic: cfg.Writer, FieldManager: FieldManager, Log: cfg.Log, Timeout: cfg.SideWriteTimeout}
 	i.approvals = sidewrites.NewApprovals(i.sideWriter, cfg.Reservations, cfg.Clock, cfg.ReservationOrphanAge, cfg.RequestTimeout, i.metrics.reservation)
+	if cfg.Timers == nil {
+		cfg.Timers = clock.RealClock{}
+	}
+	i.deferred = sidewrites.NewDeferred(i.sideWriter, cfg.Timers, cfg.UnboundStatusRecordDelay, cfg.SideWriteTimeout, 0, cfg.Log)
 	if cfg.Settlements != nil {
 		cfg.Settlements.Attach(i.settled)
 	}

@@ -56,6 +56,10 @@ type Options struct {
 	// replica that has not settled it (it died mid-write) is settled by
 	// another replica.
 	ApprovalReservationOrphanAge time.Duration
+	// UnboundStatusRecordDelay is how long after a status write that names
+	// no resourceVersion the generation it is credited with is recorded
+	// (kausality.io/observedGeneration, for kinds that report none).
+	UnboundStatusRecordDelay time.Duration
 	// SlackInteractionsBindAddress serves the endpoint Slack posts button
 	// clicks to (plain HTTP, behind the ingress that terminates TLS).
 	SlackInteractionsBindAddress string
@@ -109,6 +113,7 @@ func NewOptions() *Options {
 		ConfigReloadInterval:         2 * time.Second,
 		DriftWebhookTimeout:          10 * time.Second,
 		ApprovalReservationOrphanAge: intercept.DefaultReservationOrphanAge,
+		UnboundStatusRecordDelay:     intercept.DefaultUnboundStatusRecordDelay,
 		Drifts:                       intercept.DriftOptions{Namespace: defaultNamespace()},
 		SlackInteractionsBindAddress: ":8090",
 	}
@@ -141,6 +146,8 @@ func (o *Options) AddFlags(fs *pflag.FlagSet) {
 		"Namespace of the open-drift records and of the once-approval reservation records (ConfigMaps), and of the Lease that elects the one replica sending DriftReports. Default: $POD_NAMESPACE, else kausality-system.")
 	fs.DurationVar(&o.ApprovalReservationOrphanAge, "approval-reservation-orphan-age", o.ApprovalReservationOrphanAge,
 		"When a once approval reserved for a write by a replica that has not settled it (it died mid-write) is settled by another replica, from what kube-apiserver stores. An approval never goes back before its write can no longer land (10s past --request-timeout, which the write carries as its timeout), whatever this age. At least 30s.")
+	fs.DurationVar(&o.UnboundStatusRecordDelay, "unbound-status-record-delay", o.UnboundStatusRecordDelay,
+		"For kinds that report no observed generation (kausality.io/observedGeneration is recorded for them): how long after a status write that names no resourceVersion the generation it landed on is recorded. Its writer may have read the object before its latest spec change, and recording at once would refuse that controller's writes for the change as drift. 0 records at once.")
 	fs.StringVar(&o.Drifts.SlackChannel, "slack-channel", o.Drifts.SlackChannel, "Slack channel each drift is escalated to, with Approve, Reject and Snooze buttons. Empty: no Slack.")
 	fs.StringVar(&o.Drifts.SlackCredentialsDir, "slack-credentials-dir", o.Drifts.SlackCredentialsDir,
 		"Directory of the mounted Secret holding the Slack files bot-token and signing-secret (never flags).")

@@ -127,20 +127,21 @@ func (o *Options) Config(log *zap.Logger) (*Config, error) {
 	cfg.Namespace = proxynamespace.NewProbe(client.CoreV1().Namespaces(), o.Drifts.Namespace, o.UpstreamProbeInterval, log.Named("namespace"))
 	cfg.metrics = newMetrics()
 	cfg.Interceptor, err = intercept.Build(intercept.Options{
-		ConfigFile:           o.ConfigFile,
-		ConfigReloadInterval: o.ConfigReloadInterval,
-		DriftWebhookURLs:     o.DriftWebhookURLs,
-		DriftWebhookTimeout:  o.DriftWebhookTimeout,
-		Drifts:               o.Drifts,
-		ReservationOrphanAge: o.ApprovalReservationOrphanAge,
-		RequestTimeout:       o.RequestTimeout,
-		DefaultMode:          o.DefaultMode,
-		FailurePolicy:        o.FailurePolicy,
-		MaxBodyBytes:         o.MaxRequestBodyBytes,
-		Client:               own,
-		Authorizer:           cfg.Authenticator.Authorizer(),
-		Log:                  log,
-		Metrics:              cfg.metrics.registry,
+		ConfigFile:               o.ConfigFile,
+		ConfigReloadInterval:     o.ConfigReloadInterval,
+		DriftWebhookURLs:         o.DriftWebhookURLs,
+		DriftWebhookTimeout:      o.DriftWebhookTimeout,
+		Drifts:                   o.Drifts,
+		ReservationOrphanAge:     o.ApprovalReservationOrphanAge,
+		UnboundStatusRecordDelay: o.UnboundStatusRecordDelay,
+		RequestTimeout:           o.RequestTimeout,
+		DefaultMode:              o.DefaultMode,
+		FailurePolicy:            o.FailurePolicy,
+		MaxBodyBytes:             o.MaxRequestBodyBytes,
+		Client:                   own,
+		Authorizer:               cfg.Authenticator.Authorizer(),
+		Log:                      log,
+		Metrics:                  cfg.metrics.registry,
 	})
 	if err != nil {
 		return nil, err

@@ -45,6 +45,7 @@ import (
 
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/runtime/schema"
+	"k8s.io/apimachinery/pkg/types"
 
 	"github.com/kausality-io/kausality-proxy/intercept/annotations"
 	"github.com/kausality-io/kausality-proxy/intercept/approval"
@@ -596,7 +597,7 @@ func (x *decider) setApprovalsSideWrite(value string, pruned int) {
 // parentWriteIndex is the index of target's side write, -1 without one.
 func (x *decider) parentWriteIndex(target ObjectRef) int {
 	for i := range x.d.ParentWrites {
-		if x.d.ParentWrites[i].Target == target {
+		if x.d.ParentWrites[i].Target == target && !x.d.ParentWrites[i].Deferred {
 			return i
 		}
 	}
@@ -606,15 +607,25 @@ func (x *decider) parentWriteIndex(target ObjectRef) int {
 // addParentWrite adds an annotation change for target from seen (the
 // value in the snapshot) to value; value "" removes.
 func (x *decider) addParentWrite(target ObjectRef, key, seen, value, reason string) {
+	x.addSideWrite(SideWrite{Target: target}, key, seen, value, reason)
+}
+
+// addDeferredParentWrite is addParentWrite for a change made only after
+// the unbound-status delay, on the target with uid (SideWrite.Deferred).
+func (x *decider) addDeferredParentWrite(target ObjectRef, uid types.UID, key, seen, value, reason string) {
+	x.addSideWrite(SideWrite{Target: target, Deferred: true, TargetUID: uid}, key, seen, value, reason)
+}
+
+func (x *decider) addSideWrite(of SideWrite, key, seen, value, reason string) {
 	d := x.d
 	var sw *SideWrite
 	for i := range d.ParentWrites {
-		if d.ParentWrites[i].Target == target {
+		if d.ParentWrites[i].Target == of.Target && d.ParentWrites[i].Deferred == of.Deferred {
 			sw = &d.ParentWrites[i]
 		}
 	}
 	if sw == nil {
-		d.ParentWrites = append(d.ParentWrites, SideWrite{Target: target})
+		d.ParentWrites = append(d.ParentWrites, of)
 		sw = &d.ParentWrites[len(d.ParentWrites)-1]
 	}
 	if sw.Seen == nil {
@@ -730,7 +741,13 @@ func (x *decider) statusWrite() {
 			gen = in.OldObject.GetGeneration()
 		}
 		if g := itoa(gen); gen > 0 && stored[annotations.ObservedGeneration] != g {
-			x.addParentWrite(target, annotations.ObservedGeneration, stored[annotations.ObservedGeneration], g, "record observed generation (no status.observedGeneration)")
+			reason := "record observed generation (no status.observedGeneration)"
+			if in.NamesResourceVersion {
+				x.addParentWrite(target, annotations.ObservedGeneration, stored[annotations.ObservedGeneration], g, reason)
+			} else {
+				x.addDeferredParentWrite(target, obj.GetUID(), annotations.ObservedGeneration, stored[annotations.ObservedGeneration], g,
+					reason+", deferred: the status write names no resourceVersion, so its writer may not have seen generation "+g+" yet")
+			}
 		}
 	}
 }

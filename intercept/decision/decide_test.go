@@ -947,14 +947,28 @@ func TestDecideStatusWrite(t *testing.T) {
 			in:   func() Input { return statusInput() },
 		},
 		{
-			name: "no managedFields owner and no status.observedGeneration: record controller hash and observed generation",
+			name: "no managedFields owner and no status.observedGeneration, a write naming its resourceVersion: record controller hash and observed generation",
 			in: func() Input {
-				return statusInput(noManagedFields, noObsGen, setAnn(annotations.Controllers, otherLong))
+				in := statusInput(noManagedFields, noObsGen, setAnn(annotations.Controllers, otherLong))
+				in.NamesResourceVersion = true
+				return in
 			},
 			writes: []SideWrite{{Target: parentRef,
 				AnnotationChanges: *set(annotations.Controllers, ctrlLong+","+otherLong, annotations.ObservedGeneration, "5"),
 				Reasons:           []string{recordReason(5), "record observed generation (no status.observedGeneration)"},
 				Controller:        ctrlRecord(5)}},
+		},
+		{
+			name: "the same status write naming no resourceVersion: the controller at once, the observed generation deferred and only on this object",
+			in: func() Input {
+				return statusInput(noManagedFields, noObsGen, setAnn(annotations.Controllers, otherLong))
+			},
+			writes: []SideWrite{
+				{Target: parentRef, AnnotationChanges: *set(annotations.Controllers, ctrlLong+","+otherLong),
+					Reasons: []string{recordReason(5)}, Controller: ctrlRecord(5)},
+				{Target: parentRef, AnnotationChanges: *set(annotations.ObservedGeneration, "5"), Deferred: true, TargetUID: "p-uid",
+					Reasons: []string{"record observed generation (no status.observedGeneration), deferred: the status write names no resourceVersion, so its writer may not have seen generation 5 yet"}},
+			},
 		},
 		{
 			name: "first status write that sets observedGeneration: its user is the controller",

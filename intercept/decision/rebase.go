@@ -1,6 +1,9 @@
 package decision
 
 import (
+	"strconv"
+	"strings"
+
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	"github.com/kausality-io/kausality-proxy/intercept/annotations"
@@ -17,7 +20,9 @@ import (
 //     unparsable as a whole is left alone;
 //   - controllers get the decided writer recorded on the fresh record, by
 //     the same rules as at the decision (controllerid.RecordController);
-//   - other keys (phase, observed generation) get the decided value.
+//   - the observed generation gets the decided value unless a later one
+//     is recorded already;
+//   - other keys (phase) get the decided value.
 func (sw SideWrite) Rebase(fresh map[string]string) AnnotationChanges {
 	out := AnnotationChanges{}
 	want := make(map[string]string, len(sw.Set)+len(sw.Remove))
@@ -39,6 +44,12 @@ func (sw SideWrite) Rebase(fresh map[string]string) AnnotationChanges {
 			case annotations.Controllers:
 				if sw.Controller != nil {
 					value, _, _ = controllerid.RecordController(now, sw.Controller.User)
+				}
+			case annotations.ObservedGeneration:
+				// Another status write recorded a generation since: a
+				// record only moves forward.
+				if !generationBefore(now, value) {
+					continue
 				}
 			}
 		}
@@ -65,6 +76,17 @@ func (sw SideWrite) RebaseOn(fresh metav1.Object) AnnotationChanges {
 		sw.Set = withoutKey(sw.Set, annotations.Controllers)
 	}
 	return sw.Rebase(fresh.GetAnnotations())
+}
+
+// generationBefore reports whether the recorded generation now is behind
+// value: an unreadable or missing record is.
+func generationBefore(now, value string) bool {
+	n, err := strconv.ParseInt(strings.TrimSpace(now), 10, 64)
+	if err != nil {
+		return true
+	}
+	v, err := strconv.ParseInt(strings.TrimSpace(value), 10, 64)
+	return err == nil && n < v
 }
 
 func withoutKey(m map[string]string, key string) map[string]string {

@@ -34,6 +34,10 @@ func TestRebase(t *testing.T) {
 		Seen:              map[string]string{annotations.Controllers: a},
 		Controller:        &ControllerRecord{User: ctrl1, ObservedGeneration: 5},
 	}
+	observed := SideWrite{
+		AnnotationChanges: AnnotationChanges{Set: map[string]string{annotations.ObservedGeneration: "6"}},
+		Seen:              map[string]string{annotations.ObservedGeneration: "5"},
+	}
 	full := strings.Join([]string{a, b, controllerid.LongHash("c"), controllerid.LongHash("d"), controllerid.LongHash("e")}, ",")
 	tests := []struct {
 		name  string
@@ -78,6 +82,24 @@ func TestRebase(t *testing.T) {
 		{"the record filled up meanwhile: the writer is not recorded, nobody is pushed out", record,
 			map[string]string{annotations.Controllers: full},
 			AnnotationChanges{Set: map[string]string{annotations.Phase: "initialized"}}},
+		{"observed generation: nothing recorded since, as decided", observed,
+			map[string]string{annotations.ObservedGeneration: "5"},
+			AnnotationChanges{Set: map[string]string{annotations.ObservedGeneration: "6"}}},
+		{"observed generation: a later one was recorded meanwhile, never lowered", observed,
+			map[string]string{annotations.ObservedGeneration: "7"},
+			AnnotationChanges{}},
+		{"observed generation: the same one was recorded meanwhile", observed,
+			map[string]string{annotations.ObservedGeneration: "6"},
+			AnnotationChanges{}},
+		{"observed generation: an earlier one was recorded meanwhile, moved forward", observed,
+			map[string]string{annotations.ObservedGeneration: "4"},
+			AnnotationChanges{Set: map[string]string{annotations.ObservedGeneration: "6"}}},
+		{"observed generation: a record nobody can read is replaced", observed,
+			map[string]string{annotations.ObservedGeneration: "six"},
+			AnnotationChanges{Set: map[string]string{annotations.ObservedGeneration: "6"}}},
+		{"observed generation: the record was removed meanwhile, written again", observed,
+			map[string]string{},
+			AnnotationChanges{Set: map[string]string{annotations.ObservedGeneration: "6"}}},
 		{"already recorded and persisted: nothing to write", record,
 			map[string]string{annotations.Controllers: ctrl1.Long + "," + a, annotations.Phase: "initialized"},
 			AnnotationChanges{}},

@@ -9,6 +9,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/runtime/schema"
+	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/apiserver/pkg/authentication/user"
 
 	"github.com/kausality-io/kausality-proxy/intercept/annotations"
@@ -254,6 +255,12 @@ type Input struct {
 	// may not hold the control a person has just set, which the patch then
 	// removes although it changes nothing of that copy.
 	NamesControls bool
+	// NamesResourceVersion: the client's write names the resourceVersion
+	// it was made on (a PUT's metadata.resourceVersion, or a patch that
+	// sets or tests it). kube-apiserver stores it only on that version, so
+	// its writer read the object as stored; a write that names none is
+	// applied to whatever is stored, however old its writer's copy.
+	NamesResourceVersion bool
 	// StaleUpdate: a PUT naming a resourceVersion other than OldObject's.
 	// kube-apiserver refuses it with a conflict, so the annotations it
 	// carries are an old copy, not an edit.
@@ -370,6 +377,15 @@ type SideWrite struct {
 	// Controller is the user a controllers change records, with the
 	// observedGeneration its status write reported.
 	Controller *ControllerRecord `json:"controller,omitempty"`
+	// Deferred: made only once the writer's copy of the target can no
+	// longer predate what the write is credited with (the proxy's
+	// unbound-status delay after the write), and only on the target with
+	// TargetUID. A status write that names no resourceVersion may have been
+	// computed before the latest spec change; recording the generation it
+	// landed on at once would settle the parent at a spec its controller
+	// has not acted on yet.
+	Deferred  bool      `json:"deferred,omitempty"`
+	TargetUID types.UID `json:"targetUID,omitempty"`
 }
 
 // ControllerRecord is the user a status write records as controller.

@@ -110,3 +110,52 @@ func applyWithResourceVersion(patchType types.PatchType, patch []byte, rv string
 	}
 	return b, true, nil
 }
+
+// NamesResourceVersion reports whether patch names the resourceVersion it
+// was made on, so that kube-apiserver applies it only to the object at
+// that version: a merge patch or an apply configuration with
+// metadata.resourceVersion, or a JSON patch that tests, adds or replaces
+// it. A patch kube-apiserver would refuse names none.
+func NamesResourceVersion(patchType types.PatchType, patch []byte) bool {
+	switch patchType {
+	case types.MergePatchType, types.StrategicMergePatchType:
+		var top map[string]json.RawMessage
+		if json.Unmarshal(patch, &top) != nil {
+			return false
+		}
+		return namesResourceVersion(top["metadata"])
+	case types.JSONPatchType:
+		targets, ok := jsonPatchTargets(patch)
+		if !ok {
+			return false
+		}
+		for _, t := range targets {
+			switch {
+			case t.op != "test" && t.op != "add" && t.op != "replace":
+			case t.path == "/metadata/resourceVersion":
+				return true
+			case t.path == "/metadata" && t.op != "test":
+				if raw := t.operation["value"]; raw != nil && namesResourceVersion(*raw) {
+					return true
+				}
+			}
+		}
+		return false
+	case types.ApplyYAMLPatchType, types.ApplyCBORPatchType:
+		applied, err := decodeApplyConfiguration(patchType, patch)
+		return err == nil && applied.GetResourceVersion() != ""
+	}
+	return false
+}
+
+// namesResourceVersion reports whether metadata, a JSON object, has a
+// non-empty resourceVersion member (by its exact name, as kube-apiserver
+// reads it).
+func namesResourceVersion(metadata json.RawMessage) bool {
+	var meta map[string]json.RawMessage
+	if len(metadata) == 0 || json.Unmarshal(metadata, &meta) != nil {
+		return false
+	}
+	var rv string
+	return json.Unmarshal(meta["resourceVersion"], &rv) == nil && rv != ""
+}

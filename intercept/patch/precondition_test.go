@@ -41,3 +41,35 @@ func TestWithResourceVersion(t *testing.T) {
 		t.Error("a merge patch that is not an object must be a 400")
 	}
 }
+
+func TestNamesResourceVersion(t *testing.T) {
+	for _, tc := range []struct {
+		name      string
+		patchType types.PatchType
+		patch     string
+		want      bool
+	}{
+		{"merge patch with a resourceVersion", types.MergePatchType, `{"metadata":{"resourceVersion":"7"},"status":{"a":1}}`, true},
+		{"strategic merge patch with a resourceVersion", types.StrategicMergePatchType, `{"metadata":{"resourceVersion":"7"}}`, true},
+		{"merge patch of status only", types.MergePatchType, `{"status":{"a":1}}`, false},
+		{"merge patch with an empty resourceVersion", types.MergePatchType, `{"metadata":{"resourceVersion":""}}`, false},
+		{"merge patch with a null metadata", types.MergePatchType, `{"metadata":null}`, false},
+		{"decoy member name is not the resourceVersion", types.MergePatchType, `{"metadata":{"ResourceVersion":"7"}}`, false},
+		{"decoy metadata name", types.MergePatchType, `{"Metadata":{"resourceVersion":"7"}}`, false},
+		{"not JSON", types.MergePatchType, `{`, false},
+		{"JSON patch testing the resourceVersion", types.JSONPatchType, `[{"op":"test","path":"/metadata/resourceVersion","value":"7"},{"op":"replace","path":"/status/a","value":1}]`, true},
+		{"JSON patch replacing the resourceVersion", types.JSONPatchType, `[{"op":"replace","path":"/metadata/resourceVersion","value":"7"}]`, true},
+		{"JSON patch adding metadata with a resourceVersion", types.JSONPatchType, `[{"op":"add","path":"/metadata","value":{"name":"x","resourceVersion":"7"}}]`, true},
+		{"JSON patch of status only", types.JSONPatchType, `[{"op":"replace","path":"/status/a","value":1}]`, false},
+		{"JSON patch removing the resourceVersion", types.JSONPatchType, `[{"op":"remove","path":"/metadata/resourceVersion"}]`, false},
+		{"JSON patch with a decoy path member", types.JSONPatchType, `[{"op":"replace","path":"/status/a","Path":"/metadata/resourceVersion","value":"7"}]`, false},
+		{"apply configuration with a resourceVersion", types.ApplyYAMLPatchType, "apiVersion: v1\nkind: ConfigMap\nmetadata:\n  name: x\n  resourceVersion: \"7\"\n", true},
+		{"apply configuration without one", types.ApplyYAMLPatchType, "apiVersion: v1\nkind: ConfigMap\nmetadata:\n  name: x\n", false},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			if got := NamesResourceVersion(tc.patchType, []byte(tc.patch)); got != tc.want {
+				t.Errorf("NamesResourceVersion(%s) = %v, want %v", tc.patch, got, tc.want)
+			}
+		})
+	}
+}

@@ -64,7 +64,8 @@ const maxSideWriteAttempts = 5
 
 // Apply writes sw to its target from fresh state, under a resourceVersion
 // precondition: a person's edit that lands in between is rebased on,
-// never overwritten.
+// never overwritten. A write that names its target's uid is made only on
+// that object.
 func (w *Writer) Apply(ctx context.Context, sw decision.SideWrite) error {
 	ri, err := w.ResourceFor(sw.Target)
 	if err != nil {
@@ -72,9 +73,19 @@ func (w *Writer) Apply(ctx context.Context, sw decision.SideWrite) error {
 	}
 	read := func() (*unstructured.Unstructured, error) { return ri.Get(ctx, sw.Target.Name, metav1.GetOptions{}) }
 	return w.rebaseAnnotations(ctx, ri, sw.Target.Name, read, func(fresh *unstructured.Unstructured) map[string]*string {
-		changes := sw.RebaseOn(fresh)
-		return changes.Pointers()
+		return changesOn(sw, fresh)
 	})
+}
+
+// changesOn is the annotation patch that carries out sw on fresh.
+func changesOn(sw decision.SideWrite, fresh *unstructured.Unstructured) map[string]*string {
+	if sw.TargetUID != "" && fresh.GetUID() != sw.TargetUID {
+		// Deleted and created again since: the write was about the object
+		// that is gone.
+		return nil
+	}
+	changes := sw.RebaseOn(fresh)
+	return changes.Pointers()
 }
 
 // rebaseAnnotations writes the annotations patch computes from fresh state

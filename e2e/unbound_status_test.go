@@ -1,0 +1,98 @@
+package e2e
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"testing"
+	"time"
+
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/apimachinery/pkg/types"
+
+	"github.com/kausality-io/kausality-proxy/e2e/framework"
+	"github.com/kausality-io/kausality-proxy/intercept/annotations"
+)
+
+// patchAvailable is the status write of an operator that patches its
+// status (controller-runtime's Status().Patch with client.MergeFrom): a
+// merge patch that names no resourceVersion, which kube-apiserver applies
+// to whatever is stored, however old the operator's copy.
+func (f *wgFamily) patchAvailable(status string) {
+	f.t.Helper()
+	data, err := json.Marshal(map[string]any{"status": map[string]any{"conditions": []any{map[string]any{
+		"type": "Available", "status": status, "reason": "Reconciling",
+		"lastTransitionTime": time.Now().UTC().Format(time.RFC3339),
+	}}}})
+	mustf(f.t, err, "status patch")
+	_, err = f.ctrl.dyn.Resource(framework.WidgetGVR).Patch(context.Background(), f.widget, types.MergePatchType, data,
+		metav1.PatchOptions{FieldManager: wgManager}, "status")
+	mustf(f.t, err, "the operator patches Available=%s on Widget %s", status, f.widget)
+}
+
+func (f *wgFamily) recordedObservedGeneration() string {
+	return f.getWidget().GetAnnotations()[annotations.ObservedGeneration]
+}
+
+// TestAStalePatchedStatusDoesNotSettleTheNewSpec: the memcached pattern,
+// with its status patched rather than updated. The operator computes its
+// status for the spec it read; a person's spec change lands before its
+// patch does. kube-apiserver applies the patch to the new generation, so
+// crediting the patch with that generation at once would settle the
+// parent at a spec its operator has not acted on, and refuse the
+// operator's writes that carry the change out, for good (its later status
+// patches keep crediting the same generation). The proxy records the
+// generation of a status write that names no resourceVersion only once
+// --unbound-status-record-delay has passed: the operator carries the
+// change out, and once the record lands its revert of a person's edit is
+// drift again.
+func TestAStalePatchedStatusDoesNotSettleTheNewSpec(t *testing.T) {
+	f := newWGFamily(t, "patchstatus", "enforce")
+	ctx := context.Background()
+	size := func() int32 {
+		n, _, _ := unstructured.NestedInt64(f.getWidget().Object, "spec", "size")
+		return int32(n)
+	}
+
+	f.patchAvailable("Unknown")
+	_, err := f.ctrl.kube.AppsV1().Deployments(f.ns).Create(ctx, f.memcachedDeployment(size()), metav1.CreateOptions{FieldManager: wgManager})
+	mustf(t, err, "the operator creates its Deployment")
+	f.patchAvailable("True")
+	// The patched status is credited with generation 1 once the delay has
+	// passed (until then the Widget is still initializing).
+	eventually(t, 90*time.Second, "the first patched status is recorded", func() error {
+		if got := f.recordedObservedGeneration(); got != "1" {
+			return fmt.Errorf("%s = %q", annotations.ObservedGeneration, got)
+		}
+		return nil
+	})
+	f.settleReconcile(size()+1, "Deny/DriftUnapproved")
+
+	// A person changes the spec; the operator's patch of the status it
+	// computed before lands after it.
+	gen := f.bumpSpec()
+	f.patchAvailable("True")
+	// Recorded at once, the generation would be there within the side
+	// write's round trip; it stays behind for the delay.
+	deadline := time.Now().Add(5 * time.Second)
+	for time.Now().Before(deadline) {
+		if got := f.recordedObservedGeneration(); got == fmt.Sprint(gen) {
+			t.Fatalf("the stale status patch was credited with generation %d at once", gen)
+		}
+		time.Sleep(250 * time.Millisecond)
+	}
+	// The operator sees the change and carries it out: not drift.
+	mustf(t, f.reconcileSize(size(), false), "the operator scales its Deployment to the new size %d", size())
+	f.patchAvailable("True")
+
+	// Once the delay has passed the generation is recorded, and the
+	// operator's revert of a person's edit is drift again.
+	eventually(t, 90*time.Second, "the patched status is credited with the new generation", func() error {
+		if got := f.recordedObservedGeneration(); got != fmt.Sprint(gen) {
+			return fmt.Errorf("%s = %q, want %d", annotations.ObservedGeneration, got, gen)
+		}
+		return nil
+	})
+	f.settleReconcile(size()+1, "Deny/DriftUnapproved")
+}

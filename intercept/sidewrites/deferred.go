@@ -1,0 +1,146 @@
+package sidewrites
+
+import (
+	"context"
+	"sync"
+	"time"
+
+	"go.uber.org/zap"
+	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/utils/clock"
+
+	"github.com/kausality-io/kausality-proxy/intercept/decision"
+)
+
+// DefaultMaxDeferred bounds the targets with a deferred write waiting: one
+// entry per object whose status was written without a resourceVersion in
+// the last delay. Beyond it a write is made at once, as a status write that
+// names its resourceVersion is: the record may then settle a parent a
+// beat early, but memory stays bounded whatever the callers write.
+const DefaultMaxDeferred = 10000
+
+// Deferred makes the side writes a decision defers (decision.SideWrite
+// Deferred) once Delay has passed since the write that asked for them.
+//
+// The writer of a status write that names no resourceVersion may have
+// read its object before the object's latest spec change: kube-apiserver
+// applies such a write to whatever is stored. Recording the generation it
+// landed on at once would settle the parent at a spec its controller has
+// not acted on yet, and the controller's writes that carry it out would be
+// refused as drift. After Delay, the controller has had the time to see
+// the change; a parent it has not acted on by then is its own doing.
+//
+// One write waits per target uid. A later write for the same target with
+// the same changes keeps the earlier deadline (the record is not pushed
+// back by a controller that writes its status often); other changes
+// replace it and wait anew. What waits lives in this replica's memory: a
+// restart drops it, and the record then waits for the next status write,
+// which only keeps the parent unsettled (its controller's writes Expected)
+// a while longer.
+type Deferred struct {
+	writer  Applier
+	clock   clock.WithDelayedExecution
+	delay   time.Duration
+	max     int
+	timeout time.Duration
+	log     *zap.Logger
+
+	mu      sync.Mutex
+	pending map[types.UID]*deferredWrite
+}
+
+// Applier makes a side write (Writer).
+type Applier interface {
+	Apply(ctx context.Context, sw decision.SideWrite) error
+}
+
+type deferredWrite struct {
+	sw    decision.SideWrite
+	timer clock.Timer
+}
+
+// NewDeferred returns a Deferred that makes its writes with writer, each
+// bounded by timeout, delay after they were asked for. max bounds the
+// targets waiting (DefaultMaxDeferred when 0).
+func NewDeferred(writer Applier, clk clock.WithDelayedExecution, delay, timeout time.Duration, max int, log *zap.Logger) *Deferred {
+	if max <= 0 {
+		max = DefaultMaxDeferred
+	}
+	if log == nil {
+		log = zap.NewNop()
+	}
+	return &Deferred{writer: writer, clock: clk, delay: delay, max: max, timeout: timeout, log: log, pending: map[types.UID]*deferredWrite{}}
+}
+
+// Schedule makes sw once the delay has passed. A write without a target
+// uid, with no delay, or beyond the bound, is made at once (in the
+// background).
+func (d *Deferred) Schedule(sw decision.SideWrite) {
+	uid := sw.TargetUID
+	if d.delay <= 0 || uid == "" {
+		go d.apply(sw)
+		return
+	}
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	if w, ok := d.pending[uid]; ok {
+		if sameChanges(w.sw, sw) {
+			return
+		}
+		w.timer.Stop()
+		delete(d.pending, uid)
+	}
+	if len(d.pending) >= d.max {
+		d.log.Warn("too many deferred side writes waiting; writing at once",
+			zap.String("target", sw.Target.String()), zap.Int("waiting", len(d.pending)))
+		go d.apply(sw)
+		return
+	}
+	w := &deferredWrite{sw: sw}
+	w.timer = d.clock.AfterFunc(d.delay, func() {
+		d.mu.Lock()
+		if d.pending[uid] != w {
+			d.mu.Unlock()
+			return
+		}
+		delete(d.pending, uid)
+		d.mu.Unlock()
+		d.apply(sw)
+	})
+	d.pending[uid] = w
+}
+
+// Waiting is the number of targets with a write waiting.
+func (d *Deferred) Waiting() int {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	return len(d.pending)
+}
+
+func (d *Deferred) apply(sw decision.SideWrite) {
+	ctx, cancel := context.WithTimeout(context.Background(), d.timeout)
+	defer cancel()
+	if err := d.writer.Apply(ctx, sw); err != nil {
+		d.log.Warn("deferred side write failed", zap.String("target", sw.Target.String()),
+			zap.Strings("reasons", sw.Reasons), zap.Error(err))
+	}
+}
+
+// sameChanges reports whether a and b set and remove the same annotations
+// to the same values.
+func sameChanges(a, b decision.SideWrite) bool {
+	if len(a.Set) != len(b.Set) || len(a.Remove) != len(b.Remove) {
+		return false
+	}
+	for k, v := range a.Set {
+		if w, ok := b.Set[k]; !ok || w != v {
+			return false
+		}
+	}
+	for i := range a.Remove {
+		if a.Remove[i] != b.Remove[i] {
+			return false
+		}
+	}
+	return true
+}

@@ -1,0 +1,174 @@
+package sidewrites
+
+import (
+	"context"
+	"sync"
+	"testing"
+	"time"
+
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/apimachinery/pkg/types"
+	clocktesting "k8s.io/utils/clock/testing"
+
+	"github.com/kausality-io/kausality-proxy/intercept/annotations"
+	"github.com/kausality-io/kausality-proxy/intercept/decision"
+)
+
+// appliedWrites records the side writes made, in order.
+type appliedWrites struct {
+	mu   sync.Mutex
+	done []decision.SideWrite
+	made chan struct{}
+}
+
+func newAppliedWrites() *appliedWrites { return &appliedWrites{made: make(chan struct{}, 100)} }
+
+func (a *appliedWrites) Apply(_ context.Context, sw decision.SideWrite) error {
+	a.mu.Lock()
+	a.done = append(a.done, sw)
+	a.mu.Unlock()
+	a.made <- struct{}{}
+	return nil
+}
+
+func (a *appliedWrites) values(t *testing.T, want int) []string {
+	t.Helper()
+	for range want {
+		select {
+		case <-a.made:
+		case <-time.After(10 * time.Second):
+			t.Fatalf("waited for %d side writes", want)
+		}
+	}
+	select {
+	case <-a.made:
+		t.Fatalf("more than %d side writes", want)
+	case <-time.After(50 * time.Millisecond):
+	}
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	var out []string
+	for _, sw := range a.done {
+		out = append(out, string(sw.TargetUID)+"="+sw.Set[annotations.ObservedGeneration])
+	}
+	return out
+}
+
+func recordAt(uid types.UID, generation string) decision.SideWrite {
+	return decision.SideWrite{
+		Target:            decision.ObjectRef{APIVersion: "cache.example.com/v1alpha1", Kind: "Memcached", Namespace: "ns", Name: string(uid)},
+		AnnotationChanges: decision.AnnotationChanges{Set: map[string]string{annotations.ObservedGeneration: generation}},
+		Seen:              map[string]string{annotations.ObservedGeneration: "1"},
+		Deferred:          true, TargetUID: uid,
+	}
+}
+
+// A record an unbound status write asks for is made only once the delay
+// has passed since the write; the same record asked for again keeps its
+// deadline, another one waits anew, and each target waits on its own.
+func TestDeferredRecordsWaitOutTheDelay(t *testing.T) {
+	const delay = 30 * time.Second
+	t.Run("made only once the delay has passed", func(t *testing.T) {
+		clk := clocktesting.NewFakeClock(time.Now())
+		applied := newAppliedWrites()
+		d := NewDeferred(applied, clk, delay, time.Second, 0, nil)
+		d.Schedule(recordAt("a", "2"))
+		clk.Step(delay - time.Second)
+		if got := applied.values(t, 0); len(got) != 0 {
+			t.Fatalf("made before the delay: %v", got)
+		}
+		clk.Step(time.Second)
+		if got := applied.values(t, 1); got[0] != "a=2" {
+			t.Fatalf("made %v, want a=2", got)
+		}
+		if d.Waiting() != 0 {
+			t.Fatalf("%d still waiting", d.Waiting())
+		}
+	})
+	t.Run("the same record asked for again keeps the first deadline", func(t *testing.T) {
+		clk := clocktesting.NewFakeClock(time.Now())
+		applied := newAppliedWrites()
+		d := NewDeferred(applied, clk, delay, time.Second, 0, nil)
+		d.Schedule(recordAt("a", "2"))
+		clk.Step(20 * time.Second)
+		d.Schedule(recordAt("a", "2"))
+		clk.Step(10 * time.Second)
+		if got := applied.values(t, 1); got[0] != "a=2" {
+			t.Fatalf("made %v, want a=2 at the first deadline", got)
+		}
+	})
+	t.Run("a newer record replaces the waiting one and waits anew", func(t *testing.T) {
+		clk := clocktesting.NewFakeClock(time.Now())
+		applied := newAppliedWrites()
+		d := NewDeferred(applied, clk, delay, time.Second, 0, nil)
+		d.Schedule(recordAt("a", "2"))
+		clk.Step(20 * time.Second)
+		d.Schedule(recordAt("a", "3"))
+		clk.Step(10 * time.Second)
+		if got := applied.values(t, 0); len(got) != 0 {
+			t.Fatalf("the replaced record was made: %v", got)
+		}
+		clk.Step(20 * time.Second)
+		if got := applied.values(t, 1); got[0] != "a=3" {
+			t.Fatalf("made %v, want a=3", got)
+		}
+	})
+	t.Run("targets wait on their own", func(t *testing.T) {
+		clk := clocktesting.NewFakeClock(time.Now())
+		applied := newAppliedWrites()
+		d := NewDeferred(applied, clk, delay, time.Second, 0, nil)
+		d.Schedule(recordAt("a", "2"))
+		clk.Step(10 * time.Second)
+		d.Schedule(recordAt("b", "5"))
+		clk.Step(20 * time.Second)
+		if got := applied.values(t, 1); got[0] != "a=2" {
+			t.Fatalf("made %v, want only a=2", got)
+		}
+		clk.Step(10 * time.Second)
+		if got := applied.values(t, 1); got[1] != "b=5" {
+			t.Fatalf("made %v, want b=5 next", got)
+		}
+	})
+	t.Run("beyond the bound a record is made at once", func(t *testing.T) {
+		clk := clocktesting.NewFakeClock(time.Now())
+		applied := newAppliedWrites()
+		d := NewDeferred(applied, clk, delay, time.Second, 2, nil)
+		d.Schedule(recordAt("a", "2"))
+		d.Schedule(recordAt("b", "2"))
+		d.Schedule(recordAt("c", "2"))
+		if got := applied.values(t, 1); got[0] != "c=2" {
+			t.Fatalf("made %v, want c=2 at once", got)
+		}
+		if d.Waiting() != 2 {
+			t.Fatalf("%d waiting, want 2", d.Waiting())
+		}
+	})
+	t.Run("no delay: made at once", func(t *testing.T) {
+		clk := clocktesting.NewFakeClock(time.Now())
+		applied := newAppliedWrites()
+		d := NewDeferred(applied, clk, 0, time.Second, 0, nil)
+		d.Schedule(recordAt("a", "2"))
+		if got := applied.values(t, 1); got[0] != "a=2" {
+			t.Fatalf("made %v, want a=2 at once", got)
+		}
+	})
+}
+
+// A deferred record is made only on the object it was asked for: one
+// deleted and created again under the same name meanwhile gets nothing.
+func TestADeferredRecordSkipsARecreatedObject(t *testing.T) {
+	sw := recordAt("uid-1", "2")
+	obj := func(uid types.UID) *unstructured.Unstructured {
+		u := &unstructured.Unstructured{}
+		u.SetUID(uid)
+		u.SetGeneration(2)
+		u.SetAnnotations(map[string]string{annotations.ObservedGeneration: "1"})
+		return u
+	}
+	if got := changesOn(sw, obj("uid-1")); got[annotations.ObservedGeneration] == nil || *got[annotations.ObservedGeneration] != "2" {
+		t.Errorf("on the same object: %v, want the record", got)
+	}
+	if got := changesOn(sw, obj("uid-2")); len(got) != 0 {
+		t.Errorf("on a recreated object: %v, want nothing", got)
+	}
+}

@@ -55,15 +55,27 @@ func TestAStalePatchedStatusDoesNotSettleTheNewSpec(t *testing.T) {
 		return int32(n)
 	}
 
+	// The first status write: at once, the record says that nothing is
+	// observed yet (without any record an Available=True parent would
+	// count as settled at whatever spec it has).
 	f.patchAvailable("Unknown")
+	eventually(t, 10*time.Second, "the first record says nothing is observed yet", func() error {
+		if got := f.recordedObservedGeneration(); got != "0" {
+			return fmt.Errorf("%s = %q, want 0", annotations.ObservedGeneration, got)
+		}
+		return nil
+	})
 	_, err := f.ctrl.kube.AppsV1().Deployments(f.ns).Create(ctx, f.memcachedDeployment(size()), metav1.CreateOptions{FieldManager: wgManager})
 	mustf(t, err, "the operator creates its Deployment")
 	f.patchAvailable("True")
-	// The patched status is credited with generation 1 once the delay has
-	// passed (until then the Widget is still initializing).
-	eventually(t, 90*time.Second, "the first patched status is recorded", func() error {
-		if got := f.recordedObservedGeneration(); got != "1" {
-			return fmt.Errorf("%s = %q", annotations.ObservedGeneration, got)
+	// A person's spec change before the first record has landed: the
+	// operator carries it out.
+	first := f.bumpSpec()
+	mustf(t, f.reconcileSize(size(), false), "the operator scales its Deployment to the size %d of the spec change it has not reported", size())
+	f.patchAvailable("True")
+	eventually(t, 90*time.Second, "the patched status is credited with its generation once the delay has passed", func() error {
+		if got := f.recordedObservedGeneration(); got != fmt.Sprint(first) {
+			return fmt.Errorf("%s = %q, want %d", annotations.ObservedGeneration, got, first)
 		}
 		return nil
 	})

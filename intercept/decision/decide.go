@@ -742,10 +742,20 @@ func (x *decider) statusWrite() {
 		}
 		if g := itoa(gen); gen > 0 && stored[annotations.ObservedGeneration] != g {
 			reason := "record observed generation (no status.observedGeneration)"
-			if in.NamesResourceVersion {
-				x.addParentWrite(target, annotations.ObservedGeneration, stored[annotations.ObservedGeneration], g, reason)
-			} else {
-				x.addDeferredParentWrite(target, obj.GetUID(), annotations.ObservedGeneration, stored[annotations.ObservedGeneration], g,
+			recorded, has := stored[annotations.ObservedGeneration]
+			switch {
+			case in.NamesResourceVersion:
+				x.addParentWrite(target, annotations.ObservedGeneration, recorded, g, reason)
+			default:
+				if !has {
+					// Without any record a parent counts as settled while
+					// kstatus says Current, which the status just written
+					// may say: until the deferred record lands, the record
+					// says that nothing later than the generation before
+					// is observed.
+					x.addParentWrite(target, annotations.ObservedGeneration, "", itoa(gen-1), reason+": none yet until the deferred record lands")
+				}
+				x.addDeferredParentWrite(target, obj.GetUID(), annotations.ObservedGeneration, recorded, g,
 					reason+", deferred: the status write names no resourceVersion, so its writer may not have seen generation "+g+" yet")
 			}
 		}

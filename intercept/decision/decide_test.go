@@ -936,6 +936,7 @@ func ctrlRecord(observed int64) *ControllerRecord {
 }
 
 func TestDecideStatusWrite(t *testing.T) {
+	const deferredReason = "record observed generation (no status.observedGeneration), deferred: the status write names no resourceVersion, so its writer may not have seen generation 5 yet"
 	tests := []struct {
 		name     string
 		in       func() Input
@@ -959,15 +960,25 @@ func TestDecideStatusWrite(t *testing.T) {
 				Controller:        ctrlRecord(5)}},
 		},
 		{
-			name: "the same status write naming no resourceVersion: the controller at once, the observed generation deferred and only on this object",
+			name: "the same status write naming no resourceVersion: the controller at once, the generation before as the first record, the observed generation deferred and only on this object",
 			in: func() Input {
 				return statusInput(noManagedFields, noObsGen, setAnn(annotations.Controllers, otherLong))
 			},
 			writes: []SideWrite{
-				{Target: parentRef, AnnotationChanges: *set(annotations.Controllers, ctrlLong+","+otherLong),
-					Reasons: []string{recordReason(5)}, Controller: ctrlRecord(5)},
+				{Target: parentRef, AnnotationChanges: *set(annotations.Controllers, ctrlLong+","+otherLong, annotations.ObservedGeneration, "4"),
+					Reasons: []string{recordReason(5), "record observed generation (no status.observedGeneration): none yet until the deferred record lands"}, Controller: ctrlRecord(5)},
 				{Target: parentRef, AnnotationChanges: *set(annotations.ObservedGeneration, "5"), Deferred: true, TargetUID: "p-uid",
-					Reasons: []string{"record observed generation (no status.observedGeneration), deferred: the status write names no resourceVersion, so its writer may not have seen generation 5 yet"}},
+					Reasons: []string{deferredReason}},
+			},
+		},
+		{
+			name: "a status write naming no resourceVersion, a generation recorded before: only the deferred record",
+			in: func() Input {
+				return statusInput(noManagedFields, noObsGen, setAnn(annotations.Controllers, ctrlLong), setAnn(annotations.ObservedGeneration, "3"))
+			},
+			writes: []SideWrite{
+				{Target: parentRef, AnnotationChanges: *set(annotations.ObservedGeneration, "5"), Deferred: true, TargetUID: "p-uid",
+					Reasons: []string{deferredReason}},
 			},
 		},
 		{

@@ -1,6 +1,7 @@
 package intercept_test
 
 import (
+	"io"
 	"net/http"
 	"net/http/httptest"
 	"testing"
@@ -9,6 +10,9 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/runtime/schema"
+
+	"github.com/kausality-io/kausality-proxy/api/v1alpha1"
+	"github.com/kausality-io/kausality-proxy/intercept/allowance"
 )
 
 func affinityTerm(withEmptyNamespaceSelector bool) map[string]interface{} {
@@ -101,7 +105,95 @@ func TestASpecMemberDoesNotHideConfigMapDrift(t *testing.T) {
 	}
 }
 
-// otherDeploymentsGVR is a custom resource named like Deployment.
+// fixedAllowances serves a fixed set of allowance policies.
+type fixedAllowances []*allowance.Compiled
+
+func (f fixedAllowances) All() []*allowance.Compiled     { return f }
+func (f fixedAllowances) Report([]allowance.EvalProblem) {}
+func (f fixedAllowances) HasSynced() bool                { return true }
+
+// defaultingDryRun answers a dry run with the body as kube-apiserver would
+// store it: the container port's protocol defaulted to TCP.
+func defaultingDryRun(w http.ResponseWriter, r *http.Request) {
+	data, _ := io.ReadAll(r.Body)
+	w.Header().Set("Content-Type", "application/json")
+	w.WriteHeader(http.StatusOK)
+	if r.URL.Query().Get("dryRun") == "" {
+		_, _ = w.Write([]byte(`{}`))
+		return
+	}
+	obj := &unstructured.Unstructured{}
+	if err := obj.UnmarshalJSON(data); err == nil {
+		cs, _, _ := unstructured.NestedSlice(obj.Object, "spec", "template", "spec", "containers")
+		for _, c := range cs {
+			ports, _ := c.(map[string]interface{})["ports"].([]interface{})
+			for _, p := range ports {
+				if pm := p.(map[string]interface{}); pm["protocol"] == nil {
+					pm["protocol"] = "TCP"
+				}
+			}
+		}
+		_ = unstructured.SetNestedSlice(obj.Object, cs, "spec", "template", "spec", "containers")
+		data, _ = obj.MarshalJSON()
+	}
+	_, _ = w.Write(data)
+}
+
+// The deployment controller carries out its reconciling parent's scale
+// (replicas 1 -> 3, allowed by the parent's allowance) with a PUT bound to
+// the stored resourceVersion that leaves out a field kube-apiserver
+// defaults (ports[0].protocol, stored as TCP). kube-apiserver would store
+// only the replicas change: the write is no allowance violation of
+// ...ports[0].protocol, as kube-apiserver's dry run shows.
+func TestAnOmittedDefaultIsNoAllowanceViolation(t *testing.T) {
+	policy := allowance.CompileSpec("deployment-replicas", "uid-1", 1, v1alpha1.AllowancePolicySpec{
+		Match: v1alpha1.AllowanceMatch{Kind: "Deployment", Fields: []string{"spec.replicas"}},
+		Subjects: []v1alpha1.AllowanceSubject{
+			{Kind: v1alpha1.SubjectUser, Name: "alice", MayInitiate: true},
+			{Kind: v1alpha1.SubjectServiceAccount, Namespace: "kube-system", Name: "deployment-controller"},
+		},
+		Allow: []v1alpha1.AllowedMutation{{Kind: "ReplicaSet", Relation: v1alpha1.RelationChild, Mutations: []string{"spec.replicas"}}},
+	})
+	if !policy.Valid() {
+		t.Fatal("policy invalid")
+	}
+	granted := `[{"kind":"ReplicaSet","mutation":"spec.replicas","generation":6,"initiator":"alice","policy":"deployment-replicas","trace":[{"kind":"Deployment","name":"web","generation":6,"field":"spec.replicas"}]}]`
+	withGrant := func(s *serveSetup) {
+		s.config.AllowancePolicies = fixedAllowances{policy}
+		for _, o := range s.objects {
+			if u, ok := o.(*unstructured.Unstructured); ok && u.GetKind() == "Deployment" && u.GetName() == "web" {
+				a := u.GetAnnotations()
+				a[allowance.Annotation] = granted
+				u.SetAnnotations(a)
+			}
+		}
+	}
+	allowAll := func(authorizationv1.SubjectAccessReviewSpec) (bool, error) { return true, nil }
+	for _, tc := range []struct {
+		name         string
+		omitProtocol bool
+	}{{"control: the whole object", false}, {"the defaulted protocol left out", true}} {
+		t.Run(tc.name, func(t *testing.T) {
+			env := newServeEnv(t, nil, allowAll, withGrant, withNamespaceAllowanceMode("enforce"))
+			env.upstream = defaultingDryRun
+			c := benchChild("web-1", "web", "web-uid", 3)
+			if tc.omitProtocol {
+				cs, _, _ := unstructured.NestedSlice(c.Object, "spec", "template", "spec", "containers")
+				delete(cs[0].(map[string]interface{})["ports"].([]interface{})[0].(map[string]interface{}), "protocol")
+				_ = unstructured.SetNestedSlice(c.Object, cs, "spec", "template", "spec", "containers")
+			}
+			data, _ := c.MarshalJSON()
+			w := benchWrite{name: "expected", method: http.MethodPut, path: "/apis/apps/v1/namespaces/apps/replicasets/web-1",
+				contentType: "application/json", body: data, user: "system:serviceaccount:kube-system:deployment-controller"}
+			rec := httptest.NewRecorder()
+			env.handler.ServeHTTP(rec, env.request(t, w))
+			if rec.Code != http.StatusOK {
+				t.Fatalf("code %d, want 200: only spec.replicas changes, and it is allowed (forwarded %d, error %v)", rec.Code, env.forwarded.Load(), env.lastError)
+			}
+		})
+	}
+}
+
 var otherDeploymentsGVR = schema.GroupVersionResource{Group: "example.com", Version: "v1", Resource: "deployments"}
 
 // withOtherDeploymentKind serves a custom resource kind named Deployment in

@@ -272,3 +272,16 @@ func lookup(obj map[string]any, segs []segment) (string, bool) {
 	}
 	return string(b), true
 }
+
+// LeftOut reports whether path names a field old holds and new does not:
+// a write that leaves it out, which kube-apiserver may fill in again with
+// its default.
+func LeftOut(old, new map[string]any, path string) bool {
+	segs, err := parsePath(path)
+	if err != nil {
+		return false
+	}
+	_, inOld := lookup(old, segs)
+	_, inNew := lookup(new, segs)
+	return inOld && !inNew
+}

@@ -68,15 +68,17 @@ type AllowanceOutcome struct {
 // in. ctx bounds the CEL evaluations to the request.
 func DecideAllowances(ctx context.Context, d Decision, in Input, a AllowanceInputs) Decision {
 	d = allowancesAhead(decideAllowances(ctx, d, in, a), in)
-	if in.Update() && in.StaleUpdate && !in.Confirmed && d.Allowances != nil && len(d.Allowances.Violations) > 0 {
-		// A controller that writes from a cache a beat behind sends an
-		// old copy of the object, whose fields differ from the stored
-		// ones without anyone having changed them: kube-apiserver refuses
-		// such a PUT with a conflict, which the controller retries on
-		// fresh state. The server's own result says whether it is a
-		// conflict or a violation, so an old copy is never reported as
-		// one. Any other violation stands on the write itself, and the
-		// refused write's body never goes upstream.
+	if in.Update() && !in.Confirmed && d.Allowances != nil && len(d.Allowances.Violations) > 0 &&
+		(in.StaleUpdate || leavesOutViolated(in, d.Allowances.Violations)) {
+		// Confirmed on what kube-apiserver would store, when the write may
+		// not change what it seems to. A controller that writes from a
+		// cache a beat behind sends an old copy of the object, whose
+		// fields differ from the stored ones without anyone having changed
+		// them (kube-apiserver refuses such a PUT with a conflict, which
+		// the controller retries on fresh state); one that rebuilds the
+		// spec leaves out fields kube-apiserver defaults back. Neither is
+		// reported as a violation. A write with any other violation stands
+		// on the write itself, and its body never goes upstream.
 		d.ConfirmWithServer = true
 	}
 	return d
@@ -500,4 +502,21 @@ func (d Decision) AheadFollowing() Decision {
 	}
 	d.ChildAnnotations, d.AnnotationsAhead = after, nil
 	return d
+}
+
+// leavesOutViolated reports whether every violation is a field the write
+// leaves out of the stored object: only kube-apiserver's defaulting can
+// tell whether such a write changes it. A write with any other violation
+// is refused on its own body, which then never goes upstream, not even as
+// a dry run.
+func leavesOutViolated(in Input, violations []allowance.Violation) bool {
+	if in.OldObject == nil || in.NewObject == nil || len(violations) == 0 {
+		return false
+	}
+	for _, v := range violations {
+		if !allowance.LeftOut(in.OldObject.Object, in.NewObject.Object, v.Mutation) {
+			return false
+		}
+	}
+	return true
 }

@@ -7,6 +7,7 @@ import (
 	"path/filepath"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	appsv1 "k8s.io/api/apps/v1"
@@ -58,6 +59,9 @@ type Harness struct {
 
 	// parents of the write scenarios, by name.
 	parents map[string]*appsv1.Deployment
+	// created numbers the objects the CREATE rows make, so that a row
+	// measured again (-only with -runs) creates new ones.
+	created atomic.Int64
 	// K8sVersion is kube-apiserver's /version.
 	K8sVersion string
 }

@@ -175,8 +175,8 @@ func (h *Harness) writeOps(sc scenario, p *pools) []struct {
 			return r.elapsed, store(t, k, r, proto)
 		}
 	}
-	create := func(ctx context.Context, t *target, i int) (time.Duration, error) {
-		rs := h.replicaSet(sc, fmt.Sprintf("c-%s-%s-%d", sc.key, t.name, i+1000))
+	create := func(ctx context.Context, t *target, _ int) (time.Duration, error) {
+		rs := h.replicaSet(sc, fmt.Sprintf("c-%s-%s-%d", sc.key, t.name, h.created.Add(1)))
 		data, err := json.Marshal(rs)
 		if err != nil {
 			return 0, err

@@ -17,6 +17,7 @@ import (
 	"errors"
 	"fmt"
 	"net/http"
+	"strconv"
 	"sync"
 
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
@@ -188,32 +189,33 @@ func (i *Interceptor) decide(f *facts) decision.Decision {
 func (i *Interceptor) input(f *facts, parent *parentFacts) decision.Input {
 	rq := f.req
 	in := decision.Input{
-		Operation:            f.op,
-		OldObject:            f.old,
-		NewObject:            f.new,
-		DesiredChanged:       f.changed,
-		Changes:              f.shownChanges(),
-		StatusWrite:          rq.w.sub == statusSubresource,
-		StatusInObject:       f.statusInObject,
-		ScaleWrite:           rq.w.sub == scaleSubresource,
-		Parent:               parent.obj,
-		User:                 rq.user,
-		UserHashes:           rq.userHashes,
-		FieldManager:         rq.w.fieldManager,
-		Mode:                 decision.ModeInputs{Namespace: f.nsMode, Default: i.cfg.DefaultMode},
-		DryRun:               f.dryRun,
-		Confirmed:            f.confirmed,
-		NoChangeIsCertain:    f.noChangeIsCertain(),
-		StaleUpdate:          f.staleUpdate(),
-		NamesResourceVersion: rq.w.sub == statusSubresource && f.namesResourceVersion(),
-		ObjectLive:           f.childLive,
-		NamesControls:        f.namesControls,
-		Now:                  i.cfg.Clock.Now(),
-		Lifecycle:            rq.settings.Lifecycle,
-		UngatedKinds:         rq.settings.UngatedChildKinds,
-		ParentHidden:         parent.obj != nil && parent.hidden,
-		OwnedRevisions:       parent.revisions,
-		Settle:               parent.settle,
+		Operation:                 f.op,
+		OldObject:                 f.old,
+		NewObject:                 f.new,
+		DesiredChanged:            f.changed,
+		Changes:                   f.shownChanges(),
+		StatusWrite:               rq.w.sub == statusSubresource,
+		StatusInObject:            f.statusInObject,
+		ScaleWrite:                rq.w.sub == scaleSubresource,
+		Parent:                    parent.obj,
+		User:                      rq.user,
+		UserHashes:                rq.userHashes,
+		FieldManager:              rq.w.fieldManager,
+		Mode:                      decision.ModeInputs{Namespace: f.nsMode, Default: i.cfg.DefaultMode},
+		DryRun:                    f.dryRun,
+		Confirmed:                 f.confirmed,
+		NoChangeIsCertain:         f.noChangeIsCertain(),
+		StaleUpdate:               f.staleUpdate(),
+		NamesResourceVersion:      rq.w.sub == statusSubresource && f.namesResourceVersion(),
+		ObservedGenerationPending: i.observedGenerationPending(f),
+		ObjectLive:                f.childLive,
+		NamesControls:             f.namesControls,
+		Now:                       i.cfg.Clock.Now(),
+		Lifecycle:                 rq.settings.Lifecycle,
+		UngatedKinds:              rq.settings.UngatedChildKinds,
+		ParentHidden:              parent.obj != nil && parent.hidden,
+		OwnedRevisions:            parent.revisions,
+		Settle:                    parent.settle,
 	}
 	if parent.obj != nil {
 		in.Policies = rq.policies
@@ -276,12 +278,33 @@ func (f *facts) noChangeIsCertain() bool {
 	return false
 }
 
+// observedGenerationPending is the generation a deferred record of the
+// written object waits to record, 0 when none waits.
+func (i *Interceptor) observedGenerationPending(f *facts) int64 {
+	if f.req.w.sub != statusSubresource || f.old == nil {
+		return 0
+	}
+	v, ok := i.deferred.Pending(f.old.GetUID(), annotations.ObservedGeneration)
+	if !ok {
+		return 0
+	}
+	g, err := strconv.ParseInt(v, 10, 64)
+	if err != nil {
+		return 0
+	}
+	return g
+}
+
 // namesResourceVersion reports whether the client's write names the
 // resourceVersion it was made on.
 func (f *facts) namesResourceVersion() bool {
 	switch {
 	case f.req.w.verb == "patch":
-		return patch.NamesResourceVersion(f.patchType, f.data)
+		var patched metav1.Object
+		if f.new != nil {
+			patched = f.new
+		}
+		return patch.NamesResourceVersion(f.patchType, f.data, patched)
 	case f.sent != nil:
 		return f.sent.GetResourceVersion() != ""
 	}

@@ -742,24 +742,23 @@ func (x *decider) statusWrite() {
 		}
 		if g := itoa(gen); gen > 0 && stored[annotations.ObservedGeneration] != g {
 			reason := "record observed generation (no status.observedGeneration)"
-			recorded, has := stored[annotations.ObservedGeneration]
-			switch {
-			case in.NamesResourceVersion:
-				x.addParentWrite(target, annotations.ObservedGeneration, recorded, g, reason)
-			default:
-				if !has {
-					// Without any record a parent counts as settled while
-					// kstatus says Current, which the status just written
-					// may say: until the deferred record lands, the record
-					// says that nothing later than the generation before
-					// is observed.
-					x.addParentWrite(target, annotations.ObservedGeneration, "", itoa(gen-1), reason+": none yet until the deferred record lands")
-				}
-				x.addDeferredParentWrite(target, obj.GetUID(), annotations.ObservedGeneration, recorded, g,
+			if in.NamesResourceVersion {
+				x.addParentWrite(target, annotations.ObservedGeneration, stored[annotations.ObservedGeneration], g, reason)
+			} else {
+				x.addDeferredParentWrite(target, storedUID(in.OldObject, obj), annotations.ObservedGeneration, stored[annotations.ObservedGeneration], g,
 					reason+", deferred: the status write names no resourceVersion, so its writer may not have seen generation "+g+" yet")
 			}
 		}
 	}
+}
+
+// storedUID is the uid of the object as stored: a write's body may leave
+// its uid out (kube-apiserver fills it in), or name another.
+func storedUID(old, written *unstructured.Unstructured) types.UID {
+	if old != nil {
+		return old.GetUID()
+	}
+	return written.GetUID()
 }
 
 // recordStatusWriter records the writer as the written object's controller
@@ -773,7 +772,7 @@ func (x *decider) recordStatusWriter(reported bool) {
 	if reported && (in.NewObject == nil || !reportsObservedGeneration(in.NewObject)) {
 		return
 	}
-	observed, advances := advancesObservedGeneration(in.OldObject, in.NewObject)
+	observed, advances := advancesObservedGeneration(in.OldObject, in.NewObject, in.ObservedGenerationPending)
 	if !advances {
 		return
 	}
@@ -810,11 +809,15 @@ func reportsObservedGeneration(obj *unstructured.Unstructured) bool {
 // controller does that. A kind that reports none is observed at its
 // generation by every status write (the proxy records it in an
 // annotation).
-func advancesObservedGeneration(old, new *unstructured.Unstructured) (int64, bool) {
+func advancesObservedGeneration(old, new *unstructured.Unstructured, pending int64) (int64, bool) {
 	if old == nil || new == nil {
 		return 0, false
 	}
 	before, _, known := lifecycle.ObservedGeneration(old)
+	if !lifecycle.HasStatusObservedGeneration(new) && pending > before {
+		// Recorded already, only not yet written.
+		before, known = pending, true
+	}
 	after := old.GetGeneration()
 	if lifecycle.HasStatusObservedGeneration(new) {
 		after, _, _ = lifecycle.ObservedGeneration(new)

@@ -936,7 +936,6 @@ func ctrlRecord(observed int64) *ControllerRecord {
 }
 
 func TestDecideStatusWrite(t *testing.T) {
-	const deferredReason = "record observed generation (no status.observedGeneration), deferred: the status write names no resourceVersion, so its writer may not have seen generation 5 yet"
 	tests := []struct {
 		name     string
 		in       func() Input
@@ -960,25 +959,15 @@ func TestDecideStatusWrite(t *testing.T) {
 				Controller:        ctrlRecord(5)}},
 		},
 		{
-			name: "the same status write naming no resourceVersion: the controller at once, the generation before as the first record, the observed generation deferred and only on this object",
+			name: "the same status write naming no resourceVersion: the controller at once, the observed generation deferred and only on this object",
 			in: func() Input {
 				return statusInput(noManagedFields, noObsGen, setAnn(annotations.Controllers, otherLong))
 			},
 			writes: []SideWrite{
-				{Target: parentRef, AnnotationChanges: *set(annotations.Controllers, ctrlLong+","+otherLong, annotations.ObservedGeneration, "4"),
-					Reasons: []string{recordReason(5), "record observed generation (no status.observedGeneration): none yet until the deferred record lands"}, Controller: ctrlRecord(5)},
+				{Target: parentRef, AnnotationChanges: *set(annotations.Controllers, ctrlLong+","+otherLong),
+					Reasons: []string{recordReason(5)}, Controller: ctrlRecord(5)},
 				{Target: parentRef, AnnotationChanges: *set(annotations.ObservedGeneration, "5"), Deferred: true, TargetUID: "p-uid",
-					Reasons: []string{deferredReason}},
-			},
-		},
-		{
-			name: "a status write naming no resourceVersion, a generation recorded before: only the deferred record",
-			in: func() Input {
-				return statusInput(noManagedFields, noObsGen, setAnn(annotations.Controllers, ctrlLong), setAnn(annotations.ObservedGeneration, "3"))
-			},
-			writes: []SideWrite{
-				{Target: parentRef, AnnotationChanges: *set(annotations.ObservedGeneration, "5"), Deferred: true, TargetUID: "p-uid",
-					Reasons: []string{deferredReason}},
+					Reasons: []string{"record observed generation (no status.observedGeneration), deferred: the status write names no resourceVersion, so its writer may not have seen generation 5 yet"}},
 			},
 		},
 		{
@@ -1285,5 +1274,53 @@ func TestConfirmWithServer(t *testing.T) {
 				t.Errorf("ConfirmWithServer = %v, want %v", got, tt.want)
 			}
 		})
+	}
+}
+
+// The deferred record names the object as stored: a status patch may
+// leave its uid out ({"metadata":{"uid":null}}), which kube-apiserver fills
+// in again, and the record must still wait, and land only on that object.
+func TestADeferredRecordNamesTheStoredUID(t *testing.T) {
+	in := statusInput(noManagedFields, noObsGen, setAnn(annotations.Controllers, ctrlLong), setAnn(annotations.ObservedGeneration, "4"))
+	in.NewObject.SetUID("")
+	d := Decide(in)
+	deferred := 0
+	for _, sw := range d.ParentWrites {
+		if sw.Deferred {
+			deferred++
+			if sw.TargetUID != "p-uid" {
+				t.Errorf("deferred record with TargetUID %q, want the stored object's p-uid", sw.TargetUID)
+			}
+		}
+	}
+	if deferred != 1 {
+		t.Errorf("%d deferred records, want 1: %+v", deferred, d.ParentWrites)
+	}
+}
+
+// While the record of a status write waits, a second status writer of the
+// same generation observes nothing new: it is not recorded as controller,
+// as it would not be once the record has landed.
+func TestAStatusWriterWhileTheRecordWaitsIsNoNewController(t *testing.T) {
+	recorded := func(in Input) bool {
+		for _, sw := range Decide(in).ParentWrites {
+			if _, ok := sw.Set[annotations.Controllers]; ok {
+				return true
+			}
+		}
+		return false
+	}
+	waiting := statusInput(noManagedFields, noObsGen, setAnn(annotations.Controllers, otherLong), setAnn(annotations.ObservedGeneration, "4"))
+	waiting.ObservedGenerationPending = 5
+	if recorded(waiting) {
+		t.Error("the second status writer of generation 5, while its record waits, is recorded as controller")
+	}
+	landed := statusInput(noManagedFields, noObsGen, setAnn(annotations.Controllers, otherLong), setAnn(annotations.ObservedGeneration, "5"))
+	if recorded(landed) {
+		t.Error("the second status writer of generation 5, once its record landed, is recorded as controller")
+	}
+	first := statusInput(noManagedFields, noObsGen, setAnn(annotations.Controllers, otherLong), setAnn(annotations.ObservedGeneration, "4"))
+	if !recorded(first) {
+		t.Error("the first status writer of generation 5 is not recorded as controller")
 	}
 }

@@ -261,6 +261,12 @@ type Input struct {
 	// its writer read the object as stored; a write that names none is
 	// applied to whatever is stored, however old its writer's copy.
 	NamesResourceVersion bool
+	// ObservedGenerationPending is the generation a deferred record of
+	// this object waits to record (SideWrite.Deferred; this replica's
+	// memory), 0 when none waits: a status write after the one that asked
+	// for it observes nothing new up to it, so it records no new
+	// controller.
+	ObservedGenerationPending int64
 	// StaleUpdate: a PUT naming a resourceVersion other than OldObject's.
 	// kube-apiserver refuses it with a conflict, so the annotations it
 	// carries are an old copy, not an edit.

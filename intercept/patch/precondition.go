@@ -7,6 +7,7 @@ import (
 
 	"github.com/fxamacker/cbor/v2"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
 )
 
@@ -113,10 +114,11 @@ func applyWithResourceVersion(patchType types.PatchType, patch []byte, rv string
 
 // NamesResourceVersion reports whether patch names the resourceVersion it
 // was made on, so that kube-apiserver applies it only to the object at
-// that version: a merge patch or an apply configuration with
+// that version: a merge patch or an apply configuration with a non-empty
 // metadata.resourceVersion, or a JSON patch that tests, adds or replaces
-// it. A patch kube-apiserver would refuse names none.
-func NamesResourceVersion(patchType types.PatchType, patch []byte) bool {
+// it and leaves patched (the stored object with the patch applied, nil
+// when unknown) with one. A patch kube-apiserver would refuse names none.
+func NamesResourceVersion(patchType types.PatchType, patch []byte, patched metav1.Object) bool {
 	switch patchType {
 	case types.MergePatchType, types.StrategicMergePatchType:
 		var top map[string]json.RawMessage
@@ -125,8 +127,10 @@ func NamesResourceVersion(patchType types.PatchType, patch []byte) bool {
 		}
 		return namesResourceVersion(top["metadata"])
 	case types.JSONPatchType:
+		// kube-apiserver compares the patched object's resourceVersion:
+		// one replaced with "" or removed again names none.
 		targets, ok := jsonPatchTargets(patch)
-		if !ok {
+		if !ok || patched == nil || patched.GetResourceVersion() == "" {
 			return false
 		}
 		for _, t := range targets {

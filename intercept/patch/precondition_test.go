@@ -3,6 +3,8 @@ package patch
 import (
 	"testing"
 
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/types"
 )
 
@@ -43,31 +45,47 @@ func TestWithResourceVersion(t *testing.T) {
 }
 
 func TestNamesResourceVersion(t *testing.T) {
+	// patchedWith is the stored object (at resourceVersion 7) with the
+	// patch applied, as the proxy computes it.
+	patchedWith := func(rv string) *unstructured.Unstructured {
+		u := &unstructured.Unstructured{Object: map[string]any{"metadata": map[string]any{"name": "x"}}}
+		u.SetResourceVersion(rv)
+		return u
+	}
 	for _, tc := range []struct {
 		name      string
 		patchType types.PatchType
 		patch     string
+		patched   *unstructured.Unstructured
 		want      bool
 	}{
-		{"merge patch with a resourceVersion", types.MergePatchType, `{"metadata":{"resourceVersion":"7"},"status":{"a":1}}`, true},
-		{"strategic merge patch with a resourceVersion", types.StrategicMergePatchType, `{"metadata":{"resourceVersion":"7"}}`, true},
-		{"merge patch of status only", types.MergePatchType, `{"status":{"a":1}}`, false},
-		{"merge patch with an empty resourceVersion", types.MergePatchType, `{"metadata":{"resourceVersion":""}}`, false},
-		{"merge patch with a null metadata", types.MergePatchType, `{"metadata":null}`, false},
-		{"decoy member name is not the resourceVersion", types.MergePatchType, `{"metadata":{"ResourceVersion":"7"}}`, false},
-		{"decoy metadata name", types.MergePatchType, `{"Metadata":{"resourceVersion":"7"}}`, false},
-		{"not JSON", types.MergePatchType, `{`, false},
-		{"JSON patch testing the resourceVersion", types.JSONPatchType, `[{"op":"test","path":"/metadata/resourceVersion","value":"7"},{"op":"replace","path":"/status/a","value":1}]`, true},
-		{"JSON patch replacing the resourceVersion", types.JSONPatchType, `[{"op":"replace","path":"/metadata/resourceVersion","value":"7"}]`, true},
-		{"JSON patch adding metadata with a resourceVersion", types.JSONPatchType, `[{"op":"add","path":"/metadata","value":{"name":"x","resourceVersion":"7"}}]`, true},
-		{"JSON patch of status only", types.JSONPatchType, `[{"op":"replace","path":"/status/a","value":1}]`, false},
-		{"JSON patch removing the resourceVersion", types.JSONPatchType, `[{"op":"remove","path":"/metadata/resourceVersion"}]`, false},
-		{"JSON patch with a decoy path member", types.JSONPatchType, `[{"op":"replace","path":"/status/a","Path":"/metadata/resourceVersion","value":"7"}]`, false},
-		{"apply configuration with a resourceVersion", types.ApplyYAMLPatchType, "apiVersion: v1\nkind: ConfigMap\nmetadata:\n  name: x\n  resourceVersion: \"7\"\n", true},
-		{"apply configuration without one", types.ApplyYAMLPatchType, "apiVersion: v1\nkind: ConfigMap\nmetadata:\n  name: x\n", false},
+		{"merge patch with a resourceVersion", types.MergePatchType, `{"metadata":{"resourceVersion":"7"},"status":{"a":1}}`, nil, true},
+		{"strategic merge patch with a resourceVersion", types.StrategicMergePatchType, `{"metadata":{"resourceVersion":"7"}}`, nil, true},
+		{"merge patch of status only", types.MergePatchType, `{"status":{"a":1}}`, nil, false},
+		{"merge patch with an empty resourceVersion", types.MergePatchType, `{"metadata":{"resourceVersion":""}}`, nil, false},
+		{"merge patch with a null metadata", types.MergePatchType, `{"metadata":null}`, nil, false},
+		{"decoy member name is not the resourceVersion", types.MergePatchType, `{"metadata":{"ResourceVersion":"7"}}`, nil, false},
+		{"decoy metadata name", types.MergePatchType, `{"Metadata":{"resourceVersion":"7"}}`, nil, false},
+		{"not JSON", types.MergePatchType, `{`, nil, false},
+		{"JSON patch testing the resourceVersion", types.JSONPatchType, `[{"op":"test","path":"/metadata/resourceVersion","value":"7"},{"op":"replace","path":"/status/a","value":1}]`, patchedWith("7"), true},
+		{"JSON patch replacing the resourceVersion", types.JSONPatchType, `[{"op":"replace","path":"/metadata/resourceVersion","value":"7"}]`, patchedWith("7"), true},
+		{"JSON patch adding metadata with a resourceVersion", types.JSONPatchType, `[{"op":"add","path":"/metadata","value":{"name":"x","resourceVersion":"7"}}]`, patchedWith("7"), true},
+		{"JSON patch of status only", types.JSONPatchType, `[{"op":"replace","path":"/status/a","value":1}]`, patchedWith("7"), false},
+		{"JSON patch removing the resourceVersion", types.JSONPatchType, `[{"op":"remove","path":"/metadata/resourceVersion"}]`, patchedWith(""), false},
+		{"JSON patch replacing it, then removing it", types.JSONPatchType, `[{"op":"replace","path":"/metadata/resourceVersion","value":"7"},{"op":"remove","path":"/metadata/resourceVersion"}]`, patchedWith(""), false},
+		{"JSON patch replacing it with an empty string", types.JSONPatchType, `[{"op":"replace","path":"/metadata/resourceVersion","value":""}]`, patchedWith(""), false},
+		{"JSON patch adding it as null", types.JSONPatchType, `[{"op":"add","path":"/metadata/resourceVersion","value":null}]`, patchedWith(""), false},
+		{"JSON patch whose result is unknown", types.JSONPatchType, `[{"op":"test","path":"/metadata/resourceVersion","value":"7"}]`, nil, false},
+		{"JSON patch with a decoy path member", types.JSONPatchType, `[{"op":"replace","path":"/status/a","Path":"/metadata/resourceVersion","value":"7"}]`, patchedWith("7"), false},
+		{"apply configuration with a resourceVersion", types.ApplyYAMLPatchType, "apiVersion: v1\nkind: ConfigMap\nmetadata:\n  name: x\n  resourceVersion: \"7\"\n", nil, true},
+		{"apply configuration without one", types.ApplyYAMLPatchType, "apiVersion: v1\nkind: ConfigMap\nmetadata:\n  name: x\n", nil, false},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			if got := NamesResourceVersion(tc.patchType, []byte(tc.patch)); got != tc.want {
+			var patched metav1.Object
+			if tc.patched != nil {
+				patched = tc.patched
+			}
+			if got := NamesResourceVersion(tc.patchType, []byte(tc.patch), patched); got != tc.want {
 				t.Errorf("NamesResourceVersion(%s) = %v, want %v", tc.patch, got, tc.want)
 			}
 		})

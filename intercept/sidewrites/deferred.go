@@ -14,9 +14,12 @@ import (
 
 // DefaultMaxDeferred bounds the targets with a deferred write waiting: one
 // entry per object whose status was written without a resourceVersion in
-// the last delay. Beyond it a write is made at once, as a status write that
-// names its resourceVersion is: the record may then settle a parent a
-// beat early, but memory stays bounded whatever the callers write.
+// the last delay. Beyond it a write is dropped, as a restart drops what
+// waits: the record then stays behind, and its parent unsettled (lenient),
+// until a later status write finds room. Made at once instead, it could
+// settle a parent at a spec its controller has not acted on, whose
+// controller would then be refused for good; memory stays bounded
+// whatever the callers write.
 const DefaultMaxDeferred = 10000
 
 // Deferred makes the side writes a decision defers (decision.SideWrite
@@ -45,8 +48,10 @@ type Deferred struct {
 	timeout time.Duration
 	log     *zap.Logger
 
-	mu      sync.Mutex
-	pending map[types.UID]*deferredWrite
+	mu             sync.Mutex
+	pending        map[types.UID]*deferredWrite
+	dropped        int
+	lastDropLogged time.Time
 }
 
 // Applier makes a side write (Writer).
@@ -73,8 +78,8 @@ func NewDeferred(writer Applier, clk clock.WithDelayedExecution, delay, timeout 
 }
 
 // Schedule makes sw once the delay has passed. A write without a target
-// uid, with no delay, or beyond the bound, is made at once (in the
-// background).
+// uid, or with no delay, is made at once (in the background); one beyond
+// the bound is dropped.
 func (d *Deferred) Schedule(sw decision.SideWrite) {
 	uid := sw.TargetUID
 	if d.delay <= 0 || uid == "" {
@@ -91,9 +96,12 @@ func (d *Deferred) Schedule(sw decision.SideWrite) {
 		delete(d.pending, uid)
 	}
 	if len(d.pending) >= d.max {
-		d.log.Warn("too many deferred side writes waiting; writing at once",
-			zap.String("target", sw.Target.String()), zap.Int("waiting", len(d.pending)))
-		go d.apply(sw)
+		if now := d.clock.Now(); now.Sub(d.lastDropLogged) >= time.Minute {
+			d.lastDropLogged = now
+			d.log.Warn("too many deferred side writes waiting; dropping new ones (their records wait for a later status write)",
+				zap.String("target", sw.Target.String()), zap.Int("waiting", len(d.pending)))
+		}
+		d.dropped++
 		return
 	}
 	w := &deferredWrite{sw: sw}
@@ -108,6 +116,26 @@ func (d *Deferred) Schedule(sw decision.SideWrite) {
 		d.apply(sw)
 	})
 	d.pending[uid] = w
+}
+
+// Pending returns the value a write waiting for the target with uid sets
+// key to.
+func (d *Deferred) Pending(uid types.UID, key string) (string, bool) {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	w, ok := d.pending[uid]
+	if !ok {
+		return "", false
+	}
+	v, ok := w.sw.Set[key]
+	return v, ok
+}
+
+// Dropped is the number of writes dropped at the bound.
+func (d *Deferred) Dropped() int {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	return d.dropped
 }
 
 // Waiting is the number of targets with a write waiting.

@@ -129,18 +129,37 @@ func TestDeferredRecordsWaitOutTheDelay(t *testing.T) {
 			t.Fatalf("made %v, want b=5 next", got)
 		}
 	})
-	t.Run("beyond the bound a record is made at once", func(t *testing.T) {
+	t.Run("beyond the bound a record is dropped, never made at once", func(t *testing.T) {
 		clk := clocktesting.NewFakeClock(time.Now())
 		applied := newAppliedWrites()
 		d := NewDeferred(applied, clk, delay, time.Second, 2, nil)
 		d.Schedule(recordAt("a", "2"))
 		d.Schedule(recordAt("b", "2"))
 		d.Schedule(recordAt("c", "2"))
-		if got := applied.values(t, 1); got[0] != "c=2" {
-			t.Fatalf("made %v, want c=2 at once", got)
+		if got := applied.values(t, 0); len(got) != 0 {
+			t.Fatalf("made %v at once", got)
 		}
-		if d.Waiting() != 2 {
-			t.Fatalf("%d waiting, want 2", d.Waiting())
+		if d.Waiting() != 2 || d.Dropped() != 1 {
+			t.Fatalf("%d waiting, %d dropped; want 2 and 1", d.Waiting(), d.Dropped())
+		}
+		if v, ok := d.Pending("c", annotations.ObservedGeneration); ok {
+			t.Fatalf("the dropped record waits: %s", v)
+		}
+		clk.Step(delay)
+		got := applied.values(t, 2)
+		if len(got) != 2 || got[0] == "c=2" || got[1] == "c=2" {
+			t.Fatalf("made %v, want a=2 and b=2 only", got)
+		}
+	})
+	t.Run("what waits is told to decisions", func(t *testing.T) {
+		clk := clocktesting.NewFakeClock(time.Now())
+		d := NewDeferred(newAppliedWrites(), clk, delay, time.Second, 0, nil)
+		d.Schedule(recordAt("a", "2"))
+		if v, ok := d.Pending("a", annotations.ObservedGeneration); !ok || v != "2" {
+			t.Fatalf("Pending = %q, %v; want 2", v, ok)
+		}
+		if _, ok := d.Pending("b", annotations.ObservedGeneration); ok {
+			t.Fatal("a target nothing waits for has a pending record")
 		}
 	})
 	t.Run("no delay: made at once", func(t *testing.T) {

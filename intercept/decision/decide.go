@@ -736,20 +736,30 @@ func (x *decider) statusWrite() {
 		}
 	}
 	if !lifecycle.HasStatusObservedGeneration(obj) {
-		gen := obj.GetGeneration()
-		if in.OldObject != nil {
-			gen = in.OldObject.GetGeneration()
-		}
-		if g := itoa(gen); gen > 0 && stored[annotations.ObservedGeneration] != g {
-			reason := "record observed generation (no status.observedGeneration)"
-			if in.NamesResourceVersion {
-				x.addParentWrite(target, annotations.ObservedGeneration, stored[annotations.ObservedGeneration], g, reason)
-			} else {
-				x.addDeferredParentWrite(target, storedUID(in.OldObject, obj), annotations.ObservedGeneration, stored[annotations.ObservedGeneration], g,
-					reason+", deferred: the status write names no resourceVersion, so its writer may not have seen generation "+g+" yet")
-			}
-		}
+		x.recordObservedGeneration(target, stored, obj)
 	}
+}
+
+// recordObservedGeneration records, for a kind that reports no observed
+// generation, the generation its status write landed on: at once when the
+// write names its resourceVersion, else deferred (SideWrite.Deferred).
+func (x *decider) recordObservedGeneration(target ObjectRef, stored map[string]string, obj *unstructured.Unstructured) {
+	in := x.in
+	gen := obj.GetGeneration()
+	if in.OldObject != nil {
+		gen = in.OldObject.GetGeneration()
+	}
+	g := itoa(gen)
+	if gen <= 0 || stored[annotations.ObservedGeneration] == g {
+		return
+	}
+	reason := "record observed generation (no status.observedGeneration)"
+	if in.NamesResourceVersion {
+		x.addParentWrite(target, annotations.ObservedGeneration, stored[annotations.ObservedGeneration], g, reason)
+		return
+	}
+	x.addDeferredParentWrite(target, storedUID(in.OldObject, obj), annotations.ObservedGeneration, stored[annotations.ObservedGeneration], g,
+		reason+", deferred: the status write names no resourceVersion, so its writer may not have seen generation "+g+" yet")
 }
 
 // storedUID is the uid of the object as stored: a write's body may leave

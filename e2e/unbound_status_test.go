@@ -35,6 +35,19 @@ func (f *wgFamily) recordedObservedGeneration() string {
 	return f.getWidget().GetAnnotations()[annotations.ObservedGeneration]
 }
 
+// waitRecorded waits for the proxy to credit the Widget's status with
+// generation: one --unbound-status-record-delay after the status write,
+// within the suite's slack.
+func (f *wgFamily) waitRecorded(generation int64, what string) {
+	f.t.Helper()
+	eventually(f.t, 90*time.Second, what, func() error {
+		if got := f.recordedObservedGeneration(); got != fmt.Sprint(generation) {
+			return fmt.Errorf("%s = %q, want %d", annotations.ObservedGeneration, got, generation)
+		}
+		return nil
+	})
+}
+
 // TestAStalePatchedStatusDoesNotSettleTheNewSpec: the memcached pattern,
 // with its status patched rather than updated. The operator computes its
 // status for the spec it read; a person's spec change lands before its
@@ -66,12 +79,7 @@ func TestAStalePatchedStatusDoesNotSettleTheNewSpec(t *testing.T) {
 	first := f.bumpSpec()
 	mustf(t, f.reconcileSize(size(), false), "the operator scales its Deployment to the size %d of the spec change it has not reported", size())
 	f.patchAvailable("True")
-	eventually(t, 90*time.Second, "the patched status is credited with its generation once the delay has passed", func() error {
-		if got := f.recordedObservedGeneration(); got != fmt.Sprint(first) {
-			return fmt.Errorf("%s = %q, want %d", annotations.ObservedGeneration, got, first)
-		}
-		return nil
-	})
+	f.waitRecorded(first, "the patched status is credited with its generation once the delay has passed")
 	f.settleReconcile(size()+1, "Deny/DriftUnapproved")
 
 	// A person changes the spec; the operator's patch of the status it
@@ -93,11 +101,6 @@ func TestAStalePatchedStatusDoesNotSettleTheNewSpec(t *testing.T) {
 
 	// Once the delay has passed the generation is recorded, and the
 	// operator's revert of a person's edit is drift again.
-	eventually(t, 90*time.Second, "the patched status is credited with the new generation", func() error {
-		if got := f.recordedObservedGeneration(); got != fmt.Sprint(gen) {
-			return fmt.Errorf("%s = %q, want %d", annotations.ObservedGeneration, got, gen)
-		}
-		return nil
-	})
+	f.waitRecorded(gen, "the patched status is credited with the new generation")
 	f.settleReconcile(size()+1, "Deny/DriftUnapproved")
 }

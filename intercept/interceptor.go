@@ -216,6 +216,7 @@ func New(cfg Config) *Interceptor {
 		cfg.Timers = clock.RealClock{}
 	}
 	i.deferred = sidewrites.NewDeferred(i.sideWriter, cfg.Timers, cfg.UnboundStatusRecordDelay, cfg.SideWriteTimeout, 0, cfg.Log)
+	registerDeferredMetrics(cfg.Metrics, i.deferred)
 	if cfg.Settlements != nil {
 		cfg.Settlements.Attach(i.settled)
 	}

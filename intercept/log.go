@@ -14,6 +14,7 @@ import (
 
 	"github.com/kausality-io/kausality-proxy/intercept/decision"
 	"github.com/kausality-io/kausality-proxy/intercept/decisionlog"
+	"github.com/kausality-io/kausality-proxy/intercept/sidewrites"
 	"github.com/kausality-io/kausality-proxy/internal/seriesmemo"
 )
 
@@ -161,6 +162,24 @@ func newMetrics(reg prometheus.Registerer) *metrics {
 		reg.MustRegister(m.decisions, m.latency, m.errors, m.reservations)
 	}
 	return m
+}
+
+// registerDeferredMetrics exports how many deferred status records wait
+// and how many were dropped at the bound (sidewrites.Deferred).
+func registerDeferredMetrics(reg prometheus.Registerer, d *sidewrites.Deferred) {
+	if reg == nil {
+		return
+	}
+	reg.MustRegister(
+		prometheus.NewGaugeFunc(prometheus.GaugeOpts{
+			Name: "kausality_proxy_deferred_status_records",
+			Help: "Observed-generation records of status writes that named no resourceVersion, waiting out --unbound-status-record-delay in this replica.",
+		}, func() float64 { return float64(d.Waiting()) }),
+		prometheus.NewCounterFunc(prometheus.CounterOpts{
+			Name: "kausality_proxy_deferred_status_records_dropped_total",
+			Help: "Deferred observed-generation records dropped because too many were waiting; each parent stays unsettled until a later status write.",
+		}, func() float64 { return float64(d.Dropped()) }),
+	)
 }
 
 func (m *metrics) observe(rq *writeRequest, d *decision.Decision, elapsed time.Duration) {

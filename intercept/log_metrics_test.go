@@ -1,6 +1,7 @@
 package intercept
 
 import (
+	"context"
 	"maps"
 	"strings"
 	"testing"
@@ -9,8 +10,11 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/testutil"
 	"k8s.io/apimachinery/pkg/runtime/schema"
+	"k8s.io/apimachinery/pkg/types"
+	clocktesting "k8s.io/utils/clock/testing"
 
 	"github.com/kausality-io/kausality-proxy/intercept/decision"
+	"github.com/kausality-io/kausality-proxy/intercept/sidewrites"
 )
 
 // Each write's decision is counted under its own labels, whether its
@@ -76,5 +80,34 @@ func BenchmarkDecisionMetrics(b *testing.B) {
 	b.ReportAllocs()
 	for b.Loop() {
 		m.observe(rq, d, time.Millisecond)
+	}
+}
+
+type noWrites struct{}
+
+func (noWrites) Apply(context.Context, decision.SideWrite) error { return nil }
+
+// The deferred status records waiting, and those dropped at the bound,
+// are exported.
+func TestDeferredRecordMetrics(t *testing.T) {
+	reg := prometheus.NewRegistry()
+	d := sidewrites.NewDeferred(noWrites{}, clocktesting.NewFakeClock(time.Now()), time.Minute, time.Second, 1, nil)
+	registerDeferredMetrics(reg, d)
+	record := func(uid types.UID) decision.SideWrite {
+		return decision.SideWrite{AnnotationChanges: decision.AnnotationChanges{Set: map[string]string{"kausality.io/observedGeneration": "2"}},
+			Deferred: true, TargetUID: uid}
+	}
+	d.Schedule(record("a"))
+	d.Schedule(record("b"))
+	want := `
+# HELP kausality_proxy_deferred_status_records Observed-generation records of status writes that named no resourceVersion, waiting out --unbound-status-record-delay in this replica.
+# TYPE kausality_proxy_deferred_status_records gauge
+kausality_proxy_deferred_status_records 1
+# HELP kausality_proxy_deferred_status_records_dropped_total Deferred observed-generation records dropped because too many were waiting; each parent stays unsettled until a later status write.
+# TYPE kausality_proxy_deferred_status_records_dropped_total counter
+kausality_proxy_deferred_status_records_dropped_total 1
+`
+	if err := testutil.GatherAndCompare(reg, strings.NewReader(want)); err != nil {
+		t.Error(err)
 	}
 }

@@ -128,10 +128,7 @@ func runAvailableOnlyOperator(t *testing.T, c *fidelityCase) {
 	w.ns, c.widget = f.ns, f.widget
 	readyPods(t, f.ns)
 	ctx := context.Background()
-	size := func() int32 {
-		n, _, _ := unstructured.NestedInt64(f.getWidget().Object, "spec", "size")
-		return int32(n)
-	}
+	size := f.widgetSize
 	w.step(t, "the operator reports Available Unknown, creates its Deployment, then reports Available True", func() {
 		f.setAvailable("Unknown")
 		_, err := f.ctrl.kube.AppsV1().Deployments(f.ns).Create(ctx, f.memcachedDeployment(size()), metav1.CreateOptions{FieldManager: wgManager})

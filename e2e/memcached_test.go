@@ -31,6 +31,12 @@ func (f *wgFamily) setAvailable(status string) {
 	}}})
 }
 
+// widgetSize is the size the Widget's spec asks for.
+func (f *wgFamily) widgetSize() int32 {
+	n, _, _ := unstructured.NestedInt64(f.getWidget().Object, "spec", "size")
+	return int32(n)
+}
+
 // memcachedDeployment is the operator's Deployment of size replicas.
 func (f *wgFamily) memcachedDeployment(replicas int32) *appsv1.Deployment {
 	labels := map[string]string{"app.kubernetes.io/name": "memcached", "app.kubernetes.io/instance": f.widget}
@@ -79,10 +85,7 @@ func (f *wgFamily) settleReconcile(replicas int32, want string) {
 func TestOperatorReportingOnlyAvailable(t *testing.T) {
 	f := newWGFamily(t, "memcached", "enforce")
 	ctx := context.Background()
-	size := func() int32 {
-		n, _, _ := unstructured.NestedInt64(f.getWidget().Object, "spec", "size")
-		return int32(n)
-	}
+	size := f.widgetSize
 	replicas := func() int32 {
 		d, err := directClient(t).AppsV1().Deployments(f.ns).Get(ctx, f.widget, metav1.GetOptions{})
 		mustf(t, err, "reading the Deployment")

@@ -8,7 +8,6 @@ import (
 	"time"
 
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/types"
 
 	"github.com/kausality-io/kausality-proxy/e2e/framework"
@@ -63,10 +62,7 @@ func (f *wgFamily) waitRecorded(generation int64, what string) {
 func TestAStalePatchedStatusDoesNotSettleTheNewSpec(t *testing.T) {
 	f := newWGFamily(t, "patchstatus", "enforce")
 	ctx := context.Background()
-	size := func() int32 {
-		n, _, _ := unstructured.NestedInt64(f.getWidget().Object, "spec", "size")
-		return int32(n)
-	}
+	size := f.widgetSize
 
 	// The first status write: until its record lands the Widget is still
 	// initializing, and its operator's writes pass.

@@ -54,6 +54,13 @@ func (a *appliedWrites) values(t *testing.T, want int) []string {
 	return out
 }
 
+// newTestDeferred is a Deferred with a fake clock and recorded writes.
+func newTestDeferred(delay time.Duration, max int) (*Deferred, *clocktesting.FakeClock, *appliedWrites) {
+	clk := clocktesting.NewFakeClock(time.Now())
+	applied := newAppliedWrites()
+	return NewDeferred(applied, clk, delay, time.Second, max, nil), clk, applied
+}
+
 func recordAt(uid types.UID, generation string) decision.SideWrite {
 	return decision.SideWrite{
 		Target:            decision.ObjectRef{APIVersion: "cache.example.com/v1alpha1", Kind: "Memcached", Namespace: "ns", Name: string(uid)},
@@ -69,9 +76,7 @@ func recordAt(uid types.UID, generation string) decision.SideWrite {
 func TestDeferredRecordsWaitOutTheDelay(t *testing.T) {
 	const delay = 30 * time.Second
 	t.Run("made only once the delay has passed", func(t *testing.T) {
-		clk := clocktesting.NewFakeClock(time.Now())
-		applied := newAppliedWrites()
-		d := NewDeferred(applied, clk, delay, time.Second, 0, nil)
+		d, clk, applied := newTestDeferred(delay, 0)
 		d.Schedule(recordAt("a", "2"))
 		clk.Step(delay - time.Second)
 		if got := applied.values(t, 0); len(got) != 0 {
@@ -86,9 +91,7 @@ func TestDeferredRecordsWaitOutTheDelay(t *testing.T) {
 		}
 	})
 	t.Run("the same record asked for again keeps the first deadline", func(t *testing.T) {
-		clk := clocktesting.NewFakeClock(time.Now())
-		applied := newAppliedWrites()
-		d := NewDeferred(applied, clk, delay, time.Second, 0, nil)
+		d, clk, applied := newTestDeferred(delay, 0)
 		d.Schedule(recordAt("a", "2"))
 		clk.Step(20 * time.Second)
 		d.Schedule(recordAt("a", "2"))
@@ -98,9 +101,7 @@ func TestDeferredRecordsWaitOutTheDelay(t *testing.T) {
 		}
 	})
 	t.Run("a newer record replaces the waiting one and waits anew", func(t *testing.T) {
-		clk := clocktesting.NewFakeClock(time.Now())
-		applied := newAppliedWrites()
-		d := NewDeferred(applied, clk, delay, time.Second, 0, nil)
+		d, clk, applied := newTestDeferred(delay, 0)
 		d.Schedule(recordAt("a", "2"))
 		clk.Step(20 * time.Second)
 		d.Schedule(recordAt("a", "3"))
@@ -114,9 +115,7 @@ func TestDeferredRecordsWaitOutTheDelay(t *testing.T) {
 		}
 	})
 	t.Run("targets wait on their own", func(t *testing.T) {
-		clk := clocktesting.NewFakeClock(time.Now())
-		applied := newAppliedWrites()
-		d := NewDeferred(applied, clk, delay, time.Second, 0, nil)
+		d, clk, applied := newTestDeferred(delay, 0)
 		d.Schedule(recordAt("a", "2"))
 		clk.Step(10 * time.Second)
 		d.Schedule(recordAt("b", "5"))
@@ -130,9 +129,7 @@ func TestDeferredRecordsWaitOutTheDelay(t *testing.T) {
 		}
 	})
 	t.Run("beyond the bound a record is dropped, never made at once", func(t *testing.T) {
-		clk := clocktesting.NewFakeClock(time.Now())
-		applied := newAppliedWrites()
-		d := NewDeferred(applied, clk, delay, time.Second, 2, nil)
+		d, clk, applied := newTestDeferred(delay, 2)
 		d.Schedule(recordAt("a", "2"))
 		d.Schedule(recordAt("b", "2"))
 		d.Schedule(recordAt("c", "2"))
@@ -152,8 +149,7 @@ func TestDeferredRecordsWaitOutTheDelay(t *testing.T) {
 		}
 	})
 	t.Run("what waits is told to decisions", func(t *testing.T) {
-		clk := clocktesting.NewFakeClock(time.Now())
-		d := NewDeferred(newAppliedWrites(), clk, delay, time.Second, 0, nil)
+		d, _, _ := newTestDeferred(delay, 0)
 		d.Schedule(recordAt("a", "2"))
 		if v, ok := d.Pending("a", annotations.ObservedGeneration); !ok || v != "2" {
 			t.Fatalf("Pending = %q, %v; want 2", v, ok)
@@ -163,9 +159,7 @@ func TestDeferredRecordsWaitOutTheDelay(t *testing.T) {
 		}
 	})
 	t.Run("no delay: made at once", func(t *testing.T) {
-		clk := clocktesting.NewFakeClock(time.Now())
-		applied := newAppliedWrites()
-		d := NewDeferred(applied, clk, 0, time.Second, 0, nil)
+		d, _, applied := newTestDeferred(0, 0)
 		d.Schedule(recordAt("a", "2"))
 		if got := applied.values(t, 1); got[0] != "a=2" {
 			t.Fatalf("made %v, want a=2 at once", got)

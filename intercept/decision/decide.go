@@ -618,6 +618,9 @@ func (x *decider) addDeferredParentWrite(target ObjectRef, uid types.UID, key, s
 
 func (x *decider) addSideWrite(of SideWrite, key, seen, value, reason string) {
 	d := x.d
+	if of.TargetUID == "" {
+		of.TargetUID = x.uidOf(of.Target)
+	}
 	var sw *SideWrite
 	for i := range d.ParentWrites {
 		if d.ParentWrites[i].Target == of.Target && d.ParentWrites[i].Deferred == of.Deferred {
@@ -760,6 +763,25 @@ func (x *decider) recordObservedGeneration(target ObjectRef, stored map[string]s
 	}
 	x.addDeferredParentWrite(target, storedUID(in.OldObject, obj), annotations.ObservedGeneration, stored[annotations.ObservedGeneration], g,
 		reason+", deferred: the status write names no resourceVersion, so its writer may not have seen generation "+g+" yet")
+}
+
+// uidOf is the uid of target as the decision saw it: the written object
+// as stored, or its parent. A side write lands only on that object, never
+// on one deleted and created again under the same name meanwhile, which
+// is another object with annotations of its own.
+func (x *decider) uidOf(target ObjectRef) types.UID {
+	in := x.in
+	switch {
+	case target == x.d.Child && (in.OldObject != nil || in.NewObject != nil):
+		written := in.NewObject
+		if written == nil {
+			written = in.OldObject
+		}
+		return storedUID(in.OldObject, written)
+	case in.Parent != nil && target == x.parent:
+		return in.Parent.GetUID()
+	}
+	return ""
 }
 
 // storedUID is the uid of the object as stored: a write's body may leave

@@ -9,6 +9,7 @@ import (
 
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/runtime/schema"
+	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/apiserver/pkg/authentication/user"
 
 	"github.com/kausality-io/kausality-proxy/intercept/annotations"
@@ -33,6 +34,10 @@ const (
 
 var rsRef = ObjectRef{APIVersion: "apps/v1", Kind: "ReplicaSet", Namespace: "default", Name: "web-1"}
 var parentRef = ObjectRef{APIVersion: "apps/v1", Kind: "Deployment", Namespace: "default", Name: "web"}
+
+// parentUID is the uid of the parent (and of the object a status write
+// writes, which stands in the parent's place in those tests).
+const parentUID types.UID = "p-uid"
 
 func rsHop(user string, gen int) string {
 	return `{"apiVersion":"apps/v1","kind":"ReplicaSet","name":"web-1","generation":` + itoa(int64(gen)) +
@@ -475,7 +480,7 @@ func TestDecide(t *testing.T) {
 			},
 			want: want{result: Allow, category: Expected, mode: annotations.ModeEnforce, modeSource: ModeFromDefault,
 				child: set(annotations.Trace, hopOnParent(ctrlHop)),
-				parentWrites: []SideWrite{{Target: parentRef, AnnotationChanges: *set(annotations.Approvals, "["+otherAlways+"]"),
+				parentWrites: []SideWrite{{Target: parentRef, TargetUID: parentUID, AnnotationChanges: *set(annotations.Approvals, "["+otherAlways+"]"),
 					Reasons: []string{"prune 1 stale approval(s): the parent's spec is at generation 5"}}}},
 		},
 		{
@@ -486,7 +491,7 @@ func TestDecide(t *testing.T) {
 			},
 			want: want{result: Allow, category: Expected, mode: annotations.ModeEnforce, modeSource: ModeFromDefault,
 				child: set(annotations.Trace, hopOnParent(ctrlHop)),
-				parentWrites: []SideWrite{{Target: parentRef, AnnotationChanges: *set(annotations.Approvals, "["+unreadable+","+otherAlways+"]"),
+				parentWrites: []SideWrite{{Target: parentRef, TargetUID: parentUID, AnnotationChanges: *set(annotations.Approvals, "["+unreadable+","+otherAlways+"]"),
 					Reasons: []string{"prune 1 stale approval(s): the parent's spec is at generation 5"}}}},
 		},
 		{
@@ -567,7 +572,7 @@ func TestDecide(t *testing.T) {
 			want: want{result: Allow, category: DriftApproved, mode: annotations.ModeEnforce, modeSource: ModeFromDefault, drift: true,
 				approval: &a5gen, report: ReportResolved,
 				child: set(annotations.Trace, hopOnParent(ctrlHop)),
-				parentWrites: []SideWrite{{Target: parentRef,
+				parentWrites: []SideWrite{{Target: parentRef, TargetUID: parentUID,
 					AnnotationChanges: *set(annotations.Approvals, `[{"apiVersion":"apps/v1","kind":"ReplicaSet","name":"web-1","generation":5,"mode":"generation"}]`),
 					Reasons:           []string{"prune 1 stale approval(s): the parent's spec is at generation 5"}}}},
 		},
@@ -587,7 +592,7 @@ func TestDecide(t *testing.T) {
 			want: want{result: Allow, category: DriftUnapproved, mode: annotations.ModeLog, modeSource: ModeFromDefault, drift: true, report: ReportDetected, traceOrigin: true,
 				warnings: []string{`kausality: drift allowed in log mode: UPDATE of apps/v1 ReplicaSet default/web-1 by the parent's controller field manager "kube-controller-manager" (user system:serviceaccount:kube-system:deployment-controller) changes spec.replicas (1 → 3) while its parent apps/v1 Deployment default/web (generation 5, observedGeneration 5) is reconciled; approve with kausality.io/approvals entry {"apiVersion":"apps/v1","kind":"ReplicaSet","name":"web-1","generation":5,"mode":"once"}`},
 				child:    set(annotations.Trace, origin(ctrlHop)),
-				parentWrites: []SideWrite{{Target: parentRef, AnnotationChanges: AnnotationChanges{Remove: []string{annotations.Approvals}},
+				parentWrites: []SideWrite{{Target: parentRef, TargetUID: parentUID, AnnotationChanges: AnnotationChanges{Remove: []string{annotations.Approvals}},
 					Reasons: []string{"prune 1 stale approval(s): the parent's spec is at generation 5"}}}},
 		},
 		{
@@ -953,7 +958,7 @@ func TestDecideStatusWrite(t *testing.T) {
 				in.NamesResourceVersion = true
 				return in
 			},
-			writes: []SideWrite{{Target: parentRef,
+			writes: []SideWrite{{Target: parentRef, TargetUID: parentUID,
 				AnnotationChanges: *set(annotations.Controllers, ctrlLong+","+otherLong, annotations.ObservedGeneration, "5"),
 				Reasons:           []string{recordReason(5), "record observed generation (no status.observedGeneration)"},
 				Controller:        ctrlRecord(5)}},
@@ -964,9 +969,9 @@ func TestDecideStatusWrite(t *testing.T) {
 				return statusInput(noManagedFields, noObsGen, setAnn(annotations.Controllers, otherLong))
 			},
 			writes: []SideWrite{
-				{Target: parentRef, AnnotationChanges: *set(annotations.Controllers, ctrlLong+","+otherLong),
+				{Target: parentRef, TargetUID: parentUID, AnnotationChanges: *set(annotations.Controllers, ctrlLong+","+otherLong),
 					Reasons: []string{recordReason(5)}, Controller: ctrlRecord(5)},
-				{Target: parentRef, AnnotationChanges: *set(annotations.ObservedGeneration, "5"), Deferred: true, TargetUID: "p-uid",
+				{Target: parentRef, AnnotationChanges: *set(annotations.ObservedGeneration, "5"), Deferred: true, TargetUID: parentUID,
 					Reasons: []string{"record observed generation (no status.observedGeneration), deferred: the status write names no resourceVersion, so its writer may not have seen generation 5 yet"}},
 			},
 		},
@@ -977,7 +982,7 @@ func TestDecideStatusWrite(t *testing.T) {
 				obsGen(5)(in.NewObject)
 				return in
 			},
-			writes: []SideWrite{{Target: parentRef, AnnotationChanges: *set(annotations.Controllers, ctrlLong),
+			writes: []SideWrite{{Target: parentRef, TargetUID: parentUID, AnnotationChanges: *set(annotations.Controllers, ctrlLong),
 				Reasons: []string{recordReason(5)}, Controller: ctrlRecord(5)}},
 		},
 		{
@@ -987,7 +992,7 @@ func TestDecideStatusWrite(t *testing.T) {
 				obsGen(5)(in.NewObject)
 				return in
 			},
-			writes: []SideWrite{{Target: parentRef, AnnotationChanges: *set(annotations.Controllers, ctrlLong+","+otherLong),
+			writes: []SideWrite{{Target: parentRef, TargetUID: parentUID, AnnotationChanges: *set(annotations.Controllers, ctrlLong+","+otherLong),
 				Reasons: []string{recordReason(5)}, Controller: ctrlRecord(5)}},
 		},
 		{
@@ -997,7 +1002,7 @@ func TestDecideStatusWrite(t *testing.T) {
 				obsGen(9)(in.NewObject)
 				return in
 			},
-			writes: []SideWrite{{Target: parentRef, AnnotationChanges: *set(annotations.Controllers, ctrlLong),
+			writes: []SideWrite{{Target: parentRef, TargetUID: parentUID, AnnotationChanges: *set(annotations.Controllers, ctrlLong),
 				Reasons: []string{recordReason(9)}, Controller: ctrlRecord(9)}},
 		},
 		{
@@ -1007,7 +1012,7 @@ func TestDecideStatusWrite(t *testing.T) {
 				obsGen(5)(in.NewObject)
 				return in
 			},
-			writes: []SideWrite{{Target: parentRef, AnnotationChanges: *set(annotations.Controllers, ctrlLong),
+			writes: []SideWrite{{Target: parentRef, TargetUID: parentUID, AnnotationChanges: *set(annotations.Controllers, ctrlLong),
 				Reasons: []string{recordReason(5)}, Controller: ctrlRecord(5)}},
 		},
 		{
@@ -1035,7 +1040,7 @@ func TestDecideStatusWrite(t *testing.T) {
 				conditions("Ready", "True")(in.NewObject)
 				return in
 			},
-			writes: []SideWrite{{Target: parentRef, AnnotationChanges: *set(annotations.Phase, "initialized"),
+			writes: []SideWrite{{Target: parentRef, TargetUID: parentUID, AnnotationChanges: *set(annotations.Phase, "initialized"),
 				Reasons: []string{"persist lifecycle high-water mark (condition Ready=True)"}}},
 		},
 		{
@@ -1280,21 +1285,33 @@ func TestConfirmWithServer(t *testing.T) {
 // The deferred record names the object as stored: a status patch may
 // leave its uid out ({"metadata":{"uid":null}}), which kube-apiserver fills
 // in again, and the record must still wait, and land only on that object.
-func TestADeferredRecordNamesTheStoredUID(t *testing.T) {
-	in := statusInput(noManagedFields, noObsGen, setAnn(annotations.Controllers, ctrlLong), setAnn(annotations.ObservedGeneration, "4"))
-	in.NewObject.SetUID("")
-	d := Decide(in)
-	deferred := 0
-	for _, sw := range d.ParentWrites {
-		if sw.Deferred {
-			deferred++
-			if sw.TargetUID != "p-uid" {
-				t.Errorf("deferred record with TargetUID %q, want the stored object's p-uid", sw.TargetUID)
+// Every side write names the uid of the object it is about, as stored:
+// one deleted and created again under the same name before the write
+// lands is another object, and a body may leave its uid out or name
+// another.
+func TestSideWritesNameTheStoredUID(t *testing.T) {
+	for _, bodyUID := range []types.UID{"", "another-uid"} {
+		in := statusInput(noManagedFields, noObsGen, delAnn(annotations.Phase), conditions("Ready", "False"),
+			setAnn(annotations.ObservedGeneration, "4"))
+		conditions("Ready", "True")(in.NewObject)
+		in.NewObject.SetUID(bodyUID)
+		d := Decide(in)
+		deferred, immediate := 0, 0
+		for _, sw := range d.ParentWrites {
+			if sw.Deferred {
+				deferred++
+			} else {
+				immediate++
+			}
+			if sw.TargetUID != parentUID {
+				t.Errorf("body uid %q: side write %v names TargetUID %q, want the stored object's %s", bodyUID, sw.Reasons, sw.TargetUID, parentUID)
 			}
 		}
-	}
-	if deferred != 1 {
-		t.Errorf("%d deferred records, want 1: %+v", deferred, d.ParentWrites)
+		// The controller record and the phase at once, the observed
+		// generation deferred.
+		if deferred != 1 || immediate != 1 {
+			t.Errorf("body uid %q: %d deferred and %d immediate side writes, want 1 and 1: %+v", bodyUID, deferred, immediate, d.ParentWrites)
+		}
 	}
 }
 

@@ -100,3 +100,34 @@ func TestAStalePatchedStatusDoesNotSettleTheNewSpec(t *testing.T) {
 	f.waitRecorded(gen, "the patched status is credited with the new generation")
 	f.settleReconcile(size()+1, "Deny/DriftUnapproved")
 }
+
+// TestAKindsOwnUnboundStatusRecordDelay: the config file sets the delay of
+// one kind. Its patched status is credited once that delay has passed,
+// long before the proxy's default (30s), and not at once.
+func TestAKindsOwnUnboundStatusRecordDelay(t *testing.T) {
+	const delay = 3 * time.Second
+	setConfig(t, framework.BaseConfig+fmt.Sprintf(`unboundStatusRecordDelays:
+- apiGroup: %s
+  kind: Widget
+  delay: %s
+`, framework.TestGroup, delay))
+	f := newWGFamily(t, "kinddelay", "enforce")
+
+	f.patchAvailable("True")
+	written := time.Now()
+	gen := f.getWidget().GetGeneration()
+	want := fmt.Sprint(gen)
+	if got := f.recordedObservedGeneration(); got == want {
+		t.Fatalf("the status patch was credited with generation %d at once, before the Widget's delay of %s", gen, delay)
+	}
+	// Well before the default delay: the kind's own was taken.
+	eventually(t, 20*time.Second, "the Widget's status patch credited after its own delay", func() error {
+		if got := f.recordedObservedGeneration(); got != want {
+			return fmt.Errorf("%s = %q, want %s", annotations.ObservedGeneration, got, want)
+		}
+		return nil
+	})
+	if waited := time.Since(written); waited < delay-time.Second {
+		t.Errorf("credited %s after the status patch, before the Widget's delay of %s", waited.Round(time.Millisecond), delay)
+	}
+}

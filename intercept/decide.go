@@ -19,6 +19,7 @@ import (
 	"net/http"
 	"strconv"
 	"sync"
+	"time"
 
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/meta"
@@ -208,6 +209,7 @@ func (i *Interceptor) input(f *facts, parent *parentFacts) decision.Input {
 		StaleUpdate:               f.staleUpdate(),
 		NamesResourceVersion:      rq.w.sub == statusSubresource && f.namesResourceVersion(),
 		ObservedGenerationPending: i.observedGenerationPending(f),
+		UnboundStatusRecordDelay:  i.unboundStatusRecordDelay(rq, f),
 		ObjectLive:                f.childLive,
 		NamesControls:             f.namesControls,
 		Now:                       i.cfg.Clock.Now(),
@@ -276,6 +278,16 @@ func (f *facts) noChangeIsCertain() bool {
 		return f.sent.GetResourceVersion() != "" && f.sent.GetResourceVersion() == f.old.GetResourceVersion()
 	}
 	return false
+}
+
+// unboundStatusRecordDelay is how long a deferred record of the object f's
+// write writes waits: its kind's setting in the config file, else the
+// flag's.
+func (i *Interceptor) unboundStatusRecordDelay(rq *writeRequest, f *facts) time.Duration {
+	if d, ok := rq.settings.UnboundStatusRecordDelay(f.kind.GroupKind()); ok {
+		return d
+	}
+	return i.cfg.UnboundStatusRecordDelay
 }
 
 // observedGenerationPending is the generation a deferred record of the

@@ -126,7 +126,8 @@ type Config struct {
 	ReservationOrphanAge time.Duration
 	// UnboundStatusRecordDelay is how long after a status write that names
 	// no resourceVersion the generation it landed on is recorded for a kind
-	// that reports none (sidewrites.Deferred); 0 records at once.
+	// that reports none (sidewrites.Deferred), unless the config file sets
+	// the kind's own; 0 records at once.
 	UnboundStatusRecordDelay time.Duration
 	// Timers runs the deferred records; nil is the real clock.
 	Timers clock.WithDelayedExecution
@@ -215,7 +216,7 @@ func New(cfg Config) *Interceptor {
 	if cfg.Timers == nil {
 		cfg.Timers = clock.RealClock{}
 	}
-	i.deferred = sidewrites.NewDeferred(i.sideWriter, cfg.Timers, cfg.UnboundStatusRecordDelay, cfg.SideWriteTimeout, 0, cfg.Log)
+	i.deferred = sidewrites.NewDeferred(i.sideWriter, cfg.Timers, cfg.SideWriteTimeout, 0, cfg.Log)
 	registerDeferredMetrics(cfg.Metrics, i.deferred)
 	if cfg.Settlements != nil {
 		cfg.Settlements.Attach(i.settled)

@@ -91,11 +91,11 @@ func (noWrites) Apply(context.Context, decision.SideWrite) error { return nil }
 // are exported.
 func TestDeferredRecordMetrics(t *testing.T) {
 	reg := prometheus.NewRegistry()
-	d := sidewrites.NewDeferred(noWrites{}, clocktesting.NewFakeClock(time.Now()), time.Minute, time.Second, 1, nil)
+	d := sidewrites.NewDeferred(noWrites{}, clocktesting.NewFakeClock(time.Now()), time.Second, 1, nil)
 	registerDeferredMetrics(reg, d)
 	record := func(uid types.UID) decision.SideWrite {
 		return decision.SideWrite{AnnotationChanges: decision.AnnotationChanges{Set: map[string]string{"kausality.io/observedGeneration": "2"}},
-			Deferred: true, TargetUID: uid}
+			Deferred: true, TargetUID: uid, Delay: time.Minute}
 	}
 	d.Schedule(record("a"))
 	d.Schedule(record("b"))

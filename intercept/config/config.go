@@ -1,7 +1,7 @@
 // Package config is the --config file: which writes are intercepted
 // (resource rules, excluded namespaces), how each controller is rolled out
-// (shadow, log or enforce) and how parents' initialization is detected per
-// kind. It is validated on load, errors name the line and the field, and a
+// (shadow, log or enforce), how parents' initialization is detected per
+// kind, and how long a kind's unbound status records wait. It is validated on load, errors name the line and the field, and a
 // Watcher reloads it when the file changes, keeping the last good version
 // when a new one is invalid.
 package config
@@ -12,6 +12,7 @@ import (
 	"fmt"
 	"slices"
 	"strings"
+	"time"
 
 	yaml "go.yaml.in/yaml/v3"
 	"k8s.io/apimachinery/pkg/runtime/schema"
@@ -42,7 +43,27 @@ type File struct {
 	// writes under a settled parent are traced but not gated. Absent:
 	// DefaultUngatedChildKinds. An empty list gates every kind.
 	UngatedChildKinds *[]GroupKind `yaml:"ungatedChildKinds"`
+	// UnboundStatusRecordDelays set, per kind that reports no observed
+	// generation, how long after a status write that names no
+	// resourceVersion the generation it landed on is recorded; kinds not
+	// listed take --unbound-status-record-delay.
+	UnboundStatusRecordDelays []KindDelay `yaml:"unboundStatusRecordDelays"`
 }
+
+// KindDelay is one kind's delay.
+type KindDelay struct {
+	// APIGroup of the kind ("" for core).
+	APIGroup string `yaml:"apiGroup"`
+	Kind     string `yaml:"kind"`
+	// Delay is a Go duration ("45s", "2m"); "0s" records at once.
+	Delay string `yaml:"delay"`
+}
+
+// MaxUnboundStatusRecordDelay bounds a kind's delay: until its record
+// lands, a parent counts as carrying out its spec, so its controller's
+// writes pass as Expected. An hour is longer than any operator should
+// take to act on a spec change it has been told of.
+const MaxUnboundStatusRecordDelay = time.Hour
 
 // GroupKind names a kind.
 type GroupKind struct {
@@ -111,6 +132,18 @@ type Config struct {
 	Lifecycle   *lifecycle.Detector
 	// UngatedChildKinds: see File.UngatedChildKinds.
 	UngatedChildKinds []schema.GroupKind
+	// UnboundStatusRecordDelays: see File.UnboundStatusRecordDelays.
+	UnboundStatusRecordDelays map[schema.GroupKind]time.Duration
+}
+
+// UnboundStatusRecordDelay is the delay of kind's records, and whether
+// the file sets one.
+func (c *Config) UnboundStatusRecordDelay(kind schema.GroupKind) (time.Duration, bool) {
+	if c == nil {
+		return 0, false
+	}
+	d, ok := c.UnboundStatusRecordDelays[kind]
+	return d, ok
 }
 
 // Default is the configuration without a file.
@@ -274,6 +307,35 @@ func Parse(data []byte) (*Config, error) {
 			}
 			cfg.UngatedChildKinds = append(cfg.UngatedChildKinds, schema.GroupKind{Group: k.APIGroup, Kind: k.Kind})
 		}
+	}
+
+	for i, k := range f.UnboundStatusRecordDelays {
+		path := fmt.Sprintf("unboundStatusRecordDelays[%d]", i)
+		gk := schema.GroupKind{Group: k.APIGroup, Kind: k.Kind}
+		if k.Kind == "" {
+			fail(path+".kind", "required")
+		} else if _, dup := cfg.UnboundStatusRecordDelays[gk]; dup {
+			fail(path+".kind", "%s is listed twice", gk.String())
+		}
+		d, err := time.ParseDuration(k.Delay)
+		switch {
+		case k.Delay == "":
+			fail(path+".delay", "required: a duration such as \"45s\" or \"2m\" (\"0s\" records at once)")
+			continue
+		case err != nil:
+			fail(path+".delay", "must be a duration such as \"45s\" or \"2m\", not %q", k.Delay)
+			continue
+		case d < 0:
+			fail(path+".delay", "must not be negative, not %s", k.Delay)
+			continue
+		case d > MaxUnboundStatusRecordDelay:
+			fail(path+".delay", "must be at most %s (until the record lands, the parent's controller writes pass as carrying out its spec), not %s", MaxUnboundStatusRecordDelay, k.Delay)
+			continue
+		}
+		if cfg.UnboundStatusRecordDelays == nil {
+			cfg.UnboundStatusRecordDelays = map[schema.GroupKind]time.Duration{}
+		}
+		cfg.UnboundStatusRecordDelays[gk] = d
 	}
 
 	if len(errs) > 0 {

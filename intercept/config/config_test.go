@@ -5,8 +5,10 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
+	"time"
 
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/apiserver/pkg/authentication/user"
 
 	"github.com/kausality-io/kausality-proxy/intercept/annotations"
@@ -45,6 +47,12 @@ lifecycle:
 - apiGroup: apps
   kind: ReplicaSet
   order: [ObservedGenerationCurrent]
+unboundStatusRecordDelays:
+- apiGroup: cache.example.com
+  kind: Memcached
+  delay: 2m
+- kind: ConfigMap
+  delay: 0s
 `
 
 func TestParseValid(t *testing.T) {
@@ -97,6 +105,23 @@ func TestParseValid(t *testing.T) {
 	if got := cfg.Lifecycle.Detect(rs).Phase; got != lifecycle.Initialized {
 		t.Errorf("ReplicaSet with ObservedGenerationCurrent: %s", got)
 	}
+	for _, tc := range []struct {
+		kind  schema.GroupKind
+		want  time.Duration
+		found bool
+	}{
+		{schema.GroupKind{Group: "cache.example.com", Kind: "Memcached"}, 2 * time.Minute, true},
+		{schema.GroupKind{Kind: "ConfigMap"}, 0, true},
+		{schema.GroupKind{Group: "example.com", Kind: "Memcached"}, 0, false},
+		{schema.GroupKind{Kind: "Memcached"}, 0, false},
+	} {
+		if got, found := cfg.UnboundStatusRecordDelay(tc.kind); got != tc.want || found != tc.found {
+			t.Errorf("UnboundStatusRecordDelay(%s) = %s, %v; want %s, %v", tc.kind, got, found, tc.want, tc.found)
+		}
+	}
+	if _, found := Default().UnboundStatusRecordDelay(schema.GroupKind{Group: "cache.example.com", Kind: "Memcached"}); found {
+		t.Error("the default configuration sets a delay of its own")
+	}
 }
 
 func TestParseErrorsNameLineAndField(t *testing.T) {
@@ -120,6 +145,18 @@ func TestParseErrorsNameLineAndField(t *testing.T) {
 			`line 5: lifecycle[0].order[0]: unknown initialization check "Whenever"`},
 		{"subresource rule", "apiVersion: kausality.io/v1alpha1\nkind: ProxyConfiguration\nresourceRules:\n  include:\n  - apiGroups: [apps]\n    resources: [deployments/scale]\n",
 			`line 5: resourceRules.include[0]: resource "deployments/scale": subresources are not selected by rules`},
+		{"delay without a unit", "apiVersion: kausality.io/v1alpha1\nkind: ProxyConfiguration\nunboundStatusRecordDelays:\n- kind: Memcached\n  delay: \"45\"\n",
+			`line 5: unboundStatusRecordDelays[0].delay: must be a duration such as "45s" or "2m", not "45"`},
+		{"negative delay", "apiVersion: kausality.io/v1alpha1\nkind: ProxyConfiguration\nunboundStatusRecordDelays:\n- kind: Memcached\n  delay: -1s\n",
+			`line 5: unboundStatusRecordDelays[0].delay: must not be negative, not -1s`},
+		{"delay beyond the bound", "apiVersion: kausality.io/v1alpha1\nkind: ProxyConfiguration\nunboundStatusRecordDelays:\n- kind: Memcached\n  delay: 2h\n",
+			`line 5: unboundStatusRecordDelays[0].delay: must be at most 1h0m0s (until the record lands, the parent's controller writes pass as carrying out its spec), not 2h`},
+		{"missing delay", "apiVersion: kausality.io/v1alpha1\nkind: ProxyConfiguration\nunboundStatusRecordDelays:\n- kind: Memcached\n",
+			`line 4: unboundStatusRecordDelays[0].delay: required: a duration such as "45s" or "2m" ("0s" records at once)`},
+		{"delay without a kind", "apiVersion: kausality.io/v1alpha1\nkind: ProxyConfiguration\nunboundStatusRecordDelays:\n- apiGroup: cache.example.com\n  delay: 1m\n",
+			`line 4: unboundStatusRecordDelays[0].kind: required`},
+		{"a kind listed twice", "apiVersion: kausality.io/v1alpha1\nkind: ProxyConfiguration\nunboundStatusRecordDelays:\n- apiGroup: cache.example.com\n  kind: Memcached\n  delay: 1m\n- apiGroup: cache.example.com\n  kind: Memcached\n  delay: 2m\n",
+			`line 8: unboundStatusRecordDelays[1].kind: Memcached.cache.example.com is listed twice`},
 		{"wrong kind", "apiVersion: kausality.io/v1alpha1\nkind: Config\n", `line 2: kind: must be "ProxyConfiguration", not "Config"`},
 		{"not yaml", "apiVersion: [\n", "not valid YAML"},
 		{"wrong type", "apiVersion: kausality.io/v1alpha1\nkind: ProxyConfiguration\ncontrollers: 5\n", "line 3: cannot unmarshal !!int `5` into []config.Controller"},

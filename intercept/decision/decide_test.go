@@ -1315,6 +1315,28 @@ func TestSideWritesNameTheStoredUID(t *testing.T) {
 	}
 }
 
+// A deferred record waits the delay of the written kind, which the input
+// carries; the writes made at once wait nothing.
+func TestADeferredRecordWaitsTheInputsDelay(t *testing.T) {
+	in := statusInput(noManagedFields, noObsGen, setAnn(annotations.ObservedGeneration, "4"))
+	in.UnboundStatusRecordDelay = 2 * time.Minute
+	deferred := 0
+	for _, sw := range Decide(in).ParentWrites {
+		switch {
+		case sw.Deferred:
+			deferred++
+			if sw.Delay != 2*time.Minute {
+				t.Errorf("the deferred record waits %s, want 2m", sw.Delay)
+			}
+		case sw.Delay != 0:
+			t.Errorf("side write %v made at once has a delay of %s", sw.Reasons, sw.Delay)
+		}
+	}
+	if deferred != 1 {
+		t.Errorf("%d deferred records, want 1", deferred)
+	}
+}
+
 // While the record of a status write waits, a second status writer of the
 // same generation observes nothing new: it is not recorded as controller,
 // as it would not be once the record has landed.

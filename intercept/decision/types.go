@@ -267,6 +267,10 @@ type Input struct {
 	// for it observes nothing new up to it, so it records no new
 	// controller.
 	ObservedGenerationPending int64
+	// UnboundStatusRecordDelay is how long a deferred record of this
+	// object's observed generation waits (SideWrite.Delay): the written
+	// kind's setting in the config file, else the proxy's flag.
+	UnboundStatusRecordDelay time.Duration
 	// StaleUpdate: a PUT naming a resourceVersion other than OldObject's.
 	// kube-apiserver refuses it with a conflict, so the annotations it
 	// carries are an old copy, not an edit.
@@ -392,6 +396,9 @@ type SideWrite struct {
 	// has not acted on yet.
 	Deferred  bool      `json:"deferred,omitempty"`
 	TargetUID types.UID `json:"targetUID,omitempty"`
+	// Delay is how long a deferred write waits after the write that asked
+	// for it (Input.UnboundStatusRecordDelay); 0 makes it at once.
+	Delay time.Duration `json:"delay,omitempty"`
 }
 
 // ControllerRecord is the user a status write records as controller.

@@ -23,14 +23,15 @@ import (
 const DefaultMaxDeferred = 10000
 
 // Deferred makes the side writes a decision defers (decision.SideWrite
-// Deferred) once Delay has passed since the write that asked for them.
+// Deferred) once their Delay has passed since the write that asked for
+// them: the written kind's delay in the config file, else the proxy's.
 //
 // The writer of a status write that names no resourceVersion may have
 // read its object before the object's latest spec change: kube-apiserver
 // applies such a write to whatever is stored. Recording the generation it
 // landed on at once would settle the parent at a spec its controller has
 // not acted on yet, and the controller's writes that carry it out would be
-// refused as drift. After Delay, the controller has had the time to see
+// refused as drift. After the delay, the controller has had the time to see
 // the change; a parent it has not acted on by then is its own doing.
 //
 // One write waits per target uid. A later write for the same target with
@@ -43,7 +44,6 @@ const DefaultMaxDeferred = 10000
 type Deferred struct {
 	writer  Applier
 	clock   clock.WithDelayedExecution
-	delay   time.Duration
 	max     int
 	timeout time.Duration
 	log     *zap.Logger
@@ -65,24 +65,24 @@ type deferredWrite struct {
 }
 
 // NewDeferred returns a Deferred that makes its writes with writer, each
-// bounded by timeout, delay after they were asked for. max bounds the
-// targets waiting (DefaultMaxDeferred when 0).
-func NewDeferred(writer Applier, clk clock.WithDelayedExecution, delay, timeout time.Duration, max int, log *zap.Logger) *Deferred {
+// bounded by timeout, once their delay has passed. max bounds the targets
+// waiting (DefaultMaxDeferred when 0).
+func NewDeferred(writer Applier, clk clock.WithDelayedExecution, timeout time.Duration, max int, log *zap.Logger) *Deferred {
 	if max <= 0 {
 		max = DefaultMaxDeferred
 	}
 	if log == nil {
 		log = zap.NewNop()
 	}
-	return &Deferred{writer: writer, clock: clk, delay: delay, max: max, timeout: timeout, log: log, pending: map[types.UID]*deferredWrite{}}
+	return &Deferred{writer: writer, clock: clk, max: max, timeout: timeout, log: log, pending: map[types.UID]*deferredWrite{}}
 }
 
-// Schedule makes sw once the delay has passed. A write without a target
+// Schedule makes sw once sw.Delay has passed. A write without a target
 // uid, or with no delay, is made at once (in the background); one beyond
 // the bound is dropped.
 func (d *Deferred) Schedule(sw decision.SideWrite) {
 	uid := sw.TargetUID
-	if d.delay <= 0 || uid == "" {
+	if sw.Delay <= 0 || uid == "" {
 		go d.apply(sw)
 		return
 	}
@@ -105,7 +105,7 @@ func (d *Deferred) Schedule(sw decision.SideWrite) {
 		return
 	}
 	w := &deferredWrite{sw: sw}
-	w.timer = d.clock.AfterFunc(d.delay, func() {
+	w.timer = d.clock.AfterFunc(sw.Delay, func() {
 		d.mu.Lock()
 		if d.pending[uid] != w {
 			d.mu.Unlock()

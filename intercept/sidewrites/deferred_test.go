@@ -55,18 +55,25 @@ func (a *appliedWrites) values(t *testing.T, want int) []string {
 }
 
 // newTestDeferred is a Deferred with a fake clock and recorded writes.
-func newTestDeferred(delay time.Duration, max int) (*Deferred, *clocktesting.FakeClock, *appliedWrites) {
+func newTestDeferred(max int) (*Deferred, *clocktesting.FakeClock, *appliedWrites) {
 	clk := clocktesting.NewFakeClock(time.Now())
 	applied := newAppliedWrites()
-	return NewDeferred(applied, clk, delay, time.Second, max, nil), clk, applied
+	return NewDeferred(applied, clk, time.Second, max, nil), clk, applied
 }
 
+// testDelay is the delay of the records recordAt asks for.
+const testDelay = 30 * time.Second
+
 func recordAt(uid types.UID, generation string) decision.SideWrite {
+	return recordAfter(uid, generation, testDelay)
+}
+
+func recordAfter(uid types.UID, generation string, delay time.Duration) decision.SideWrite {
 	return decision.SideWrite{
 		Target:            decision.ObjectRef{APIVersion: "cache.example.com/v1alpha1", Kind: "Memcached", Namespace: "ns", Name: string(uid)},
 		AnnotationChanges: decision.AnnotationChanges{Set: map[string]string{annotations.ObservedGeneration: generation}},
 		Seen:              map[string]string{annotations.ObservedGeneration: "1"},
-		Deferred:          true, TargetUID: uid,
+		Deferred:          true, TargetUID: uid, Delay: delay,
 	}
 }
 
@@ -74,9 +81,9 @@ func recordAt(uid types.UID, generation string) decision.SideWrite {
 // has passed since the write; the same record asked for again keeps its
 // deadline, another one waits anew, and each target waits on its own.
 func TestDeferredRecordsWaitOutTheDelay(t *testing.T) {
-	const delay = 30 * time.Second
+	const delay = testDelay
 	t.Run("made only once the delay has passed", func(t *testing.T) {
-		d, clk, applied := newTestDeferred(delay, 0)
+		d, clk, applied := newTestDeferred(0)
 		d.Schedule(recordAt("a", "2"))
 		clk.Step(delay - time.Second)
 		if got := applied.values(t, 0); len(got) != 0 {
@@ -91,7 +98,7 @@ func TestDeferredRecordsWaitOutTheDelay(t *testing.T) {
 		}
 	})
 	t.Run("the same record asked for again keeps the first deadline", func(t *testing.T) {
-		d, clk, applied := newTestDeferred(delay, 0)
+		d, clk, applied := newTestDeferred(0)
 		d.Schedule(recordAt("a", "2"))
 		clk.Step(20 * time.Second)
 		d.Schedule(recordAt("a", "2"))
@@ -101,7 +108,7 @@ func TestDeferredRecordsWaitOutTheDelay(t *testing.T) {
 		}
 	})
 	t.Run("a newer record replaces the waiting one and waits anew", func(t *testing.T) {
-		d, clk, applied := newTestDeferred(delay, 0)
+		d, clk, applied := newTestDeferred(0)
 		d.Schedule(recordAt("a", "2"))
 		clk.Step(20 * time.Second)
 		d.Schedule(recordAt("a", "3"))
@@ -115,7 +122,7 @@ func TestDeferredRecordsWaitOutTheDelay(t *testing.T) {
 		}
 	})
 	t.Run("targets wait on their own", func(t *testing.T) {
-		d, clk, applied := newTestDeferred(delay, 0)
+		d, clk, applied := newTestDeferred(0)
 		d.Schedule(recordAt("a", "2"))
 		clk.Step(10 * time.Second)
 		d.Schedule(recordAt("b", "5"))
@@ -129,7 +136,7 @@ func TestDeferredRecordsWaitOutTheDelay(t *testing.T) {
 		}
 	})
 	t.Run("beyond the bound a record is dropped, never made at once", func(t *testing.T) {
-		d, clk, applied := newTestDeferred(delay, 2)
+		d, clk, applied := newTestDeferred(2)
 		d.Schedule(recordAt("a", "2"))
 		d.Schedule(recordAt("b", "2"))
 		d.Schedule(recordAt("c", "2"))
@@ -149,7 +156,7 @@ func TestDeferredRecordsWaitOutTheDelay(t *testing.T) {
 		}
 	})
 	t.Run("what waits is told to decisions", func(t *testing.T) {
-		d, _, _ := newTestDeferred(delay, 0)
+		d, _, _ := newTestDeferred(0)
 		d.Schedule(recordAt("a", "2"))
 		if v, ok := d.Pending("a", annotations.ObservedGeneration); !ok || v != "2" {
 			t.Fatalf("Pending = %q, %v; want 2", v, ok)
@@ -159,10 +166,27 @@ func TestDeferredRecordsWaitOutTheDelay(t *testing.T) {
 		}
 	})
 	t.Run("no delay: made at once", func(t *testing.T) {
-		d, _, applied := newTestDeferred(0, 0)
-		d.Schedule(recordAt("a", "2"))
+		d, _, applied := newTestDeferred(0)
+		d.Schedule(recordAfter("a", "2", 0))
 		if got := applied.values(t, 1); got[0] != "a=2" {
 			t.Fatalf("made %v, want a=2 at once", got)
+		}
+	})
+	t.Run("each record waits its own delay", func(t *testing.T) {
+		d, clk, applied := newTestDeferred(0)
+		d.Schedule(recordAfter("slow", "2", 2*time.Minute))
+		d.Schedule(recordAfter("fast", "7", 5*time.Second))
+		clk.Step(5 * time.Second)
+		if got := applied.values(t, 1); got[0] != "fast=7" {
+			t.Fatalf("made %v, want only fast=7 after 5s", got)
+		}
+		clk.Step(2*time.Minute - 6*time.Second)
+		if got := applied.values(t, 0); len(got) != 1 {
+			t.Fatalf("made %v before the 2m delay", got)
+		}
+		clk.Step(time.Second)
+		if got := applied.values(t, 1); got[1] != "slow=2" {
+			t.Fatalf("made %v, want slow=2 after 2m", got)
 		}
 	})
 }

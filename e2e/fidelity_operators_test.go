@@ -151,33 +151,87 @@ func runAvailableOnlyOperator(t *testing.T, c *fidelityCase) {
 	w.requireNoOperatorFalseDenials(t, "life cycle")
 	w.settled = true
 	w.step(t, "drift: a person scales the operator's Deployment, the operator's reverts are denied", func() {
-		want := size()
-		d := &injectedDrift{what: "a person's scale of the operator's Deployment", controller: f.ctrl.user, resource: "deployments", name: f.widget}
-		w.scriptedDrift(t, d, func() {
-			err := retry.RetryOnConflict(retry.DefaultRetry, func() error {
-				dep, err := f.alice.kube.AppsV1().Deployments(f.ns).Get(ctx, f.widget, metav1.GetOptions{})
-				if err != nil {
-					return err
-				}
-				dep.Spec.Replicas = ptr.To(want + 2)
-				_, err = f.alice.kube.AppsV1().Deployments(f.ns).Update(ctx, dep, metav1.UpdateOptions{})
-				return err
-			})
-			mustf(t, err, "a person scales the operator's Deployment")
-		}, func() error {
-			return f.reconcileSize(want, false)
-		}, func() error {
-			dep, err := w.admin.AppsV1().Deployments(f.ns).Get(ctx, f.widget, metav1.GetOptions{})
+		w.personScalesOperatorDeployment(t, f)
+	})
+}
+
+// runPatchedAvailableOperator: the memcached pattern with its status
+// written as controller-runtime's Status().Patch with client.MergeFrom
+// writes it, a merge patch that names no resourceVersion. The proxy
+// credits such a patch with the generation it landed on only after
+// --unbound-status-record-delay (the suite runs with the default), so
+// each step waits for the record before the operator's reverts are drift
+// again. After each of a person's spec changes, the patch of the status
+// the operator computed before the change lands first: it must not
+// settle the Widget at the new spec, or the operator's scale that carries
+// the change out would be refused.
+func runPatchedAvailableOperator(t *testing.T, c *fidelityCase) {
+	w := c.workload
+	f := newWGFamily(t, "fidelity-patched", "enforce")
+	w.ns, c.widget = f.ns, f.widget
+	readyPods(t, f.ns)
+	ctx := context.Background()
+	size := f.widgetSize
+	w.step(t, "the operator patches Available Unknown, creates its Deployment, then patches Available True", func() {
+		f.patchAvailable("Unknown")
+		_, err := f.ctrl.kube.AppsV1().Deployments(f.ns).Create(ctx, f.memcachedDeployment(size()), metav1.CreateOptions{FieldManager: wgManager})
+		mustf(t, err, "the operator creates its Deployment")
+		w.waitOperatorDeployment(t, f, size())
+		f.patchAvailable("True")
+		f.waitRecorded(f.getWidget().GetGeneration(), "the Widget's patched status is credited with its generation")
+		f.settleReconcile(size()+1, "Deny/DriftUnapproved")
+	})
+	for i := 0; i < 2; i++ {
+		w.step(t, fmt.Sprintf("a person changes spec.size to %d; the operator's stale status patch lands, then it scales its Deployment and patches Available True", size()+1), func() {
+			generation := f.bumpSpec()
+			f.patchAvailable("True")
+			f.settleReconcile(size(), "Allow/Expected")
+			mustf(t, f.reconcileSize(size(), false), "the operator scales its Deployment to %d after its stale status patch", size())
+			w.waitOperatorDeployment(t, f, size())
+			f.patchAvailable("True")
+			f.waitRecorded(generation, "the Widget's patched status is credited with the new generation")
+			f.settleReconcile(size()+1, "Deny/DriftUnapproved")
+		})
+	}
+	w.requireNoOperatorFalseDenials(t, "life cycle")
+	w.settled = true
+	w.step(t, "drift: a person scales the operator's Deployment, the operator's reverts are denied", func() {
+		w.personScalesOperatorDeployment(t, f)
+	})
+}
+
+// personScalesOperatorDeployment injects the memcached rows' drift: a
+// person scales the operator's Deployment, and each of the operator's
+// reverts is denied while the person's size stands.
+func (w *workload) personScalesOperatorDeployment(t *testing.T, f *wgFamily) {
+	t.Helper()
+	ctx := context.Background()
+	want := f.widgetSize()
+	d := &injectedDrift{what: "a person's scale of the operator's Deployment", controller: f.ctrl.user, resource: "deployments", name: f.widget}
+	w.scriptedDrift(t, d, func() {
+		err := retry.RetryOnConflict(retry.DefaultRetry, func() error {
+			dep, err := f.alice.kube.AppsV1().Deployments(f.ns).Get(ctx, f.widget, metav1.GetOptions{})
 			if err != nil {
 				return err
 			}
-			if *dep.Spec.Replicas != want+2 {
-				return fmt.Errorf("replicas %d", *dep.Spec.Replicas)
-			}
-			return nil
+			dep.Spec.Replicas = ptr.To(want + 2)
+			_, err = f.alice.kube.AppsV1().Deployments(f.ns).Update(ctx, dep, metav1.UpdateOptions{})
+			return err
 		})
-		w.waitOperatorDeployment(t, f, want+2)
+		mustf(t, err, "a person scales the operator's Deployment")
+	}, func() error {
+		return f.reconcileSize(want, false)
+	}, func() error {
+		dep, err := w.admin.AppsV1().Deployments(f.ns).Get(ctx, f.widget, metav1.GetOptions{})
+		if err != nil {
+			return err
+		}
+		if *dep.Spec.Replicas != want+2 {
+			return fmt.Errorf("replicas %d", *dep.Spec.Replicas)
+		}
+		return nil
 	})
+	w.waitOperatorDeployment(t, f, want+2)
 }
 
 // waitOperatorDeployment waits until kube-controller-manager has rolled

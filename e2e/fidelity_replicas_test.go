@@ -33,6 +33,7 @@ func init() {
 		return []*fidelityCase{
 			operator("Widget → Gadget, observedGeneration only in the Ready condition", runConditionsOnlyOperator),
 			operator("Widget → Deployment, only an Available condition (memcached pattern)", runAvailableOnlyOperator),
+			operator("Widget → Deployment, only an Available condition, status patched without a resourceVersion", runPatchedAvailableOperator),
 		}
 	}
 	fidelityAllowancePolicies = applyShippedAllowancePolicies

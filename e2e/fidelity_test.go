@@ -419,7 +419,7 @@ the proxy judges to be drift is denied. A person (a client-certificate user thro
 the workloads; the controllers do the rest. There is no kubelet and no scheduler: the test marks pods Running and Ready
 (pods of Jobs Succeeded) and keeps two fake nodes Ready, as a kubelet would.
 
-Two rows are custom resources driven by an in-test operator that writes through the proxy with its own service
+Three rows are custom resources driven by an in-test operator that writes through the proxy with its own service
 account, as an operator deployed in the cluster would:
 
 - **Widget → Gadget, observedGeneration only in the Ready condition**: the operator reports its progress only as
@@ -429,6 +429,10 @@ account, as an operator deployed in the cluster would:
 - **Widget → Deployment, only an Available condition (memcached pattern)**: the operator-sdk memcached sample's
   shape: ` + "`Available`" + ` Unknown on the first reconcile, True once its Deployment has the size the spec asks for, and
   no observed generation anywhere. Its Deployment is rolled out by kube-controller-manager, whose writes are counted too.
+- **Widget → Deployment, only an Available condition, status patched without a resourceVersion**: the same operator
+  writing its status as controller-runtime's ` + "`Status().Patch`" + ` with ` + "`client.MergeFrom`" + ` does, a merge patch
+  that names no resourceVersion, with the proxy's default ` + "`--unbound-status-record-delay`" + ` (30s). After each of a
+  person's spec changes, the patch of the status it computed before lands first; then it scales its Deployment.
 
 The operators are scripted, not reconciling in a loop: each injected drift's revert is attempted three times, a
 second apart. Dry-run probes the test sends as the operator, to wait until the proxy's cache has seen a change, are

@@ -590,24 +590,25 @@ func (x *decider) pruneApprovals() {
 }
 
 func (x *decider) setApprovalsSideWrite(value string, pruned int) {
-	x.addParentWrite(x.parent, annotations.Approvals, x.parAnn[annotations.Approvals], value,
+	x.addParentWrite(x.parent, x.parentUID(), annotations.Approvals, x.parAnn[annotations.Approvals], value,
 		"prune "+strconv.Itoa(pruned)+" stale approval(s): the parent's spec is at generation "+itoa(x.window().From))
 }
 
-// parentWriteIndex is the index of target's side write, -1 without one.
-func (x *decider) parentWriteIndex(target ObjectRef) int {
+// parentWriteIndex is the index of the side write made at once on
+// target, the object with uid, -1 without one.
+func (x *decider) parentWriteIndex(target ObjectRef, uid types.UID) int {
 	for i := range x.d.ParentWrites {
-		if x.d.ParentWrites[i].Target == target && !x.d.ParentWrites[i].Deferred {
+		if x.d.ParentWrites[i].Target == target && x.d.ParentWrites[i].TargetUID == uid && !x.d.ParentWrites[i].Deferred {
 			return i
 		}
 	}
 	return -1
 }
 
-// addParentWrite adds an annotation change for target from seen (the
-// value in the snapshot) to value; value "" removes.
-func (x *decider) addParentWrite(target ObjectRef, key, seen, value, reason string) {
-	x.addSideWrite(SideWrite{Target: target}, key, seen, value, reason)
+// addParentWrite adds an annotation change for target, the object with
+// uid, from seen (the value in the snapshot) to value; value "" removes.
+func (x *decider) addParentWrite(target ObjectRef, uid types.UID, key, seen, value, reason string) {
+	x.addSideWrite(SideWrite{Target: target, TargetUID: uid}, key, seen, value, reason)
 }
 
 // addDeferredParentWrite is addParentWrite for a change made only after
@@ -618,12 +619,9 @@ func (x *decider) addDeferredParentWrite(target ObjectRef, uid types.UID, key, s
 
 func (x *decider) addSideWrite(of SideWrite, key, seen, value, reason string) {
 	d := x.d
-	if of.TargetUID == "" {
-		of.TargetUID = x.uidOf(of.Target)
-	}
 	var sw *SideWrite
 	for i := range d.ParentWrites {
-		if d.ParentWrites[i].Target == of.Target && d.ParentWrites[i].Deferred == of.Deferred {
+		if d.ParentWrites[i].Target == of.Target && d.ParentWrites[i].TargetUID == of.TargetUID && d.ParentWrites[i].Deferred == of.Deferred {
 			sw = &d.ParentWrites[i]
 		}
 	}
@@ -734,7 +732,7 @@ func (x *decider) statusWrite() {
 	x.recordStatusWriter(false)
 	if stored[annotations.Phase] != annotations.PhaseInitialized {
 		if lc := in.Lifecycle.Detect(obj); lc.Phase == lifecycle.Initialized && lc.Persist {
-			x.addParentWrite(target, annotations.Phase, stored[annotations.Phase], annotations.PhaseInitialized,
+			x.addParentWrite(target, x.writtenUID(), annotations.Phase, stored[annotations.Phase], annotations.PhaseInitialized,
 				"persist lifecycle high-water mark ("+lc.Reason+")")
 		}
 	}
@@ -758,30 +756,34 @@ func (x *decider) recordObservedGeneration(target ObjectRef, stored map[string]s
 	}
 	reason := "record observed generation (no status.observedGeneration)"
 	if in.NamesResourceVersion {
-		x.addParentWrite(target, annotations.ObservedGeneration, stored[annotations.ObservedGeneration], g, reason)
+		x.addParentWrite(target, x.writtenUID(), annotations.ObservedGeneration, stored[annotations.ObservedGeneration], g, reason)
 		return
 	}
-	x.addDeferredParentWrite(target, storedUID(in.OldObject, obj), annotations.ObservedGeneration, stored[annotations.ObservedGeneration], g,
+	x.addDeferredParentWrite(target, x.writtenUID(), annotations.ObservedGeneration, stored[annotations.ObservedGeneration], g,
 		reason+", deferred: the status write names no resourceVersion, so its writer may not have seen generation "+g+" yet")
 }
 
-// uidOf is the uid of target as the decision saw it: the written object
-// as stored, or its parent. A side write lands only on that object, never
-// on one deleted and created again under the same name meanwhile, which
-// is another object with annotations of its own.
-func (x *decider) uidOf(target ObjectRef) types.UID {
-	in := x.in
-	switch {
-	case target == x.d.Child && (in.OldObject != nil || in.NewObject != nil):
-		written := in.NewObject
-		if written == nil {
-			written = in.OldObject
-		}
-		return storedUID(in.OldObject, written)
-	case in.Parent != nil && target == x.parent:
-		return in.Parent.GetUID()
+// writtenUID is the uid of the written object as stored, for the side
+// writes on it. A side write lands only on the object the decision saw,
+// never on one deleted and created again under the same name meanwhile,
+// which is another object with annotations of its own.
+func (x *decider) writtenUID() types.UID {
+	written := x.in.NewObject
+	if written == nil {
+		written = x.in.OldObject
 	}
-	return ""
+	if written == nil {
+		return ""
+	}
+	return storedUID(x.in.OldObject, written)
+}
+
+// parentUID is the uid of the parent snapshot, for the side writes on it.
+func (x *decider) parentUID() types.UID {
+	if x.in.Parent == nil {
+		return ""
+	}
+	return x.in.Parent.GetUID()
 }
 
 // storedUID is the uid of the object as stored: a write's body may leave
@@ -823,9 +825,9 @@ func (x *decider) recordStatusWriter(reported bool) {
 		d.Warnings = append(d.Warnings, "kausality: "+d.Actor.User+" is not recorded in "+annotations.Controllers+" of "+target.String()+
 			": "+refusal+"; if it is the new controller, a person resets the record with `kubectl kausality reset-controllers`")
 	case changed:
-		x.addParentWrite(target, annotations.Controllers, stored[annotations.Controllers], v,
+		x.addParentWrite(target, x.writtenUID(), annotations.Controllers, stored[annotations.Controllers], v,
 			"record "+d.Actor.User+" as controller: its "+shape+" advanced observedGeneration to "+itoa(observed)+" (only once the stored generation has reached it)")
-		x.d.ParentWrites[x.parentWriteIndex(target)].Controller = &ControllerRecord{User: x.user, ObservedGeneration: observed}
+		x.d.ParentWrites[x.parentWriteIndex(target, x.writtenUID())].Controller = &ControllerRecord{User: x.user, ObservedGeneration: observed}
 	}
 }
 

@@ -36,8 +36,10 @@ const DefaultMaxDeferred = 10000
 //
 // One write waits per target uid. A later write for the same target with
 // the same changes keeps the earlier deadline (the record is not pushed
-// back by a controller that writes its status often); other changes
-// replace it and wait anew. What waits lives in this replica's memory: a
+// back by a controller that writes its status often), unless it asks for
+// another delay (the kind's delay was changed in the config file): then
+// the record lands that delay after the first write that asked for it.
+// Other changes replace it and wait anew. What waits lives in this replica's memory: a
 // restart drops it, and the record then waits for the next status write,
 // which only keeps the parent unsettled (its controller's writes Expected)
 // a while longer.
@@ -60,8 +62,14 @@ type Applier interface {
 }
 
 type deferredWrite struct {
-	sw    decision.SideWrite
+	sw decision.SideWrite
+	// asked is when the first write that asked for sw was decided: sw
+	// lands sw.Delay after it.
+	asked time.Time
 	timer clock.Timer
+	// armed counts the timers set for sw: a timer that fired while
+	// another replaced it finds a newer count, and leaves sw alone.
+	armed int
 }
 
 // NewDeferred returns a Deferred that makes its writes with writer, each
@@ -88,15 +96,26 @@ func (d *Deferred) Schedule(sw decision.SideWrite) {
 	}
 	d.mu.Lock()
 	defer d.mu.Unlock()
+	now := d.clock.Now()
 	if w, ok := d.pending[uid]; ok {
 		if sameChanges(w.sw, sw) {
+			if w.sw.Delay != sw.Delay {
+				// The kind's delay changed (a reload of the config
+				// file): the record lands that delay after the first
+				// write that asked for it, sooner or later than it
+				// would have.
+				w.timer.Stop()
+				w.sw.Delay = sw.Delay
+				w.armed++
+				w.timer = d.clock.AfterFunc(max(w.asked.Add(sw.Delay).Sub(now), 0), d.fire(uid, w, w.armed))
+			}
 			return
 		}
 		w.timer.Stop()
 		delete(d.pending, uid)
 	}
 	if len(d.pending) >= d.max {
-		if now := d.clock.Now(); now.Sub(d.lastDropLogged) >= time.Minute {
+		if now.Sub(d.lastDropLogged) >= time.Minute {
 			d.lastDropLogged = now
 			d.log.Warn("too many deferred side writes waiting; dropping new ones (their records wait for a later status write)",
 				zap.String("target", sw.Target.String()), zap.Int("waiting", len(d.pending)))
@@ -104,18 +123,25 @@ func (d *Deferred) Schedule(sw decision.SideWrite) {
 		d.dropped++
 		return
 	}
-	w := &deferredWrite{sw: sw}
-	w.timer = d.clock.AfterFunc(sw.Delay, func() {
+	w := &deferredWrite{sw: sw, asked: now}
+	w.timer = d.clock.AfterFunc(sw.Delay, d.fire(uid, w, w.armed))
+	d.pending[uid] = w
+}
+
+// fire makes w when its timer armed fires, unless another write for uid
+// has replaced it, or another timer this one, meanwhile.
+func (d *Deferred) fire(uid types.UID, w *deferredWrite, armed int) func() {
+	return func() {
 		d.mu.Lock()
-		if d.pending[uid] != w {
+		if d.pending[uid] != w || w.armed != armed {
 			d.mu.Unlock()
 			return
 		}
 		delete(d.pending, uid)
+		sw := w.sw
 		d.mu.Unlock()
 		d.apply(sw)
-	})
-	d.pending[uid] = w
+	}
 }
 
 // Pending returns the value a write waiting for the target with uid sets

@@ -16,6 +16,7 @@ import (
 
 	"github.com/kausality-io/kausality-proxy/authn"
 	"github.com/kausality-io/kausality-proxy/intercept"
+	"github.com/kausality-io/kausality-proxy/intercept/config"
 )
 
 // Options are what the command line (or a test) says. They are turned into a
@@ -147,7 +148,7 @@ func (o *Options) AddFlags(fs *pflag.FlagSet) {
 	fs.DurationVar(&o.ApprovalReservationOrphanAge, "approval-reservation-orphan-age", o.ApprovalReservationOrphanAge,
 		"When a once approval reserved for a write by a replica that has not settled it (it died mid-write) is settled by another replica, from what kube-apiserver stores. An approval never goes back before its write can no longer land (10s past --request-timeout, which the write carries as its timeout), whatever this age. At least 30s.")
 	fs.DurationVar(&o.UnboundStatusRecordDelay, "unbound-status-record-delay", o.UnboundStatusRecordDelay,
-		"For kinds that report no observed generation (kausality.io/observedGeneration is recorded for them): how long after a status write that names no resourceVersion the generation it landed on is recorded. Its writer may have read the object before its latest spec change, and recording at once would refuse that controller's writes for the change as drift. 0 records at once. A kind's own delay in the --config file (unboundStatusRecordDelays) takes precedence.")
+		"For kinds that report no observed generation (kausality.io/observedGeneration is recorded for them): how long after a status write that names no resourceVersion the generation it landed on is recorded. Its writer may have read the object before its latest spec change, and recording at once would refuse that controller's writes for the change as drift. 0 records at once; at most 1h. A kind's own delay in the --config file (unboundStatusRecordDelays) takes precedence.")
 	fs.StringVar(&o.Drifts.SlackChannel, "slack-channel", o.Drifts.SlackChannel, "Slack channel each drift is escalated to, with Approve, Reject and Snooze buttons. Empty: no Slack.")
 	fs.StringVar(&o.Drifts.SlackCredentialsDir, "slack-credentials-dir", o.Drifts.SlackCredentialsDir,
 		"Directory of the mounted Secret holding the Slack files bot-token and signing-secret (never flags).")
@@ -186,6 +187,10 @@ func (o *Options) Validate() []error {
 	}
 	if o.MaxRequestBodyBytes <= 0 {
 		errs = append(errs, fmt.Errorf("--max-request-body-bytes must be positive"))
+	}
+	if o.UnboundStatusRecordDelay < 0 || o.UnboundStatusRecordDelay > config.MaxUnboundStatusRecordDelay {
+		errs = append(errs, fmt.Errorf("--unbound-status-record-delay must be between 0s and %s, not %s: until a record lands, its parent's controller writes pass as carrying out its spec",
+			config.MaxUnboundStatusRecordDelay, o.UnboundStatusRecordDelay))
 	}
 	if o.ApprovalReservationOrphanAge < 30*time.Second {
 		errs = append(errs, fmt.Errorf("--approval-reservation-orphan-age must be at least 30s, not %s: every replica looks for orphaned reservations a third of it apart", o.ApprovalReservationOrphanAge))

@@ -5,6 +5,7 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
+	"time"
 
 	"k8s.io/client-go/rest"
 )
@@ -52,6 +53,35 @@ func TestValidateReportsEveryProblem(t *testing.T) {
 	} {
 		if !strings.Contains(joined, want) {
 			t.Errorf("missing %q in\n%s", want, joined)
+		}
+	}
+}
+
+func TestValidateBoundsTheUnboundStatusRecordDelay(t *testing.T) {
+	for _, tc := range []struct {
+		delay time.Duration
+		valid bool
+	}{
+		{0, true},
+		{30 * time.Second, true},
+		{time.Hour, true},
+		{-time.Second, false},
+		{time.Hour + time.Second, false},
+	} {
+		o := NewOptions()
+		o.UnboundStatusRecordDelay = tc.delay
+		var found string
+		for _, err := range o.Validate() {
+			if strings.Contains(err.Error(), "--unbound-status-record-delay") {
+				found = err.Error()
+			}
+		}
+		if tc.valid && found != "" {
+			t.Errorf("%s: %s", tc.delay, found)
+		}
+		if !tc.valid && found != "--unbound-status-record-delay must be between 0s and 1h0m0s, not "+tc.delay.String()+
+			": until a record lands, its parent's controller writes pass as carrying out its spec" {
+			t.Errorf("%s: got %q", tc.delay, found)
 		}
 	}
 }

@@ -16,13 +16,15 @@ import (
 	"github.com/kausality-io/kausality-proxy/e2e/framework"
 )
 
-// A platform team adds its own attempt kind to ungatedChildKinds: the
-// proxy configured so lets the controller's write of such a child under
-// its settled parent pass, and `kubectl kausality why`, reading the same
-// configuration, says the kind is ungated and why, instead of assuming
-// the defaults.
+// A platform team adds its own attempt kind to ungatedChildKinds, under
+// the kind of parent whose controller makes it by design: the proxy
+// configured so lets the controller's write of such a child under its
+// settled parent pass, and `kubectl kausality why`, reading the same
+// configuration, says the kind is ungated there and why, instead of
+// assuming the defaults.
 func TestWhyUsesTheProxysUngatedKinds(t *testing.T) {
-	cfg := framework.BaseConfig + "ungatedChildKinds:\n- kind: Pod\n- apiGroup: " + framework.TestGroup + "\n  kind: Gadget\n"
+	cfg := framework.BaseConfig + "ungatedChildKinds:\n- kind: Pod\n- apiGroup: " + framework.TestGroup + "\n  kind: Gadget\n  parent:\n    apiGroup: " +
+		framework.TestGroup + "\n    kind: Widget\n"
 	rig := newDriftRig(t, "ungated-why", 0, func(o *framework.ReplicaOptions) { o.Config = cfg })
 	rig.start()
 
@@ -52,7 +54,7 @@ func TestWhyUsesTheProxysUngatedKinds(t *testing.T) {
 		{"from the file", []string{"--proxy-config", file}, "the file " + file},
 	} {
 		out := p.run(append([]string{"-n", rig.f.ns, "why", "gadgets/g"}, tc.args...)...)
-		if !strings.Contains(out, "Ungated:     yes: Gadget children are attempts") || !strings.Contains(out, "ungatedChildKinds from "+tc.source) {
+		if !strings.Contains(out, "Ungated:     yes: Gadget children of a Widget are attempts") || !strings.Contains(out, "ungatedChildKinds from "+tc.source) {
 			t.Errorf("%s: why does not say Gadget is ungated by the proxy's configuration:\n%s", tc.name, out)
 		}
 		if !strings.Contains(out, "Allow (SelfHealing)") {
@@ -63,7 +65,7 @@ func TestWhyUsesTheProxysUngatedKinds(t *testing.T) {
 	// Without a readable configuration why says it assumes the defaults,
 	// where Gadgets are gated.
 	out := p.run("-n", rig.f.ns, "why", "gadgets/g", "--proxy-config-map", rig.f.ns+"/no-such-config")
-	if !strings.Contains(out, "Ungated:     no: Gadget is not in ungatedChildKinds") || !strings.Contains(out, "the defaults: the proxy's configuration, ConfigMap "+rig.f.ns+"/no-such-config, cannot be read") {
+	if !strings.Contains(out, "Ungated:     no: Gadget under a Widget."+framework.TestGroup+" is not in ungatedChildKinds") || !strings.Contains(out, "the defaults: the proxy's configuration, ConfigMap "+rig.f.ns+"/no-such-config, cannot be read") {
 		t.Errorf("why without the proxy's configuration:\n%s", out)
 	}
 }

@@ -20,6 +20,7 @@ import (
 	"k8s.io/apiserver/pkg/authentication/user"
 
 	"github.com/kausality-io/kausality-proxy/intercept/annotations"
+	"github.com/kausality-io/kausality-proxy/intercept/decision"
 	"github.com/kausality-io/kausality-proxy/intercept/lifecycle"
 	"github.com/kausality-io/kausality-proxy/intercept/rules"
 )
@@ -39,10 +40,11 @@ type File struct {
 	Controllers        []Controller   `yaml:"controllers"`
 	Lifecycle          []Lifecycle    `yaml:"lifecycle"`
 	// UngatedChildKinds are child kinds that controllers replace by design
-	// (a Pod a drain evicted, a CronJob's next Job): their controller
-	// writes under a settled parent are traced but not gated. Absent:
+	// (a Pod a drain evicted, a CronJob's next Job), each under every
+	// parent or under parents of one kind: their controller writes under a
+	// settled parent are traced but not gated. Absent:
 	// DefaultUngatedChildKinds. An empty list gates every kind.
-	UngatedChildKinds *[]GroupKind `yaml:"ungatedChildKinds"`
+	UngatedChildKinds *[]UngatedChildKind `yaml:"ungatedChildKinds"`
 	// UnboundStatusRecordDelays set, per kind that reports no observed
 	// generation, how long after a status write that names no
 	// resourceVersion the generation it landed on is recorded; kinds not
@@ -72,18 +74,30 @@ type GroupKind struct {
 	Kind     string `yaml:"kind"`
 }
 
+// UngatedChildKind is an ungated child kind: under every parent, or only
+// under parents of the kind Parent names.
+type UngatedChildKind struct {
+	// APIGroup of the kind ("" for core).
+	APIGroup string     `yaml:"apiGroup"`
+	Kind     string     `yaml:"kind"`
+	Parent   *GroupKind `yaml:"parent"`
+}
+
 // DefaultUngatedChildKinds are the attempts that well-known controllers
 // create by design under a settled parent, on a timer or after a failure:
 // Pods and Jobs, and cert-manager's CertificateRequests (a renewal) with
-// the ACME Orders and Challenges that carry them out. Nobody turns on
-// enforce mode if a node drain can no longer bring pods back, a CronJob can
-// no longer start its Jobs, or certificates silently stop renewing.
-var DefaultUngatedChildKinds = []schema.GroupKind{
-	{Kind: "Pod"},
-	{Group: "batch", Kind: "Job"},
-	{Group: "cert-manager.io", Kind: "CertificateRequest"},
-	{Group: "acme.cert-manager.io", Kind: "Order"},
-	{Group: "acme.cert-manager.io", Kind: "Challenge"},
+// the ACME Orders and Challenges that carry them out, and the Secret a
+// Certificate owns (cert-manager's --enable-certificate-owner-ref), which
+// each renewal rewrites. Nobody turns on enforce mode if a node drain can
+// no longer bring pods back, a CronJob can no longer start its Jobs, or
+// certificates silently stop renewing.
+var DefaultUngatedChildKinds = []decision.UngatedKind{
+	{Child: schema.GroupKind{Kind: "Pod"}},
+	{Child: schema.GroupKind{Group: "batch", Kind: "Job"}},
+	{Child: schema.GroupKind{Group: "cert-manager.io", Kind: "CertificateRequest"}},
+	{Child: schema.GroupKind{Group: "acme.cert-manager.io", Kind: "Order"}},
+	{Child: schema.GroupKind{Group: "acme.cert-manager.io", Kind: "Challenge"}},
+	{Child: schema.GroupKind{Kind: "Secret"}, Parent: schema.GroupKind{Group: "cert-manager.io", Kind: "Certificate"}},
 }
 
 // ResourceRules select the intercepted resources.
@@ -131,7 +145,7 @@ type Config struct {
 	Controllers []Controller
 	Lifecycle   *lifecycle.Detector
 	// UngatedChildKinds: see File.UngatedChildKinds.
-	UngatedChildKinds []schema.GroupKind
+	UngatedChildKinds []decision.UngatedKind
 	// UnboundStatusRecordDelays: see File.UnboundStatusRecordDelays.
 	UnboundStatusRecordDelays map[schema.GroupKind]time.Duration
 }
@@ -300,12 +314,20 @@ func Parse(data []byte) (*Config, error) {
 	}
 
 	if f.UngatedChildKinds != nil {
-		cfg.UngatedChildKinds = []schema.GroupKind{}
+		cfg.UngatedChildKinds = []decision.UngatedKind{}
 		for i, k := range *f.UngatedChildKinds {
+			path := fmt.Sprintf("ungatedChildKinds[%d]", i)
 			if k.Kind == "" {
-				fail(fmt.Sprintf("ungatedChildKinds[%d].kind", i), "required")
+				fail(path+".kind", "required")
 			}
-			cfg.UngatedChildKinds = append(cfg.UngatedChildKinds, schema.GroupKind{Group: k.APIGroup, Kind: k.Kind})
+			u := decision.UngatedKind{Child: schema.GroupKind{Group: k.APIGroup, Kind: k.Kind}}
+			if k.Parent != nil {
+				if k.Parent.Kind == "" {
+					fail(path+".parent.kind", "required: the kind of the parents under which %s is ungated (leave parent out to ungate it under every parent)", k.Kind)
+				}
+				u.Parent = schema.GroupKind{Group: k.Parent.APIGroup, Kind: k.Parent.Kind}
+			}
+			cfg.UngatedChildKinds = append(cfg.UngatedChildKinds, u)
 		}
 	}
 

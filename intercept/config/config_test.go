@@ -3,6 +3,7 @@ package config
 import (
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -12,6 +13,7 @@ import (
 	"k8s.io/apiserver/pkg/authentication/user"
 
 	"github.com/kausality-io/kausality-proxy/intercept/annotations"
+	"github.com/kausality-io/kausality-proxy/intercept/decision"
 	"github.com/kausality-io/kausality-proxy/intercept/lifecycle"
 )
 
@@ -47,6 +49,12 @@ lifecycle:
 - apiGroup: apps
   kind: ReplicaSet
   order: [ObservedGenerationCurrent]
+ungatedChildKinds:
+- kind: Pod
+- kind: Secret
+  parent:
+    apiGroup: cert-manager.io
+    kind: Certificate
 unboundStatusRecordDelays:
 - apiGroup: cache.example.com
   kind: Memcached
@@ -119,6 +127,11 @@ func TestParseValid(t *testing.T) {
 			t.Errorf("UnboundStatusRecordDelay(%s) = %s, %v; want %s, %v", tc.kind, got, found, tc.want, tc.found)
 		}
 	}
+	wantUngated := []decision.UngatedKind{{Child: schema.GroupKind{Kind: "Pod"}},
+		{Child: schema.GroupKind{Kind: "Secret"}, Parent: schema.GroupKind{Group: "cert-manager.io", Kind: "Certificate"}}}
+	if !slices.Equal(cfg.UngatedChildKinds, wantUngated) {
+		t.Errorf("ungated child kinds %v, want %v", cfg.UngatedChildKinds, wantUngated)
+	}
 	if _, found := Default().UnboundStatusRecordDelay(schema.GroupKind{Group: "cache.example.com", Kind: "Memcached"}); found {
 		t.Error("the default configuration sets a delay of its own")
 	}
@@ -145,6 +158,8 @@ func TestParseErrorsNameLineAndField(t *testing.T) {
 			`line 5: lifecycle[0].order[0]: unknown initialization check "Whenever"`},
 		{"subresource rule", "apiVersion: kausality.io/v1alpha1\nkind: ProxyConfiguration\nresourceRules:\n  include:\n  - apiGroups: [apps]\n    resources: [deployments/scale]\n",
 			`line 5: resourceRules.include[0]: resource "deployments/scale": subresources are not selected by rules`},
+		{"an ungated kind's parent without a kind", "apiVersion: kausality.io/v1alpha1\nkind: ProxyConfiguration\nungatedChildKinds:\n- kind: Secret\n  parent:\n    apiGroup: cert-manager.io\n",
+			`line 5: ungatedChildKinds[0].parent.kind: required: the kind of the parents under which Secret is ungated (leave parent out to ungate it under every parent)`},
 		{"delay without a unit", "apiVersion: kausality.io/v1alpha1\nkind: ProxyConfiguration\nunboundStatusRecordDelays:\n- kind: Memcached\n  delay: \"45\"\n",
 			`line 5: unboundStatusRecordDelays[0].delay: must be a duration such as "45s" or "2m", not "45"`},
 		{"negative delay", "apiVersion: kausality.io/v1alpha1\nkind: ProxyConfiguration\nunboundStatusRecordDelays:\n- kind: Memcached\n  delay: -1s\n",
@@ -220,5 +235,20 @@ func TestDocumentedExampleIsValid(t *testing.T) {
 	}
 	if _, err := Parse(data); err != nil {
 		t.Fatal(err)
+	}
+}
+
+// By default a renewal's rewrite of the Secret a cert-manager Certificate
+// owns is an attempt, and any other controller's Secret is gated.
+func TestDefaultUngatedChildKindsLeaveACertificatesSecretUngated(t *testing.T) {
+	kinds := Default().UngatedChildKinds
+	secret := schema.GroupKind{Kind: "Secret"}
+	if _, ok := decision.UngatedBy(kinds, secret, schema.GroupKind{Group: "cert-manager.io", Kind: "Certificate"}); !ok {
+		t.Error("a Certificate's Secret is gated by default")
+	}
+	for _, parent := range []schema.GroupKind{{Group: "apps", Kind: "Deployment"}, {Group: "example.com", Kind: "Certificate"}} {
+		if k, ok := decision.UngatedBy(kinds, secret, parent); ok {
+			t.Errorf("a Secret under %s is ungated by default (%s)", parent, k)
+		}
 	}
 }

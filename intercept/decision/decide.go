@@ -44,7 +44,6 @@ import (
 	"time"
 
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
-	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/apimachinery/pkg/types"
 
 	"github.com/kausality-io/kausality-proxy/intercept/annotations"
@@ -68,6 +67,9 @@ type decider struct {
 	user     controllerid.User
 	parent   ObjectRef
 	ident    *controllerid.Identity
+	// ungatedBy is the ungatedChildKinds entry that leaves the child
+	// ungated under its parent.
+	ungatedBy UngatedKind
 }
 
 // Decide decides one intercepted write.
@@ -352,7 +354,11 @@ func (x *decider) decide() {
 		return
 	case x.ungated():
 		d.Category = SelfHealing
-		d.Reason = "the parent is settled, and " + d.Child.Kind + " children are traced, not gated (ungatedChildKinds): its controller replaces them by design"
+		children := d.Child.Kind + " children"
+		if x.ungatedBy.Parent.Kind != "" {
+			children += " of a " + x.parent.Kind
+		}
+		d.Reason = "the parent is settled, and " + children + " are traced, not gated (ungatedChildKinds): its controller replaces them by design"
 		x.writeChild(true, true)
 		return
 	}
@@ -376,21 +382,9 @@ func (x *decider) prunesHistory() bool {
 // ungated: children a controller re-creates by design (a Pod a node drain
 // evicted, a CronJob's next Job), which enforce mode must not hold back.
 func (x *decider) ungated() bool {
-	gk := x.childGroupKind()
-	for _, k := range x.in.UngatedKinds {
-		if k == gk {
-			return true
-		}
-	}
-	return false
-}
-
-func (x *decider) childGroupKind() schema.GroupKind {
-	group, _, found := strings.Cut(x.d.Child.APIVersion, "/")
-	if !found {
-		group = ""
-	}
-	return schema.GroupKind{Group: group, Kind: x.d.Child.Kind}
+	var ok bool
+	x.ungatedBy, ok = UngatedBy(x.in.UngatedKinds, GroupKindOf(x.d.Child.APIVersion, x.d.Child.Kind), GroupKindOf(x.parent.APIVersion, x.parent.Kind))
+	return ok
 }
 
 // window is the range of parent generations that name its current spec.

@@ -775,15 +775,33 @@ func TestDecide(t *testing.T) {
 		{
 			name: "a controller re-creating an ungated kind under a settled parent: traced, not gated",
 			in: func(in *Input) {
-				in.UngatedKinds = []schema.GroupKind{{Group: "apps", Kind: "ReplicaSet"}}
+				in.UngatedKinds = []UngatedKind{{Child: schema.GroupKind{Group: "apps", Kind: "ReplicaSet"}}}
 			},
 			want: want{result: Allow, category: SelfHealing, mode: annotations.ModeEnforce, modeSource: ModeFromDefault,
 				child: set(annotations.Trace, hopOnParent(ctrlHop))},
 		},
 		{
+			name: "a kind ungated under its parent's kind: traced, not gated",
+			in: func(in *Input) {
+				in.UngatedKinds = []UngatedKind{{Child: schema.GroupKind{Group: "apps", Kind: "ReplicaSet"}, Parent: schema.GroupKind{Group: "apps", Kind: "Deployment"}}}
+			},
+			want: want{result: Allow, category: SelfHealing, mode: annotations.ModeEnforce, modeSource: ModeFromDefault,
+				child: set(annotations.Trace, hopOnParent(ctrlHop))},
+		},
+		{
+			name: "a kind ungated under another parent kind is gated here",
+			in: func(in *Input) {
+				in.UngatedKinds = []UngatedKind{
+					{Child: schema.GroupKind{Group: "apps", Kind: "ReplicaSet"}, Parent: schema.GroupKind{Group: "example.com", Kind: "Deployment"}},
+					{Child: schema.GroupKind{Group: "apps", Kind: "ReplicaSet"}, Parent: schema.GroupKind{Group: "apps", Kind: "StatefulSet"}},
+				}
+			},
+			want: unapprovedEnforce,
+		},
+		{
 			name: "ungated kinds do not make a person's write anything but a new origin, nor lift a freeze",
 			in: func(in *Input) {
-				in.UngatedKinds = []schema.GroupKind{{Group: "apps", Kind: "ReplicaSet"}}
+				in.UngatedKinds = []UngatedKind{{Child: schema.GroupKind{Group: "apps", Kind: "ReplicaSet"}}}
 				setAnn(annotations.Freeze, "true")(in.Parent)
 			},
 			want: want{result: Deny, category: Frozen, mode: annotations.ModeEnforce, modeSource: ModeFromDefault},

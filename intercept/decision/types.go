@@ -8,7 +8,6 @@ import (
 
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
-	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/apiserver/pkg/authentication/user"
 
@@ -281,7 +280,7 @@ type Input struct {
 	Confirmed bool
 	// UngatedKinds are child kinds whose controller writes under a settled
 	// parent are traced but never gated (SelfHealing).
-	UngatedKinds []schema.GroupKind
+	UngatedKinds []UngatedKind
 	// OwnedRevisions are the revisions of the child's kind that the
 	// parent controls (nil when not gathered): on a DELETE of a
 	// ReplicaSet or ControllerRevision they tell history pruning from

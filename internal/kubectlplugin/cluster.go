@@ -25,6 +25,7 @@ import (
 	"github.com/kausality-io/kausality-proxy/api/v1alpha1"
 	"github.com/kausality-io/kausality-proxy/intercept/annotations"
 	"github.com/kausality-io/kausality-proxy/intercept/config"
+	"github.com/kausality-io/kausality-proxy/intercept/decision"
 	"github.com/kausality-io/kausality-proxy/intercept/policy"
 )
 
@@ -261,7 +262,7 @@ const (
 // asked for), else from the ConfigMap named configMap. A ConfigMap that
 // cannot be read or parsed gives the defaults, with the reason in the
 // source, so that why still explains the rest.
-func (c *cluster) proxyUngatedKinds(ctx context.Context, file, configMap string) ([]schema.GroupKind, string, error) {
+func (c *cluster) proxyUngatedKinds(ctx context.Context, file, configMap string) ([]decision.UngatedKind, string, error) {
 	if file != "" {
 		data, err := os.ReadFile(file)
 		if err != nil {
@@ -277,7 +278,7 @@ func (c *cluster) proxyUngatedKinds(ctx context.Context, file, configMap string)
 	if !ok || ns == "" || name == "" {
 		return nil, "", fmt.Errorf("--proxy-config-map must be NAMESPACE/NAME, not %q", configMap)
 	}
-	defaults := func(why string) ([]schema.GroupKind, string, error) {
+	defaults := func(why string) ([]decision.UngatedKind, string, error) {
 		return config.DefaultUngatedChildKinds, "the defaults: " + why + "; pass --proxy-config or --proxy-config-map", nil
 	}
 	cm, err := c.kube.CoreV1().ConfigMaps(ns).Get(ctx, name, metav1.GetOptions{})

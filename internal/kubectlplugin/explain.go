@@ -48,7 +48,7 @@ type Facts struct {
 	FieldManager string
 	// UngatedKinds are the proxy's ungatedChildKinds, read from
 	// UngatedSource.
-	UngatedKinds  []schema.GroupKind
+	UngatedKinds  []decision.UngatedKind
 	UngatedSource string
 	// PoliciesFor reads the ApprovalPolicies and ClusterApprovalPolicies
 	// that apply to a controller user, as the proxy selects them; nil
@@ -106,14 +106,21 @@ type UngatedView struct {
 	Reason string `json:"reason"`
 }
 
-// ungatedView explains the child's kind against the configured list.
-func ungatedView(child *unstructured.Unstructured, kinds []schema.GroupKind, source string) *UngatedView {
+// ungatedView explains the child's kind, under its parent's, against the
+// configured list.
+func ungatedView(child, parent *unstructured.Unstructured, kinds []decision.UngatedKind, source string) *UngatedView {
 	gk := child.GroupVersionKind().GroupKind()
-	v := &UngatedView{Kind: gk, Ungated: slices.Contains(kinds, gk), Source: source}
-	if v.Ungated {
+	parentKind := parent.GroupVersionKind().GroupKind()
+	entry, ungated := decision.UngatedBy(kinds, gk, parentKind)
+	v := &UngatedView{Kind: gk, Ungated: ungated, Source: source}
+	switch {
+	case ungated && entry.Parent.Kind != "":
+		v.Reason = gk.Kind + " children of a " + parentKind.Kind + " are attempts their controller makes by design (on a timer or after a failure; ungated as " +
+			entry.String() + "): its writes are traced, not gated, even under a settled parent"
+	case ungated:
 		v.Reason = gk.Kind + " children are attempts their controller makes by design (on a timer or after a failure): its writes are traced, not gated, even under a settled parent"
-	} else {
-		v.Reason = gk.Kind + " is not in ungatedChildKinds: its controller's writes under a settled parent are gated"
+	default:
+		v.Reason = gk.Kind + " under a " + parentKind.String() + " is not in ungatedChildKinds: its controller's writes under a settled parent are gated"
 	}
 	return v
 }
@@ -243,7 +250,7 @@ func Explain(f Facts) Explanation {
 		pv.ObservedGeneration, pv.ObservedGenerationSource = g, src
 	}
 	ex.Parent = pv
-	ex.Ungated = ungatedView(child, f.UngatedKinds, f.UngatedSource)
+	ex.Ungated = ungatedView(child, p, f.UngatedKinds, f.UngatedSource)
 
 	cv, decideParent := identifyController(f)
 	ex.Controller = cv

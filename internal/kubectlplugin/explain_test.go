@@ -115,7 +115,22 @@ func TestWhyGolden(t *testing.T) {
 			// The same drift as drift-held, with the proxy configured to
 			// leave ReplicaSets ungated: traced, not held.
 			return Facts{Child: replicaSet(t, personTrace, true), Parent: deployment(t, false, record), NamespaceMode: "enforce",
-				UngatedKinds:  []schema.GroupKind{{Kind: "Pod"}, {Group: "apps", Kind: "ReplicaSet"}},
+				UngatedKinds:  []decision.UngatedKind{{Child: schema.GroupKind{Kind: "Pod"}}, {Child: schema.GroupKind{Group: "apps", Kind: "ReplicaSet"}}},
+				UngatedSource: "ConfigMap kausality-system/kausality-proxy-config"}
+		}},
+		{"configured-ungated-under-its-parent-kind", func(t *testing.T) Facts {
+			// ReplicaSets ungated under Deployments only: this one is.
+			return Facts{Child: replicaSet(t, personTrace, true), Parent: deployment(t, false, record), NamespaceMode: "enforce",
+				UngatedKinds: []decision.UngatedKind{{Child: schema.GroupKind{Group: "apps", Kind: "ReplicaSet"},
+					Parent: schema.GroupKind{Group: "apps", Kind: "Deployment"}}},
+				UngatedSource: "ConfigMap kausality-system/kausality-proxy-config"}
+		}},
+		{"configured-ungated-under-another-parent-kind", func(t *testing.T) Facts {
+			// ReplicaSets ungated under another kind of parent: this one
+			// is gated.
+			return Facts{Child: replicaSet(t, personTrace, true), Parent: deployment(t, false, record), NamespaceMode: "enforce",
+				UngatedKinds: []decision.UngatedKind{{Child: schema.GroupKind{Group: "apps", Kind: "ReplicaSet"},
+					Parent: schema.GroupKind{Group: "example.com", Kind: "Rollout"}}},
 				UngatedSource: "ConfigMap kausality-system/kausality-proxy-config"}
 		}},
 		{"drift-parent-looks-busy", func(t *testing.T) Facts {

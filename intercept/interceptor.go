@@ -150,6 +150,10 @@ const DefaultReservationOrphanAge = sidewrites.DefaultReservationOrphanAge
 // computing a status, short beside the time a parent stays settled.
 const DefaultUnboundStatusRecordDelay = 30 * time.Second
 
+// MaxUnboundStatusRecordDelay bounds --unbound-status-record-delay as it
+// bounds a kind's delay in the config file.
+const MaxUnboundStatusRecordDelay = config.MaxUnboundStatusRecordDelay
+
 // Interceptor holds what write interception needs across requests.
 type Interceptor struct {
 	cfg     Config

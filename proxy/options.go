@@ -16,7 +16,6 @@ import (
 
 	"github.com/kausality-io/kausality-proxy/authn"
 	"github.com/kausality-io/kausality-proxy/intercept"
-	"github.com/kausality-io/kausality-proxy/intercept/config"
 )
 
 // Options are what the command line (or a test) says. They are turned into a
@@ -188,9 +187,9 @@ func (o *Options) Validate() []error {
 	if o.MaxRequestBodyBytes <= 0 {
 		errs = append(errs, fmt.Errorf("--max-request-body-bytes must be positive"))
 	}
-	if o.UnboundStatusRecordDelay < 0 || o.UnboundStatusRecordDelay > config.MaxUnboundStatusRecordDelay {
+	if o.UnboundStatusRecordDelay < 0 || o.UnboundStatusRecordDelay > intercept.MaxUnboundStatusRecordDelay {
 		errs = append(errs, fmt.Errorf("--unbound-status-record-delay must be between 0s and %s, not %s: until a record lands, its parent's controller writes pass as carrying out its spec",
-			config.MaxUnboundStatusRecordDelay, o.UnboundStatusRecordDelay))
+			intercept.MaxUnboundStatusRecordDelay, o.UnboundStatusRecordDelay))
 	}
 	if o.ApprovalReservationOrphanAge < 30*time.Second {
 		errs = append(errs, fmt.Errorf("--approval-reservation-orphan-age must be at least 30s, not %s: every replica looks for orphaned reservations a third of it apart", o.ApprovalReservationOrphanAge))

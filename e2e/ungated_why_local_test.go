@@ -54,7 +54,7 @@ func TestWhyUsesTheProxysUngatedKinds(t *testing.T) {
 		{"from the file", []string{"--proxy-config", file}, "the file " + file},
 	} {
 		out := p.run(append([]string{"-n", rig.f.ns, "why", "gadgets/g"}, tc.args...)...)
-		if !strings.Contains(out, "Ungated:     yes: Gadget children of a Widget are attempts") || !strings.Contains(out, "ungatedChildKinds from "+tc.source) {
+		if !strings.Contains(out, "Ungated:     yes: Gadget children of Widget parents are attempts") || !strings.Contains(out, "ungatedChildKinds from "+tc.source) {
 			t.Errorf("%s: why does not say Gadget is ungated by the proxy's configuration:\n%s", tc.name, out)
 		}
 		if !strings.Contains(out, "Allow (SelfHealing)") {
@@ -65,7 +65,7 @@ func TestWhyUsesTheProxysUngatedKinds(t *testing.T) {
 	// Without a readable configuration why says it assumes the defaults,
 	// where Gadgets are gated.
 	out := p.run("-n", rig.f.ns, "why", "gadgets/g", "--proxy-config-map", rig.f.ns+"/no-such-config")
-	if !strings.Contains(out, "Ungated:     no: Gadget under a Widget."+framework.TestGroup+" is not in ungatedChildKinds") || !strings.Contains(out, "the defaults: the proxy's configuration, ConfigMap "+rig.f.ns+"/no-such-config, cannot be read") {
+	if !strings.Contains(out, "Ungated:     no: Gadget under parent kind Widget."+framework.TestGroup+" is not in ungatedChildKinds") || !strings.Contains(out, "the defaults: the proxy's configuration, ConfigMap "+rig.f.ns+"/no-such-config, cannot be read") {
 		t.Errorf("why without the proxy's configuration:\n%s", out)
 	}
 }

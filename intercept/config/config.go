@@ -321,6 +321,11 @@ func Parse(data []byte) (*Config, error) {
 				fail(path+".kind", "required")
 			}
 			u := decision.UngatedKind{Child: schema.GroupKind{Group: k.APIGroup, Kind: k.Kind}}
+			if k.Parent == nil && present(&root, path+".parent") {
+				// An empty parent decodes as none, which would ungate
+				// the kind under every parent.
+				fail(path+".parent", "must name the kind of the parents under which %s is ungated (apiGroup and kind), or be left out to ungate it under every parent", k.Kind)
+			}
 			if k.Parent != nil {
 				if k.Parent.Kind == "" {
 					fail(path+".parent.kind", "required: the kind of the parents under which %s is ungated (leave parent out to ungate it under every parent)", k.Kind)
@@ -369,11 +374,25 @@ func Parse(data []byte) (*Config, error) {
 // lineOf finds the line of a path like "controllers[1].mode" in the YAML
 // tree; the closest existing ancestor's line when the field is missing.
 func lineOf(root *yaml.Node, path string) int {
+	line, _ := nodeAt(root, path)
+	return line
+}
+
+// present reports whether the file spells out path, even with an empty or
+// null value, which decodes as if it were left out.
+func present(root *yaml.Node, path string) bool {
+	_, found := nodeAt(root, path)
+	return found
+}
+
+// nodeAt walks path in the YAML tree: the line of path, or of its closest
+// existing ancestor, and whether path itself exists.
+func nodeAt(root *yaml.Node, path string) (line int, found bool) {
 	n := root
 	if n.Kind == yaml.DocumentNode && len(n.Content) > 0 {
 		n = n.Content[0]
 	}
-	line := n.Line
+	line = n.Line
 	for _, part := range strings.Split(path, ".") {
 		key, idx := part, -1
 		if open := strings.Index(part, "["); open >= 0 && strings.HasSuffix(part, "]") {
@@ -384,18 +403,18 @@ func lineOf(root *yaml.Node, path string) int {
 		}
 		next, keyLine := mapValue(n, key)
 		if next == nil {
-			return line
+			return line, false
 		}
 		n, line = next, keyLine
 		if idx >= 0 {
 			if n.Kind != yaml.SequenceNode || idx >= len(n.Content) {
-				return line
+				return line, false
 			}
 			n = n.Content[idx]
 			line = n.Line
 		}
 	}
-	return line
+	return line, true
 }
 
 // mapValue returns the value of key and the line of the key itself: the

@@ -356,7 +356,7 @@ func (x *decider) decide() {
 		d.Category = SelfHealing
 		children := d.Child.Kind + " children"
 		if x.ungatedBy.Parent.Kind != "" {
-			children += " of a " + x.parent.Kind
+			children += " of " + x.parent.Kind + " parents"
 		}
 		d.Reason = "the parent is settled, and " + children + " are traced, not gated (ungatedChildKinds): its controller replaces them by design"
 		x.writeChild(true, true)

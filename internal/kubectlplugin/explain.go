@@ -115,12 +115,12 @@ func ungatedView(child, parent *unstructured.Unstructured, kinds []decision.Unga
 	v := &UngatedView{Kind: gk, Ungated: ungated, Source: source}
 	switch {
 	case ungated && entry.Parent.Kind != "":
-		v.Reason = gk.Kind + " children of a " + parentKind.Kind + " are attempts their controller makes by design (on a timer or after a failure; ungated as " +
+		v.Reason = gk.Kind + " children of " + parentKind.Kind + " parents are attempts their controller makes by design (on a timer or after a failure; ungated as " +
 			entry.String() + "): its writes are traced, not gated, even under a settled parent"
 	case ungated:
 		v.Reason = gk.Kind + " children are attempts their controller makes by design (on a timer or after a failure): its writes are traced, not gated, even under a settled parent"
 	default:
-		v.Reason = gk.Kind + " under a " + parentKind.String() + " is not in ungatedChildKinds: its controller's writes under a settled parent are gated"
+		v.Reason = gk.Kind + " under parent kind " + parentKind.String() + " is not in ungatedChildKinds: its controller's writes under a settled parent are gated"
 	}
 	return v
 }

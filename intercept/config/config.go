@@ -83,6 +83,27 @@ type UngatedChildKind struct {
 	Parent   *GroupKind `yaml:"parent"`
 }
 
+// parse validates k, the entry at path of the file root, reporting each
+// problem to fail.
+func (k UngatedChildKind) parse(root *yaml.Node, path string, fail func(path, format string, args ...any)) decision.UngatedKind {
+	if k.Kind == "" {
+		fail(path+".kind", "required")
+	}
+	u := decision.UngatedKind{Child: schema.GroupKind{Group: k.APIGroup, Kind: k.Kind}}
+	switch {
+	case k.Parent == nil && present(root, path+".parent"):
+		// An empty parent decodes as none, which would ungate the kind
+		// under every parent.
+		fail(path+".parent", "must name the kind of the parents under which %s is ungated (apiGroup and kind), or be left out to ungate it under every parent", k.Kind)
+	case k.Parent == nil:
+	case k.Parent.Kind == "":
+		fail(path+".parent.kind", "required: the kind of the parents under which %s is ungated (leave parent out to ungate it under every parent)", k.Kind)
+	default:
+		u.Parent = schema.GroupKind{Group: k.Parent.APIGroup, Kind: k.Parent.Kind}
+	}
+	return u
+}
+
 // DefaultUngatedChildKinds are the attempts that well-known controllers
 // create by design under a settled parent, on a timer or after a failure:
 // Pods and Jobs, and cert-manager's CertificateRequests (a renewal) with
@@ -316,23 +337,7 @@ func Parse(data []byte) (*Config, error) {
 	if f.UngatedChildKinds != nil {
 		cfg.UngatedChildKinds = []decision.UngatedKind{}
 		for i, k := range *f.UngatedChildKinds {
-			path := fmt.Sprintf("ungatedChildKinds[%d]", i)
-			if k.Kind == "" {
-				fail(path+".kind", "required")
-			}
-			u := decision.UngatedKind{Child: schema.GroupKind{Group: k.APIGroup, Kind: k.Kind}}
-			if k.Parent == nil && present(&root, path+".parent") {
-				// An empty parent decodes as none, which would ungate
-				// the kind under every parent.
-				fail(path+".parent", "must name the kind of the parents under which %s is ungated (apiGroup and kind), or be left out to ungate it under every parent", k.Kind)
-			}
-			if k.Parent != nil {
-				if k.Parent.Kind == "" {
-					fail(path+".parent.kind", "required: the kind of the parents under which %s is ungated (leave parent out to ungate it under every parent)", k.Kind)
-				}
-				u.Parent = schema.GroupKind{Group: k.Parent.APIGroup, Kind: k.Parent.Kind}
-			}
-			cfg.UngatedChildKinds = append(cfg.UngatedChildKinds, u)
+			cfg.UngatedChildKinds = append(cfg.UngatedChildKinds, k.parse(&root, fmt.Sprintf("ungatedChildKinds[%d]", i), fail))
 		}
 	}
 

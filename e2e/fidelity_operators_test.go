@@ -124,16 +124,11 @@ func runConditionsOnlyOperator(t *testing.T, c *fidelityCase) {
 // kube-controller-manager rolls out through the proxy.
 func runAvailableOnlyOperator(t *testing.T, c *fidelityCase) {
 	w := c.workload
-	f := newWGFamily(t, "fidelity-memcached", "enforce")
-	w.ns, c.widget = f.ns, f.widget
-	readyPods(t, f.ns)
-	ctx := context.Background()
+	f := c.memcachedFamily(t, "fidelity-memcached")
 	size := f.widgetSize
 	w.step(t, "the operator reports Available Unknown, creates its Deployment, then reports Available True", func() {
 		f.setAvailable("Unknown")
-		_, err := f.ctrl.kube.AppsV1().Deployments(f.ns).Create(ctx, f.memcachedDeployment(size()), metav1.CreateOptions{FieldManager: wgManager})
-		mustf(t, err, "the operator creates its Deployment")
-		w.waitOperatorDeployment(t, f, size())
+		w.createOperatorDeployment(t, f)
 		f.setAvailable("True")
 		f.waitWidgetInitialized()
 		f.settleReconcile(size()+1, "Deny/DriftUnapproved")
@@ -167,16 +162,11 @@ func runAvailableOnlyOperator(t *testing.T, c *fidelityCase) {
 // the change out would be refused.
 func runPatchedAvailableOperator(t *testing.T, c *fidelityCase) {
 	w := c.workload
-	f := newWGFamily(t, "fidelity-patched", "enforce")
-	w.ns, c.widget = f.ns, f.widget
-	readyPods(t, f.ns)
-	ctx := context.Background()
+	f := c.memcachedFamily(t, "fidelity-patched")
 	size := f.widgetSize
 	w.step(t, "the operator patches Available Unknown, creates its Deployment, then patches Available True", func() {
 		f.patchAvailable("Unknown")
-		_, err := f.ctrl.kube.AppsV1().Deployments(f.ns).Create(ctx, f.memcachedDeployment(size()), metav1.CreateOptions{FieldManager: wgManager})
-		mustf(t, err, "the operator creates its Deployment")
-		w.waitOperatorDeployment(t, f, size())
+		w.createOperatorDeployment(t, f)
 		f.patchAvailable("True")
 		f.waitRecorded(f.getWidget().GetGeneration(), "the Widget's patched status is credited with its generation")
 		f.settleReconcile(size()+1, "Deny/DriftUnapproved")
@@ -198,6 +188,25 @@ func runPatchedAvailableOperator(t *testing.T, c *fidelityCase) {
 	w.step(t, "drift: a person scales the operator's Deployment, the operator's reverts are denied", func() {
 		w.personScalesOperatorDeployment(t, f)
 	})
+}
+
+// memcachedFamily is the Widget of a memcached row, in an enforce-mode
+// namespace of its own whose pods are marked ready.
+func (c *fidelityCase) memcachedFamily(t *testing.T, prefix string) *wgFamily {
+	t.Helper()
+	f := newWGFamily(t, prefix, "enforce")
+	c.ns, c.widget = f.ns, f.widget
+	readyPods(t, f.ns)
+	return f
+}
+
+// createOperatorDeployment has the operator create its Deployment at the
+// Widget's size, and waits until kube-controller-manager rolled it out.
+func (w *workload) createOperatorDeployment(t *testing.T, f *wgFamily) {
+	t.Helper()
+	_, err := f.ctrl.kube.AppsV1().Deployments(f.ns).Create(context.Background(), f.memcachedDeployment(f.widgetSize()), metav1.CreateOptions{FieldManager: wgManager})
+	mustf(t, err, "the operator creates its Deployment")
+	w.waitOperatorDeployment(t, f, f.widgetSize())
 }
 
 // personScalesOperatorDeployment injects the memcached rows' drift: a

@@ -172,48 +172,40 @@ func TestDeferredRecordsWaitOutTheDelay(t *testing.T) {
 			t.Fatalf("made %v, want a=2 at once", got)
 		}
 	})
-	t.Run("the kind's delay lowered: the record lands the new delay after the first write", func(t *testing.T) {
-		d, clk, applied := newTestDeferred(0)
-		d.Schedule(recordAfter("a", "2", time.Hour))
-		clk.Step(time.Minute)
-		d.Schedule(recordAfter("a", "2", 90*time.Second))
-		clk.Step(29 * time.Second)
-		if got := applied.values(t, 0); len(got) != 0 {
-			t.Fatalf("made %v before 90s had passed since the first write", got)
-		}
-		clk.Step(time.Second)
-		if got := applied.values(t, 1); got[0] != "a=2" {
-			t.Fatalf("made %v, want a=2 90s after the first write", got)
-		}
-		clk.Step(time.Hour)
-		if got := applied.values(t, 0); len(got) != 1 {
-			t.Fatalf("made %v; the old deadline made it again", got)
-		}
-	})
-	t.Run("the kind's delay lowered below what has passed: the record lands at once", func(t *testing.T) {
-		d, clk, applied := newTestDeferred(0)
-		d.Schedule(recordAfter("a", "2", time.Hour))
-		clk.Step(time.Minute)
-		d.Schedule(recordAfter("a", "2", 30*time.Second))
-		clk.Step(0)
-		if got := applied.values(t, 1); got[0] != "a=2" {
-			t.Fatalf("made %v, want a=2 at once", got)
-		}
-	})
-	t.Run("the kind's delay raised: the record waits the new delay after the first write", func(t *testing.T) {
-		d, clk, applied := newTestDeferred(0)
-		d.Schedule(recordAfter("a", "2", 5*time.Second))
-		clk.Step(time.Second)
-		d.Schedule(recordAfter("a", "2", 2*time.Minute))
-		clk.Step(2*time.Minute - 2*time.Second)
-		if got := applied.values(t, 0); len(got) != 0 {
-			t.Fatalf("made %v before 2m had passed since the first write", got)
-		}
-		clk.Step(time.Second)
-		if got := applied.values(t, 1); got[0] != "a=2" {
-			t.Fatalf("made %v, want a=2 2m after the first write", got)
-		}
-	})
+	// A record asked for again with another delay (the kind's delay
+	// changed in the config file) lands that delay after the first write
+	// that asked for it, and only then.
+	for _, tc := range []struct {
+		name                  string
+		first, later, between time.Duration
+	}{
+		{"the kind's delay lowered", time.Hour, 90 * time.Second, time.Minute},
+		{"the kind's delay lowered below what has passed", time.Hour, 30 * time.Second, time.Minute},
+		{"the kind's delay raised", 5 * time.Second, 2 * time.Minute, time.Second},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			d, clk, applied := newTestDeferred(0)
+			d.Schedule(recordAfter("a", "2", tc.first))
+			clk.Step(tc.between)
+			d.Schedule(recordAfter("a", "2", tc.later))
+			if due := tc.later - tc.between; due > 0 {
+				clk.Step(due - time.Second)
+				if got := applied.values(t, 0); len(got) != 0 {
+					t.Fatalf("made %v before %s had passed since the first write", got, tc.later)
+				}
+				clk.Step(time.Second)
+			} else {
+				clk.Step(0)
+			}
+			if got := applied.values(t, 1); got[0] != "a=2" {
+				t.Fatalf("made %v, want a=2 %s after the first write", got, max(tc.later, tc.between))
+			}
+			clk.Step(tc.first)
+			if got := applied.values(t, 0); len(got) != 1 {
+				t.Fatalf("made %v; the first deadline made it again", got)
+			}
+		})
+	}
 	t.Run("each record waits its own delay", func(t *testing.T) {
 		d, clk, applied := newTestDeferred(0)
 		d.Schedule(recordAfter("slow", "2", 2*time.Minute))

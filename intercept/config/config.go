@@ -83,12 +83,21 @@ type UngatedChildKind struct {
 	Parent   *GroupKind `yaml:"parent"`
 }
 
+// checkGroup reports an apiGroup that names a version too: it would never
+// match, and the entry would do nothing without a word.
+func checkGroup(group, path string, fail func(path, format string, args ...any)) {
+	if g, version, ok := strings.Cut(group, "/"); ok {
+		fail(path, "must be an API group without a version (%q, not %q); %s is the version", g, group, version)
+	}
+}
+
 // parse validates k, the entry at path of the file root, reporting each
 // problem to fail.
 func (k UngatedChildKind) parse(root *yaml.Node, path string, fail func(path, format string, args ...any)) decision.UngatedKind {
 	if k.Kind == "" {
 		fail(path+".kind", "required")
 	}
+	checkGroup(k.APIGroup, path+".apiGroup", fail)
 	u := decision.UngatedKind{Child: schema.GroupKind{Group: k.APIGroup, Kind: k.Kind}}
 	switch {
 	case k.Parent == nil && present(root, path+".parent"):
@@ -99,6 +108,7 @@ func (k UngatedChildKind) parse(root *yaml.Node, path string, fail func(path, fo
 	case k.Parent.Kind == "":
 		fail(path+".parent.kind", "required: the kind of the parents under which %s is ungated (leave parent out to ungate it under every parent)", k.Kind)
 	default:
+		checkGroup(k.Parent.APIGroup, path+".parent.apiGroup", fail)
 		u.Parent = schema.GroupKind{Group: k.Parent.APIGroup, Kind: k.Parent.Kind}
 	}
 	return u
@@ -331,6 +341,7 @@ func Parse(data []byte) (*Config, error) {
 			}
 			checks = append(checks, c)
 		}
+		checkGroup(l.APIGroup, path+".apiGroup", fail)
 		cfg.Lifecycle.ByGVK[schema.GroupVersionKind{Group: l.APIGroup, Kind: l.Kind}] = checks
 	}
 
@@ -343,6 +354,7 @@ func Parse(data []byte) (*Config, error) {
 
 	for i, k := range f.UnboundStatusRecordDelays {
 		path := fmt.Sprintf("unboundStatusRecordDelays[%d]", i)
+		checkGroup(k.APIGroup, path+".apiGroup", fail)
 		gk := schema.GroupKind{Group: k.APIGroup, Kind: k.Kind}
 		if k.Kind == "" {
 			fail(path+".kind", "required")

@@ -114,6 +114,34 @@ func (k UngatedChildKind) parse(root *yaml.Node, path string, fail func(path, fo
 	return u
 }
 
+// overlapping finds an entry of kinds that ungates what u does, or that u
+// would make pointless: the same entry, or the same child kind where one
+// of the two names no parent (that one ungates the kind under every
+// parent, the other's parent then adds nothing). Two entries of one child
+// kind under different parents are both needed.
+func overlapping(kinds []decision.UngatedKind, u decision.UngatedKind) (int, bool) {
+	for j, k := range kinds {
+		if k.Child == u.Child && (k.Parent == u.Parent || k.Parent.Kind == "" || u.Parent.Kind == "") {
+			return j, true
+		}
+	}
+	return 0, false
+}
+
+// overlapProblem says why u cannot stand beside other, the entry at index
+// j: what each one ungates, so the reader knows which one to remove.
+func overlapProblem(u decision.UngatedKind, j int, other decision.UngatedKind) string {
+	if u == other {
+		return fmt.Sprintf("%s is listed twice (also ungatedChildKinds[%d])", u, j)
+	}
+	wide, narrow := other, u
+	if u.Parent.Kind == "" {
+		wide, narrow = u, other
+	}
+	return fmt.Sprintf("%s overlaps ungatedChildKinds[%d]: %s ungates %s under every parent, so the entry %s has no effect; keep one of them",
+		u, j, wide, wide.Child, narrow)
+}
+
 // DefaultUngatedChildKinds are the attempts that well-known controllers
 // create by design under a settled parent, on a timer or after a failure:
 // Pods and Jobs, and cert-manager's CertificateRequests (a renewal) with
@@ -342,13 +370,25 @@ func Parse(data []byte) (*Config, error) {
 			checks = append(checks, c)
 		}
 		checkGroup(l.APIGroup, path+".apiGroup", fail)
-		cfg.Lifecycle.ByGVK[schema.GroupVersionKind{Group: l.APIGroup, Kind: l.Kind}] = checks
+		gvk := schema.GroupVersionKind{Group: l.APIGroup, Kind: l.Kind}
+		if _, dup := cfg.Lifecycle.ByGVK[gvk]; dup && l.Kind != "" {
+			// The later entry would silently replace the earlier one.
+			fail(path+".kind", "%s is listed twice", gvk.GroupKind().String())
+		}
+		cfg.Lifecycle.ByGVK[gvk] = checks
 	}
 
 	if f.UngatedChildKinds != nil {
 		cfg.UngatedChildKinds = []decision.UngatedKind{}
 		for i, k := range *f.UngatedChildKinds {
-			cfg.UngatedChildKinds = append(cfg.UngatedChildKinds, k.parse(&root, fmt.Sprintf("ungatedChildKinds[%d]", i), fail))
+			path := fmt.Sprintf("ungatedChildKinds[%d]", i)
+			u := k.parse(&root, path, fail)
+			if u.Child.Kind != "" {
+				if j, ok := overlapping(cfg.UngatedChildKinds, u); ok {
+					fail(path, "%s", overlapProblem(u, j, cfg.UngatedChildKinds[j]))
+				}
+			}
+			cfg.UngatedChildKinds = append(cfg.UngatedChildKinds, u)
 		}
 	}
 

@@ -186,6 +186,16 @@ func TestParseErrorsNameLineAndField(t *testing.T) {
 			`line 4: unboundStatusRecordDelays[0].kind: required`},
 		{"a kind listed twice", "apiVersion: kausality.io/v1alpha1\nkind: ProxyConfiguration\nunboundStatusRecordDelays:\n- apiGroup: cache.example.com\n  kind: Memcached\n  delay: 1m\n- apiGroup: cache.example.com\n  kind: Memcached\n  delay: 2m\n",
 			`line 8: unboundStatusRecordDelays[1].kind: Memcached.cache.example.com is listed twice`},
+		{"an ungated kind listed twice", "apiVersion: kausality.io/v1alpha1\nkind: ProxyConfiguration\nungatedChildKinds:\n- kind: Pod\n- apiGroup: batch\n  kind: Job\n- kind: Pod\n",
+			`line 7: ungatedChildKinds[2]: Pod is listed twice (also ungatedChildKinds[0])`},
+		{"an ungated kind under one parent listed twice", "apiVersion: kausality.io/v1alpha1\nkind: ProxyConfiguration\nungatedChildKinds:\n- kind: Secret\n  parent: {apiGroup: cert-manager.io, kind: Certificate}\n- kind: Secret\n  parent: {apiGroup: cert-manager.io, kind: Certificate}\n",
+			`line 6: ungatedChildKinds[1]: Secret under Certificate.cert-manager.io is listed twice (also ungatedChildKinds[0])`},
+		{"an ungated kind under a parent after the same kind under every parent", "apiVersion: kausality.io/v1alpha1\nkind: ProxyConfiguration\nungatedChildKinds:\n- kind: Secret\n- kind: Secret\n  parent: {apiGroup: cert-manager.io, kind: Certificate}\n",
+			`line 5: ungatedChildKinds[1]: Secret under Certificate.cert-manager.io overlaps ungatedChildKinds[0]: Secret ungates Secret under every parent, so the entry Secret under Certificate.cert-manager.io has no effect; keep one of them`},
+		{"an ungated kind under every parent after the same kind under a parent", "apiVersion: kausality.io/v1alpha1\nkind: ProxyConfiguration\nungatedChildKinds:\n- kind: Secret\n  parent: {apiGroup: cert-manager.io, kind: Certificate}\n- kind: Secret\n",
+			`line 6: ungatedChildKinds[1]: Secret overlaps ungatedChildKinds[0]: Secret ungates Secret under every parent, so the entry Secret under Certificate.cert-manager.io has no effect; keep one of them`},
+		{"a lifecycle kind listed twice", "apiVersion: kausality.io/v1alpha1\nkind: ProxyConfiguration\nlifecycle:\n- apiGroup: apps\n  kind: ReplicaSet\n  order: [ObservedGenerationCurrent]\n- apiGroup: apps\n  kind: ReplicaSet\n  order: [\"Condition=Ready\"]\n",
+			`line 8: lifecycle[1].kind: ReplicaSet.apps is listed twice`},
 		{"wrong kind", "apiVersion: kausality.io/v1alpha1\nkind: Config\n", `line 2: kind: must be "ProxyConfiguration", not "Config"`},
 		{"not yaml", "apiVersion: [\n", "not valid YAML"},
 		{"wrong type", "apiVersion: kausality.io/v1alpha1\nkind: ProxyConfiguration\ncontrollers: 5\n", "line 3: cannot unmarshal !!int `5` into []config.Controller"},
@@ -263,6 +273,27 @@ func TestDefaultUngatedChildKindsLeaveACertificatesSecretUngated(t *testing.T) {
 	for _, parent := range []schema.GroupKind{{Group: "apps", Kind: "Deployment"}, {Group: "example.com", Kind: "Certificate"}} {
 		if k, ok := decision.UngatedBy(kinds, secret, parent); ok {
 			t.Errorf("a Secret under %s is ungated by default (%s)", parent, k)
+		}
+	}
+}
+
+func TestAChildKindMayBeUngatedUnderSeveralParentKinds(t *testing.T) {
+	cfg, err := Parse([]byte("apiVersion: kausality.io/v1alpha1\nkind: ProxyConfiguration\nungatedChildKinds:\n" +
+		"- kind: Secret\n  parent: {apiGroup: cert-manager.io, kind: Certificate}\n" +
+		"- kind: Secret\n  parent: {apiGroup: example.com, kind: Vault}\n" +
+		"- kind: Secret\n  apiGroup: example.com\n"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(cfg.UngatedChildKinds) != 3 {
+		t.Fatalf("ungated child kinds %v, want all three entries", cfg.UngatedChildKinds)
+	}
+}
+
+func TestDefaultUngatedChildKindsDoNotOverlap(t *testing.T) {
+	for i, k := range DefaultUngatedChildKinds {
+		if j, ok := overlapping(DefaultUngatedChildKinds[:i], k); ok {
+			t.Errorf("default %d: %s", i, overlapProblem(k, j, DefaultUngatedChildKinds[j]))
 		}
 	}
 }

@@ -3,13 +3,16 @@
 package e2e
 
 import (
+	"bytes"
 	"context"
 	"encoding/json"
 	"fmt"
 	"io"
 	"net/http"
+	"net/url"
 	"runtime"
 	"runtime/debug"
+	"strconv"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -23,6 +26,8 @@ import (
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/rest"
 	"k8s.io/utils/ptr"
+
+	"github.com/kausality-io/kausality-proxy/e2e/framework"
 )
 
 // Attacks on deletecollection and eviction: a collection too large for
@@ -67,14 +72,29 @@ func collectionConfigMapsLeft(t *testing.T, f *wgFamily) int {
 // code and, for an error, the Status.
 func deleteCollectionRaw(t *testing.T, a *wgActor, f *wgFamily, dryRun bool) (int, error) {
 	t.Helper()
-	c, err := rest.HTTPClientFor(a.cfg)
-	mustf(t, err, "HTTP client for %s", a.user)
-	path := "/api/v1/namespaces/" + f.ns + "/configmaps?labelSelector=" + collectionLabel + "%3D" + f.widget
+	query := ""
 	if dryRun {
-		path += "&dryRun=All"
+		query = "&dryRun=All"
 	}
-	req, err := http.NewRequest(http.MethodDelete, strings.TrimSuffix(a.cfg.Host, "/")+path, nil)
+	return deleteCollectionAs(t, a.cfg, f, query, nil)
+}
+
+// deleteCollectionAs deletes f's labelled ConfigMaps through cfg, with more
+// query parameters (each after an &) and an optional JSON body.
+func deleteCollectionAs(t *testing.T, cfg *rest.Config, f *wgFamily, query string, body []byte) (int, error) {
+	t.Helper()
+	c, err := rest.HTTPClientFor(cfg)
+	mustf(t, err, "HTTP client")
+	path := "/api/v1/namespaces/" + f.ns + "/configmaps?labelSelector=" + collectionLabel + "%3D" + f.widget + query
+	var in io.Reader
+	if body != nil {
+		in = bytes.NewReader(body)
+	}
+	req, err := http.NewRequest(http.MethodDelete, strings.TrimSuffix(cfg.Host, "/")+path, in)
 	mustf(t, err, "request")
+	if body != nil {
+		req.Header.Set("Content-Type", "application/json")
+	}
 	resp, err := c.Do(req)
 	mustf(t, err, "DELETE %s", path)
 	defer resp.Body.Close()
@@ -207,6 +227,91 @@ func TestAttackDeleteCollectionHoldsTheCollectionInMemory(t *testing.T) {
 	if left := collectionConfigMapsLeft(t, f); left != objects {
 		t.Fatalf("%d ConfigMaps left after the refusal, want %d", left, objects)
 	}
+}
+
+// A deletecollection that names a resourceVersion is held to the list the
+// proxy decided on as well. With a body, kube-apiserver would list again at
+// that version or newer, so an object created after the proxy's list would
+// be deleted undecided: the proxy pins the request to its own list, which
+// it made with the caller's version, so it is at least as new as asked.
+// Without a body, kube-apiserver makes the query's resourceVersion every
+// delete's precondition, which no object created or changed after the
+// list meets: the request goes as it came, and is answered as it would be
+// without the proxy.
+func TestAttackDeleteCollectionNamingAResourceVersion(t *testing.T) {
+	ctx := context.Background()
+	listVersion := func(f *wgFamily) string {
+		list, err := directClient(t).CoreV1().ConfigMaps(f.ns).List(ctx, metav1.ListOptions{LabelSelector: collectionLabel + "=" + f.widget})
+		mustf(t, err, "list ConfigMaps")
+		return list.ResourceVersion
+	}
+	deletes := func(ns string) []framework.Recorded {
+		var out []framework.Recorded
+		for _, r := range env.Recorder.Requests(ns) {
+			if r.Method == http.MethodDelete {
+				out = append(out, r)
+			}
+		}
+		return out
+	}
+
+	f := newWGFamily(t, "col-rv-body", "enforce")
+	collectionConfigMaps(t, f, "b", 3, 16)
+	f.initialize()
+	version := listVersion(f)
+	env.Recorder.Watch(f.ns)
+	code, err := deleteCollectionAs(t, f.alice.cfg, f, "&resourceVersion="+version, []byte(`{"propagationPolicy":"Background"}`))
+	if err != nil || code != http.StatusOK {
+		t.Fatalf("alice's deletecollection at resourceVersion %s with a body: %d %v", version, code, err)
+	}
+	if left := collectionConfigMapsLeft(t, f); left != 0 {
+		t.Errorf("%d ConfigMaps left after the deletecollection, want none", left)
+	}
+	sent := deletes(f.ns)
+	if len(sent) != 1 {
+		t.Fatalf("%d deletes reached kube-apiserver, want 1: %+v", len(sent), sent)
+	}
+	q, err := url.ParseQuery(sent[0].RawQuery)
+	mustf(t, err, "forwarded query")
+	if q.Get("resourceVersionMatch") != string(metav1.ResourceVersionMatchExact) || q.Get("resourceVersion") == "" {
+		t.Errorf("the forwarded deletecollection %q is not pinned to the proxy's list", sent[0].RawQuery)
+	}
+	if got, err := strconv.ParseInt(q.Get("resourceVersion"), 10, 64); err != nil || got < mustInt(t, version) {
+		t.Errorf("pinned to resourceVersion %q, older than the caller's %s", q.Get("resourceVersion"), version)
+	}
+	if string(sent[0].Body) != `{"propagationPolicy":"Background"}` {
+		t.Errorf("the caller's options were forwarded as %s", sent[0].Body)
+	}
+
+	bodyless := newWGFamily(t, "col-rv-nobody", "enforce")
+	collectionConfigMaps(t, bodyless, "n", 2, 16)
+	bodyless.initialize()
+	version = listVersion(bodyless)
+	// Created after the caller's list: a precondition on the list's
+	// version cannot hold for it.
+	collectionConfigMaps(t, bodyless, "later", 1, 16)
+	directCode, directErr := deleteCollectionAs(t, cluster.Direct(), bodyless, "&resourceVersion="+version+"&dryRun=All", nil)
+	env.Recorder.Watch(bodyless.ns)
+	code, err = deleteCollectionAs(t, bodyless.alice.cfg, bodyless, "&resourceVersion="+version, nil)
+	if code != directCode || !apierrors.IsConflict(err) || !apierrors.IsConflict(directErr) {
+		t.Fatalf("a body-less deletecollection at resourceVersion %s: %d %v through the proxy, %d %v directly (as a dry run); want both 409: every delete is preconditioned on that version",
+			version, code, err, directCode, directErr)
+	}
+	if left := collectionConfigMapsLeft(t, bodyless); left == 0 {
+		t.Error("every ConfigMap was deleted despite the precondition")
+	}
+	for _, r := range deletes(bodyless.ns) {
+		if strings.Contains(r.RawQuery, "resourceVersionMatch") || len(r.Body) > 0 {
+			t.Errorf("the body-less deletecollection was rewritten: %s?%s %s", r.Path, r.RawQuery, r.Body)
+		}
+	}
+}
+
+func mustInt(t *testing.T, s string) int64 {
+	t.Helper()
+	n, err := strconv.ParseInt(s, 10, 64)
+	mustf(t, err, "resourceVersion %q", s)
+	return n
 }
 
 // A body-less deletecollection (kubectl delete --all, a plain DELETE of the

@@ -533,15 +533,20 @@ func (i *Interceptor) boundedAtUpstream(out *http.Request) *http.Request {
 }
 
 // pinnedCollection is the deletecollection to forward: r, pinned to the
-// list the decisions were made on when the caller did not name a
-// resourceVersion. Without the pin, an object created between the list
-// and the delete would be deleted undecided. kube-apiserver reads a
-// body-less deletecollection's options from its query, resourceVersion
-// included, and would make the pin every delete's precondition (a 409 for
-// each object changed since it was created); the caller's options go in
-// a body instead, where the pin only selects what is deleted.
+// list the decisions were made on. Without the pin, an object created
+// between the list and the delete would be deleted undecided.
+// kube-apiserver reads a body-less deletecollection's options from its
+// query, resourceVersion included, and makes that resourceVersion every
+// delete's precondition. So a body-less request that names none gets the
+// pin with its options moved into a body, where the pin only selects what
+// is deleted (as a precondition it would be a 409 for each object changed
+// since it was created). One that names a resourceVersion keeps it: that
+// precondition already fails for any object created or changed after the
+// list. A request with a body that names a resourceVersion to be matched
+// not older than (or any, "0") is pinned to the list, which the proxy made
+// with the same options, so it is at least as new as the caller asked.
 func pinnedCollection(r *http.Request, c *collection, data []byte) (*http.Request, error) {
-	if !c.pin || c.snapshot == "" {
+	if !c.pin || c.snapshot == "" || c.callerVersion && len(data) == 0 {
 		return r, nil
 	}
 	out := r.Clone(r.Context())

@@ -60,9 +60,16 @@ type collection struct {
 	combined decision.Collection
 	// snapshot is the resourceVersion of the list the members come from.
 	snapshot string
-	// pin: the caller named no resourceVersion and no continue token, so
-	// the forwarded request may be pinned to snapshot.
+	// pin: the caller's own list options leave the forwarded request free
+	// to list something newer than snapshot, so it may be pinned to it: no
+	// continue token (a continued list is the token's snapshot) and no
+	// exact resourceVersion.
 	pin bool
+	// callerVersion: the caller named a resourceVersion. Without a body,
+	// kube-apiserver makes it every delete's precondition, which already
+	// keeps an object created or changed after the list from being
+	// deleted.
+	callerVersion bool
 	// cleanup: the namespace is being deleted.
 	cleanup bool
 	nsMode  string
@@ -159,7 +166,8 @@ func (i *Interceptor) listCollection(r *http.Request, c *collection, each func(*
 	if err != nil {
 		return err
 	}
-	c.pin = opts.ResourceVersion == "" && opts.ResourceVersionMatch == "" && opts.Continue == ""
+	c.pin = opts.Continue == "" && opts.ResourceVersionMatch != metav1.ResourceVersionMatchExact
+	c.callerVersion = opts.ResourceVersion != ""
 	// A caller's limit makes kube-apiserver delete one page only.
 	onePage := opts.Limit > 0
 	if !onePage {

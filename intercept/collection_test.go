@@ -375,6 +375,7 @@ func TestDeleteCollectionIsPinnedToTheDecidedList(t *testing.T) {
 	}
 	for _, tc := range []struct {
 		name, query  string
+		body         string
 		wantRV       string
 		wantRVMatch  string
 		wantSelector string
@@ -386,7 +387,19 @@ func TestDeleteCollectionIsPinnedToTheDecidedList(t *testing.T) {
 		{name: "pinned, the caller's query options go in a body where the pin is no precondition",
 			query: "?labelSelector=app%3Dstable&propagationPolicy=Foreground&gracePeriodSeconds=5", wantRV: "4711", wantRVMatch: "Exact", wantSelector: "app=stable",
 			wantBody: &metav1.DeleteOptions{PropagationPolicy: ptr.To(metav1.DeletePropagationForeground), GracePeriodSeconds: ptr.To[int64](5)}},
-		{name: "the caller's resourceVersion stands", query: "?labelSelector=app%3Dstable&resourceVersion=0", wantRV: "0", wantSelector: "app=stable"},
+		{name: "without a body the caller's resourceVersion stands: kube-apiserver makes it every delete's precondition",
+			query: "?labelSelector=app%3Dstable&resourceVersion=0", wantRV: "0", wantSelector: "app=stable"},
+		{name: "with a body the caller's resourceVersion is pinned to the list made with it",
+			query: "?labelSelector=app%3Dstable&resourceVersion=0", body: `{"propagationPolicy":"Background"}`, wantRV: "4711", wantRVMatch: "Exact", wantSelector: "app=stable",
+			wantBody: &metav1.DeleteOptions{PropagationPolicy: ptr.To(metav1.DeletePropagationBackground)}},
+		{name: "with a body a resourceVersion not older than is pinned to the list made with it",
+			query: "?labelSelector=app%3Dstable&resourceVersion=4000&resourceVersionMatch=NotOlderThan", body: `{}`, wantRV: "4711", wantRVMatch: "Exact", wantSelector: "app=stable",
+			wantBody: &metav1.DeleteOptions{}},
+		{name: "an exact resourceVersion stands: the list was made at it",
+			query: "?labelSelector=app%3Dstable&resourceVersion=4711&resourceVersionMatch=Exact", body: `{}`, wantRV: "4711", wantRVMatch: "Exact", wantSelector: "app=stable",
+			wantBody: &metav1.DeleteOptions{}},
+		{name: "a continued list stands: it is its token's snapshot",
+			query: "?labelSelector=app%3Dstable&continue=abc", body: `{}`, wantSelector: "app=stable", wantBody: &metav1.DeleteOptions{}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			var (
@@ -395,7 +408,11 @@ func TestDeleteCollectionIsPinnedToTheDecidedList(t *testing.T) {
 			)
 			env := newServeEnv(t, nil, allowAll, enforce, listAt)
 			env.upstream = recording(http.StatusOK, &sent, &mu)
-			r := env.request(t, benchWrite{method: http.MethodDelete, path: rsPath + tc.query, user: "alice"})
+			w := benchWrite{method: http.MethodDelete, path: rsPath + tc.query, user: "alice"}
+			if tc.body != "" {
+				w.body, w.contentType = []byte(tc.body), "application/json"
+			}
+			r := env.request(t, w)
 			r.Header.Set("User-Agent", kubectlUA)
 			rec := httptest.NewRecorder()
 			env.handler.ServeHTTP(rec, r)
@@ -423,7 +440,11 @@ func TestDeleteCollectionIsPinnedToTheDecidedList(t *testing.T) {
 				t.Fatalf("forwarded body %q: %v", sent[0].body, err)
 			}
 			want := tc.wantBody.DeepCopy()
-			want.TypeMeta = metav1.TypeMeta{APIVersion: "meta.k8s.io/v1", Kind: "DeleteOptions"}
+			if tc.body == "" {
+				// Made by the proxy from the caller's query; a caller's
+				// body goes as it came.
+				want.TypeMeta = metav1.TypeMeta{APIVersion: "meta.k8s.io/v1", Kind: "DeleteOptions"}
+			}
 			if !equality.Semantic.DeepEqual(&got, want) {
 				t.Errorf("forwarded options %s, want %+v", sent[0].body, want)
 			}

@@ -29,8 +29,10 @@
 //     resourceVersionMatch=Exact), so an object created or changed after
 //     the list is not deleted undecided; the caller's options then travel
 //     in a body, since kube-apiserver would turn a body-less request's
-//     resourceVersion into every delete's precondition. Per-object
-//     preconditions are only ever the caller's (collection.go);
+//     resourceVersion into every delete's precondition. A caller's own
+//     resourceVersion stays only where it holds the request to the list
+//     already (exact, or that precondition). Per-object preconditions are
+//     only ever the caller's (collection.go);
 //   - pods/eviction, as a DELETE of the pod; its body, in any format, says
 //     whether it is a dry run;
 //   - namespaces/finalize, as a status write: kube-apiserver keeps the

@@ -106,21 +106,27 @@ func (i *Interceptor) deny(w http.ResponseWriter, f *facts, d *decision.Decision
 type forwarded struct {
 	req *http.Request
 	// preconditionAdded: the proxy added the resourceVersion the decision
-	// rests on, which the client did not send.
+	// rests on (precondition), which the client did not send.
 	preconditionAdded bool
+	precondition      string
 	// ahead: what was written to the object ahead of it (nil: nothing).
 	ahead *decision.AnnotationChanges
 }
 
 // prepare returns the request to forward: unchanged, or with the child
-// annotation changes the decision asks for written into its body, and the
-// resourceVersion the decision was confirmed on as a precondition.
+// annotation changes the decision asks for written into its body, and as
+// its precondition the resourceVersion the decision was confirmed on, or
+// the one of the stored object the annotations it puts back come from.
 func prepare(r *http.Request, f *facts, d *decision.Decision) (forwarded, error) {
 	wr := f.req.w
 	// A status write carries annotations too: kube-apiserver keeps them
 	// for most built-in kinds.
 	annotate := !d.ChildAnnotations.Empty() && f.new != nil && (wr.sub == mainResource || wr.sub == statusSubresource)
-	precondition := f.precondition != "" && (wr.sub == mainResource || wr.sub == scaleSubresource) && f.op == decision.Update
+	version := f.precondition
+	if version == "" && d.OnStoredVersion && f.old != nil && !f.dryRun {
+		version = f.old.GetResourceVersion()
+	}
+	precondition := version != "" && (wr.sub == mainResource || wr.sub == scaleSubresource) && f.op == decision.Update
 	if !annotate && !precondition {
 		return forwarded{req: r}, nil
 	}
@@ -130,10 +136,13 @@ func prepare(r *http.Request, f *facts, d *decision.Decision) (forwarded, error)
 		added bool
 		err   error
 	)
+	if !precondition {
+		version = ""
+	}
 	if wr.verb == "patch" {
-		data, added, err = preparedPatch(f, d, annotate, precondition)
+		data, added, err = preparedPatch(f, d, annotate, version)
 	} else {
-		data, contentType, added, err = preparedObject(f, d, annotate, precondition)
+		data, contentType, added, err = preparedObject(f, d, annotate, version)
 	}
 	if err != nil {
 		return forwarded{}, err
@@ -141,12 +150,13 @@ func prepare(r *http.Request, f *facts, d *decision.Decision) (forwarded, error)
 	out := r.Clone(r.Context())
 	upstream.RestoreBody(out, data)
 	out.Header.Set("Content-Type", contentType)
-	return forwarded{req: out, preconditionAdded: added}, nil
+	return forwarded{req: out, preconditionAdded: added, precondition: version}, nil
 }
 
 // preparedPatch is the patch to forward: with the child annotation
-// changes, and the precondition when the client's patch names none.
-func preparedPatch(f *facts, d *decision.Decision, annotate, precondition bool) (data []byte, added bool, err error) {
+// changes, and the precondition (version, unless "") when the client's
+// patch names none.
+func preparedPatch(f *facts, d *decision.Decision, annotate bool, version string) (data []byte, added bool, err error) {
 	data = f.data
 	if annotate {
 		data, err = patch.AddAnnotations(f.patchType, data, d.ChildAnnotations.Pointers(), f.new)
@@ -161,22 +171,24 @@ func preparedPatch(f *facts, d *decision.Decision, annotate, precondition bool) 
 			return nil, false, err
 		}
 	}
-	if !precondition {
+	if version == "" {
 		return data, false, nil
 	}
-	return patch.WithResourceVersion(f.patchType, data, f.precondition)
+	return patch.WithResourceVersion(f.patchType, data, version)
 }
 
 // preparedObject is the object to forward: the client's object, never the
-// dry run's answer, plus the proxy's own changes.
-func preparedObject(f *facts, d *decision.Decision, annotate, precondition bool) (data []byte, contentType string, added bool, err error) {
+// dry run's answer, plus the proxy's own changes and the precondition
+// (version, unless "") when the client's object names none.
+func preparedObject(f *facts, d *decision.Decision, annotate bool, version string) (data []byte, contentType string, added bool, err error) {
+	precondition := version != ""
 	if f.format == body.JSON && f.sent == f.decoded {
 		var meta patch.ObjectMetadata
 		if annotate {
 			meta.Annotations = d.ChildAnnotations.Pointers()
 		}
 		if precondition {
-			meta.ResourceVersion = f.precondition
+			meta.ResourceVersion = version
 		}
 		if f.req.w.sub != scaleSubresource {
 			// Decoding filled in the request's namespace (facts.go).
@@ -193,7 +205,7 @@ func preparedObject(f *facts, d *decision.Decision, annotate, precondition bool)
 				d.ChildAnnotations.ApplyTo(m)
 			}
 			if added {
-				m.SetResourceVersion(f.precondition)
+				m.SetResourceVersion(version)
 			}
 			if f.req.w.sub != scaleSubresource {
 				m.SetNamespace(f.namespace)
@@ -206,7 +218,7 @@ func preparedObject(f *facts, d *decision.Decision, annotate, precondition bool)
 		d.ChildAnnotations.Apply(obj)
 	}
 	if precondition && obj.GetResourceVersion() == "" {
-		obj.SetResourceVersion(f.precondition)
+		obj.SetResourceVersion(version)
 		added = true
 	}
 	data, contentType, err = body.Encode(obj, f.format)
@@ -416,7 +428,7 @@ func (i *Interceptor) forward(x exchange, f *facts, d *decision.Decision, out fo
 			// One decision line per write: the round is only traced.
 			i.cfg.Log.Info("the object moved between the decision and the write; deciding again",
 				zap.String("resource", f.req.w.gvr.String()), zap.String("namespace", f.namespace),
-				zap.String("name", f.req.w.info.Name), zap.Int("round", round), zap.String("precondition", f.precondition))
+				zap.String("name", f.req.w.info.Name), zap.Int("round", round), zap.String("precondition", out.precondition))
 			return true, nil
 		}
 	}

@@ -132,6 +132,8 @@ func decideOnce(in Input) Decision {
 		d = KeepChildModes(d, in.OldObject, in.NewObject)
 	}
 
+	d.OnStoredVersion = d.Result == Allow && in.Operation == Update && !in.StatusWrite && !in.ScaleWrite &&
+		!KeepSystemAnnotations(in.OldObject, in.NewObject).Empty()
 	if d.Result == Deny {
 		d.ChildAnnotations, d.Trace, d.TraceOrigin = nil, "", false
 		d.ParentWrites, d.ApprovalsUpdate, d.ConsumeOnce = nil, nil, false

@@ -431,6 +431,13 @@ type Decision struct {
 	// be decided again on a live read of the object: a cache that has not
 	// seen the record yet must not let the controller through.
 	RecheckController bool `json:"recheckController,omitempty"`
+	// OnStoredVersion: the write changes system annotations that the
+	// child annotations put back to the stored object's values. Those
+	// values are only as new as the copy the write was decided on, so the
+	// write must land on that copy's resourceVersion: a value the proxy
+	// wrote meanwhile (a reservation, a controller record) would otherwise
+	// be overwritten with an older one.
+	OnStoredVersion bool `json:"onStoredVersion,omitempty"`
 
 	Mode       annotations.DriftMode `json:"mode,omitempty"`
 	ModeSource ModeSource            `json:"modeSource,omitempty"`

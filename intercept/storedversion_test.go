@@ -1,0 +1,106 @@
+package intercept_test
+
+import (
+	"encoding/json"
+	"io"
+	"net/http"
+	"net/http/httptest"
+	"sync"
+	"testing"
+
+	authorizationv1 "k8s.io/api/authorization/v1"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+
+	"github.com/kausality-io/kausality-proxy/intercept/annotations"
+)
+
+// withUpdatersOnStable gives the stable family's ReplicaSet an updaters
+// record, a system annotation only the proxy writes.
+func withUpdatersOnStable(s *serveSetup) {
+	for _, obj := range s.objects {
+		if o, ok := obj.(*unstructured.Unstructured); ok && o.GetName() == "stable-1" {
+			ann := o.GetAnnotations()
+			ann[annotations.Updaters] = "aaaaa"
+			o.SetAnnotations(ann)
+		}
+	}
+}
+
+// A write that changes a system annotation gets the stored value put back.
+// That value is only as new as the proxy's copy, which may lag behind what
+// the proxy itself wrote meanwhile (a reservation on a parent, a
+// controller record): the write is made to land on the copy's version, so
+// a stale copy costs a conflict the proxy answers itself, by deciding
+// again on a live read, and never an older value written over a newer one.
+func TestSystemAnnotationsPutBackLandOnTheStoredVersion(t *testing.T) {
+	allowAll := func(authorizationv1.SubjectAccessReviewSpec) (bool, error) { return true, nil }
+	cases := []struct {
+		name, body string
+		// conflicts: how many forwards kube-apiserver answers 409 first.
+		conflicts    int
+		wantVersions []string
+		// wantLiveReads: reads of the ReplicaSet beyond the cache.
+		wantLiveReads int
+	}{
+		{name: "a patch that rewrites the updaters record is pinned to the stored version",
+			body: `{"metadata":{"annotations":{"kausality.io/updaters":"zzzzz"}}}`, wantVersions: []string{"200"}},
+		{name: "a copy that lagged behind: kube-apiserver's conflict is the proxy's own, and the write is decided again",
+			body: `{"metadata":{"annotations":{"kausality.io/updaters":"zzzzz"}}}`, conflicts: 1, wantVersions: []string{"200", "200"}, wantLiveReads: 1},
+		{name: "a patch of other annotations is not pinned",
+			body: `{"metadata":{"annotations":{"team":"a"}}}`, wantVersions: []string{""}},
+		{name: "the caller's own version stands",
+			body: `{"metadata":{"resourceVersion":"200","annotations":{"kausality.io/updaters":"zzzzz"}}}`, wantVersions: []string{"200"}},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			var (
+				mu   sync.Mutex
+				sent []map[string]any
+			)
+			env := newServeEnv(t, nil, allowAll, withUpdatersOnStable)
+			env.dyn.ClearActions()
+			env.upstream = func(w http.ResponseWriter, r *http.Request) {
+				data, _ := io.ReadAll(r.Body)
+				var patch map[string]any
+				if err := json.Unmarshal(data, &patch); err != nil {
+					t.Errorf("forwarded body %q: %v", data, err)
+				}
+				mu.Lock()
+				sent = append(sent, patch)
+				n := len(sent)
+				mu.Unlock()
+				w.Header().Set("Content-Type", "application/json")
+				if n <= tc.conflicts {
+					w.WriteHeader(http.StatusConflict)
+					_, _ = w.Write([]byte(`{"kind":"Status","apiVersion":"v1","status":"Failure","reason":"Conflict","code":409}`))
+					return
+				}
+				_, _ = w.Write([]byte(`{"kind":"Status","apiVersion":"v1","code":200}`))
+			}
+			rec := httptest.NewRecorder()
+			env.handler.ServeHTTP(rec, env.request(t, benchWrite{method: http.MethodPatch, path: rsPath + "/stable-1",
+				contentType: "application/merge-patch+json", body: []byte(tc.body), user: "alice"}))
+			if rec.Code != http.StatusOK {
+				t.Fatalf("code %d, want 200: %s (error %v)", rec.Code, rec.Body, env.lastError)
+			}
+			if reads := env.liveReads("replicasets"); reads != tc.wantLiveReads {
+				t.Errorf("%d live reads of the ReplicaSet, want %d", reads, tc.wantLiveReads)
+			}
+			if len(sent) != len(tc.wantVersions) {
+				t.Fatalf("%d writes forwarded, want %d: %v", len(sent), len(tc.wantVersions), sent)
+			}
+			for k, patch := range sent {
+				meta, _ := patch["metadata"].(map[string]any)
+				version, _ := meta["resourceVersion"].(string)
+				if version != tc.wantVersions[k] {
+					t.Errorf("write %d forwarded with resourceVersion %q, want %q: %v", k, version, tc.wantVersions[k], patch)
+				}
+				if ann, _ := meta["annotations"].(map[string]any); ann != nil {
+					if v, set := ann[annotations.Updaters]; set && v != "aaaaa" {
+						t.Errorf("write %d writes the updaters record as %v, want the stored aaaaa put back", k, v)
+					}
+				}
+			}
+		})
+	}
+}

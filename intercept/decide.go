@@ -264,7 +264,22 @@ func (f *facts) held() decision.Held {
 		HasChanges:        len(f.changes) > 0,
 		ChildMetadataOnly: f.oldIsMetadata,
 		Operation:         f.op,
+		NamesOtherVersion: f.namesOtherVersion(),
 	}
+}
+
+// namesOtherVersion: the write names a resourceVersion, and not the one of
+// the stored object it is decided on. The object the write makes carries
+// the version a patch names (the stored one when it names none).
+func (f *facts) namesOtherVersion() bool {
+	if f.old == nil || f.new == nil {
+		return false
+	}
+	rv := f.new.GetResourceVersion()
+	if f.sent != nil {
+		rv = f.sent.GetResourceVersion()
+	}
+	return rv != "" && rv != f.old.GetResourceVersion()
 }
 
 // noChangeIsCertain: a stale stored object cannot hide a desired-state

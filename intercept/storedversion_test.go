@@ -50,6 +50,8 @@ func TestSystemAnnotationsPutBackLandOnTheStoredVersion(t *testing.T) {
 			body: `{"metadata":{"annotations":{"team":"a"}}}`, wantVersions: []string{""}},
 		{name: "the caller's own version stands",
 			body: `{"metadata":{"resourceVersion":"200","annotations":{"kausality.io/updaters":"zzzzz"}}}`, wantVersions: []string{"200"}},
+		{name: "a version the cache has not seen: the values put back are read live",
+			body: `{"metadata":{"resourceVersion":"201","annotations":{"kausality.io/updaters":"zzzzz"}}}`, wantVersions: []string{"201"}, wantLiveReads: 1},
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {

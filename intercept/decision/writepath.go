@@ -96,6 +96,11 @@ type Held struct {
 	// whole object; Operation is the write's.
 	ChildMetadataOnly bool
 	Operation         Operation
+	// NamesOtherVersion: the write names a resourceVersion other than the
+	// one of the stored object it was decided on (a patch that carries its
+	// own precondition; an update of another version is decided on that
+	// version from the start).
+	NamesOtherVersion bool
 }
 
 // Need lists the facts a decision still needs. The reads behind the first
@@ -139,6 +144,9 @@ func Needs(d *Decision, h Held) Need {
 		return n
 	}
 	n.LiveChild = d.RecheckController && (h.MainResource || h.StatusWrite) && !h.ChildLive
+	// The system annotations put back must be the stored values of the
+	// version the write lands on, which is the caller's when it names one.
+	n.LiveChild = n.LiveChild || d.OnStoredVersion && h.NamesOtherVersion && !h.ChildLive
 	n.ServerResult = d.ConfirmWithServer && h.Confirmable
 	n.FreshParent = NeedsConfirmation(d, h.ParentFromCache)
 	if n.ServerResult {

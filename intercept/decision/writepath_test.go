@@ -175,6 +175,12 @@ func TestNeeds(t *testing.T) {
 			want: Need{LiveChild: true}},
 		{name: "an Expected write stands on the child's metadata", d: Decision{Result: Allow, Category: Expected},
 			held: Held{Confirmable: true, MainResource: true, ChildMetadataOnly: true, Operation: Update}},
+		{name: "system annotations put back, the write naming another version: a live read, not a copy",
+			d: Decision{Result: Allow, OnStoredVersion: true}, held: Held{MainResource: true, NamesOtherVersion: true}, want: Need{LiveChild: true, NoCopy: true}},
+		{name: "system annotations put back, on the version the write names: nothing more",
+			d: Decision{Result: Allow, OnStoredVersion: true}, held: Held{MainResource: true}},
+		{name: "system annotations put back, read live already: not again",
+			d: Decision{Result: Allow, OnStoredVersion: true}, held: Held{MainResource: true, NamesOtherVersion: true, ChildLive: true}},
 		{name: "asked already", d: Decision{Result: Deny, Drift: true},
 			held: Held{HasChanges: true, ChildAccessKnown: true, ParentAccessKnown: true}},
 	}

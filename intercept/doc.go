@@ -26,8 +26,8 @@
 //     whole request, which is never narrowed to the rest: its success
 //     would say that everything matching is gone. The forwarded request
 //     is pinned to the decided list (resourceVersion with
-//     resourceVersionMatch=Exact), so an object created or changed after
-//     the list is not deleted undecided; the caller's options then travel
+//     resourceVersionMatch=Exact), so an object created after the list is
+//     not deleted undecided; the caller's options then travel
 //     in a body, since kube-apiserver would turn a body-less request's
 //     resourceVersion into every delete's precondition. A caller's own
 //     resourceVersion stays only where it holds the request to the list

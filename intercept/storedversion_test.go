@@ -106,3 +106,96 @@ func TestSystemAnnotationsPutBackLandOnTheStoredVersion(t *testing.T) {
 		})
 	}
 }
+
+// Whatever a patch says of the resourceVersion, the cached values it gets
+// put back land only on the version they were read from: a patch that
+// names another version is decided on that version read live, and one
+// that clears it (which kube-apiserver would take as an unconditional
+// update) gets the cached version as its precondition.
+func TestAPatchCannotCarryCachedSystemAnnotationsOntoAnotherVersion(t *testing.T) {
+	allowAll := func(authorizationv1.SubjectAccessReviewSpec) (bool, error) { return true, nil }
+	cases := []struct {
+		name, contentType, body string
+	}{
+		{"a merge patch that names a newer resourceVersion than the cache's", "application/merge-patch+json",
+			`{"metadata":{"resourceVersion":"300","annotations":{"kausality.io/updaters":"zzzzz"}}}`},
+		{"a merge patch that clears the resourceVersion", "application/merge-patch+json",
+			`{"metadata":{"resourceVersion":null,"annotations":{"kausality.io/updaters":"zzzzz"}}}`},
+		{"a strategic merge patch with an empty resourceVersion", "application/strategic-merge-patch+json",
+			`{"metadata":{"resourceVersion":"","annotations":{"kausality.io/updaters":"zzzzz"}}}`},
+		{"a JSON patch that removes the resourceVersion", "application/json-patch+json",
+			`[{"op":"remove","path":"/metadata/resourceVersion"},{"op":"replace","path":"/metadata/annotations/kausality.io~1updaters","value":"zzzzz"}]`},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			var (
+				mu   sync.Mutex
+				sent [][]byte
+			)
+			env := newServeEnv(t, nil, allowAll, withUpdatersOnStable)
+			env.dyn.ClearActions()
+			env.upstream = func(w http.ResponseWriter, r *http.Request) {
+				data, _ := io.ReadAll(r.Body)
+				mu.Lock()
+				sent = append(sent, data)
+				mu.Unlock()
+				w.Header().Set("Content-Type", "application/json")
+				_, _ = w.Write([]byte(`{"kind":"Status","apiVersion":"v1","code":200}`))
+			}
+			rec := httptest.NewRecorder()
+			env.handler.ServeHTTP(rec, env.request(t, benchWrite{method: http.MethodPatch, path: rsPath + "/stable-1",
+				contentType: tc.contentType, body: []byte(tc.body), user: "alice"}))
+			if rec.Code != http.StatusOK || len(sent) != 1 {
+				t.Fatalf("code %d, %d writes forwarded; want 200 and 1 (error %v)", rec.Code, len(sent), env.lastError)
+			}
+			putsBack, lands := putBackAndVersion(t, tc.contentType, sent[0])
+			if putsBack && lands != "200" && env.liveReads("replicasets") == 0 {
+				t.Errorf("the cached updaters record (of resourceVersion 200) is put back by a write that lands on %q, without a live read: %s", lands, sent[0])
+			}
+		})
+	}
+}
+
+// putBackAndVersion reads a forwarded patch: whether it writes the cached
+// updaters record "aaaaa", and the resourceVersion the patched object
+// carries as far as the patch decides it ("<stored>" when it leaves it, ""
+// when it clears it).
+func putBackAndVersion(t *testing.T, contentType string, data []byte) (putsBack bool, version string) {
+	t.Helper()
+	if contentType == "application/json-patch+json" {
+		var ops []map[string]any
+		if err := json.Unmarshal(data, &ops); err != nil {
+			t.Fatalf("forwarded patch %q: %v", data, err)
+		}
+		version = "<stored>"
+		for _, op := range ops {
+			path, _ := op["path"].(string)
+			switch {
+			case path == "/metadata/resourceVersion" && op["op"] == "remove":
+				version = ""
+			case path == "/metadata/resourceVersion" && (op["op"] == "test" || op["op"] == "add" || op["op"] == "replace"):
+				version, _ = op["value"].(string)
+			case path == "/metadata/annotations/kausality.io~1updaters" && op["value"] == "aaaaa":
+				putsBack = true
+			}
+		}
+		return putsBack, version
+	}
+	var p map[string]any
+	if err := json.Unmarshal(data, &p); err != nil {
+		t.Fatalf("forwarded patch %q: %v", data, err)
+	}
+	meta, _ := p["metadata"].(map[string]any)
+	ann, _ := meta["annotations"].(map[string]any)
+	putsBack = ann[annotations.Updaters] == "aaaaa"
+	rv, named := meta["resourceVersion"]
+	switch {
+	case !named:
+		version = "<stored>"
+	case rv == nil:
+		version = ""
+	default:
+		version, _ = rv.(string)
+	}
+	return putsBack, version
+}

@@ -16,13 +16,16 @@ import (
 // metadata.resourceVersion differs from the stored one is a conflict
 // (409), so the write cannot land on a state other than the one it was
 // decided on. A patch that names a resourceVersion itself keeps its own
-// (the client's precondition). ok is false when the patch cannot carry one
-// without changing what it does (a merge patch that sets metadata to
+// (the client's precondition). One that clears it (null, "", a JSON patch
+// that removes it) would make kube-apiserver update unconditionally; it
+// gets resourceVersion instead. ok is false when the patch cannot carry
+// one without changing what it does (a merge patch that sets metadata to
 // null); it is then returned unchanged.
 //
 //   - merge and strategic merge patch: metadata.resourceVersion is set;
 //     every other byte is the client's.
-//   - JSON patch: an "add" of /metadata/resourceVersion is appended.
+//   - JSON patch: an "add" of /metadata/resourceVersion is appended, after
+//     whatever the client's operations do to it.
 //   - apply (YAML or CBOR): the apply configuration names the
 //     resourceVersion, which server-side apply treats as a precondition.
 func WithResourceVersion(patchType types.PatchType, patch []byte, resourceVersion string) (out []byte, ok bool, err error) {
@@ -54,7 +57,7 @@ func mergeWithResourceVersion(patch []byte, rv string) ([]byte, bool, error) {
 			return nil, false, apierrors.NewBadRequest(fmt.Sprintf("the merge patch has a metadata that is not an object: %v", err))
 		}
 	}
-	if _, own := meta["resourceVersion"]; own {
+	if own, named := meta["resourceVersion"]; named && !isNull(own) && !isEmptyString(own) {
 		return patch, false, nil
 	}
 	meta["resourceVersion"] = rawJSON(rv)
@@ -71,12 +74,29 @@ func jsonPatchWithResourceVersion(patch []byte, rv string) ([]byte, bool, error)
 	if err := json.Unmarshal(patch, &ops); err != nil {
 		return nil, false, apierrors.NewBadRequest(fmt.Sprintf("the JSON patch is not an array of operations: %v", err))
 	}
+	// Whether the object the operations leave names a resourceVersion, as
+	// far as they decide it: a later operation undoes an earlier one.
+	named := false
 	for _, op := range ops {
-		var path string
+		var path, kind string
 		_ = json.Unmarshal(op["path"], &path)
-		if path == "/metadata/resourceVersion" || path == "/metadata" {
-			return patch, false, nil
+		_ = json.Unmarshal(op["op"], &kind)
+		switch {
+		case path != "/metadata/resourceVersion" && path != "/metadata":
+		case kind == "remove":
+			named = false
+		case kind == "test" && path == "/metadata/resourceVersion":
+			// The stored object must have that version, and keeps it.
+			named = named || !isEmptyString(op["value"])
+		case kind != "add" && kind != "replace":
+		case path == "/metadata":
+			named = namesResourceVersion(op["value"])
+		default:
+			named = !isNull(op["value"]) && !isEmptyString(op["value"])
 		}
+	}
+	if named {
+		return patch, false, nil
 	}
 	ops = append(ops, map[string]json.RawMessage{"op": rawJSON("add"), "path": rawJSON("/metadata/resourceVersion"), "value": rawJSON(rv)})
 	b, err := json.Marshal(ops)
@@ -110,6 +130,12 @@ func applyWithResourceVersion(patchType types.PatchType, patch []byte, rv string
 		return nil, false, internalError(err)
 	}
 	return b, true, nil
+}
+
+// isEmptyString reports whether raw is the JSON string "".
+func isEmptyString(raw json.RawMessage) bool {
+	var s string
+	return json.Unmarshal(raw, &s) == nil && s == ""
 }
 
 // NamesResourceVersion reports whether patch names the resourceVersion it

@@ -126,7 +126,10 @@ func prepare(r *http.Request, f *facts, d *decision.Decision) (forwarded, error)
 	if version == "" && d.OnStoredVersion && f.old != nil && !f.dryRun {
 		version = f.old.GetResourceVersion()
 	}
-	precondition := version != "" && (wr.sub == mainResource || wr.sub == scaleSubresource) && f.op == decision.Update
+	// A status write lands on its version only for the annotations put
+	// back: its other facts are never confirmed.
+	pinnable := wr.sub == mainResource || wr.sub == scaleSubresource || wr.sub == statusSubresource && d.OnStoredVersion
+	precondition := version != "" && pinnable && f.op == decision.Update
 	if !annotate && !precondition {
 		return forwarded{req: r}, nil
 	}

@@ -132,7 +132,7 @@ func decideOnce(in Input) Decision {
 		d = KeepChildModes(d, in.OldObject, in.NewObject)
 	}
 
-	d.OnStoredVersion = d.Result == Allow && in.Operation == Update && !in.StatusWrite && !in.ScaleWrite &&
+	d.OnStoredVersion = d.Result == Allow && in.Operation == Update && !in.ScaleWrite &&
 		!KeepSystemAnnotations(in.OldObject, in.NewObject).Empty()
 	if d.Result == Deny {
 		d.ChildAnnotations, d.Trace, d.TraceOrigin = nil, "", false

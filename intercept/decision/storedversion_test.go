@@ -32,7 +32,8 @@ func TestOnStoredVersion(t *testing.T) {
 		{"the parent's controller carrying out its spec, rewriting the updaters record", []func(*Input){reconciling, touchesUpdaters}, true},
 		{"a metadata-only write that drops a controller record", []func(*Input){person, dropsControllers}, true},
 		{"a write of the spec alone", []func(*Input){person}, false},
-		{"a status write that rewrites the updaters record", []func(*Input){person, touchesUpdaters, func(in *Input) { in.StatusWrite = true }}, false},
+		{"a status write that rewrites the updaters record", []func(*Input){person, touchesUpdaters, func(in *Input) { in.StatusWrite = true }}, true},
+		{"a status write that leaves them", []func(*Input){person, func(in *Input) { in.StatusWrite = true }}, false},
 		{"a denied write", []func(*Input){touchesUpdaters}, false},
 		{"a create", []func(*Input){person, touchesUpdaters, func(in *Input) { in.Operation, in.OldObject = Create, nil }}, false},
 	}

@@ -304,6 +304,13 @@ func (i *Interceptor) withEffectiveObject(ctx context.Context, f *facts) error {
 		return i.patchedMetadata(ctx, f)
 	case wr.verb == "patch":
 		if f.new, err = f.fromStored.Produce(f.old); err != nil {
+			if apierrors.IsInvalid(err) && f.old != nil && !f.childLive {
+				// A patch that does not apply to a copy of the stored
+				// object may apply to the object as stored, which is what
+				// kube-apiserver applies it to: a test of the
+				// resourceVersion, a removal of a member added since.
+				return i.withLiveStored(ctx, f)
+			}
 			return err
 		}
 		if f.old == nil {
@@ -341,6 +348,12 @@ func (i *Interceptor) patchedMetadata(ctx context.Context, f *facts) error {
 		f.old, f.oldIsCopy, f.oldIsMetadata = cp, true, false
 		return i.withEffectiveObject(ctx, f)
 	}
+	return i.withLiveStored(ctx, f)
+}
+
+// withLiveStored computes f's effective object again on the stored object
+// read live, which it keeps as the copy of its version.
+func (i *Interceptor) withLiveStored(ctx context.Context, f *facts) error {
 	live, err := i.cfg.Objects.GetLive(ctx, f.req.w.gvr, f.namespace, f.req.w.info.Name)
 	switch {
 	case apierrors.IsNotFound(err):
@@ -348,9 +361,10 @@ func (i *Interceptor) patchedMetadata(ctx context.Context, f *facts) error {
 	case err != nil:
 		return i.unresolvable(fmt.Errorf("reading the stored %s %s: %w", f.kind.Kind, cache.NewObjectName(f.namespace, f.req.w.info.Name).String(), err))
 	default:
+		key := storedcopies.Key{Resource: f.req.w.gvr, Kind: f.kind, Namespace: f.namespace, Name: f.req.w.info.Name}
 		i.copies.PutObject(key, live)
 	}
-	f.old, f.childLive, f.oldIsMetadata = live, true, false
+	f.old, f.childLive, f.oldIsMetadata, f.oldIsCopy = live, true, false, false
 	return i.withEffectiveObject(ctx, f)
 }
 

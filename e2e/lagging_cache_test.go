@@ -40,3 +40,28 @@ func TestSystemAnnotationsPutBackNeverOverwriteANewerValue(t *testing.T) {
 		}
 	}
 }
+
+// A JSON patch that tests the resourceVersion (optimistic concurrency
+// without a read-modify-write) names the version its client just saw,
+// which the proxy's cache may not have yet: the proxy must not refuse it
+// for failing on its copy. Each round changes the Widget (a parent, which
+// the proxy caches whole) directly and at once has alice patch it through
+// the proxy, testing the version the change returned.
+func TestAJSONPatchTestingTheLatestVersionIsNotRefusedByALaggingCache(t *testing.T) {
+	ctx := context.Background()
+	f := newWGFamily(t, "jsontest", "")
+	f.initialize()
+	widgets := f.alice.dyn.Resource(framework.WidgetGVR)
+	for round := range 20 {
+		changed, err := f.admin.Resource(framework.WidgetGVR).Patch(ctx, f.widget, types.MergePatchType,
+			[]byte(fmt.Sprintf(`{"metadata":{"labels":{"direct":"r%d"}}}`, round)), metav1.PatchOptions{})
+		mustf(t, err, "round %d: change the Widget directly", round)
+		patch := fmt.Sprintf(`[{"op":"test","path":"/metadata/resourceVersion","value":%q},{"op":"add","path":"/metadata/labels/seen","value":"r%d"}]`,
+			changed.GetResourceVersion(), round)
+		patched, err := widgets.Patch(ctx, f.widget, types.JSONPatchType, []byte(patch), metav1.PatchOptions{})
+		mustf(t, err, "round %d: alice's JSON patch testing resourceVersion %s, which kube-apiserver has just returned", round, changed.GetResourceVersion())
+		if got := patched.GetLabels()["seen"]; got != fmt.Sprintf("r%d", round) {
+			t.Fatalf("round %d: label seen=%q after the patch", round, got)
+		}
+	}
+}

@@ -129,6 +129,8 @@ func (i *Interceptor) decideAgain(r *http.Request, f *facts, what moved, up upst
 	if what == objectMoved {
 		again.confirmed, again.precondition, again.childLive = false, "", false
 		need.LiveChild = f.op != decision.Create
+		// A copy of the version the write was pinned to is what moved.
+		need.NoCopy = need.LiveChild
 	}
 	again, err := i.refetch(r, again, need, up)
 	if err != nil {

@@ -304,7 +304,7 @@ func (i *Interceptor) withEffectiveObject(ctx context.Context, f *facts) error {
 		return i.patchedMetadata(ctx, f)
 	case wr.verb == "patch":
 		if f.new, err = f.fromStored.Produce(f.old); err != nil {
-			if apierrors.IsInvalid(err) && f.old != nil && !f.childLive {
+			if apierrors.IsInvalid(err) && !patch.IsOptionsError(err) && f.old != nil && !f.childLive {
 				// A patch that does not apply to a copy of the stored
 				// object may apply to the object as stored, which is what
 				// kube-apiserver applies it to: a test of the

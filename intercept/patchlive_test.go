@@ -74,3 +74,20 @@ func TestAPatchThatFailsOnTheCacheIsAppliedToTheStoredObject(t *testing.T) {
 		})
 	}
 }
+
+// A patch refused for its options is refused whatever the object: it is
+// not read live for another try.
+func TestAPatchRefusedForItsOptionsIsNotReadLive(t *testing.T) {
+	allowAll := func(authorizationv1.SubjectAccessReviewSpec) (bool, error) { return true, nil }
+	env := newServeEnv(t, nil, allowAll, storedAt("300"))
+	env.dyn.ClearActions()
+	rec := httptest.NewRecorder()
+	env.handler.ServeHTTP(rec, env.request(t, benchWrite{method: http.MethodPatch, path: rsPath + "/stable-1?force=true",
+		contentType: "application/json-patch+json", body: []byte(`[{"op":"add","path":"/metadata/labels/team","value":"a"}]`), user: "alice"}))
+	if rec.Code != http.StatusUnprocessableEntity {
+		t.Fatalf("code %d, want 422: %s", rec.Code, rec.Body)
+	}
+	if reads := env.liveReads("replicasets"); reads != 0 {
+		t.Errorf("%d live reads of the ReplicaSet for a patch refused for its options, want 0", reads)
+	}
+}

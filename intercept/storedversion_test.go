@@ -8,6 +8,7 @@ import (
 	"sync"
 	"testing"
 
+	jsonpatch "gopkg.in/evanphx/json-patch.v4"
 	authorizationv1 "k8s.io/api/authorization/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 
@@ -208,4 +209,72 @@ func putBackAndVersion(t *testing.T, contentType string, data []byte) (putsBack 
 		version, _ = rv.(string)
 	}
 	return putsBack, version
+}
+
+// kube-apiserver applies the forwarded patch to what is stored: a JSON
+// patch that names a version and then moves or copies it away would leave
+// the patched object without one, an unconditional update that carries
+// the cached put-back values onto a newer version. The upstream here
+// applies the patch to the stored object at 201 (updaters bbbbb) as
+// kube-apiserver would, 409 for a patched object of another version.
+func TestAJSONPatchThatMovesItsResourceVersionAwayIsPinned(t *testing.T) {
+	allowAll := func(authorizationv1.SubjectAccessReviewSpec) (bool, error) { return true, nil }
+	newer := benchChild("stable-1", "stable", "stable-uid", 1)
+	newer.SetResourceVersion("201")
+	ann := newer.GetAnnotations()
+	ann[annotations.Updaters] = "bbbbb"
+	newer.SetAnnotations(ann)
+	storedJSON, err := json.Marshal(newer.Object)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, tc := range []struct{ name, body string }{
+		{"replace, then move away", `[{"op":"replace","path":"/metadata/resourceVersion","value":"200"},{"op":"move","from":"/metadata/resourceVersion","path":"/metadata/annotations/rv"},{"op":"replace","path":"/metadata/annotations/kausality.io~1updaters","value":"zzzzz"}]`},
+		{"add, then copy an empty value over it", `[{"op":"add","path":"/metadata/resourceVersion","value":"200"},{"op":"add","path":"/metadata/annotations/empty","value":""},{"op":"copy","from":"/metadata/annotations/empty","path":"/metadata/resourceVersion"},{"op":"replace","path":"/metadata/annotations/kausality.io~1updaters","value":"zzzzz"}]`},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			var (
+				mu     sync.Mutex
+				landed []map[string]any
+			)
+			env := newServeEnv(t, nil, allowAll, withUpdatersOnStable)
+			env.upstream = func(w http.ResponseWriter, r *http.Request) {
+				data, _ := io.ReadAll(r.Body)
+				w.Header().Set("Content-Type", "application/json")
+				p, err := jsonpatch.DecodePatch(data)
+				if err != nil {
+					t.Errorf("forwarded patch %s: %v", data, err)
+					return
+				}
+				out, err := p.Apply(storedJSON)
+				if err != nil {
+					w.WriteHeader(http.StatusUnprocessableEntity)
+					_, _ = w.Write([]byte(`{"kind":"Status","apiVersion":"v1","status":"Failure","reason":"Invalid","code":422}`))
+					return
+				}
+				var obj map[string]any
+				_ = json.Unmarshal(out, &obj)
+				meta, _ := obj["metadata"].(map[string]any)
+				if rv, _ := meta["resourceVersion"].(string); rv != "" && rv != "201" {
+					w.WriteHeader(http.StatusConflict)
+					_, _ = w.Write([]byte(`{"kind":"Status","apiVersion":"v1","status":"Failure","reason":"Conflict","code":409}`))
+					return
+				}
+				mu.Lock()
+				landed = append(landed, meta)
+				mu.Unlock()
+				_, _ = w.Write([]byte(`{"kind":"Status","apiVersion":"v1","code":200}`))
+			}
+			rec := httptest.NewRecorder()
+			env.handler.ServeHTTP(rec, env.request(t, benchWrite{method: http.MethodPatch, path: rsPath + "/stable-1",
+				contentType: "application/json-patch+json", body: []byte(tc.body), user: "alice"}))
+			mu.Lock()
+			defer mu.Unlock()
+			for _, meta := range landed {
+				if a, _ := meta["annotations"].(map[string]any); a[annotations.Updaters] == "aaaaa" {
+					t.Errorf("the cached updaters record aaaaa (of version 200) landed on version 201 over bbbbb (code %d)", rec.Code)
+				}
+			}
+		})
+	}
 }

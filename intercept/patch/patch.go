@@ -193,7 +193,7 @@ func TypeFor(contentType string) (types.PatchType, error) {
 func Apply(patchType types.PatchType, current *unstructured.Unstructured, patch []byte, opts Options) (*unstructured.Unstructured, error) {
 	po := &metav1.PatchOptions{FieldManager: opts.FieldManager, Force: opts.Force}
 	if errs := validation.ValidatePatchOptions(po, patchType); len(errs) > 0 {
-		return nil, apierrors.NewInvalid(schema.GroupKind{Group: metav1.GroupName, Kind: "PatchOptions"}, "", errs)
+		return nil, apierrors.NewInvalid(patchOptionsKind, "", errs)
 	}
 
 	var (
@@ -539,4 +539,17 @@ func applyJSONPatchOps(ops jsonpatch.Patch, doc []byte) (patched []byte, err err
 		}
 	}()
 	return ops.Apply(doc)
+}
+
+var patchOptionsKind = schema.GroupKind{Group: metav1.GroupName, Kind: "PatchOptions"}
+
+// IsOptionsError reports whether err refuses a patch for its options (a
+// force without an apply, say), whatever the object it applies to.
+func IsOptionsError(err error) bool {
+	var status apierrors.APIStatus
+	if !errors.As(err, &status) {
+		return false
+	}
+	d := status.Status().Details
+	return d != nil && d.Group == patchOptionsKind.Group && d.Kind == patchOptionsKind.Kind
 }

@@ -4,10 +4,12 @@ import (
 	"bytes"
 	"encoding/json"
 	"fmt"
+	"slices"
 
 	"github.com/fxamacker/cbor/v2"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/types"
 )
 
@@ -60,6 +62,17 @@ func mergeWithResourceVersion(patch []byte, rv string) ([]byte, bool, error) {
 	if own, named := meta["resourceVersion"]; named && !isNull(own) && !isEmptyString(own) {
 		return patch, false, nil
 	}
+	if raw, ok := meta["$retainKeys"]; ok {
+		// A strategic merge patch's $retainKeys lists every member the
+		// map keeps; one it does not list makes the patch malformed.
+		var keys []string
+		if err := json.Unmarshal(raw, &keys); err != nil {
+			return patch, false, nil
+		}
+		if !slices.Contains(keys, "resourceVersion") {
+			meta["$retainKeys"] = rawJSON(append(keys, "resourceVersion"))
+		}
+	}
 	meta["resourceVersion"] = rawJSON(rv)
 	top["metadata"] = rawJSON(meta)
 	b, err := json.Marshal(top)
@@ -77,22 +90,30 @@ func jsonPatchWithResourceVersion(patch []byte, rv string) ([]byte, bool, error)
 	// Whether the object the operations leave names a resourceVersion, as
 	// far as they decide it: a later operation undoes an earlier one.
 	named := false
+	touches := func(path string) bool { return path == "/metadata/resourceVersion" || path == "/metadata" }
 	for _, op := range ops {
-		var path, kind string
+		var path, from, kind string
 		_ = json.Unmarshal(op["path"], &path)
+		_ = json.Unmarshal(op["from"], &from)
 		_ = json.Unmarshal(op["op"], &kind)
 		switch {
-		case path != "/metadata/resourceVersion" && path != "/metadata":
-		case kind == "remove":
+		case kind == "move" && touches(from):
+			// Moved away: the object keeps none.
 			named = false
-		case kind == "test" && path == "/metadata/resourceVersion":
+		case !touches(path):
+		case kind == "test":
 			// The stored object must have that version, and keeps it.
-			named = named || !isEmptyString(op["value"])
-		case kind != "add" && kind != "replace":
-		case path == "/metadata":
-			named = namesResourceVersion(op["value"])
+			named = named || path == "/metadata/resourceVersion" && nonEmptyString(op["value"])
+		case kind == "add" || kind == "replace":
+			if path == "/metadata" {
+				named = namesResourceVersion(op["value"])
+			} else {
+				named = nonEmptyString(op["value"])
+			}
 		default:
-			named = !isNull(op["value"]) && !isEmptyString(op["value"])
+			// Removed, or copied or moved from elsewhere: a value the
+			// proxy does not know.
+			named = false
 		}
 	}
 	if named {
@@ -111,7 +132,9 @@ func applyWithResourceVersion(patchType types.PatchType, patch []byte, rv string
 	if err != nil {
 		return nil, false, err
 	}
-	if applied.GetResourceVersion() != "" {
+	if v, found, _ := unstructured.NestedFieldNoCopy(applied.Object, "metadata", "resourceVersion"); found && v != nil && v != "" {
+		// The client's own; one that is no string is refused by
+		// kube-apiserver as it is.
 		return patch, false, nil
 	}
 	applied.SetResourceVersion(rv)
@@ -130,6 +153,12 @@ func applyWithResourceVersion(patchType types.PatchType, patch []byte, rv string
 		return nil, false, internalError(err)
 	}
 	return b, true, nil
+}
+
+// nonEmptyString reports whether raw is a JSON string other than "".
+func nonEmptyString(raw json.RawMessage) bool {
+	var s string
+	return json.Unmarshal(raw, &s) == nil && s != ""
 }
 
 // isEmptyString reports whether raw is the JSON string "".

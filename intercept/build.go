@@ -163,6 +163,9 @@ func Build(o Options) (*Interceptor, error) {
 		Metrics:                  o.Metrics,
 	})
 	i.watcher, i.stopBackground = settings, stop
+	i.kinds = &kindChecker{settings: settings.Current, mapper: store.RESTMapper, now: time.Now,
+		log: o.Log.Named("config"), gauge: registerKindsGauge(o.Metrics)}
+	i.kindsEvery = o.ConfigReloadInterval
 	return i, nil
 }
 
@@ -214,6 +217,13 @@ func (i *Interceptor) Run(ctx context.Context) {
 	}
 	if i.watcher != nil {
 		go i.watcher.Run(ctx)
+	}
+	if i.kinds != nil {
+		every := i.kindsEvery
+		if every <= 0 {
+			every = config.DefaultReloadInterval
+		}
+		go i.kinds.run(ctx, every)
 	}
 	go i.approvals.RunOrphanSettlement(ctx)
 	i.cfg.Drifts.Run(ctx)

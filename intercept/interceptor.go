@@ -169,6 +169,10 @@ type Interceptor struct {
 	// watcher and stopBackground are set by Build, which owns the parts.
 	watcher        *config.Watcher
 	stopBackground context.CancelFunc
+	// kinds warns about kinds the config file names that are not served,
+	// checked every kindsEvery.
+	kinds      *kindChecker
+	kindsEvery time.Duration
 	// access asks what the caller may do.
 	access *access.Checker
 	// sideWriter makes the proxy's own writes to parents.

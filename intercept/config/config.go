@@ -207,6 +207,9 @@ type Config struct {
 	UngatedChildKinds []decision.UngatedKind
 	// UnboundStatusRecordDelays: see File.UnboundStatusRecordDelays.
 	UnboundStatusRecordDelays map[schema.GroupKind]time.Duration
+	// NamedKinds are the kinds the file names, to be checked against
+	// what kube-apiserver serves (UnservedKinds); none for the defaults.
+	NamedKinds []NamedKind
 }
 
 // UnboundStatusRecordDelay is the delay of kind's records, and whether
@@ -291,6 +294,11 @@ func Parse(data []byte) (*Config, error) {
 	}
 
 	cfg := Default()
+	named := func(path, group, kind string) {
+		if kind != "" {
+			cfg.NamedKinds = append(cfg.NamedKinds, NamedKind{Path: path, Line: lineOf(&root, path), Kind: schema.GroupKind{Group: group, Kind: kind}})
+		}
+	}
 	if f.ResourceRules != nil {
 		cfg.Rules.Include = slices.Clone(f.ResourceRules.Include)
 		if f.ResourceRules.Include == nil {
@@ -370,6 +378,7 @@ func Parse(data []byte) (*Config, error) {
 			checks = append(checks, c)
 		}
 		checkGroup(l.APIGroup, path+".apiGroup", fail)
+		named(path+".kind", l.APIGroup, l.Kind)
 		gvk := schema.GroupVersionKind{Group: l.APIGroup, Kind: l.Kind}
 		if _, dup := cfg.Lifecycle.ByGVK[gvk]; dup && l.Kind != "" {
 			// The later entry would silently replace the earlier one.
@@ -383,6 +392,8 @@ func Parse(data []byte) (*Config, error) {
 		for i, k := range *f.UngatedChildKinds {
 			path := fmt.Sprintf("ungatedChildKinds[%d]", i)
 			u := k.parse(&root, path, fail)
+			named(path+".kind", u.Child.Group, u.Child.Kind)
+			named(path+".parent.kind", u.Parent.Group, u.Parent.Kind)
 			if u.Child.Kind != "" {
 				if j, ok := overlapping(cfg.UngatedChildKinds, u); ok {
 					fail(path, "%s", overlapProblem(u, j, cfg.UngatedChildKinds[j]))
@@ -395,6 +406,7 @@ func Parse(data []byte) (*Config, error) {
 	for i, k := range f.UnboundStatusRecordDelays {
 		path := fmt.Sprintf("unboundStatusRecordDelays[%d]", i)
 		checkGroup(k.APIGroup, path+".apiGroup", fail)
+		named(path+".kind", k.APIGroup, k.Kind)
 		gk := schema.GroupKind{Group: k.APIGroup, Kind: k.Kind}
 		if k.Kind == "" {
 			fail(path+".kind", "required")

@@ -177,7 +177,7 @@ func preparedPatch(f *facts, d *decision.Decision, annotate bool, version string
 	if version == "" {
 		return data, false, nil
 	}
-	return patch.WithResourceVersion(f.patchType, data, version)
+	return patch.WithResourceVersion(f.patchType, data, version, f.new)
 }
 
 // preparedObject is the object to forward: the client's object, never the

@@ -163,8 +163,8 @@ func Build(o Options) (*Interceptor, error) {
 		Metrics:                  o.Metrics,
 	})
 	i.watcher, i.stopBackground = settings, stop
-	i.kinds = &kindChecker{settings: settings.Current, mapper: store.RESTMapper, now: time.Now,
-		log: o.Log.Named("config"), gauge: registerKindsGauge(o.Metrics)}
+	i.kinds = &kindChecker{settings: settings.Current, mapper: store.RESTMapper, refresh: store.RefreshDiscovery,
+		undiscovered: store.UndiscoveredGroups, now: time.Now, log: o.Log.Named("config"), gauge: registerKindsGauge(o.Metrics)}
 	i.kindsEvery = o.ConfigReloadInterval
 	return i, nil
 }

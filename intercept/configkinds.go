@@ -27,28 +27,61 @@ const recheckUnserved = time.Minute
 type kindChecker struct {
 	settings func() *config.Config
 	mapper   func() meta.RESTMapper
-	now      func() time.Time
-	log      *zap.Logger
-	gauge    prometheus.Gauge
+	// refresh reads discovery afresh (rate-limited by the store): the
+	// mapper caches what it read, and a lookup that misses does not
+	// refresh a cache that is still fresh.
+	refresh func()
+	// undiscovered are the groups whose discovery failed: their kinds are
+	// unknown, not unserved.
+	undiscovered func() (map[string]bool, error)
+	now          func() time.Time
+	log          *zap.Logger
+	gauge        prometheus.Gauge
 
-	checked  *config.Config
-	at       time.Time
-	problems int
+	checked *config.Config
+	at      time.Time
+	// problems are the unserved kinds last counted; unknown, those of
+	// groups whose discovery failed, which are looked up again.
+	problems, unknown int
 }
 
 // check looks the kinds of the configuration in force up when it changed,
 // or when some were not served and recheckUnserved has passed.
 func (c *kindChecker) check() {
 	cfg, now := c.settings(), c.now()
-	if cfg == c.checked && (c.problems == 0 || now.Sub(c.at) < recheckUnserved) {
+	if cfg == c.checked && (c.problems+c.unknown == 0 || now.Sub(c.at) < recheckUnserved) {
 		return
 	}
-	problems, err := config.UnservedKinds(cfg.NamedKinds, c.mapper())
+	if len(cfg.NamedKinds) == 0 {
+		c.checked, c.at, c.problems, c.unknown = cfg, now, 0, 0
+		c.set(0)
+		return
+	}
+	if c.refresh != nil {
+		c.refresh()
+	}
+	var undiscovered map[string]bool
+	var err error
+	if c.undiscovered != nil {
+		undiscovered, err = c.undiscovered()
+	}
+	var found []config.KindProblem
+	if err == nil {
+		found, err = config.UnservedKinds(cfg.NamedKinds, c.mapper())
+	}
 	if err != nil {
 		// Discovery failed: nothing is known of the kinds. Asked again
 		// at the next check.
 		c.log.Debug("cannot look up the kinds the config file names", zap.Error(err))
 		return
+	}
+	problems, unknown := found[:0:0], 0
+	for _, p := range found {
+		if undiscovered[p.Kind.Group] {
+			unknown++
+			continue
+		}
+		problems = append(problems, p)
 	}
 	if cfg != c.checked {
 		for _, p := range problems {
@@ -57,9 +90,13 @@ func (c *kindChecker) check() {
 	} else if len(problems) < c.problems {
 		c.log.Info("kinds the config file names are served now", zap.Int("stillUnserved", len(problems)))
 	}
-	c.checked, c.at, c.problems = cfg, now, len(problems)
+	c.checked, c.at, c.problems, c.unknown = cfg, now, len(problems), unknown
+	c.set(len(problems))
+}
+
+func (c *kindChecker) set(problems int) {
 	if c.gauge != nil {
-		c.gauge.Set(float64(len(problems)))
+		c.gauge.Set(float64(problems))
 	}
 }
 

@@ -86,3 +86,60 @@ func TestKindCheckerWarnsOncePerFileAndSeesAKindInstalledLater(t *testing.T) {
 		t.Error("a file whose kinds are all served is looked up again")
 	}
 }
+
+// A recheck reads discovery afresh: the mapper caches what it read, and a
+// CustomResourceDefinition installed after the first check is otherwise
+// never seen. Kinds of a group whose discovery failed are not known to be
+// unserved: they are not counted, and looked up again.
+func TestKindCheckerRefreshesDiscoveryAndLeavesFailedGroupsOut(t *testing.T) {
+	served := meta.NewDefaultRESTMapper([]schema.GroupVersion{{Version: "v1"}, {Group: "backup.example.com", Version: "v1"}})
+	served.Add(schema.GroupVersionKind{Version: "v1", Kind: "Secret"}, meta.RESTScopeNamespace)
+	cfg, err := config.Parse([]byte("apiVersion: kausality.io/v1alpha1\nkind: ProxyConfiguration\n" +
+		"ungatedChildKinds:\n- apiGroup: backup.example.com\n  kind: BackupAttempt\n" +
+		"unboundStatusRecordDelays:\n- apiGroup: metrics.k8s.io\n  kind: PodMetrics\n  delay: 1m\n"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	now := time.Date(2026, 11, 27, 9, 0, 0, 0, time.UTC)
+	refreshes := 0
+	undiscovered := map[string]bool{"metrics.k8s.io": true}
+	gauge := prometheus.NewGauge(prometheus.GaugeOpts{Name: "g"})
+	core, logs := observer.New(zap.InfoLevel)
+	c := &kindChecker{settings: func() *config.Config { return cfg }, mapper: func() meta.RESTMapper { return served },
+		refresh: func() { refreshes++ }, undiscovered: func() (map[string]bool, error) { return undiscovered, nil },
+		now: func() time.Time { return now }, log: zap.New(core), gauge: gauge}
+
+	c.check()
+	if got := testutil.ToFloat64(gauge); got != 1 {
+		t.Fatalf("gauge %v, want 1: BackupAttempt, and not PodMetrics, whose group's discovery failed", got)
+	}
+	if logs.Len() != 1 {
+		t.Errorf("log %v, want one warning, for BackupAttempt", logs.All())
+	}
+	before := refreshes
+	now = now.Add(recheckUnserved)
+	c.check()
+	if refreshes != before+1 {
+		t.Errorf("%d refreshes of discovery for a recheck, want 1", refreshes-before)
+	}
+
+	// Both are served now; a failed group alone keeps the checks going.
+	served.Add(schema.GroupVersionKind{Group: "backup.example.com", Version: "v1", Kind: "BackupAttempt"}, meta.RESTScopeNamespace)
+	now = now.Add(recheckUnserved)
+	c.check()
+	if got := testutil.ToFloat64(gauge); got != 0 {
+		t.Errorf("gauge %v once BackupAttempt is served, want 0", got)
+	}
+	before = refreshes
+	now = now.Add(recheckUnserved)
+	c.check()
+	if refreshes != before+1 {
+		t.Error("a kind of a group whose discovery failed is not looked up again")
+	}
+	undiscovered = nil
+	now = now.Add(recheckUnserved)
+	c.check()
+	if got := testutil.ToFloat64(gauge); got != 1 {
+		t.Errorf("gauge %v once metrics.k8s.io answers and PodMetrics is not among its kinds, want 1", got)
+	}
+}

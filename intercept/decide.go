@@ -797,7 +797,7 @@ func (i *Interceptor) copyPinned(f *facts) (cp *unstructured.Unstructured, data 
 		}
 		data = f.data
 	case wr.verb == "patch":
-		pinned, added, err := patch.WithResourceVersion(f.patchType, f.data, rv)
+		pinned, added, err := patch.WithResourceVersion(f.patchType, f.data, rv, f.new)
 		if err != nil || !added {
 			return nil, nil, false, false
 		}

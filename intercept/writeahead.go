@@ -34,7 +34,7 @@ func (i *Interceptor) writeAhead(r *http.Request, f *facts, d *decision.Decision
 	clientRV := ""
 	switch {
 	case f.req.w.verb == "patch":
-		if _, carries, err := patch.WithResourceVersion(f.patchType, f.data, decidedOn); err != nil || !carries {
+		if _, carries, err := patch.WithResourceVersion(f.patchType, f.data, decidedOn, f.new); err != nil || !carries {
 			return f, forwarded{}, false, nil
 		}
 	case f.sent != nil:

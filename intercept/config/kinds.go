@@ -62,7 +62,10 @@ func UnservedKinds(kinds []NamedKind, mapper meta.RESTMapper) ([]KindProblem, er
 		p := KindProblem{NamedKind: k}
 		// Discovery finds a resource by its lower-case singular name,
 		// which a kind spelt in another case still gives.
-		if gvk, err := mapper.KindFor(schema.GroupVersionResource{Group: k.Kind.Group, Resource: strings.ToLower(k.Kind.Kind)}); err == nil && gvk.Kind != k.Kind.Kind {
+		// An empty group matches any group there: only a kind of the
+		// entry's own group is the one it likely means.
+		if gvk, err := mapper.KindFor(schema.GroupVersionResource{Group: k.Kind.Group, Resource: strings.ToLower(k.Kind.Kind)}); err == nil &&
+			gvk.Group == k.Kind.Group && gvk.Kind != k.Kind.Kind {
 			p.Suggestion = gvk.GroupKind()
 		}
 		problems = append(problems, p)

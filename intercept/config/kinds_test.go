@@ -77,6 +77,7 @@ func TestUnservedKinds(t *testing.T) {
 		{"in another group", named("batch", "ReplicaSet"), `line 7: ungatedChildKinds[0].kind: kube-apiserver serves no kind "ReplicaSet" in group "batch"; the entry matches nothing until its kind is served`},
 		{"not installed", named("cert-manager.io", "Certificate"), `kube-apiserver serves no kind "Certificate" in group "cert-manager.io"; the entry matches nothing until its kind is served (is its CustomResourceDefinition installed`},
 		{"misspelt", named("", "Secrett"), `serves no kind "Secrett" of the core group; the entry matches nothing`},
+		{"a kind of another group in lower case", named("", "replicaset"), `serves no kind "replicaset" of the core group; the entry matches nothing`},
 		{"in another case", named("apps", "Replicaset"), `serves no kind "Replicaset" in group "apps"; kinds are case-sensitive: did you mean "ReplicaSet"?`},
 	}
 	for _, tc := range cases {

@@ -25,6 +25,7 @@ package objects
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"slices"
 	"sync"
@@ -91,10 +92,12 @@ type Store struct {
 	typedParents   func(gvr schema.GroupVersionResource) (schema.GroupVersionKind, bool)
 	protobufServed func() bool
 	mapper         *restmapper.DeferredDiscoveryRESTMapper
-	memo           *mappingMemo
-	parents        *parentMemo
-	maxInformers   int
-	now            func() time.Time
+	// discovery is the cached discovery the mapper reads.
+	discovery    discovery.CachedDiscoveryInterface
+	memo         *mappingMemo
+	parents      *parentMemo
+	maxInformers int
+	now          func() time.Time
 
 	ctx context.Context
 	mu  sync.Mutex
@@ -276,7 +279,7 @@ func New(ctx context.Context, disc discovery.DiscoveryInterface, dyn dynamic.Int
 		dynamic:       dyn,
 		cacheDynamic:  dyn,
 		cacheMetadata: meta,
-		mapper:        restmapper.NewDeferredDiscoveryRESTMapper(memory.NewMemCacheClient(disc)),
+		discovery:     memory.NewMemCacheClient(disc),
 		memo:          newMappingMemo(),
 		parents:       newParentMemo(),
 		maxInformers:  DefaultMaxInformers,
@@ -285,6 +288,7 @@ func New(ctx context.Context, disc discovery.DiscoveryInterface, dyn dynamic.Int
 		parentCaches:  map[schema.GroupVersionResource]*objectCache{},
 		childCaches:   map[schema.GroupVersionResource]*objectCache{},
 	}
+	s.mapper = restmapper.NewDeferredDiscoveryRESTMapper(s.discovery)
 	s.namespaced = s.namespacedResource
 	if disc != nil {
 		s.typedParents = func(gvr schema.GroupVersionResource) (schema.GroupVersionKind, bool) {
@@ -432,6 +436,30 @@ func (s *Store) namespacedResource(gvr schema.GroupVersionResource) bool {
 
 // RESTMapper is the store's discovery-backed mapper.
 func (s *Store) RESTMapper() meta.RESTMapper { return s.mapper }
+
+// RefreshDiscovery reads discovery afresh, unless it was refreshed
+// recently: a kind served since is found by the next lookup.
+func (s *Store) RefreshDiscovery() { s.mayResetDiscovery() }
+
+// UndiscoveredGroups are the API groups whose discovery failed the last
+// time it was read (an aggregated API server that does not answer): their
+// kinds are missing from the mapper without being known not to exist.
+// An error means discovery could not be read at all.
+func (s *Store) UndiscoveredGroups() (map[string]bool, error) {
+	_, _, err := s.discovery.ServerGroupsAndResources()
+	var partial *discovery.ErrGroupDiscoveryFailed
+	switch {
+	case err == nil:
+		return nil, nil
+	case errors.As(err, &partial):
+		groups := make(map[string]bool, len(partial.Groups))
+		for gv := range partial.Groups {
+			groups[gv.Group] = true
+		}
+		return groups, nil
+	}
+	return nil, err
+}
 
 // Mapping resolves a kind to its resource and scope through discovery (no
 // guessing plurals). An unknown kind refreshes discovery, at most once per

@@ -51,7 +51,7 @@ func FuzzApply(f *testing.F) {
 		if out == nil {
 			t.Fatalf("%s: no error and no object", pt)
 		}
-		_, _, _ = WithResourceVersion(pt, data, "42")
+		_, _, _ = WithResourceVersion(pt, data, "42", nil)
 		_ = OnlyMetadata(pt, data)
 	})
 }

@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"slices"
+	"strings"
 
 	"github.com/fxamacker/cbor/v2"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
@@ -30,7 +31,12 @@ import (
 //     whatever the client's operations do to it.
 //   - apply (YAML or CBOR): the apply configuration names the
 //     resourceVersion, which server-side apply treats as a precondition.
-func WithResourceVersion(patchType types.PatchType, patch []byte, resourceVersion string) (out []byte, ok bool, err error) {
+//
+// patched is the object the patch makes of the stored one as the proxy
+// computed it (nil when unknown): when a JSON patch's operations give the
+// resourceVersion a value the proxy cannot read from them (copied or moved
+// from elsewhere), the value they gave patched decides.
+func WithResourceVersion(patchType types.PatchType, patch []byte, resourceVersion string, patched metav1.Object) (out []byte, ok bool, err error) {
 	if resourceVersion == "" {
 		return patch, false, nil
 	}
@@ -38,7 +44,7 @@ func WithResourceVersion(patchType types.PatchType, patch []byte, resourceVersio
 	case types.MergePatchType, types.StrategicMergePatchType:
 		return mergeWithResourceVersion(patch, resourceVersion)
 	case types.JSONPatchType:
-		return jsonPatchWithResourceVersion(patch, resourceVersion)
+		return jsonPatchWithResourceVersion(patch, resourceVersion, patched)
 	case types.ApplyYAMLPatchType, types.ApplyCBORPatchType:
 		return applyWithResourceVersion(patchType, patch, resourceVersion)
 	}
@@ -82,41 +88,16 @@ func mergeWithResourceVersion(patch []byte, rv string) ([]byte, bool, error) {
 	return b, true, nil
 }
 
-func jsonPatchWithResourceVersion(patch []byte, rv string) ([]byte, bool, error) {
+func jsonPatchWithResourceVersion(patch []byte, rv string, patched metav1.Object) ([]byte, bool, error) {
 	var ops []map[string]json.RawMessage
 	if err := json.Unmarshal(patch, &ops); err != nil {
 		return nil, false, apierrors.NewBadRequest(fmt.Sprintf("the JSON patch is not an array of operations: %v", err))
 	}
-	// Whether the object the operations leave names a resourceVersion, as
-	// far as they decide it: a later operation undoes an earlier one.
-	named := false
-	touches := func(path string) bool { return path == "/metadata/resourceVersion" || path == "/metadata" }
-	for _, op := range ops {
-		var path, from, kind string
-		_ = json.Unmarshal(op["path"], &path)
-		_ = json.Unmarshal(op["from"], &from)
-		_ = json.Unmarshal(op["op"], &kind)
-		switch {
-		case kind == "move" && touches(from):
-			// Moved away: the object keeps none.
-			named = false
-		case !touches(path):
-		case kind == "test":
-			// The stored object must have that version, and keeps it.
-			named = named || path == "/metadata/resourceVersion" && nonEmptyString(op["value"])
-		case kind == "add" || kind == "replace":
-			if path == "/metadata" {
-				named = namesResourceVersion(op["value"])
-			} else {
-				named = nonEmptyString(op["value"])
-			}
-		default:
-			// Removed, or copied or moved from elsewhere: a value the
-			// proxy does not know.
-			named = false
-		}
+	if len(ops) >= MaxJSONPatchOperations {
+		// One more operation would make kube-apiserver refuse it.
+		return patch, false, nil
 	}
-	if named {
+	if jsonPatchNamesResourceVersion(ops, patched) {
 		return patch, false, nil
 	}
 	ops = append(ops, map[string]json.RawMessage{"op": rawJSON("add"), "path": rawJSON("/metadata/resourceVersion"), "value": rawJSON(rv)})
@@ -125,6 +106,84 @@ func jsonPatchWithResourceVersion(patch []byte, rv string) ([]byte, bool, error)
 		return nil, false, internalError(err)
 	}
 	return b, true, nil
+}
+
+// jsonPatchNamesResourceVersion reports whether the object ops leave
+// names a resourceVersion of the client's, as kube-apiserver's JSON patch
+// library reads the operations: a path is taken from its first "/" on
+// (what comes before is ignored), and "" is the whole object.
+func jsonPatchNamesResourceVersion(ops []map[string]json.RawMessage, patched metav1.Object) bool {
+	const version = "/metadata/resourceVersion"
+	affects := func(path string) bool { return path == "" || path == "/metadata" || path == version }
+	tested, changed := false, false
+	// named is what the operations say when they set it to a value they
+	// carry; known is false once one gives it a value they do not.
+	named, known := false, true
+	for _, op := range ops {
+		var rawPath, rawFrom, kind string
+		_ = json.Unmarshal(op["path"], &rawPath)
+		_, hasFrom := op["from"]
+		_ = json.Unmarshal(op["from"], &rawFrom)
+		_ = json.Unmarshal(op["op"], &kind)
+		path, from := jsonPatchPath(rawPath), jsonPatchPath(rawFrom)
+		switch {
+		case kind == "move" && hasFrom && from == "":
+			changed, known = true, false
+		case kind == "move" && hasFrom && affects(from):
+			// Moved away: the object keeps none (unless moved back,
+			// which a later operation says).
+			changed, named, known = true, false, true
+		case !affects(path):
+		case kind == "test":
+			// The stored object must have that version, and keeps it
+			// unless a later operation changes it.
+			tested = tested || path == version && nonEmptyString(op["value"])
+		case kind == "add" || kind == "replace":
+			changed, known = true, true
+			switch path {
+			case "":
+				named = namesResourceVersion(objectMember(op["value"], "metadata"))
+			case "/metadata":
+				named = namesResourceVersion(op["value"])
+			default:
+				named = nonEmptyString(op["value"])
+			}
+		case kind == "remove":
+			changed, named, known = true, false, true
+		default:
+			// Copied or moved onto it from elsewhere: a value the
+			// operations do not carry.
+			changed, known = true, false
+		}
+	}
+	switch {
+	case !changed:
+		return tested
+	case known:
+		return named
+	case patched != nil:
+		return patched.GetResourceVersion() != ""
+	}
+	return false
+}
+
+// jsonPatchPath is path as the JSON patch library resolves it: from its
+// first "/" on, or "" (the whole object) when it has none.
+func jsonPatchPath(path string) string {
+	if i := strings.IndexByte(path, '/'); i >= 0 {
+		return path[i:]
+	}
+	return ""
+}
+
+// objectMember is member name of the JSON object raw (nil when raw is no
+// object or lacks it).
+func objectMember(raw json.RawMessage, name string) json.RawMessage {
+	var obj map[string]json.RawMessage
+	if json.Unmarshal(raw, &obj) != nil {
+		return nil
+	}
+	return obj[name]
 }
 
 func applyWithResourceVersion(patchType types.PatchType, patch []byte, rv string) ([]byte, bool, error) {
@@ -136,6 +195,17 @@ func applyWithResourceVersion(patchType types.PatchType, patch []byte, rv string
 		// The client's own; one that is no string is refused by
 		// kube-apiserver as it is.
 		return patch, false, nil
+	}
+	switch m, found := applied.Object["metadata"]; {
+	case found && m == nil:
+		// metadata: null names nothing, and would keep the precondition
+		// from being set.
+		applied.Object["metadata"] = map[string]interface{}{}
+	case found:
+		if _, isMap := m.(map[string]interface{}); !isMap {
+			// kube-apiserver refuses it as it is.
+			return patch, false, nil
+		}
 	}
 	applied.SetResourceVersion(rv)
 	if patchType == types.ApplyCBORPatchType {

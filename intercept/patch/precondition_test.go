@@ -44,7 +44,7 @@ func TestWithResourceVersion(t *testing.T) {
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			got, ok, err := WithResourceVersion(tt.pt, []byte(tt.patch), "42")
+			got, ok, err := WithResourceVersion(tt.pt, []byte(tt.patch), "42", nil)
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -53,7 +53,7 @@ func TestWithResourceVersion(t *testing.T) {
 			}
 		})
 	}
-	if _, _, err := WithResourceVersion(types.MergePatchType, []byte(`[1]`), "42"); err == nil {
+	if _, _, err := WithResourceVersion(types.MergePatchType, []byte(`[1]`), "42", nil); err == nil {
 		t.Error("a merge patch that is not an object must be a 400")
 	}
 }

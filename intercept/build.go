@@ -163,8 +163,10 @@ func Build(o Options) (*Interceptor, error) {
 		Metrics:                  o.Metrics,
 	})
 	i.watcher, i.stopBackground = settings, stop
-	i.kinds = &kindChecker{settings: settings.Current, mapper: store.RESTMapper, refresh: store.RefreshDiscovery,
-		undiscovered: store.UndiscoveredGroups, now: time.Now, log: o.Log.Named("config"), gauge: registerKindsGauge(o.Metrics)}
+	unserved := registerUnservedKindsGauge(o.Metrics)
+	i.kinds = &config.KindChecker{Settings: settings.Current, Mapper: store.RESTMapper, Refresh: store.RefreshDiscovery,
+		Undiscovered: store.UndiscoveredGroups, Now: time.Now, Log: o.Log.Named("config"),
+		Count: func(n int) { unserved.Set(float64(n)) }}
 	i.kindsEvery = o.ConfigReloadInterval
 	return i, nil
 }
@@ -223,7 +225,7 @@ func (i *Interceptor) Run(ctx context.Context) {
 		if every <= 0 {
 			every = config.DefaultReloadInterval
 		}
-		go i.kinds.run(ctx, every)
+		go i.kinds.Run(ctx, every)
 	}
 	go i.approvals.RunOrphanSettlement(ctx)
 	i.cfg.Drifts.Run(ctx)

@@ -171,7 +171,7 @@ type Interceptor struct {
 	stopBackground context.CancelFunc
 	// kinds warns about kinds the config file names that are not served,
 	// checked every kindsEvery.
-	kinds      *kindChecker
+	kinds      *config.KindChecker
 	kindsEvery time.Duration
 	// access asks what the caller may do.
 	access *access.Checker

@@ -164,6 +164,19 @@ func newMetrics(reg prometheus.Registerer) *metrics {
 	return m
 }
 
+// registerUnservedKindsGauge exports how many kinds the config file names
+// that kube-apiserver does not serve (config.KindChecker).
+func registerUnservedKindsGauge(reg prometheus.Registerer) prometheus.Gauge {
+	g := prometheus.NewGauge(prometheus.GaugeOpts{
+		Name: "kausality_proxy_config_unserved_kinds",
+		Help: "Kinds the config file names (ungatedChildKinds, lifecycle, unboundStatusRecordDelays) that kube-apiserver does not serve: entries that match nothing. The log names each.",
+	})
+	if reg != nil {
+		reg.MustRegister(g)
+	}
+	return g
+}
+
 // registerDeferredMetrics exports how many deferred status records wait
 // and how many were dropped at the bound (sidewrites.Deferred).
 func registerDeferredMetrics(reg prometheus.Registerer, d *sidewrites.Deferred) {

@@ -1,17 +1,13 @@
-package intercept
+package config
 
 import (
 	"testing"
 	"time"
 
-	"github.com/prometheus/client_golang/prometheus"
-	"github.com/prometheus/client_golang/prometheus/testutil"
 	"go.uber.org/zap"
 	"go.uber.org/zap/zaptest/observer"
 	"k8s.io/apimachinery/pkg/api/meta"
 	"k8s.io/apimachinery/pkg/runtime/schema"
-
-	"github.com/kausality-io/kausality-proxy/intercept/config"
 )
 
 // countingMapper counts the lookups of kinds.
@@ -29,8 +25,8 @@ func TestKindCheckerWarnsOncePerFileAndSeesAKindInstalledLater(t *testing.T) {
 	served := meta.NewDefaultRESTMapper([]schema.GroupVersion{{Version: "v1"}, {Group: "backup.example.com", Version: "v1"}})
 	served.Add(schema.GroupVersionKind{Version: "v1", Kind: "Secret"}, meta.RESTScopeNamespace)
 	mapper := &countingMapper{RESTMapper: served}
-	parse := func(yaml string) *config.Config {
-		cfg, err := config.Parse([]byte("apiVersion: kausality.io/v1alpha1\nkind: ProxyConfiguration\n" + yaml))
+	parse := func(yaml string) *Config {
+		cfg, err := Parse([]byte("apiVersion: kausality.io/v1alpha1\nkind: ProxyConfiguration\n" + yaml))
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -39,13 +35,13 @@ func TestKindCheckerWarnsOncePerFileAndSeesAKindInstalledLater(t *testing.T) {
 	cfg := parse("ungatedChildKinds:\n- kind: secret\n- apiGroup: backup.example.com\n  kind: BackupAttempt\n")
 	now := time.Date(2026, 11, 27, 9, 0, 0, 0, time.UTC)
 	core, logs := observer.New(zap.InfoLevel)
-	gauge := prometheus.NewGauge(prometheus.GaugeOpts{Name: "g"})
-	c := &kindChecker{settings: func() *config.Config { return cfg }, mapper: func() meta.RESTMapper { return mapper },
-		now: func() time.Time { return now }, log: zap.New(core), gauge: gauge}
+	counted := -1
+	c := &KindChecker{Settings: func() *Config { return cfg }, Mapper: func() meta.RESTMapper { return mapper },
+		Now: func() time.Time { return now }, Log: zap.New(core), Count: func(n int) { counted = n }}
 
-	c.check()
-	if got := testutil.ToFloat64(gauge); got != 2 {
-		t.Fatalf("gauge %v, want 2 unserved kinds", got)
+	c.Check()
+	if got := counted; got != 2 {
+		t.Fatalf("counted %v, want 2 unserved kinds", got)
 	}
 	warned := logs.FilterMessage("the config file names a kind kube-apiserver does not serve").All()
 	if len(warned) != 2 || warned[0].ContextMap()["problem"] != `line 4: ungatedChildKinds[0].kind: kube-apiserver serves no kind "secret" of the core group; kinds are case-sensitive: did you mean "Secret"?` {
@@ -53,18 +49,18 @@ func TestKindCheckerWarnsOncePerFileAndSeesAKindInstalledLater(t *testing.T) {
 	}
 
 	lookups := mapper.lookups
-	now = now.Add(recheckUnserved / 2)
-	c.check()
+	now = now.Add(RecheckUnserved / 2)
+	c.Check()
 	if mapper.lookups != lookups || logs.Len() != 2 {
-		t.Errorf("looked up again (%d lookups, %d log lines) before %s passed", mapper.lookups-lookups, logs.Len(), recheckUnserved)
+		t.Errorf("looked up again (%d lookups, %d log lines) before %s passed", mapper.lookups-lookups, logs.Len(), RecheckUnserved)
 	}
 
 	// The CustomResourceDefinition is installed.
 	served.Add(schema.GroupVersionKind{Group: "backup.example.com", Version: "v1", Kind: "BackupAttempt"}, meta.RESTScopeNamespace)
-	now = now.Add(recheckUnserved)
-	c.check()
-	if got := testutil.ToFloat64(gauge); got != 1 {
-		t.Errorf("gauge %v once BackupAttempt is served, want 1", got)
+	now = now.Add(RecheckUnserved)
+	c.Check()
+	if got := counted; got != 1 {
+		t.Errorf("counted %v once BackupAttempt is served, want 1", got)
 	}
 	if n := len(logs.FilterMessage("the config file names a kind kube-apiserver does not serve").All()); n != 2 {
 		t.Errorf("%d warnings after a recheck of the same file, want the 2 of the first check only", n)
@@ -75,13 +71,13 @@ func TestKindCheckerWarnsOncePerFileAndSeesAKindInstalledLater(t *testing.T) {
 
 	// A new file is looked at at once, and every problem named again.
 	cfg = parse("ungatedChildKinds:\n- kind: Secret\n")
-	c.check()
-	if got := testutil.ToFloat64(gauge); got != 0 {
-		t.Errorf("gauge %v for a file whose kinds are all served, want 0", got)
+	c.Check()
+	if got := counted; got != 0 {
+		t.Errorf("counted %v for a file whose kinds are all served, want 0", got)
 	}
 	lookups = mapper.lookups
-	now = now.Add(2 * recheckUnserved)
-	c.check()
+	now = now.Add(2 * RecheckUnserved)
+	c.Check()
 	if mapper.lookups != lookups {
 		t.Error("a file whose kinds are all served is looked up again")
 	}
@@ -94,7 +90,7 @@ func TestKindCheckerWarnsOncePerFileAndSeesAKindInstalledLater(t *testing.T) {
 func TestKindCheckerRefreshesDiscoveryAndLeavesFailedGroupsOut(t *testing.T) {
 	served := meta.NewDefaultRESTMapper([]schema.GroupVersion{{Version: "v1"}, {Group: "backup.example.com", Version: "v1"}})
 	served.Add(schema.GroupVersionKind{Version: "v1", Kind: "Secret"}, meta.RESTScopeNamespace)
-	cfg, err := config.Parse([]byte("apiVersion: kausality.io/v1alpha1\nkind: ProxyConfiguration\n" +
+	cfg, err := Parse([]byte("apiVersion: kausality.io/v1alpha1\nkind: ProxyConfiguration\n" +
 		"ungatedChildKinds:\n- apiGroup: backup.example.com\n  kind: BackupAttempt\n" +
 		"unboundStatusRecordDelays:\n- apiGroup: metrics.k8s.io\n  kind: PodMetrics\n  delay: 1m\n"))
 	if err != nil {
@@ -103,43 +99,43 @@ func TestKindCheckerRefreshesDiscoveryAndLeavesFailedGroupsOut(t *testing.T) {
 	now := time.Date(2026, 11, 27, 9, 0, 0, 0, time.UTC)
 	refreshes := 0
 	undiscovered := map[string]bool{"metrics.k8s.io": true}
-	gauge := prometheus.NewGauge(prometheus.GaugeOpts{Name: "g"})
+	counted := -1
 	core, logs := observer.New(zap.InfoLevel)
-	c := &kindChecker{settings: func() *config.Config { return cfg }, mapper: func() meta.RESTMapper { return served },
-		refresh: func() { refreshes++ }, undiscovered: func() (map[string]bool, error) { return undiscovered, nil },
-		now: func() time.Time { return now }, log: zap.New(core), gauge: gauge}
+	c := &KindChecker{Settings: func() *Config { return cfg }, Mapper: func() meta.RESTMapper { return served },
+		Refresh: func() { refreshes++ }, Undiscovered: func() (map[string]bool, error) { return undiscovered, nil },
+		Now: func() time.Time { return now }, Log: zap.New(core), Count: func(n int) { counted = n }}
 
-	c.check()
-	if got := testutil.ToFloat64(gauge); got != 1 {
-		t.Fatalf("gauge %v, want 1: BackupAttempt, and not PodMetrics, whose group's discovery failed", got)
+	c.Check()
+	if got := counted; got != 1 {
+		t.Fatalf("counted %v, want 1: BackupAttempt, and not PodMetrics, whose group's discovery failed", got)
 	}
 	if logs.Len() != 1 {
 		t.Errorf("log %v, want one warning, for BackupAttempt", logs.All())
 	}
 	before := refreshes
-	now = now.Add(recheckUnserved)
-	c.check()
+	now = now.Add(RecheckUnserved)
+	c.Check()
 	if refreshes != before+1 {
 		t.Errorf("%d refreshes of discovery for a recheck, want 1", refreshes-before)
 	}
 
 	// Both are served now; a failed group alone keeps the checks going.
 	served.Add(schema.GroupVersionKind{Group: "backup.example.com", Version: "v1", Kind: "BackupAttempt"}, meta.RESTScopeNamespace)
-	now = now.Add(recheckUnserved)
-	c.check()
-	if got := testutil.ToFloat64(gauge); got != 0 {
-		t.Errorf("gauge %v once BackupAttempt is served, want 0", got)
+	now = now.Add(RecheckUnserved)
+	c.Check()
+	if got := counted; got != 0 {
+		t.Errorf("counted %v once BackupAttempt is served, want 0", got)
 	}
 	before = refreshes
-	now = now.Add(recheckUnserved)
-	c.check()
+	now = now.Add(RecheckUnserved)
+	c.Check()
 	if refreshes != before+1 {
 		t.Error("a kind of a group whose discovery failed is not looked up again")
 	}
 	undiscovered = nil
-	now = now.Add(recheckUnserved)
-	c.check()
-	if got := testutil.ToFloat64(gauge); got != 1 {
-		t.Errorf("gauge %v once metrics.k8s.io answers and PodMetrics is not among its kinds, want 1", got)
+	now = now.Add(RecheckUnserved)
+	c.Check()
+	if got := counted; got != 1 {
+		t.Errorf("counted %v once metrics.k8s.io answers and PodMetrics is not among its kinds, want 1", got)
 	}
 }

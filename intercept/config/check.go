@@ -10,9 +10,9 @@ import (
 )
 
 // RecheckUnserved is how long a configuration that names kinds
-// kube-apiserver does not serve waits before they are looked up again: a
-// CustomResourceDefinition installed after the file is seen within this
-// time, and a lookup that finds nothing refreshes discovery.
+// kube-apiserver does not serve waits before discovery is read afresh and
+// they are looked up again: a CustomResourceDefinition installed after the
+// file is seen within this time.
 const RecheckUnserved = time.Minute
 
 // KindChecker warns about the kinds the config file names that

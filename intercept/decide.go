@@ -579,18 +579,16 @@ func (i *Interceptor) refetch(r *http.Request, f facts, need decision.Need, up u
 		// is confirmed still reads the child live (serverResultOf).
 		f.childLive, f.oldIsCopy = !got.copied, got.copied
 	}
-	ctx := r.Context()
 	if need.ChildAccess {
-		f.childAccessKnown = true
-		f.mayReadChild = f.kind.GroupKind() != (schema.GroupKind{Kind: "Secret"}) && i.access.MayGet(ctx, access.Attributes(f.req.user, f.req.w.info, "get"), f.req.w.info.Name)
+		f.childAccessKnown, f.mayReadChild = true, got.mayReadChild
 	}
 	if need.ParentAccess {
 		f.parentAccessKnown = true
 		if f.parent.obj != nil {
-			f.parent.hidden = !i.access.MayGetParent(ctx, f.req.user, f.parent.obj)
+			f.parent.hidden = got.parentHidden
 		}
 		if f.formerParent.obj != nil {
-			f.formerParent.hidden = !i.access.MayGetParent(ctx, f.req.user, f.formerParent.obj)
+			f.formerParent.hidden = got.formerParentHidden
 		}
 	}
 	return f, nil
@@ -603,6 +601,9 @@ type fetched struct {
 	copied bool
 	server serverResult
 	parent parentFacts
+	// Whether the caller may read the object, and not its parents. A
+	// parent read afresh is the one asked about: the same object.
+	mayReadChild, parentHidden, formerParentHidden bool
 }
 
 // fetch makes the independent reads need asks for, together.
@@ -631,6 +632,28 @@ func (i *Interceptor) fetch(r *http.Request, f *facts, need decision.Need, up up
 		go func() {
 			defer wg.Done()
 			got.parent, parErr = i.freshParent(r.Context(), f)
+		}()
+	}
+	ctx := r.Context()
+	if need.ChildAccess {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			got.mayReadChild = f.kind.GroupKind() != (schema.GroupKind{Kind: "Secret"}) && i.access.MayGet(ctx, access.Attributes(f.req.user, f.req.w.info, "get"), f.req.w.info.Name)
+		}()
+	}
+	if need.ParentAccess && f.parent.obj != nil {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			got.parentHidden = !i.access.MayGetParent(ctx, f.req.user, f.parent.obj)
+		}()
+	}
+	if need.ParentAccess && f.formerParent.obj != nil {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			got.formerParentHidden = !i.access.MayGetParent(ctx, f.req.user, f.formerParent.obj)
 		}()
 	}
 	wg.Wait()

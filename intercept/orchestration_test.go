@@ -497,3 +497,57 @@ func TestCertainVerdictsAreNotConfirmed(t *testing.T) {
 		})
 	}
 }
+
+// Who may read the child and its parent decides only what a drift
+// verdict's message shows, so it is asked while kube-apiserver confirms
+// the verdict, not after: the drift path waits on one round of reads. The
+// dry run here is answered only once both reviews have arrived (or after
+// a long deadline that only a sequential path reaches).
+func TestDriftMessageAccessIsAskedWhileTheVerdictIsConfirmed(t *testing.T) {
+	for _, mode := range []annotations.DriftMode{annotations.ModeEnforce, annotations.ModeLog} {
+		t.Run(string(mode), func(t *testing.T) {
+			var childAsked, parentAsked atomic.Bool
+			asked := make(chan struct{}, 2)
+			allow := func(spec authorizationv1.SubjectAccessReviewSpec) (bool, error) {
+				if a := spec.ResourceAttributes; a != nil && a.Verb == "get" {
+					switch {
+					case a.Resource == "replicasets" && a.Name == "stable-1" && !childAsked.Swap(true):
+						asked <- struct{}{}
+					case a.Resource == "deployments" && a.Name == "stable" && !parentAsked.Swap(true):
+						asked <- struct{}{}
+					}
+				}
+				return true, nil
+			}
+			env := newServeEnv(t, nil, allow, func(s *serveSetup) { s.config.DefaultMode = mode })
+			var together atomic.Bool
+			env.upstream = func(w http.ResponseWriter, r *http.Request) {
+				if r.URL.Query().Get("dryRun") != "" {
+					deadline := time.After(20 * time.Second)
+					got := 0
+					for got < 2 {
+						select {
+						case <-asked:
+							got++
+						case <-deadline:
+							got = 3
+						}
+					}
+					together.Store(got == 2)
+				}
+				echoDryRun(w, r)
+			}
+			rec := httptest.NewRecorder()
+			env.handler.ServeHTTP(rec, env.request(t, driftWrite("stable-1", "stable", "stable-uid")))
+			if want := map[annotations.DriftMode]int{annotations.ModeEnforce: http.StatusForbidden, annotations.ModeLog: http.StatusOK}[mode]; rec.Code != want {
+				t.Fatalf("code %d, want %d (error: %v)", rec.Code, want, env.lastError)
+			}
+			if !childAsked.Load() || !parentAsked.Load() {
+				t.Fatalf("asked about the child %v, the parent %v: the message needs both", childAsked.Load(), parentAsked.Load())
+			}
+			if !together.Load() {
+				t.Error("the dry run was answered before the caller's access to the child and the parent was asked: the drift path waits on a round of its own")
+			}
+		})
+	}
+}

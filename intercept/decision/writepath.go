@@ -103,8 +103,8 @@ type Held struct {
 	NamesOtherVersion bool
 }
 
-// Need lists the facts a decision still needs. The reads behind the first
-// three are independent of each other and run together.
+// Need lists the facts a decision still needs. The reads behind them are
+// independent of each other and run together.
 type Need struct {
 	// LiveChild: the stored object, read live, with the write applied to
 	// it again; NoCopy: read from kube-apiserver, not from the copy the
@@ -136,6 +136,7 @@ func Needs(d *Decision, h Held) Need {
 			// are read at once rather than after the child.
 			n.ServerResult = true
 			n.FreshParent = NeedsConfirmation(d, h.ParentFromCache)
+			n.withAccessOfLikelyDrift(d, h)
 			return n
 		}
 		// Any other verdict made on the metadata alone asks nothing else:
@@ -156,12 +157,32 @@ func Needs(d *Decision, h Held) Need {
 	// A copy of the version the cache holds is as far behind as the
 	// cache.
 	n.NoCopy = n.LiveChild
+	if n.ServerResult {
+		n.withAccessOfLikelyDrift(d, h)
+	}
 	if !n.None() {
 		return n
 	}
+	n.withAccess(d, h)
+	return n
+}
+
+// withAccess asks who may read what d's message shows.
+func (n *Need) withAccess(d *Decision, h Held) {
 	n.ChildAccess = (d.Drift || d.Result == Deny) && h.HasChanges && !h.ChildAccessKnown
 	n.ParentAccess = (d.Result == Deny || len(d.Warnings) > 0) && !h.ParentAccessKnown
-	return n
+}
+
+// withAccessOfLikelyDrift asks, beside kube-apiserver's result, who may
+// read what the message of a drift verdict shows: a drift verdict is
+// mostly confirmed, and its message then waits on these answers. Asked
+// together with the confirmation, they cost the drift path no round trip
+// of its own; a verdict the confirmation overturns wasted a cached
+// authorization.
+func (n *Need) withAccessOfLikelyDrift(d *Decision, h Held) {
+	if d.Drift {
+		n.withAccess(d, h)
+	}
 }
 
 // Step is one thing done with a decided write.

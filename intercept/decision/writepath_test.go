@@ -152,7 +152,7 @@ func TestNeeds(t *testing.T) {
 			d: Decision{Result: Allow, Drift: true, ConfirmWithServer: true, Warnings: []string{"w"}}, held: confirmable,
 			want: Need{ServerResult: true, FreshParent: true, ChildAccess: true, ParentAccess: true}},
 		{name: "drift confirmed with access known: nothing asked twice",
-			d: Decision{Result: Deny, Drift: true, ConfirmWithServer: true},
+			d:    Decision{Result: Deny, Drift: true, ConfirmWithServer: true},
 			held: Held{Confirmable: true, MainResource: true, ParentFromCache: true, HasChanges: true, ChildAccessKnown: true, ParentAccessKnown: true},
 			want: Need{ServerResult: true, FreshParent: true}},
 		{name: "no desired change confirmed: nobody's access asked, the verdict shows nothing",

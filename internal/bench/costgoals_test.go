@@ -29,6 +29,7 @@ func TestCostGoals(t *testing.T) {
 			row(scExpected.title, "PATCH json-patch", goalInterceptedWrite, 3, 4, 4.2, withReview),
 			row(scOrigin.title, "UPDATE ReplicaSet (JSON)", goalInterceptedWrite, 3, 4, 8, withGet),
 			row(scDrift.title, driftConfirmedRowTitle, goalNone, 3, 4, 5.9, nil),
+			row(scDrift.title, driftFloorRowTitle, goalNone, 5.4, 7.2, 6, nil),
 		},
 		Loads: []Load{load(scExpected.title, 500, 700), load(scPass.title, 500, 600)},
 	}
@@ -38,7 +39,7 @@ func TestCostGoals(t *testing.T) {
 		"CPU of an Expected write ≤ 1.5× bare":                                               "met",
 		"CPU of a pass-through write ≤ 1.1× bare":                                            "missed",
 		"Expected and NewOrigin writes: one forwarded request (reviews of the caller aside)": "missed 3 of 4 rows",
-		"drift path with confirmation ≤ 2× direct p50":                                       "met",
+		"drift path with confirmation ≤ 2× direct p50":                                       "met 1.97× (UPDATE ReplicaSet (JSON)); a dry run and the write, one after the other: 1.80× direct, 2.40× through the bare proxy; kausality-proxy 0.83× that",
 	}
 	got := costGoals(res)
 	if len(got) != len(want) {

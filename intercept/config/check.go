@@ -15,6 +15,12 @@ import (
 // file is seen within this time.
 const RecheckUnserved = time.Minute
 
+// RecheckServed is how long a configuration whose kinds were all served
+// waits before they are looked up again: a CustomResourceDefinition
+// removed later leaves its entries matching nothing, as a typo would.
+// Longer than RecheckUnserved, since each recheck reads discovery afresh.
+const RecheckServed = 10 * time.Minute
+
 // KindChecker warns about the kinds the config file names that
 // kube-apiserver does not serve. Such an entry matches nothing, without a
 // word: a misspelt or miscased kind in ungatedChildKinds leaves its
@@ -40,20 +46,23 @@ type KindChecker struct {
 
 	checked *Config
 	at      time.Time
-	// problems are the unserved kinds last counted; unknown, those of
-	// groups whose discovery failed, which are looked up again.
-	problems, unknown int
+	// warned are the unserved kinds of the file last checked, as warned
+	// about; unknown counts those of groups whose discovery failed, which
+	// are looked up again.
+	warned  map[string]bool
+	unknown int
 }
 
 // Check looks the kinds of the configuration in force up when it changed,
-// or when some were not served and RecheckUnserved has passed.
+// when some were not served and RecheckUnserved has passed, and otherwise
+// every RecheckServed.
 func (c *KindChecker) Check() {
 	cfg, now := c.Settings(), c.Now()
-	if cfg == c.checked && (c.problems+c.unknown == 0 || now.Sub(c.at) < RecheckUnserved) {
+	if cfg == c.checked && now.Sub(c.at) < c.recheckAfter() {
 		return
 	}
 	if len(cfg.NamedKinds) == 0 {
-		c.checked, c.at, c.problems, c.unknown = cfg, now, 0, 0
+		c.checked, c.at, c.warned, c.unknown = cfg, now, nil, 0
 		c.set(0)
 		return
 	}
@@ -84,14 +93,34 @@ func (c *KindChecker) Check() {
 		problems = append(problems, p)
 	}
 	if cfg != c.checked {
-		for _, p := range problems {
-			c.Log.Warn("the config file names a kind kube-apiserver does not serve", zap.String("problem", p.String()))
-		}
-	} else if len(problems) < c.problems {
-		c.Log.Info("kinds the config file names are served now", zap.Int("stillUnserved", len(problems)))
+		c.warned = nil
 	}
-	c.checked, c.at, c.problems, c.unknown = cfg, now, len(problems), unknown
+	// Each kind is warned about once per file, when it is first found
+	// unserved: at once for a new file, later for a kind that stopped
+	// being served.
+	warned := make(map[string]bool, len(problems))
+	for _, p := range problems {
+		text := p.String()
+		if !c.warned[text] {
+			c.Log.Warn("the config file names a kind kube-apiserver does not serve", zap.String("problem", text))
+		}
+		warned[text] = true
+	}
+	for text := range c.warned {
+		if !warned[text] {
+			c.Log.Info("kinds the config file names are served now", zap.Int("stillUnserved", len(problems)))
+			break
+		}
+	}
+	c.checked, c.at, c.warned, c.unknown = cfg, now, warned, unknown
 	c.set(len(problems))
+}
+
+func (c *KindChecker) recheckAfter() time.Duration {
+	if len(c.warned)+c.unknown > 0 {
+		return RecheckUnserved
+	}
+	return RecheckServed
 }
 
 func (c *KindChecker) set(problems int) {

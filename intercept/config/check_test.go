@@ -139,3 +139,57 @@ func TestKindCheckerRefreshesDiscoveryAndLeavesFailedGroupsOut(t *testing.T) {
 		t.Errorf("counted %v once metrics.k8s.io answers and PodMetrics is not among its kinds, want 1", got)
 	}
 }
+
+// A kind served when the file was checked may stop being served later (its
+// CustomResourceDefinition removed): a file whose kinds are all served is
+// looked up again every RecheckServed, and a kind found unserved then is
+// warned about once and counted.
+func TestKindCheckerSeesAKindThatStopsBeingServed(t *testing.T) {
+	withCRD := meta.NewDefaultRESTMapper([]schema.GroupVersion{{Version: "v1"}, {Group: "backup.example.com", Version: "v1"}})
+	withCRD.Add(schema.GroupVersionKind{Version: "v1", Kind: "Secret"}, meta.RESTScopeNamespace)
+	withCRD.Add(schema.GroupVersionKind{Group: "backup.example.com", Version: "v1", Kind: "BackupAttempt"}, meta.RESTScopeNamespace)
+	withoutCRD := meta.NewDefaultRESTMapper([]schema.GroupVersion{{Version: "v1"}})
+	withoutCRD.Add(schema.GroupVersionKind{Version: "v1", Kind: "Secret"}, meta.RESTScopeNamespace)
+	mapper := &countingMapper{RESTMapper: withCRD}
+	cfg, err := Parse([]byte("apiVersion: kausality.io/v1alpha1\nkind: ProxyConfiguration\n" +
+		"ungatedChildKinds:\n- kind: Secret\n- apiGroup: backup.example.com\n  kind: BackupAttempt\n"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	now := time.Date(2026, 11, 27, 9, 0, 0, 0, time.UTC)
+	refreshes, counted := 0, -1
+	core, logs := observer.New(zap.InfoLevel)
+	c := &KindChecker{Settings: func() *Config { return cfg }, Mapper: func() meta.RESTMapper { return mapper },
+		Refresh: func() { refreshes++ }, Now: func() time.Time { return now }, Log: zap.New(core), Count: func(n int) { counted = n }}
+	warnings := func() int {
+		return logs.FilterMessage("the config file names a kind kube-apiserver does not serve").Len()
+	}
+
+	c.Check()
+	if counted != 0 || warnings() != 0 {
+		t.Fatalf("counted %d, %d warnings, for a file whose kinds are served", counted, warnings())
+	}
+	mapper.RESTMapper = withoutCRD
+	lookups := mapper.lookups
+	now = now.Add(RecheckServed - time.Second)
+	c.Check()
+	if mapper.lookups != lookups {
+		t.Errorf("a file whose kinds were served looked up again before %s", RecheckServed)
+	}
+	now = now.Add(time.Second)
+	c.Check()
+	if counted != 1 || warnings() != 1 || refreshes != 2 {
+		t.Fatalf("after %s: counted %d, %d warnings, %d refreshes of discovery; want BackupAttempt counted and warned about, on discovery read afresh", RecheckServed, counted, warnings(), refreshes)
+	}
+	now = now.Add(RecheckUnserved)
+	c.Check()
+	if counted != 1 || warnings() != 1 {
+		t.Errorf("a recheck counted %d with %d warnings, want the kind counted and not warned about twice", counted, warnings())
+	}
+	mapper.RESTMapper = withCRD
+	now = now.Add(RecheckUnserved)
+	c.Check()
+	if counted != 0 || logs.FilterMessage("kinds the config file names are served now").Len() != 1 {
+		t.Errorf("counted %d once the CRD is back, log %v", counted, logs.All())
+	}
+}

@@ -185,13 +185,13 @@ func (i *Interceptor) serveShadow(x exchange, rq *writeRequest) {
 		return
 	}
 	decided, decideErr := i.shadowDecisions(x, rq, data)
-	upstream.RestoreBody(x.r, data)
-	out := x.r
-	if decideErr == nil && len(decided) == 1 {
-		out = i.keepingSystemAnnotations(x.r, &decided[0].f)
-	}
 	rec := httpx.NewCodeRecorder(x.w)
-	x.up.Send(rec, out)
+	if decideErr == nil && len(decided) == 1 {
+		i.sendShadow(x, rec, decided[0].f, data)
+	} else {
+		upstream.RestoreBody(x.r, data)
+		x.up.Send(rec, x.r)
+	}
 	outcome := "shadow:" + strconv.Itoa(rec.Code())
 	if decideErr != nil {
 		i.logError(&f, outcome, decideErr)
@@ -207,20 +207,60 @@ func (i *Interceptor) serveShadow(x exchange, rq *writeRequest) {
 // the proxy writes (allowances, the records of controllers and
 // reservations, the trace), on which the decisions of other writes rest.
 // r as it came when it changes none, or cannot be rewritten.
-func (i *Interceptor) keepingSystemAnnotations(r *http.Request, f *facts) *http.Request {
+func (i *Interceptor) keepingSystemAnnotations(r *http.Request, f *facts, pin bool) forwarded {
 	keep := decision.KeepSystemAnnotations(f.old, f.new)
 	if keep.Empty() || f.op == decision.Delete {
-		return r
+		return forwarded{req: r}
 	}
-	// No precondition: a shadow write is never made to fail.
+	// The stored values put back must be those of the version the write
+	// lands on: unless the caller named a version, the write is pinned
+	// to the one they come from.
 	unpinned := *f
 	unpinned.precondition = ""
-	out, err := prepare(r, &unpinned, &decision.Decision{ChildAnnotations: keep})
+	out, err := prepare(r, &unpinned, &decision.Decision{ChildAnnotations: keep, OnStoredVersion: pin})
 	if err != nil {
 		i.logError(f, "shadow", fmt.Errorf("keeping the system annotations as stored: %w", err))
-		return r
+		return forwarded{req: r}
 	}
-	return out.req
+	return out
+}
+
+// sendShadow forwards a shadow write of one object, decided on f, whose
+// body is data: with the system annotations it would change kept as
+// stored. A 409 for the proxy's own precondition (its copy of the object
+// lagged behind) never reaches the client: the object is read live and
+// the write sent again, and after decision.MaxRounds of them without the
+// precondition, since a shadow write is never made to fail.
+func (i *Interceptor) sendShadow(x exchange, rec *httpx.CodeRecorder, f facts, data []byte) {
+	if f.namesOtherVersion() && !f.childLive && !decision.KeepSystemAnnotations(f.old, f.new).Empty() {
+		// The write lands on the version it names, whose values the
+		// cache may not hold yet.
+		if live, err := i.liveChild(x.r.Context(), &f); err == nil && live != nil {
+			if next, err := withLiveChild(f, live); err == nil {
+				f = next
+			}
+		}
+	}
+	for round := 1; ; round++ {
+		upstream.RestoreBody(x.r, data)
+		out := i.keepingSystemAnnotations(x.r, &f, round < decision.MaxRounds)
+		answer := upstream.NewConflictCatcher(rec, out.preconditionAdded)
+		x.up.Send(answer, out.req)
+		if !answer.Held() {
+			return
+		}
+		live, err := i.liveChild(x.r.Context(), &f)
+		if err == nil && live != nil {
+			f, err = withLiveChild(f, live)
+		}
+		if err != nil || live == nil {
+			// Nothing better to put back: sent without the precondition.
+			if err != nil {
+				i.logError(&f, "shadow", fmt.Errorf("reading the object again after the proxy's own precondition failed: %w", err))
+			}
+			round = decision.MaxRounds - 1
+		}
+	}
 }
 
 // shadowDecisions decides a shadow write, or each object of a shadow

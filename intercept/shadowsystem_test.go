@@ -1,6 +1,8 @@
 package intercept_test
 
 import (
+	"encoding/json"
+	"io"
 	"net/http"
 	"net/http/httptest"
 	"strings"
@@ -9,6 +11,7 @@ import (
 
 	authorizationv1 "k8s.io/api/authorization/v1"
 
+	"github.com/kausality-io/kausality-proxy/intercept/annotations"
 	"github.com/kausality-io/kausality-proxy/intercept/config"
 )
 
@@ -51,6 +54,100 @@ func TestAShadowWriteKeepsTheSystemAnnotationsAsStored(t *testing.T) {
 			}
 			if !strings.Contains(body, tc.kept) {
 				t.Errorf("the rest of the shadow write was changed: %s", body)
+			}
+		})
+	}
+}
+
+// The stored values a shadow write gets put back come from the proxy's
+// copy, which may lag behind what the proxy itself wrote meanwhile: they
+// land only on the version they were read from. A conflict for that
+// precondition is the proxy's own, answered by reading the object live and
+// sending again; a shadow write is never made to fail, so after
+// decision.MaxRounds-1 of them it goes without the precondition.
+func TestAShadowWriteKeepsSystemAnnotationsOnTheStoredVersion(t *testing.T) {
+	cfg, err := config.Parse([]byte("apiVersion: kausality.io/v1alpha1\nkind: ProxyConfiguration\ncontrollers:\n- name: onboarding\n  match:\n    user: alice\n  mode: shadow\n"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	const rewritesUpdaters = `{"metadata":{"annotations":{"kausality.io/updaters":"zzzzz"}}}`
+	cases := []struct {
+		name, body string
+		// conflicts: how many writes kube-apiserver answers 409 first.
+		conflicts     int
+		wantCode      int
+		wantVersions  []string
+		wantLiveReads int
+	}{
+		{name: "pinned to the version the values come from", body: rewritesUpdaters,
+			wantCode: http.StatusOK, wantVersions: []string{"200"}},
+		{name: "a copy that lagged behind: read live and sent again, the client hears nothing of it", body: rewritesUpdaters,
+			conflicts: 1, wantCode: http.StatusOK, wantVersions: []string{"200", "200"}, wantLiveReads: 1},
+		{name: "still moving: the last round goes without the precondition", body: rewritesUpdaters,
+			conflicts: 2, wantCode: http.StatusOK, wantVersions: []string{"200", "200", ""}, wantLiveReads: 2},
+		{name: "the caller's own version stands, and so does its conflict",
+			body:      `{"metadata":{"resourceVersion":"200","annotations":{"kausality.io/updaters":"zzzzz"}}}`,
+			conflicts: 1, wantCode: http.StatusConflict, wantVersions: []string{"200"}},
+		{name: "a version the cache has not seen: the values put back are read live",
+			body:     `{"metadata":{"resourceVersion":"201","annotations":{"kausality.io/updaters":"zzzzz"}}}`,
+			wantCode: http.StatusOK, wantVersions: []string{"201"}, wantLiveReads: 1},
+		{name: "a patch of other annotations is not pinned", body: `{"metadata":{"annotations":{"team":"a"}}}`,
+			wantCode: http.StatusOK, wantVersions: []string{""}},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			var (
+				mu   sync.Mutex
+				sent []map[string]any
+			)
+			env := newServeEnv(t, nil, func(authorizationv1.SubjectAccessReviewSpec) (bool, error) { return true, nil },
+				withUpdatersOnStable, func(s *serveSetup) { s.config.Settings = func() *config.Config { return cfg } })
+			env.dyn.ClearActions()
+			env.upstream = func(w http.ResponseWriter, r *http.Request) {
+				if r.URL.Query().Get("dryRun") != "" {
+					echoDryRun(w, r)
+					return
+				}
+				data, _ := io.ReadAll(r.Body)
+				var patch map[string]any
+				if err := json.Unmarshal(data, &patch); err != nil {
+					t.Errorf("forwarded body %q: %v", data, err)
+				}
+				mu.Lock()
+				sent = append(sent, patch)
+				n := len(sent)
+				mu.Unlock()
+				w.Header().Set("Content-Type", "application/json")
+				if n <= tc.conflicts {
+					w.WriteHeader(http.StatusConflict)
+					_, _ = w.Write([]byte(`{"kind":"Status","apiVersion":"v1","status":"Failure","reason":"Conflict","code":409}`))
+					return
+				}
+				_, _ = w.Write([]byte(`{"kind":"Status","apiVersion":"v1","code":200}`))
+			}
+			rec := httptest.NewRecorder()
+			env.handler.ServeHTTP(rec, env.request(t, benchWrite{method: http.MethodPatch, path: rsPath + "/stable-1?fieldManager=onboarding",
+				contentType: "application/merge-patch+json", body: []byte(tc.body), user: "alice"}))
+			if rec.Code != tc.wantCode {
+				t.Fatalf("code %d, want %d: %s (error %v)", rec.Code, tc.wantCode, rec.Body, env.lastError)
+			}
+			if reads := env.liveReads("replicasets"); reads != tc.wantLiveReads {
+				t.Errorf("%d live reads of the ReplicaSet, want %d", reads, tc.wantLiveReads)
+			}
+			if len(sent) != len(tc.wantVersions) {
+				t.Fatalf("%d writes forwarded, want %d: %v", len(sent), len(tc.wantVersions), sent)
+			}
+			for k, patch := range sent {
+				meta, _ := patch["metadata"].(map[string]any)
+				version, _ := meta["resourceVersion"].(string)
+				if version != tc.wantVersions[k] {
+					t.Errorf("write %d forwarded with resourceVersion %q, want %q: %v", k, version, tc.wantVersions[k], patch)
+				}
+				if ann, _ := meta["annotations"].(map[string]any); ann != nil {
+					if v, set := ann[annotations.Updaters]; set && v != "aaaaa" {
+						t.Errorf("write %d writes the updaters record as %v, want the stored aaaaa put back", k, v)
+					}
+				}
 			}
 		})
 	}

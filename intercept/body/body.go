@@ -24,6 +24,7 @@ import (
 	"io"
 	"mime"
 	"net/http" //nolint:depguard // status codes only: its errors are metav1.Status values with the HTTP code
+	"sort"
 	"strings"
 
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
@@ -203,7 +204,65 @@ func (c *Codec) Decode(contentType string, data []byte, hint *schema.GroupVersio
 	if err := checkKind(obj, hint, format); err != nil {
 		return nil, format, err
 	}
+	if format != Protobuf {
+		if err := checkAnnotations(obj); err != nil {
+			return nil, format, err
+		}
+	}
 	return obj, format, nil
+}
+
+// checkAnnotations refuses, as kube-apiserver does, an object whose
+// metadata.annotations is not a map of strings (null values aside, which
+// kube-apiserver reads as ""). The proxy edits the annotations it forwards,
+// and an unstructured object with a malformed map has none to edit: they
+// would be dropped, and the write, stripped of them, accepted.
+func checkAnnotations(obj *unstructured.Unstructured) error {
+	metadata, ok := obj.Object["metadata"].(map[string]interface{})
+	if !ok {
+		return nil
+	}
+	ann, found := metadata["annotations"]
+	if !found || ann == nil {
+		return nil
+	}
+	gvk := obj.GroupVersionKind()
+	refuse := func(what string) error {
+		return apierrors.NewBadRequest(fmt.Sprintf("%s in version %q cannot be handled as a %s: %s; annotation values are strings (in YAML, quote numbers and booleans)",
+			gvk.Kind, gvk.Version, gvk.Kind, what))
+	}
+	m, ok := ann.(map[string]interface{})
+	if !ok {
+		return refuse("metadata.annotations is " + jsonType(ann) + ", not an object")
+	}
+	keys := make([]string, 0, len(m))
+	for k, v := range m {
+		if _, isString := v.(string); !isString && v != nil {
+			keys = append(keys, k)
+		}
+	}
+	if len(keys) == 0 {
+		return nil
+	}
+	sort.Strings(keys)
+	return refuse(fmt.Sprintf("metadata.annotations[%q] is %s, not a string", keys[0], jsonType(m[keys[0]])))
+}
+
+// jsonType names the JSON type of a decoded value.
+func jsonType(v interface{}) string {
+	switch v.(type) {
+	case bool:
+		return "a boolean"
+	case int64, uint64, float64:
+		return "a number"
+	case []interface{}:
+		return "a list"
+	case map[string]interface{}:
+		return "an object"
+	case nil:
+		return "null"
+	}
+	return fmt.Sprintf("a %T", v)
 }
 
 // DecodeOfKind decodes the body of an endpoint that takes one kind in any
@@ -332,7 +391,7 @@ func Describe(v interface{}) string {
 		return "a string"
 	case bool:
 		return "a boolean"
-	case int64, float64:
+	case int64, uint64, float64:
 		return "a number"
 	}
 	return fmt.Sprintf("a value of type %T", v)

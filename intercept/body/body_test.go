@@ -141,6 +141,26 @@ func TestDecode(t *testing.T) {
 		{name: "protobuf custom resource", contentType: "application/vnd.kubernetes.protobuf", data: protobufEnvelope(t, "example.com/v1", "Widget", []byte{0x0a, 0x00}), hint: &widgetGVK, wantFormat: Protobuf,
 			err: &errCase{415, metav1.StatusReasonUnsupportedMediaType, "protobuf request bodies are only supported for built-in Kubernetes types, and example.com/v1 Widget is not one (custom resources have no protobuf encoding): send it as application/json, application/yaml or application/cbor"}},
 
+		// 400: annotations kube-apiserver cannot decode, which an edit of
+		// the annotations would drop
+		{name: "json annotation value null, which kube-apiserver reads as empty", contentType: "application/json", hint: hint, wantFormat: JSON,
+			data: []byte(`{"apiVersion":"apps/v1","kind":"Deployment","metadata":{"name":"d","annotations":{"a":null}}}`),
+			want: &unstructured.Unstructured{Object: map[string]interface{}{"apiVersion": "apps/v1", "kind": "Deployment",
+				"metadata": map[string]interface{}{"name": "d", "annotations": map[string]interface{}{"a": nil}}}}},
+		{name: "json annotation value a number", contentType: "application/json", hint: hint, wantFormat: JSON,
+			data: []byte(`{"apiVersion":"apps/v1","kind":"Deployment","metadata":{"name":"d","annotations":{"team":"a","prometheus.io/port":8080}}}`),
+			err: &errCase{400, metav1.StatusReasonBadRequest, `Deployment in version "v1" cannot be handled as a Deployment: metadata.annotations["prometheus.io/port"] is a number, not a string; annotation values are strings (in YAML, quote numbers and booleans)`}},
+		{name: "yaml annotation value a boolean", contentType: "application/yaml", hint: hint, wantFormat: YAML,
+			data: []byte("apiVersion: apps/v1\nkind: Deployment\nmetadata:\n  name: d\n  annotations:\n    enabled: true\n"),
+			err: &errCase{400, metav1.StatusReasonBadRequest, `Deployment in version "v1" cannot be handled as a Deployment: metadata.annotations["enabled"] is a boolean, not a string; annotation values are strings (in YAML, quote numbers and booleans)`}},
+		{name: "json annotations a list", contentType: "application/json", hint: hint, wantFormat: JSON,
+			data: []byte(`{"apiVersion":"apps/v1","kind":"Deployment","metadata":{"name":"d","annotations":["team=a"]}}`),
+			err: &errCase{400, metav1.StatusReasonBadRequest, `Deployment in version "v1" cannot be handled as a Deployment: metadata.annotations is a list, not an object; annotation values are strings (in YAML, quote numbers and booleans)`}},
+		{name: "cbor annotation value an object", contentType: "application/cbor", hint: hint, wantFormat: CBOR,
+			data: cborOf(t, &unstructured.Unstructured{Object: map[string]interface{}{"apiVersion": "apps/v1", "kind": "Deployment",
+				"metadata": map[string]interface{}{"name": "d", "annotations": map[string]interface{}{"x": map[string]interface{}{}}}}}),
+			err: &errCase{400, metav1.StatusReasonBadRequest, `Deployment in version "v1" cannot be handled as a Deployment: metadata.annotations["x"] is an object, not a string; annotation values are strings (in YAML, quote numbers and booleans)`}},
+
 		// 400: empty bodies
 		{name: "json empty", contentType: "application/json", data: nil, hint: hint, wantFormat: JSON,
 			err: &errCase{400, metav1.StatusReasonBadRequest, "the request body is empty: expected a Deployment object in JSON"}},

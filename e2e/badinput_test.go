@@ -105,7 +105,7 @@ func TestBadInputBodies(t *testing.T) {
 			400, metav1.StatusReasonBadRequest, []string{`metadata.annotations["prometheus.io/port"] is a number, not a string`}},
 		{"annotations that are a list, built-in kind", http.MethodPut, configMap, "application/json",
 			`{"apiVersion":"v1","kind":"ConfigMap","metadata":{"name":"cm","annotations":["team=a"]},"data":{"k":"b"}}`,
-			400, metav1.StatusReasonBadRequest, []string{"metadata.annotations is a list, not an object"}},
+			400, metav1.StatusReasonBadRequest, []string{"metadata.annotations is an array, not an object"}},
 		{"an annotation value that is a boolean, YAML", http.MethodPut, configMap, "application/yaml",
 			"apiVersion: v1\nkind: ConfigMap\nmetadata:\n  name: cm\n  annotations:\n    team: a\n    enabled: true\ndata:\n  k: b\n",
 			400, metav1.StatusReasonBadRequest, []string{`metadata.annotations["enabled"] is a boolean, not a string`, "quote numbers and booleans"}},

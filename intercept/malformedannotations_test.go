@@ -39,7 +39,7 @@ func TestWholeObjectWithMalformedAnnotationsIsRefusedBeforeAnythingIsSent(t *tes
 		{"update, a boolean", http.MethodPut, rs + "/web-1?fieldManager=" + benchKCM, "application/json", object("web-1", `{"enabled":true,"team":"payments"}`),
 			`metadata.annotations["enabled"] is a boolean, not a string`},
 		{"update, a list", http.MethodPut, rs + "/web-1?fieldManager=" + benchKCM, "application/json", object("web-1", `["team=payments"]`),
-			`metadata.annotations is a list, not an object`},
+			`metadata.annotations is an array, not an object`},
 		{"create, a number", http.MethodPost, rs + "?fieldManager=" + benchKCM, "application/json", object("web-9", `{"replicas":3,"team":"payments"}`),
 			`metadata.annotations["replicas"] is a number, not a string`},
 		{"update as YAML, a number", http.MethodPut, rs + "/web-1?fieldManager=" + benchKCM, "application/yaml", asYAML(object("web-1", `{"replicas":3,"team":"payments"}`)),

@@ -233,7 +233,7 @@ func checkAnnotations(obj *unstructured.Unstructured) error {
 	}
 	m, ok := ann.(map[string]interface{})
 	if !ok {
-		return refuse("metadata.annotations is " + jsonType(ann) + ", not an object")
+		return refuse("metadata.annotations is " + Describe(ann) + ", not an object")
 	}
 	keys := make([]string, 0, len(m))
 	for k, v := range m {
@@ -245,25 +245,9 @@ func checkAnnotations(obj *unstructured.Unstructured) error {
 		return nil
 	}
 	sort.Strings(keys)
-	return refuse(fmt.Sprintf("metadata.annotations[%q] is %s, not a string", keys[0], jsonType(m[keys[0]])))
+	return refuse(fmt.Sprintf("metadata.annotations[%q] is %s, not a string", keys[0], Describe(m[keys[0]])))
 }
 
-// jsonType names the JSON type of a decoded value.
-func jsonType(v interface{}) string {
-	switch v.(type) {
-	case bool:
-		return "a boolean"
-	case int64, uint64, float64:
-		return "a number"
-	case []interface{}:
-		return "a list"
-	case map[string]interface{}:
-		return "an object"
-	case nil:
-		return "null"
-	}
-	return fmt.Sprintf("a %T", v)
-}
 
 // DecodeOfKind decodes the body of an endpoint that takes one kind in any
 // version of its group (pods/eviction takes an Eviction of policy/v1 or
@@ -393,6 +377,8 @@ func Describe(v interface{}) string {
 		return "a boolean"
 	case int64, uint64, float64:
 		return "a number"
+	case map[string]interface{}:
+		return "an object"
 	}
 	return fmt.Sprintf("a value of type %T", v)
 }

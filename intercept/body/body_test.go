@@ -155,7 +155,7 @@ func TestDecode(t *testing.T) {
 			err: &errCase{400, metav1.StatusReasonBadRequest, `Deployment in version "v1" cannot be handled as a Deployment: metadata.annotations["enabled"] is a boolean, not a string; annotation values are strings (in YAML, quote numbers and booleans)`}},
 		{name: "json annotations a list", contentType: "application/json", hint: hint, wantFormat: JSON,
 			data: []byte(`{"apiVersion":"apps/v1","kind":"Deployment","metadata":{"name":"d","annotations":["team=a"]}}`),
-			err: &errCase{400, metav1.StatusReasonBadRequest, `Deployment in version "v1" cannot be handled as a Deployment: metadata.annotations is a list, not an object; annotation values are strings (in YAML, quote numbers and booleans)`}},
+			err: &errCase{400, metav1.StatusReasonBadRequest, `Deployment in version "v1" cannot be handled as a Deployment: metadata.annotations is an array, not an object; annotation values are strings (in YAML, quote numbers and booleans)`}},
 		{name: "cbor annotation value an object", contentType: "application/cbor", hint: hint, wantFormat: CBOR,
 			data: cborOf(t, &unstructured.Unstructured{Object: map[string]interface{}{"apiVersion": "apps/v1", "kind": "Deployment",
 				"metadata": map[string]interface{}{"name": "d", "annotations": map[string]interface{}{"x": map[string]interface{}{}}}}}),

@@ -382,6 +382,13 @@ func checkTyped(result, current *unstructured.Unstructured, sch *runtime.Scheme)
 }
 
 func checkNameAndNamespace(result, current *unstructured.Unstructured, opts Options) error {
+	// Metadata that is no object names no name: kube-apiserver cannot
+	// decode the patched object at all.
+	if m := result.Object["metadata"]; m != nil {
+		if _, ok := m.(map[string]interface{}); !ok {
+			return invalidPatch(current, fmt.Sprintf("the patch makes metadata %s; metadata must be an object", body.Describe(m)))
+		}
+	}
 	name := opts.Name
 	if name == "" && current != nil {
 		name = current.GetName()

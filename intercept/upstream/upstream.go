@@ -274,7 +274,7 @@ func unsupportedDeleteOptions(mediaType string) *apierrors.StatusError {
 		Status:  metav1.StatusFailure,
 		Code:    http.StatusUnsupportedMediaType,
 		Reason:  metav1.StatusReasonUnsupportedMediaType,
-		Message: fmt.Sprintf("the body of a deletecollection must be DeleteOptions in JSON, YAML, protobuf or CBOR; got Content-Type %q", mediaType),
+		Message: fmt.Sprintf("the body of a DELETE must be DeleteOptions in JSON, YAML, protobuf or CBOR; got Content-Type %q", mediaType),
 	}}
 }
 

@@ -248,7 +248,6 @@ func checkAnnotations(obj *unstructured.Unstructured) error {
 	return refuse(fmt.Sprintf("metadata.annotations[%q] is %s, not a string", keys[0], Describe(m[keys[0]])))
 }
 
-
 // DecodeOfKind decodes the body of an endpoint that takes one kind in any
 // version of its group (pods/eviction takes an Eviction of policy/v1 or
 // policy/v1beta1), of the given Content-Type, into an unstructured object.

@@ -33,7 +33,9 @@ import (
 
 	"github.com/kausality-io/kausality-proxy/authn"
 	"github.com/kausality-io/kausality-proxy/intercept"
+	"github.com/kausality-io/kausality-proxy/intercept/annotations"
 	"github.com/kausality-io/kausality-proxy/intercept/body"
+	"github.com/kausality-io/kausality-proxy/intercept/controllerid"
 	"github.com/kausality-io/kausality-proxy/intercept/objects"
 )
 
@@ -80,14 +82,20 @@ func benchParent(name, uid string, generation, observed int64) *unstructured.Uns
 	}}
 }
 
+// replicaSetControllerHash is the replicaset controller's hash in an
+// updaters record.
+var replicaSetControllerHash = controllerid.UserOf(controllerid.UserIdentifier("system:serviceaccount:kube-system:replicaset-controller", "")).Short
+
 func benchChild(name, parent, parentUID string, replicas int64) *unstructured.Unstructured {
 	labels := map[string]interface{}{"app": parent, "pod-template-hash": "7d4b9"}
 	return &unstructured.Unstructured{Object: map[string]interface{}{
 		"apiVersion": "apps/v1", "kind": "ReplicaSet",
 		"metadata": map[string]interface{}{
 			"name": name, "namespace": "apps", "uid": name + "-uid", "resourceVersion": "200", "generation": int64(2),
-			"labels":      labels,
-			"annotations": map[string]interface{}{"deployment.kubernetes.io/revision": "1"},
+			"labels": labels,
+			// The replicaset controller created it: its updaters record
+			// names it, and its writes add no one.
+			"annotations": map[string]interface{}{"deployment.kubernetes.io/revision": "1", annotations.Updaters: replicaSetControllerHash},
 			"ownerReferences": []interface{}{map[string]interface{}{
 				"apiVersion": "apps/v1", "kind": "Deployment", "name": parent, "uid": parentUID, "controller": true, "blockOwnerDeletion": true,
 			}},

@@ -278,3 +278,74 @@ func TestAJSONPatchThatMovesItsResourceVersionAwayIsPinned(t *testing.T) {
 		})
 	}
 }
+
+// A change of the desired state records its writer in the updaters record:
+// the stored record with the writer's hash added. Written on another
+// version, it would drop a hash added there meanwhile (another writer's,
+// through another replica), so a write that adds one lands on the version
+// the record was read from. A writer the record names changes nothing in
+// it, and its write is not pinned.
+func TestAWriteThatAddsAnUpdaterLandsOnTheStoredVersion(t *testing.T) {
+	allowAll := func(authorizationv1.SubjectAccessReviewSpec) (bool, error) { return true, nil }
+	const rsController = "system:serviceaccount:kube-system:replicaset-controller"
+	cases := []struct {
+		name, child, user string
+		conflicts         int
+		wantVersions      []string
+	}{
+		{name: "a new writer's change of the spec", child: "stable-1", user: "alice", wantVersions: []string{"200"}},
+		{name: "a copy that lagged behind: decided again on a live read, the client hears nothing of it", child: "stable-1", user: "alice",
+			conflicts: 1, wantVersions: []string{"200", "200"}},
+		{name: "a writer the record names", child: "web-1", user: rsController, wantVersions: []string{""}},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			var (
+				mu   sync.Mutex
+				sent []map[string]any
+			)
+			env := newServeEnv(t, nil, allowAll)
+			env.upstream = func(w http.ResponseWriter, r *http.Request) {
+				if r.URL.Query().Get("dryRun") != "" {
+					echoDryRun(w, r)
+					return
+				}
+				data, _ := io.ReadAll(r.Body)
+				var patch map[string]any
+				if err := json.Unmarshal(data, &patch); err != nil {
+					t.Errorf("forwarded body %q: %v", data, err)
+				}
+				mu.Lock()
+				sent = append(sent, patch)
+				n := len(sent)
+				mu.Unlock()
+				w.Header().Set("Content-Type", "application/json")
+				if n <= tc.conflicts {
+					w.WriteHeader(http.StatusConflict)
+					_, _ = w.Write([]byte(`{"kind":"Status","apiVersion":"v1","status":"Failure","reason":"Conflict","code":409}`))
+					return
+				}
+				_, _ = w.Write([]byte(`{"kind":"Status","apiVersion":"v1","code":200}`))
+			}
+			rec := httptest.NewRecorder()
+			manager := benchKCM
+			if tc.user == "alice" {
+				manager = "kubectl-edit"
+			}
+			env.handler.ServeHTTP(rec, env.request(t, benchWrite{method: http.MethodPatch, path: rsPath + "/" + tc.child + "?fieldManager=" + manager,
+				contentType: "application/merge-patch+json", body: []byte(`{"spec":{"replicas":7}}`), user: tc.user}))
+			if rec.Code != http.StatusOK {
+				t.Fatalf("code %d, want 200: %s (error %v)", rec.Code, rec.Body, env.lastError)
+			}
+			if len(sent) != len(tc.wantVersions) {
+				t.Fatalf("%d writes forwarded, want %d: %v", len(sent), len(tc.wantVersions), sent)
+			}
+			for k, patch := range sent {
+				meta, _ := patch["metadata"].(map[string]any)
+				if version, _ := meta["resourceVersion"].(string); version != tc.wantVersions[k] {
+					t.Errorf("write %d forwarded with resourceVersion %q, want %q: %v", k, version, tc.wantVersions[k], patch)
+				}
+			}
+		})
+	}
+}

@@ -133,7 +133,7 @@ func decideOnce(in Input) Decision {
 	}
 
 	d.OnStoredVersion = d.Result == Allow && in.Operation == Update && !in.ScaleWrite &&
-		!KeepSystemAnnotations(in.OldObject, in.NewObject).Empty()
+		(!KeepSystemAnnotations(in.OldObject, in.NewObject).Empty() || addsUpdater(&d, in.OldObject))
 	if d.Result == Deny {
 		d.ChildAnnotations, d.Trace, d.TraceOrigin = nil, "", false
 		d.ParentWrites, d.ApprovalsUpdate, d.ConsumeOnce = nil, nil, false
@@ -875,3 +875,15 @@ func kausalityDiffers(a, b map[string]string) bool {
 }
 
 func itoa(i int64) string { return strconv.FormatInt(i, 10) }
+
+// addsUpdater reports whether d records a writer in the updaters record
+// that the stored object's lacks. The record is the stored one with the
+// writer's hash added: written on another version, it would drop a hash
+// added there meanwhile (another writer's, through another replica).
+func addsUpdater(d *Decision, old *unstructured.Unstructured) bool {
+	if d.ChildAnnotations == nil || old == nil {
+		return false
+	}
+	v, set := d.ChildAnnotations.Set[annotations.Updaters]
+	return set && v != old.GetAnnotations()[annotations.Updaters]
+}

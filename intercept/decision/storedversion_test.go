@@ -23,6 +23,11 @@ func TestOnStoredVersion(t *testing.T) {
 		in.NewObject = mkChild(1, delAnn(annotations.Controllers))
 		in.DesiredChanged, in.Changes = false, nil
 	}
+	namedUpdater := func(in *Input) {
+		alice := Decide(*in).Actor.UserHash
+		in.OldObject = mkChild(1, setAnn(annotations.Updaters, alice))
+		in.NewObject = mkChild(3, setAnn(annotations.Updaters, alice))
+	}
 	cases := []struct {
 		name string
 		with []func(*Input)
@@ -31,7 +36,8 @@ func TestOnStoredVersion(t *testing.T) {
 		{"a person's write that rewrites the updaters record", []func(*Input){person, touchesUpdaters}, true},
 		{"the parent's controller carrying out its spec, rewriting the updaters record", []func(*Input){reconciling, touchesUpdaters}, true},
 		{"a metadata-only write that drops a controller record", []func(*Input){person, dropsControllers}, true},
-		{"a write of the spec alone", []func(*Input){person}, false},
+		{"a new writer's write of the spec: its hash added to the updaters record", []func(*Input){person}, true},
+		{"a write of the spec alone by a writer the updaters record names", []func(*Input){person, namedUpdater}, false},
 		{"a status write that rewrites the updaters record", []func(*Input){person, touchesUpdaters, func(in *Input) { in.StatusWrite = true }}, true},
 		{"a status write that leaves them", []func(*Input){person, func(in *Input) { in.StatusWrite = true }}, false},
 		{"a denied write", []func(*Input){touchesUpdaters}, false},

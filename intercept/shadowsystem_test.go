@@ -1,8 +1,6 @@
 package intercept_test
 
 import (
-	"encoding/json"
-	"io"
 	"net/http"
 	"net/http/httptest"
 	"strings"
@@ -11,7 +9,6 @@ import (
 
 	authorizationv1 "k8s.io/api/authorization/v1"
 
-	"github.com/kausality-io/kausality-proxy/intercept/annotations"
 	"github.com/kausality-io/kausality-proxy/intercept/config"
 )
 
@@ -103,28 +100,7 @@ func TestAShadowWriteKeepsSystemAnnotationsOnTheStoredVersion(t *testing.T) {
 			env := newServeEnv(t, nil, func(authorizationv1.SubjectAccessReviewSpec) (bool, error) { return true, nil },
 				withUpdatersOnStable, func(s *serveSetup) { s.config.Settings = func() *config.Config { return cfg } })
 			env.dyn.ClearActions()
-			env.upstream = func(w http.ResponseWriter, r *http.Request) {
-				if r.URL.Query().Get("dryRun") != "" {
-					echoDryRun(w, r)
-					return
-				}
-				data, _ := io.ReadAll(r.Body)
-				var patch map[string]any
-				if err := json.Unmarshal(data, &patch); err != nil {
-					t.Errorf("forwarded body %q: %v", data, err)
-				}
-				mu.Lock()
-				sent = append(sent, patch)
-				n := len(sent)
-				mu.Unlock()
-				w.Header().Set("Content-Type", "application/json")
-				if n <= tc.conflicts {
-					w.WriteHeader(http.StatusConflict)
-					_, _ = w.Write([]byte(`{"kind":"Status","apiVersion":"v1","status":"Failure","reason":"Conflict","code":409}`))
-					return
-				}
-				_, _ = w.Write([]byte(`{"kind":"Status","apiVersion":"v1","code":200}`))
-			}
+			env.upstream = conflictingUpstream(t, tc.conflicts, &mu, &sent)
 			rec := httptest.NewRecorder()
 			env.handler.ServeHTTP(rec, env.request(t, benchWrite{method: http.MethodPatch, path: rsPath + "/stable-1?fieldManager=onboarding",
 				contentType: "application/merge-patch+json", body: []byte(tc.body), user: "alice"}))
@@ -134,21 +110,7 @@ func TestAShadowWriteKeepsSystemAnnotationsOnTheStoredVersion(t *testing.T) {
 			if reads := env.liveReads("replicasets"); reads != tc.wantLiveReads {
 				t.Errorf("%d live reads of the ReplicaSet, want %d", reads, tc.wantLiveReads)
 			}
-			if len(sent) != len(tc.wantVersions) {
-				t.Fatalf("%d writes forwarded, want %d: %v", len(sent), len(tc.wantVersions), sent)
-			}
-			for k, patch := range sent {
-				meta, _ := patch["metadata"].(map[string]any)
-				version, _ := meta["resourceVersion"].(string)
-				if version != tc.wantVersions[k] {
-					t.Errorf("write %d forwarded with resourceVersion %q, want %q: %v", k, version, tc.wantVersions[k], patch)
-				}
-				if ann, _ := meta["annotations"].(map[string]any); ann != nil {
-					if v, set := ann[annotations.Updaters]; set && v != "aaaaa" {
-						t.Errorf("write %d writes the updaters record as %v, want the stored aaaaa put back", k, v)
-					}
-				}
-			}
+			expectForwardedOn(t, sent, tc.wantVersions, "aaaaa")
 		})
 	}
 }

@@ -27,6 +27,55 @@ func withUpdatersOnStable(s *serveSetup) {
 	}
 }
 
+// conflictingUpstream is kube-apiserver answering the first conflicts
+// writes 409 and the rest 200, each forwarded patch appended to sent; dry
+// runs are answered with their body.
+func conflictingUpstream(t *testing.T, conflicts int, mu *sync.Mutex, sent *[]map[string]any) http.HandlerFunc {
+	return func(w http.ResponseWriter, r *http.Request) {
+		if r.URL.Query().Get("dryRun") != "" {
+			echoDryRun(w, r)
+			return
+		}
+		data, _ := io.ReadAll(r.Body)
+		var patch map[string]any
+		if err := json.Unmarshal(data, &patch); err != nil {
+			t.Errorf("forwarded body %q: %v", data, err)
+		}
+		mu.Lock()
+		*sent = append(*sent, patch)
+		n := len(*sent)
+		mu.Unlock()
+		w.Header().Set("Content-Type", "application/json")
+		if n <= conflicts {
+			w.WriteHeader(http.StatusConflict)
+			_, _ = w.Write([]byte(`{"kind":"Status","apiVersion":"v1","status":"Failure","reason":"Conflict","code":409}`))
+			return
+		}
+		_, _ = w.Write([]byte(`{"kind":"Status","apiVersion":"v1","code":200}`))
+	}
+}
+
+// expectForwardedOn checks that the patches sent were forwarded with the
+// resourceVersions want, and that any updaters record they write is
+// putBack (unless "").
+func expectForwardedOn(t *testing.T, sent []map[string]any, want []string, putBack string) {
+	t.Helper()
+	if len(sent) != len(want) {
+		t.Fatalf("%d writes forwarded, want %d: %v", len(sent), len(want), sent)
+	}
+	for k, patch := range sent {
+		meta, _ := patch["metadata"].(map[string]any)
+		if version, _ := meta["resourceVersion"].(string); version != want[k] {
+			t.Errorf("write %d forwarded with resourceVersion %q, want %q: %v", k, version, want[k], patch)
+		}
+		if ann, _ := meta["annotations"].(map[string]any); ann != nil && putBack != "" {
+			if v, set := ann[annotations.Updaters]; set && v != putBack {
+				t.Errorf("write %d writes the updaters record as %v, want the stored %s put back", k, v, putBack)
+			}
+		}
+	}
+}
+
 // A write that changes a system annotation gets the stored value put back.
 // That value is only as new as the proxy's copy, which may lag behind what
 // the proxy itself wrote meanwhile (a reservation on a parent, a
@@ -67,24 +116,7 @@ func TestSystemAnnotationsPutBackLandOnTheStoredVersion(t *testing.T) {
 			)
 			env := newServeEnv(t, nil, allowAll, withUpdatersOnStable)
 			env.dyn.ClearActions()
-			env.upstream = func(w http.ResponseWriter, r *http.Request) {
-				data, _ := io.ReadAll(r.Body)
-				var patch map[string]any
-				if err := json.Unmarshal(data, &patch); err != nil {
-					t.Errorf("forwarded body %q: %v", data, err)
-				}
-				mu.Lock()
-				sent = append(sent, patch)
-				n := len(sent)
-				mu.Unlock()
-				w.Header().Set("Content-Type", "application/json")
-				if n <= tc.conflicts {
-					w.WriteHeader(http.StatusConflict)
-					_, _ = w.Write([]byte(`{"kind":"Status","apiVersion":"v1","status":"Failure","reason":"Conflict","code":409}`))
-					return
-				}
-				_, _ = w.Write([]byte(`{"kind":"Status","apiVersion":"v1","code":200}`))
-			}
+			env.upstream = conflictingUpstream(t, tc.conflicts, &mu, &sent)
 			path := rsPath + "/stable-1"
 			if tc.status {
 				path += "/status"
@@ -99,21 +131,7 @@ func TestSystemAnnotationsPutBackLandOnTheStoredVersion(t *testing.T) {
 			if reads := env.liveReads("replicasets"); reads != tc.wantLiveReads && !tc.status {
 				t.Errorf("%d live reads of the ReplicaSet, want %d", reads, tc.wantLiveReads)
 			}
-			if len(sent) != len(tc.wantVersions) {
-				t.Fatalf("%d writes forwarded, want %d: %v", len(sent), len(tc.wantVersions), sent)
-			}
-			for k, patch := range sent {
-				meta, _ := patch["metadata"].(map[string]any)
-				version, _ := meta["resourceVersion"].(string)
-				if version != tc.wantVersions[k] {
-					t.Errorf("write %d forwarded with resourceVersion %q, want %q: %v", k, version, tc.wantVersions[k], patch)
-				}
-				if ann, _ := meta["annotations"].(map[string]any); ann != nil {
-					if v, set := ann[annotations.Updaters]; set && v != "aaaaa" {
-						t.Errorf("write %d writes the updaters record as %v, want the stored aaaaa put back", k, v)
-					}
-				}
-			}
+			expectForwardedOn(t, sent, tc.wantVersions, "aaaaa")
 		})
 	}
 }
@@ -305,28 +323,7 @@ func TestAWriteThatAddsAnUpdaterLandsOnTheStoredVersion(t *testing.T) {
 				sent []map[string]any
 			)
 			env := newServeEnv(t, nil, allowAll)
-			env.upstream = func(w http.ResponseWriter, r *http.Request) {
-				if r.URL.Query().Get("dryRun") != "" {
-					echoDryRun(w, r)
-					return
-				}
-				data, _ := io.ReadAll(r.Body)
-				var patch map[string]any
-				if err := json.Unmarshal(data, &patch); err != nil {
-					t.Errorf("forwarded body %q: %v", data, err)
-				}
-				mu.Lock()
-				sent = append(sent, patch)
-				n := len(sent)
-				mu.Unlock()
-				w.Header().Set("Content-Type", "application/json")
-				if n <= tc.conflicts {
-					w.WriteHeader(http.StatusConflict)
-					_, _ = w.Write([]byte(`{"kind":"Status","apiVersion":"v1","status":"Failure","reason":"Conflict","code":409}`))
-					return
-				}
-				_, _ = w.Write([]byte(`{"kind":"Status","apiVersion":"v1","code":200}`))
-			}
+			env.upstream = conflictingUpstream(t, tc.conflicts, &mu, &sent)
 			rec := httptest.NewRecorder()
 			manager := benchKCM
 			if tc.user == "alice" {
@@ -337,15 +334,7 @@ func TestAWriteThatAddsAnUpdaterLandsOnTheStoredVersion(t *testing.T) {
 			if rec.Code != http.StatusOK {
 				t.Fatalf("code %d, want 200: %s (error %v)", rec.Code, rec.Body, env.lastError)
 			}
-			if len(sent) != len(tc.wantVersions) {
-				t.Fatalf("%d writes forwarded, want %d: %v", len(sent), len(tc.wantVersions), sent)
-			}
-			for k, patch := range sent {
-				meta, _ := patch["metadata"].(map[string]any)
-				if version, _ := meta["resourceVersion"].(string); version != tc.wantVersions[k] {
-					t.Errorf("write %d forwarded with resourceVersion %q, want %q: %v", k, version, tc.wantVersions[k], patch)
-				}
-			}
+			expectForwardedOn(t, sent, tc.wantVersions, "")
 		})
 	}
 }

@@ -417,10 +417,11 @@ func (i *Interceptor) forward(x exchange, f *facts, d *decision.Decision, out fo
 		answer.Header().Add("Warning", formatWarning(fmt.Sprintf("kausality dry-run: %s (%s): %s", d.Result, d.Category, d.Reason)))
 	}
 	x.up.Send(answer, out.req)
-	if out.ahead != nil && (answer.Held() || rec.Code() < 200 || rec.Code() >= 300) {
+	held := answer.Done()
+	if out.ahead != nil && (held || rec.Code() < 200 || rec.Code() >= 300) {
 		i.restoreAhead(f, *out.ahead)
 	}
-	if answer.Held() {
+	if held {
 		if reserved != nil {
 			i.approvals.Settle(*reserved, decision.OnWriteAnswer(http.StatusConflict))
 		}

@@ -67,7 +67,7 @@ func TestTheClientsContractOnConflicts(t *testing.T) {
 				w.Header().Set("Content-Type", "application/json")
 				if n := writes.Add(1); tc.conflicts < 0 || n <= int64(tc.conflicts) {
 					w.WriteHeader(http.StatusConflict)
-					_, _ = w.Write([]byte(`{"kind":"Status","apiVersion":"v1","status":"Failure","code":409,"reason":"Conflict","message":"the object has been modified"}`))
+					_, _ = w.Write([]byte(preconditionConflict))
 					return
 				}
 				_, _ = w.Write([]byte(`{}`))

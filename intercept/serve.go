@@ -246,7 +246,7 @@ func (i *Interceptor) sendShadow(x exchange, rec *httpx.CodeRecorder, f facts, d
 		out := i.keepingSystemAnnotations(x.r, &f, round < decision.MaxRounds)
 		answer := upstream.NewConflictCatcher(rec, out.preconditionAdded)
 		x.up.Send(answer, out.req)
-		if !answer.Held() {
+		if !answer.Done() {
 			return
 		}
 		live, err := i.liveChild(x.r.Context(), &f)

@@ -82,6 +82,10 @@ func benchParent(name, uid string, generation, observed int64) *unstructured.Uns
 	}}
 }
 
+// preconditionConflict is kube-apiserver's answer to a write whose
+// resourceVersion precondition failed, word for word.
+const preconditionConflict = `{"kind":"Status","apiVersion":"v1","metadata":{},"status":"Failure","message":"Operation cannot be fulfilled on replicasets.apps \"stable-1\": the object has been modified; please apply your changes to the latest version and try again","reason":"Conflict","details":{"name":"stable-1","group":"apps","kind":"replicasets"},"code":409}`
+
 // replicaSetControllerHash is the replicaset controller's hash in an
 // updaters record.
 var replicaSetControllerHash = controllerid.UserOf(controllerid.UserIdentifier("system:serviceaccount:kube-system:replicaset-controller", "")).Short

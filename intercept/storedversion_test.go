@@ -48,7 +48,7 @@ func conflictingUpstream(t *testing.T, conflicts int, mu *sync.Mutex, sent *[]ma
 		w.Header().Set("Content-Type", "application/json")
 		if n <= conflicts {
 			w.WriteHeader(http.StatusConflict)
-			_, _ = w.Write([]byte(`{"kind":"Status","apiVersion":"v1","status":"Failure","reason":"Conflict","code":409}`))
+			_, _ = w.Write([]byte(preconditionConflict))
 			return
 		}
 		_, _ = w.Write([]byte(`{"kind":"Status","apiVersion":"v1","code":200}`))
@@ -275,7 +275,7 @@ func TestAJSONPatchThatMovesItsResourceVersionAwayIsPinned(t *testing.T) {
 				meta, _ := obj["metadata"].(map[string]any)
 				if rv, _ := meta["resourceVersion"].(string); rv != "" && rv != "201" {
 					w.WriteHeader(http.StatusConflict)
-					_, _ = w.Write([]byte(`{"kind":"Status","apiVersion":"v1","status":"Failure","reason":"Conflict","code":409}`))
+					_, _ = w.Write([]byte(preconditionConflict))
 					return
 				}
 				mu.Lock()

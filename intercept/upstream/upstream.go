@@ -78,15 +78,29 @@ func DryRunOf(req *http.Request, data []byte) (*http.Request, error) {
 }
 
 // ConflictCatcher passes an answer through to the client, except a 409
-// when hold is set: that one is kept from the client (headers included),
-// so that the write can be decided again.
+// for a resourceVersion precondition when hold is set: that one is kept
+// from the client (headers included), so that the write can be decided
+// again. Any other 409 (a uid precondition, an admission webhook's, a
+// server-side apply field conflict) answers the caller's write, which no
+// retry changes: Done relays it.
 type ConflictCatcher struct {
 	w      http.ResponseWriter
 	hold   bool
 	header http.Header
 	code   int
 	held   bool
+	body   bytes.Buffer
 }
+
+// maxHeldConflict bounds the 409 held; kube-apiserver's are small Status
+// objects, and a larger one is no precondition failure of its.
+const maxHeldConflict = 64 << 10
+
+// optimisticLockMessage is how kube-apiserver's storage words a write
+// whose resourceVersion precondition failed (OptimisticLockErrorMsg of
+// k8s.io/apiserver's generic registry), the same bytes in a JSON, CBOR or
+// protobuf Status.
+var optimisticLockMessage = []byte("the object has been modified; please apply your changes to the latest version and try again")
 
 // NewConflictCatcher passes answers to w, holding a 409 when hold is set.
 func NewConflictCatcher(w http.ResponseWriter, hold bool) *ConflictCatcher {
@@ -114,10 +128,15 @@ func (c *ConflictCatcher) WriteHeader(code int) {
 		c.held = true
 		return
 	}
+	c.pass()
+}
+
+// pass sends the answer's status and headers on to the client.
+func (c *ConflictCatcher) pass() {
 	for k, vs := range c.header {
 		c.w.Header()[k] = vs
 	}
-	c.w.WriteHeader(code)
+	c.w.WriteHeader(c.code)
 }
 
 // Write implements http.ResponseWriter.
@@ -125,10 +144,27 @@ func (c *ConflictCatcher) Write(p []byte) (int, error) {
 	if c.code == 0 {
 		c.WriteHeader(http.StatusOK)
 	}
-	if c.held {
-		return len(p), nil
+	if !c.held {
+		return c.w.Write(p)
+	}
+	if c.body.Len()+len(p) <= maxHeldConflict {
+		return c.body.Write(p)
+	}
+	// Too large for a precondition failure: it goes to the client.
+	if err := c.release(); err != nil {
+		return 0, err
 	}
 	return c.w.Write(p)
+}
+
+// release relays the held 409 to the client.
+func (c *ConflictCatcher) release() error {
+	c.held = false
+	c.header.Del("Content-Length")
+	c.pass()
+	_, err := c.w.Write(c.body.Bytes())
+	c.body.Reset()
+	return err
 }
 
 // Flush implements http.Flusher.
@@ -141,8 +177,15 @@ func (c *ConflictCatcher) Flush() {
 // Unwrap lets http.ResponseController reach the client's writer.
 func (c *ConflictCatcher) Unwrap() http.ResponseWriter { return c.w }
 
-// Held reports whether a 409 was kept from the client.
-func (c *ConflictCatcher) Held() bool { return c.held }
+// Done ends the answer, once kube-apiserver's has been read whole. It
+// reports whether a 409 for the resourceVersion precondition is held; a
+// held 409 of any other cause is relayed to the client now.
+func (c *ConflictCatcher) Done() bool {
+	if c.held && !bytes.Contains(c.body.Bytes(), optimisticLockMessage) {
+		_ = c.release()
+	}
+	return c.held
+}
 
 // Answer holds an answer of kube-apiserver's that may or may not be
 // relayed.

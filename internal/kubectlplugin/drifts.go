@@ -195,6 +195,16 @@ func changesText(cs []desired.Change) string {
 
 func objectText(r decision.ObjectRef) string { return r.Kind + " " + r.Name }
 
+// namespacedText names r's namespace too: where an action is asked for, or
+// where drifts of several namespaces are listed, "Deployment web" may be
+// two objects.
+func namespacedText(r decision.ObjectRef) string {
+	if r.Namespace == "" {
+		return objectText(r)
+	}
+	return r.Kind + " " + r.Namespace + "/" + r.Name
+}
+
 func age(now, t time.Time) string {
 	if t.IsZero() {
 		return "?"
@@ -219,12 +229,17 @@ func printDriftTable(w io.Writer, rows []DriftRow, problems []string, allNamespa
 	}
 	fmt.Fprintln(tw, header)
 	for _, r := range rows {
-		line := strings.Join([]string{r.State(), modeText(r.Mode), objectText(r.Parent), objectText(r.Child),
-			shortUser(r.Controller), changesText(r.Changes), age(now, r.DetectedAt)}, "\t")
+		cells := []string{r.State(), modeText(r.Mode), objectText(r.Parent), objectText(r.Child),
+			shortUser(r.Controller), changesText(r.Changes), age(now, r.DetectedAt)}
 		if allNamespaces {
-			line = r.Child.Namespace + "\t" + line
+			cells = append([]string{r.Child.Namespace}, cells...)
 		}
-		fmt.Fprintln(tw, line)
+		// Each cell escaped on its own: a tab or a newline in a name or a
+		// path would otherwise be a column or a row of its own.
+		for i, c := range cells {
+			cells[i] = annotations.Printable(c)
+		}
+		fmt.Fprintln(tw, strings.Join(cells, "\t"))
 	}
 	_ = tw.Flush()
 	for _, p := range problems {
@@ -475,6 +490,7 @@ func (o *options) runDriftsUI(ctx context.Context, c *cluster, src *driftSource)
 	defer cancel()
 	actor := &driftActor{o: o, c: c, user: c.whoami(ctx)}
 	m := newDriftsModel(src.filter.scope(), o.now)
+	m.allNamespaces = src.filter.namespace == ""
 	m.apply = func(req actionRequest) tea.Cmd {
 		return func() tea.Msg {
 			actx, acancel := context.WithTimeout(ctx, 30*time.Second)

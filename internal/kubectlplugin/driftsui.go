@@ -115,12 +115,14 @@ type prompt struct {
 // driftsModel is the terminal UI. Its I/O is behind apply and explain, so
 // update and view are pure and tested as tables.
 type driftsModel struct {
-	scope    string
-	now      func() time.Time
-	apply    func(actionRequest) tea.Cmd
-	explain  func(DriftRow) tea.Cmd
-	rows     []DriftRow
-	problems []string
+	scope string
+	// allNamespaces: the list names each drift's namespace.
+	allNamespaces bool
+	now           func() time.Time
+	apply         func(actionRequest) tea.Cmd
+	explain       func(DriftRow) tea.Cmd
+	rows          []DriftRow
+	problems      []string
 	// sourceErr is why the list may be stale; synced: it was read once.
 	sourceErr string
 	synced    bool
@@ -195,13 +197,13 @@ func (m *driftsModel) setRows(msg recordsMsg) {
 	m.synced = m.synced || msg.synced
 	if m.detailID != "" {
 		if _, ok := m.selected(); !ok {
-			m.status = "the drift of " + objectText(shown.Child) + " was resolved and left the list"
+			m.status = printf("the drift of %s was resolved and left the list", namespacedText(shown.Child))
 			m.detailID, m.why, m.scroll = "", "", 0
 		}
 	}
 	if m.prompt != nil {
 		if !m.has(m.prompt.row.ID) {
-			m.status = "the drift of " + objectText(m.prompt.row.Child) + " was resolved; nothing was written"
+			m.status = printf("the drift of %s was resolved; nothing was written", namespacedText(m.prompt.row.Child))
 			m.prompt = nil
 		}
 	}
@@ -303,7 +305,7 @@ func (m *driftsModel) promptKey(k tea.KeyMsg) tea.Cmd {
 	if k.Type == tea.KeyEnter {
 		v := strings.TrimSpace(p.input.Value())
 		if err := p.action.validate(v); err != nil {
-			m.status = "error: " + err.Error()
+			m.status = "error: " + oneLine(err.Error())
 			return nil
 		}
 		m.prompt = nil
@@ -378,6 +380,7 @@ func (m *driftsModel) listLines() []string {
 		return append(lines, "", "No open drifts.")
 	}
 	cols := m.columns()
+	cols.namespaced = m.allNamespaces
 	lines = append(lines, headerStyle.Render(m.fit(cols.header())))
 	now := m.now()
 	for i, r := range m.rows {
@@ -401,7 +404,7 @@ func (m *driftsModel) listLines() []string {
 // terminal narrower than wideColumns shows the mode only where it is not
 // implied (held is enforce) and leaves the controller to the detail.
 type columns struct {
-	narrow                            bool
+	narrow, namespaced                bool
 	parent, child, controller, change int
 }
 
@@ -439,6 +442,10 @@ func (c columns) header() string {
 }
 
 func (c columns) row(marker string, r DriftRow, now time.Time) string {
+	objectText := objectText
+	if c.namespaced {
+		objectText = namespacedText
+	}
 	if c.narrow {
 		state := r.State()
 		if !r.Held {
@@ -454,12 +461,13 @@ func (c columns) row(marker string, r DriftRow, now time.Time) string {
 
 func (m *driftsModel) detailLines(r DriftRow) []string {
 	var lines []string
-	add := func(format string, args ...any) {
-		// Wrapped, not cut: the approval entry is for copying.
-		text := ansi.Hardwrap(annotations.PrintableLines(fmt.Sprintf(format, args...)), m.width, true)
+	// Wrapped, not cut: the approval entry is for copying.
+	addRendered := func(text string) {
+		text = ansi.Hardwrap(annotations.PrintableLines(text), m.width, true)
 		lines = append(lines, strings.Split(text, "\n")...)
 	}
-	lines = append(lines, titleStyle.Render(m.fit(fmt.Sprintf("Drift %s of %s (%s)", r.ID, r.Child, r.State()))))
+	add := func(format string, args ...any) { addRendered(printf(format, args...)) }
+	lines = append(lines, titleStyle.Render(m.fit(printf("Drift %s of %s (%s)", r.ID, r.Child, r.State()))))
 	add("Parent:      %s (generation %d)", r.Parent, r.ParentGeneration)
 	add("Controller:  %s", r.Controller)
 	add("Mode:        %s, %s, detected %s ago", modeText(r.Mode), r.State(), age(m.now(), r.DetectedAt))
@@ -485,13 +493,13 @@ func (m *driftsModel) detailLines(r DriftRow) []string {
 	var tree strings.Builder
 	printer := &printer{w: &tree}
 	printer.traceSection(r.Trace, r.TraceError)
-	add("%s", strings.TrimRight(tree.String(), "\n"))
+	addRendered(strings.TrimRight(tree.String(), "\n"))
 	entry, _ := json.Marshal([]annotations.Approval{r.Approval()})
 	add("Unblock once: %s on %s:", annotations.Approvals, r.Parent)
 	add("  %s", entry)
 	add("")
 	add("Now, as kubectl kausality why explains it:")
-	add("%s", strings.TrimRight(m.why, "\n"))
+	addRendered(strings.TrimRight(m.why, "\n"))
 	return lines
 }
 
@@ -505,7 +513,7 @@ func (m *driftsModel) footerLines() []string {
 	}
 	if m.prompt != nil {
 		p := m.prompt
-		q := fmt.Sprintf("%s for %s on %s? ", p.action.name, objectText(p.row.Child), objectText(p.row.Parent))
+		q := printf("%s for %s on %s? ", p.action.name, namespacedText(p.row.Child), namespacedText(p.row.Parent))
 		if p.action.ask == "" {
 			q += "[y/N]"
 		} else {

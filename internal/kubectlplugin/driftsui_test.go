@@ -175,9 +175,9 @@ func TestDriftsModelView(t *testing.T) {
 			m.Update(explainedMsg{id: "0000000000000001", err: errors.New("replicasets.apps \"web-1\" not found")})
 		}, want: []string{`why: replicasets.apps "web-1" not found`}},
 		{name: "confirmation", width: 80, setup: func(m *driftsModel) { m.Update(keyMsg("a")) },
-			want: []string{"approve once for ReplicaSet web-1 on Deployment web? [y/N]"}},
+			want: []string{"approve once for ReplicaSet shop/web-1 on Deployment shop/web? [y/N]"}},
 		{name: "reason prompt", width: 80, setup: func(m *driftsModel) { m.Update(keyMsg("r")) },
-			want: []string{"reject for ReplicaSet web-1 on Deployment web? reason"}},
+			want: []string{"reject for ReplicaSet shop/web-1 on Deployment shop/web? reason"}},
 		{name: "a 403 is one line", width: 80, setup: func(m *driftsModel) {
 			m.Update(actionDoneMsg{err: forbidden})
 		}, want: []string{`error: deployments.apps "web" is forbidden: User "dave" cannot patch`, `"deployments" in API group "apps" in the namespace "shop"`}},
@@ -195,11 +195,11 @@ func TestDriftsModelView(t *testing.T) {
 		{name: "a resolved drift leaves the detail and the list", width: 80, setup: func(m *driftsModel) {
 			m.Update(keyMsg("enter"))
 			m.Update(recordsMsg{rows: m.rows[1:], synced: true})
-		}, want: []string{"2 open, 0 held", "the drift of ReplicaSet web-1 was resolved and left the list"}, not: []string{"> held", "Drift 0000000000000001"}},
+		}, want: []string{"2 open, 0 held", "the drift of ReplicaSet shop/web-1 was resolved and left the list"}, not: []string{"> held", "Drift 0000000000000001"}},
 		{name: "a drift resolved while confirming writes nothing", width: 80, setup: func(m *driftsModel) {
 			m.Update(keyMsg("a"))
 			m.Update(recordsMsg{rows: m.rows[1:], synced: true})
-		}, want: []string{"the drift of ReplicaSet web-1 was resolved; nothing was written"}, not: []string{"[y/N]"}},
+		}, want: []string{"the drift of ReplicaSet shop/web-1 was resolved; nothing was written"}, not: []string{"[y/N]"}},
 		{name: "a written value's escape sequences are shown, not acted on", width: 80, setup: func(m *driftsModel) {
 			rows := append([]DriftRow(nil), m.rows...)
 			rows[0].Changes = []desired.Change{{Path: "data.x", Old: `"a"`, New: "\"\x1b[2J\""}}

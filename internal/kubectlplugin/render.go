@@ -122,7 +122,8 @@ func RenderWhy(w io.Writer, ex Explanation, arg string) {
 
 type printer struct{ w io.Writer }
 
-func (p *printer) line(format string, args ...any) { fmt.Fprintf(p.w, format+"\n", args...) }
+// line writes one line of format; its arguments cannot add lines (printf).
+func (p *printer) line(format string, args ...any) { fmt.Fprint(p.w, printf(format, args...)+"\n") }
 
 func (p *printer) entries(title string, list []EntryView) {
 	if len(list) == 0 {
@@ -235,15 +236,35 @@ func RenderTrace(w io.Writer, ref decision.ObjectRef, t trace.Trace) {
 
 // writeTree draws each hop as the child of the one before: a trace is the
 // chain from the origin down to the object.
+//
+// A trace is read from annotations and records others may write, so what
+// is drawn is bounded: at most maxTreeHops hops (the origin's first, then
+// the last ones, the object's own included), indented at most
+// maxTreeDepth levels.
 func writeTree(w io.Writer, t trace.Trace, indent string) {
-	for i, h := range t {
+	shown := t
+	left := 0
+	if len(t) > maxTreeHops {
+		left = len(t) - maxTreeHops
+		shown = append(append(trace.Trace{}, t[:treeHead]...), t[treeHead+left:]...)
+	}
+	for i, h := range shown {
 		prefix := indent
 		if i > 0 {
-			prefix += strings.Repeat("   ", i-1) + "└─ "
+			prefix += strings.Repeat("   ", min(i-1, maxTreeDepth)) + "└─ "
 		}
-		fmt.Fprintf(w, "%s%s\n", prefix, hopText(h))
+		if left > 0 && i == treeHead {
+			fmt.Fprintf(w, "%s… %d hops left out\n", prefix, left)
+		}
+		fmt.Fprintf(w, "%s%s\n", prefix, printf("%s", hopText(h)))
 	}
 }
+
+const (
+	maxTreeHops  = 40
+	treeHead     = 5
+	maxTreeDepth = 20
+)
 
 func hopText(h trace.Hop) string {
 	var b strings.Builder

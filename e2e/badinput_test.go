@@ -103,20 +103,24 @@ func TestBadInputBodies(t *testing.T) {
 		{"an annotation value that is a number, custom resource", http.MethodPut, gadget, "application/json",
 			`{"apiVersion":"` + wgAPIVersion + `","kind":"Gadget","metadata":{"name":"g","annotations":{"team":"a","prometheus.io/port":8080}},"spec":{"value":"b"}}`,
 			400, metav1.StatusReasonBadRequest, []string{`metadata.annotations["prometheus.io/port"] is a number, not a string`}},
-		{"annotations that are a list, built-in kind", http.MethodPut, configMap, "application/json",
+		{"annotations that are an array, built-in kind", http.MethodPut, configMap, "application/json",
 			`{"apiVersion":"v1","kind":"ConfigMap","metadata":{"name":"cm","annotations":["team=a"]},"data":{"k":"b"}}`,
 			400, metav1.StatusReasonBadRequest, []string{"metadata.annotations is an array, not an object"}},
 		{"an annotation value that is a boolean, YAML", http.MethodPut, configMap, "application/yaml",
 			"apiVersion: v1\nkind: ConfigMap\nmetadata:\n  name: cm\n  annotations:\n    team: a\n    enabled: true\ndata:\n  k: b\n",
 			400, metav1.StatusReasonBadRequest, []string{`metadata.annotations["enabled"] is a boolean, not a string`, "quote numbers and booleans"}},
+		{"an unquoted resourceVersion, YAML", http.MethodPut, configMap, "application/yaml",
+			"apiVersion: v1\nkind: ConfigMap\nmetadata:\n  name: cm\n  resourceVersion: 1\ndata:\n  k: b\n",
+			400, metav1.StatusReasonBadRequest, []string{"metadata.resourceVersion is a number, not a string"}},
 	}
 	// Cases kube-apiserver itself is asked too: its code must be the same.
 	sameAsDirect := map[string]bool{
 		"a merge patch that is a JSON array, custom resource":   true,
 		"a merge patch that is a JSON array, built-in kind":     true,
 		"an annotation value that is a number, custom resource": true,
-		"annotations that are a list, built-in kind":            true,
+		"annotations that are an array, built-in kind":          true,
 		"an annotation value that is a boolean, YAML":           true,
+		"an unquoted resourceVersion, YAML":                     true,
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {

@@ -205,35 +205,45 @@ func (c *Codec) Decode(contentType string, data []byte, hint *schema.GroupVersio
 		return nil, format, err
 	}
 	if format != Protobuf {
-		if err := checkAnnotations(obj); err != nil {
+		if err := checkMetadata(obj); err != nil {
 			return nil, format, err
 		}
 	}
 	return obj, format, nil
 }
 
-// checkAnnotations refuses, as kube-apiserver does, an object whose
+// checkMetadata refuses, as kube-apiserver does, an object whose
 // metadata.annotations is not a map of strings (null values aside, which
-// kube-apiserver reads as ""). The proxy edits the annotations it forwards,
-// and an unstructured object with a malformed map has none to edit: they
-// would be dropped, and the write, stripped of them, accepted.
-func checkAnnotations(obj *unstructured.Unstructured) error {
+// kube-apiserver reads as ""), or whose name, namespace, resourceVersion
+// or uid is not a string. The proxy reads and edits these, and an
+// unstructured object reads a malformed one as absent: the caller's
+// annotations would be dropped, or its namespace or precondition replaced,
+// and kube-apiserver would accept a write it refuses. DeleteOptions have
+// no metadata: kube-apiserver ignores the member.
+func checkMetadata(obj *unstructured.Unstructured) error {
 	metadata, ok := obj.Object["metadata"].(map[string]interface{})
-	if !ok {
-		return nil
-	}
-	ann, found := metadata["annotations"]
-	if !found || ann == nil {
-		return nil
-	}
 	gvk := obj.GroupVersionKind()
-	refuse := func(what string) error {
-		return apierrors.NewBadRequest(fmt.Sprintf("%s in version %q cannot be handled as a %s: %s; annotation values are strings (in YAML, quote numbers and booleans)",
-			gvk.Kind, gvk.Version, gvk.Kind, what))
+	if !ok || gvk.Kind == "DeleteOptions" {
+		return nil
+	}
+	refuse := func(what, hint string) error {
+		return apierrors.NewBadRequest(fmt.Sprintf("%s in version %q cannot be handled as a %s: %s%s", gvk.Kind, gvk.Version, gvk.Kind, what, hint))
+	}
+	for _, field := range []string{"name", "generateName", "namespace", "resourceVersion", "uid"} {
+		if v, set := metadata[field]; set && v != nil {
+			if _, isString := v.(string); !isString {
+				return refuse(fmt.Sprintf("metadata.%s is %s, not a string", field, Describe(v)), " (in YAML, quote it)")
+			}
+		}
+	}
+	const annotationsHint = "; annotation values are strings (in YAML, quote numbers and booleans)"
+	ann := metadata["annotations"]
+	if ann == nil {
+		return nil
 	}
 	m, ok := ann.(map[string]interface{})
 	if !ok {
-		return refuse("metadata.annotations is " + Describe(ann) + ", not an object")
+		return refuse("metadata.annotations is "+Describe(ann)+", not an object", annotationsHint)
 	}
 	keys := make([]string, 0, len(m))
 	for k, v := range m {
@@ -245,7 +255,7 @@ func checkAnnotations(obj *unstructured.Unstructured) error {
 		return nil
 	}
 	sort.Strings(keys)
-	return refuse(fmt.Sprintf("metadata.annotations[%q] is %s, not a string", keys[0], Describe(m[keys[0]])))
+	return refuse(fmt.Sprintf("metadata.annotations[%q] is %s, not a string", keys[0], Describe(m[keys[0]])), annotationsHint)
 }
 
 // DecodeOfKind decodes the body of an endpoint that takes one kind in any

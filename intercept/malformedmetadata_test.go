@@ -11,18 +11,25 @@ import (
 	sigsyaml "sigs.k8s.io/yaml"
 )
 
-// A whole object whose metadata.annotations kube-apiserver cannot decode
-// (a value that is not a string, or a list instead of a map) is refused
-// with kube-apiserver's 400, before anything is sent upstream. Forwarded,
-// the proxy's edit of the annotations would have dropped the caller's,
-// and kube-apiserver accepted the object without them.
-func TestWholeObjectWithMalformedAnnotationsIsRefusedBeforeAnythingIsSent(t *testing.T) {
+// A whole object whose metadata kube-apiserver cannot decode (an
+// annotation value that is not a string, annotations that are a list, a
+// namespace or resourceVersion that is a number) is refused with
+// kube-apiserver's 400, before anything is sent upstream. Forwarded, the
+// proxy's edit would have dropped the caller's annotations, or put the
+// URL's namespace or the cached resourceVersion in place of the caller's,
+// and kube-apiserver accepted a write it refuses.
+func TestWholeObjectWithMalformedMetadataIsRefusedBeforeAnythingIsSent(t *testing.T) {
 	const ctrl = "system:serviceaccount:kube-system:replicaset-controller"
 	rs := "/apis/apps/v1/namespaces/apps/replicasets"
 	object := func(name, annotations string) string {
 		return `{"apiVersion":"apps/v1","kind":"ReplicaSet","metadata":{"name":"` + name + `","namespace":"apps",` +
 			`"ownerReferences":[{"apiVersion":"apps/v1","kind":"Deployment","name":"web","uid":"web-uid","controller":true}],` +
 			`"annotations":` + annotations + `},"spec":{"replicas":3,"selector":{"matchLabels":{"app":"web"}},"template":{"metadata":{"labels":{"app":"web"}}}}}`
+	}
+	withMeta := func(name, meta string) string {
+		return `{"apiVersion":"apps/v1","kind":"ReplicaSet","metadata":{"name":"` + name + `",` + meta + `,` +
+			`"ownerReferences":[{"apiVersion":"apps/v1","kind":"Deployment","name":"web","uid":"web-uid","controller":true}]},` +
+			`"spec":{"replicas":3,"selector":{"matchLabels":{"app":"web"}},"template":{"metadata":{"labels":{"app":"web"}}}}}`
 	}
 	asYAML := func(js string) string {
 		y, err := sigsyaml.JSONToYAML([]byte(js))
@@ -44,6 +51,12 @@ func TestWholeObjectWithMalformedAnnotationsIsRefusedBeforeAnythingIsSent(t *tes
 			`metadata.annotations["replicas"] is a number, not a string`},
 		{"update as YAML, a number", http.MethodPut, rs + "/web-1?fieldManager=" + benchKCM, "application/yaml", asYAML(object("web-1", `{"replicas":3,"team":"payments"}`)),
 			`metadata.annotations["replicas"] is a number, not a string`},
+		{"update, the namespace a number", http.MethodPut, rs + "/web-1?fieldManager=" + benchKCM, "application/json", withMeta("web-1", `"namespace":5,"resourceVersion":"200"`),
+			`metadata.namespace is a number, not a string`},
+		{"create, the namespace a number", http.MethodPost, rs + "?fieldManager=" + benchKCM, "application/json", withMeta("web-9", `"namespace":5`),
+			`metadata.namespace is a number, not a string`},
+		{"update as YAML, an unquoted resourceVersion", http.MethodPut, rs + "/web-1?fieldManager=" + benchKCM, "application/yaml", asYAML(withMeta("web-1", `"namespace":"apps","resourceVersion":150`)),
+			`metadata.resourceVersion is a number, not a string (in YAML, quote it)`},
 		{"a person's update, a number", http.MethodPut, rs + "/web-1?fieldManager=kubectl-edit", "application/json", object("web-1", `{"replicas":3,"team":"payments"}`),
 			`metadata.annotations["replicas"] is a number, not a string`},
 	} {

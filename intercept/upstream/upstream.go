@@ -98,9 +98,21 @@ const maxHeldConflict = 64 << 10
 
 // optimisticLockMessage is how kube-apiserver's storage words a write
 // whose resourceVersion precondition failed (OptimisticLockErrorMsg of
-// k8s.io/apiserver's generic registry), the same bytes in a JSON, CBOR or
-// protobuf Status.
-var optimisticLockMessage = []byte("the object has been modified; please apply your changes to the latest version and try again")
+// k8s.io/apiserver's generic registry), without its spaces: it is the
+// same bytes in a JSON, CBOR or protobuf Status, and a YAML one folds it
+// over lines.
+var optimisticLockMessage = withoutSpace([]byte("the object has been modified; please apply your changes to the latest version and try again"))
+
+// withoutSpace is b without its ASCII white space.
+func withoutSpace(b []byte) []byte {
+	return bytes.Map(func(r rune) rune {
+		switch r {
+		case ' ', '\t', '\n', '\r':
+			return -1
+		}
+		return r
+	}, b)
+}
 
 // NewConflictCatcher passes answers to w, holding a 409 when hold is set.
 func NewConflictCatcher(w http.ResponseWriter, hold bool) *ConflictCatcher {
@@ -181,7 +193,7 @@ func (c *ConflictCatcher) Unwrap() http.ResponseWriter { return c.w }
 // reports whether a 409 for the resourceVersion precondition is held; a
 // held 409 of any other cause is relayed to the client now.
 func (c *ConflictCatcher) Done() bool {
-	if c.held && !bytes.Contains(c.body.Bytes(), optimisticLockMessage) {
+	if c.held && !bytes.Contains(withoutSpace(c.body.Bytes()), optimisticLockMessage) {
 		_ = c.release()
 	}
 	return c.held

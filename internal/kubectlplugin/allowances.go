@@ -282,8 +282,8 @@ func allowanceTable(w io.Writer, indent string, as []AllowanceView) {
 	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
 	fmt.Fprintf(tw, "%sKIND\tMUTATION\tGENERATION\tCONSUMED\tINITIATOR\tPOLICY\tTRACE\n", indent)
 	for _, a := range as {
-		fmt.Fprintf(tw, "%s%s\t%s\t%d\t%s\t%s\t%s\t%s\n", indent, a.Kind, a.Mutation, a.Generation, a.Consumed,
-			orNone(a.Initiator), a.Policy, allowanceTrace(a.Trace))
+		fmt.Fprint(tw, indent+printf("%s\t%s\t%d\t%s\t%s\t%s\t%s\n", a.Kind, a.Mutation, a.Generation, a.Consumed,
+			orNone(a.Initiator), a.Policy, allowanceTrace(a.Trace)))
 	}
 	_ = tw.Flush()
 }

@@ -195,3 +195,17 @@ func TestADiffPathCannotAddARowToTheDriftTable(t *testing.T) {
 		t.Errorf("1 drift, %d lines: the diff's path forged a row:\n%s", n, out)
 	}
 }
+
+// An allowance's fields come from an annotation the proxy writes, but a
+// policy's name and an initiator's user name are others': a newline or a
+// tab in them adds no row or column to the table of allowances.
+func TestTheAllowanceTableHasOneRowPerAllowance(t *testing.T) {
+	var a AllowanceView
+	a.Kind, a.Mutation, a.Consumed = "Pod", "spec.image", "no"
+	a.Policy = "policy\nPod\tdelete\t9\tyes\tmallory\tforged\t-"
+	var buf bytes.Buffer
+	allowanceTable(&buf, "  ", []AllowanceView{a})
+	if n := strings.Count(buf.String(), "\n"); n != 2 {
+		t.Errorf("1 allowance, %d lines: a recorded string forged a row:\n%s", n, buf.String())
+	}
+}

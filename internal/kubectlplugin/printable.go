@@ -30,9 +30,14 @@ func printableArgs(args []any) []any {
 		case []byte:
 			out[i] = annotations.Printable(string(v))
 		default:
-			if rv := reflect.ValueOf(a); rv.Kind() == reflect.String {
+			// Named string and byte-slice types too: json.RawMessage
+			// holds an annotation's JSON as written, line breaks and all.
+			switch rv := reflect.ValueOf(a); {
+			case rv.Kind() == reflect.String:
 				out[i] = annotations.Printable(rv.String())
-			} else {
+			case rv.Kind() == reflect.Slice && rv.Type().Elem().Kind() == reflect.Uint8:
+				out[i] = annotations.Printable(string(rv.Bytes()))
+			default:
 				out[i] = a
 			}
 		}

@@ -175,7 +175,7 @@ func TestDriftsTUI(t *testing.T) {
 
 	mark = wgMark(t)
 	term.keys("a")
-	term.waitScreen(10*time.Second, "the confirmation", contains("approve once for ReplicaSet "+rsName, "[y/N]"))
+	term.waitScreen(10*time.Second, "the confirmation", contains("approve once for ReplicaSet "+ns+"/"+rsName+" on Deployment "+ns+"/web? [y/N]"))
 	term.keys("y")
 	intentWaitReplicas(t, alice, ns, rsName, 2, "the revert approved once from the UI")
 	term.waitScreen(60*time.Second, "the approved drift leaves the list", contains("No open drifts."))
@@ -199,7 +199,7 @@ func TestDriftsTUI(t *testing.T) {
 	intentHeld(t, alice, ns, rsName, mark, 4, 0)
 	term.waitScreen(30*time.Second, "the second drift in the list", contains("held", "spec.replicas: 4 → 2"))
 	term.keys("r")
-	term.waitScreen(10*time.Second, "the reject prompt", contains("reject for ReplicaSet "+rsName, "reason"))
+	term.waitScreen(10*time.Second, "the reject prompt", contains("reject for ReplicaSet "+ns+"/"+rsName, "reason"))
 	term.keys("-l", "needs SRE review")
 	term.keys("Enter")
 	term.waitScreen(30*time.Second, "the rejection written", contains("Deployment "+ns+"/web updated"))

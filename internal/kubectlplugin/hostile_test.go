@@ -94,10 +94,17 @@ func TestADriftsDetailHasOnlyItsOwnLines(t *testing.T) {
 // The plain table (for scripts) has a row per drift and its own columns: a
 // newline or a tab in a recorded string is no row or column of its own.
 func TestTheDriftTableHasOneRowPerDrift(t *testing.T) {
-	rows := sampleRows(t)[:1]
-	rows[0].Changes = []desired.Change{{
+	expectOneDriftRow(t, []desired.Change{{
 		Path: "spec.items[name=x\nshop\tshadow\tshadow\tDeployment web\tReplicaSet web-1\tkube-system:deployment-controller\t-\t1s\nshop]",
-		Old:  "1", New: "2"}}
+		Old:  "1", New: "2"}})
+}
+
+// expectOneDriftRow prints a drift with changes as the table for scripts,
+// which must have its header and the one row.
+func expectOneDriftRow(t *testing.T, changes []desired.Change) {
+	t.Helper()
+	rows := sampleRows(t)[:1]
+	rows[0].Changes = changes
 	var buf bytes.Buffer
 	printDriftTable(&buf, rows, nil, true, driftsNow)
 	out := strings.TrimRight(buf.String(), "\n")
@@ -186,14 +193,7 @@ func TestADiffPathCannotAddARowToTheDriftTable(t *testing.T) {
 	if len(changes) == 0 {
 		t.Fatal("no change")
 	}
-	rows := sampleRows(t)[:1]
-	rows[0].Changes = changes
-	var buf bytes.Buffer
-	printDriftTable(&buf, rows, nil, true, driftsNow)
-	out := strings.TrimRight(buf.String(), "\n")
-	if n := len(strings.Split(out, "\n")); n != 2 {
-		t.Errorf("1 drift, %d lines: the diff's path forged a row:\n%s", n, out)
-	}
+	expectOneDriftRow(t, changes)
 }
 
 // An allowance's fields come from an annotation the proxy writes, but a

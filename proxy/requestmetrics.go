@@ -3,6 +3,7 @@ package proxy
 import (
 	"net/http"
 	"strconv"
+	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
 
@@ -22,19 +23,33 @@ func withRequestMetrics(next http.Handler, m *metrics, longRunning request.LongR
 		rec := httpx.NewCodeRecorder(w)
 		m.inflight.Inc()
 		defer m.inflight.Dec()
+		// Counted even when the handler panics: the reverse proxy aborts
+		// a stream whose caller went away with a panic, and a panic further
+		// in is answered 500 by the recovery outside this filter.
+		returned := false
+		defer func() { m.count(r, rec.Code(), returned, clk.Since(start), longRunning) }()
 		next.ServeHTTP(rec, r)
-		key := seriesKey{verb: "unknown", code: rec.Code()}
-		if key.code == 0 {
-			key.code = http.StatusOK
-		}
-		if info, ok := request.RequestInfoFrom(r.Context()); ok {
-			key.verb, key.longRunning = metricVerb(info.Verb), longRunning(r, info)
-			key.resource = m.resources.value(info.Resource, info.Subresource, key.code < http.StatusBadRequest)
-		}
-		s := m.resolved.For(key)
-		s.requests.Inc()
-		s.duration.Observe(clk.Since(start).Seconds())
+		returned = true
 	})
+}
+
+// count adds a served request to its series. A request whose handler
+// panicked before it answered is counted as the 500 it is answered with.
+func (m *metrics) count(r *http.Request, code int, returned bool, took time.Duration, longRunning request.LongRunningRequestCheck) {
+	key := seriesKey{verb: "unknown", code: code}
+	if key.code == 0 {
+		key.code = http.StatusOK
+		if !returned {
+			key.code = http.StatusInternalServerError
+		}
+	}
+	if info, ok := request.RequestInfoFrom(r.Context()); ok {
+		key.verb, key.longRunning = metricVerb(info.Verb), longRunning(r, info)
+		key.resource = m.resources.value(info.Resource, info.Subresource, key.code < http.StatusBadRequest)
+	}
+	s := m.resolved.For(key)
+	s.requests.Inc()
+	s.duration.Observe(took.Seconds())
 }
 
 // seriesKey is what a request is counted by. Every field is bounded (the

@@ -18,6 +18,7 @@ func TestRequestMetrics(t *testing.T) {
 		noRequestInfo bool
 		code          int // what the next handler answers; 0: nothing
 		took          time.Duration
+		panics        any // what the next handler panics with, after answering code
 
 		wantVerb, wantResource, wantCode string
 	}{
@@ -35,6 +36,10 @@ func TestRequestMetrics(t *testing.T) {
 			wantVerb: "get", wantResource: "", wantCode: "200"},
 		{name: "an unknown method", method: "FROBNICATE", path: "/api/v1/namespaces/default/pods", code: http.StatusMethodNotAllowed, took: time.Millisecond,
 			wantVerb: "other", wantResource: "other", wantCode: "405"},
+		{name: "a stream the caller left is counted with the code it was answered", method: http.MethodGet, path: "/api/v1/namespaces/default/pods", code: http.StatusOK, panics: http.ErrAbortHandler, took: time.Second,
+			wantVerb: "list", wantResource: "pods", wantCode: "200"},
+		{name: "a panic before any answer is counted as the 500 it gets", method: http.MethodPatch, path: "/api/v1/namespaces/default/pods/p", panics: "bug", took: time.Millisecond,
+			wantVerb: "patch", wantResource: "other", wantCode: "500"},
 		{name: "a request without request info", method: http.MethodGet, path: "/api/v1/pods", noRequestInfo: true, code: http.StatusOK, took: 2 * time.Second,
 			wantVerb: "unknown", wantResource: "", wantCode: "200"},
 	}
@@ -49,12 +54,22 @@ func TestRequestMetrics(t *testing.T) {
 				if tt.code != 0 {
 					w.WriteHeader(tt.code)
 				}
+				if tt.panics != nil {
+					panic(tt.panics)
+				}
 			})
 			h := withRequestMetrics(next, m, newLongRunningCheck(), clk)
 			if !tt.noRequestInfo {
 				h = genericapifilters.WithRequestInfo(h, newRequestInfoFactory())
 			}
-			h.ServeHTTP(httptest.NewRecorder(), httptest.NewRequest(tt.method, tt.path, nil))
+			func() {
+				defer func() {
+					if p := recover(); p != tt.panics {
+						t.Errorf("panic %v, want %v passed on", p, tt.panics)
+					}
+				}()
+				h.ServeHTTP(httptest.NewRecorder(), httptest.NewRequest(tt.method, tt.path, nil))
+			}()
 
 			if inflight != 1 || testutil.ToFloat64(m.inflight) != 0 {
 				t.Errorf("in flight %v while served and %v after, want 1 and 0", inflight, testutil.ToFloat64(m.inflight))

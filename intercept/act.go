@@ -75,7 +75,18 @@ func (i *Interceptor) report(f *facts, d *decision.Decision) {
 		return
 	}
 	i.cfg.Drifts.Observe(d, report.Write{Operation: f.op, OldObject: f.old, NewObject: f.new,
-		Changes: f.changes, User: f.req.user, FieldManager: f.req.w.fieldManager, DryRun: f.dryRun}, f.parent.obj)
+		Changes: f.changes, User: f.req.user, FieldManager: f.req.w.fieldManager, DryRun: f.dryRun}, reportedParent(f, d))
+}
+
+// reportedParent is the parent object the decision's drift is under: the
+// one the write moves the child away from when the decision names it
+// (leaving a settled parent is drift there), else the one it ends up with.
+// The record keeps its spec hash, which tells when the drift is over.
+func reportedParent(f *facts, d *decision.Decision) *unstructured.Unstructured {
+	if p := f.formerParent.obj; p != nil && d.Parent != nil && d.Parent.Ref == decision.RefOf(p) && d.Parent.UID == string(p.GetUID()) {
+		return p
+	}
+	return f.parent.obj
 }
 
 // deny refuses the write with the decision's Status.

@@ -74,3 +74,28 @@ func TestUnderBothConsumesTheFormerParentsOnceApproval(t *testing.T) {
 		t.Fatalf("a write using once approvals of two parents: %+v, want a denial that says what to do", got)
 	}
 }
+
+// In log mode the controller leaving a settled parent is allowed, and is
+// still drift under that parent: recorded and reported there, whatever the
+// parent it ends up with (here none) makes of the write.
+func TestUnderBothKeepsTheDriftOfLeavingASettledParentInLogMode(t *testing.T) {
+	logMode := func(in *Input) { in.Mode.Default = annotations.ModeLog }
+	former := Decide(moveInput(logMode))
+	if former.Result != Allow || former.Category != DriftUnapproved || !former.Drift || former.Report != ReportDetected {
+		t.Fatalf("under the former parent: %s/%s drift=%v report=%v, want a log-mode drift", former.Result, former.Category, former.Drift, former.Report)
+	}
+	orphaned := moveInput(logMode)
+	orphaned.Parent, orphaned.Settle = nil, nil
+	primary := Decide(orphaned)
+	if primary.Drift {
+		t.Fatalf("without a parent the write is no drift: %+v", primary)
+	}
+
+	got := UnderBoth(primary, former)
+	if got.Result != Allow || !got.Drift || got.Category != DriftUnapproved || got.Report != ReportDetected || got.Mode != annotations.ModeLog {
+		t.Fatalf("got %s/%s drift=%v report=%v mode=%s (%s), want an allowed log-mode drift that is reported", got.Result, got.Category, got.Drift, got.Report, got.Mode, got.Reason)
+	}
+	if got.Parent == nil || got.Parent.Ref != former.Parent.Ref {
+		t.Fatalf("the drift names parent %v, want the one it leaves, %v", got.Parent, former.Parent.Ref)
+	}
+}

@@ -461,6 +461,16 @@ func UnderBoth(primary, former Decision) Decision {
 		primary.Report = former.Report
 		primary.Reason += "; leaving its former parent uses its once approval (" + former.Reason + ")"
 	}
+	if former.Drift && !primary.Drift {
+		// Allowed only because the mode is log (or a policy or approval
+		// let it pass): the write is still drift under the parent it
+		// leaves, and is recorded and reported under that parent.
+		primary.Drift, primary.Category, primary.Report = true, former.Category, former.Report
+		primary.Parent, primary.Mode, primary.ModeSource = former.Parent, former.Mode, former.ModeSource
+		primary.Suggested, primary.Snooze = former.Suggested, former.Snooze
+		primary.ConfirmWithServer = primary.ConfirmWithServer || former.ConfirmWithServer
+		primary.Reason = "leaving its former parent: " + former.Reason + "; under the parent it ends up with: " + primary.Reason
+	}
 	primary.Warnings = append(primary.Warnings, former.Warnings...)
 	return primary
 }

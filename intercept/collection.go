@@ -266,7 +266,7 @@ func (c *collection) memberFacts(obj *unstructured.Unstructured) facts {
 	wr.info = &info
 	rq := *c.req // one evaluation budget of the policies for the whole request
 	rq.w = &wr
-	return facts{req: &rq, dryRun: c.dryRun, op: decision.Delete, namespace: c.namespace, kind: c.kind, old: obj, changed: true, nsMode: c.nsMode, nsAllowanceMode: c.nsAllowanceMode}
+	return facts{req: &rq, dryRun: c.dryRun, op: decision.Delete, namespace: c.namespace, kind: c.kind, old: obj, listed: true, changed: true, nsMode: c.nsMode, nsAllowanceMode: c.nsAllowanceMode}
 }
 
 // collectionListOptions are the list options of a deletecollection, read

@@ -260,6 +260,7 @@ func (f *facts) held() decision.Held {
 		MainResource:      sub == mainResource,
 		StatusWrite:       sub == statusSubresource,
 		ChildLive:         f.childLive,
+		ChildListed:       f.listed,
 		ParentFromCache:   f.parent.source == "cache",
 		ChildAccessKnown:  f.childAccessKnown,
 		ParentAccessKnown: f.parentAccessKnown,

@@ -96,6 +96,9 @@ type facts struct {
 	// confirmed update named (serverResultOf): what kube-apiserver
 	// stored when it answered.
 	childLive bool
+	// listed: old comes from the live list of what a deletecollection
+	// deletes, the snapshot the request is decided on.
+	listed bool
 	// oldIsCopy: old is the whole stored child as the proxy last saw it
 	// (storedcopies), of the version the write is decided on.
 	oldIsCopy bool

@@ -258,6 +258,14 @@ func (x *decider) decide() {
 	// adopts it.
 	changed := in.DesiredChanged || in.Operation == Create || in.Operation == Delete ||
 		ControllerMoved(in.OldObject, in.NewObject) || Adopted(in.OldObject, in.NewObject)
+	if in.Operation == Delete && in.OldObject != nil && in.OldObject.GetDeletionTimestamp() != nil {
+		// Deleting an object that is being deleted already (an operator
+		// that deletes until NotFound while a finalizer holds it) changes
+		// nothing: its deletion was decided when it was first asked for.
+		d.Category, d.AlreadyDeleting = NoDesiredChange, true
+		d.Reason = "no desired-state change: the object is being deleted already"
+		return
+	}
 	if !changed {
 		d.Category = NoDesiredChange
 		d.Reason = "no desired-state change (only metadata and/or status)"

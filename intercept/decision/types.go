@@ -438,6 +438,11 @@ type Decision struct {
 	// wrote meanwhile (a reservation, a controller record) would otherwise
 	// be overwritten with an older one.
 	OnStoredVersion bool `json:"onStoredVersion,omitempty"`
+	// AlreadyDeleting: the verdict rests on the stored object being
+	// deleted already, so that deleting it again changes nothing. A
+	// cache may still show an object that is gone and created again
+	// under its name, so the verdict stands only on a live read.
+	AlreadyDeleting bool `json:"alreadyDeleting,omitempty"`
 
 	Mode       annotations.DriftMode `json:"mode,omitempty"`
 	ModeSource ModeSource            `json:"modeSource,omitempty"`

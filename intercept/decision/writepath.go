@@ -83,8 +83,10 @@ type Held struct {
 	// controls (kube-apiserver keeps a status write's annotations for
 	// most kinds).
 	MainResource, StatusWrite bool
-	// ChildLive: the stored object was read live.
-	ChildLive bool
+	// ChildLive: the stored object was read live. ChildListed: it comes
+	// from the live list of what a deletecollection deletes, the snapshot
+	// the request is decided on.
+	ChildLive, ChildListed bool
 	// ParentFromCache: the parent snapshot comes from the cache.
 	ParentFromCache bool
 	// ChildAccessKnown, ParentAccessKnown: whether the caller may read
@@ -148,6 +150,7 @@ func Needs(d *Decision, h Held) Need {
 	// The system annotations put back must be the stored values of the
 	// version the write lands on, which is the caller's when it names one.
 	n.LiveChild = n.LiveChild || d.OnStoredVersion && h.NamesOtherVersion && !h.ChildLive
+	n.LiveChild = n.LiveChild || d.AlreadyDeleting && !h.ChildLive && !h.ChildListed
 	n.ServerResult = d.ConfirmWithServer && h.Confirmable
 	n.FreshParent = NeedsConfirmation(d, h.ParentFromCache)
 	if n.ServerResult {

@@ -145,6 +145,11 @@ func TestNeeds(t *testing.T) {
 		want Need
 	}{
 		{name: "expected: nothing more", d: Decision{Result: Allow, Category: Expected}, held: confirmable},
+		{name: "deleting again what the cache shows being deleted: the object read live",
+			d: Decision{Result: Allow, Category: NoDesiredChange, AlreadyDeleting: true}, held: Held{Confirmable: true, MainResource: true, Operation: Delete},
+			want: Need{LiveChild: true, NoCopy: true}},
+		{name: "deleting again what a live read shows being deleted: nothing more",
+			d: Decision{Result: Allow, Category: NoDesiredChange, AlreadyDeleting: true}, held: Held{Confirmable: true, MainResource: true, Operation: Delete, ChildLive: true}},
 		{name: "drift from the cache: the object, the server's result, the parent and who may read them together",
 			d: Decision{Result: Deny, Drift: true, ConfirmWithServer: true}, held: confirmable,
 			want: Need{ServerResult: true, FreshParent: true, ChildAccess: true, ParentAccess: true}},

@@ -24,7 +24,6 @@ func terminatingChild(uid string) *unstructured.Unstructured {
 	return c
 }
 
-
 // An operator deletes a child until it is gone; while a finalizer holds
 // it, each repeat changes nothing, and is no drift even though the parent
 // has settled. A cache may still show a deleted child after another was

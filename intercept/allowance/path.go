@@ -3,10 +3,12 @@ package allowance
 import (
 	"encoding/json"
 	"fmt"
-	"github.com/kausality-io/kausality-proxy/intercept/desired"
+	"reflect"
 	"sort"
 	"strconv"
 	"strings"
+
+	"github.com/kausality-io/kausality-proxy/intercept/desired"
 )
 
 // A path names a field of an object's desired state: keys joined by dots,
@@ -30,6 +32,15 @@ func (s segment) String() string {
 		return "[" + strconv.Itoa(s.index) + "]"
 	case plainKey(s.key):
 		return "." + s.key
+	case strings.ContainsAny(s.key, "[]"):
+		// No path can name such a key; rendered as is, it would read
+		// back as other segments (spec[replicas].[x] as spec.replicas.x).
+		return "[" + strings.Map(func(r rune) rune {
+			if r == '[' || r == ']' {
+				return '\uFFFD'
+			}
+			return r
+		}, s.key) + "]"
 	default:
 		return "[" + s.key + "]"
 	}
@@ -172,12 +183,27 @@ func Covers(pattern, path string) bool {
 // appears or disappears is named itself.
 func ChangedPaths(old, new map[string]any) []string {
 	var out []string
-	diff(nil, desired.Fields(old), desired.Fields(new), &out)
+	diff(make([]segment, 0, 16), 0, desired.Fields(old), desired.Fields(new), &out)
 	sort.Strings(out)
 	return out
 }
 
-func diff(at []segment, a, b any, out *[]string) {
+// unnameable: no policy path (at most maxPathLength bytes) can name at
+// or anything below it, so what changed below it is named by at itself;
+// covers and overlaps answer for it as for any path below it.
+func unnameable(at []segment, keyBytes int) bool {
+	return len(at) > maxPathLength || keyBytes > maxPathLength
+}
+
+// diff walks a and b with at as a stack: appends are undone on return,
+// so no level copies the path (quadratic in the depth).
+func diff(at []segment, keyBytes int, a, b any, out *[]string) {
+	if len(at) > 0 && unnameable(at, keyBytes) {
+		if !reflect.DeepEqual(a, b) {
+			*out = append(*out, render(at))
+		}
+		return
+	}
 	am, aIsMap := a.(map[string]any)
 	bm, bIsMap := b.(map[string]any)
 	al, aIsList := a.([]any)
@@ -195,11 +221,11 @@ func diff(at []segment, a, b any, out *[]string) {
 			if !ok {
 				bv = nil
 			}
-			diff(appendSeg(at, segment{key: k}), av, bv, out)
+			diff(append(at, segment{key: k}), keyBytes+len(k), av, bv, out)
 		}
 		for k, bv := range bm {
 			if _, ok := am[k]; !ok {
-				diff(appendSeg(at, segment{key: k}), nil, bv, out)
+				diff(append(at, segment{key: k}), keyBytes+len(k), nil, bv, out)
 			}
 		}
 	case (aIsList || a == nil) && (bIsList || b == nil) && (aIsList || bIsList):
@@ -217,17 +243,13 @@ func diff(at []segment, a, b any, out *[]string) {
 			if i < len(bl) {
 				bv = bl[i]
 			}
-			diff(appendSeg(at, segment{index: i, isIndex: true}), av, bv, out)
+			diff(append(at, segment{index: i, isIndex: true}), keyBytes, av, bv, out)
 		}
 	default:
 		if !scalarEqual(a, b) && len(at) > 0 {
 			*out = append(*out, render(at))
 		}
 	}
-}
-
-func appendSeg(at []segment, s segment) []segment {
-	return append(append(make([]segment, 0, len(at)+1), at...), s)
 }
 
 // scalarEqual compares leaves as desired state does; two nulls are equal.

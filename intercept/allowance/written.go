@@ -33,7 +33,7 @@ func WrittenPaths(patch []byte, strategic bool) (paths []string, coarse bool, ok
 		// top-level fields: anything may change.
 		return nil, false, false
 	}
-	w.walk(nil, desired.Fields(top))
+	w.walk(make([]segment, 0, 16), 0, desired.Fields(top))
 	sort.Strings(w.paths)
 	return w.paths, w.coarse, true
 }
@@ -44,7 +44,12 @@ type written struct {
 	coarse    bool
 }
 
-func (w *written) walk(at []segment, v any) {
+func (w *written) walk(at []segment, keyBytes int, v any) {
+	if len(at) > 0 && unnameable(at, keyBytes) {
+		// No policy names anything below: the path stands for it all.
+		w.add(at, true)
+		return
+	}
 	switch v := v.(type) {
 	case map[string]any:
 		if len(at) > 0 && (len(v) == 0 || w.strategic && hasDirective(v)) {
@@ -54,7 +59,7 @@ func (w *written) walk(at []segment, v any) {
 			return
 		}
 		for k, sub := range v {
-			w.walk(appendSeg(at, segment{key: k}), sub)
+			w.walk(append(at, segment{key: k}), keyBytes+len(k), sub)
 		}
 	case []any:
 		w.add(at, true)

@@ -53,6 +53,8 @@ const (
 	// instructions in a few bytes: the length alone bounds neither the
 	// time nor the memory.
 	MaxRegexpInstructions = 4096
+	// MaxRange is the longest lists.range.
+	MaxRange = 1000
 )
 
 // Ref names a policy.
@@ -229,6 +231,21 @@ var regexpFunctions = map[string]bool{"matches": true, "find": true, "findAll": 
 func celPatternProblem(root celast.Expr) string {
 	var problem string
 	celast.PostOrderVisit(root, celast.NewExprVisitor(func(e celast.Expr) {
+		if problem == "" && e.Kind() == celast.CallKind && e.AsCall().FunctionName() == "lists.range" {
+			// cel-go's cost tracker is quadratic in a comprehension's
+			// length: lists.range(100000).all(i, i >= 0) costs 600k, within
+			// the limit, and takes tens of seconds.
+			args := e.AsCall().Args()
+			n, ok := int64(-1), len(args) == 1 && args[0].Kind() == celast.LiteralKind
+			if ok {
+				var v any = args[0].AsLiteral().Value()
+				n, ok = v.(int64)
+			}
+			if !ok || n > MaxRange {
+				problem = fmt.Sprintf("lists.range(): the length must be an integer literal of at most %d", MaxRange)
+			}
+			return
+		}
 		if problem != "" || e.Kind() != celast.CallKind || !regexpFunctions[e.AsCall().FunctionName()] {
 			return
 		}

@@ -171,6 +171,12 @@ func (i *Interceptor) gather(ctx context.Context, rq *writeRequest, data []byte,
 			return f, err
 		}
 		f.sent, f.decoded, f.format = obj, obj, format
+		// A PUT that names no resourceVersion is applied to whatever is
+		// stored and replaces its annotations whole: it removes a control
+		// the proxy's copy may not hold yet, as a patch naming it would.
+		if wr.verb == "update" && (wr.sub == mainResource || wr.sub == statusSubresource) && obj != nil && obj.GetResourceVersion() == "" {
+			f.namesControls = true
+		}
 	}
 	if wr.verb == "patch" {
 		if f.patchType, err = patch.TypeFor(rq.contentType); err != nil {

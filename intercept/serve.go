@@ -187,7 +187,7 @@ func (i *Interceptor) serveShadow(x exchange, rq *writeRequest) {
 	decided, decideErr := i.shadowDecisions(x, rq, data)
 	rec := httpx.NewCodeRecorder(x.w)
 	if decideErr == nil && len(decided) == 1 {
-		i.sendShadow(x, rec, decided[0].f, data)
+		i.sendShadow(x, rec, decided[0].f, &decided[0].d, data)
 	} else {
 		upstream.RestoreBody(x.r, data)
 		x.up.Send(rec, x.r)
@@ -207,8 +207,8 @@ func (i *Interceptor) serveShadow(x exchange, rq *writeRequest) {
 // the proxy writes (allowances, the records of controllers and
 // reservations, the trace), on which the decisions of other writes rest.
 // r as it came when it changes none, or cannot be rewritten.
-func (i *Interceptor) keepingSystemAnnotations(r *http.Request, f *facts, pin bool) forwarded {
-	keep := decision.KeepSystemAnnotations(f.old, f.new)
+func (i *Interceptor) keepingSystemAnnotations(r *http.Request, f *facts, d *decision.Decision, pin bool) forwarded {
+	keep := decision.KeepShadowAnnotations(f.old, f.new, d)
 	if keep.Empty() || f.op == decision.Delete {
 		return forwarded{req: r}
 	}
@@ -231,8 +231,8 @@ func (i *Interceptor) keepingSystemAnnotations(r *http.Request, f *facts, pin bo
 // lagged behind) never reaches the client: the object is read live and
 // the write sent again, and after decision.MaxRounds of them without the
 // precondition, since a shadow write is never made to fail.
-func (i *Interceptor) sendShadow(x exchange, rec *httpx.CodeRecorder, f facts, data []byte) {
-	if f.namesOtherVersion() && !f.childLive && !decision.KeepSystemAnnotations(f.old, f.new).Empty() {
+func (i *Interceptor) sendShadow(x exchange, rec *httpx.CodeRecorder, f facts, d *decision.Decision, data []byte) {
+	if f.namesOtherVersion() && !f.childLive && !decision.KeepShadowAnnotations(f.old, f.new, d).Empty() {
 		// The write lands on the version it names, whose values the
 		// cache may not hold yet.
 		if live, err := i.liveChild(x.r.Context(), &f); err == nil && live != nil {
@@ -243,7 +243,7 @@ func (i *Interceptor) sendShadow(x exchange, rec *httpx.CodeRecorder, f facts, d
 	}
 	for round := 1; ; round++ {
 		upstream.RestoreBody(x.r, data)
-		out := i.keepingSystemAnnotations(x.r, &f, round < decision.MaxRounds)
+		out := i.keepingSystemAnnotations(x.r, &f, d, round < decision.MaxRounds)
 		answer := upstream.NewConflictCatcher(rec, out.preconditionAdded)
 		x.up.Send(answer, out.req)
 		if !answer.Done() {

@@ -176,6 +176,22 @@ func KeepSystemAnnotations(old, new *unstructured.Unstructured) *AnnotationChang
 	return diffAnnotations(written, computeAnnotations(annotationsOf(old), written, annotations.IsSystem, false, "", ""))
 }
 
+// KeepShadowAnnotations is KeepSystemAnnotations for a shadow write the
+// decision refused for its kausality.io annotations (the object's own
+// controller editing its controls, or a status write of a person's
+// annotation): those are kept as stored too. A shadow write is never
+// made to fail, but it must not do what no mode lets its writer do.
+func KeepShadowAnnotations(old, new *unstructured.Unstructured, d *Decision) *AnnotationChanges {
+	if d == nil || d.Category != OwnControlsRefused && d.Category != StatusAnnotationsRefused {
+		return KeepSystemAnnotations(old, new)
+	}
+	if old == nil || new == nil {
+		return nil
+	}
+	written := annotationsOf(new)
+	return diffAnnotations(written, computeAnnotations(annotationsOf(old), written, annotations.IsKausality, false, "", ""))
+}
+
 // withSet returns c with key set to value instead of removed.
 func withSet(c *AnnotationChanges, key, value string) *AnnotationChanges {
 	out := AnnotationChanges{Set: map[string]string{key: value}}

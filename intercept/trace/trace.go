@@ -123,11 +123,46 @@ func Extend(parentTrace string, hop *Hop) (string, error) {
 	if len(buf) == 2 { // "[]"
 		return Origin(hop), nil
 	}
+	buf = keepLast(buf, MaxHops-1)
 	buf = buf[:len(buf)-1]
 	buf = append(buf, ',')
 	buf = AppendHop(buf, hop)
 	buf = append(buf, ']')
 	return string(buf), nil
+}
+
+// MaxHops bounds a trace: ownerReferences may form a cycle (an object
+// that owns itself, two that own each other), and every write around it
+// would otherwise add a hop. The oldest hops give way first.
+const MaxHops = 64
+
+// keepLast returns b, a valid compact JSON array of objects, with only its
+// last n elements.
+func keepLast(b []byte, n int) []byte {
+	var starts []int
+	depth := 0
+	var str jsonStrings
+	for i := 1; i < len(b)-1; i++ {
+		c := b[i]
+		if str.inString(c) {
+			continue
+		}
+		switch c {
+		case '{', '[':
+			if depth == 0 {
+				starts = append(starts, i)
+			}
+			depth++
+		case '}', ']':
+			depth--
+		}
+	}
+	if len(starts) <= n {
+		return b
+	}
+	out := make([]byte, 0, len(b)-starts[len(starts)-n]+1)
+	out = append(out, '[')
+	return append(out, b[starts[len(starts)-n]:]...)
 }
 
 // isCompact reports whether s has no whitespace outside strings (then it

@@ -176,3 +176,32 @@ func BenchmarkExtend3HopsDecodeEncodeJSON(b *testing.B) {
 		sink = string(out)
 	}
 }
+
+// A trace keeps its last MaxHops hops: the oldest give way to the new one,
+// whatever their fields hold (braces and quotes in a user's name).
+func TestExtendKeepsTheLastHops(t *testing.T) {
+	parent := Trace{}
+	for i := range MaxHops + 10 {
+		parent = append(parent, Hop{APIVersion: "v1", Kind: "ConfigMap", Name: "loop", Generation: int64(i),
+			User: `u"{[` + string(rune('a'+i%26)) + `\]}`, Timestamp: ts})
+	}
+	raw, err := json.Marshal(parent)
+	if err != nil {
+		t.Fatal(err)
+	}
+	r := rsHop()
+	got, err := Extend(string(raw), &r)
+	if err != nil {
+		t.Fatal(err)
+	}
+	hops, err := Parse(got)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(hops) != MaxHops {
+		t.Fatalf("%d hops, want %d", len(hops), MaxHops)
+	}
+	if want := append(append(Trace{}, parent[len(parent)-MaxHops+1:]...), r); !reflect.DeepEqual(hops, want) {
+		t.Fatalf("kept %+v\nwant the last %d hops and the new one", hops, MaxHops-1)
+	}
+}

@@ -28,6 +28,12 @@ const (
 	// delete of the pod: otherwise a frozen parent's pod could be removed
 	// by asking for it to be evicted.
 	evictionSubresource
+	// podSpecSubresource: pods/NAME/resize or pods/NAME/ephemeralcontainers.
+	// kube-apiserver takes from it only part of the pod's spec (container
+	// resources, ephemeral containers) and keeps the rest of the stored
+	// pod, metadata included. It changes the desired state, so it is
+	// decided as such: otherwise a frozen parent's pod could be resized.
+	podSpecSubresource
 )
 
 // write is a classified, intercepted write.
@@ -108,6 +114,11 @@ func (i *Interceptor) classify(r *http.Request) (*write, bool) {
 			return nil, false
 		}
 		sub = scaleSubresource
+	case "resize", "ephemeralcontainers":
+		if op != decision.Update || info.APIGroup != "" || info.Resource != "pods" {
+			return nil, false
+		}
+		sub = podSpecSubresource
 	default:
 		return nil, false
 	}

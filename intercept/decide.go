@@ -182,6 +182,11 @@ func (i *Interceptor) decide(f *facts) decision.Decision {
 		}
 	}
 	d = decision.DecideAllowances(f.req.context(), d, in, i.allowanceInputs(f))
+	if f.req.w.sub == podSpecSubresource {
+		// kube-apiserver keeps the stored pod's metadata: nothing the
+		// decision would write into it would be stored.
+		d.ChildAnnotations, d.OnStoredVersion = nil, false
+	}
 	if len(f.warnings) > 0 {
 		d.Warnings = append(append([]string(nil), f.warnings...), d.Warnings...)
 	}

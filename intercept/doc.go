@@ -40,9 +40,12 @@
 //   - a Binding (pods/binding, or the bindings resource) is no decided
 //     write, but kube-apiserver copies its annotations onto the pod, so
 //     one that carries a kausality annotation is refused (package binding);
+//   - pods/resize and pods/ephemeralcontainers, as a change of the pod's
+//     spec, forwarded as they came: kube-apiserver takes only that part
+//     of the spec from them and keeps the stored metadata;
 //   - not intercepted, forwarded untouched: every other subresource
-//     (token, ephemeralcontainers, resize, ...: kube-apiserver keeps the
-//     stored metadata for them), and reads.
+//     (token, ...: kube-apiserver keeps the stored metadata for them), and
+//     reads.
 //
 // What goes upstream: a JSON create or update, and a merge or strategic
 // merge patch without top-level metadata, is forwarded as the caller's own

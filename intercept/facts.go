@@ -297,6 +297,15 @@ func (i *Interceptor) withEffectiveObject(ctx context.Context, f *facts) error {
 	var err error
 	switch {
 	case f.op == decision.Delete:
+	case wr.sub == podSpecSubresource:
+		if f.old == nil {
+			return apierrors.NewNotFound(wr.gvr.GroupResource(), wr.info.Name)
+		}
+		// Taken as a change of what it may change, whatever its body
+		// says: the stored pod, which it leaves as it is otherwise.
+		f.new = f.old.DeepCopy()
+		f.changed, f.changes = true, []desired.Change{{Path: podSpecPath(wr.info.Subresource)}}
+		return nil
 	case wr.sub == scaleSubresource:
 		if f.old == nil {
 			return apierrors.NewNotFound(wr.gvr.GroupResource(), wr.info.Name)
@@ -391,6 +400,14 @@ func readForce(f []string) (*bool, error) {
 	return force, nil
 }
 
+// podSpecPath is the part of a pod's spec a write to subresource changes.
+func podSpecPath(subresource string) string {
+	if subresource == "ephemeralcontainers" {
+		return "spec.ephemeralContainers"
+	}
+	return "spec.containers[*].resources"
+}
+
 // storedNeed is how much of the stored child a write needs before it is
 // decided.
 type storedNeed int
@@ -416,6 +433,10 @@ func storedNeedOf(f *facts) storedNeed {
 	wr := f.req.w
 	apply := f.patchType == types.ApplyYAMLPatchType || f.patchType == types.ApplyCBORPatchType
 	switch {
+	case wr.sub == podSpecSubresource:
+		// Decided as a change of the pod's spec, which no part of its
+		// body or of the stored pod tells more of.
+		return storedMetadata
 	case wr.sub != mainResource:
 		if wr.verb == "patch" && apply {
 			return storedWithManagedFields

@@ -44,7 +44,7 @@ func TestAControllersUnconditionalPutIsDecidedOnTheObjectReadLive(t *testing.T) 
 	env.handler.ServeHTTP(rec, env.request(t, benchWrite{method: http.MethodPut,
 		path:        "/apis/apps/v1/namespaces/apps/deployments/stable?fieldManager=kube-controller-manager",
 		contentType: "application/json", body: body,
-		user:        "system:serviceaccount:kube-system:deployment-controller"}))
+		user: "system:serviceaccount:kube-system:deployment-controller"}))
 	pinned := len(got) > 0 && strings.Contains(got[len(got)-1], `"resourceVersion":"100"`)
 	if n := env.liveReads("deployments"); n == 0 && !pinned && rec.Code < 300 {
 		t.Errorf("answered %d after forwarding %d unconditional PUTs of the controller's own object, neither read live nor pinned to the copy it was decided on", rec.Code, len(got))

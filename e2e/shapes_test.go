@@ -270,6 +270,55 @@ func TestShapesEviction(t *testing.T) {
 	})
 }
 
+// A resize changes a pod's spec, so a frozen ReplicaSet's pod is not
+// resized; unfrozen, a person's resize is a new origin.
+func TestShapesResize(t *testing.T) {
+	ctx := context.Background()
+	ns := namespaceWithMode(t, "shp-resize", "enforce")
+	rs := readyDeployment(t, ns, 1)
+	pods := podsOf(t, ns, rs)
+	if len(pods) != 1 {
+		t.Fatalf("%d pods of ReplicaSet %s, want 1", len(pods), rs)
+	}
+	pod := pods[0].Name
+	bob := intentPerson(t, "bob")
+	resize := func() error {
+		return bob.CoreV1().RESTClient().Patch(types.StrategicMergePatchType).Namespace(ns).Resource("pods").Name(pod).SubResource("resize").
+			Body([]byte(`{"spec":{"containers":[{"name":"app"}]}}`)).Do(ctx).Error()
+	}
+	_, err := directClient(t).AppsV1().ReplicaSets(ns).Patch(ctx, rs, types.MergePatchType,
+		[]byte(`{"metadata":{"annotations":{"`+intentAnnFreeze+`":"true"}}}`), metav1.PatchOptions{})
+	mustf(t, err, "freezing ReplicaSet %s", rs)
+	waitRefused(t, "a resize of a frozen ReplicaSet's pod is refused", resize)
+
+	mark := wgMark(t)
+	s := wgStatus(t, resize(), 403, "bob resizes a pod of the frozen ReplicaSet")
+	if !strings.Contains(s.Message, "v1 Pod "+ns+"/"+pod) || !strings.Contains(s.Message, intentAnnFreeze) {
+		t.Errorf("the refusal does not name the pod and the freeze: %s", s.Message)
+	}
+	d := wgDecision(t, mark, "pods", ns, pod)
+	wgExpectDecision(t, d, "Deny", "Frozen")
+	wgExpectField(t, d, "subresource", "resize")
+
+	_, err = directClient(t).AppsV1().ReplicaSets(ns).Patch(ctx, rs, types.MergePatchType,
+		[]byte(`{"metadata":{"annotations":{"`+intentAnnFreeze+`":null}}}`), metav1.PatchOptions{})
+	mustf(t, err, "lifting the freeze")
+	// The test's nodes have no kubelet to say they support resizing, so
+	// kube-apiserver refuses it itself: what matters is that it got it.
+	eventually(t, 30*time.Second, "bob's resize after the freeze is lifted reaches kube-apiserver", func() error {
+		if err := resize(); err != nil && !(apierrors.IsInvalid(err) && strings.Contains(err.Error(), "resize")) {
+			return err
+		}
+		return nil
+	})
+	eventually(t, 15*time.Second, "an Allow/NewOrigin line for bob's resize", func() error {
+		if countDecisions(wgDecisionsAfter(t, mark, "pods", ns, pod), "bob", "Allow", "NewOrigin") == 0 {
+			return fmt.Errorf("none yet: %s", intentDescribe(wgDecisionsAfter(t, mark, "pods", ns, pod)))
+		}
+		return nil
+	})
+}
+
 var (
 	sprocketOnce sync.Once
 	sprocketErr  error

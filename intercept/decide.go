@@ -672,6 +672,12 @@ func (i *Interceptor) fetch(r *http.Request, f *facts, need decision.Need, up up
 // round read.
 func withLiveChild(f facts, live *unstructured.Unstructured) (facts, error) {
 	f.old, f.childLive, f.oldIsMetadata = live, true, false
+	if f.req.w.sub == podSpecSubresource {
+		// Still the change of the pod's spec it was taken for, whatever
+		// the pod holds.
+		f.new = live.DeepCopy()
+		return f, nil
+	}
 	if f.req.w.sub == scaleSubresource || f.req.w.verb == "patch" {
 		var err error
 		if f.new, err = f.fromStored.Produce(live); err != nil {

@@ -149,6 +149,9 @@ func (i *Interceptor) decideOnFacts(r *http.Request, f *facts, up upstream.Port)
 	for fetches := 0; ; fetches++ {
 		d := i.decide(f)
 		need := decision.Needs(&d, f.held())
+		if need.Conflict {
+			return f, d, olderVersionConflict(f)
+		}
 		if need.None() || fetches == maxFetchRounds {
 			return f, d, nil
 		}
@@ -273,7 +276,15 @@ func (f *facts) held() decision.Held {
 		ChildMetadataOnly: f.oldIsMetadata,
 		Operation:         f.op,
 		NamesOtherVersion: f.namesOtherVersion(),
+		NamesOlderVersion: f.childLive && f.staleUpdate(),
 	}
+}
+
+// olderVersionConflict is kube-apiserver's answer to an update of f's
+// object that names an older resourceVersion, word for word.
+func olderVersionConflict(f *facts) error {
+	return apierrors.NewConflict(f.req.w.gvr.GroupResource(), f.req.w.info.Name,
+		errors.New("the object has been modified; please apply your changes to the latest version and try again"))
 }
 
 // namesOtherVersion: the write names a resourceVersion, and not the one of

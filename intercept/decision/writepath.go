@@ -103,6 +103,11 @@ type Held struct {
 	// own precondition; an update of another version is decided on that
 	// version from the start).
 	NamesOtherVersion bool
+	// NamesOlderVersion: an update names a resourceVersion other than
+	// that of the object read live. A live read is as new as what
+	// kube-apiserver stores, so the version is older, and kube-apiserver
+	// refuses the write with a conflict whatever else it holds.
+	NamesOlderVersion bool
 }
 
 // Need lists the facts a decision still needs. The reads behind them are
@@ -121,6 +126,9 @@ type Need struct {
 	// (a denial shows stored values only to readers) and its parents (a
 	// denial names them only to readers).
 	ChildAccess, ParentAccess bool
+	// Conflict: nothing more is needed, kube-apiserver's answer is known:
+	// the conflict it gives a write of an older version.
+	Conflict bool
 }
 
 // None reports whether nothing is needed.
@@ -152,6 +160,12 @@ func Needs(d *Decision, h Held) Need {
 	n.LiveChild = n.LiveChild || d.OnStoredVersion && h.NamesOtherVersion && !h.ChildLive
 	n.LiveChild = n.LiveChild || d.AlreadyDeleting && !h.ChildLive && !h.ChildListed
 	n.ServerResult = d.ConfirmWithServer && h.Confirmable
+	if n.ServerResult && h.NamesOlderVersion {
+		// kube-apiserver would answer the dry run with the conflict it
+		// gives the write: the body of a verdict that does not stand on
+		// its own need not go upstream to learn that.
+		return Need{Conflict: true}
+	}
 	n.FreshParent = NeedsConfirmation(d, h.ParentFromCache)
 	if n.ServerResult {
 		// The dry run's facts include a live read of the object.

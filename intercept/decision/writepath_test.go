@@ -145,6 +145,11 @@ func TestNeeds(t *testing.T) {
 		want Need
 	}{
 		{name: "expected: nothing more", d: Decision{Result: Allow, Category: Expected}, held: confirmable},
+		{name: "drift on an update of an older version than the one read live: kube-apiserver's conflict, nothing sent",
+			d: Decision{Result: Deny, Drift: true, ConfirmWithServer: true}, held: Held{Confirmable: true, MainResource: true, ChildLive: true, NamesOlderVersion: true, HasChanges: true},
+			want: Need{Conflict: true}},
+		{name: "expected on an update of an older version: acted on, kube-apiserver answers",
+			d: Decision{Result: Allow, Category: Expected}, held: Held{Confirmable: true, MainResource: true, ChildLive: true, NamesOlderVersion: true}},
 		{name: "deleting again what the cache shows being deleted: the object read live",
 			d: Decision{Result: Allow, Category: NoDesiredChange, AlreadyDeleting: true}, held: Held{Confirmable: true, MainResource: true, Operation: Delete},
 			want: Need{LiveChild: true, NoCopy: true}},

@@ -280,11 +280,14 @@ func (f *facts) held() decision.Held {
 	}
 }
 
+// errObjectModified is how kube-apiserver's storage words the failure of
+// a resourceVersion precondition.
+var errObjectModified = errors.New("the object has been modified; please apply your changes to the latest version and try again")
+
 // olderVersionConflict is kube-apiserver's answer to an update of f's
 // object that names an older resourceVersion, word for word.
 func olderVersionConflict(f *facts) error {
-	return apierrors.NewConflict(f.req.w.gvr.GroupResource(), f.req.w.info.Name,
-		errors.New("the object has been modified; please apply your changes to the latest version and try again"))
+	return apierrors.NewConflict(f.req.w.gvr.GroupResource(), f.req.w.info.Name, errObjectModified)
 }
 
 // namesOtherVersion: the write names a resourceVersion, and not the one of

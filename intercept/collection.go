@@ -54,6 +54,8 @@ type collection struct {
 	namespace string
 	kind      schema.GroupVersionKind
 	dryRun    bool
+	// deleteOptions are the request's options, every DELETE's.
+	deleteOptions *metav1.DeleteOptions
 	// members are the decided objects, in the order listed, and combined
 	// their decisions combined: the verdict, the answer's warnings.
 	members  []member
@@ -108,7 +110,7 @@ func (c *collection) add(m member) {
 // delete is kept with its unconfirmed decision, to be logged.
 func (i *Interceptor) decideCollection(r *http.Request, f facts, up upstream.Port, shadow bool) (*collection, error) {
 	rq := f.req
-	c := &collection{req: rq, namespace: f.namespace, kind: f.kind, dryRun: f.dryRun, parents: sharedParents{}}
+	c := &collection{req: rq, namespace: f.namespace, kind: f.kind, dryRun: f.dryRun, deleteOptions: f.deleteOptions, parents: sharedParents{}}
 	c.combined.DryRun = c.dryRun
 	if rq.user != nil && i.cfg.Policies != nil {
 		c.whole = len(i.cfg.Policies.For(rq.user.GetName())) > 0
@@ -266,7 +268,7 @@ func (c *collection) memberFacts(obj *unstructured.Unstructured) facts {
 	wr.info = &info
 	rq := *c.req // one evaluation budget of the policies for the whole request
 	rq.w = &wr
-	return facts{req: &rq, dryRun: c.dryRun, op: decision.Delete, namespace: c.namespace, kind: c.kind, old: obj, listed: true, changed: true, nsMode: c.nsMode, nsAllowanceMode: c.nsAllowanceMode}
+	return facts{req: &rq, dryRun: c.dryRun, op: decision.Delete, namespace: c.namespace, kind: c.kind, old: obj, listed: true, deleteOptions: c.deleteOptions, changed: true, nsMode: c.nsMode, nsAllowanceMode: c.nsAllowanceMode}
 }
 
 // collectionListOptions are the list options of a deletecollection, read

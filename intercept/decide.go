@@ -175,7 +175,10 @@ func (i *Interceptor) refetched(r *http.Request, f *facts, need decision.Need, u
 // decide decides f. It reads nothing: every fact it uses is in f.
 func (i *Interceptor) decide(f *facts) decision.Decision {
 	in := i.input(f, &f.parent)
-	d := decision.Decide(in)
+	// The allowances of the parent the write ends up with are checked on
+	// its own verdict, before a move's drift under the parent it leaves
+	// relabels the decision.
+	d := decision.DecideAllowances(f.req.context(), decision.Decide(in), in, i.allowanceInputs(f))
 	if f.formerParent.obj != nil {
 		former := decision.Decide(i.input(f, &f.formerParent))
 		d = decision.UnderBoth(d, former)
@@ -184,7 +187,6 @@ func (i *Interceptor) decide(f *facts) decision.Decision {
 			d = decision.KeepChildModes(d, f.old, f.new)
 		}
 	}
-	d = decision.DecideAllowances(f.req.context(), d, in, i.allowanceInputs(f))
 	if f.req.w.sub == podSpecSubresource {
 		// kube-apiserver keeps the stored pod's metadata: nothing the
 		// decision would write into it would be stored.
@@ -203,6 +205,7 @@ func (i *Interceptor) input(f *facts, parent *parentFacts) decision.Input {
 		Operation:                 f.op,
 		OldObject:                 f.old,
 		NewObject:                 f.new,
+		DeleteOptions:             f.deleteOptions,
 		DesiredChanged:            f.changed,
 		Changes:                   f.shownChanges(),
 		StatusWrite:               rq.w.sub == statusSubresource,

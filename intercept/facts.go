@@ -99,6 +99,8 @@ type facts struct {
 	// listed: old comes from the live list of what a deletecollection
 	// deletes, the snapshot the request is decided on.
 	listed bool
+	// deleteOptions are a delete's options (nil: none read).
+	deleteOptions *metav1.DeleteOptions
 	// oldIsCopy: old is the whole stored child as the proxy last saw it
 	// (storedcopies), of the version the write is decided on.
 	oldIsCopy bool
@@ -144,7 +146,11 @@ func (i *Interceptor) gatherOne(w http.ResponseWriter, r *http.Request, rq *writ
 	// kube-apiserver reads a delete's options from its body: a dry run
 	// there is as much a dry run as one in the query, and must consume
 	// nothing.
-	return i.gather(r.Context(), rq, data, rq.w.dryRun || bodyDryRun)
+	f, err := i.gather(r.Context(), rq, data, rq.w.dryRun || bodyDryRun)
+	if err == nil && f.op == decision.Delete && rq.w.sub == mainResource {
+		f.deleteOptions, err = upstream.DeleteOptionsOf(r, data)
+	}
+	return f, err
 }
 
 // requestFacts are the facts known of rq's write before its body is read.
@@ -259,7 +265,7 @@ func (i *Interceptor) gatherCollection(r *http.Request, rq *writeRequest, data [
 	// when it has one, and from the query only when it has none: a dryRun
 	// in the body counts, one in the query next to a body does not. Any
 	// value counts, as in classify: one other than All is refused.
-	f.kind, f.namespace, f.dryRun = kind, namespace, len(opts.DryRun) > 0
+	f.kind, f.namespace, f.dryRun, f.deleteOptions = kind, namespace, len(opts.DryRun) > 0, opts
 	return f, nil
 }
 

@@ -182,7 +182,7 @@ func KeepSystemAnnotations(old, new *unstructured.Unstructured) *AnnotationChang
 // annotation): those are kept as stored too. A shadow write is never
 // made to fail, but it must not do what no mode lets its writer do.
 func KeepShadowAnnotations(old, new *unstructured.Unstructured, d *Decision) *AnnotationChanges {
-	if d == nil || d.Category != OwnControlsRefused && d.Category != StatusAnnotationsRefused {
+	if d == nil || d.Category != OwnControlsRefused && d.Category != StatusAnnotationsRefused && !d.OwnControlsEdited {
 		return KeepSystemAnnotations(old, new)
 	}
 	if old == nil || new == nil {

@@ -56,7 +56,17 @@ func (x *decider) objectIdentity() controllerid.Identity {
 // of an old copy is no edit: kube-apiserver refuses it with a conflict.
 func (x *decider) guardOwnControls() {
 	in, d := x.in, x.d
-	if d.Result == Deny || in.Operation != Update || in.OldObject == nil || in.NewObject == nil || in.StaleUpdate {
+	if in.Operation != Update || in.OldObject == nil || in.NewObject == nil || in.StaleUpdate {
+		return
+	}
+	if d.Result == Deny {
+		// Refused for another reason; a shadow write, which is sent
+		// anyway, must still not carry this edit (KeepShadowAnnotations).
+		if len(changedKeys(x.oldAnn, x.newAnn, annotations.IsControl)) > 0 {
+			if id := x.objectIdentity(); id.Determined && id.IsController {
+				d.OwnControlsEdited = true
+			}
+		}
 		return
 	}
 	stored := x.newAnn

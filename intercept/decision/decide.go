@@ -39,10 +39,12 @@
 package decision
 
 import (
+	"slices"
 	"strconv"
 	"strings"
 	"time"
 
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/types"
 
@@ -258,7 +260,7 @@ func (x *decider) decide() {
 	// adopts it.
 	changed := in.DesiredChanged || in.Operation == Create || in.Operation == Delete ||
 		ControllerMoved(in.OldObject, in.NewObject) || Adopted(in.OldObject, in.NewObject)
-	if in.Operation == Delete && in.OldObject != nil && in.OldObject.GetDeletionTimestamp() != nil {
+	if in.Operation == Delete && in.OldObject != nil && in.OldObject.GetDeletionTimestamp() != nil && !DeleteChangesDeleting(in.OldObject, in.DeleteOptions) {
 		// Deleting an object that is being deleted already (an operator
 		// that deletes until NotFound while a finalizer holds it) changes
 		// nothing: its deletion was decided when it was first asked for.
@@ -894,4 +896,33 @@ func addsUpdater(d *Decision, old *unstructured.Unstructured) bool {
 	}
 	v, set := d.ChildAnnotations.Set[annotations.Updaters]
 	return set && v != old.GetAnnotations()[annotations.Updaters]
+}
+
+// DeleteChangesDeleting reports whether kube-apiserver would change obj,
+// which is being deleted already, on another delete with options o: a
+// shorter grace period than the pending one, or a propagation whose
+// finalizers (orphan, foregroundDeletion) differ from obj's, which the
+// generic registry writes (deletionFinalizersForGarbageCollection) and
+// which decide whether the garbage collector deletes obj's dependents.
+func DeleteChangesDeleting(obj *unstructured.Unstructured, o *metav1.DeleteOptions) bool {
+	if o == nil {
+		return false
+	}
+	if g := obj.GetDeletionGracePeriodSeconds(); g != nil && *g > 0 && o.GracePeriodSeconds != nil && *o.GracePeriodSeconds < *g {
+		return true
+	}
+	//nolint:staticcheck // SA1019: kube-apiserver still honours orphanDependents
+	orphanOpt := o.OrphanDependents
+	if orphanOpt == nil && o.PropagationPolicy == nil {
+		return false // the object's own finalizers decide, unchanged
+	}
+	orphan, foreground := false, false
+	if orphanOpt != nil {
+		orphan = *orphanOpt
+	} else {
+		orphan = *o.PropagationPolicy == metav1.DeletePropagationOrphan
+		foreground = *o.PropagationPolicy == metav1.DeletePropagationForeground
+	}
+	fs := obj.GetFinalizers()
+	return orphan != slices.Contains(fs, metav1.FinalizerOrphanDependents) || foreground != slices.Contains(fs, metav1.FinalizerDeleteDependents)
 }

@@ -189,6 +189,9 @@ type Input struct {
 	OldObject *unstructured.Unstructured
 	// NewObject is the effective new object (nil on DELETE).
 	NewObject *unstructured.Unstructured
+	// DeleteOptions are a DELETE's options, from its body or query (nil:
+	// none).
+	DeleteOptions *metav1.DeleteOptions
 	// DesiredChanged: the write changes the desired state (spec, or for
 	// spec-less kinds everything outside metadata and status). CREATE and
 	// DELETE always count as a desired-state change.
@@ -443,6 +446,9 @@ type Decision struct {
 	// cache may still show an object that is gone and created again
 	// under its name, so the verdict stands only on a live read.
 	AlreadyDeleting bool `json:"alreadyDeleting,omitempty"`
+	// OwnControlsEdited: a write refused for another reason is also an
+	// edit of the object's controls by its own controller.
+	OwnControlsEdited bool `json:"ownControlsEdited,omitempty"`
 
 	Mode       annotations.DriftMode `json:"mode,omitempty"`
 	ModeSource ModeSource            `json:"modeSource,omitempty"`

@@ -466,6 +466,9 @@ func UnderBoth(primary, former Decision) Decision {
 	if former.Result == Deny {
 		return former
 	}
+	// What the parent it ends up with reports (an allowance violation in
+	// log mode) is not replaced by the carry-over below.
+	ownReport := primary.Report
 	if former.ConsumeOnce {
 		if primary.ConsumeOnce {
 			primary.Result, primary.Reason = Deny, "the write uses once approvals of both the parent it leaves and the one it joins; one write reserves one approval"
@@ -478,7 +481,7 @@ func UnderBoth(primary, former Decision) Decision {
 		primary.Report = former.Report
 		primary.Reason += "; leaving its former parent uses its once approval (" + former.Reason + ")"
 	}
-	if former.Drift && !primary.Drift {
+	if former.Drift && !primary.Drift && primary.Result == Allow && ownReport == ReportNone {
 		// Allowed only because the mode is log (or a policy or approval
 		// let it pass): the write is still drift under the parent it
 		// leaves, and is recorded and reported under that parent.

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"math"
+	"time"
 
 	"github.com/google/cel-go/common/types"
 	"github.com/google/cel-go/interpreter"
@@ -27,6 +28,13 @@ func CompileCondition(expr string) (*Condition, Problem) {
 	return &Condition{x: x}, Problem{}
 }
 
+// maxEvalTime bounds the time of one evaluation of an expression, of a
+// condition or a rule: cel-go's cost tracking takes time quadratic in a
+// comprehension's length while it charges a linear cost, so a list put
+// together from short ranges, charged within the limit, can run for
+// seconds. A variable so that tests can make it short.
+var maxEvalTime = time.Second
+
 // ErrConditionCost is returned when an evaluation reached its cost limit.
 var ErrConditionCost = errors.New("evaluation exceeded its cost limit")
 
@@ -42,7 +50,16 @@ func (c *Condition) Eval(ctx context.Context, object, oldObject map[string]any, 
 	if err != nil {
 		return false, 0, nil
 	}
-	v, details, err := prog.ContextEval(ctx, map[string]any{ObjectVar: nullable(object), OldObjectVar: nullable(oldObject)})
+	// cel-go's cost tracking takes time quadratic in a comprehension's
+	// length while it charges a linear cost: the cost limit alone bounds
+	// no evaluation's time.
+	evalCtx, cancel := context.WithTimeout(ctx, maxEvalTime)
+	defer cancel()
+	v, details, err := prog.ContextEval(evalCtx, map[string]any{ObjectVar: nullable(object), OldObjectVar: nullable(oldObject)})
+	if err != nil && ctx.Err() == nil && errors.Is(evalCtx.Err(), context.DeadlineExceeded) {
+		// Took too long: as costly as the limit allows.
+		return false, limit, ErrConditionCost
+	}
 	spent := min(limit, int64(CostLimit))
 	if details != nil && details.ActualCost() != nil {
 		spent = int64(min(*details.ActualCost(), uint64(math.MaxInt64)))

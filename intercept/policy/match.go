@@ -279,13 +279,21 @@ func (e *evaluation) eval(r *compiledRule, x *expression, object, oldObject map[
 		return false, nil, nil
 	}
 	act := map[string]any{ObjectVar: nullable(object), OldObjectVar: nullable(oldObject)}
-	v, details, err := prog.ContextEval(e.m.ctx, act)
+	evalCtx, cancel := context.WithTimeout(e.m.ctx, maxEvalTime)
+	v, details, err := prog.ContextEval(evalCtx, act)
+	timedOut := err != nil && e.m.ctx.Err() == nil && errors.Is(evalCtx.Err(), context.DeadlineExceeded)
+	cancel()
 	spent := int64(CostLimit)
-	if details != nil && details.ActualCost() != nil {
+	if details != nil && details.ActualCost() != nil && !timedOut {
 		spent = int64(min(*details.ActualCost(), uint64(math.MaxInt64)))
 	}
 	if spendErr := e.spend(spent); spendErr != nil {
 		return false, nil, spendErr
+	}
+	if timedOut {
+		// Charged as costly as the limit allows (maxEvalTime).
+		return false, &Problem{Rule: r.index, Reason: v1alpha1.ReasonCostExceeded,
+			Message: field + ": evaluation took longer than " + maxEvalTime.String() + "; make its lists shorter"}, nil
 	}
 	if err != nil {
 		var cancelled interpreter.EvalCancelledError

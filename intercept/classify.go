@@ -86,40 +86,8 @@ func (i *Interceptor) classify(r *http.Request) (*write, bool) {
 		// Reads and watches pass through.
 		return nil, false
 	}
-	var sub subresourceKind
-	switch info.Subresource {
-	case "":
-		sub = mainResource
-	case "eviction":
-		if op != decision.Create || info.APIGroup != "" || info.Resource != "pods" {
-			return nil, false
-		}
-		op = decision.Delete
-		sub = evictionSubresource
-	case "status":
-		if op == decision.Delete || op == decision.Create {
-			return nil, false
-		}
-		sub = statusSubresource
-	case "finalize":
-		// kube-apiserver's finalize strategy resets only the status, so a
-		// Namespace's metadata, annotations included, is written through
-		// it as through a status write, and is guarded as one.
-		if op != decision.Update || info.APIGroup != "" || info.Resource != "namespaces" {
-			return nil, false
-		}
-		sub = statusSubresource
-	case "scale":
-		if op != decision.Update {
-			return nil, false
-		}
-		sub = scaleSubresource
-	case "resize", "ephemeralcontainers":
-		if op != decision.Update || info.APIGroup != "" || info.Resource != "pods" {
-			return nil, false
-		}
-		sub = podSpecSubresource
-	default:
+	sub, op, ok := subresourceOf(info, op)
+	if !ok {
 		return nil, false
 	}
 	if !i.cfg.Settings().Rules.Targets(info.APIGroup, info.Resource, info.Namespace) {
@@ -150,4 +118,46 @@ func (i *Interceptor) classify(r *http.Request) (*write, bool) {
 	w.explicitFieldManager = q.Get("fieldManager") != ""
 	w.force = q["force"]
 	return w, true
+}
+
+// subresourceOf says how a write of op to info's subresource is treated,
+// and as which operation; false when it is not intercepted.
+func subresourceOf(info *request.RequestInfo, op decision.Operation) (subresourceKind, decision.Operation, bool) {
+	var sub subresourceKind
+	switch info.Subresource {
+	case "":
+		sub = mainResource
+	case "eviction":
+		if op != decision.Create || info.APIGroup != "" || info.Resource != "pods" {
+			return 0, op, false
+		}
+		op = decision.Delete
+		sub = evictionSubresource
+	case "status":
+		if op == decision.Delete || op == decision.Create {
+			return 0, op, false
+		}
+		sub = statusSubresource
+	case "finalize":
+		// kube-apiserver's finalize strategy resets only the status, so a
+		// Namespace's metadata, annotations included, is written through
+		// it as through a status write, and is guarded as one.
+		if op != decision.Update || info.APIGroup != "" || info.Resource != "namespaces" {
+			return 0, op, false
+		}
+		sub = statusSubresource
+	case "scale":
+		if op != decision.Update {
+			return 0, op, false
+		}
+		sub = scaleSubresource
+	case "resize", "ephemeralcontainers":
+		if op != decision.Update || info.APIGroup != "" || info.Resource != "pods" {
+			return 0, op, false
+		}
+		sub = podSpecSubresource
+	default:
+		return 0, op, false
+	}
+	return sub, op, true
 }

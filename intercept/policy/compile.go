@@ -238,8 +238,7 @@ func celPatternProblem(root celast.Expr) string {
 			args := e.AsCall().Args()
 			n, ok := int64(-1), len(args) == 1 && args[0].Kind() == celast.LiteralKind
 			if ok {
-				var v any = args[0].AsLiteral().Value()
-				n, ok = v.(int64)
+				n, ok = args[0].AsLiteral().Value().(int64)
 			}
 			if !ok || n > MaxRange {
 				problem = fmt.Sprintf("lists.range(): the length must be an integer literal of at most %d", MaxRange)

@@ -146,28 +146,7 @@ func defaultingDryRun(w http.ResponseWriter, r *http.Request) {
 // only the replicas change: the write is no allowance violation of
 // ...ports[0].protocol, as kube-apiserver's dry run shows.
 func TestAnOmittedDefaultIsNoAllowanceViolation(t *testing.T) {
-	policy := allowance.CompileSpec("deployment-replicas", "uid-1", 1, v1alpha1.AllowancePolicySpec{
-		Match: v1alpha1.AllowanceMatch{Kind: "Deployment", Fields: []string{"spec.replicas"}},
-		Subjects: []v1alpha1.AllowanceSubject{
-			{Kind: v1alpha1.SubjectUser, Name: "alice", MayInitiate: true},
-			{Kind: v1alpha1.SubjectServiceAccount, Namespace: "kube-system", Name: "deployment-controller"},
-		},
-		Allow: []v1alpha1.AllowedMutation{{Kind: "ReplicaSet", Relation: v1alpha1.RelationChild, Mutations: []string{"spec.replicas"}}},
-	})
-	if !policy.Valid() {
-		t.Fatal("policy invalid")
-	}
-	granted := `[{"kind":"ReplicaSet","mutation":"spec.replicas","generation":6,"initiator":"alice","policy":"deployment-replicas","trace":[{"kind":"Deployment","name":"web","generation":6,"field":"spec.replicas"}]}]`
-	withGrant := func(s *serveSetup) {
-		s.config.AllowancePolicies = fixedAllowances{policy}
-		for _, o := range s.objects {
-			if u, ok := o.(*unstructured.Unstructured); ok && u.GetKind() == "Deployment" && u.GetName() == "web" {
-				a := u.GetAnnotations()
-				a[allowance.Annotation] = granted
-				u.SetAnnotations(a)
-			}
-		}
-	}
+	withGrant := webReplicasGrant(t)
 	allowAll := func(authorizationv1.SubjectAccessReviewSpec) (bool, error) { return true, nil }
 	for _, tc := range []struct {
 		name         string
@@ -230,4 +209,34 @@ func TestAnOwnerGroupChangeDoesNotEscapeTheParent(t *testing.T) {
 			}
 		})
 	}
+}
+
+// webReplicasGrant serves an AllowancePolicy that lets the deployment
+// controller carry a person's scale of a Deployment to its ReplicaSets,
+// and gives "web" the allowance alice's scale to generation 6 granted.
+func webReplicasGrant(t *testing.T) serveOption {
+	t.Helper()
+	policy := allowance.CompileSpec("deployment-replicas", "uid-1", 1, v1alpha1.AllowancePolicySpec{
+		Match: v1alpha1.AllowanceMatch{Kind: "Deployment", Fields: []string{"spec.replicas"}},
+		Subjects: []v1alpha1.AllowanceSubject{
+			{Kind: v1alpha1.SubjectUser, Name: "alice", MayInitiate: true},
+			{Kind: v1alpha1.SubjectServiceAccount, Namespace: "kube-system", Name: "deployment-controller"},
+		},
+		Allow: []v1alpha1.AllowedMutation{{Kind: "ReplicaSet", Relation: v1alpha1.RelationChild, Mutations: []string{"spec.replicas"}}},
+	})
+	if !policy.Valid() {
+		t.Fatal("policy invalid")
+	}
+	granted := `[{"kind":"ReplicaSet","mutation":"spec.replicas","generation":6,"initiator":"alice","policy":"deployment-replicas","trace":[{"kind":"Deployment","name":"web","generation":6,"field":"spec.replicas"}]}]`
+	withGrant := func(s *serveSetup) {
+		s.config.AllowancePolicies = fixedAllowances{policy}
+		for _, o := range s.objects {
+			if u, ok := o.(*unstructured.Unstructured); ok && u.GetKind() == "Deployment" && u.GetName() == "web" {
+				a := u.GetAnnotations()
+				a[allowance.Annotation] = granted
+				u.SetAnnotations(a)
+			}
+		}
+	}
+	return withGrant
 }

@@ -28,41 +28,63 @@ func frozenStableWithRecordedController(s *serveSetup) {
 	}
 }
 
-// A controller may not edit its own parent's controls "through every write
-// shape". A controller whose writes are (partly) in shadow mode can: its
-// shadow write goes upstream as it came, only the system annotations are
-// put back. An approval it writes in shadow outlives the shadow entry (and
-// approves its enforce-mode drift), and a freeze it lifts held every other
-// writer too. With a fieldManager-narrowed entry, the controller puts any
-// write it likes in shadow by naming that field manager.
+// stableOneOwnedByItsWriter records the deployment controller as the
+// controller of the ReplicaSet stable-1 too: one service account that
+// reconciles both levels, as many operators do.
+func stableOneOwnedByItsWriter(s *serveSetup) {
+	for _, obj := range s.objects {
+		if o, ok := obj.(*unstructured.Unstructured); ok && o.GetName() == "stable-1" {
+			ann := o.GetAnnotations()
+			ann[annotations.Controllers] = controllerid.LongHash(kcmUser)
+			o.SetAnnotations(ann)
+		}
+	}
+}
+
+// A controller may not edit its own object's controls through any write
+// shape, shadow mode included: a shadow write is never made to fail, but
+// the controls its writer may not change go upstream as stored. Otherwise
+// an approval it wrote in shadow would outlive the shadow entry (and
+// approve its drift in enforce mode), and a freeze it lifted held every
+// other writer too; with an entry narrowed by fieldManager, the controller
+// would put any write it likes in shadow by naming that field manager.
 func TestAShadowWriteCannotEditItsWritersOwnControls(t *testing.T) {
 	cfg, err := config.Parse([]byte("apiVersion: kausality.io/v1alpha1\nkind: ProxyConfiguration\ncontrollers:\n" +
 		"- name: trial\n  match:\n    serviceAccount: kube-system/deployment-controller\n    fieldManager: trial\n  mode: shadow\n"))
 	if err != nil {
 		t.Fatal(err)
 	}
-	for _, tc := range []struct{ name, path, body, forbidden string }{
-		{"approves its own drift", "/apis/apps/v1/namespaces/apps/deployments/stable?fieldManager=trial",
-			`{"metadata":{"annotations":{"kausality.io/approvals":"[{\"apiVersion\":\"*\",\"kind\":\"*\",\"name\":\"*\",\"mode\":\"always\"}]"}}}`,
-			`\"mode\":\"always\"`},
+	approveAll := `{"metadata":{"annotations":{"kausality.io/approvals":"[{\"apiVersion\":\"*\",\"kind\":\"*\",\"name\":\"*\",\"mode\":\"always\"}]"}}}`
+	for _, tc := range []struct {
+		name, path, body, forbidden string
+		setup                       []serveOption
+	}{
+		{"approves its own drift", "/apis/apps/v1/namespaces/apps/deployments/stable?fieldManager=trial", approveAll, `\"mode\":\"always\"`, nil},
 		{"lifts a person's freeze", "/apis/apps/v1/namespaces/apps/deployments/stable?fieldManager=trial",
-			`{"metadata":{"annotations":{"kausality.io/freeze":null}}}`, `"kausality.io/freeze":null`},
+			`{"metadata":{"annotations":{"kausality.io/freeze":null}}}`, `"kausality.io/freeze":null`, nil},
 		{"sets its own mode through /status", "/apis/apps/v1/namespaces/apps/deployments/stable/status?fieldManager=trial",
-			`{"metadata":{"annotations":{"kausality.io/mode":"log"}}}`, `"kausality.io/mode":"log"`},
+			`{"metadata":{"annotations":{"kausality.io/mode":"log"}}}`, `"kausality.io/mode":"log"`, nil},
+		// Held for another reason first (its parent is frozen), the write
+		// is not refused for its controls, which are kept all the same.
+		{"approves its own drift in a write held otherwise", "/apis/apps/v1/namespaces/apps/replicasets/stable-1?fieldManager=trial",
+			`{"spec":{"replicas":5},` + approveAll[1:], `\"mode\":\"always\"`, []serveOption{stableOneOwnedByItsWriter}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			var (
 				mu   sync.Mutex
 				sent []forwardedRequest
 			)
-			env := newServeEnv(t, nil, func(authorizationv1.SubjectAccessReviewSpec) (bool, error) { return true, nil },
-				enforce, frozenStableWithRecordedController, func(s *serveSetup) { s.config.Settings = func() *config.Config { return cfg } })
+			opts := append([]serveOption{enforce, frozenStableWithRecordedController, func(s *serveSetup) { s.config.Settings = func() *config.Config { return cfg } }}, tc.setup...)
+			env := newServeEnv(t, nil, func(authorizationv1.SubjectAccessReviewSpec) (bool, error) { return true, nil }, opts...)
 			env.upstream = recording(http.StatusOK, &sent, &mu)
 			rec := httptest.NewRecorder()
 			env.handler.ServeHTTP(rec, env.request(t, benchWrite{method: http.MethodPatch, path: tc.path,
 				contentType: "application/merge-patch+json", body: []byte(tc.body), user: kcmUser}))
 			mu.Lock()
 			defer mu.Unlock()
+			if len(sent) == 0 {
+				t.Fatalf("nothing forwarded (answer %d): a shadow write is never made to fail", rec.Code)
+			}
 			for _, s := range sent {
 				if strings.Contains(s.body, tc.forbidden) {
 					t.Errorf("the controller's own edit of %s reached kube-apiserver (answer %d): %s", tc.forbidden, rec.Code, s.body)

@@ -372,7 +372,7 @@ func (f *facts) staleUpdate() bool {
 		return false
 	}
 	rv := f.sent.GetResourceVersion()
-	return rv != "" && rv != f.old.GetResourceVersion()
+	return decision.NamesVersion(rv) && rv != f.old.GetResourceVersion()
 }
 
 // allowanceInputs are the facts of f the allowance check needs.
@@ -888,11 +888,28 @@ func (i *Interceptor) freshParent(ctx context.Context, f *facts) (parentFacts, e
 	return pf, nil
 }
 
+// podSpecWrittenPaths are the paths of a pod's spec kube-apiserver takes
+// from a write to subresource (podResizeStrategy keeps every container's
+// resources and resizePolicy, the restartable init containers' too, and
+// the pod-level resources; podEphemeralContainersStrategy the ephemeral
+// containers), named at a level no container index is needed for.
+func podSpecWrittenPaths(subresource string) []string {
+	if subresource == "ephemeralcontainers" {
+		return []string{"spec.ephemeralContainers"}
+	}
+	return []string{"spec.containers", "spec.initContainers", "spec.resources"}
+}
+
 // writtenPaths are the desired-state paths a merge patch of a child known
 // only by its metadata can change, for the allowance check (nil: the
 // check reads them from the stored and the new object).
 func (i *Interceptor) writtenPaths(f *facts) ([]string, bool) {
 	wr := f.req.w
+	if wr.sub == podSpecSubresource {
+		// Decided on a copy of the stored pod, which shows no change: what
+		// kube-apiserver may take from the write is what it changes.
+		return podSpecWrittenPaths(wr.info.Subresource), true
+	}
 	if !f.oldIsMetadata || f.childLive || wr.verb != "patch" || wr.sub != mainResource || f.op != decision.Update ||
 		f.patchType != types.MergePatchType && f.patchType != types.StrategicMergePatchType || i.cfg.AllowancePolicies == nil {
 		return nil, false

@@ -147,10 +147,38 @@ func (i *Interceptor) gatherOne(w http.ResponseWriter, r *http.Request, rq *writ
 	// there is as much a dry run as one in the query, and must consume
 	// nothing.
 	f, err := i.gather(r.Context(), rq, data, rq.w.dryRun || bodyDryRun)
-	if err == nil && f.op == decision.Delete && rq.w.sub == mainResource {
-		f.deleteOptions, err = upstream.DeleteOptionsOf(r, data)
+	if err == nil && f.op == decision.Delete {
+		f.deleteOptions, err = deleteOptionsOf(r, rq.w, data)
 	}
 	return f, err
+}
+
+// deleteOptionsOf are the options of a single delete: a DELETE's own, or
+// the deleteOptions of an Eviction, which kube-apiserver deletes the pod
+// with (nil: none).
+func deleteOptionsOf(r *http.Request, wr *write, data []byte) (*metav1.DeleteOptions, error) {
+	switch {
+	case wr.sub == mainResource:
+		return upstream.DeleteOptionsOf(r, data)
+	case wr.sub != evictionSubresource || len(data) == 0:
+		return nil, nil
+	}
+	eviction, _, err := body.DecodeOfKind(r.Header.Get("Content-Type"), data, evictionGVK)
+	if err != nil {
+		return nil, err
+	}
+	m, ok, err := unstructured.NestedMap(eviction.Object, "deleteOptions")
+	if err != nil {
+		return nil, apierrors.NewBadRequest(fmt.Sprintf("the Eviction's deleteOptions: %v", err))
+	}
+	if !ok {
+		return nil, nil
+	}
+	opts := &metav1.DeleteOptions{}
+	if err := runtime.DefaultUnstructuredConverter.FromUnstructured(m, opts); err != nil {
+		return nil, apierrors.NewBadRequest(fmt.Sprintf("the Eviction's deleteOptions: %v", err))
+	}
+	return opts, nil
 }
 
 // requestFacts are the facts known of rq's write before its body is read.
@@ -180,7 +208,7 @@ func (i *Interceptor) gather(ctx context.Context, rq *writeRequest, data []byte,
 		// A PUT that names no resourceVersion is applied to whatever is
 		// stored and replaces its annotations whole: it removes a control
 		// the proxy's copy may not hold yet, as a patch naming it would.
-		if wr.verb == "update" && (wr.sub == mainResource || wr.sub == statusSubresource) && obj != nil && obj.GetResourceVersion() == "" {
+		if wr.verb == "update" && (wr.sub == mainResource || wr.sub == statusSubresource) && obj != nil && !decision.NamesVersion(obj.GetResourceVersion()) {
 			f.namesControls = true
 		}
 	}

@@ -12,7 +12,8 @@ import (
 )
 
 // An update of an older version than the one stored is refused by
-// kube-apiserver with a conflict before anything else, admission included.
+// kube-apiserver with a conflict before it stores anything or asks a
+// validating webhook.
 // A verdict that would be confirmed on kube-apiserver's result (drift from
 // the cache) therefore gets that conflict from the proxy, word for word,
 // and the body goes nowhere: the client retries on the stored version. A

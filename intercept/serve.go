@@ -298,8 +298,8 @@ func (i *Interceptor) shadowDecisions(x exchange, rq *writeRequest, data []byte)
 		return nil, err
 	}
 	f, err := i.gather(x.r.Context(), rq, data, rq.w.dryRun || bodyDryRun)
-	if err == nil && f.op == decision.Delete && rq.w.sub == mainResource {
-		f.deleteOptions, err = upstream.DeleteOptionsOf(x.r, data)
+	if err == nil && f.op == decision.Delete {
+		f.deleteOptions, err = deleteOptionsOf(x.r, rq.w, data)
 	}
 	if err != nil {
 		return nil, err

@@ -1,6 +1,8 @@
 package decision
 
 import (
+	"strconv"
+
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 
 	"github.com/kausality-io/kausality-proxy/intercept/desired"
@@ -466,6 +468,12 @@ func UnderBoth(primary, former Decision) Decision {
 	if former.Result == Deny {
 		return former
 	}
+	if primary.Result == Deny {
+		// Refused under the parent it ends up with (frozen, an allowance
+		// violation): nothing of the former parent's verdict is used.
+		primary.Warnings = append(primary.Warnings, former.Warnings...)
+		return primary
+	}
 	// What the parent it ends up with reports (an allowance violation in
 	// log mode) is not replaced by the carry-over below.
 	ownReport := primary.Report
@@ -503,4 +511,13 @@ func DesiredChange(op Operation, old, new *unstructured.Unstructured) (bool, []d
 		return true, nil
 	}
 	return desired.Changed(old, new)
+}
+
+// NamesVersion: an update's resourceVersion rv is a precondition.
+// kube-apiserver parses it as an unsigned integer and takes 0 ("0", "00")
+// as no resourceVersion at all: such an update is applied unconditionally
+// to what is stored (genericregistry Store.Update), as one naming none.
+func NamesVersion(rv string) bool {
+	n, err := strconv.ParseUint(rv, 10, 64)
+	return rv != "" && (err != nil || n != 0)
 }

@@ -58,7 +58,7 @@ func (c *Condition) Eval(ctx context.Context, object, oldObject map[string]any, 
 	v, details, err := prog.ContextEval(evalCtx, map[string]any{ObjectVar: nullable(object), OldObjectVar: nullable(oldObject)})
 	if err != nil && ctx.Err() == nil && errors.Is(evalCtx.Err(), context.DeadlineExceeded) {
 		// Took too long: as costly as the limit allows.
-		return false, limit, ErrConditionCost
+		return false, min(limit, int64(CostLimit)), ErrConditionCost
 	}
 	spent := min(limit, int64(CostLimit))
 	if details != nil && details.ActualCost() != nil {

@@ -66,3 +66,11 @@ func mustCondition(t *testing.T, expr string) *Condition {
 	}
 	return c
 }
+func TestAConditionThatRunsTooLongIsChargedOneLimit(t *testing.T) {
+	withEvalTime(t, time.Millisecond)
+	c := mustCondition(t, longList)
+	_, spent, err := c.Eval(context.Background(), map[string]any{}, nil, WriteBudget)
+	if !errors.Is(err, ErrConditionCost) || spent != CostLimit {
+		t.Fatalf("spent %d (err %v), want it charged the limit %d of one evaluation, not the %d left of the write's budget", spent, err, CostLimit, WriteBudget)
+	}
+}

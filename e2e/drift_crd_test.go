@@ -231,9 +231,10 @@ func crdApprovals(t *testing.T) {
 		f.settleGadget("g", "Allow/DriftApproved")
 
 		// The controller writes from a stale read: kube-apiserver
-		// refuses it with 409. The proxy learns that from a dry run
-		// before it touches the approval, so the parent is not written
-		// at all: its resourceVersion does not move.
+		// refuses it with 409. The proxy's live read shows a newer
+		// version, so it answers that 409 itself before it touches the
+		// approval, and sends nothing: the parent is not written at
+		// all, its resourceVersion does not move.
 		stale, err := f.gadgets(f.ctrl).Get(context.Background(), "g", metav1.GetOptions{})
 		mustf(t, err, "get")
 		_, err = f.admin.Resource(framework.GadgetGVR).Namespace(f.ns).Patch(context.Background(), "g", types.MergePatchType,
@@ -248,7 +249,7 @@ func crdApprovals(t *testing.T) {
 		}
 		d := wgDecision(t, mark, "gadgets", f.ns, "g")
 		wgExpectDecision(t, d, "Allow", "DriftApproved")
-		wgExpectField(t, d, "outcome", "dry-run-refused")
+		wgExpectField(t, d, "outcome", "conflict")
 		widget := f.getWidget()
 		if widget.GetResourceVersion() != widgetRV {
 			t.Errorf("the Widget was written for a refused write: resourceVersion %s, was %s", widget.GetResourceVersion(), widgetRV)

@@ -150,7 +150,7 @@ func (i *Interceptor) decideOnFacts(r *http.Request, f *facts, up upstream.Port)
 		d := i.decide(f)
 		need := decision.Needs(&d, f.held())
 		if need.Conflict {
-			return f, d, olderVersionConflict(f)
+			return f, d, &olderVersionError{status: olderVersionConflict(f)}
 		}
 		if need.None() || fetches == maxFetchRounds {
 			return f, d, nil
@@ -289,9 +289,16 @@ var errObjectModified = errors.New("the object has been modified; please apply y
 
 // olderVersionConflict is kube-apiserver's answer to an update of f's
 // object that names an older resourceVersion, word for word.
-func olderVersionConflict(f *facts) error {
+func olderVersionConflict(f *facts) *apierrors.StatusError {
 	return apierrors.NewConflict(f.req.w.gvr.GroupResource(), f.req.w.info.Name, errObjectModified)
 }
+
+// olderVersionError: the write was decided, and kube-apiserver's answer to
+// it is known without asking, the conflict it gives an update of an older
+// version. The verdict is logged with it.
+type olderVersionError struct{ status *apierrors.StatusError }
+
+func (e *olderVersionError) Error() string { return e.status.Error() }
 
 // namesOtherVersion: the write names a resourceVersion, and not the one of
 // the stored object it is decided on. The object the write makes carries

@@ -7,8 +7,12 @@ import (
 	"sync"
 	"testing"
 
+	"go.uber.org/zap"
+	"go.uber.org/zap/zaptest/observer"
 	authorizationv1 "k8s.io/api/authorization/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
+
+	"github.com/kausality-io/kausality-proxy/intercept"
 )
 
 // An update of an older version than the one stored is refused by
@@ -43,7 +47,8 @@ func TestAnUpdateOfAnOlderVersionIsAnsweredWithKubeApiserversConflict(t *testing
 				mu   sync.Mutex
 				sent []forwardedRequest
 			)
-			env := newServeEnv(t, nil, allowAll, enforce)
+			core, logs := observer.New(zap.InfoLevel)
+			env := newServeEnv(t, zap.New(core), allowAll, enforce)
 			env.upstream = recording(http.StatusOK, &sent, &mu)
 			rec := httptest.NewRecorder()
 			env.handler.ServeHTTP(rec, env.request(t, benchWrite{method: http.MethodPut, path: rsPath + "/" + tt.child + "?fieldManager=" + benchKCM,
@@ -57,6 +62,11 @@ func TestAnUpdateOfAnOlderVersionIsAnsweredWithKubeApiserversConflict(t *testing
 				want := `Operation cannot be fulfilled on replicasets.apps "stable-1": the object has been modified; please apply your changes to the latest version and try again`
 				if !apierrors.IsConflict(env.lastError) || env.lastError.Error() != want {
 					t.Fatalf("answered %v, want kube-apiserver's %q", env.lastError, want)
+				}
+				// The verdict reached is logged, with the answer it got.
+				lines := logs.FilterMessage(intercept.DecisionMessage).All()
+				if len(lines) != 1 || lines[0].ContextMap()["category"] != "DriftUnapproved" || lines[0].ContextMap()["outcome"] != "conflict" {
+					t.Fatalf("decision lines %v, want one DriftUnapproved line with outcome conflict", lines)
 				}
 			}
 		})

@@ -146,13 +146,20 @@ func (i *Interceptor) serveOne(x exchange, rq *writeRequest) {
 	}
 	preflighted := false
 	for round := 1; ; round++ {
-		var refused *upstream.RefusedError
+		var (
+			refused *upstream.RefusedError
+			older   *olderVersionError
+		)
 		switch {
 		case errors.As(err, &refused):
 			// The write itself would be refused the same way; nothing
 			// was changed anywhere.
 			refused.Answer.Replay(x.w, x.writeError)
 			i.recordDecision(f, &d, "dry-run-refused")
+			return
+		case errors.As(err, &older):
+			x.writeError(x.w, older.status)
+			i.recordDecision(f, &d, "conflict")
 			return
 		case err != nil:
 			i.fail(x, f, err)

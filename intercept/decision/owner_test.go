@@ -60,10 +60,10 @@ func TestUnderBothConsumesTheFormerParentsOnceApproval(t *testing.T) {
 	once := approval.Approval{APIVersion: "apps/v1", Kind: "ReplicaSet", Name: "web-1", Generation: 5, Mode: approval.Once}
 	update := &ApprovalsUpdate{Target: parentRef, Consumed: once}
 	primary := Decision{Result: Allow, Category: NoParent, Child: rsRef}
-	former := Decision{Result: Allow, Category: DriftApproved, ConsumeOnce: true, ApprovalsUpdate: update, Approval: &once, Report: ReportResolved}
+	former := Decision{Result: Allow, Category: DriftApproved, Drift: true, ConsumeOnce: true, ApprovalsUpdate: update, Approval: &once, Report: ReportResolved}
 
 	got := UnderBoth(primary, former)
-	if got.Result != Allow || !got.ConsumeOnce || got.ApprovalsUpdate != update || got.Report != ReportResolved {
+	if got.Result != Allow || !got.ConsumeOnce || got.ApprovalsUpdate != update || got.Report != ReportResolved || got.Category != NoParent || got.Drift {
 		t.Fatalf("the former parent's once approval is not consumed: %+v", got)
 	}
 

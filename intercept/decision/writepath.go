@@ -489,10 +489,11 @@ func UnderBoth(primary, former Decision) Decision {
 		primary.Report = former.Report
 		primary.Reason += "; leaving its former parent uses its once approval (" + former.Reason + ")"
 	}
-	if former.Drift && !primary.Drift && primary.Result == Allow && ownReport == ReportNone {
-		// Allowed only because the mode is log (or a policy or approval
-		// let it pass): the write is still drift under the parent it
-		// leaves, and is recorded and reported under that parent.
+	if former.Drift && former.Report == ReportDetected && !primary.Drift && ownReport == ReportNone {
+		// Allowed only because the mode is log: the write is still
+		// unapproved drift under the parent it leaves, and is recorded and
+		// reported under that parent. (An approved one is the former
+		// parent's approved write, as above.)
 		primary.Drift, primary.Category, primary.Report = true, former.Category, former.Report
 		primary.Parent, primary.Mode, primary.ModeSource = former.Parent, former.Mode, former.ModeSource
 		primary.Suggested, primary.Snooze = former.Suggested, former.Snooze

@@ -514,8 +514,8 @@ func DesiredChange(op Operation, old, new *unstructured.Unstructured) (bool, []d
 	return desired.Changed(old, new)
 }
 
-// NamesVersion: an update's resourceVersion rv is a precondition.
-// kube-apiserver parses it as an unsigned integer and takes 0 ("0", "00")
+// NamesVersion reports whether an update's resourceVersion rv is a
+// precondition. kube-apiserver parses it as an unsigned integer and takes 0 ("0", "00")
 // as no resourceVersion at all: such an update is applied unconditionally
 // to what is stored (genericregistry Store.Update), as one naming none.
 func NamesVersion(rv string) bool {

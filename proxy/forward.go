@@ -243,7 +243,7 @@ func isUnreachable(err error) bool {
 	if errors.As(err, &dnsErr) {
 		return true
 	}
-	return errors.Is(err, syscall.ECONNREFUSED) || errors.Is(err, syscall.ECONNRESET) ||
+	return errors.Is(err, syscall.ECONNREFUSED) || errors.Is(err, syscall.ECONNRESET) || errors.Is(err, syscall.EPIPE) ||
 		errors.Is(err, syscall.EHOSTUNREACH) || errors.Is(err, syscall.ENETUNREACH) ||
 		strings.Contains(err.Error(), "error dialing backend")
 }

@@ -1,7 +1,9 @@
 package proxy
 
 import (
+	"errors"
 	"net/http"
+	"syscall"
 
 	utilnet "k8s.io/apimachinery/pkg/util/net"
 )
@@ -33,5 +35,8 @@ func resendable(r *http.Request) bool {
 // lostConnection reports whether err says the connection closed under the
 // request rather than that kube-apiserver answered or could not be reached.
 func lostConnection(err error) bool {
-	return utilnet.IsProbableEOF(err) || utilnet.IsConnectionReset(err) || utilnet.IsHTTP2ConnectionLost(err)
+	// A write on a connection the peer has closed fails with EPIPE
+	// ("broken pipe") rather than a reset when the close came first.
+	return utilnet.IsProbableEOF(err) || utilnet.IsConnectionReset(err) || utilnet.IsHTTP2ConnectionLost(err) ||
+		errors.Is(err, syscall.EPIPE)
 }

@@ -20,13 +20,7 @@ func TestAControllersPatchOfItsControlsIsDecidedOnTheObjectReadLive(t *testing.T
 		t.Run("deployments"+sub, func(t *testing.T) {
 			allowAll := func(authorizationv1.SubjectAccessReviewSpec) (bool, error) { return true, nil }
 			env := newServeEnv(t, nil, allowAll)
-			var got []string
-			env.upstream = func(w http.ResponseWriter, r *http.Request) {
-				data, _ := io.ReadAll(r.Body)
-				got = append(got, string(data))
-				w.Header().Set("Content-Type", "application/json")
-				_, _ = w.Write([]byte(`{}`))
-			}
+			got := answeringEmpty(env)
 			env.dyn.ClearActions()
 			rec := httptest.NewRecorder()
 			env.handler.ServeHTTP(rec, env.request(t, benchWrite{method: http.MethodPatch,
@@ -35,8 +29,21 @@ func TestAControllersPatchOfItsControlsIsDecidedOnTheObjectReadLive(t *testing.T
 				body:        []byte(`{"metadata":{"annotations":{"kausality.io/freeze":null,"kausality.io/rejections":null}}}`),
 				user:        "system:serviceaccount:kube-system:deployment-controller"}))
 			if n := env.liveReads("deployments"); n == 0 {
-				t.Errorf("answered %d after %d forwarded requests (%q) without reading the Deployment live", rec.Code, len(got), strings.Join(got, " "))
+				t.Errorf("answered %d after %d forwarded requests (%q) without reading the Deployment live", rec.Code, len(*got), strings.Join(*got, " "))
 			}
 		})
 	}
+}
+
+// answeringEmpty answers every request env forwards with an empty object,
+// and keeps the bodies it was sent.
+func answeringEmpty(env *benchEnv) *[]string {
+	var got []string
+	env.upstream = func(w http.ResponseWriter, r *http.Request) {
+		data, _ := io.ReadAll(r.Body)
+		got = append(got, string(data))
+		w.Header().Set("Content-Type", "application/json")
+		_, _ = w.Write([]byte(`{}`))
+	}
+	return &got
 }

@@ -213,7 +213,7 @@ func preparedObject(f *facts, d *decision.Decision, annotate bool, version strin
 		}
 	}
 	if f.format == body.Protobuf && f.sent == f.decoded {
-		added = precondition && f.sent.GetResourceVersion() == ""
+		added = precondition && !patch.NamesVersion(f.sent.GetResourceVersion())
 		data, err = body.WithProtobufMetadata(f.data, f.decodedAs(), func(m metav1.Object) {
 			if annotate {
 				d.ChildAnnotations.ApplyTo(m)
@@ -231,7 +231,7 @@ func preparedObject(f *facts, d *decision.Decision, annotate bool, version strin
 	if annotate {
 		d.ChildAnnotations.Apply(obj)
 	}
-	if precondition && obj.GetResourceVersion() == "" {
+	if precondition && !patch.NamesVersion(obj.GetResourceVersion()) {
 		obj.SetResourceVersion(version)
 		added = true
 	}

@@ -365,7 +365,7 @@ func (f *facts) namesResourceVersion() bool {
 		}
 		return patch.NamesResourceVersion(f.patchType, f.data, patched)
 	case f.sent != nil:
-		return f.sent.GetResourceVersion() != ""
+		return patch.NamesVersion(f.sent.GetResourceVersion())
 	}
 	return false
 }
@@ -379,7 +379,7 @@ func (f *facts) staleUpdate() bool {
 		return false
 	}
 	rv := f.sent.GetResourceVersion()
-	return decision.NamesVersion(rv) && rv != f.old.GetResourceVersion()
+	return patch.NamesVersion(rv) && rv != f.old.GetResourceVersion()
 }
 
 // allowanceInputs are the facts of f the allowance check needs.

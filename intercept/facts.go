@@ -208,7 +208,7 @@ func (i *Interceptor) gather(ctx context.Context, rq *writeRequest, data []byte,
 		// A PUT that names no resourceVersion is applied to whatever is
 		// stored and replaces its annotations whole: it removes a control
 		// the proxy's copy may not hold yet, as a patch naming it would.
-		if wr.verb == "update" && (wr.sub == mainResource || wr.sub == statusSubresource) && obj != nil && !decision.NamesVersion(obj.GetResourceVersion()) {
+		if wr.verb == "update" && (wr.sub == mainResource || wr.sub == statusSubresource) && obj != nil && !patch.NamesVersion(obj.GetResourceVersion()) {
 			f.namesControls = true
 		}
 	}

@@ -7,6 +7,8 @@ import (
 	"strings"
 	"testing"
 
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+
 	"github.com/kausality-io/kausality-proxy/intercept/upstream"
 )
 
@@ -65,5 +67,19 @@ func TestReadUpTo(t *testing.T) {
 				}
 			}
 		})
+	}
+}
+
+// A status write that names resourceVersion 0 is applied to whatever is
+// stored, as one naming none: its writer may not have seen the
+// generation it would be recorded as observing.
+func TestAWriteOfVersionZeroNamesNoResourceVersion(t *testing.T) {
+	for rv, want := range map[string]bool{"": false, "0": false, "00": false, "7": true} {
+		obj := &unstructured.Unstructured{Object: map[string]any{"metadata": map[string]any{"name": "x"}}}
+		obj.SetResourceVersion(rv)
+		f := &facts{req: &writeRequest{w: &write{verb: "update", sub: statusSubresource}}, sent: obj}
+		if got := f.namesResourceVersion(); got != want {
+			t.Errorf("a status PUT of resourceVersion %q names one: %v, want %v", rv, got, want)
+		}
 	}
 }

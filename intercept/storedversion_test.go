@@ -1,6 +1,7 @@
 package intercept_test
 
 import (
+	"bytes"
 	"encoding/json"
 	"io"
 	"net/http"
@@ -336,5 +337,77 @@ func TestAWriteThatAddsAnUpdaterLandsOnTheStoredVersion(t *testing.T) {
 			}
 			expectForwardedOn(t, sent, tc.wantVersions, "")
 		})
+	}
+}
+
+// kube-apiserver reads a resourceVersion of 0 as none and applies such a
+// write to whatever is stored. The system annotations put back into it are
+// only as new as the proxy's copy, so the write is pinned to that copy's
+// version as one naming none would be; the caller never hears of the
+// precondition it did not ask for.
+func TestAWriteNamingVersionZeroIsPinnedWhenValuesArePutBack(t *testing.T) {
+	allowAll := func(authorizationv1.SubjectAccessReviewSpec) (bool, error) { return true, nil }
+	put := benchChild("stable-1", "stable", "stable-uid", 3)
+	put.SetResourceVersion("0")
+	ann := put.GetAnnotations()
+	ann[annotations.Updaters] = "zzzzz"
+	put.SetAnnotations(ann)
+	putBody, err := json.Marshal(put.Object)
+	if err != nil {
+		t.Fatal(err)
+	}
+	cases := []struct {
+		name, method, contentType, body string
+		conflicts                       int
+		wantVersions                    []string
+		// putBack: the updaters record the write must carry; a PUT
+		// that changes the spec adds its writer to the stored one.
+		putBack string
+	}{
+		{name: "a merge patch", method: http.MethodPatch, contentType: "application/merge-patch+json",
+			body: `{"metadata":{"resourceVersion":"0","annotations":{"kausality.io/updaters":"zzzzz"}}}`, wantVersions: []string{"200"}, putBack: "aaaaa"},
+		{name: "a JSON patch", method: http.MethodPatch, contentType: "application/json-patch+json",
+			body:         `[{"op":"replace","path":"/metadata/resourceVersion","value":"00"},{"op":"add","path":"/metadata/annotations/kausality.io~1updaters","value":"zzzzz"}]`,
+			wantVersions: []string{"200"}, putBack: "aaaaa"},
+		{name: "a PUT", method: http.MethodPut, contentType: "application/json", body: string(putBody), wantVersions: []string{"200"}},
+		{name: "a PUT whose pin met a newer version: decided again, the client hears nothing of it", method: http.MethodPut,
+			contentType: "application/json", body: string(putBody), conflicts: 1, wantVersions: []string{"200", "200"}},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			var (
+				mu   sync.Mutex
+				sent []map[string]any
+			)
+			env := newServeEnv(t, nil, allowAll, withUpdatersOnStable)
+			env.upstream = jsonPatchAppliedUpstream(t, tc.conflicts, &mu, &sent)
+			rec := httptest.NewRecorder()
+			env.handler.ServeHTTP(rec, env.request(t, benchWrite{method: tc.method, path: rsPath + "/stable-1",
+				contentType: tc.contentType, body: []byte(tc.body), user: "alice"}))
+			if rec.Code != http.StatusOK {
+				t.Fatalf("code %d, want 200: %s (error %v)", rec.Code, rec.Body, env.lastError)
+			}
+			expectForwardedOn(t, sent, tc.wantVersions, tc.putBack)
+		})
+	}
+}
+
+// jsonPatchAppliedUpstream is conflictingUpstream, with a JSON patch
+// recorded as the metadata it leaves on an empty object.
+func jsonPatchAppliedUpstream(t *testing.T, conflicts int, mu *sync.Mutex, sent *[]map[string]any) http.HandlerFunc {
+	return func(w http.ResponseWriter, r *http.Request) {
+		if r.Header.Get("Content-Type") == "application/json-patch+json" && r.URL.Query().Get("dryRun") == "" {
+			data, _ := io.ReadAll(r.Body)
+			p, err := jsonpatch.DecodePatch(data)
+			if err != nil {
+				t.Errorf("forwarded JSON patch %q: %v", data, err)
+			}
+			applied, err := p.Apply([]byte(`{"metadata":{"resourceVersion":"","annotations":{}}}`))
+			if err != nil {
+				t.Errorf("applying the forwarded JSON patch %q: %v", data, err)
+			}
+			r.Body = io.NopCloser(bytes.NewReader(applied))
+		}
+		conflictingUpstream(t, conflicts, mu, sent)(w, r)
 	}
 }

@@ -1,8 +1,6 @@
 package decision
 
 import (
-	"strconv"
-
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 
 	"github.com/kausality-io/kausality-proxy/intercept/desired"
@@ -512,13 +510,4 @@ func DesiredChange(op Operation, old, new *unstructured.Unstructured) (bool, []d
 		return true, nil
 	}
 	return desired.Changed(old, new)
-}
-
-// NamesVersion reports whether an update's resourceVersion rv is a
-// precondition. kube-apiserver parses it as an unsigned integer and takes 0 ("0", "00")
-// as no resourceVersion at all: such an update is applied unconditionally
-// to what is stored (genericregistry Store.Update), as one naming none.
-func NamesVersion(rv string) bool {
-	n, err := strconv.ParseUint(rv, 10, 64)
-	return rv != "" && (err != nil || n != 0)
 }

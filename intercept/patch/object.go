@@ -61,6 +61,8 @@ type filled struct {
 	name, value string
 	at          int
 	write       bool
+	// unset reports whether the object's value counts as none.
+	unset func(string) bool
 }
 
 // metadataMembers are the members of an object's metadata, and where
@@ -74,8 +76,8 @@ type metadataMembers struct {
 // annotateMetadata is metadata, a JSON object, with meta written into it.
 func annotateMetadata(metadata []byte, meta ObjectMetadata) (out []byte, rvAdded, ok bool) {
 	m := metadataMembers{annotations: -1, fills: [2]filled{
-		{name: "resourceVersion", value: meta.ResourceVersion, at: -1},
-		{name: "namespace", value: meta.Namespace, at: -1},
+		{name: "resourceVersion", value: meta.ResourceVersion, at: -1, unset: func(rv string) bool { return !NamesVersion(rv) }},
+		{name: "namespace", value: meta.Namespace, at: -1, unset: func(ns string) bool { return ns == "" }},
 	}}
 	if !m.read(metadata) {
 		return nil, false, false
@@ -113,8 +115,8 @@ func (m *metadataMembers) read(metadata []byte) bool {
 	return isObject && !twice
 }
 
-// fill decides whether f is written: it has a value and the object's is
-// empty. False when the object's is no string.
+// fill decides whether f is written: it has a value and the object's
+// counts as none. False when the object's is no string.
 func (m *metadataMembers) fill(metadata []byte, f *filled) bool {
 	if f.value == "" {
 		return true
@@ -130,7 +132,7 @@ func (m *metadataMembers) fill(metadata []byte, f *filled) bool {
 			current = *value
 		}
 	}
-	f.write = current == ""
+	f.write = f.unset(current)
 	return true
 }
 

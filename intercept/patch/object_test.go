@@ -38,7 +38,7 @@ func encodedWith(t *testing.T, data string, meta ObjectMetadata) (map[string]int
 		}
 	}
 	added := false
-	if meta.ResourceVersion != "" && u.GetResourceVersion() == "" {
+	if meta.ResourceVersion != "" && !NamesVersion(u.GetResourceVersion()) {
 		u.SetResourceVersion(meta.ResourceVersion)
 		added = true
 	}
@@ -80,6 +80,12 @@ func TestAnnotateObject(t *testing.T) {
 		{name: "empty resourceVersion and null namespace are filled", data: `{"apiVersion":"v1","kind":"ConfigMap","metadata":{"resourceVersion":"","namespace":null,"name":"c"}}`,
 			meta: ObjectMetadata{ResourceVersion: "9", Namespace: "apps"},
 			want: `{"apiVersion":"v1","kind":"ConfigMap","metadata":{"resourceVersion":"9","namespace":"apps","name":"c"}}`},
+		{name: "a resourceVersion of 0 names none, and is filled", data: `{"apiVersion":"v1","kind":"ConfigMap","metadata":{"resourceVersion":"0","name":"c"}}`,
+			meta: ObjectMetadata{ResourceVersion: "9"},
+			want: `{"apiVersion":"v1","kind":"ConfigMap","metadata":{"resourceVersion":"9","name":"c"}}`},
+		{name: "a namespace is filled only when empty", data: `{"apiVersion":"v1","kind":"ConfigMap","metadata":{"namespace":"0","name":"c"}}`,
+			meta: ObjectMetadata{Namespace: "apps"},
+			want: `{"apiVersion":"v1","kind":"ConfigMap","metadata":{"namespace":"0","name":"c"}}`},
 		{name: "removing the last annotation drops the map", data: `{"apiVersion":"v1","kind":"ConfigMap","metadata":{"annotations":{"kausality.io/updaters":"x"},"name":"c"}}`,
 			meta: ObjectMetadata{Annotations: removeOnly},
 			want: `{"apiVersion":"v1","kind":"ConfigMap","metadata":{"name":"c"}}`},

@@ -65,7 +65,7 @@ func mergeWithResourceVersion(patch []byte, rv string) ([]byte, bool, error) {
 			return nil, false, apierrors.NewBadRequest(fmt.Sprintf("the merge patch has a metadata that is not an object: %v", err))
 		}
 	}
-	if own, named := meta["resourceVersion"]; named && !isNull(own) && !isEmptyString(own) {
+	if own, named := meta["resourceVersion"]; named && !isNull(own) && !isUnnamedVersion(own) {
 		return patch, false, nil
 	}
 	if raw, ok := meta["$retainKeys"]; ok {
@@ -146,7 +146,7 @@ func jsonPatchNamesResourceVersion(ops []map[string]json.RawMessage, patched met
 			case "/metadata":
 				named = namesResourceVersion(op["value"])
 			default:
-				named = nonEmptyString(op["value"])
+				named = namesVersionValue(op["value"])
 			}
 		case kind == "remove":
 			changed, named, known = true, false, true
@@ -162,7 +162,7 @@ func jsonPatchNamesResourceVersion(ops []map[string]json.RawMessage, patched met
 	case known:
 		return named
 	case patched != nil:
-		return patched.GetResourceVersion() != ""
+		return NamesVersion(patched.GetResourceVersion())
 	}
 	return false
 }
@@ -191,10 +191,12 @@ func applyWithResourceVersion(patchType types.PatchType, patch []byte, rv string
 	if err != nil {
 		return nil, false, err
 	}
-	if v, found, _ := unstructured.NestedFieldNoCopy(applied.Object, "metadata", "resourceVersion"); found && v != nil && v != "" {
+	if v, found, _ := unstructured.NestedFieldNoCopy(applied.Object, "metadata", "resourceVersion"); found && v != nil {
 		// The client's own; one that is no string is refused by
 		// kube-apiserver as it is.
-		return patch, false, nil
+		if s, isString := v.(string); !isString || NamesVersion(s) {
+			return patch, false, nil
+		}
 	}
 	switch m, found := applied.Object["metadata"]; {
 	case found && m == nil:
@@ -231,6 +233,21 @@ func nonEmptyString(raw json.RawMessage) bool {
 	return json.Unmarshal(raw, &s) == nil && s != ""
 }
 
+// namesVersionValue reports whether raw is a JSON string naming a
+// resourceVersion (NamesVersion).
+func namesVersionValue(raw json.RawMessage) bool {
+	var s string
+	return json.Unmarshal(raw, &s) == nil && NamesVersion(s)
+}
+
+// isUnnamedVersion reports whether raw is a JSON string kube-apiserver
+// reads as no resourceVersion ("0"): a precondition written over it
+// changes nothing the client asked for.
+func isUnnamedVersion(raw json.RawMessage) bool {
+	var s string
+	return json.Unmarshal(raw, &s) == nil && !NamesVersion(s)
+}
+
 // isEmptyString reports whether raw is the JSON string "".
 func isEmptyString(raw json.RawMessage) bool {
 	var s string
@@ -255,7 +272,7 @@ func NamesResourceVersion(patchType types.PatchType, patch []byte, patched metav
 		// kube-apiserver compares the patched object's resourceVersion:
 		// one replaced with "" or removed again names none.
 		targets, ok := jsonPatchTargets(patch)
-		if !ok || patched == nil || patched.GetResourceVersion() == "" {
+		if !ok || patched == nil || !NamesVersion(patched.GetResourceVersion()) {
 			return false
 		}
 		for _, t := range targets {
@@ -272,7 +289,7 @@ func NamesResourceVersion(patchType types.PatchType, patch []byte, patched metav
 		return false
 	case types.ApplyYAMLPatchType, types.ApplyCBORPatchType:
 		applied, err := decodeApplyConfiguration(patchType, patch)
-		return err == nil && applied.GetResourceVersion() != ""
+		return err == nil && NamesVersion(applied.GetResourceVersion())
 	}
 	return false
 }
@@ -285,6 +302,5 @@ func namesResourceVersion(metadata json.RawMessage) bool {
 	if len(metadata) == 0 || json.Unmarshal(metadata, &meta) != nil {
 		return false
 	}
-	var rv string
-	return json.Unmarshal(meta["resourceVersion"], &rv) == nil && rv != ""
+	return namesVersionValue(meta["resourceVersion"])
 }

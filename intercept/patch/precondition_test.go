@@ -34,6 +34,12 @@ func TestWithResourceVersion(t *testing.T) {
 			`[{"op":"replace","path":"/metadata","value":{"name":"x"}},{"op":"add","path":"/metadata/resourceVersion","value":"42"}]`, true},
 		{"apply with an empty resourceVersion gets one", types.ApplyYAMLPatchType, "apiVersion: v1\nkind: ConfigMap\nmetadata:\n  name: c\n  resourceVersion: \"\"\n",
 			`{"apiVersion":"v1","kind":"ConfigMap","metadata":{"name":"c","resourceVersion":"42"}}`, true},
+		{"a merge patch naming version 0 is unconditional, and gets one", types.MergePatchType, `{"metadata":{"resourceVersion":"0"}}`, `{"metadata":{"resourceVersion":"42"}}`, true},
+		{"a strategic merge patch naming version 00 gets one", types.StrategicMergePatchType, `{"metadata":{"resourceVersion":"00"}}`, `{"metadata":{"resourceVersion":"42"}}`, true},
+		{"a JSON patch that replaces it with 0 gets one", types.JSONPatchType, `[{"op":"replace","path":"/metadata/resourceVersion","value":"0"}]`,
+			`[{"op":"replace","path":"/metadata/resourceVersion","value":"0"},{"op":"add","path":"/metadata/resourceVersion","value":"42"}]`, true},
+		{"apply naming version 0 gets one", types.ApplyYAMLPatchType, "apiVersion: v1\nkind: ConfigMap\nmetadata:\n  name: c\n  resourceVersion: \"0\"\n",
+			`{"apiVersion":"v1","kind":"ConfigMap","metadata":{"name":"c","resourceVersion":"42"}}`, true},
 		{"strategic merge patch", types.StrategicMergePatchType, `{"spec":{"replicas":3}}`, `{"metadata":{"resourceVersion":"42"},"spec":{"replicas":3}}`, true},
 		{"JSON patch", types.JSONPatchType, `[{"op":"replace","path":"/spec/replicas","value":3}]`,
 			`[{"op":"replace","path":"/spec/replicas","value":3},{"op":"add","path":"/metadata/resourceVersion","value":"42"}]`, true},
@@ -92,6 +98,9 @@ func TestNamesResourceVersion(t *testing.T) {
 		{"JSON patch whose result is unknown", types.JSONPatchType, `[{"op":"test","path":"/metadata/resourceVersion","value":"7"}]`, nil, false},
 		{"JSON patch with a decoy path member", types.JSONPatchType, `[{"op":"replace","path":"/status/a","Path":"/metadata/resourceVersion","value":"7"}]`, patchedWith("7"), false},
 		{"apply configuration with a resourceVersion", types.ApplyYAMLPatchType, "apiVersion: v1\nkind: ConfigMap\nmetadata:\n  name: x\n  resourceVersion: \"7\"\n", nil, true},
+		{"merge patch naming version 0", types.MergePatchType, `{"metadata":{"resourceVersion":"0"},"status":{"a":1}}`, nil, false},
+		{"JSON patch replacing it with 0", types.JSONPatchType, `[{"op":"replace","path":"/metadata/resourceVersion","value":"0"}]`, patchedWith("0"), false},
+		{"apply configuration naming version 0", types.ApplyYAMLPatchType, "apiVersion: v1\nkind: ConfigMap\nmetadata:\n  name: x\n  resourceVersion: \"0\"\n", nil, false},
 		{"apply configuration without one", types.ApplyYAMLPatchType, "apiVersion: v1\nkind: ConfigMap\nmetadata:\n  name: x\n", nil, false},
 	} {
 		t.Run(tc.name, func(t *testing.T) {

@@ -20,6 +20,7 @@ import (
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/apimachinery/pkg/util/validation/field"
 
 	"github.com/kausality-io/kausality-proxy/intercept/annotations"
@@ -120,6 +121,9 @@ type forwarded struct {
 	// rests on (precondition), which the client did not send.
 	preconditionAdded bool
 	precondition      string
+	// uid: the uid precondition the proxy added to a delete ("" for
+	// none); a failure of it is the proxy's own, as preconditionAdded.
+	uid types.UID
 	// ahead: what was written to the object ahead of it (nil: nothing).
 	ahead *decision.AnnotationChanges
 }
@@ -130,6 +134,9 @@ type forwarded struct {
 // the one of the stored object the annotations it puts back come from.
 func prepare(r *http.Request, f *facts, d *decision.Decision) (forwarded, error) {
 	wr := f.req.w
+	if f.op == decision.Delete {
+		return pinnedDelete(r, f)
+	}
 	// A status write carries annotations too: kube-apiserver keeps them
 	// for most built-in kinds.
 	annotate := !d.ChildAnnotations.Empty() && f.new != nil && (wr.sub == mainResource || wr.sub == statusSubresource)
@@ -165,6 +172,44 @@ func prepare(r *http.Request, f *facts, d *decision.Decision) (forwarded, error)
 	upstream.RestoreBody(out, data)
 	out.Header.Set("Content-Type", contentType)
 	return forwarded{req: out, preconditionAdded: added, precondition: version}, nil
+}
+
+// pinnedDelete is the DELETE to forward: r, made to delete only the object
+// it was decided on. kube-apiserver deletes by name, so without the pin a
+// DELETE decided on an object that was since deleted and created again
+// under its name (a StatefulSet's pod, a terminating child an operator
+// deletes until it is gone) removes the new object undecided. The object's
+// uid becomes the delete's precondition, unless the caller named one of
+// its own, which pins it already. kube-apiserver reads a DELETE's options
+// from its body when it has one, else from its query: options of the query
+// move into the body with the pin. A failed pin is the proxy's own
+// conflict, and the DELETE is decided again on the object read live.
+func pinnedDelete(r *http.Request, f *facts) (forwarded, error) {
+	if f.req.w.sub != mainResource || f.dryRun || f.old == nil || f.old.GetUID() == "" {
+		return forwarded{req: r}, nil
+	}
+	opts := f.deleteOptions
+	if opts == nil {
+		var err error
+		if opts, err = upstream.DeleteOptionsOf(r, f.data); err != nil {
+			return forwarded{}, err
+		}
+	}
+	if p := opts.Preconditions; p != nil && (p.UID != nil || p.ResourceVersion != nil) {
+		return forwarded{req: r}, nil
+	}
+	pinned := opts.DeepCopy()
+	uid := f.old.GetUID()
+	pinned.Preconditions = &metav1.Preconditions{UID: &uid}
+	pinned.TypeMeta = metav1.TypeMeta{APIVersion: metav1.SchemeGroupVersion.String(), Kind: "DeleteOptions"}
+	data, err := json.Marshal(pinned)
+	if err != nil {
+		return forwarded{}, apierrors.NewInternalError(err)
+	}
+	out := r.Clone(r.Context())
+	out.Header.Set("Content-Type", "application/json")
+	upstream.RestoreBody(out, data)
+	return forwarded{req: out, preconditionAdded: true, precondition: "uid " + string(uid), uid: uid}, nil
 }
 
 // preparedPatch is the patch to forward: with the child annotation
@@ -421,6 +466,9 @@ func (i *Interceptor) forward(x exchange, f *facts, d *decision.Decision, out fo
 		rec.BeforeHeader = func(code int) { i.approvals.Settle(*reserved, decision.OnWriteAnswer(code)) }
 	}
 	answer := upstream.NewConflictCatcher(rec, out.preconditionAdded && !f.dryRun)
+	if out.uid != "" {
+		answer = upstream.NewUIDConflictCatcher(rec, out.uid)
+	}
 	for _, warning := range d.Warnings {
 		answer.Header().Add("Warning", formatWarning(warning))
 	}

@@ -5,6 +5,8 @@ import (
 	"net/http/httptest"
 	"strings"
 	"testing"
+
+	"k8s.io/apimachinery/pkg/types"
 )
 
 // Only a 409 for the resourceVersion precondition is the proxy's own to
@@ -13,8 +15,10 @@ import (
 func TestConflictCatcherHoldsOnlyAPreconditionFailure(t *testing.T) {
 	const lock = "the object has been modified; please apply your changes to the latest version and try again"
 	cases := []struct {
-		name     string
-		hold     bool
+		name string
+		hold bool
+		// uid: the delete's uid precondition the proxy added.
+		uid      string
 		code     int
 		body     string
 		wantHeld bool
@@ -33,11 +37,22 @@ func TestConflictCatcherHoldsOnlyAPreconditionFailure(t *testing.T) {
 			body: `{"message":"` + lock + strings.Repeat("x", maxHeldConflict) + `"}`},
 		{name: "not held when not asked", code: http.StatusConflict, body: `{"message":"` + lock + `"}`},
 		{name: "a success", hold: true, code: http.StatusOK, body: `{}`},
+		{name: "the uid precondition the proxy added failed in storage", uid: "u-1", code: http.StatusConflict,
+			body: `{"kind":"Status","message":"Operation cannot be fulfilled on pods \"a\": Precondition failed: UID in precondition: u-1, UID in object meta: u-2","reason":"Conflict","code":409}`, wantHeld: true},
+		{name: "the uid precondition the proxy added failed in graceful deletion", uid: "u-1", code: http.StatusConflict,
+			body: `{"kind":"Status","message":"Operation cannot be fulfilled on Pod \"a\": the UID in the precondition (u-1) does not match the UID in record (u-2). The object might have been deleted and then recreated","reason":"Conflict","code":409}`, wantHeld: true},
+		{name: "another uid's precondition", uid: "u-1", code: http.StatusConflict,
+			body: `{"kind":"Status","message":"Precondition failed: UID in precondition: u-10, UID in object meta: u-2","reason":"Conflict","code":409}`},
+		{name: "a resourceVersion precondition is not the uid's", uid: "u-1", code: http.StatusConflict,
+			body: `{"kind":"Status","message":"Operation cannot be fulfilled on replicasets.apps \"a\": ` + lock + `","reason":"Conflict","code":409}`},
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
 			rec := httptest.NewRecorder()
 			c := NewConflictCatcher(rec, tc.hold)
+			if tc.uid != "" {
+				c = NewUIDConflictCatcher(rec, types.UID(tc.uid))
+			}
 			c.Header().Add("Warning", `299 - "kausality: a warning"`)
 			c.Header().Set("Content-Type", "application/json")
 			c.WriteHeader(tc.code)

@@ -20,6 +20,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/runtime/schema"
+	"k8s.io/apimachinery/pkg/types"
 
 	"github.com/kausality-io/kausality-proxy/intercept/body"
 )
@@ -84,8 +85,11 @@ func DryRunOf(req *http.Request, data []byte) (*http.Request, error) {
 // server-side apply field conflict) answers the caller's write, which no
 // retry changes: Done relays it.
 type ConflictCatcher struct {
-	w      http.ResponseWriter
-	hold   bool
+	w    http.ResponseWriter
+	hold bool
+	// uid: the uid precondition whose failure is held, in place of the
+	// resourceVersion precondition's ("" for that one).
+	uid    string
 	header http.Header
 	code   int
 	held   bool
@@ -117,6 +121,12 @@ func withoutSpace(b []byte) []byte {
 // NewConflictCatcher passes answers to w, holding a 409 when hold is set.
 func NewConflictCatcher(w http.ResponseWriter, hold bool) *ConflictCatcher {
 	return &ConflictCatcher{w: w, hold: hold, header: http.Header{}}
+}
+
+// NewUIDConflictCatcher passes answers to w, holding a 409 for the failure
+// of a delete's precondition on uid.
+func NewUIDConflictCatcher(w http.ResponseWriter, uid types.UID) *ConflictCatcher {
+	return &ConflictCatcher{w: w, hold: true, uid: string(uid), header: http.Header{}}
 }
 
 // Header implements http.ResponseWriter.
@@ -190,13 +200,25 @@ func (c *ConflictCatcher) Flush() {
 func (c *ConflictCatcher) Unwrap() http.ResponseWriter { return c.w }
 
 // Done ends the answer, once kube-apiserver's has been read whole. It
-// reports whether a 409 for the resourceVersion precondition is held; a
-// held 409 of any other cause is relayed to the client now.
+// reports whether a 409 for the precondition is held; a held 409 of any
+// other cause is relayed to the client now.
 func (c *ConflictCatcher) Done() bool {
-	if c.held && !bytes.Contains(withoutSpace(c.body.Bytes()), optimisticLockMessage) {
+	if c.held && !c.preconditionFailed(withoutSpace(c.body.Bytes())) {
 		_ = c.release()
 	}
 	return c.held
+}
+
+// preconditionFailed reports whether body, without its white space, is
+// kube-apiserver's word for the failure of the precondition held. A
+// failed uid precondition is worded by its storage (storage.Preconditions)
+// or by graceful deletion (rest.BeforeDelete), each naming the uid.
+func (c *ConflictCatcher) preconditionFailed(body []byte) bool {
+	if c.uid == "" {
+		return bytes.Contains(body, optimisticLockMessage)
+	}
+	return bytes.Contains(body, withoutSpace([]byte("UID in precondition: "+c.uid+", UID in object meta:"))) ||
+		bytes.Contains(body, withoutSpace([]byte("the UID in the precondition ("+c.uid+") does not match the UID in record")))
 }
 
 // Answer holds an answer of kube-apiserver's that may or may not be

@@ -23,6 +23,21 @@ var deducedTypeConverter = managedfields.NewDeducedTypeConverter()
 // same converter as kube-apiserver's (sigs.k8s.io/yaml), but a stream with
 // more than one document is rejected (see body.YAMLToJSON).
 func decodeApplyConfiguration(patchType types.PatchType, patch []byte) (*unstructured.Unstructured, error) {
+	if patchType != types.ApplyYAMLPatchType {
+		// CBOR decodes fast enough.
+		return decodeApplyConfigurationOnce(patchType, patch)
+	}
+	if cfg, ok := decodedConfigurations.get(patchType, patch); ok {
+		return cfg, nil
+	}
+	cfg, err := decodeApplyConfigurationOnce(patchType, patch)
+	if err == nil {
+		decodedConfigurations.put(patchType, patch, cfg)
+	}
+	return cfg, err
+}
+
+func decodeApplyConfigurationOnce(patchType types.PatchType, patch []byte) (*unstructured.Unstructured, error) {
 	var (
 		v      interface{}
 		format = "YAML"

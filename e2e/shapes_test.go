@@ -270,6 +270,55 @@ func TestShapesEviction(t *testing.T) {
 	})
 }
 
+// The proxy makes a DELETE land only on the object it decided on, with the
+// object's uid as its precondition in a body of DeleteOptions. kube-apiserver
+// reads a DELETE's options from its body when it has one, so options sent
+// in the query must reach it in that body: a ReplicaSet deleted with
+// propagationPolicy=Orphan in the query leaves its pods, without their
+// owner, where the default propagation would have the garbage collector
+// delete them.
+func TestShapesDeleteKeepsTheOptionsOfItsQuery(t *testing.T) {
+	ctx := context.Background()
+	ns := namespaceWithMode(t, "shp-delopts", "enforce")
+	rs := readyDeployment(t, ns, 2)
+	pods := podsOf(t, ns, rs)
+	if len(pods) != 2 {
+		t.Fatalf("%d pods of ReplicaSet %s, want 2", len(pods), rs)
+	}
+	stored, err := directClient(t).AppsV1().ReplicaSets(ns).Get(ctx, rs, metav1.GetOptions{})
+	mustf(t, err, "reading ReplicaSet %s", rs)
+	mark := wgMark(t)
+	bob := intentPerson(t, "bob")
+	err = bob.AppsV1().RESTClient().Delete().Namespace(ns).Resource("replicasets").Name(rs).
+		Param("propagationPolicy", string(metav1.DeletePropagationOrphan)).Do(ctx).Error()
+	mustf(t, err, "bob deletes ReplicaSet %s, orphaning its pods", rs)
+	wgExpectDecision(t, wgDecision(t, mark, "replicasets", ns, rs), "Allow", "NewOrigin")
+	eventually(t, 60*time.Second, "the ReplicaSet is gone and its pods are left without it", func() error {
+		current, err := directClient(t).AppsV1().ReplicaSets(ns).Get(ctx, rs, metav1.GetOptions{})
+		switch {
+		case err == nil && current.UID == stored.UID:
+			return fmt.Errorf("ReplicaSet %s is still there (finalizers %v)", rs, current.Finalizers)
+		case err != nil && !apierrors.IsNotFound(err):
+			return err
+		}
+		for _, pod := range pods {
+			p, err := directClient(t).CoreV1().Pods(ns).Get(ctx, pod.Name, metav1.GetOptions{})
+			if err != nil {
+				return fmt.Errorf("pod %s: %w (the garbage collector deleted it: the propagation policy of the query was lost)", pod.Name, err)
+			}
+			if p.DeletionTimestamp != nil {
+				return fmt.Errorf("pod %s is being deleted: the propagation policy of the query was lost", pod.Name)
+			}
+			for _, ref := range p.OwnerReferences {
+				if ref.UID == stored.UID {
+					return fmt.Errorf("pod %s still names the deleted ReplicaSet as its owner", pod.Name)
+				}
+			}
+		}
+		return nil
+	})
+}
+
 // A resize changes a pod's spec, so a frozen ReplicaSet's pod is not
 // resized; unfrozen, a person's resize is a new origin.
 func TestShapesResize(t *testing.T) {

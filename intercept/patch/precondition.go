@@ -248,12 +248,6 @@ func isUnnamedVersion(raw json.RawMessage) bool {
 	return json.Unmarshal(raw, &s) == nil && !NamesVersion(s)
 }
 
-// isEmptyString reports whether raw is the JSON string "".
-func isEmptyString(raw json.RawMessage) bool {
-	var s string
-	return json.Unmarshal(raw, &s) == nil && s == ""
-}
-
 // NamesResourceVersion reports whether patch names the resourceVersion it
 // was made on, so that kube-apiserver applies it only to the object at
 // that version: a merge patch or an apply configuration with a non-empty

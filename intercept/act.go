@@ -20,8 +20,10 @@ import (
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/apimachinery/pkg/util/validation/field"
+	"k8s.io/utils/ptr"
 
 	"github.com/kausality-io/kausality-proxy/intercept/annotations"
 	"github.com/kausality-io/kausality-proxy/intercept/body"
@@ -198,6 +200,12 @@ func pinnedDelete(r *http.Request, f *facts) (forwarded, error) {
 	if p := opts.Preconditions; p != nil && (p.UID != nil || p.ResourceVersion != nil) {
 		return forwarded{req: r}, nil
 	}
+	if ptr.Deref(opts.IgnoreStoreReadErrorWithClusterBreakingPotential, false) {
+		// kube-apiserver refuses an unsafe delete that carries
+		// preconditions (ValidateIgnoreStoreReadError): pinned, the
+		// caller's delete of a corrupt object would be a 422.
+		return forwarded{req: r}, nil
+	}
 	pinned := opts.DeepCopy()
 	uid := f.old.GetUID()
 	pinned.Preconditions = &metav1.Preconditions{UID: &uid}
@@ -206,8 +214,20 @@ func pinnedDelete(r *http.Request, f *facts) (forwarded, error) {
 	if err != nil {
 		return forwarded{}, apierrors.NewInternalError(err)
 	}
+	contentType := "application/json"
+	if format, _ := body.FormatFor(r.Header.Get("Content-Type")); len(f.data) > 0 && format == body.CBOR {
+		// kube-apiserver reads CBOR options only with CBOR serving on; in
+		// JSON they would be read where the caller's are refused (415).
+		m, err := runtime.DefaultUnstructuredConverter.ToUnstructured(pinned)
+		if err != nil {
+			return forwarded{}, apierrors.NewInternalError(err)
+		}
+		if data, contentType, err = body.Encode(&unstructured.Unstructured{Object: m}, body.CBOR); err != nil {
+			return forwarded{}, err
+		}
+	}
 	out := r.Clone(r.Context())
-	out.Header.Set("Content-Type", "application/json")
+	out.Header.Set("Content-Type", contentType)
 	upstream.RestoreBody(out, data)
 	return forwarded{req: out, preconditionAdded: true, precondition: "uid " + string(uid), uid: uid}, nil
 }
@@ -369,7 +389,16 @@ func (i *Interceptor) act(x exchange, f *facts, d *decision.Decision, round int,
 				return nothingMoved, err
 			}
 		case decision.StepPreflight:
-			if !i.preflight(x, out.req) {
+			answer, ok := i.dryRunOf(x, out.req)
+			if ok && out.preconditionAdded && answer.PreconditionFailed(out.uid) {
+				// The pin the proxy added failed: the object changed,
+				// or was deleted and created again, since the decision.
+				if decision.OnForwardedConflict(true, round) == decision.RefuseStillMoving {
+					return nothingMoved, stillMoving(f.req.w, "the object")
+				}
+				return objectMoved, nil
+			}
+			if !ok || !i.preflightAccepted(x, answer) {
 				i.recordDecision(f, d, "dry-run-refused")
 				return nothingMoved, nil
 			}
@@ -421,16 +450,30 @@ func (i *Interceptor) act(x exchange, f *facts, d *decision.Decision, round int,
 // kube-apiserver would accept it. When it would not, its answer has been
 // written to the client and nothing was changed anywhere.
 func (i *Interceptor) preflight(x exchange, out *http.Request) bool {
+	answer, ok := i.dryRunOf(x, out)
+	return ok && i.preflightAccepted(x, answer)
+}
+
+// dryRunOf sends out as a server-side dry run and returns kube-apiserver's
+// answer; false when it could not be sent, which has been answered to the
+// client then.
+func (i *Interceptor) dryRunOf(x exchange, out *http.Request) (*upstream.Answer, bool) {
 	data, err := readAll(out)
 	if err != nil {
 		x.writeError(x.w, err)
-		return false
+		return nil, false
 	}
 	answer, err := x.up.DryRun(out, data, maxPreflightAnswer)
 	if err != nil {
 		x.writeError(x.w, err)
-		return false
+		return nil, false
 	}
+	return answer, true
+}
+
+// preflightAccepted reports whether answer, a preflight's, accepts the
+// write; a refusal has been relayed to the client.
+func (i *Interceptor) preflightAccepted(x exchange, answer *upstream.Answer) bool {
 	if answer.Succeeded() {
 		return true
 	}

@@ -311,7 +311,7 @@ func (f *facts) namesOtherVersion() bool {
 	if f.sent != nil {
 		rv = f.sent.GetResourceVersion()
 	}
-	return rv != "" && rv != f.old.GetResourceVersion()
+	return patch.NamesVersion(rv) && !patch.SameVersion(rv, f.old.GetResourceVersion())
 }
 
 // noChangeIsCertain: a stale stored object cannot hide a desired-state
@@ -379,7 +379,7 @@ func (f *facts) staleUpdate() bool {
 		return false
 	}
 	rv := f.sent.GetResourceVersion()
-	return patch.NamesVersion(rv) && rv != f.old.GetResourceVersion()
+	return patch.NamesVersion(rv) && !patch.SameVersion(rv, f.old.GetResourceVersion())
 }
 
 // allowanceInputs are the facts of f the allowance check needs.

@@ -2,6 +2,7 @@ package intercept_test
 
 import (
 	"encoding/json"
+	"fmt"
 	"io"
 	"net/http"
 	"net/http/httptest"
@@ -9,6 +10,7 @@ import (
 	"testing"
 
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	cbor "k8s.io/apimachinery/pkg/runtime/serializer/cbor/direct"
 	"k8s.io/apimachinery/pkg/types"
 )
 
@@ -40,6 +42,13 @@ func TestADeleteLandsOnlyOnTheObjectItWasDecidedOn(t *testing.T) {
 			want: []*metav1.DeleteOptions{nil}},
 		{name: "the caller's own resourceVersion precondition pins it already", body: `{"preconditions":{"resourceVersion":"200"}}`, wantCode: http.StatusOK,
 			want: []*metav1.DeleteOptions{nil}},
+		// kube-apiserver refuses ignoreStoreReadErrorWithClusterBreakingPotential
+		// together with preconditions (ValidateIgnoreStoreReadError): a pin
+		// turns the caller's unsafe delete of a corrupt object into a 422.
+		{name: "an unsafe delete of a corrupt object carries no preconditions", body: `{"kind":"DeleteOptions","apiVersion":"v1","ignoreStoreReadErrorWithClusterBreakingPotential":true}`,
+			wantCode: http.StatusOK, want: []*metav1.DeleteOptions{nil}},
+		{name: "an unsafe delete asked for in the query carries no preconditions", query: "?ignoreStoreReadErrorWithClusterBreakingPotential=true",
+			wantCode: http.StatusOK, want: []*metav1.DeleteOptions{nil}},
 		{name: "the pin failed: decided again, the caller hears only that answer", conflicts: 1, wantCode: http.StatusOK,
 			want: []*metav1.DeleteOptions{
 				{Preconditions: &metav1.Preconditions{UID: uid("stable-1-uid")}},
@@ -122,4 +131,142 @@ func mustJSON(t *testing.T, v any) string {
 		t.Fatal(err)
 	}
 	return string(b)
+}
+
+// A DELETE that consumes a once approval is dry-run before the approval is
+// reserved, pinned as the DELETE itself is. A failed pin in that dry run
+// is the proxy's own conflict as much as in the DELETE: the caller, who
+// named no uid, must not hear of it; the DELETE is decided again on the
+// object read live.
+func TestAPinThatFailsInThePreflightIsTheProxysOwn(t *testing.T) {
+	const uidConflict = `{"kind":"Status","apiVersion":"v1","status":"Failure","message":"Operation cannot be fulfilled on replicasets.apps \"approved-1\": Precondition failed: UID in precondition: approved-1-uid, UID in object meta: approved-1-new","reason":"Conflict","code":409}`
+	cases := []struct {
+		name string
+		// conflicts: how many requests kube-apiserver answers 409 first.
+		conflicts int
+		wantCode  int
+	}{
+		{name: "control: the pin holds", wantCode: http.StatusOK},
+		{name: "the pin fails in the dry run", conflicts: 1, wantCode: http.StatusOK},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			var (
+				mu   sync.Mutex
+				sent []forwardedRequest
+			)
+			env := newServeEnv(t, nil, allowEveryone, enforce, withApprovedFamily)
+			env.upstream = func(w http.ResponseWriter, r *http.Request) {
+				data, _ := io.ReadAll(r.Body)
+				mu.Lock()
+				sent = append(sent, forwardedRequest{query: r.URL.Query(), body: string(data)})
+				n := len(sent)
+				mu.Unlock()
+				w.Header().Set("Content-Type", "application/json")
+				if n <= tc.conflicts {
+					w.WriteHeader(http.StatusConflict)
+					_, _ = w.Write([]byte(uidConflict))
+					return
+				}
+				_, _ = w.Write([]byte(`{"kind":"Status","apiVersion":"v1","code":200}`))
+			}
+			rec := httptest.NewRecorder()
+			env.handler.ServeHTTP(rec, env.request(t, benchWrite{method: http.MethodDelete, path: rsPath + "/approved-1", user: kcmUser}))
+			if rec.Code != tc.wantCode {
+				t.Fatalf("code %d, want %d: %s (%v)", rec.Code, tc.wantCode, rec.Body, env.lastError)
+			}
+			mu.Lock()
+			defer mu.Unlock()
+			if len(sent) < 2 {
+				t.Fatalf("%d requests forwarded, want a dry run and the DELETE: %v", len(sent), sent)
+			}
+			var first metav1.DeleteOptions
+			if err := json.Unmarshal([]byte(sent[0].body), &first); err != nil || len(first.DryRun) == 0 || first.Preconditions == nil {
+				t.Fatalf("the first request %q is no pinned dry run (%v)", sent[0].body, err)
+			}
+		})
+	}
+}
+
+// kube-apiserver decodes a DELETE's options with its own codecs, which
+// read CBOR only with CBORServingAndStorage (alpha, off by default): a
+// CBOR body is refused there with 415. The pinned DELETE keeps the
+// caller's format, so that kube-apiserver still answers the body as sent;
+// in JSON it would delete what it would have refused.
+func TestAPinnedDeleteKeepsTheFormatOfItsOptions(t *testing.T) {
+	data, err := cbor.Marshal(map[string]any{"apiVersion": "v1", "kind": "DeleteOptions", "gracePeriodSeconds": int64(5)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var (
+		mu          sync.Mutex
+		contentType string
+	)
+	env := newServeEnv(t, nil, allowEveryone, enforce, replacing(terminatingChild, "replicasets", terminatingChild))
+	env.upstream = func(w http.ResponseWriter, r *http.Request) {
+		mu.Lock()
+		contentType = r.Header.Get("Content-Type")
+		mu.Unlock()
+		w.Header().Set("Content-Type", "application/json")
+		_, _ = w.Write([]byte(`{"kind":"Status","apiVersion":"v1","code":200}`))
+	}
+	rec := httptest.NewRecorder()
+	env.handler.ServeHTTP(rec, env.request(t, benchWrite{method: http.MethodDelete, path: rsPath + "/stable-1", user: kcmUser,
+		contentType: "application/cbor", body: data}))
+	if rec.Code != http.StatusOK {
+		t.Fatalf("code %d, want 200: %s (%v)", rec.Code, rec.Body, env.lastError)
+	}
+	mu.Lock()
+	defer mu.Unlock()
+	if contentType != "application/cbor" {
+		t.Errorf("forwarded as %q, want the caller's application/cbor", contentType)
+	}
+}
+
+// The same holds for the resourceVersion the proxy pins an update to when
+// it puts back the system annotations the update changes: its failure in
+// the dry run is the proxy's own, and the write is decided again.
+func TestAVersionPinThatFailsInThePreflightIsTheProxysOwn(t *testing.T) {
+	for _, conflicts := range []int{0, 1} {
+		t.Run(fmt.Sprintf("%d conflicts", conflicts), func(t *testing.T) {
+			var (
+				mu   sync.Mutex
+				sent []map[string]any
+			)
+			env := newServeEnv(t, nil, allowEveryone, enforce, withApprovedFamily)
+			env.upstream = func(w http.ResponseWriter, r *http.Request) {
+				data, _ := io.ReadAll(r.Body)
+				var patch map[string]any
+				_ = json.Unmarshal(data, &patch)
+				mu.Lock()
+				sent = append(sent, patch)
+				n := len(sent)
+				mu.Unlock()
+				w.Header().Set("Content-Type", "application/json")
+				// The drift is confirmed with a dry run of the caller's
+				// write first; the preflight of the pinned write is next.
+				if n == 2 && conflicts > 0 {
+					w.WriteHeader(http.StatusConflict)
+					_, _ = w.Write([]byte(preconditionConflict))
+					return
+				}
+				_, _ = w.Write([]byte(`{"kind":"Status","apiVersion":"v1","code":200}`))
+			}
+			rec := httptest.NewRecorder()
+			env.handler.ServeHTTP(rec, env.request(t, benchWrite{method: http.MethodPatch, path: rsPath + "/approved-1?fieldManager=" + benchKCM,
+				contentType: "application/merge-patch+json", body: []byte(`{"metadata":{"annotations":{"kausality.io/updaters":"zzzzz"}},"spec":{"replicas":9}}`), user: kcmUser}))
+			if rec.Code != http.StatusOK {
+				t.Fatalf("code %d, want 200: %s (%v)", rec.Code, rec.Body, env.lastError)
+			}
+			mu.Lock()
+			defer mu.Unlock()
+			if len(sent) < 3+conflicts {
+				t.Fatalf("%d requests forwarded, want the confirmation, the preflight and the write (and the preflight again after a conflict): %v", len(sent), sent)
+			}
+			meta, _ := sent[1]["metadata"].(map[string]any)
+			if meta["resourceVersion"] != "200" {
+				t.Fatalf("the preflight %v is not pinned to the stored version", sent[1])
+			}
+		})
+	}
 }

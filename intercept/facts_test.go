@@ -83,3 +83,30 @@ func TestAWriteOfVersionZeroNamesNoResourceVersion(t *testing.T) {
 		}
 	}
 }
+
+// kube-apiserver reads a resourceVersion as an unsigned integer: an
+// update naming "007" is conditional on version 7, and lands on it. It is
+// no update of an older version, which the proxy would answer with its
+// own 409.
+func TestAnUpdateNamingTheStoredVersionWithLeadingZerosIsNotStale(t *testing.T) {
+	for _, tc := range []struct {
+		sent, stored string
+		want         bool
+	}{
+		{"7", "7", false},
+		{"007", "7", false},
+		{"07", "7", false},
+		{"6", "7", true},
+		{"0", "7", false},
+		{"abc", "7", true},
+	} {
+		sent := &unstructured.Unstructured{Object: map[string]any{"metadata": map[string]any{"name": "x"}}}
+		sent.SetResourceVersion(tc.sent)
+		old := &unstructured.Unstructured{Object: map[string]any{"metadata": map[string]any{"name": "x"}}}
+		old.SetResourceVersion(tc.stored)
+		f := &facts{req: &writeRequest{w: &write{verb: "update", sub: mainResource}}, sent: sent, old: old}
+		if got := f.staleUpdate(); got != tc.want {
+			t.Errorf("an update of resourceVersion %q with %q stored is stale: %v, want %v", tc.sent, tc.stored, got, tc.want)
+		}
+	}
+}

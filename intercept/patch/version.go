@@ -11,3 +11,15 @@ func NamesVersion(rv string) bool {
 	n, err := strconv.ParseUint(rv, 10, 64)
 	return rv != "" && (err != nil || n != 0)
 }
+
+// SameVersion reports whether kube-apiserver reads resourceVersions a and
+// b as the same version: as unsigned integers when both are ("007" is 7),
+// else as the same string.
+func SameVersion(a, b string) bool {
+	x, errA := strconv.ParseUint(a, 10, 64)
+	y, errB := strconv.ParseUint(b, 10, 64)
+	if errA == nil && errB == nil {
+		return x == y
+	}
+	return a == b
+}

@@ -9,3 +9,16 @@ func TestNamesVersion(t *testing.T) {
 		}
 	}
 }
+
+func TestSameVersion(t *testing.T) {
+	for _, tc := range []struct {
+		a, b string
+		want bool
+	}{
+		{"7", "7", true}, {"007", "7", true}, {"7", "8", false}, {"", "", true}, {"", "0", false}, {"abc", "abc", true}, {"abc", "7", false},
+	} {
+		if got := SameVersion(tc.a, tc.b); got != tc.want {
+			t.Errorf("SameVersion(%q, %q) = %v, want %v", tc.a, tc.b, got, tc.want)
+		}
+	}
+}

@@ -217,8 +217,28 @@ func (c *ConflictCatcher) preconditionFailed(body []byte) bool {
 	if c.uid == "" {
 		return bytes.Contains(body, optimisticLockMessage)
 	}
-	return bytes.Contains(body, withoutSpace([]byte("UID in precondition: "+c.uid+", UID in object meta:"))) ||
-		bytes.Contains(body, withoutSpace([]byte("the UID in the precondition ("+c.uid+") does not match the UID in record")))
+	return uidPreconditionFailed(body, c.uid)
+}
+
+// uidPreconditionFailed reports whether body, without its white space, is
+// kube-apiserver's word for the failure of a precondition on uid.
+func uidPreconditionFailed(body []byte, uid string) bool {
+	return bytes.Contains(body, withoutSpace([]byte("UID in precondition: "+uid+", UID in object meta:"))) ||
+		bytes.Contains(body, withoutSpace([]byte("the UID in the precondition ("+uid+") does not match the UID in record")))
+}
+
+// PreconditionFailed reports whether the answer is kube-apiserver's 409
+// for the failure of the precondition the proxy added: a delete's on uid
+// (uid not ""), else a write's on its resourceVersion.
+func (b *Answer) PreconditionFailed(uid types.UID) bool {
+	if b.code != http.StatusConflict || b.truncated {
+		return false
+	}
+	body := withoutSpace(b.body.Bytes())
+	if uid == "" {
+		return bytes.Contains(body, optimisticLockMessage)
+	}
+	return uidPreconditionFailed(body, string(uid))
 }
 
 // Answer holds an answer of kube-apiserver's that may or may not be

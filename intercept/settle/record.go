@@ -34,7 +34,9 @@ func (r Record) Moved() bool {
 // commutative and idempotent, so replicas that learn the same things in
 // any order converge on one record instead of overwriting each other: the
 // later settlement wins, the later spec wins, the same spec keeps the
-// earliest generation it was seen at, and equal generations with unequal
+// earliest generation it was seen at (unless one record knows the spec
+// left it and came back after that generation: a rollback being carried
+// out, which the other missed), and equal generations with unequal
 // hashes (which only a stale or forged record produces) are broken by the
 // hash so every replica picks the same one.
 func Merge(a, b Record) Record {
@@ -44,6 +46,10 @@ func Merge(a, b Record) Record {
 		out.Settled, out.SettledAt = b.Settled, b.SettledAt
 	}
 	switch {
+	case b.Current == a.Current && movedAfter(a, b):
+		out.Since = a.Since
+	case b.Current == a.Current && movedAfter(b, a):
+		out.Since = b.Since
 	case b.Current == a.Current:
 		out.Since = min(a.Since, b.Since)
 	case b.Since > a.Since, b.Since == a.Since && b.Current > a.Current:
@@ -51,6 +57,17 @@ func Merge(a, b Record) Record {
 	}
 	out.Changed = max(a.Changed, b.Changed)
 	return out
+}
+
+// movedAfter reports whether a knows that the parent left its spec after
+// the generation b has it since, and came back to it at a.Since: a settled
+// at or after b.Since and saw the spec first after that. b, which missed
+// the move (a replica that read the parent before and after it, or a
+// record written before it), must not pull a.Since back to its own, which
+// would forget the rollback being carried out. At most one of
+// movedAfter(a, b) and movedAfter(b, a) holds, so Merge stays commutative.
+func movedAfter(a, b Record) bool {
+	return a.Moved() && a.SettledAt >= b.Since && a.Since > b.Since
 }
 
 // Encode is the record as stored.

@@ -24,6 +24,10 @@ func TestMerge(t *testing.T) {
 		{"the same spec keeps the earliest generation it was seen at", settledV1,
 			Record{Settled: "v1", SettledAt: 4, Current: "v1", Since: 4},
 			Record{Settled: "v1", SettledAt: 4, Current: "v1", Since: 2, Changed: 10}},
+		{"a return to the settled spec after a move another replica did not see stays a move",
+			Record{Settled: "v1", SettledAt: 1, Current: "v1", Since: 1},
+			Record{Settled: "v1", SettledAt: 1, Current: "v1", Since: 3},
+			Record{Settled: "v1", SettledAt: 1, Current: "v1", Since: 3}},
 		{"equal generations, unequal hashes: the larger hash, on every replica",
 			Record{Settled: "a", SettledAt: 3, Current: "a", Since: 3},
 			Record{Settled: "b", SettledAt: 3, Current: "b", Since: 3},
@@ -166,3 +170,36 @@ type countingDurable struct{ changed, gone int }
 func (c *countingDurable) Lookup(string, types.UID) (Record, bool) { return Record{}, false }
 func (c *countingDurable) Changed(string, types.UID)               { c.changed++ }
 func (c *countingDurable) Gone(string, types.UID)                  { c.gone++ }
+
+// A person rolls a Deployment from v1 to v2 and straight back to v1. The
+// replica that saw it records v1 since generation 3 after settling at
+// generation 1 (one batched write: the record never said v2). A replica
+// that saw only generations 1 and 3, and takes that record, must treat
+// the parent as carrying the rollback out, as the first does; and the
+// first must not forget it when it takes back the older record it wrote
+// before (an informer event, a batched write merged with what is stored).
+func TestARollbackAnotherReplicaSawIsNotForgotten(t *testing.T) {
+	saw := NewMemory(0, time.Now)
+	saw.Assess(deployment("v1", 1, 1, 3, 3))
+	saw.Assess(deployment("v2", 2, 2, 3, 1))
+	if f := saw.Assess(deployment("v1", 3, 3, 3, 2)); f.AtCurrentSpec {
+		t.Fatalf("the replica that saw the rollback: %+v", f)
+	}
+	_, moved, _ := saw.Record("u-1")
+	if !moved.Moved() || moved.SettledAt != 1 || moved.Since != 3 {
+		t.Fatalf("the record of the replica that saw the rollback: %+v", moved)
+	}
+	older := moved
+	older.Since = 1
+	saw.Merge("u-1", older)
+	if f := saw.Assess(deployment("v1", 3, 3, 3, 2)); f.AtCurrentSpec {
+		t.Fatalf("after taking back the older record: %+v: the rollback's writes are drift", f)
+	}
+
+	other := NewMemory(0, time.Now)
+	other.Assess(deployment("v1", 1, 1, 3, 3))
+	other.Merge("u-1", moved)
+	if f := other.Assess(deployment("v1", 3, 3, 3, 2)); f.AtCurrentSpec {
+		t.Fatalf("the other replica: %+v: it denies the rollback the first one allows", f)
+	}
+}

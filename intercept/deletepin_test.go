@@ -69,20 +69,7 @@ func TestADeleteLandsOnlyOnTheObjectItWasDecidedOn(t *testing.T) {
 				sent []forwardedRequest
 			)
 			env := newServeEnv(t, nil, allowEveryone, enforce, replacing(terminatingChild, "replicasets", terminatingChild))
-			env.upstream = func(w http.ResponseWriter, r *http.Request) {
-				data, _ := io.ReadAll(r.Body)
-				mu.Lock()
-				sent = append(sent, forwardedRequest{query: r.URL.Query(), body: string(data)})
-				n := len(sent)
-				mu.Unlock()
-				w.Header().Set("Content-Type", "application/json")
-				if n <= tc.conflicts {
-					w.WriteHeader(http.StatusConflict)
-					_, _ = w.Write([]byte(uidConflict))
-					return
-				}
-				_, _ = w.Write([]byte(`{"kind":"Status","apiVersion":"v1","code":200}`))
-			}
+			env.upstream = conflictsFirst(tc.conflicts, uidConflict, &sent, &mu)
 			rec := httptest.NewRecorder()
 			env.handler.ServeHTTP(rec, env.request(t, deleteBody(benchWrite{method: http.MethodDelete, path: rsPath + "/stable-1" + tc.query, user: kcmUser}, tc.body)))
 			if rec.Code != tc.wantCode {
@@ -163,20 +150,7 @@ func TestAPinThatFailsInThePreflightIsTheProxysOwn(t *testing.T) {
 				sent []forwardedRequest
 			)
 			env := newServeEnv(t, nil, allowEveryone, enforce, withApprovedFamily)
-			env.upstream = func(w http.ResponseWriter, r *http.Request) {
-				data, _ := io.ReadAll(r.Body)
-				mu.Lock()
-				sent = append(sent, forwardedRequest{query: r.URL.Query(), body: string(data)})
-				n := len(sent)
-				mu.Unlock()
-				w.Header().Set("Content-Type", "application/json")
-				if n <= tc.conflicts {
-					w.WriteHeader(http.StatusConflict)
-					_, _ = w.Write([]byte(uidConflict))
-					return
-				}
-				_, _ = w.Write([]byte(`{"kind":"Status","apiVersion":"v1","code":200}`))
-			}
+			env.upstream = conflictsFirst(tc.conflicts, uidConflict, &sent, &mu)
 			rec := httptest.NewRecorder()
 			env.handler.ServeHTTP(rec, env.request(t, benchWrite{method: http.MethodDelete, path: rsPath + "/approved-1", user: kcmUser}))
 			if rec.Code != tc.wantCode {
@@ -362,5 +336,24 @@ func TestAnEvictionLandsOnlyOnThePodItWasDecidedOn(t *testing.T) {
 				t.Errorf("the forwarded Eviction's grace period is %d, want the caller's 5", grace)
 			}
 		})
+	}
+}
+
+// conflictsFirst is kube-apiserver answering the first conflicts requests
+// with the 409 conflict, and the rest 200; every request is recorded.
+func conflictsFirst(conflicts int, conflict string, into *[]forwardedRequest, mu *sync.Mutex) http.HandlerFunc {
+	return func(w http.ResponseWriter, r *http.Request) {
+		data, _ := io.ReadAll(r.Body)
+		mu.Lock()
+		*into = append(*into, forwardedRequest{query: r.URL.Query(), body: string(data)})
+		n := len(*into)
+		mu.Unlock()
+		w.Header().Set("Content-Type", "application/json")
+		if n <= conflicts {
+			w.WriteHeader(http.StatusConflict)
+			_, _ = w.Write([]byte(conflict))
+			return
+		}
+		_, _ = w.Write([]byte(`{"kind":"Status","apiVersion":"v1","code":200}`))
 	}
 }

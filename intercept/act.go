@@ -185,19 +185,13 @@ func prepare(r *http.Request, f *facts, d *decision.Decision) (forwarded, error)
 // its own, which pins it already. kube-apiserver reads a DELETE's options
 // from its body when it has one, else from its query: options of the query
 // move into the body with the pin. A failed pin is the proxy's own
-// conflict, and the DELETE is decided again on the object read live. An
-// eviction, which deletes the pod kube-apiserver finds under its name, is
-// pinned the same way, in its Eviction's deleteOptions (pinnedEviction).
+// conflict, and the DELETE is decided again on the object read live.
 func pinnedDelete(r *http.Request, f *facts) (forwarded, error) {
-	sub := f.req.w.sub
-	if sub != mainResource && (sub != evictionSubresource || len(f.data) == 0) || f.dryRun || f.old == nil || f.old.GetUID() == "" {
+	if f.req.w.sub != mainResource || f.dryRun || f.old == nil || f.old.GetUID() == "" {
 		return forwarded{req: r}, nil
 	}
 	opts := f.deleteOptions
-	switch {
-	case opts == nil && sub == evictionSubresource:
-		opts = &metav1.DeleteOptions{}
-	case opts == nil:
+	if opts == nil {
 		var err error
 		if opts, err = upstream.DeleteOptionsOf(r, f.data); err != nil {
 			return forwarded{}, err
@@ -215,9 +209,6 @@ func pinnedDelete(r *http.Request, f *facts) (forwarded, error) {
 	pinned := opts.DeepCopy()
 	uid := f.old.GetUID()
 	pinned.Preconditions = &metav1.Preconditions{UID: &uid}
-	if sub == evictionSubresource {
-		return pinnedEviction(r, f, pinned)
-	}
 	pinned.TypeMeta = metav1.TypeMeta{APIVersion: metav1.SchemeGroupVersion.String(), Kind: "DeleteOptions"}
 	data, err := json.Marshal(pinned)
 	if err != nil {
@@ -238,34 +229,6 @@ func pinnedDelete(r *http.Request, f *facts) (forwarded, error) {
 	out := r.Clone(r.Context())
 	out.Header.Set("Content-Type", contentType)
 	upstream.RestoreBody(out, data)
-	return forwarded{req: out, preconditionAdded: true, precondition: "uid " + string(uid), uid: uid}, nil
-}
-
-// pinnedEviction is the eviction to forward: r, whose Eviction carries
-// pinned as its deleteOptions, so that kube-apiserver evicts only the pod
-// it was decided on, not one created again under its name. The Eviction
-// keeps its format (YAML goes as JSON, which kube-apiserver reads alike).
-func pinnedEviction(r *http.Request, f *facts, pinned *metav1.DeleteOptions) (forwarded, error) {
-	eviction, format, err := body.DecodeOfKind(r.Header.Get("Content-Type"), f.data, evictionGVK)
-	if err != nil {
-		return forwarded{}, err
-	}
-	options, err := runtime.DefaultUnstructuredConverter.ToUnstructured(pinned)
-	if err != nil {
-		return forwarded{}, apierrors.NewInternalError(err)
-	}
-	eviction.Object["deleteOptions"] = options
-	if format == body.YAML {
-		format = body.JSON
-	}
-	data, contentType, err := body.Encode(eviction, format)
-	if err != nil {
-		return forwarded{}, err
-	}
-	out := r.Clone(r.Context())
-	out.Header.Set("Content-Type", contentType)
-	upstream.RestoreBody(out, data)
-	uid := *pinned.Preconditions.UID
 	return forwarded{req: out, preconditionAdded: true, precondition: "uid " + string(uid), uid: uid}, nil
 }
 

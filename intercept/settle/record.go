@@ -46,9 +46,9 @@ func Merge(a, b Record) Record {
 		out.Settled, out.SettledAt = b.Settled, b.SettledAt
 	}
 	switch {
-	case b.Current == a.Current && movedAfter(a, b):
+	case b.Current == a.Current && movedAfter(a, b) && out.SettledAt < a.Since:
 		out.Since = a.Since
-	case b.Current == a.Current && movedAfter(b, a):
+	case b.Current == a.Current && movedAfter(b, a) && out.SettledAt < b.Since:
 		out.Since = b.Since
 	case b.Current == a.Current:
 		out.Since = min(a.Since, b.Since)
@@ -66,6 +66,10 @@ func Merge(a, b Record) Record {
 // record written before it), must not pull a.Since back to its own, which
 // would forget the rollback being carried out. At most one of
 // movedAfter(a, b) and movedAfter(b, a) holds, so Merge stays commutative.
+// Merge keeps a.Since only while the merged settlement is before it: once
+// the rollback settled, nothing in the merged record says it moved, and
+// merging either record into it again must not change it, so it keeps the
+// earliest generation, as for any settled spec.
 func movedAfter(a, b Record) bool {
 	return a.Moved() && a.SettledAt >= b.Since && a.Since > b.Since
 }

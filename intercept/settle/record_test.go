@@ -203,3 +203,38 @@ func TestARollbackAnotherReplicaSawIsNotForgotten(t *testing.T) {
 		t.Fatalf("the other replica: %+v: it denies the rollback the first one allows", f)
 	}
 }
+
+// A record merged from two must not change when either is merged into it
+// again: the store merges what it holds with what each replica writes, and
+// each replica merges what it knows with what is stored. A replica that
+// saw the parent settle at v1 (generations 1, 3, 4) and one that saw it
+// settle at v2 at generation 2 and come back to v1 at 4 would otherwise
+// keep v1 since 1 and v1 since 4 for good, and the record would flip
+// between them with every write: an approval of generation 3 would be
+// honoured on one replica and not on the other.
+func TestMergeAgainChangesNothing(t *testing.T) {
+	var all []Record
+	for _, s := range []string{"", "v1", "v2"} {
+		for sa := int64(0); sa <= 4; sa++ {
+			if s == "" && sa > 0 {
+				continue
+			}
+			for _, c := range []string{"v1", "v2"} {
+				for si := int64(1); si <= 4; si++ {
+					all = append(all, Record{Settled: s, SettledAt: sa, Current: c, Since: si})
+				}
+			}
+		}
+	}
+	for _, a := range all {
+		for _, b := range all {
+			ab := Merge(a, b)
+			if again := Merge(ab, a); again != ab {
+				t.Fatalf("Merge(%+v, %+v) = %+v, and merging the first again gives %+v", a, b, ab, again)
+			}
+			if again := Merge(ab, b); again != ab {
+				t.Fatalf("Merge(%+v, %+v) = %+v, and merging the second again gives %+v", a, b, ab, again)
+			}
+		}
+	}
+}

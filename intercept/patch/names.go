@@ -42,6 +42,15 @@ func NamesAnnotation(patchType types.PatchType, data []byte, keys []string, kind
 		if !bytes.Contains(data, []byte("metadata")) && !bytes.Contains(data, []byte(`\u`)) && !bytes.Contains(data, []byte("$patch")) {
 			return false
 		}
+	case types.JSONPatchType:
+		// So does a JSON patch whose paths say nothing of metadata and
+		// none of which is the whole object, whether or not it applies
+		// to the probe.
+		if !bytes.Contains(data, []byte("metadata")) && !bytes.Contains(data, []byte(`\u`)) {
+			if targets, ok := jsonPatchTargets(data); ok && !touchesWholeObject(targets) {
+				return false
+			}
+		}
 	}
 	annotations := make(map[string]interface{}, len(keys))
 	for _, k := range keys {
@@ -59,6 +68,17 @@ func NamesAnnotation(patchType types.PatchType, data []byte, keys []string, kind
 	after := result.GetAnnotations()
 	for _, k := range keys {
 		if after[k] != namesProbeValue {
+			return true
+		}
+	}
+	return false
+}
+
+// touchesWholeObject reports whether an operation's path or from is the
+// whole object, as kube-apiserver's JSON patch library resolves it.
+func touchesWholeObject(targets []jsonPatchTarget) bool {
+	for _, t := range targets {
+		if jsonPatchPath(t.path) == "" || t.from != nil && jsonPatchPath(*t.from) == "" {
 			return true
 		}
 	}

@@ -238,15 +238,7 @@ func putBackAndVersion(t *testing.T, contentType string, data []byte) (putsBack 
 // kube-apiserver would, 409 for a patched object of another version.
 func TestAJSONPatchThatMovesItsResourceVersionAwayIsPinned(t *testing.T) {
 	allowAll := func(authorizationv1.SubjectAccessReviewSpec) (bool, error) { return true, nil }
-	newer := benchChild("stable-1", "stable", "stable-uid", 1)
-	newer.SetResourceVersion("201")
-	ann := newer.GetAnnotations()
-	ann[annotations.Updaters] = "bbbbb"
-	newer.SetAnnotations(ann)
-	storedJSON, err := json.Marshal(newer.Object)
-	if err != nil {
-		t.Fatal(err)
-	}
+	storedJSON := stableChildJSON(t, 1, "201", "bbbbb")
 	for _, tc := range []struct{ name, body string }{
 		{"replace, then move away", `[{"op":"replace","path":"/metadata/resourceVersion","value":"200"},{"op":"move","from":"/metadata/resourceVersion","path":"/metadata/annotations/rv"},{"op":"replace","path":"/metadata/annotations/kausality.io~1updaters","value":"zzzzz"}]`},
 		{"add, then copy an empty value over it", `[{"op":"add","path":"/metadata/resourceVersion","value":"200"},{"op":"add","path":"/metadata/annotations/empty","value":""},{"op":"copy","from":"/metadata/annotations/empty","path":"/metadata/resourceVersion"},{"op":"replace","path":"/metadata/annotations/kausality.io~1updaters","value":"zzzzz"}]`},
@@ -347,15 +339,7 @@ func TestAWriteThatAddsAnUpdaterLandsOnTheStoredVersion(t *testing.T) {
 // precondition it did not ask for.
 func TestAWriteNamingVersionZeroIsPinnedWhenValuesArePutBack(t *testing.T) {
 	allowAll := func(authorizationv1.SubjectAccessReviewSpec) (bool, error) { return true, nil }
-	put := benchChild("stable-1", "stable", "stable-uid", 3)
-	put.SetResourceVersion("0")
-	ann := put.GetAnnotations()
-	ann[annotations.Updaters] = "zzzzz"
-	put.SetAnnotations(ann)
-	putBody, err := json.Marshal(put.Object)
-	if err != nil {
-		t.Fatal(err)
-	}
+	putBody := stableChildJSON(t, 3, "0", "zzzzz")
 	cases := []struct {
 		name, method, contentType, body string
 		conflicts                       int
@@ -410,4 +394,20 @@ func jsonPatchAppliedUpstream(t *testing.T, conflicts int, mu *sync.Mutex, sent 
 		}
 		conflictingUpstream(t, conflicts, mu, sent)(w, r)
 	}
+}
+
+// stableChildJSON is the stable family's ReplicaSet in JSON, with replicas,
+// resourceVersion rv and the updaters record updaters.
+func stableChildJSON(t *testing.T, replicas int64, rv, updaters string) []byte {
+	t.Helper()
+	child := benchChild("stable-1", "stable", "stable-uid", replicas)
+	child.SetResourceVersion(rv)
+	ann := child.GetAnnotations()
+	ann[annotations.Updaters] = updaters
+	child.SetAnnotations(ann)
+	data, err := json.Marshal(child.Object)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return data
 }

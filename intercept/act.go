@@ -210,26 +210,33 @@ func pinnedDelete(r *http.Request, f *facts) (forwarded, error) {
 	uid := f.old.GetUID()
 	pinned.Preconditions = &metav1.Preconditions{UID: &uid}
 	pinned.TypeMeta = metav1.TypeMeta{APIVersion: metav1.SchemeGroupVersion.String(), Kind: "DeleteOptions"}
-	data, err := json.Marshal(pinned)
+	data, contentType, err := encodedDeleteOptions(pinned, r.Header.Get("Content-Type"), len(f.data) > 0)
 	if err != nil {
-		return forwarded{}, apierrors.NewInternalError(err)
-	}
-	contentType := "application/json"
-	if format, _ := body.FormatFor(r.Header.Get("Content-Type")); len(f.data) > 0 && format == body.CBOR {
-		// kube-apiserver reads CBOR options only with CBOR serving on; in
-		// JSON they would be read where the caller's are refused (415).
-		m, err := runtime.DefaultUnstructuredConverter.ToUnstructured(pinned)
-		if err != nil {
-			return forwarded{}, apierrors.NewInternalError(err)
-		}
-		if data, contentType, err = body.Encode(&unstructured.Unstructured{Object: m}, body.CBOR); err != nil {
-			return forwarded{}, err
-		}
+		return forwarded{}, err
 	}
 	out := r.Clone(r.Context())
 	out.Header.Set("Content-Type", contentType)
 	upstream.RestoreBody(out, data)
 	return forwarded{req: out, preconditionAdded: true, precondition: "uid " + string(uid), uid: uid}, nil
+}
+
+// encodedDeleteOptions is opts as the body of a DELETE whose own body, if
+// it had one, was of contentType: in JSON, except where a body was CBOR.
+// kube-apiserver reads CBOR options only with CBOR serving on; in JSON they
+// would be read where the caller's are refused (415).
+func encodedDeleteOptions(opts *metav1.DeleteOptions, contentType string, hadBody bool) ([]byte, string, error) {
+	if format, _ := body.FormatFor(contentType); !hadBody || format != body.CBOR {
+		data, err := json.Marshal(opts)
+		if err != nil {
+			return nil, "", apierrors.NewInternalError(err)
+		}
+		return data, "application/json", nil
+	}
+	m, err := runtime.DefaultUnstructuredConverter.ToUnstructured(opts)
+	if err != nil {
+		return nil, "", apierrors.NewInternalError(err)
+	}
+	return body.Encode(&unstructured.Unstructured{Object: m}, body.CBOR)
 }
 
 // preparedPatch is the patch to forward: with the child annotation

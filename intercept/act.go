@@ -21,6 +21,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/apimachinery/pkg/util/validation/field"
 	"k8s.io/utils/ptr"
@@ -315,6 +316,9 @@ func preparedObject(f *facts, d *decision.Decision, annotate bool, version strin
 // status write teaches, the parent writes, the trace of a /scale write,
 // and the DriftReport.
 func (i *Interceptor) afterSuccess(f *facts, d *decision.Decision) {
+	if d.StatusWriterIsController && f.old != nil {
+		i.watchKind(f.kind, f.old, "a status write of one was made by its recorded controller", d.Actor.User)
+	}
 	if f.req.w.sub == statusSubresource {
 		i.learnStatus(f)
 	}
@@ -864,4 +868,36 @@ func readAll(r *http.Request) ([]byte, error) {
 	}
 	defer func() { _ = b.Close() }()
 	return io.ReadAll(b)
+}
+
+// watchParentKind makes the kind of f's parent one the proxy watches when
+// d says it may (decision.WatchesParentKind). A parent of a kind not
+// watched is read live for each write decided under it.
+func (i *Interceptor) watchParentKind(f *facts, d *decision.Decision) {
+	if f.parent.source == "gone" || !decision.WatchesParentKind(d, f.parent.obj) {
+		return
+	}
+	i.watchKind(f.parent.obj.GroupVersionKind(), f.parent.obj, "a write under one was decided for its recorded controller", d.Actor.User)
+}
+
+// watchKind makes gvk a kind the proxy watches: its objects are cached
+// as parents from now on, and the settledness memory learns from each of
+// their changes, starting with seen.
+func (i *Interceptor) watchKind(gvk schema.GroupVersionKind, seen *unstructured.Unstructured, why, who string) {
+	if i.settled.Learns(gvk.GroupKind()) {
+		return
+	}
+	i.settled.AddParentKind(gvk.GroupKind())
+	if seen != nil {
+		i.settled.Observe(seen)
+	}
+	if i.cfg.Objects == nil {
+		return
+	}
+	if err := i.cfg.Objects.AdmitParentKind(gvk); err != nil {
+		i.cfg.Log.Warn("the parents of a kind cannot be cached; they are read live", zap.String("kind", gvk.String()), zap.Error(err))
+		return
+	}
+	i.cfg.Log.Info("watching the objects of a kind as parents: "+why, zap.String("kind", gvk.String()),
+		zap.String("object", seen.GetNamespace()+"/"+seen.GetName()), zap.String("user", who))
 }

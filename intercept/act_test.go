@@ -13,6 +13,7 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/apimachinery/pkg/types"
 	kubefake "k8s.io/client-go/kubernetes/fake"
 	clienttesting "k8s.io/client-go/testing"
@@ -328,6 +329,10 @@ func TestStatusWriteSettlesTheParentBeforeTheCacheSeesIt(t *testing.T) {
 	if rec.Code != http.StatusOK {
 		t.Fatalf("the controller's write under a parent rolling out: code %d (error %v), want 200", rec.Code, env.lastError)
 	}
+	deployments := schema.GroupKind{Group: "apps", Kind: "Deployment"}
+	if env.interceptor.LearnsParentKind(deployments) {
+		t.Fatal("Deployments are watched for a controller told from managedFields, which any caller can pass for")
+	}
 
 	// The deployment controller reports it has caught up.
 	rec = httptest.NewRecorder()
@@ -337,6 +342,9 @@ func TestStatusWriteSettlesTheParentBeforeTheCacheSeesIt(t *testing.T) {
 		user: "system:serviceaccount:kube-system:deployment-controller"}))
 	if rec.Code != http.StatusOK {
 		t.Fatalf("the status write: code %d (error %v), want 200", rec.Code, env.lastError)
+	}
+	if !env.interceptor.LearnsParentKind(deployments) {
+		t.Fatal("Deployments are not watched after a status write recorded their controller")
 	}
 
 	// web has settled at its spec: the same write is drift now, though the

@@ -3,6 +3,8 @@ package intercept
 import (
 	"context"
 
+	"k8s.io/apimachinery/pkg/runtime/schema"
+
 	"github.com/kausality-io/kausality-proxy/intercept/reservations"
 )
 
@@ -12,3 +14,7 @@ func SettleOrphans(ctx context.Context, i *Interceptor) { i.approvals.SettleOrph
 
 // Reservations is the interceptor's store of reservation records.
 func (i *Interceptor) Reservations() *reservations.Store { return i.cfg.Reservations }
+
+// LearnsParentKind reports whether the settledness memory learns from
+// objects of kind gk.
+func (i *Interceptor) LearnsParentKind(gk schema.GroupKind) bool { return i.settled.Learns(gk) }

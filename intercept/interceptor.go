@@ -226,6 +226,7 @@ func New(cfg Config) *Interceptor {
 	}
 	i.deferred = sidewrites.NewDeferred(i.sideWriter, cfg.Timers, cfg.SideWriteTimeout, 0, cfg.Log)
 	registerDeferredMetrics(cfg.Metrics, i.deferred)
+	registerCacheMetrics(cfg.Metrics, cfg.Objects)
 	if cfg.Settlements != nil {
 		cfg.Settlements.Attach(i.settled)
 	}

@@ -14,6 +14,7 @@ import (
 
 	"github.com/kausality-io/kausality-proxy/intercept/decision"
 	"github.com/kausality-io/kausality-proxy/intercept/decisionlog"
+	"github.com/kausality-io/kausality-proxy/intercept/objects"
 	"github.com/kausality-io/kausality-proxy/intercept/sidewrites"
 	"github.com/kausality-io/kausality-proxy/internal/seriesmemo"
 )
@@ -22,9 +23,10 @@ import (
 // select them from the proxy's log.
 const DecisionMessage = decisionlog.Message
 
-// recordDecision records a decided write: its decision line and its
-// metrics.
+// recordDecision records a decided write: its decision line, its metrics,
+// and the kind of parent it makes the proxy watch.
 func (i *Interceptor) recordDecision(f *facts, d *decision.Decision, outcome string) {
+	i.watchParentKind(f, d)
 	line := f.line(d.Actor.User, d.Child.Name, outcome, i.cfg.Clock.Since(f.req.start))
 	line.Decided = true
 	line.Operation = string(f.op)
@@ -193,6 +195,14 @@ func registerDeferredMetrics(reg prometheus.Registerer, d *sidewrites.Deferred) 
 			Help: "Deferred observed-generation records dropped because too many were waiting; each parent stays unsettled until a later status write.",
 		}, func() float64 { return float64(d.Dropped()) }),
 	)
+}
+
+// registerCacheMetrics exports the caches store holds
+// (objects.CachesCollector).
+func registerCacheMetrics(reg prometheus.Registerer, store *objects.Store) {
+	if reg != nil && store != nil {
+		reg.MustRegister(objects.CachesCollector(store))
+	}
 }
 
 func (m *metrics) observe(rq *writeRequest, d *decision.Decision, elapsed time.Duration) {

@@ -2,6 +2,10 @@
 // child, namespaces) from caches that start lazily, one per
 // resource, the first time a decision asks for that resource. A cache miss
 // falls back to a live GET, so a decision never waits for a cache to sync.
+// Parents are cached only of the resources admitted (AdmitParents): any
+// caller can name an object of any kind as the controller of what it
+// writes, and a cache of that kind would hold every object of it in the
+// cluster.
 //
 // What is cached follows what decisions read, not what the cluster holds.
 // Parents are cached whole but without managedFields, which are often half
@@ -28,6 +32,7 @@ import (
 	"errors"
 	"fmt"
 	"slices"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -73,6 +78,10 @@ const (
 	discoveryResetInterval = 10 * time.Second
 )
 
+// namespacesResource is cached from the start: every write into a
+// namespace reads its modes.
+var namespacesResource = schema.GroupVersionResource{Version: "v1", Resource: "namespaces"}
+
 // uncached are resources never held in a cache: the proxy would
 // keep every Secret of the cluster in memory to speed up writes of a few.
 var uncached = map[schema.GroupResource]bool{{Resource: "secrets"}: true}
@@ -104,7 +113,10 @@ type Store struct {
 	// parentCaches are the caches of parents, childCaches those of
 	// children: metadata only.
 	parentCaches, childCaches map[schema.GroupVersionResource]*objectCache
-	lastReset                 time.Time
+	// admitted are the resources whose parents may be cached
+	// (AdmitParents); a parent of any other resource is read live.
+	admitted  map[schema.GroupVersionResource]bool
+	lastReset time.Time
 	// observers is read on every watch event, without the lock.
 	observers atomic.Pointer[[]Observer]
 
@@ -287,6 +299,7 @@ func New(ctx context.Context, disc discovery.DiscoveryInterface, dyn dynamic.Int
 		ctx:           ctx,
 		parentCaches:  map[schema.GroupVersionResource]*objectCache{},
 		childCaches:   map[schema.GroupVersionResource]*objectCache{},
+		admitted:      map[schema.GroupVersionResource]bool{namespacesResource: true},
 	}
 	s.mapper = restmapper.NewDeferredDiscoveryRESTMapper(s.discovery)
 	s.namespaced = s.namespacedResource
@@ -695,7 +708,8 @@ func (s *Store) Owned(ctx context.Context, gvr schema.GroupVersionResource, name
 }
 
 // Synced reports whether the cache of parents of gvr has synced (it is
-// started if it was not). Resources that are never cached never sync.
+// started if it was not and gvr is admitted). Resources that are never
+// cached never sync.
 func (s *Store) Synced(gvr schema.GroupVersionResource) bool {
 	c := s.parentCacheFor(gvr)
 	return c != nil && c.store.hasSynced()
@@ -714,9 +728,58 @@ func (s *Store) WaitForMetadataSync(ctx context.Context, gvr schema.GroupVersion
 	return nil
 }
 
-// WaitForSync starts the cache of parents of gvr and waits until it has
-// synced or ctx is done.
+// AdmitParents lets the parents of gvr be cached: the next read of one
+// starts the cache of every object of gvr the caches cover. Until then
+// they are read live. A cache holds every object of its resource in the
+// cluster, so whatever admits one decides what the proxy's memory and
+// watch events grow with: the write path admits a kind only for a write
+// decided for its parent's recorded controller, which no caller can name
+// itself (see decision.WatchesParentKind).
+func (s *Store) AdmitParents(gvr schema.GroupVersionResource) {
+	s.mu.Lock()
+	s.admitted[gvr] = true
+	s.mu.Unlock()
+}
+
+// AdmitParentKind is AdmitParents for the resource of kind gvk.
+func (s *Store) AdmitParentKind(gvk schema.GroupVersionKind) error {
+	m, err := s.Mapping(gvk)
+	if err != nil {
+		return err
+	}
+	s.AdmitParents(m.Resource)
+	return nil
+}
+
+// CachesParentsOf reports whether the parents of gvr may be cached
+// (AdmitParents).
+func (s *Store) CachesParentsOf(gvr schema.GroupVersionResource) bool {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.admitted[gvr] && !uncached[gvr.GroupResource()]
+}
+
+// CachedResources are the resources the store holds caches of, parents
+// and children, each sorted.
+func (s *Store) CachedResources() (parents, children []schema.GroupVersionResource) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	for gvr := range s.parentCaches {
+		parents = append(parents, gvr)
+	}
+	for gvr := range s.childCaches {
+		children = append(children, gvr)
+	}
+	byName := func(a, b schema.GroupVersionResource) int { return strings.Compare(a.String(), b.String()) }
+	slices.SortFunc(parents, byName)
+	slices.SortFunc(children, byName)
+	return parents, children
+}
+
+// WaitForSync admits the parents of gvr (AdmitParents), starts their
+// cache and waits until it has synced or ctx is done.
 func (s *Store) WaitForSync(ctx context.Context, gvr schema.GroupVersionResource) error {
+	s.AdmitParents(gvr)
 	c := s.parentCacheFor(gvr)
 	if c == nil {
 		return fmt.Errorf("%s is not cached: it is never cached, or the proxy holds %d caches already", gvr, s.maxInformers)
@@ -728,8 +791,8 @@ func (s *Store) WaitForSync(ctx context.Context, gvr schema.GroupVersionResource
 }
 
 // parentCacheFor returns the cache of parents of gvr, started on first
-// use, or nil when gvr is never cached or the store holds its most caches
-// of parents. gvr must be a canonical resource, as a RESTMapping names
+// use, or nil when gvr is not admitted, is never cached or the store holds
+// its most caches of parents. gvr must be a canonical resource, as a RESTMapping names
 // it: every spelling would otherwise be a cluster-wide cache of its own.
 // Like the caches of children, it is client-go's reflector
 // writing into a store of the proxy's own (objectStore): over the caches'
@@ -743,9 +806,9 @@ func (s *Store) parentCacheFor(gvr schema.GroupVersionResource) *objectCache {
 		return nil
 	}
 	s.mu.Lock()
-	c := s.parentCaches[gvr]
+	c, admitted := s.parentCaches[gvr], s.admitted[gvr]
 	s.mu.Unlock()
-	if c != nil {
+	if c != nil || !admitted {
 		return c
 	}
 	// Discovery is asked before the store's lock is taken: it takes it

@@ -2,6 +2,7 @@ package objects
 
 import (
 	"context"
+	"slices"
 	"testing"
 	"time"
 
@@ -14,6 +15,7 @@ import (
 	dynamicfake "k8s.io/client-go/dynamic/fake"
 	metadatafake "k8s.io/client-go/metadata/fake"
 	clienttesting "k8s.io/client-go/testing"
+	"k8s.io/client-go/tools/cache"
 
 	"github.com/kausality-io/kausality-proxy/intercept/controllerid"
 )
@@ -92,7 +94,7 @@ func TestStoreReadsLiveUntilSyncedThenFromCache(t *testing.T) {
 	s, gets := newStore(t, web())
 	ctx := context.Background()
 
-	// The first read starts the informer and does not wait for it.
+	// The first read, before the resource is admitted, is live.
 	u, src, err := s.GetShared(ctx, deployments, "prod", "web")
 	if err != nil || u.GetName() != "web" {
 		t.Fatalf("get: %v %v", u, err)
@@ -321,5 +323,61 @@ func TestCachedChildrenReachObservers(t *testing.T) {
 	}
 	if len(whole.observed) != 0 {
 		t.Errorf("a child reached an observer of whole parents: %v", whole.observed)
+	}
+}
+
+// Any caller can name an object of any kind as the controller of what it
+// writes: reading such a parent must not make the store cache every object
+// of that kind. Only an admitted resource's parents are cached.
+func TestAParentOfAResourceNotAdmittedIsReadLiveAndStartsNoCache(t *testing.T) {
+	s, gets := newStore(t, web())
+	ctx := context.Background()
+	for range 3 {
+		before := *gets
+		u, src, err := s.GetKindShared(ctx, deployments.GroupVersion().WithKind("Deployment"), "prod", "web")
+		if err != nil || u.GetName() != "web" || src != FromLive || *gets != before+1 {
+			t.Fatalf("not admitted: source %s, %d GETs, err %v", src, *gets-before, err)
+		}
+	}
+	if parents, _ := s.CachedResources(); len(parents) != 0 || s.CachesParentsOf(deployments) {
+		t.Fatalf("caches of parents %v, admitted %v, before any admission", parents, s.CachesParentsOf(deployments))
+	}
+	if s.Synced(deployments) {
+		t.Fatal("a cache of parents that was never admitted synced")
+	}
+
+	if err := s.AdmitParentKind(deployments.GroupVersion().WithKind("Deployment")); err != nil {
+		t.Fatal(err)
+	}
+	if !s.CachesParentsOf(deployments) {
+		t.Fatal("an admitted resource is not cached")
+	}
+	if _, _, err := s.GetShared(ctx, deployments, "prod", "web"); err != nil {
+		t.Fatal(err)
+	}
+	if parents, _ := s.CachedResources(); !slices.Equal(parents, []schema.GroupVersionResource{deployments}) {
+		t.Fatalf("caches of parents after admission: %v", parents)
+	}
+	waitCtx, cancel := context.WithTimeout(ctx, 30*time.Second)
+	defer cancel()
+	if !cache.WaitForCacheSync(waitCtx.Done(), func() bool { return s.Synced(deployments) }) {
+		t.Fatal("the admitted cache did not sync")
+	}
+	before := *gets
+	if _, src, err := s.GetKindShared(ctx, deployments.GroupVersion().WithKind("Deployment"), "prod", "web"); err != nil || src != FromCache || *gets != before {
+		t.Fatalf("admitted and synced: source %s, %d GETs, err %v", src, *gets-before, err)
+	}
+}
+
+// Namespaces are admitted from the start, and Secrets never are.
+func TestNamespacesAreAdmittedAndSecretsNever(t *testing.T) {
+	s, _ := newStore(t)
+	if !s.CachesParentsOf(schema.GroupVersionResource{Version: "v1", Resource: "namespaces"}) {
+		t.Fatal("namespaces are not cached")
+	}
+	secrets := schema.GroupVersionResource{Version: "v1", Resource: "secrets"}
+	s.AdmitParents(secrets)
+	if s.CachesParentsOf(secrets) {
+		t.Fatal("secrets are cached once admitted")
 	}
 }

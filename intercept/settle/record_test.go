@@ -4,6 +4,7 @@ import (
 	"testing"
 	"time"
 
+	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/apimachinery/pkg/types"
 )
 
@@ -104,7 +105,7 @@ func (c *clusterRecords) Changed(_ string, uid types.UID) {
 func (c *clusterRecords) Gone(_ string, uid types.UID) { delete(c.records, uid) }
 
 func (c *clusterRecords) replica() *Memory {
-	m := NewMemory(0, time.Now)
+	m := newDeploymentMemory(0, time.Now)
 	m.SetDurable(c)
 	c.memory = append(c.memory, m)
 	return m
@@ -126,7 +127,7 @@ func TestRestartedReplicaReadsWhatTheClusterRecords(t *testing.T) {
 	if f := restarted.Assess(deployment("v1", 6, 4, 3, 2)); !f.AtCurrentSpec || !f.Known || f.SpecSince != 4 {
 		t.Fatalf("a restarted replica: %+v, want settled at the current spec since generation 4", f)
 	}
-	without := NewMemory(0, time.Now)
+	without := newDeploymentMemory(0, time.Now)
 	if f := without.Assess(deployment("v1", 6, 4, 3, 2)); f.AtCurrentSpec {
 		t.Fatalf("without the cluster's record the test shows nothing: %+v", f)
 	}
@@ -147,7 +148,7 @@ func TestRestartedReplicaReadsWhatTheClusterRecords(t *testing.T) {
 // writes nothing.
 func TestMemoryWritesOnlyNews(t *testing.T) {
 	counting := &countingDurable{}
-	m := NewMemory(0, time.Now)
+	m := newDeploymentMemory(0, time.Now)
 	m.SetDurable(counting)
 	m.Assess(deployment("v1", 1, 1, 3, 1)) // not settled: nothing to tell
 	m.Assess(deployment("v1", 1, 1, 3, 3)) // settled: 1
@@ -165,6 +166,30 @@ func TestMemoryWritesOnlyNews(t *testing.T) {
 	}
 }
 
+// A parent of a kind the memory does not learn from (any caller can name
+// a Pod as the controller of what it writes) is assessed as it is now,
+// and costs neither an entry nor a record.
+func TestAParentOfAKindNotLearnedWritesNoRecord(t *testing.T) {
+	counting := &countingDurable{}
+	m := NewMemory(0, time.Now)
+	m.SetDurable(counting)
+	if f := m.Assess(deployment("v1", 1, 1, 3, 3)); !f.AtCurrentSpec {
+		t.Fatalf("a settled parent of a kind not learned: %+v", f)
+	}
+	m.Assess(deployment("v2", 2, 2, 3, 1))
+	if f := m.Assess(deployment("v2", 2, 2, 3, 1)); f.AtCurrentSpec || f.Known {
+		t.Fatalf("a moving parent of a kind not learned: %+v", f)
+	}
+	if counting.changed != 0 || len(m.m) != 0 {
+		t.Fatalf("%d records written, %d entries kept", counting.changed, len(m.m))
+	}
+	m.AddParentKind(schema.GroupKind{Group: "apps", Kind: "Deployment"})
+	m.Assess(deployment("v2", 2, 2, 3, 3))
+	if counting.changed != 1 || len(m.m) != 1 {
+		t.Fatalf("once learned: %d records written, %d entries kept", counting.changed, len(m.m))
+	}
+}
+
 type countingDurable struct{ changed, gone int }
 
 func (c *countingDurable) Lookup(string, types.UID) (Record, bool) { return Record{}, false }
@@ -179,7 +204,7 @@ func (c *countingDurable) Gone(string, types.UID)                  { c.gone++ }
 // first must not forget it when it takes back the older record it wrote
 // before (an informer event, a batched write merged with what is stored).
 func TestARollbackAnotherReplicaSawIsNotForgotten(t *testing.T) {
-	saw := NewMemory(0, time.Now)
+	saw := newDeploymentMemory(0, time.Now)
 	saw.Assess(deployment("v1", 1, 1, 3, 3))
 	saw.Assess(deployment("v2", 2, 2, 3, 1))
 	if f := saw.Assess(deployment("v1", 3, 3, 3, 2)); f.AtCurrentSpec {
@@ -196,7 +221,7 @@ func TestARollbackAnotherReplicaSawIsNotForgotten(t *testing.T) {
 		t.Fatalf("after taking back the older record: %+v: the rollback's writes are drift", f)
 	}
 
-	other := NewMemory(0, time.Now)
+	other := newDeploymentMemory(0, time.Now)
 	other.Assess(deployment("v1", 1, 1, 3, 3))
 	other.Merge("u-1", moved)
 	if f := other.Assess(deployment("v1", 3, 3, 3, 2)); f.AtCurrentSpec {

@@ -211,8 +211,7 @@ type view struct {
 
 // Memory remembers, per object UID, the spec hash at which the object last
 // settled, and since which generation it has had its current spec. It
-// learns only from parent kinds (a kind becomes one when a write under an
-// object of it is decided), keeps a parent it has not seen for maxAge at
+// learns only from parent kinds (AddParentKind), keeps a parent it has not seen for maxAge at
 // most, and, with a Durable, shares what it learns with every replica.
 type Memory struct {
 	mu          sync.Mutex
@@ -238,7 +237,9 @@ func NewMemory(maxAge time.Duration, now func() time.Time) *Memory {
 func (m *Memory) SetDurable(d Durable) { m.durable = d }
 
 // AddParentKind makes m learn from every object of kind gk its caches
-// deliver; Assess does so for the kind of each parent it is asked about.
+// deliver, and from the parents of that kind Assess is asked about. The
+// write path adds a kind when a write under a parent of it is decided
+// for whom settledness matters (decision.WatchesParentKind).
 func (m *Memory) AddParentKind(gk schema.GroupKind) {
 	m.mu.Lock()
 	m.parentKinds[gk] = true
@@ -431,16 +432,7 @@ func (m *Memory) learn(obj metav1.Object, v view) entry {
 	m.sweep(now)
 	e, ok := m.m[uid]
 	if !ok {
-		e = &entry{namespace: obj.GetNamespace(), current: hash, since: generation}
-		if m.durable != nil {
-			if r, found := m.durable.Lookup(obj.GetNamespace(), uid); found {
-				// What the cluster records comes first: this sighting
-				// is then learned on top of it, as by the replica that
-				// wrote it.
-				e = &entry{namespace: obj.GetNamespace(), settled: r.Settled, settledAt: r.SettledAt,
-					current: r.Current, since: r.Since, newest: max(r.Since, r.SettledAt)}
-			}
-		}
+		e = m.newEntry(obj, v)
 		m.m[uid] = e
 	}
 	e.lastSeen = now
@@ -456,6 +448,35 @@ func (m *Memory) learn(obj metav1.Object, v view) entry {
 		m.durable.Changed(out.namespace, uid)
 	}
 	return out
+}
+
+// newEntry is what m starts from for obj, which it holds nothing of: what
+// the cluster records of it, or nothing; m.mu is held.
+func (m *Memory) newEntry(obj metav1.Object, v view) *entry {
+	if m.durable != nil {
+		if r, found := m.durable.Lookup(obj.GetNamespace(), obj.GetUID()); found {
+			// What the cluster records comes first: this sighting is then
+			// learned on top of it, as by the replica that wrote it.
+			return &entry{namespace: obj.GetNamespace(), settled: r.Settled, settledAt: r.SettledAt,
+				current: r.Current, since: r.Since, newest: max(r.Since, r.SettledAt)}
+		}
+	}
+	return &entry{namespace: obj.GetNamespace(), current: v.hash, since: obj.GetGeneration()}
+}
+
+// peek is what learn would return for obj, whose version says v, without
+// keeping or recording anything.
+func (m *Memory) peek(obj metav1.Object, v view) entry {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	var e entry
+	if known, ok := m.m[obj.GetUID()]; ok {
+		e = *known
+	} else {
+		e = *m.newEntry(obj, v)
+	}
+	m.sight(&e, v, obj.GetGeneration(), v.hash, v.current)
+	return e
 }
 
 // sight applies one sighting to e; m.mu is held.
@@ -505,12 +526,21 @@ type Facts struct {
 	SettledAt int64
 }
 
-// Assess returns the facts about parent and learns from it.
+// Assess returns the facts about parent. It learns from parent only when
+// parent's kind is one m learns from (AddParentKind): a parent of another
+// kind is assessed on what is known of it and what it says now, and
+// nothing is kept or recorded of it. Any caller can name an object of any
+// kind as its write's controller; what m keeps, and the records it writes,
+// must not grow with that.
 func (m *Memory) Assess(parent *unstructured.Unstructured) Facts {
-	m.AddParentKind(parent.GroupVersionKind().GroupKind())
 	v := m.view(parent)
 	now, why := v.current, v.why
-	e := m.learn(parent, v)
+	var e entry
+	if m.Learns(parent.GroupVersionKind().GroupKind()) {
+		e = m.learn(parent, v)
+	} else {
+		e = m.peek(parent, v)
+	}
 	f := Facts{SpecSince: e.since, Known: e.settled != "", SettledAt: e.settledAt}
 	switch {
 	case now:

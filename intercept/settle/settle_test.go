@@ -29,7 +29,7 @@ func deployment(image string, gen, og, replicas, updated int64) *unstructured.Un
 // carries out a spec change is expected, for as long as the rollout takes,
 // although observedGeneration caught up long ago.
 func TestAssessFollowsARollout(t *testing.T) {
-	m := NewMemory(0, time.Now)
+	m := newDeploymentMemory(0, time.Now)
 	steps := []struct {
 		name   string
 		parent *unstructured.Unstructured
@@ -53,7 +53,7 @@ func TestAssessFollowsARollout(t *testing.T) {
 
 	// With resourceVersions, each version's view is computed once and
 	// reused for every write under it, never for another version.
-	m = NewMemory(0, time.Now)
+	m = newDeploymentMemory(0, time.Now)
 	for i, s := range steps {
 		s.parent.SetResourceVersion(strconv.Itoa(i + 1))
 		for range 2 {
@@ -68,7 +68,7 @@ func TestAssessFollowsARollout(t *testing.T) {
 // The caches teach the memory: a parent that settled while no child was
 // written is known to be settled when its controller drifts later.
 func TestObserveAndForget(t *testing.T) {
-	m := NewMemory(0, time.Now)
+	m := newDeploymentMemory(0, time.Now)
 	other := deployment("v1", 1, 1, 3, 3)
 	other.SetUID("u-other")
 	m.Assess(other) // a write under a Deployment makes Deployments parents
@@ -87,6 +87,7 @@ func TestObserveAndForget(t *testing.T) {
 func TestMemoryLearnsFromParentKindsAndAgesOut(t *testing.T) {
 	now := time.Unix(1000, 0)
 	m := NewMemory(time.Hour, func() time.Time { return now })
+	deployments := schema.GroupKind{Group: "apps", Kind: "Deployment"}
 	pod := &unstructured.Unstructured{Object: map[string]interface{}{"apiVersion": "v1", "kind": "Pod",
 		"metadata": map[string]interface{}{"name": "p", "namespace": "ns", "uid": "pod-1"}}}
 	m.Observe(pod)
@@ -94,6 +95,11 @@ func TestMemoryLearnsFromParentKindsAndAgesOut(t *testing.T) {
 	if len(m.m) != 0 {
 		t.Fatalf("learned from %d objects of kinds that are no parent, want 0", len(m.m))
 	}
+	m.Assess(deployment("v1", 1, 1, 3, 3))
+	if len(m.m) != 0 || m.Learns(deployments) {
+		t.Fatalf("assessing a parent of a kind it does not learn from kept %d entries", len(m.m))
+	}
+	m.AddParentKind(deployments)
 	m.Assess(deployment("v1", 1, 1, 3, 3))
 	other := deployment("v1", 1, 1, 3, 3)
 	other.SetUID("u-2")
@@ -128,7 +134,7 @@ func TestSpecHashIgnoresMetadataAndStatus(t *testing.T) {
 // parentMemory is a Memory that learns from Deployments and Widgets as a
 // cache delivers them.
 func parentMemory() *Memory {
-	m := NewMemory(0, time.Now)
+	m := newDeploymentMemory(0, time.Now)
 	m.AddParentKind(schema.GroupKind{Group: "apps", Kind: "Deployment"})
 	m.AddParentKind(schema.GroupKind{Group: "example.io", Kind: "Widget"})
 	return m
@@ -137,7 +143,7 @@ func parentMemory() *Memory {
 // A rollback to the spec the parent settled at before, started while a
 // newer spec was still rolling out, is a change being carried out.
 func TestAssessRollbackMidRollout(t *testing.T) {
-	m := NewMemory(0, time.Now)
+	m := newDeploymentMemory(0, time.Now)
 	steps := []struct {
 		name   string
 		parent *unstructured.Unstructured
@@ -259,4 +265,12 @@ func TestCurrentReadsTheGenerationRecordedFromStatusWrites(t *testing.T) {
 			}
 		})
 	}
+}
+
+// newDeploymentMemory is a Memory that learns from Deployments, as the
+// write path makes it once their controller's writes are decided.
+func newDeploymentMemory(maxAge time.Duration, now func() time.Time) *Memory {
+	m := NewMemory(maxAge, now)
+	m.AddParentKind(schema.GroupKind{Group: "apps", Kind: "Deployment"})
+	return m
 }

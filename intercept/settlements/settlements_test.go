@@ -13,6 +13,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/kubernetes/fake"
 	clienttesting "k8s.io/client-go/testing"
@@ -62,8 +63,19 @@ func deployment(ns, name, image string, gen int64, settled bool) *unstructured.U
 	}}
 }
 
-// replica is one proxy replica's memory and store on the shared client.
+// replica is one proxy replica's memory and store on the shared client,
+// learning from Deployments as the write path makes it once their
+// controller's writes are decided.
 func replica(t *testing.T, ctx context.Context, client *fake.Clientset) (*settle.Memory, *Store) {
+	t.Helper()
+	m, s := replicaNotLearning(t, ctx, client)
+	m.AddParentKind(schema.GroupKind{Group: "apps", Kind: "Deployment"})
+	return m, s
+}
+
+// replicaNotLearning is a replica that has decided no write for a
+// Deployment's controller yet: it learns from no kind.
+func replicaNotLearning(t *testing.T, ctx context.Context, client *fake.Clientset) (*settle.Memory, *Store) {
 	t.Helper()
 	m := settle.NewMemory(0, time.Now)
 	s := New(client, proxyNamespace, nil)
@@ -124,6 +136,15 @@ func TestReplicasConvergeAndARestartedReplicaReadsTheRecords(t *testing.T) {
 		if f := restarted.Assess(deployment("apps", name, "v1", 2, false)); !f.AtCurrentSpec || f.SpecSince != 1 {
 			t.Fatalf("%s on a restarted replica: %+v, want settled at its spec since generation 1", name, f)
 		}
+	}
+	// A replica that learns from no kind yet assesses on the records too,
+	// and writes nothing of its own.
+	unlearned, _ := replicaNotLearning(t, ctx, client)
+	if f := unlearned.Assess(deployment("apps", "web0", "v1", 2, false)); !f.AtCurrentSpec || f.SpecSince != 1 {
+		t.Fatalf("on a replica that learns from no kind: %+v, want settled at its spec since generation 1", f)
+	}
+	if _, _, ok := unlearned.Record("uid-web0"); ok {
+		t.Fatal("a replica kept what it assessed of a parent of a kind it learns nothing from")
 	}
 	without := settle.NewMemory(0, time.Now)
 	if f := without.Assess(deployment("apps", "web0", "v1", 2, false)); f.AtCurrentSpec {

@@ -57,6 +57,7 @@ type Objects interface {
 	GetKindShared(ctx context.Context, gvk schema.GroupVersionKind, namespace, name string) (*unstructured.Unstructured, objects.Source, error)
 	GetMetadata(ctx context.Context, gvr schema.GroupVersionResource, namespace, name string) (*unstructured.Unstructured, objects.Source, error)
 	Mapping(gvk schema.GroupVersionKind) (*meta.RESTMapping, error)
+	CachesParentsOf(gvr schema.GroupVersionResource) bool
 	WaitForSync(ctx context.Context, gvr schema.GroupVersionResource) error
 	WaitForMetadataSync(ctx context.Context, gvr schema.GroupVersionResource) error
 	AddObserver(o objects.Observer)

@@ -26,6 +26,7 @@ func (*noObjects) GetMetadata(context.Context, schema.GroupVersionResource, stri
 func (*noObjects) WaitForMetadataSync(context.Context, schema.GroupVersionResource) error { return nil }
 func (*noObjects) Mapping(schema.GroupVersionKind) (*meta.RESTMapping, error)             { return nil, nil }
 func (*noObjects) WaitForSync(context.Context, schema.GroupVersionResource) error         { return nil }
+func (*noObjects) CachesParentsOf(schema.GroupVersionResource) bool                       { return false }
 func (n *noObjects) AddObserver(objects.Observer)                                         { n.observers++ }
 
 func TestNewRefusesWhatCannotWork(t *testing.T) {

@@ -39,6 +39,7 @@ func (*fixedObjects) Mapping(gvk schema.GroupVersionKind) (*meta.RESTMapping, er
 	return &meta.RESTMapping{Resource: schema.GroupVersionResource{Group: gvk.Group, Version: gvk.Version, Resource: "things"}, GroupVersionKind: gvk, Scope: meta.RESTScopeNamespace}, nil
 }
 func (*fixedObjects) WaitForSync(context.Context, schema.GroupVersionResource) error { return nil }
+func (*fixedObjects) CachesParentsOf(schema.GroupVersionResource) bool               { return false }
 func (*fixedObjects) AddObserver(objects.Observer)                                   {}
 
 func ledgerParent(replicas int64) *unstructured.Unstructured {

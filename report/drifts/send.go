@@ -160,11 +160,14 @@ func newer(a, b *Record) bool {
 	return a.Name > b.Name
 }
 
-// read returns the object, nil when it does not exist. The first read of a
-// kind starts its informer, so later changes arrive as events.
+// read returns the object, nil when it does not exist. A parent of a kind
+// the write path watches is read from its cache, which it waits for, so
+// later changes arrive as events. Any other is read live: a drift's parent
+// names a kind any caller may have named, which must not make the proxy
+// cache every object of it (objects.Store.AdmitParents).
 func (l *Ledger) read(ctx context.Context, apiVersion, kind, namespace, name string) (*unstructured.Unstructured, error) {
 	gvk := schema.FromAPIVersionAndKind(apiVersion, kind)
-	if m, err := l.o.Objects.Mapping(gvk); err == nil {
+	if m, err := l.o.Objects.Mapping(gvk); err == nil && l.o.Objects.CachesParentsOf(m.Resource) {
 		// Kinds no informer may hold are read live and checked by the
 		// periodic recheck instead.
 		syncCtx, cancel := context.WithTimeout(ctx, readTimeout/2)

@@ -1,0 +1,147 @@
+package intercept_test
+
+import (
+	"fmt"
+	"net/http"
+	"net/http/httptest"
+	"slices"
+	"strings"
+	"testing"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/testutil"
+
+	authorizationv1 "k8s.io/api/authorization/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/apimachinery/pkg/runtime/schema"
+
+	"github.com/kausality-io/kausality-proxy/intercept/annotations"
+	"github.com/kausality-io/kausality-proxy/intercept/controllerid"
+)
+
+var widgetsGVR = schema.GroupVersionResource{Group: "example.com", Version: "v1", Resource: "widgets"}
+
+// withWatchCandidates serves ConfigMaps, Pods and Widgets (a custom
+// resource): the Pod "driver", whose observedGeneration the kubelet owns
+// (as every Pod's on a cluster that tracks it), the Widget "recorded",
+// whose controllers record names the operator, and the Widget "unrecorded",
+// whose controller is told from managedFields only. Each has settled.
+func withWatchCandidates(s *serveSetup) {
+	verbs := metav1.Verbs{"get", "list", "watch", "create", "update", "patch", "delete"}
+	s.resources = append(s.resources,
+		servedResource{gvr: configmapsGVR, listKind: "ConfigMapList", resource: metav1.APIResource{Name: "configmaps", Namespaced: true, Kind: "ConfigMap", Verbs: verbs}},
+		servedResource{gvr: podsGVR, listKind: "PodList", resource: metav1.APIResource{Name: "pods", Namespaced: true, Kind: "Pod", Verbs: verbs}},
+		servedResource{gvr: widgetsGVR, listKind: "WidgetList", resource: metav1.APIResource{Name: "widgets", Namespaced: true, Kind: "Widget", Verbs: verbs}})
+	owning := func(manager string) []interface{} {
+		return []interface{}{map[string]interface{}{"manager": manager, "operation": "Update", "subresource": "status", "apiVersion": "v1", "fieldsType": "FieldsV1",
+			"fieldsV1": map[string]interface{}{"f:status": map[string]interface{}{"f:observedGeneration": map[string]interface{}{}}}}}
+	}
+	settled := func(apiVersion, kind, name string, ann map[string]interface{}, manager string) *unstructured.Unstructured {
+		return &unstructured.Unstructured{Object: map[string]interface{}{
+			"apiVersion": apiVersion, "kind": kind,
+			"metadata": map[string]interface{}{"name": name, "namespace": "apps", "uid": name + "-uid", "resourceVersion": "400", "generation": int64(1),
+				"annotations": ann, "managedFields": owning(manager)},
+			"spec": map[string]interface{}{"size": int64(1)},
+			"status": map[string]interface{}{"observedGeneration": int64(1), "phase": "Running",
+				"conditions": []interface{}{map[string]interface{}{"type": "Ready", "status": "True"}}},
+		}}
+	}
+	operator := controllerid.UserOf(controllerid.UserIdentifier("operator", "")).Long
+	s.objects = append(s.objects,
+		settled("v1", "Pod", "driver", map[string]interface{}{}, "kubelet"),
+		settled("example.com/v1", "Widget", "recorded", map[string]interface{}{annotations.Controllers: operator}, "operator"),
+		settled("example.com/v1", "Widget", "unrecorded", map[string]interface{}{}, "operator"))
+}
+
+// createOwned is a create of a ConfigMap whose controller is the object
+// named, by user with fieldManager.
+func createOwned(name, apiVersion, kind, owner, user, fieldManager string) benchWrite {
+	body := fmt.Sprintf(`{"apiVersion":"v1","kind":"ConfigMap","metadata":{"name":%q,"namespace":"apps",`+
+		`"ownerReferences":[{"apiVersion":%q,"kind":%q,"name":%q,"uid":"%s-uid","controller":true}]},"data":{"k":"v"}}`,
+		name, apiVersion, kind, owner, owner)
+	return benchWrite{name: "create", method: http.MethodPost, path: "/api/v1/namespaces/apps/configmaps?fieldManager=" + fieldManager,
+		contentType: "application/json", body: []byte(body), user: user}
+}
+
+// Any caller can name an object of any kind as the controller of what it
+// writes, and send the field manager that owns that object's
+// observedGeneration. Watching a kind costs memory and CPU for every
+// object of it in the cluster, and settledness records for each: only a
+// write for a parent's recorded controller makes the proxy watch its kind.
+func TestOnlyARecordedControllerMakesTheProxyWatchAKind(t *testing.T) {
+	allowAll := func(authorizationv1.SubjectAccessReviewSpec) (bool, error) { return true, nil }
+	pods := schema.GroupKind{Kind: "Pod"}
+	widgets := schema.GroupKind{Group: "example.com", Kind: "Widget"}
+	for _, tc := range []struct {
+		name    string
+		write   func(n int) benchWrite
+		watched schema.GroupKind
+		other   schema.GroupKind
+		want    bool
+	}{
+		{"a caller names a Pod as its ConfigMap's controller, as the kubelet", func(n int) benchWrite {
+			return createOwned(fmt.Sprintf("cm-%d", n), "v1", "Pod", "driver", "mallory", "kubelet")
+		}, pods, widgets, false},
+		{"a caller names a Widget whose controller is told from managedFields, as that controller", func(n int) benchWrite {
+			return createOwned(fmt.Sprintf("cm-%d", n), "example.com/v1", "Widget", "unrecorded", "mallory", "operator")
+		}, widgets, pods, false},
+		{"another caller writes under a Widget with a recorded controller", func(n int) benchWrite {
+			return createOwned(fmt.Sprintf("cm-%d", n), "example.com/v1", "Widget", "recorded", "mallory", "operator")
+		}, widgets, pods, false},
+		{"the recorded controller writes under its Widget", func(n int) benchWrite {
+			return createOwned(fmt.Sprintf("cm-%d", n), "example.com/v1", "Widget", "recorded", "operator", "operator")
+		}, widgets, pods, true},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			reg := prometheus.NewRegistry()
+			env := newServeEnv(t, nil, allowAll, withWatchCandidates, func(s *serveSetup) { s.config.Metrics = reg })
+			store := env.interceptor.Objects()
+			for n := range 3 {
+				rec := httptest.NewRecorder()
+				env.handler.ServeHTTP(rec, env.request(t, tc.write(n)))
+				if rec.Code != http.StatusOK && rec.Code != http.StatusCreated {
+					t.Fatalf("write %d: code %d (error %v)", n, rec.Code, env.lastError)
+				}
+			}
+			resource := map[schema.GroupKind]schema.GroupVersionResource{pods: podsGVR, widgets: widgetsGVR}
+			parents, children := store.CachedResources()
+			cached := slices.Contains(parents, resource[tc.watched])
+			if got := env.interceptor.LearnsParentKind(tc.watched); got != tc.want || store.CachesParentsOf(resource[tc.watched]) != tc.want || cached != tc.want {
+				t.Fatalf("%s: settledness learned %v, cache admitted %v, started %v (parents cached: %v); want %v",
+					tc.watched, got, store.CachesParentsOf(resource[tc.watched]), cached, parents, tc.want)
+			}
+			if env.interceptor.LearnsParentKind(tc.other) || slices.Contains(parents, resource[tc.other]) {
+				t.Fatalf("%s is watched, and nothing was written under one", tc.other)
+			}
+			exported, err := testutil.GatherAndCount(reg, "kausality_proxy_caches")
+			if err != nil || exported != len(parents)+len(children) {
+				t.Fatalf("%d cache series exported (error %v), want one per cache: %d", exported, err, len(parents)+len(children))
+			}
+			series := fmt.Sprintf(`kausality_proxy_caches{holds="parents",resource=%q} 1`, resource[tc.watched].GroupResource().String())
+			if text := gathered(t, reg); strings.Contains(text, series) != tc.want {
+				t.Fatalf("series %s exported %v, want %v:\n%s", series, !tc.want, tc.want, text)
+			}
+		})
+	}
+}
+
+// gathered is reg's series in the text format.
+func gathered(t *testing.T, reg *prometheus.Registry) string {
+	t.Helper()
+	families, err := reg.Gather()
+	if err != nil {
+		t.Fatal(err)
+	}
+	var b strings.Builder
+	for _, f := range families {
+		for _, m := range f.GetMetric() {
+			var labels []string
+			for _, l := range m.GetLabel() {
+				labels = append(labels, fmt.Sprintf("%s=%q", l.GetName(), l.GetValue()))
+			}
+			fmt.Fprintf(&b, "%s{%s} %v\n", f.GetName(), strings.Join(labels, ","), m.GetGauge().GetValue())
+		}
+	}
+	return b.String()
+}

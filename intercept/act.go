@@ -872,13 +872,42 @@ func readAll(r *http.Request) ([]byte, error) {
 
 // watchParentKind makes the kind of f's parent one the proxy watches when
 // d says it may (decision.WatchesParentKind). A parent of a kind not
-// watched is read live for each write decided under it.
+// watched is read live for each write decided under it. Whether a
+// controller told from managedFields may write its parent's status is
+// asked once per kind at a time, beside the write: the write does not
+// wait for it.
 func (i *Interceptor) watchParentKind(f *facts, d *decision.Decision) {
-	if f.parent.source == "gone" || !decision.WatchesParentKind(d, f.parent.obj) {
+	if f.parent.source == "gone" {
 		return
 	}
-	i.watchKind(f.parent.obj.GroupVersionKind(), f.parent.obj, "a write under one was decided for its recorded controller", d.Actor.User)
+	parent := f.parent.obj
+	switch decision.WatchesParentKind(d, parent) {
+	case decision.Watch:
+		i.watchKind(parent.GroupVersionKind(), parent, "a write under one was decided for its recorded controller or under its allowances", d.Actor.User)
+	case decision.WatchIfStatusWriter:
+		gvk := parent.GroupVersionKind()
+		if i.settled.Learns(gvk.GroupKind()) {
+			return
+		}
+		if _, asking := i.kindChecks.LoadOrStore(gvk.GroupKind(), true); asking {
+			return
+		}
+		u, who := f.req.user, d.Actor.User
+		go func() {
+			defer i.kindChecks.Delete(gvk.GroupKind())
+			ctx, cancel := context.WithTimeout(context.Background(), kindCheckTimeout)
+			defer cancel()
+			if i.access.MayWriteStatus(ctx, u, parent) {
+				i.watchKind(gvk, parent, "a write under one was decided for its controller, who may write its status", who)
+			}
+		}()
+	}
 }
+
+// kindCheckTimeout bounds the review of whether a controller may write
+// its parent's status; a review not answered is asked again with a later
+// write.
+const kindCheckTimeout = 10 * time.Second
 
 // watchKind makes gvk a kind the proxy watches: its objects are cached
 // as parents from now on, and the settledness memory learns from each of

@@ -18,3 +18,11 @@ func (i *Interceptor) Reservations() *reservations.Store { return i.cfg.Reservat
 // LearnsParentKind reports whether the settledness memory learns from
 // objects of kind gk.
 func (i *Interceptor) LearnsParentKind(gk schema.GroupKind) bool { return i.settled.Learns(gk) }
+
+// KindChecksPending reports whether a review of a controller's access to
+// its parent's status is still being asked.
+func (i *Interceptor) KindChecksPending() bool {
+	pending := false
+	i.kindChecks.Range(func(any, any) bool { pending = true; return false })
+	return pending
+}

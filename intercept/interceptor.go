@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"net/http"
+	"sync"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -175,6 +176,9 @@ type Interceptor struct {
 	kindsEvery time.Duration
 	// access asks what the caller may do.
 	access *access.Checker
+	// kindChecks are the parent kinds whose controller's status access is
+	// being asked (watchParentKind).
+	kindChecks sync.Map
 	// sideWriter makes the proxy's own writes to parents.
 	sideWriter *sidewrites.Writer
 	// approvals reserves once approvals and settles them.

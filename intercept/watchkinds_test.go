@@ -7,6 +7,7 @@ import (
 	"slices"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/testutil"
@@ -18,6 +19,7 @@ import (
 
 	"github.com/kausality-io/kausality-proxy/intercept/annotations"
 	"github.com/kausality-io/kausality-proxy/intercept/controllerid"
+	kausalitytest "github.com/kausality-io/kausality-proxy/internal/testutil"
 )
 
 var widgetsGVR = schema.GroupVersionResource{Group: "example.com", Version: "v1", Resource: "widgets"}
@@ -70,7 +72,12 @@ func createOwned(name, apiVersion, kind, owner, user, fieldManager string) bench
 // object of it in the cluster, and settledness records for each: only a
 // write for a parent's recorded controller makes the proxy watch its kind.
 func TestOnlyARecordedControllerMakesTheProxyWatchAKind(t *testing.T) {
-	allowAll := func(authorizationv1.SubjectAccessReviewSpec) (bool, error) { return true, nil }
+	// mallory may write ConfigMaps, as anyone; only the operator may write
+	// the status of what it controls.
+	authorize := func(spec authorizationv1.SubjectAccessReviewSpec) (bool, error) {
+		status := spec.ResourceAttributes != nil && spec.ResourceAttributes.Subresource == "status"
+		return !status || spec.User == "operator", nil
+	}
 	pods := schema.GroupKind{Kind: "Pod"}
 	widgets := schema.GroupKind{Group: "example.com", Kind: "Widget"}
 	for _, tc := range []struct {
@@ -86,6 +93,9 @@ func TestOnlyARecordedControllerMakesTheProxyWatchAKind(t *testing.T) {
 		{"a caller names a Widget whose controller is told from managedFields, as that controller", func(n int) benchWrite {
 			return createOwned(fmt.Sprintf("cm-%d", n), "example.com/v1", "Widget", "unrecorded", "mallory", "operator")
 		}, widgets, pods, false},
+		{"the controller told from managedFields, who may write the Widget's status, writes under it", func(n int) benchWrite {
+			return createOwned(fmt.Sprintf("cm-%d", n), "example.com/v1", "Widget", "unrecorded", "operator", "operator")
+		}, widgets, pods, true},
 		{"another caller writes under a Widget with a recorded controller", func(n int) benchWrite {
 			return createOwned(fmt.Sprintf("cm-%d", n), "example.com/v1", "Widget", "recorded", "mallory", "operator")
 		}, widgets, pods, false},
@@ -95,7 +105,7 @@ func TestOnlyARecordedControllerMakesTheProxyWatchAKind(t *testing.T) {
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			reg := prometheus.NewRegistry()
-			env := newServeEnv(t, nil, allowAll, withWatchCandidates, func(s *serveSetup) { s.config.Metrics = reg })
+			env := newServeEnv(t, nil, authorize, withWatchCandidates, func(s *serveSetup) { s.config.Metrics = reg })
 			store := env.interceptor.Objects()
 			for n := range 3 {
 				rec := httptest.NewRecorder()
@@ -105,6 +115,22 @@ func TestOnlyARecordedControllerMakesTheProxyWatchAKind(t *testing.T) {
 				}
 			}
 			resource := map[schema.GroupKind]schema.GroupVersionResource{pods: podsGVR, widgets: widgetsGVR}
+			// Whether a controller told from managedFields may write the
+			// status is asked beside the write: the kind is watched a
+			// moment later, or not at all.
+			settled := func() error {
+				if env.interceptor.LearnsParentKind(tc.watched) != tc.want {
+					return fmt.Errorf("%s watched: %v", tc.watched, !tc.want)
+				}
+				return nil
+			}
+			kausalitytest.Eventually(t, 10*time.Second, "every review of a controller's status access answered", func() error {
+				if env.interceptor.KindChecksPending() {
+					return fmt.Errorf("still asking")
+				}
+				return settled()
+			})
+			env.handler.ServeHTTP(httptest.NewRecorder(), env.request(t, tc.write(3)))
 			parents, children := store.CachedResources()
 			cached := slices.Contains(parents, resource[tc.watched])
 			if got := env.interceptor.LearnsParentKind(tc.watched); got != tc.want || store.CachesParentsOf(resource[tc.watched]) != tc.want || cached != tc.want {

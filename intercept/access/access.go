@@ -103,6 +103,30 @@ func (c *Checker) MayGetParent(ctx context.Context, u user.Info, parent *unstruc
 	return err == nil && allowed
 }
 
+// MayWriteStatus reports whether u may update parent's status. A caller
+// who may is one the proxy would record as parent's controller from its
+// status writes: only then does the proxy watch every object of parent's
+// kind for a write u makes under it.
+func (c *Checker) MayWriteStatus(ctx context.Context, u user.Info, parent *unstructured.Unstructured) bool {
+	m, err := c.Objects.Mapping(parent.GroupVersionKind())
+	if err != nil {
+		return false
+	}
+	attrs := &authorizer.AttributesRecord{
+		User:            u,
+		Verb:            "update",
+		Namespace:       parent.GetNamespace(),
+		APIGroup:        m.Resource.Group,
+		APIVersion:      m.Resource.Version,
+		Resource:        m.Resource.Resource,
+		Subresource:     "status",
+		Name:            parent.GetName(),
+		ResourceRequest: true,
+	}
+	allowed, _, err := c.authorize(ctx, attrs)
+	return err == nil && allowed
+}
+
 func (c *Checker) authorize(ctx context.Context, attrs *authorizer.AttributesRecord) (bool, string, error) {
 	if c.Authorizer == nil {
 		return false, "kausality-proxy has no authorizer configured, so it refuses every intercepted write", nil

@@ -917,9 +917,7 @@ func (i *Interceptor) watchKind(gvk schema.GroupVersionKind, seen *unstructured.
 		return
 	}
 	i.settled.AddParentKind(gvk.GroupKind())
-	if seen != nil {
-		i.settled.Observe(seen)
-	}
+	i.settled.Observe(seen)
 	if i.cfg.Objects == nil {
 		return
 	}

@@ -211,8 +211,9 @@ type view struct {
 
 // Memory remembers, per object UID, the spec hash at which the object last
 // settled, and since which generation it has had its current spec. It
-// learns only from parent kinds (AddParentKind), keeps a parent it has not seen for maxAge at
-// most, and, with a Durable, shares what it learns with every replica.
+// learns only from parent kinds (AddParentKind), keeps a parent it has
+// not seen for maxAge at most, and, with a Durable, shares what it learns
+// with every replica.
 type Memory struct {
 	mu          sync.Mutex
 	m           map[types.UID]*entry

@@ -14,31 +14,29 @@ import (
 )
 
 // TestAttackOwnerReferenceToAnyKindStartsNoCache: a caller who may only
-// write ConfigMaps names an Event of its namespace as the controller of
-// the ConfigMaps it creates, sending the field manager of a controller.
-// The proxy decides each write under that Event, read live: no cache of
-// every Event in the cluster is started for it, and none holds Events
-// afterwards. A Widget whose controller's status writes went through the
+// write ConfigMaps names a Pod of its namespace as the controller of the
+// ConfigMaps it creates, sending the field manager of a controller. The
+// proxy decides each write under that Pod, read live: no cache of every
+// Pod in the cluster is started for it, and none holds Pods afterwards. A Widget whose controller's status writes went through the
 // proxy is the control: its kind is cached.
 func TestAttackOwnerReferenceToAnyKindStartsNoCache(t *testing.T) {
 	ctx := context.Background()
 	f := newAttackFixture(t)
 	admin := directClient(t)
-	ev, err := admin.CoreV1().Events(f.ns).Create(ctx, &corev1.Event{
-		ObjectMeta:     metav1.ObjectMeta{Name: "churn"},
-		InvolvedObject: corev1.ObjectReference{Kind: "ConfigMap", Namespace: f.ns, Name: "anything"},
-		Reason:         "Churn", Message: "an object of a kind with many objects", Type: corev1.EventTypeNormal,
+	pod, err := admin.CoreV1().Pods(f.ns).Create(ctx, &corev1.Pod{
+		ObjectMeta: metav1.ObjectMeta{Name: "driver"},
+		Spec:       corev1.PodSpec{Containers: []corev1.Container{{Name: "app", Image: "registry.k8s.io/pause:3.10"}}},
 	}, metav1.CreateOptions{})
-	mustf(t, err, "create Event")
+	mustf(t, err, "create Pod")
 
 	c := f.cert.proxyClient(t)
 	mark := wgMark(t)
 	for n := range 3 {
-		name := fmt.Sprintf("owned-by-event-%d", n)
+		name := fmt.Sprintf("owned-by-pod-%d", n)
 		body := fmt.Sprintf(`{"apiVersion":"v1","kind":"ConfigMap","metadata":{"name":%q,`+
-			`"ownerReferences":[{"apiVersion":"v1","kind":"Event","name":"churn","uid":%q,"controller":true}]},"data":{"k":"v"}}`, name, ev.UID)
+			`"ownerReferences":[{"apiVersion":"v1","kind":"Pod","name":"driver","uid":%q,"controller":true}]},"data":{"k":"v"}}`, name, pod.UID)
 		code, out := sendRaw(t, c, cluster.ProxyEndpoint().URL, http.MethodPost,
-			"/api/v1/namespaces/"+f.ns+"/configmaps?fieldManager=kube-controller-manager", "application/json", []byte(body), f.cert.header())
+			"/api/v1/namespaces/"+f.ns+"/configmaps?fieldManager=kubelet", "application/json", []byte(body), f.cert.header())
 		if code != http.StatusCreated {
 			t.Fatalf("create %s: %d %s", name, code, out)
 		}
@@ -49,15 +47,15 @@ func TestAttackOwnerReferenceToAnyKindStartsNoCache(t *testing.T) {
 		}
 	}
 	for n := range 3 {
-		name := fmt.Sprintf("owned-by-event-%d", n)
+		name := fmt.Sprintf("owned-by-pod-%d", n)
 		d := wgDecision(t, mark, "configmaps", f.ns, name)
 		if d.Str("parent") == "" || d.Str("parentSource") != "live" {
-			t.Errorf("%s was decided under parent %q read from %q, want the Event read live", name, d.Str("parent"), d.Str("parentSource"))
+			t.Errorf("%s was decided under parent %q read from %q, want the Pod read live", name, d.Str("parent"), d.Str("parentSource"))
 		}
 	}
-	events := `kausality_proxy_caches{holds="parents",resource="events"}`
-	if got := metricValue(t, env.MetricsURL, events); got != "" {
-		t.Errorf("%s = %s: the proxy caches every Event of the cluster for a caller's ownerReference", events, got)
+	pods := `kausality_proxy_caches{holds="parents",resource="pods"}`
+	if got := metricValue(t, env.MetricsURL, pods); got != "" {
+		t.Errorf("%s = %s: the proxy caches every Pod of the cluster for a caller's ownerReference", pods, got)
 	}
 
 	// The control: a Widget's controller had its status writes recorded,

@@ -24,6 +24,7 @@ import (
 	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/apimachinery/pkg/util/validation/field"
+	"k8s.io/client-go/tools/cache"
 	"k8s.io/utils/ptr"
 
 	"github.com/kausality-io/kausality-proxy/intercept/annotations"
@@ -317,7 +318,10 @@ func preparedObject(f *facts, d *decision.Decision, annotate bool, version strin
 // and the DriftReport.
 func (i *Interceptor) afterSuccess(f *facts, d *decision.Decision) {
 	if d.StatusWriterIsController && f.old != nil {
-		i.watchKind(f.kind, f.old, "a status write of one was made by its recorded controller", d.Actor.User)
+		// What the object was before the write is not learned: its status
+		// is the write's now (learnStatus), and the stored object may
+		// never have reported one, which kstatus takes for Current.
+		i.watchKind(f.kind, nil, f.old, "a status write of one was made by its recorded controller", d.Actor.User)
 	}
 	if f.req.w.sub == statusSubresource {
 		i.learnStatus(f)
@@ -883,7 +887,7 @@ func (i *Interceptor) watchParentKind(f *facts, d *decision.Decision) {
 	parent := f.parent.obj
 	switch decision.WatchesParentKind(d, parent) {
 	case decision.Watch:
-		i.watchKind(parent.GroupVersionKind(), parent, "a write under one was decided for its recorded controller or under its allowances", d.Actor.User)
+		i.watchKind(parent.GroupVersionKind(), parent, parent, "a write under one was decided for its recorded controller or under its allowances", d.Actor.User)
 	case decision.WatchIfStatusWriter:
 		gvk := parent.GroupVersionKind()
 		if i.settled.Learns(gvk.GroupKind()) {
@@ -898,7 +902,7 @@ func (i *Interceptor) watchParentKind(f *facts, d *decision.Decision) {
 			ctx, cancel := context.WithTimeout(context.Background(), kindCheckTimeout)
 			defer cancel()
 			if i.access.MayWriteStatus(ctx, u, parent) {
-				i.watchKind(gvk, parent, "a write under one was decided for its controller, who may write its status", who)
+				i.watchKind(gvk, parent, parent, "a write under one was decided for its controller, who may write its status", who)
 			}
 		}()
 	}
@@ -911,8 +915,9 @@ const kindCheckTimeout = 10 * time.Second
 
 // watchKind makes gvk a kind the proxy watches: its objects are cached
 // as parents from now on, and the settledness memory learns from each of
-// their changes, starting with seen.
-func (i *Interceptor) watchKind(gvk schema.GroupVersionKind, seen *unstructured.Unstructured, why, who string) {
+// their changes, starting with seen (nil: none). about names the object
+// the log line names.
+func (i *Interceptor) watchKind(gvk schema.GroupVersionKind, seen, about *unstructured.Unstructured, why, who string) {
 	if i.settled.Learns(gvk.GroupKind()) {
 		return
 	}
@@ -926,5 +931,5 @@ func (i *Interceptor) watchKind(gvk schema.GroupVersionKind, seen *unstructured.
 		return
 	}
 	i.cfg.Log.Info("watching the objects of a kind as parents: "+why, zap.String("kind", gvk.String()),
-		zap.String("object", seen.GetNamespace()+"/"+seen.GetName()), zap.String("user", who))
+		zap.String("object", cache.NewObjectName(about.GetNamespace(), about.GetName()).String()), zap.String("user", who))
 }

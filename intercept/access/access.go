@@ -85,22 +85,7 @@ func (c *Checker) MayGet(ctx context.Context, attrs *authorizer.AttributesRecord
 // name it and say what its annotations say: a caller who may write a child
 // may still be kept from reading its owner, its freeze reason included.
 func (c *Checker) MayGetParent(ctx context.Context, u user.Info, parent *unstructured.Unstructured) bool {
-	m, err := c.Objects.Mapping(parent.GroupVersionKind())
-	if err != nil {
-		return false
-	}
-	attrs := &authorizer.AttributesRecord{
-		User:            u,
-		Verb:            "get",
-		Namespace:       parent.GetNamespace(),
-		APIGroup:        m.Resource.Group,
-		APIVersion:      m.Resource.Version,
-		Resource:        m.Resource.Resource,
-		Name:            parent.GetName(),
-		ResourceRequest: true,
-	}
-	allowed, _, err := c.authorize(ctx, attrs)
-	return err == nil && allowed
+	return c.mayOnParent(ctx, u, parent, "get", "")
 }
 
 // MayWriteStatus reports whether u may update parent's status. A caller
@@ -108,18 +93,24 @@ func (c *Checker) MayGetParent(ctx context.Context, u user.Info, parent *unstruc
 // status writes: only then does the proxy watch every object of parent's
 // kind for a write u makes under it.
 func (c *Checker) MayWriteStatus(ctx context.Context, u user.Info, parent *unstructured.Unstructured) bool {
+	return c.mayOnParent(ctx, u, parent, "update", "status")
+}
+
+// mayOnParent reports whether u may verb parent's subresource ("" for
+// the object itself).
+func (c *Checker) mayOnParent(ctx context.Context, u user.Info, parent *unstructured.Unstructured, verb, subresource string) bool {
 	m, err := c.Objects.Mapping(parent.GroupVersionKind())
 	if err != nil {
 		return false
 	}
 	attrs := &authorizer.AttributesRecord{
 		User:            u,
-		Verb:            "update",
+		Verb:            verb,
 		Namespace:       parent.GetNamespace(),
 		APIGroup:        m.Resource.Group,
 		APIVersion:      m.Resource.Version,
 		Resource:        m.Resource.Resource,
-		Subresource:     "status",
+		Subresource:     subresource,
 		Name:            parent.GetName(),
 		ResourceRequest: true,
 	}

@@ -12,6 +12,7 @@ import (
 // from each change and recorded.
 type ParentKindWatch int
 
+// Parent kind watches.
 const (
 	// NoWatch: the write gives no reason to watch the kind.
 	NoWatch ParentKindWatch = iota

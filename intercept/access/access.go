@@ -85,20 +85,24 @@ func (c *Checker) MayGet(ctx context.Context, attrs *authorizer.AttributesRecord
 // name it and say what its annotations say: a caller who may write a child
 // may still be kept from reading its owner, its freeze reason included.
 func (c *Checker) MayGetParent(ctx context.Context, u user.Info, parent *unstructured.Unstructured) bool {
-	return c.mayOnParent(ctx, u, parent, "get", "")
+	return c.mayOnParent(ctx, u, parent, "get", "", parent.GetName())
 }
 
-// MayWriteStatus reports whether u may update parent's status. A caller
-// who may is one the proxy would record as parent's controller from its
-// status writes: only then does the proxy watch every object of parent's
-// kind for a write u makes under it.
+// MayWriteStatus reports whether u may update the status of every object
+// of parent's kind in its namespace. A caller who may is one the proxy
+// would record as parent's controller from its status writes: only then
+// does the proxy watch every object of parent's kind for a write u makes
+// under it. The name is left out, as controllers are granted status
+// access: so the authorizer's cache answers a caller's next writes under
+// other parents of the kind without asking again.
 func (c *Checker) MayWriteStatus(ctx context.Context, u user.Info, parent *unstructured.Unstructured) bool {
-	return c.mayOnParent(ctx, u, parent, "update", "status")
+	return c.mayOnParent(ctx, u, parent, "update", "status", "")
 }
 
-// mayOnParent reports whether u may verb parent's subresource ("" for
-// the object itself).
-func (c *Checker) mayOnParent(ctx context.Context, u user.Info, parent *unstructured.Unstructured, verb, subresource string) bool {
+// mayOnParent reports whether u may verb the subresource ("" for the
+// object itself) of the object of parent's kind and namespace called name
+// ("": every such object).
+func (c *Checker) mayOnParent(ctx context.Context, u user.Info, parent *unstructured.Unstructured, verb, subresource, name string) bool {
 	m, err := c.Objects.Mapping(parent.GroupVersionKind())
 	if err != nil {
 		return false
@@ -111,7 +115,7 @@ func (c *Checker) mayOnParent(ctx context.Context, u user.Info, parent *unstruct
 		APIVersion:      m.Resource.Version,
 		Resource:        m.Resource.Resource,
 		Subresource:     subresource,
-		Name:            parent.GetName(),
+		Name:            name,
 		ResourceRequest: true,
 	}
 	allowed, _, err := c.authorize(ctx, attrs)

@@ -15,8 +15,8 @@ import (
 	"github.com/kausality-io/kausality-proxy/intercept/objects"
 )
 
-// What is asked about a parent names it, its resource as discovery maps
-// its kind, and the subresource of the question.
+// What is asked about a parent names its resource as discovery maps its
+// kind, and the subresource of the question.
 func TestQuestionsAboutAParent(t *testing.T) {
 	disc := &fakediscovery.FakeDiscovery{Fake: &clienttesting.Fake{Resources: []*metav1.APIResourceList{{GroupVersion: "apps/v1",
 		APIResources: []metav1.APIResource{{Name: "deployments", Namespaced: true, Kind: "Deployment", Verbs: metav1.Verbs{"get"}}}}}}}
@@ -44,11 +44,13 @@ func TestQuestionsAboutAParent(t *testing.T) {
 	if c.MayWriteStatus(ctx, alice, parent) {
 		t.Error("alice may write the parent's status")
 	}
-	record := func(verb, subresource string) authorizer.AttributesRecord {
+	record := func(verb, subresource, name string) authorizer.AttributesRecord {
 		return authorizer.AttributesRecord{User: alice, Verb: verb, Namespace: "prod", APIGroup: "apps", APIVersion: "v1",
-			Resource: "deployments", Subresource: subresource, Name: "web", ResourceRequest: true}
+			Resource: "deployments", Subresource: subresource, Name: name, ResourceRequest: true}
 	}
-	if want := []authorizer.AttributesRecord{record("get", ""), record("update", "status")}; !reflect.DeepEqual(asked, want) {
+	// The status of every Deployment of the namespace: a controller is
+	// granted it so, and the answer serves its writes under any of them.
+	if want := []authorizer.AttributesRecord{record("get", "", "web"), record("update", "status", "")}; !reflect.DeepEqual(asked, want) {
 		t.Errorf("asked %+v, want %+v", asked, want)
 	}
 

@@ -887,7 +887,7 @@ func (i *Interceptor) watchParentKind(f *facts, d *decision.Decision) {
 	parent := f.parent.obj
 	switch decision.WatchesParentKind(d, parent) {
 	case decision.Watch:
-		i.watchKind(parent.GroupVersionKind(), parent, parent, "a write under one was decided for its recorded controller or under its allowances", d.Actor.User)
+		i.watchKind(parent.GroupVersionKind(), parent, parent, "a write under one was decided for its recorded controller", d.Actor.User)
 	case decision.WatchIfStatusWriter:
 		gvk := parent.GroupVersionKind()
 		if i.settled.Learns(gvk.GroupKind()) {
@@ -902,7 +902,7 @@ func (i *Interceptor) watchParentKind(f *facts, d *decision.Decision) {
 			ctx, cancel := context.WithTimeout(context.Background(), kindCheckTimeout)
 			defer cancel()
 			if i.access.MayWriteStatus(ctx, u, parent) {
-				i.watchKind(gvk, parent, parent, "a write under one was decided for its controller, who may write its status", who)
+				i.watchKind(gvk, parent, parent, "a write under one was decided for its controller, or under its allowances, by a writer who may write its status", who)
 			}
 		}()
 	}

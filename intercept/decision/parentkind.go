@@ -35,9 +35,10 @@ const (
 //     parent's status: any caller can send the field manager that owns a
 //     parent's observedGeneration, and name a Pod, an Event or any object
 //     of its namespace as the controller of its own object;
-//   - or any writer under a parent that carries allowances, which only the
-//     proxy writes, for a change an AllowancePolicy lets someone start,
-//     and whose consumption waits on the parent settling.
+//   - or a writer under a parent that carries allowances (whose
+//     consumption waits on the parent settling), if it may write the
+//     parent's status: only the proxy writes allowances through itself,
+//     but anyone who may write the parent at kube-apiserver directly can.
 //
 // Writes under a parent of another kind are decided as before, on the
 // parent read live and on what its settledness says now; only the history
@@ -47,15 +48,15 @@ func WatchesParentKind(d *Decision, parent *unstructured.Unstructured) ParentKin
 	if d == nil || parent == nil || parent.GetUID() == "" {
 		return NoWatch
 	}
-	if held, _, _ := unstructured.NestedString(parent.Object, "metadata", "annotations", annotations.Allowances); held != "" {
-		return Watch
-	}
 	switch {
-	case !d.Actor.IsController:
-		return NoWatch
-	case d.Actor.Method == controllerid.MethodStatusWriters:
+	case d.Actor.IsController && d.Actor.Method == controllerid.MethodStatusWriters:
 		return Watch
-	case d.Actor.Method == controllerid.MethodManagedFields:
+	case d.Actor.IsController && d.Actor.Method == controllerid.MethodManagedFields:
+		return WatchIfStatusWriter
+	}
+	if held, _, _ := unstructured.NestedString(parent.Object, "metadata", "annotations", annotations.Allowances); held != "" {
+		// Only the proxy writes allowances through itself; whoever may
+		// write the parent at kube-apiserver directly may write them too.
 		return WatchIfStatusWriter
 	}
 	return NoWatch

@@ -33,8 +33,8 @@ const (
 //     makes;
 //   - the parent's controller told from managedFields, if it may write the
 //     parent's status: any caller can send the field manager that owns a
-//     parent's observedGeneration, and name a Pod, a ConfigMap or most any object
-//     of its namespace as the controller of its own object;
+//     parent's observedGeneration, and name a Pod, a ConfigMap or most any
+//     object of its namespace as the controller of its own object;
 //   - or a writer under a parent that carries allowances (whose
 //     consumption waits on the parent settling), if it may write the
 //     parent's status: only the proxy writes allowances through itself,

@@ -16,29 +16,31 @@ import (
 )
 
 // TestAttackOwnerReferenceToAnyKindStartsNoCache: a caller who may only
-// write ConfigMaps names a Pod of its namespace as the controller of the
-// ConfigMaps it creates, sending the field manager of a controller. The
-// proxy decides each write under that Pod, read live: no cache of every
-// Pod in the cluster is started for it, and none holds Pods afterwards. A Widget whose controller's status writes went through the
-// proxy is the control: its kind is cached.
+// write ConfigMaps names another ConfigMap of its namespace as the
+// controller of the ConfigMaps it creates, sending the field manager of a
+// controller. The proxy decides each write under that ConfigMap, read
+// live: no cache of every ConfigMap in the cluster, whole, is started for
+// it. A Pod would do as well, but a status writer of Pods that another
+// test runs through the proxy may make Pods watched legitimately. A
+// Widget whose controller's status writes went through the proxy is the
+// control: its kind is cached.
 func TestAttackOwnerReferenceToAnyKindStartsNoCache(t *testing.T) {
 	ctx := context.Background()
 	f := newAttackFixture(t)
 	admin := directClient(t)
-	pod, err := admin.CoreV1().Pods(f.ns).Create(ctx, &corev1.Pod{
-		ObjectMeta: metav1.ObjectMeta{Name: "driver"},
-		Spec:       corev1.PodSpec{Containers: []corev1.Container{{Name: "app", Image: "registry.k8s.io/pause:3.10"}}},
+	anchor, err := admin.CoreV1().ConfigMaps(f.ns).Create(ctx, &corev1.ConfigMap{
+		ObjectMeta: metav1.ObjectMeta{Name: "anchor"}, Data: map[string]string{"k": "v"},
 	}, metav1.CreateOptions{})
-	mustf(t, err, "create Pod")
+	mustf(t, err, "create the ConfigMap named as controller")
 
 	c := f.cert.proxyClient(t)
 	mark := wgMark(t)
 	for n := range 3 {
-		name := fmt.Sprintf("owned-by-pod-%d", n)
+		name := fmt.Sprintf("owned-by-anchor-%d", n)
 		body := fmt.Sprintf(`{"apiVersion":"v1","kind":"ConfigMap","metadata":{"name":%q,`+
-			`"ownerReferences":[{"apiVersion":"v1","kind":"Pod","name":"driver","uid":%q,"controller":true}]},"data":{"k":"v"}}`, name, pod.UID)
+			`"ownerReferences":[{"apiVersion":"v1","kind":"ConfigMap","name":"anchor","uid":%q,"controller":true}]},"data":{"k":"v"}}`, name, anchor.UID)
 		code, out := sendRaw(t, c, cluster.ProxyEndpoint().URL, http.MethodPost,
-			"/api/v1/namespaces/"+f.ns+"/configmaps?fieldManager=kubelet", "application/json", []byte(body), f.cert.header())
+			"/api/v1/namespaces/"+f.ns+"/configmaps?fieldManager=kube-controller-manager", "application/json", []byte(body), f.cert.header())
 		if code != http.StatusCreated {
 			t.Fatalf("create %s: %d %s", name, code, out)
 		}
@@ -49,15 +51,15 @@ func TestAttackOwnerReferenceToAnyKindStartsNoCache(t *testing.T) {
 		}
 	}
 	for n := range 3 {
-		name := fmt.Sprintf("owned-by-pod-%d", n)
+		name := fmt.Sprintf("owned-by-anchor-%d", n)
 		d := wgDecision(t, mark, "configmaps", f.ns, name)
 		if d.Str("parent") == "" || d.Str("parentSource") != "live" {
-			t.Errorf("%s was decided under parent %q read from %q, want the Pod read live", name, d.Str("parent"), d.Str("parentSource"))
+			t.Errorf("%s was decided under parent %q read from %q, want the ConfigMap read live", name, d.Str("parent"), d.Str("parentSource"))
 		}
 	}
-	pods := `kausality_proxy_caches{holds="parents",resource="pods"}`
-	if got := metricValue(t, env.MetricsURL, pods); got != "" {
-		t.Errorf("%s = %s: the proxy caches every Pod of the cluster for a caller's ownerReference", pods, got)
+	configMaps := `kausality_proxy_caches{holds="parents",resource="configmaps"}`
+	if got := metricValue(t, env.MetricsURL, configMaps); got != "" {
+		t.Errorf("%s = %s: the proxy caches every ConfigMap of the cluster, whole, for a caller's ownerReference", configMaps, got)
 	}
 
 	// The control: a Widget's controller had its status writes recorded,

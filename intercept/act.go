@@ -317,12 +317,6 @@ func preparedObject(f *facts, d *decision.Decision, annotate bool, version strin
 // status write teaches, the parent writes, the trace of a /scale write,
 // and the DriftReport.
 func (i *Interceptor) afterSuccess(f *facts, d *decision.Decision) {
-	if d.StatusWriterIsController && f.old != nil {
-		// What the object was before the write is not learned: its status
-		// is the write's now (learnStatus), and the stored object may
-		// never have reported one, which kstatus takes for Current.
-		i.watchKind(f.kind, nil, f.old, "a status write of one was made by its recorded controller", d.Actor.User)
-	}
 	if f.req.w.sub == statusSubresource {
 		i.learnStatus(f)
 	}
@@ -887,7 +881,7 @@ func (i *Interceptor) watchParentKind(f *facts, d *decision.Decision) {
 	parent := f.parent.obj
 	switch decision.WatchesParentKind(d, parent) {
 	case decision.Watch:
-		i.watchKind(parent.GroupVersionKind(), parent, parent, "a write under one was decided for its recorded controller", d.Actor.User)
+		i.watchKind(parent.GroupVersionKind(), parent, "a write under one was decided for its recorded controller", d.Actor.User)
 	case decision.WatchIfStatusWriter:
 		gvk := parent.GroupVersionKind()
 		if i.settled.Learns(gvk.GroupKind()) {
@@ -902,7 +896,7 @@ func (i *Interceptor) watchParentKind(f *facts, d *decision.Decision) {
 			ctx, cancel := context.WithTimeout(context.Background(), kindCheckTimeout)
 			defer cancel()
 			if i.access.MayWriteStatus(ctx, u, parent) {
-				i.watchKind(gvk, parent, parent, "a write under one was decided for its controller, or under its allowances, by a writer who may write its status", who)
+				i.watchKind(gvk, parent, "a write under one was decided for its controller, or under its allowances, by a writer who may write its status", who)
 			}
 		}()
 	}
@@ -915,9 +909,10 @@ const kindCheckTimeout = 10 * time.Second
 
 // watchKind makes gvk a kind the proxy watches: its objects are cached
 // as parents from now on, and the settledness memory learns from each of
-// their changes, starting with seen (nil: none). about names the object
-// the log line names.
-func (i *Interceptor) watchKind(gvk schema.GroupVersionKind, seen, about *unstructured.Unstructured, why, who string) {
+// their changes, starting with seen. A status write alone makes no kind
+// watched: the pod garbage collector writes the status of Pods, under
+// which nobody writes.
+func (i *Interceptor) watchKind(gvk schema.GroupVersionKind, seen *unstructured.Unstructured, why, who string) {
 	if i.settled.Learns(gvk.GroupKind()) {
 		return
 	}
@@ -931,5 +926,5 @@ func (i *Interceptor) watchKind(gvk schema.GroupVersionKind, seen, about *unstru
 		return
 	}
 	i.cfg.Log.Info("watching the objects of a kind as parents: "+why, zap.String("kind", gvk.String()),
-		zap.String("object", cache.NewObjectName(about.GetNamespace(), about.GetName()).String()), zap.String("user", who))
+		zap.String("object", cache.NewObjectName(seen.GetNamespace(), seen.GetName()).String()), zap.String("user", who))
 }

@@ -50,10 +50,33 @@ func withWatchCandidates(s *serveSetup) {
 		}}
 	}
 	operator := controllerid.UserOf(controllerid.UserIdentifier("operator", "")).Long
+	moving := settled("example.com/v1", "Widget", "moving", map[string]interface{}{annotations.Controllers: operator}, "operator")
+	moving.SetGeneration(2)
 	s.objects = append(s.objects,
 		settled("v1", "Pod", "driver", map[string]interface{}{}, "kubelet"),
 		settled("example.com/v1", "Widget", "recorded", map[string]interface{}{annotations.Controllers: operator}, "operator"),
-		settled("example.com/v1", "Widget", "unrecorded", map[string]interface{}{}, "operator"))
+		settled("example.com/v1", "Widget", "unrecorded", map[string]interface{}{}, "operator"),
+		moving)
+}
+
+// A status write alone, even its recorded controller's that advances the
+// observed generation, makes no kind watched: the pod garbage collector
+// and the disruption controller write the status of Pods, and nobody
+// writes under them.
+func TestAStatusWriteAloneWatchesNoKind(t *testing.T) {
+	allowAll := func(authorizationv1.SubjectAccessReviewSpec) (bool, error) { return true, nil }
+	env := newServeEnv(t, nil, allowAll, withWatchCandidates)
+	rec := httptest.NewRecorder()
+	env.handler.ServeHTTP(rec, env.request(t, benchWrite{method: http.MethodPatch,
+		path:        "/apis/example.com/v1/namespaces/apps/widgets/moving/status?fieldManager=operator",
+		contentType: "application/merge-patch+json", body: []byte(`{"status":{"observedGeneration":2}}`), user: "operator"}))
+	if rec.Code != http.StatusOK {
+		t.Fatalf("the status write: code %d (error %v)", rec.Code, env.lastError)
+	}
+	widgets := schema.GroupKind{Group: "example.com", Kind: "Widget"}
+	if env.interceptor.LearnsParentKind(widgets) || env.interceptor.KindChecksPending() || env.interceptor.Objects().CachesParentsOf(widgetsGVR) {
+		t.Fatal("a status write made its kind watched")
+	}
 }
 
 // createOwned is a create of a ConfigMap whose controller is the object

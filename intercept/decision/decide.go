@@ -826,7 +826,6 @@ func (x *decider) recordStatusWriter(reported bool) {
 		shape = "write of the object (its status has no subresource)"
 	}
 	v, changed, refusal := controllerid.RecordController(stored[annotations.Controllers], x.user)
-	d.StatusWriterIsController = refusal == ""
 	switch {
 	case refusal != "":
 		d.Warnings = append(d.Warnings, "kausality: "+d.Actor.User+" is not recorded in "+annotations.Controllers+" of "+target.String()+

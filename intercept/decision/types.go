@@ -449,11 +449,6 @@ type Decision struct {
 	// OwnControlsEdited: a write refused for another reason is also an
 	// edit of the object's controls by its own controller.
 	OwnControlsEdited bool `json:"ownControlsEdited,omitempty"`
-	// StatusWriterIsController: the write advances the written object's
-	// observed generation, and its author is the object's recorded
-	// controller (already, or recorded by this write). Only a caller who
-	// may write the status of an object of that kind is one.
-	StatusWriterIsController bool `json:"statusWriterIsController,omitempty"`
 
 	Mode       annotations.DriftMode `json:"mode,omitempty"`
 	ModeSource ModeSource            `json:"modeSource,omitempty"`

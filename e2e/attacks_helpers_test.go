@@ -19,6 +19,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	utilrand "k8s.io/apimachinery/pkg/util/rand"
 	auditv1 "k8s.io/apiserver/pkg/apis/audit/v1"
+	"k8s.io/client-go/rest"
 
 	"github.com/kausality-io/kausality-proxy/e2e/framework"
 )
@@ -42,6 +43,9 @@ type attacker struct {
 	cert *tls.Certificate
 	// token is the bearer token of a service-account identity.
 	token string
+	// direct is a certificate identity's configuration for kube-apiserver
+	// itself, for what a caller may do there without the proxy.
+	direct *rest.Config
 }
 
 // rawAuthHeader is the header line a raw HTTP/1.1 request of a token
@@ -112,7 +116,7 @@ func newAttackFixture(t *testing.T, extraRules ...rbacv1.PolicyRule) *attackFixt
 	mustf(t, err, "service account token")
 	f := &attackFixture{
 		ns:    ns,
-		cert:  attacker{user: certUser, cert: certOf(t, certCfg)},
+		cert:  attacker{user: certUser, cert: certOf(t, certCfg), direct: certCfg},
 		token: attacker{user: "system:serviceaccount:" + ns + ":mallory", token: token},
 	}
 	// RBAC takes a moment to see new bindings; ask kube-apiserver before

@@ -11,8 +11,11 @@ import (
 
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/client-go/kubernetes"
 
 	"github.com/kausality-io/kausality-proxy/e2e/framework"
+	"github.com/kausality-io/kausality-proxy/intercept/annotations"
+	"github.com/kausality-io/kausality-proxy/intercept/controllerid"
 )
 
 // TestAttackOwnerReferenceToAnyKindStartsNoCache: a caller who may only
@@ -74,4 +77,57 @@ func TestAttackOwnerReferenceToAnyKindStartsNoCache(t *testing.T) {
 		}
 		return nil
 	})
+}
+
+// TestAttackControllersRecordWrittenDirectlyStartsNoCache: the proxy
+// writes a parent's controllers record only through itself, but a caller
+// who may update ConfigMaps at kube-apiserver directly writes its own name
+// into one's record there, and then names that ConfigMap as the controller
+// of the ConfigMaps it creates through the proxy. Its writes are decided
+// as the recorded controller's, and still no cache of every ConfigMap in
+// the cluster is started: it may not write the status of ConfigMaps.
+func TestAttackControllersRecordWrittenDirectlyStartsNoCache(t *testing.T) {
+	ctx := context.Background()
+	f := newAttackFixture(t)
+	direct, err := kubernetes.NewForConfig(f.cert.direct)
+	mustf(t, err, "the caller's own client of kube-apiserver")
+	self := controllerid.UserOf(controllerid.UserIdentifier(f.cert.user, "")).Long
+	anchor, err := direct.CoreV1().ConfigMaps(f.ns).Create(ctx, &corev1.ConfigMap{
+		ObjectMeta: metav1.ObjectMeta{Name: "recorded-anchor", Annotations: map[string]string{annotations.Controllers: self}},
+		Data:       map[string]string{"k": "v"},
+	}, metav1.CreateOptions{})
+	mustf(t, err, "the caller creates, at kube-apiserver, a ConfigMap whose controllers record names it")
+
+	c := f.cert.proxyClient(t)
+	mark := wgMark(t)
+	for n := range 3 {
+		name := fmt.Sprintf("owned-by-recorded-anchor-%d", n)
+		body := fmt.Sprintf(`{"apiVersion":"v1","kind":"ConfigMap","metadata":{"name":%q,`+
+			`"ownerReferences":[{"apiVersion":"v1","kind":"ConfigMap","name":"recorded-anchor","uid":%q,"controller":true}]},"data":{"k":"v"}}`, name, anchor.UID)
+		code, out := sendRaw(t, c, cluster.ProxyEndpoint().URL, http.MethodPost,
+			"/api/v1/namespaces/"+f.ns+"/configmaps?fieldManager=mallory", "application/json", []byte(body), f.cert.header())
+		if code != http.StatusCreated {
+			t.Fatalf("create %s: %d %s", name, code, out)
+		}
+		if n == 0 {
+			// A cache the first write had started would have synced by
+			// the next: its parents would come from it.
+			time.Sleep(2 * time.Second)
+		}
+	}
+	for n := range 3 {
+		name := fmt.Sprintf("owned-by-recorded-anchor-%d", n)
+		d := wgDecision(t, mark, "configmaps", f.ns, name)
+		if d.Str("controllerMethod") != string(controllerid.MethodStatusWriters) || !d.Bool("isController") {
+			t.Fatalf("%s was decided for controller method %q (controller %v), want the recorded controller's: the attack did not reach the point it tests",
+				name, d.Str("controllerMethod"), d.Bool("isController"))
+		}
+		if d.Str("parentSource") != "live" {
+			t.Errorf("%s was decided under its parent read from %q, want the ConfigMap read live", name, d.Str("parentSource"))
+		}
+	}
+	configMaps := `kausality_proxy_caches{holds="parents",resource="configmaps"}`
+	if got := metricValue(t, env.MetricsURL, configMaps); got != "" {
+		t.Errorf("%s = %s: the proxy caches every ConfigMap of the cluster, whole, for a controllers record its caller wrote itself", configMaps, got)
+	}
 }

@@ -24,6 +24,7 @@ import (
 	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/apimachinery/pkg/util/validation/field"
+	"k8s.io/apiserver/pkg/authentication/user"
 	"k8s.io/client-go/tools/cache"
 	"k8s.io/utils/ptr"
 
@@ -869,37 +870,50 @@ func readAll(r *http.Request) ([]byte, error) {
 }
 
 // watchParentKind makes the kind of f's parent one the proxy watches when
-// d says it may (decision.WatchesParentKind). A parent of a kind not
-// watched is read live for each write decided under it. Whether a
-// controller told from managedFields may write its parent's status is
-// asked once per kind at a time, beside the write: the write does not
-// wait for it.
+// d is a reason to (decision.WatchesParentKind) and its writer may write
+// the status of the kind's objects in the parent's namespace. A parent of
+// a kind not watched is read live for each write decided under it. The
+// writer's status access is asked once per kind at a time, beside the
+// write: the write does not wait for it.
 func (i *Interceptor) watchParentKind(f *facts, d *decision.Decision) {
-	if f.parent.source == "gone" {
+	if f.parent.source == "gone" || !decision.WatchesParentKind(d, f.parent.obj) {
 		return
 	}
 	parent := f.parent.obj
-	switch decision.WatchesParentKind(d, parent) {
-	case decision.Watch:
-		i.watchKind(parent.GroupVersionKind(), parent, "a write under one was decided for its recorded controller", d.Actor.User)
-	case decision.WatchIfStatusWriter:
-		gvk := parent.GroupVersionKind()
-		if i.settled.Learns(gvk.GroupKind()) {
-			return
-		}
-		if _, asking := i.kindChecks.LoadOrStore(gvk.GroupKind(), true); asking {
-			return
-		}
-		u, who := f.req.user, d.Actor.User
-		go func() {
-			defer i.kindChecks.Delete(gvk.GroupKind())
-			ctx, cancel := context.WithTimeout(context.Background(), kindCheckTimeout)
-			defer cancel()
-			if i.access.MayWriteStatus(ctx, u, parent) {
-				i.watchKind(gvk, parent, "a write under one was decided for its controller, or under its allowances, by a writer who may write its status", who)
-			}
-		}()
+	gvk := parent.GroupVersionKind()
+	if i.settled.Learns(gvk.GroupKind()) {
+		return
 	}
+	if _, asking := i.kindChecks.LoadOrStore(gvk.GroupKind(), true); asking {
+		return
+	}
+	u, who := f.req.user, d.Actor.User
+	go func() {
+		defer i.kindChecks.Delete(gvk.GroupKind())
+		ctx, cancel := context.WithTimeout(context.Background(), kindCheckTimeout)
+		defer cancel()
+		if i.mayWriteStatusOf(ctx, u, parent) {
+			i.watchKind(gvk, parent, "a write under one was decided for its controller, or under its allowances, by a writer who may write its status", who)
+		}
+	}()
+}
+
+// mayWriteStatusOf reports whether u may write the status of the objects
+// of parent's kind in its namespace, in the object itself for a custom
+// resource without a status subresource. A kind whose definition cannot
+// be read is not shown to be: a later write asks again.
+func (i *Interceptor) mayWriteStatusOf(ctx context.Context, u user.Info, parent *unstructured.Unstructured) bool {
+	var inObject bool
+	if i.cfg.Objects != nil {
+		m, err := i.cfg.Objects.Mapping(parent.GroupVersionKind())
+		if err != nil {
+			return false
+		}
+		if inObject, err = i.scalePaths.StatusInObject(ctx, m.Resource); err != nil {
+			return false
+		}
+	}
+	return i.access.MayWriteStatus(ctx, u, parent, inObject)
 }
 
 // kindCheckTimeout bounds the review of whether a controller may write

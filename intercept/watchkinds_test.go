@@ -6,6 +6,7 @@ import (
 	"net/http/httptest"
 	"slices"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -28,7 +29,9 @@ var widgetsGVR = schema.GroupVersionResource{Group: "example.com", Version: "v1"
 // resource): the Pod "driver", whose observedGeneration the kubelet owns
 // (as every Pod's on a cluster that tracks it), the Widget "recorded",
 // whose controllers record names the operator, and the Widget "unrecorded",
-// whose controller is told from managedFields only. Each has settled.
+// whose controller is told from managedFields only, and the Widget
+// "forged", whose controllers record names mallory: anyone who may update
+// a Widget at kube-apiserver directly can write one. Each has settled.
 func withWatchCandidates(s *serveSetup) {
 	verbs := metav1.Verbs{"get", "list", "watch", "create", "update", "patch", "delete"}
 	s.resources = append(s.resources,
@@ -50,12 +53,14 @@ func withWatchCandidates(s *serveSetup) {
 		}}
 	}
 	operator := controllerid.UserOf(controllerid.UserIdentifier("operator", "")).Long
+	mallory := controllerid.UserOf(controllerid.UserIdentifier("mallory", "")).Long
 	moving := settled("example.com/v1", "Widget", "moving", map[string]interface{}{annotations.Controllers: operator}, "operator")
 	moving.SetGeneration(2)
 	s.objects = append(s.objects,
 		settled("v1", "Pod", "driver", map[string]interface{}{}, "kubelet"),
 		settled("example.com/v1", "Widget", "recorded", map[string]interface{}{annotations.Controllers: operator}, "operator"),
 		settled("example.com/v1", "Widget", "unrecorded", map[string]interface{}{}, "operator"),
+		settled("example.com/v1", "Widget", "forged", map[string]interface{}{annotations.Controllers: mallory}, "operator"),
 		moving)
 }
 
@@ -90,10 +95,12 @@ func createOwned(name, apiVersion, kind, owner, user, fieldManager string) bench
 }
 
 // Any caller can name an object of any kind as the controller of what it
-// writes, and send the field manager that owns that object's
-// observedGeneration. Watching a kind costs memory and CPU for every
-// object of it in the cluster, and settledness records for each: only a
-// write for a parent's recorded controller makes the proxy watch its kind.
+// writes, send the field manager that owns that object's
+// observedGeneration, and, where it may write that object at kube-apiserver
+// directly, write itself into its controllers record. Watching a kind
+// costs memory and CPU for every object of it in the cluster, and
+// settledness records for each: only a write for a parent's controller who
+// may write the status of the kind's objects makes the proxy watch it.
 func TestOnlyARecordedControllerMakesTheProxyWatchAKind(t *testing.T) {
 	// mallory may write ConfigMaps, as anyone; only the operator may write
 	// the status of what it controls.
@@ -121,6 +128,9 @@ func TestOnlyARecordedControllerMakesTheProxyWatchAKind(t *testing.T) {
 		}, widgets, pods, true},
 		{"another caller writes under a Widget with a recorded controller", func(n int) benchWrite {
 			return createOwned(fmt.Sprintf("cm-%d", n), "example.com/v1", "Widget", "recorded", "mallory", "operator")
+		}, widgets, pods, false},
+		{"a caller that wrote itself into a Widget's controllers record at kube-apiserver, and may not write the status, writes under it", func(n int) benchWrite {
+			return createOwned(fmt.Sprintf("cm-%d", n), "example.com/v1", "Widget", "forged", "mallory", "mallory")
 		}, widgets, pods, false},
 		{"the recorded controller writes under its Widget", func(n int) benchWrite {
 			return createOwned(fmt.Sprintf("cm-%d", n), "example.com/v1", "Widget", "recorded", "operator", "operator")
@@ -193,4 +203,83 @@ func gathered(t *testing.T, reg *prometheus.Registry) string {
 		}
 	}
 	return b.String()
+}
+
+var gadgetsGVR = schema.GroupVersionResource{Group: "example.com", Version: "v1", Resource: "gadgets"}
+
+// withGadgets serves Gadgets, a custom resource whose CRD has no status
+// subresource: its controller writes the status by updating the object.
+// The Gadget "recorded" has settled, and its controllers record names the
+// operator. ConfigMaps are served too, to be written under it.
+func withGadgets(s *serveSetup) {
+	verbs := metav1.Verbs{"get", "list", "watch", "create", "update", "patch", "delete"}
+	s.resources = append(s.resources,
+		servedResource{gvr: configmapsGVR, listKind: "ConfigMapList", resource: metav1.APIResource{Name: "configmaps", Namespaced: true, Kind: "ConfigMap", Verbs: verbs}},
+		servedResource{gvr: gadgetsGVR, listKind: "GadgetList", resource: metav1.APIResource{Name: "gadgets", Namespaced: true, Kind: "Gadget", Verbs: verbs}})
+	crd := &unstructured.Unstructured{Object: map[string]any{
+		"apiVersion": "apiextensions.k8s.io/v1", "kind": "CustomResourceDefinition",
+		"metadata": map[string]any{"name": "gadgets.example.com", "resourceVersion": "1"},
+		"spec":     map[string]any{"group": "example.com", "versions": []any{map[string]any{"name": "v1", "served": true, "storage": true}}},
+	}}
+	operator := controllerid.UserOf(controllerid.UserIdentifier("operator", "")).Long
+	gadget := &unstructured.Unstructured{Object: map[string]any{
+		"apiVersion": "example.com/v1", "kind": "Gadget",
+		"metadata": map[string]any{"name": "recorded", "namespace": "apps", "uid": "recorded-uid", "resourceVersion": "400", "generation": int64(1),
+			"annotations": map[string]any{annotations.Controllers: operator}},
+		"spec":   map[string]any{"size": int64(1)},
+		"status": map[string]any{"observedGeneration": int64(1), "conditions": []any{map[string]any{"type": "Ready", "status": "True"}}},
+	}}
+	s.objects = append(s.objects, crd, gadget)
+}
+
+// The controller of a custom resource without a status subresource writes
+// its status by updating the object, and may have no rights on a status
+// subresource that does not exist: updating the kind's objects is what
+// shows it may write their status.
+func TestAControllerOfAKindWithStatusInTheObjectMakesTheProxyWatchIt(t *testing.T) {
+	gadgets := schema.GroupKind{Group: "example.com", Kind: "Gadget"}
+	for _, tc := range []struct {
+		name       string
+		mayUpdate  bool
+		wantWatch  bool
+		wantAsking string
+	}{
+		{"the operator may update Gadgets", true, true, "update gadgets"},
+		{"the operator may not update Gadgets", false, false, "update gadgets"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			var asked []string
+			var mu sync.Mutex
+			authorize := func(spec authorizationv1.SubjectAccessReviewSpec) (bool, error) {
+				a := spec.ResourceAttributes
+				if a == nil || a.Resource != "gadgets" || a.Verb != "update" {
+					return true, nil
+				}
+				mu.Lock()
+				asked = append(asked, strings.TrimSuffix(a.Verb+" "+a.Resource+"/"+a.Subresource, "/"))
+				mu.Unlock()
+				return tc.mayUpdate && a.Subresource == "", nil
+			}
+			env := newServeEnv(t, nil, authorize, withGadgets)
+			rec := httptest.NewRecorder()
+			env.handler.ServeHTTP(rec, env.request(t, createOwned("cm-0", "example.com/v1", "Gadget", "recorded", "operator", "operator")))
+			if rec.Code != http.StatusCreated && rec.Code != http.StatusOK {
+				t.Fatalf("the write: code %d (error %v)", rec.Code, env.lastError)
+			}
+			kausalitytest.Eventually(t, 10*time.Second, "the review of the operator's status access answered", func() error {
+				if env.interceptor.KindChecksPending() {
+					return fmt.Errorf("still asking")
+				}
+				return nil
+			})
+			if got := env.interceptor.LearnsParentKind(gadgets); got != tc.wantWatch || env.interceptor.Objects().CachesParentsOf(gadgetsGVR) != tc.wantWatch {
+				t.Fatalf("Gadgets watched %v, want %v", got, tc.wantWatch)
+			}
+			mu.Lock()
+			defer mu.Unlock()
+			if !slices.Equal(asked, []string{tc.wantAsking}) {
+				t.Fatalf("asked %q, want %q", asked, tc.wantAsking)
+			}
+		})
+	}
 }

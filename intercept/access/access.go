@@ -89,14 +89,20 @@ func (c *Checker) MayGetParent(ctx context.Context, u user.Info, parent *unstruc
 }
 
 // MayWriteStatus reports whether u may update the status of every object
-// of parent's kind in its namespace. A caller who may is one the proxy
-// would record as parent's controller from its status writes: only then
-// does the proxy watch every object of parent's kind for a write u makes
-// under it. The name is left out, as controllers are granted status
-// access: so the authorizer's cache answers a caller's next writes under
-// other parents of the kind without asking again.
-func (c *Checker) MayWriteStatus(ctx context.Context, u user.Info, parent *unstructured.Unstructured) bool {
-	return c.mayOnParent(ctx, u, parent, "update", "status", "")
+// of parent's kind in its namespace: through the status subresource, or,
+// for a kind whose status is written in the object (inObject: a custom
+// resource without the subresource), by updating the object. A caller who
+// may is one the proxy would record as parent's controller from its status
+// writes: only then does the proxy watch every object of parent's kind for
+// a write u makes under it. The name is left out, as controllers are
+// granted status access: so the authorizer's cache answers a caller's next
+// writes under other parents of the kind without asking again.
+func (c *Checker) MayWriteStatus(ctx context.Context, u user.Info, parent *unstructured.Unstructured, inObject bool) bool {
+	subresource := "status"
+	if inObject {
+		subresource = ""
+	}
+	return c.mayOnParent(ctx, u, parent, "update", subresource, "")
 }
 
 // mayOnParent reports whether u may verb the subresource ("" for the

@@ -41,8 +41,11 @@ func TestQuestionsAboutAParent(t *testing.T) {
 	if !c.MayGetParent(ctx, alice, parent) {
 		t.Error("alice may not get the parent")
 	}
-	if c.MayWriteStatus(ctx, alice, parent) {
+	if c.MayWriteStatus(ctx, alice, parent, false) {
 		t.Error("alice may write the parent's status")
+	}
+	if c.MayWriteStatus(ctx, alice, parent, true) {
+		t.Error("alice may write the parent, whose status is in the object")
 	}
 	record := func(verb, subresource, name string) authorizer.AttributesRecord {
 		return authorizer.AttributesRecord{User: alice, Verb: verb, Namespace: "prod", APIGroup: "apps", APIVersion: "v1",
@@ -50,12 +53,13 @@ func TestQuestionsAboutAParent(t *testing.T) {
 	}
 	// The status of every Deployment of the namespace: a controller is
 	// granted it so, and the answer serves its writes under any of them.
-	if want := []authorizer.AttributesRecord{record("get", "", "web"), record("update", "status", "")}; !reflect.DeepEqual(asked, want) {
+	// A kind whose status is written in the object: the object itself.
+	if want := []authorizer.AttributesRecord{record("get", "", "web"), record("update", "status", ""), record("update", "", "")}; !reflect.DeepEqual(asked, want) {
 		t.Errorf("asked %+v, want %+v", asked, want)
 	}
 
 	parent.SetKind("Unserved")
-	if c.MayWriteStatus(ctx, alice, parent) || len(asked) != 2 {
+	if c.MayWriteStatus(ctx, alice, parent, false) || len(asked) != 3 {
 		t.Error("a parent of a kind discovery does not map was asked about, or allowed")
 	}
 }

@@ -900,17 +900,14 @@ func (i *Interceptor) watchParentKind(f *facts, d *decision.Decision) {
 
 // mayWriteStatusOf reports whether u may write the status of the objects
 // of parent's kind in its namespace, in the object itself for a custom
-// resource without a status subresource. A kind whose definition cannot
-// be read is not shown to be: a later write asks again.
+// resource without a status subresource. For a kind whose definition
+// cannot be read, the status subresource is asked about, as most kinds
+// have one.
 func (i *Interceptor) mayWriteStatusOf(ctx context.Context, u user.Info, parent *unstructured.Unstructured) bool {
 	var inObject bool
 	if i.cfg.Objects != nil {
-		m, err := i.cfg.Objects.Mapping(parent.GroupVersionKind())
-		if err != nil {
-			return false
-		}
-		if inObject, err = i.scalePaths.StatusInObject(ctx, m.Resource); err != nil {
-			return false
+		if m, err := i.cfg.Objects.Mapping(parent.GroupVersionKind()); err == nil {
+			inObject, _ = i.scalePaths.StatusInObject(ctx, m.Resource)
 		}
 	}
 	return i.access.MayWriteStatus(ctx, u, parent, inObject)

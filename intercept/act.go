@@ -873,8 +873,8 @@ func readAll(r *http.Request) ([]byte, error) {
 // d is a reason to (decision.WatchesParentKind) and its writer may write
 // the status of the kind's objects in the parent's namespace. A parent of
 // a kind not watched is read live for each write decided under it. The
-// writer's status access is asked once per kind at a time, beside the
-// write: the write does not wait for it.
+// writer's status access is asked once per writer and kind at a time,
+// beside the write: the write does not wait for it.
 func (i *Interceptor) watchParentKind(f *facts, d *decision.Decision) {
 	if f.parent.source == "gone" || !decision.WatchesParentKind(d, f.parent.obj) {
 		return
@@ -884,12 +884,13 @@ func (i *Interceptor) watchParentKind(f *facts, d *decision.Decision) {
 	if i.settled.Learns(gvk.GroupKind()) {
 		return
 	}
-	if _, asking := i.kindChecks.LoadOrStore(gvk.GroupKind(), true); asking {
+	u, who := f.req.user, d.Actor.User
+	check := kindCheck{kind: gvk.GroupKind(), user: u.GetName()}
+	if _, asking := i.kindChecks.LoadOrStore(check, true); asking {
 		return
 	}
-	u, who := f.req.user, d.Actor.User
 	go func() {
-		defer i.kindChecks.Delete(gvk.GroupKind())
+		defer i.kindChecks.Delete(check)
 		ctx, cancel := context.WithTimeout(context.Background(), kindCheckTimeout)
 		defer cancel()
 		if i.mayWriteStatusOf(ctx, u, parent) {
@@ -911,6 +912,13 @@ func (i *Interceptor) mayWriteStatusOf(ctx context.Context, u user.Info, parent 
 		}
 	}
 	return i.access.MayWriteStatus(ctx, u, parent, inObject)
+}
+
+// kindCheck names a review of whether a writer may write the status of
+// a kind's objects.
+type kindCheck struct {
+	kind schema.GroupKind
+	user string
 }
 
 // kindCheckTimeout bounds the review of whether a controller may write

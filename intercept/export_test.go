@@ -26,3 +26,11 @@ func (i *Interceptor) KindChecksPending() bool {
 	i.kindChecks.Range(func(any, any) bool { pending = true; return false })
 	return pending
 }
+
+// HoldKindCheck makes a review of whether user may write the status of
+// gk's objects look in flight until the returned function is called.
+func (i *Interceptor) HoldKindCheck(gk schema.GroupKind, user string) (release func()) {
+	check := kindCheck{kind: gk, user: user}
+	i.kindChecks.Store(check, true)
+	return func() { i.kindChecks.Delete(check) }
+}

@@ -176,8 +176,10 @@ type Interceptor struct {
 	kindsEvery time.Duration
 	// access asks what the caller may do.
 	access *access.Checker
-	// kindChecks are the parent kinds whose controller's status access is
-	// being asked (watchParentKind).
+	// kindChecks are the writers whose status access is being asked, per
+	// parent kind (watchParentKind, a kindCheck each): one review per
+	// writer and kind at a time, so that no caller's review holds back
+	// another's.
 	kindChecks sync.Map
 	// sideWriter makes the proxy's own writes to parents.
 	sideWriter *sidewrites.Writer

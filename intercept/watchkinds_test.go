@@ -283,3 +283,36 @@ func TestAControllerOfAKindWithStatusInTheObjectMakesTheProxyWatchIt(t *testing.
 		})
 	}
 }
+
+// Whether a writer may write a kind's status is asked once per writer
+// and kind at a time: a caller whose review is slow to answer (or who
+// writes under parents of the kind without stop) does not hold back the
+// review of the kind's controller.
+func TestAPendingReviewOfOneWriterHoldsBackNoOther(t *testing.T) {
+	authorize := func(spec authorizationv1.SubjectAccessReviewSpec) (bool, error) {
+		status := spec.ResourceAttributes != nil && spec.ResourceAttributes.Subresource == "status"
+		return !status || spec.User == "operator", nil
+	}
+	env := newServeEnv(t, nil, authorize, withWatchCandidates)
+	widgets := schema.GroupKind{Group: "example.com", Kind: "Widget"}
+	// mallory wrote itself into the record of "forged", and its review
+	// of Widgets has not been answered.
+	release := env.interceptor.HoldKindCheck(widgets, "mallory")
+	defer release()
+	for n, w := range []benchWrite{
+		createOwned("cm-mallory", "example.com/v1", "Widget", "forged", "mallory", "mallory"),
+		createOwned("cm-operator", "example.com/v1", "Widget", "recorded", "operator", "operator"),
+	} {
+		rec := httptest.NewRecorder()
+		env.handler.ServeHTTP(rec, env.request(t, w))
+		if rec.Code != http.StatusCreated && rec.Code != http.StatusOK {
+			t.Fatalf("write %d: code %d (error %v)", n, rec.Code, env.lastError)
+		}
+	}
+	kausalitytest.Eventually(t, 10*time.Second, "the operator's write makes Widgets watched while mallory's review is pending", func() error {
+		if !env.interceptor.LearnsParentKind(widgets) {
+			return fmt.Errorf("Widgets not watched")
+		}
+		return nil
+	})
+}

@@ -885,6 +885,9 @@ func (i *Interceptor) watchParentKind(f *facts, d *decision.Decision) {
 		return
 	}
 	u, who := f.req.user, d.Actor.User
+	if u == nil {
+		return
+	}
 	check := kindCheck{kind: gvk.GroupKind(), user: u.GetName()}
 	if _, asking := i.kindChecks.LoadOrStore(check, true); asking {
 		return

@@ -36,34 +36,12 @@ func TestAttackOwnerReferenceToAnyKindStartsNoCache(t *testing.T) {
 	}, metav1.CreateOptions{})
 	mustf(t, err, "create the ConfigMap named as controller")
 
-	c := f.cert.proxyClient(t)
-	mark := wgMark(t)
-	for n := range 3 {
-		name := fmt.Sprintf("owned-by-anchor-%d", n)
-		body := fmt.Sprintf(`{"apiVersion":"v1","kind":"ConfigMap","metadata":{"name":%q,`+
-			`"ownerReferences":[{"apiVersion":"v1","kind":"ConfigMap","name":"anchor","uid":%q,"controller":true}]},"data":{"k":"v"}}`, name, anchor.UID)
-		code, out := sendRaw(t, c, cluster.ProxyEndpoint().URL, http.MethodPost,
-			"/api/v1/namespaces/"+f.ns+"/configmaps?fieldManager=kube-controller-manager", "application/json", []byte(body), f.cert.header())
-		if code != http.StatusCreated {
-			t.Fatalf("create %s: %d %s", name, code, out)
-		}
-		if n == 0 {
-			// A cache the first write had started would have synced by
-			// the next: its parents would come from it.
-			time.Sleep(2 * time.Second)
-		}
-	}
-	for n := range 3 {
-		name := fmt.Sprintf("owned-by-anchor-%d", n)
-		d := wgDecision(t, mark, "configmaps", f.ns, name)
+	for _, d := range createUnderConfigMap(t, f, anchor, "kube-controller-manager") {
 		if d.Str("parent") == "" || d.Str("parentSource") != "live" {
-			t.Errorf("%s was decided under parent %q read from %q, want the ConfigMap read live", name, d.Str("parent"), d.Str("parentSource"))
+			t.Errorf("%s was decided under parent %q read from %q, want the ConfigMap read live", d.Str("name"), d.Str("parent"), d.Str("parentSource"))
 		}
 	}
-	configMaps := `kausality_proxy_caches{holds="parents",resource="configmaps"}`
-	if got := metricValue(t, env.MetricsURL, configMaps); got != "" {
-		t.Errorf("%s = %s: the proxy caches every ConfigMap of the cluster, whole, for a caller's ownerReference", configMaps, got)
-	}
+	wantNoConfigMapCache(t, "a caller's ownerReference")
 
 	// The control: a Widget's controller had its status writes recorded,
 	// and wrote under it.
@@ -98,16 +76,34 @@ func TestAttackControllersRecordWrittenDirectlyStartsNoCache(t *testing.T) {
 	}, metav1.CreateOptions{})
 	mustf(t, err, "the caller creates, at kube-apiserver, a ConfigMap whose controllers record names it")
 
+	for _, d := range createUnderConfigMap(t, f, anchor, "mallory") {
+		if d.Str("controllerMethod") != string(controllerid.MethodStatusWriters) || !d.Bool("isController") {
+			t.Fatalf("%s was decided for controller method %q (controller %v), want the recorded controller's: the attack did not reach the point it tests",
+				d.Str("name"), d.Str("controllerMethod"), d.Bool("isController"))
+		}
+		if d.Str("parentSource") != "live" {
+			t.Errorf("%s was decided under its parent read from %q, want the ConfigMap read live", d.Str("name"), d.Str("parentSource"))
+		}
+	}
+	wantNoConfigMapCache(t, "a controllers record its caller wrote itself")
+}
+
+// createUnderConfigMap has f's certificate user create three ConfigMaps
+// through the proxy whose controller is anchor, with fieldManager, and
+// returns their decision lines.
+func createUnderConfigMap(t *testing.T, f *attackFixture, anchor *corev1.ConfigMap, fieldManager string) []framework.DecisionLine {
+	t.Helper()
 	c := f.cert.proxyClient(t)
 	mark := wgMark(t)
-	for n := range 3 {
-		name := fmt.Sprintf("owned-by-recorded-anchor-%d", n)
+	names := make([]string, 3)
+	for n := range names {
+		names[n] = fmt.Sprintf("owned-by-%s-%d", anchor.Name, n)
 		body := fmt.Sprintf(`{"apiVersion":"v1","kind":"ConfigMap","metadata":{"name":%q,`+
-			`"ownerReferences":[{"apiVersion":"v1","kind":"ConfigMap","name":"recorded-anchor","uid":%q,"controller":true}]},"data":{"k":"v"}}`, name, anchor.UID)
+			`"ownerReferences":[{"apiVersion":"v1","kind":"ConfigMap","name":%q,"uid":%q,"controller":true}]},"data":{"k":"v"}}`, names[n], anchor.Name, anchor.UID)
 		code, out := sendRaw(t, c, cluster.ProxyEndpoint().URL, http.MethodPost,
-			"/api/v1/namespaces/"+f.ns+"/configmaps?fieldManager=mallory", "application/json", []byte(body), f.cert.header())
+			"/api/v1/namespaces/"+f.ns+"/configmaps?fieldManager="+fieldManager, "application/json", []byte(body), f.cert.header())
 		if code != http.StatusCreated {
-			t.Fatalf("create %s: %d %s", name, code, out)
+			t.Fatalf("create %s: %d %s", names[n], code, out)
 		}
 		if n == 0 {
 			// A cache the first write had started would have synced by
@@ -115,19 +111,19 @@ func TestAttackControllersRecordWrittenDirectlyStartsNoCache(t *testing.T) {
 			time.Sleep(2 * time.Second)
 		}
 	}
-	for n := range 3 {
-		name := fmt.Sprintf("owned-by-recorded-anchor-%d", n)
-		d := wgDecision(t, mark, "configmaps", f.ns, name)
-		if d.Str("controllerMethod") != string(controllerid.MethodStatusWriters) || !d.Bool("isController") {
-			t.Fatalf("%s was decided for controller method %q (controller %v), want the recorded controller's: the attack did not reach the point it tests",
-				name, d.Str("controllerMethod"), d.Bool("isController"))
-		}
-		if d.Str("parentSource") != "live" {
-			t.Errorf("%s was decided under its parent read from %q, want the ConfigMap read live", name, d.Str("parentSource"))
-		}
+	lines := make([]framework.DecisionLine, len(names))
+	for n, name := range names {
+		lines[n] = wgDecision(t, mark, "configmaps", f.ns, name)
 	}
+	return lines
+}
+
+// wantNoConfigMapCache fails t when the proxy caches every ConfigMap of
+// the cluster as parents, which it did for what.
+func wantNoConfigMapCache(t *testing.T, what string) {
+	t.Helper()
 	configMaps := `kausality_proxy_caches{holds="parents",resource="configmaps"}`
 	if got := metricValue(t, env.MetricsURL, configMaps); got != "" {
-		t.Errorf("%s = %s: the proxy caches every ConfigMap of the cluster, whole, for a controllers record its caller wrote itself", configMaps, got)
+		t.Errorf("%s = %s: the proxy caches every ConfigMap of the cluster, whole, for %s", configMaps, got, what)
 	}
 }

@@ -235,6 +235,9 @@ func (i *Interceptor) gather(ctx context.Context, rq *writeRequest, data []byte,
 			f.old, f.childLive, f.oldIsMetadata, f.oldIsCopy = stored.obj, stored.live, stored.metadataOnly, stored.copy
 		}
 	}
+	if err = i.unconditionalUpdateRefused(ctx, f); err != nil {
+		return f, err
+	}
 	if err = i.withEffectiveObject(ctx, f); err != nil {
 		return f, err
 	}
@@ -249,6 +252,31 @@ func (i *Interceptor) gather(ctx context.Context, rq *writeRequest, data []byte,
 		f.changed, f.changes, f.oldIsMetadata = false, nil, false
 	}
 	return f, nil
+}
+
+// unconditionalUpdateRefused is kube-apiserver's own answer to f, when
+// f is an update of an existing object (or its status) that names no
+// resourceVersion, of a kind whose updates must name one. Decided as any
+// other update, it would be pinned to the version the proxy read, and
+// land where kube-apiserver refuses it: a caller that read nothing would
+// overwrite what others wrote meanwhile. A kind whose
+// CustomResourceDefinition cannot be read is taken for one that allows
+// such an update (the write is then decided and pinned, as before).
+func (i *Interceptor) unconditionalUpdateRefused(ctx context.Context, f *facts) error {
+	wr := f.req.w
+	if wr.verb != "update" || wr.sub != mainResource && wr.sub != statusSubresource ||
+		f.sent == nil || f.old == nil || patch.NamesVersion(f.sent.GetResourceVersion()) {
+		return nil
+	}
+	custom, _ := i.scalePaths.CustomResource(ctx, wr.gvr)
+	statusInObject := false
+	if custom {
+		statusInObject, _ = i.scalePaths.StatusInObject(ctx, wr.gvr)
+	}
+	if !decision.UpdateNeedsResourceVersion(wr.gvr.GroupResource(), wr.sub == statusSubresource, custom, !statusInObject) {
+		return nil
+	}
+	return decision.ResourceVersionRequired(wr.gvr.GroupResource(), wr.info.Name)
 }
 
 // gatherCollectionOne reads the body of rq's deletecollection from r and

@@ -1,8 +1,10 @@
 // Package subresources says what the subresources of a resource are, where
 // the write path depends on them: where its /scale keeps the replicas
 // (.spec.replicas for the built-in kinds, a custom resource's
-// specReplicasPath), and whether its status is written through the object
-// itself (a custom resource without a status subresource). For custom
+// specReplicasPath), whether its status is written through the object
+// itself (a custom resource without a status subresource), and whether it
+// is a custom resource at all (whose updates must name a
+// resourceVersion). For custom
 // resources it reads the CustomResourceDefinition with the proxy's
 // credentials and remembers it for a while.
 package subresources
@@ -54,7 +56,9 @@ type entry struct {
 	// statusInObject: the version has no status subresource, so its
 	// status is written with the object.
 	statusInObject bool
-	read           time.Time
+	// custom: served from a CustomResourceDefinition.
+	custom bool
+	read   time.Time
 }
 
 // New returns a Resolver reading CustomResourceDefinitions through store.
@@ -79,6 +83,15 @@ func (r *Resolver) SpecReplicasPath(ctx context.Context, gvr schema.GroupVersion
 func (r *Resolver) StatusInObject(ctx context.Context, gvr schema.GroupVersionResource) (bool, error) {
 	e, err := r.lookup(ctx, gvr)
 	return e.statusInObject, err
+}
+
+// CustomResource reports whether gvr is served from a
+// CustomResourceDefinition, rather than by kube-apiserver itself or by an
+// aggregated API server. A CRD that cannot be read is an
+// *UnreadableError.
+func (r *Resolver) CustomResource(ctx context.Context, gvr schema.GroupVersionResource) (bool, error) {
+	e, err := r.lookup(ctx, gvr)
+	return e.custom, err
 }
 
 func (r *Resolver) lookup(ctx context.Context, gvr schema.GroupVersionResource) (entry, error) {
@@ -107,7 +120,7 @@ func (r *Resolver) lookup(ctx context.Context, gvr schema.GroupVersionResource) 
 		if err != nil {
 			return entry{}, apierrors.NewInternalError(err)
 		}
-		e = entry{path: path, scalable: scalable, statusInObject: !crdHasStatus(crd.Object, gvr.Version)}
+		e = entry{path: path, scalable: scalable, statusInObject: !crdHasStatus(crd.Object, gvr.Version), custom: true}
 	}
 	e.read = now
 	r.mu.Lock()

@@ -12,6 +12,8 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/runtime/schema"
+
+	"github.com/kausality-io/kausality-proxy/intercept/config"
 )
 
 var pdbsGVR = schema.GroupVersionResource{Group: "policy", Version: "v1", Resource: "poddisruptionbudgets"}
@@ -121,5 +123,26 @@ func TestAnUpdateWithoutVersionOfAKindThatNeedsOneIsRefusedAsKubeAPIServerDoes(t
 				t.Fatalf("details %+v, want the one cause of kube-apiserver, on metadata.resourceVersion", status.Details)
 			}
 		})
+	}
+}
+
+// A controller in shadow mode is never made to fail by the proxy: its
+// update of a custom resource without resourceVersion goes upstream as it
+// came, without the proxy's precondition, and kube-apiserver refuses it
+// as it would have without the proxy.
+func TestAShadowUpdateWithoutVersionOfAKindThatNeedsOneGoesUpstreamAsItCame(t *testing.T) {
+	cfg, err := config.Parse([]byte("apiVersion: kausality.io/v1alpha1\nkind: ProxyConfiguration\ncontrollers:\n- name: onboarding\n  match:\n    user: operator\n  mode: shadow\n"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	allowAll := func(authorizationv1.SubjectAccessReviewSpec) (bool, error) { return true, nil }
+	env := newServeEnv(t, nil, allowAll, withBudget, func(s *serveSetup) { s.config.Settings = func() *config.Config { return cfg } })
+	forwarded := answeringEmpty(env)
+	body := []byte(`{"apiVersion":"example.com/v1","kind":"Gadget","metadata":{"name":"recorded","namespace":"apps"},"spec":{"size":2}}`)
+	rec := httptest.NewRecorder()
+	env.handler.ServeHTTP(rec, env.request(t, benchWrite{method: http.MethodPut, path: "/apis/example.com/v1/namespaces/apps/gadgets/recorded?fieldManager=operator",
+		contentType: "application/json", body: body, user: "operator"}))
+	if len(*forwarded) != 1 || (*forwarded)[0] != string(body) {
+		t.Fatalf("answered %d after forwarding %q, want the update forwarded as it came", rec.Code, *forwarded)
 	}
 }

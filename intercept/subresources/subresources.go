@@ -95,8 +95,9 @@ func (r *Resolver) CustomResource(ctx context.Context, gvr schema.GroupVersionRe
 }
 
 func (r *Resolver) lookup(ctx context.Context, gvr schema.GroupVersionResource) (entry, error) {
-	// A CRD's group must contain a dot; every built-in kind lives in a
-	// group without one ("", apps).
+	// A CRD's group must contain a dot: a group without one ("", apps,
+	// policy) is kube-apiserver's own. A dotted group may be either, and
+	// a CRD that is not found says it is not a CRD's.
 	if !strings.Contains(gvr.Group, ".") {
 		return entry{path: desired.DefaultSpecReplicasPath, scalable: true}, nil
 	}

@@ -276,6 +276,16 @@ func (i *Interceptor) unconditionalUpdateRefused(ctx context.Context, f *facts) 
 	if !decision.UpdateNeedsResourceVersion(wr.gvr.GroupResource(), wr.sub == statusSubresource, custom, !statusInObject) {
 		return nil
 	}
+	if !f.childLive {
+		// The cache may still hold an object deleted a moment ago, for
+		// which kube-apiserver answers 404, and a controller recreates
+		// on a 404 where it retries a 422. Only this refusal reads the
+		// object live; a read that fails leaves the cache's answer.
+		if _, err := i.cfg.Objects.GetLive(ctx, wr.gvr, f.namespace, wr.info.Name); apierrors.IsNotFound(err) {
+			f.old, f.childLive, f.oldIsMetadata, f.oldIsCopy = nil, true, false, false
+			return nil
+		}
+	}
 	return decision.ResourceVersionRequired(wr.gvr.GroupResource(), wr.info.Name)
 }
 

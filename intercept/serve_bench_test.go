@@ -149,6 +149,10 @@ type serveSetup struct {
 	// kind that is no parent: writes of them are decided on their
 	// metadata first.
 	replicaSetsAsChildren bool
+	// cachedAsChildren are resources besides ReplicaSets whose caches of
+	// children are synced before the first write, as after their first
+	// write in a running proxy.
+	cachedAsChildren []schema.GroupVersionResource
 }
 
 func replicaSetsAsChildren(s *serveSetup) { s.replicaSetsAsChildren = true }
@@ -222,6 +226,14 @@ func newServeEnv(b testing.TB, log *zap.Logger, allow func(authorizationv1.Subje
 		if err == nil && gvr == replicasetsGVR {
 			err = store.WaitForMetadataSync(wctx, gvr)
 		}
+		wcancel()
+		if err != nil {
+			b.Fatal(err)
+		}
+	}
+	for _, gvr := range setup.cachedAsChildren {
+		wctx, wcancel := context.WithTimeout(ctx, 10*time.Second)
+		err := store.WaitForMetadataSync(wctx, gvr)
 		wcancel()
 		if err != nil {
 			b.Fatal(err)

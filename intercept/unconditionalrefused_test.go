@@ -5,13 +5,16 @@ import (
 	"errors"
 	"net/http"
 	"net/http/httptest"
+	"sync/atomic"
 	"testing"
 
 	authorizationv1 "k8s.io/api/authorization/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/runtime/schema"
+	clienttesting "k8s.io/client-go/testing"
 
 	"github.com/kausality-io/kausality-proxy/intercept/config"
 )
@@ -144,5 +147,60 @@ func TestAShadowUpdateWithoutVersionOfAKindThatNeedsOneGoesUpstreamAsItCame(t *t
 		contentType: "application/json", body: body, user: "operator"}))
 	if len(*forwarded) != 1 || (*forwarded)[0] != string(body) {
 		t.Fatalf("answered %d after forwarding %q, want the update forwarded as it came", rec.Code, *forwarded)
+	}
+}
+
+// The proxy's cache may still hold an object deleted a moment ago. For
+// its update without resourceVersion kube-apiserver answers 404, which a
+// controller answers by creating the object, where it retries a 422: the
+// proxy refuses such an update only once a live read finds the object,
+// and otherwise leaves the answer to kube-apiserver.
+func TestAnUpdateWithoutVersionOfAnObjectDeletedSinceTheCacheSawItGoesUpstream(t *testing.T) {
+	allowAll := func(authorizationv1.SubjectAccessReviewSpec) (bool, error) { return true, nil }
+	for _, tc := range []struct {
+		name        string
+		deleted     bool
+		wantRefused bool
+	}{
+		{name: "deleted since the cache saw it", deleted: true},
+		{name: "still stored", wantRefused: true},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			var liveReads atomic.Int32
+			env := newServeEnv(t, nil, allowAll, withBudget, func(s *serveSetup) {
+				s.cachedAsChildren = append(s.cachedAsChildren, pdbsGVR)
+				s.reactors = append(s.reactors, reactor{verb: "get", resource: "poddisruptionbudgets", fn: func(a clienttesting.Action) (bool, runtime.Object, error) {
+					liveReads.Add(1)
+					if tc.deleted {
+						return true, nil, apierrors.NewNotFound(pdbsGVR.GroupResource(), a.(clienttesting.GetAction).GetName())
+					}
+					return false, nil, nil
+				}})
+			})
+			forwarded := answeringEmpty(env)
+			body := []byte(`{"apiVersion":"policy/v1","kind":"PodDisruptionBudget","metadata":{"name":"web","namespace":"apps"},"spec":{"maxUnavailable":2}}`)
+			rec := httptest.NewRecorder()
+			env.handler.ServeHTTP(rec, env.request(t, benchWrite{method: http.MethodPut, path: "/apis/policy/v1/namespaces/apps/poddisruptionbudgets/web?fieldManager=operator",
+				contentType: "application/json", body: body, user: "someone"}))
+			if n := liveReads.Load(); n != 1 {
+				t.Fatalf("read the PodDisruptionBudget live %d times, want once", n)
+			}
+			if tc.wantRefused {
+				if rec.Code != http.StatusUnprocessableEntity || len(*forwarded) != 0 {
+					t.Fatalf("answered %d after forwarding %d writes, want 422 and nothing upstream", rec.Code, len(*forwarded))
+				}
+				return
+			}
+			if len(*forwarded) != 1 {
+				t.Fatalf("answered %d (%v) after forwarding %d writes, want the update forwarded for kube-apiserver to answer", rec.Code, env.lastError, len(*forwarded))
+			}
+			var sent map[string]any
+			if err := json.Unmarshal([]byte((*forwarded)[0]), &sent); err != nil {
+				t.Fatal(err)
+			}
+			if rv, found, _ := unstructured.NestedString(sent, "metadata", "resourceVersion"); found {
+				t.Fatalf("forwarded the update pinned to resourceVersion %q, want it without one, as it came", rv)
+			}
+		})
 	}
 }

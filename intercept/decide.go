@@ -70,7 +70,7 @@ func (i *Interceptor) decideMember(r *http.Request, f *facts, parents sharedPare
 	if parent, ok := parents.recall(f); ok {
 		f.parent = parent
 	} else {
-		parent, source, err := i.parentOf(r.Context(), f.namespace, f.old, true)
+		parent, source, err := i.parentOf(r.Context(), f.namespace, f.old, f.old.GetUID(), true)
 		if err != nil {
 			return f, decision.Decision{}, err
 		}
@@ -453,7 +453,7 @@ func (i *Interceptor) withSurroundings(ctx context.Context, f *facts) error {
 	if owned == nil {
 		owned = f.old
 	}
-	parent, source, err := i.parentOf(ctx, f.namespace, owned, f.op == decision.Delete)
+	parent, source, err := i.parentOf(ctx, f.namespace, owned, storedUID(f), f.op == decision.Delete)
 	if err != nil {
 		return bestEffort(err)
 	}
@@ -462,7 +462,7 @@ func (i *Interceptor) withSurroundings(ctx context.Context, f *facts) error {
 	// decided against the owner it leaves too: moving a child away from a
 	// frozen or settled parent is a write under that parent.
 	if f.op == decision.Update && f.old != nil && f.new != nil && decision.ControllerMoved(f.old, f.new) {
-		former, source, err := i.parentOf(ctx, f.namespace, f.old, true)
+		former, source, err := i.parentOf(ctx, f.namespace, f.old, f.old.GetUID(), true)
 		if err != nil {
 			return bestEffort(err)
 		}
@@ -504,13 +504,17 @@ func (i *Interceptor) parentFactsOf(ctx context.Context, f *facts, parent *unstr
 }
 
 // parentOf reads the controller owner of owned (nil when it has none), and
-// where it came from: the cache, a live read, or "gone".
-func (i *Interceptor) parentOf(ctx context.Context, namespace string, owned *unstructured.Unstructured, unservedIsGone bool) (*unstructured.Unstructured, string, error) {
+// where it came from: the cache, a live read, or "gone". self is the uid
+// of the object as stored: an object whose controller reference names
+// itself has no parent to carry out a change of, and is decided as one
+// with none (a new origin), not under itself, where it would be its own
+// controller's child and extend its own trace with every write.
+func (i *Interceptor) parentOf(ctx context.Context, namespace string, owned *unstructured.Unstructured, self types.UID, unservedIsGone bool) (*unstructured.Unstructured, string, error) {
 	if owned == nil {
 		return nil, "", nil
 	}
 	ref := metav1.GetControllerOfNoCopy(owned)
-	if ref == nil {
+	if ref == nil || self != "" && ref.UID == self {
 		return nil, "", nil
 	}
 	gv, err := schema.ParseGroupVersion(ref.APIVersion)
@@ -538,6 +542,16 @@ func (i *Interceptor) parentOf(ctx context.Context, namespace string, owned *uns
 		return goneParent(ref, namespace), "gone", nil
 	}
 	return parent, string(source), nil
+}
+
+// storedUID is the uid of f's object as stored, which no write changes;
+// "" for a create: kube-apiserver gives the new object a uid of its own,
+// which no reference in the body can name yet.
+func storedUID(f *facts) types.UID {
+	if f.old != nil {
+		return f.old.GetUID()
+	}
+	return ""
 }
 
 // goneParent stands in for a parent that no longer exists: deleting.

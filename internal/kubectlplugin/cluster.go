@@ -124,11 +124,15 @@ func (c *cluster) get(ctx context.Context, t target) (*unstructured.Unstructured
 }
 
 // parentOf resolves the controller owner of child; ok is false when it has
-// none.
+// none, or when it names child itself, which the proxy decides as an
+// object without parent.
 func (c *cluster) parentOf(child *unstructured.Unstructured) (target, bool, error) {
 	for _, o := range child.GetOwnerReferences() {
 		if o.Controller == nil || !*o.Controller {
 			continue
+		}
+		if uid := child.GetUID(); uid != "" && o.UID == uid {
+			return target{}, false, nil
 		}
 		gv, err := schema.ParseGroupVersion(o.APIVersion)
 		if err != nil {

@@ -127,3 +127,46 @@ func TestADecoyPathMemberOfAJSONPatchDoesNotWriteProtectedAnnotations(t *testing
 		})
 	}
 }
+
+// kube-apiserver's JSON patch library drops whatever comes before a
+// path's first "/": "metadata/spec/replicas" addresses /spec/replicas, and
+// "spec/metadata/annotations/k" addresses /metadata/annotations/k. Read as
+// written, the first would look like a change of metadata alone (no
+// desired change: the settled parent's controller scales its child
+// undecided), and the second like a change of the spec, leaving the
+// annotations it writes unseen.
+func TestAJSONPatchPathWithoutItsLeadingSlashIsReadAsKubeAPIServerReadsIt(t *testing.T) {
+	t.Run("a change of the spec under a path that starts with metadata", func(t *testing.T) {
+		stored := benchChild("stable-1", "stable", "stable-uid", 1)
+		for _, op := range []string{
+			`[{"op":"replace","path":"/spec/replicas","value":7}]`, // control
+			`[{"op":"replace","path":"metadata/spec/replicas","value":7}]`,
+			`[{"op":"replace","path":"status/spec/replicas","value":7}]`,
+		} {
+			rec, written, env := patchAsDeploymentController(t, stored, "stable-1", op)
+			if rec.Code != http.StatusForbidden || len(written) != 0 {
+				t.Fatalf("%s: the settled parent's controller scaled its child (code %d, %d writes stored, error %v); want 403 DriftUnapproved in enforce mode",
+					op, rec.Code, len(written), env.lastError)
+			}
+		}
+	})
+	t.Run("protected annotations under a path that starts with spec", func(t *testing.T) {
+		stored := benchChild("web-1", "web", "web-uid", 1)
+		for _, tc := range []struct{ op, key, value string }{
+			{`[{"op":"add","path":"/metadata/annotations/kausality.io~1mode","value":"log"}]`, "kausality.io/mode", "log"}, // control
+			{`[{"op":"add","path":"spec/metadata/annotations/kausality.io~1mode","value":"log"}]`, "kausality.io/mode", "log"},
+			{`[{"op":"add","path":"spec/metadata/annotations/kausal.io~1allowances","value":"[{\"forged\":true}]"}]`, "kausal.io/allowances", `[{"forged":true}]`},
+			{`[{"op":"add","path":"x/metadata/annotations/kausality.io~1controllers","value":"zzzzzzzzzzzzzzzz"}]`, "kausality.io/controllers", "zzzzzzzzzzzzzzzz"},
+			{`[{"op":"replace","path":"x/metadata/annotations","value":{"kausality.io/mode":"log"}}]`, "kausality.io/mode", "log"},
+		} {
+			rec, written, _ := patchAsDeploymentController(t, stored, "web-1", tc.op)
+			for _, obj := range written {
+				got, _, _ := unstructured.NestedString(obj, "metadata", "annotations", tc.key)
+				if got == tc.value {
+					t.Fatalf("%s: the parent's controller stored %s=%q on its child (code %d); the proxy keeps kausality annotations as stored on controller writes",
+						tc.op, tc.key, got, rec.Code)
+				}
+			}
+		}
+	})
+}

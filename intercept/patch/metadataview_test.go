@@ -57,6 +57,18 @@ func TestApplyToMetadataJSONPatch(t *testing.T) {
 			wantOK: true, wantAnn: map[string]string{"kausality.io/mode": "log"}},
 		{name: "content written under a decoy Path member", patch: `[{"op":"add","path":"/spec/replicas","value":7,"Path":"/metadata/labels/decoy"}]`,
 			wantOK: true, wantChanges: true},
+		// kube-apiserver's library drops whatever comes before a path's
+		// first "/": these address /metadata, whatever they start with.
+		{name: "an annotation added under a path without its leading slash", patch: `[{"op":"add","path":"spec/metadata/annotations/kausality.io~1controllers","value":"forged"}]`,
+			wantOK: true, wantAnn: map[string]string{"kausality.io/controllers": "forged"}},
+		{name: "an annotation removed under a path without its leading slash", patch: `[{"op":"remove","path":"spec/metadata/annotations/kausal.io~1allowances"}]`,
+			wantOK: true, wantAnn: map[string]string{"kausal.io/allowances": ""}},
+		{name: "annotations replaced whole under a path without its leading slash", patch: `[{"op":"replace","path":"x/metadata/annotations","value":{"kausality.io/mode":"log"}}]`,
+			wantOK: true, wantAnn: map[string]string{"kausality.io/trace": "", "kausal.io/allowances": "", "kausality.io/mode": "log"}},
+		{name: "content written under a path that starts with metadata", patch: `[{"op":"replace","path":"metadata/spec/replicas","value":2}]`,
+			wantOK: true, wantChanges: true},
+		{name: "an annotation moved into content from a path without its leading slash", patch: `[{"op":"move","from":"spec/metadata/annotations/note","path":"/spec/note"}]`},
+		{name: "a path with no slash at all", patch: `[{"op":"add","path":"spec","value":{}}]`},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {

@@ -78,7 +78,7 @@ func NamesAnnotation(patchType types.PatchType, data []byte, keys []string, kind
 // whole object, as kube-apiserver's JSON patch library resolves it.
 func touchesWholeObject(targets []jsonPatchTarget) bool {
 	for _, t := range targets {
-		if jsonPatchPath(t.path) == "" || t.from != nil && jsonPatchPath(*t.from) == "" {
+		if t.path == "" || t.from != nil && *t.from == "" {
 			return true
 		}
 	}

@@ -43,6 +43,7 @@ func OnlyMetadata(patchType types.PatchType, patch []byte) bool {
 
 // jsonPatchTarget is what one JSON patch operation touches.
 type jsonPatchTarget struct {
+	// path and from are as kube-apiserver's library resolves them.
 	op, path string
 	// from is nil when the operation has none.
 	from *string
@@ -57,6 +58,11 @@ type jsonPatchTarget struct {
 // could make an operation look as if it touched another path than the one
 // kube-apiserver applies. It reports false for a patch kube-apiserver
 // cannot decode, or an operation without a path.
+//
+// Paths are as the library resolves them (jsonPatchPath), not as written:
+// it drops whatever comes before the first "/", so "spec/metadata/x"
+// addresses /metadata/x, and a check of the written path would take it for
+// a change of the spec.
 func jsonPatchTargets(patch []byte) ([]jsonPatchTarget, bool) {
 	ops, err := jsonpatch.DecodePatch(patch)
 	if err != nil {
@@ -68,12 +74,13 @@ func jsonPatchTargets(patch []byte) ([]jsonPatchTarget, bool) {
 		if err != nil {
 			return nil, false
 		}
-		t := jsonPatchTarget{op: op.Kind(), path: path, operation: op}
+		t := jsonPatchTarget{op: op.Kind(), path: jsonPatchPath(path), operation: op}
 		if _, named := op["from"]; named {
 			from, err := op.From()
 			if err != nil {
 				return nil, false
 			}
+			from = jsonPatchPath(from)
 			t.from = &from
 		}
 		targets = append(targets, t)

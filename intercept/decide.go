@@ -522,7 +522,7 @@ func (i *Interceptor) parentOf(ctx context.Context, namespace string, owned *uns
 		return nil, "", apierrors.NewBadRequest(fmt.Sprintf("the controller ownerReference has an invalid apiVersion %q: %v", ref.APIVersion, err))
 	}
 	// The parent snapshot is only read: no copy of the cached object.
-	parent, source, err := i.cfg.Objects.GetKindShared(ctx, gv.WithKind(ref.Kind), namespace, ref.Name)
+	parent, source, err := i.cfg.Objects.GetKindShared(ctx, gv.WithKind(ref.Kind).GroupKind(), namespace, ref.Name)
 	switch {
 	case apierrors.IsNotFound(err):
 		// The parent is gone: garbage collection is cleaning up, which is

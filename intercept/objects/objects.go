@@ -513,17 +513,18 @@ func (s *Store) mayResetDiscovery() bool {
 	return true
 }
 
-// GetKindShared reads namespace/name of kind gvk, like GetShared: the
-// result must not be modified. For cluster-scoped kinds the namespace is
-// ignored.
-func (s *Store) GetKindShared(ctx context.Context, gvk schema.GroupVersionKind, namespace, name string) (*unstructured.Unstructured, Source, error) {
-	m, err := s.Mapping(gvk)
-	if meta.IsNoMatchError(err) {
-		// An ownerReference keeps the version it was written with
-		// (apps/v1beta2, a CRD version since dropped); the object is the
-		// same at any version the group serves for its kind.
-		m, err = s.mapper.RESTMapping(gvk.GroupKind())
-	}
+// GetKindShared reads namespace/name of kind gk, like GetShared, at the
+// version the cluster prefers for it: the result must not be modified. For
+// cluster-scoped kinds the namespace is ignored.
+//
+// One version, whatever version a reference names: an ownerReference keeps
+// the version it was written with (apps/v1beta2, a CRD version since
+// dropped), and any caller may write one naming another served version.
+// Read at that version, through a conversion that lays the spec out
+// otherwise, the same parent would hash to another spec and look as if it
+// had moved, and its kind would be cached once more.
+func (s *Store) GetKindShared(ctx context.Context, gk schema.GroupKind, namespace, name string) (*unstructured.Unstructured, Source, error) {
+	m, err := s.Mapping(gk.WithVersion(""))
 	if err != nil {
 		return nil, "", err
 	}

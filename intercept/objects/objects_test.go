@@ -64,6 +64,7 @@ func newStore(t *testing.T, objects ...*unstructured.Unstructured) (*Store, *int
 	disc.Resources = []*metav1.APIResourceList{
 		{GroupVersion: "apps/v1", APIResources: []metav1.APIResource{{Name: "deployments", Kind: "Deployment", Namespaced: true, Verbs: []string{"get", "list", "watch"}}}},
 		{GroupVersion: "example.com/v1", APIResources: []metav1.APIResource{{Name: "widgets", Kind: "Widget", Namespaced: false, Verbs: []string{"get", "list", "watch"}}}},
+		{GroupVersion: "example.com/v1alpha1", APIResources: []metav1.APIResource{{Name: "widgets", Kind: "Widget", Namespaced: false, Verbs: []string{"get", "list", "watch"}}}},
 	}
 	ctx, cancel := context.WithCancel(context.Background())
 	t.Cleanup(cancel)
@@ -252,11 +253,16 @@ func TestStoreMapsKindsThroughDiscovery(t *testing.T) {
 
 	// A cluster-scoped kind ignores the namespace it is asked in (a
 	// namespaced child owned by a cluster-scoped parent).
-	u, _, err := s.GetKindShared(ctx, schema.GroupVersionKind{Group: "example.com", Version: "v1", Kind: "Widget"}, "prod", "w")
+	u, _, err := s.GetKindShared(ctx, schema.GroupKind{Group: "example.com", Kind: "Widget"}, "prod", "w")
 	if err != nil || u.GetName() != "w" {
 		t.Fatalf("cluster-scoped parent: %v %v", u, err)
 	}
-	if _, _, err := s.GetKindShared(ctx, schema.GroupVersionKind{Group: "apps", Version: "v1", Kind: "Deployment"}, "prod", "web"); err != nil {
+	// The group serves Widgets at two versions: a parent is read at the
+	// one the cluster prefers, whatever version a reference names.
+	if u.GetAPIVersion() != "example.com/v1" {
+		t.Fatalf("parent read at %s, want the preferred example.com/v1", u.GetAPIVersion())
+	}
+	if _, _, err := s.GetKindShared(ctx, schema.GroupKind{Group: "apps", Kind: "Deployment"}, "prod", "web"); err != nil {
 		t.Fatal(err)
 	}
 	gvk, err := s.KindFor(deployments)
@@ -266,13 +272,7 @@ func TestStoreMapsKindsThroughDiscovery(t *testing.T) {
 	if _, err := s.Mapping(schema.GroupVersionKind{Group: "ghosts.example.com", Version: "v1", Kind: "Ghost"}); err == nil {
 		t.Fatal("an unserved kind mapped")
 	}
-	// An ownerReference written at a version no longer served names the
-	// same object at the version the group serves.
-	u, _, err = s.GetKindShared(ctx, schema.GroupVersionKind{Group: "apps", Version: "v1beta2", Kind: "Deployment"}, "prod", "web")
-	if err != nil || u.GetName() != "web" {
-		t.Fatalf("parent at an unserved version: %v %v", u, err)
-	}
-	if _, _, err := s.GetKindShared(ctx, schema.GroupVersionKind{Group: "ghosts.example.com", Version: "v1", Kind: "Ghost"}, "prod", "g"); err == nil {
+	if _, _, err := s.GetKindShared(ctx, schema.GroupKind{Group: "ghosts.example.com", Kind: "Ghost"}, "prod", "g"); err == nil {
 		t.Fatal("an unserved kind was read")
 	}
 }
@@ -334,7 +334,7 @@ func TestAParentOfAResourceNotAdmittedIsReadLiveAndStartsNoCache(t *testing.T) {
 	ctx := context.Background()
 	for range 3 {
 		before := *gets
-		u, src, err := s.GetKindShared(ctx, deployments.GroupVersion().WithKind("Deployment"), "prod", "web")
+		u, src, err := s.GetKindShared(ctx, schema.GroupKind{Group: "apps", Kind: "Deployment"}, "prod", "web")
 		if err != nil || u.GetName() != "web" || src != FromLive || *gets != before+1 {
 			t.Fatalf("not admitted: source %s, %d GETs, err %v", src, *gets-before, err)
 		}
@@ -364,7 +364,7 @@ func TestAParentOfAResourceNotAdmittedIsReadLiveAndStartsNoCache(t *testing.T) {
 		t.Fatal("the admitted cache did not sync")
 	}
 	before := *gets
-	if _, src, err := s.GetKindShared(ctx, deployments.GroupVersion().WithKind("Deployment"), "prod", "web"); err != nil || src != FromCache || *gets != before {
+	if _, src, err := s.GetKindShared(ctx, schema.GroupKind{Group: "apps", Kind: "Deployment"}, "prod", "web"); err != nil || src != FromCache || *gets != before {
 		t.Fatalf("admitted and synced: source %s, %d GETs, err %v", src, *gets-before, err)
 	}
 }

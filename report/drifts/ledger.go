@@ -54,7 +54,7 @@ const (
 // Objects reads parents and children, and tells about their changes.
 // *objects.Store implements it.
 type Objects interface {
-	GetKindShared(ctx context.Context, gvk schema.GroupVersionKind, namespace, name string) (*unstructured.Unstructured, objects.Source, error)
+	GetKindShared(ctx context.Context, gk schema.GroupKind, namespace, name string) (*unstructured.Unstructured, objects.Source, error)
 	GetMetadata(ctx context.Context, gvr schema.GroupVersionResource, namespace, name string) (*unstructured.Unstructured, objects.Source, error)
 	Mapping(gvk schema.GroupVersionKind) (*meta.RESTMapping, error)
 	CachesParentsOf(gvr schema.GroupVersionResource) bool

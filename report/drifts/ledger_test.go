@@ -17,7 +17,7 @@ import (
 // noObjects stands in for the object caches: New only registers with them.
 type noObjects struct{ observers int }
 
-func (*noObjects) GetKindShared(context.Context, schema.GroupVersionKind, string, string) (*unstructured.Unstructured, objects.Source, error) {
+func (*noObjects) GetKindShared(context.Context, schema.GroupKind, string, string) (*unstructured.Unstructured, objects.Source, error) {
 	return nil, "", nil
 }
 func (*noObjects) GetMetadata(context.Context, schema.GroupVersionResource, string, string) (*unstructured.Unstructured, objects.Source, error) {

@@ -26,7 +26,7 @@ import (
 // fixedObjects holds one parent and one child, both unchanged.
 type fixedObjects struct{ parent, child *unstructured.Unstructured }
 
-func (o *fixedObjects) GetKindShared(context.Context, schema.GroupVersionKind, string, string) (*unstructured.Unstructured, objects.Source, error) {
+func (o *fixedObjects) GetKindShared(context.Context, schema.GroupKind, string, string) (*unstructured.Unstructured, objects.Source, error) {
 	return o.parent, objects.FromCache, nil
 }
 func (o *fixedObjects) GetMetadata(context.Context, schema.GroupVersionResource, string, string) (*unstructured.Unstructured, objects.Source, error) {

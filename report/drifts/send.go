@@ -166,15 +166,17 @@ func newer(a, b *Record) bool {
 // names a kind any caller may have named, which must not make the proxy
 // cache every object of it (objects.Store.AdmitParents).
 func (l *Ledger) read(ctx context.Context, apiVersion, kind, namespace, name string) (*unstructured.Unstructured, error) {
-	gvk := schema.FromAPIVersionAndKind(apiVersion, kind)
-	if m, err := l.o.Objects.Mapping(gvk); err == nil && l.o.Objects.CachesParentsOf(m.Resource) {
+	// At the version the cluster prefers, as the decision read it: the
+	// spec hash the record keeps is of that version's layout.
+	gk := schema.FromAPIVersionAndKind(apiVersion, kind).GroupKind()
+	if m, err := l.o.Objects.Mapping(gk.WithVersion("")); err == nil && l.o.Objects.CachesParentsOf(m.Resource) {
 		// Kinds no informer may hold are read live and checked by the
 		// periodic recheck instead.
 		syncCtx, cancel := context.WithTimeout(ctx, readTimeout/2)
 		_ = l.o.Objects.WaitForSync(syncCtx, m.Resource)
 		cancel()
 	}
-	obj, _, err := l.o.Objects.GetKindShared(ctx, gvk, namespace, name)
+	obj, _, err := l.o.Objects.GetKindShared(ctx, gk, namespace, name)
 	if apierrors.IsNotFound(err) {
 		return nil, nil
 	}

@@ -50,6 +50,8 @@ type sbTarget struct {
 var (
 	sbGadget    = sbTarget{gvr: framework.GadgetGVR, name: "g", value: []string{"spec", "value"}}
 	sbConfigMap = sbTarget{gvr: corev1.SchemeGroupVersion.WithResource("configmaps"), name: "cm", value: []string{"data", "k"}}
+	// sbConfigMapInjected is the ConfigMap's data key the cases add.
+	sbConfigMapInjected = sbTarget{gvr: corev1.SchemeGroupVersion.WithResource("configmaps"), name: "cm", value: []string{"data", "injected"}}
 )
 
 // sbRequest is one write, as it goes on the wire.
@@ -219,70 +221,82 @@ func TestSameBody(t *testing.T) {
 		// want is what kube-apiserver makes of the body: the value it
 		// would store, or refused.
 		want string
+		// repeated: the JSON body has a member twice in one object,
+		// which kube-apiserver merges for a built-in kind where the
+		// proxy would read the last: the proxy refuses it (400), and
+		// nothing reaches kube-apiserver.
+		repeated bool
 	}{
 		{"duplicate key: the last one changes the spec", sbGadget, func(s *unstructured.Unstructured) sbRequest {
 			return sbRequest{contentType: "application/json", body: sbJSON(t, s, "spec", `{"value":"a","value":"evil"}`)}
-		}, evil},
+		}, evil, true},
 		{"duplicate key: the first one changes the spec", sbGadget, func(s *unstructured.Unstructured) sbRequest {
 			return sbRequest{contentType: "application/json", body: sbJSON(t, s, "spec", `{"value":"evil","value":"a"}`)}
-		}, same},
+		}, same, true},
 		{"duplicate spec objects", sbGadget, func(s *unstructured.Unstructured) sbRequest {
 			return sbRequest{contentType: "application/json", body: sbJSON(t, s, "spec", `{"value":"a"},"spec":{"value":"evil"}`)}
-		}, evil},
+		}, evil, true},
 		{"duplicate key with fieldValidation=Strict", sbGadget, func(s *unstructured.Unstructured) sbRequest {
 			return sbRequest{contentType: "application/json", query: "fieldValidation=Strict", body: sbJSON(t, s, "spec", `{"value":"a","value":"evil"}`)}
-		}, refused},
+		}, refused, true},
 		{"duplicate data key of a built-in kind", sbConfigMap, func(s *unstructured.Unstructured) sbRequest {
 			return sbRequest{contentType: "application/json", body: sbJSON(t, s, "data", `{"k":"a","k":"evil"}`)}
-		}, evil},
+		}, evil, true},
+		// A built-in kind is decoded into its Go type: the second data
+		// object is decoded into the first, so the key only the first
+		// names is stored; the last alone is the stored data, unchanged.
+		{"duplicate data objects of a built-in kind: kube-apiserver merges them", sbConfigMapInjected, func(s *unstructured.Unstructured) sbRequest {
+			return sbRequest{contentType: "application/json", body: sbJSON(t, s, "data", `{"injected":"evil"},"data":{"k":"a"}`)}
+		}, evil, true},
 		{"an escaped key", sbGadget, func(s *unstructured.Unstructured) sbRequest {
 			return sbRequest{contentType: "application/json", body: sbJSON(t, s, "spec", `{"valu\u0065":"evil"}`)}
-		}, evil},
+		}, evil, false},
 		{"a key in another case", sbGadget, func(s *unstructured.Unstructured) sbRequest {
 			return sbRequest{contentType: "application/json", body: sbJSON(t, s, "spec", `{"value":"a","Value":"evil"}`)}
-		}, same},
+		}, same, false},
 		{"a UTF-8 byte order mark", sbGadget, func(s *unstructured.Unstructured) sbRequest {
 			return sbRequest{contentType: "application/json", body: append([]byte("\xef\xbb\xbf"), sbJSON(t, s, "spec", `{"value":"evil"}`)...)}
-		}, refused},
+		}, refused, false},
 		{"Content-Encoding: gzip", sbGadget, func(s *unstructured.Unstructured) sbRequest {
 			return sbRequest{contentType: "application/json", header: http.Header{"Content-Encoding": {"gzip"}}, body: gzipped(t, sbJSON(t, s, "spec", `{"value":"evil"}`))}
-		}, refused},
+		}, refused, false},
 		{"Content-Type Application/JSON; charset=utf-8", sbGadget, func(s *unstructured.Unstructured) sbRequest {
 			return sbRequest{contentType: "Application/JSON; charset=utf-8", body: sbJSON(t, s, "spec", `{"value":"evil"}`)}
-		}, evil},
+		}, evil, false},
 		{"Content-Type application/json;charset=UTF-16 on a UTF-8 body", sbGadget, func(s *unstructured.Unstructured) sbRequest {
 			return sbRequest{contentType: "application/json;charset=UTF-16", body: sbJSON(t, s, "spec", `{"value":"evil"}`)}
-		}, evil},
+		}, evil, false},
 		{"YAML under a JSON Content-Type", sbGadget, func(s *unstructured.Unstructured) sbRequest {
 			y, err := sigsyaml.JSONToYAML(sbJSON(t, s, "spec", `{"value":"evil"}`))
 			mustf(t, err, "YAML")
 			return sbRequest{contentType: "application/json", body: y}
-		}, refused},
+		}, refused, false},
 		{"JSON under a YAML Content-Type", sbGadget, func(s *unstructured.Unstructured) sbRequest {
 			return sbRequest{contentType: "application/yaml", body: sbJSON(t, s, "spec", `{"value":"evil"}`)}
-		}, evil},
+		}, evil, false},
 		{"YAML with a duplicate key", sbGadget, func(s *unstructured.Unstructured) sbRequest {
 			y, err := sigsyaml.JSONToYAML(sbJSON(t, s, "spec", `{"value":"a"}`))
 			mustf(t, err, "YAML")
 			return sbRequest{contentType: "application/yaml", body: bytes.Replace(y, []byte("  value: a\n"), []byte("  value: a\n  value: evil\n"), 1)}
-		}, evil},
+		}, evil, false},
 		{"chunked, with a Content-Length that contradicts it", sbGadget, func(s *unstructured.Unstructured) sbRequest {
 			return sbRequest{contentType: "application/json", body: sbJSON(t, s, "spec", `{"value":"evil"}`), rawFraming: chunked}
-		}, evil},
+		}, evil, false},
 		{"Expect: 100-continue", sbGadget, func(s *unstructured.Unstructured) sbRequest {
 			return sbRequest{contentType: "application/json", body: sbJSON(t, s, "spec", `{"value":"evil"}`), rawFraming: expectContinue}
-		}, evil},
+		}, evil, false},
 		{"protobuf with an unknown field", sbConfigMap, func(s *unstructured.Unstructured) sbRequest {
 			return sbRequest{contentType: wrProtobuf, body: sbProtobuf(t, s, "evil", protobufField(99, []byte("anything")))}
-		}, evil},
+		}, evil, false},
 		{"protobuf with a second data entry for the same key", sbConfigMap, func(s *unstructured.Unstructured) sbRequest {
 			entry := append(protobufField(1, []byte("k")), protobufField(2, []byte("evil"))...)
 			return sbRequest{contentType: wrProtobuf, body: sbProtobuf(t, s, "a", protobufField(2, entry))}
-		}, evil},
+		}, evil, false},
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
 			stored := f.sbStored(t, tc.target)
+			storedValue, _, _ := unstructured.NestedString(stored.Object, tc.target.value...)
 			req := tc.build(stored)
 			req.header = withHeader(req.header)
 
@@ -303,13 +317,23 @@ func TestSameBody(t *testing.T) {
 			proxyReq.header = withHeader(req.header, "Authorization", token.Get("Authorization"))
 			before := len(env.Recorder.Requests("/namespaces/" + f.ns + "/"))
 			code, body := sbSend(t, cluster.ProxyEndpoint().URL, cluster.ProxyEndpoint().CAData, nil, tc.target, f.ns, proxyReq, "")
-			switch tc.want {
-			case refused:
+			switch {
+			case tc.repeated:
+				if code != http.StatusBadRequest || !strings.Contains(decodeStatus(t, body).Message, "has a member twice in one object") {
+					t.Fatalf("a body with a member twice: through the proxy %d %s, want 400 naming the repeated member", code, body)
+				}
+				object := "/namespaces/" + f.ns + "/" + tc.target.gvr.Resource + "/" + tc.target.name
+				for _, r := range env.Recorder.Requests("/namespaces/" + f.ns + "/")[before:] {
+					if strings.HasSuffix(r.Path, object) {
+						t.Fatalf("a refused body: %s %s?%s was sent upstream, want nothing", r.Method, r.Path, r.RawQuery)
+					}
+				}
+			case tc.want == refused:
 				if code < 400 || code >= 500 {
 					t.Fatalf("kube-apiserver refuses this body (%d); through the proxy %d: %s", direct, code, body)
 				}
 				decodeStatus(t, body)
-			case same:
+			case tc.want == same:
 				if code != http.StatusOK {
 					t.Fatalf("a write that changes nothing: %d %s", code, body)
 				}
@@ -319,8 +343,8 @@ func TestSameBody(t *testing.T) {
 				}
 			}
 			after := f.sbStored(t, tc.target)
-			if v, _, _ := unstructured.NestedString(after.Object, tc.target.value...); v != "a" {
-				t.Fatalf("the child now has %q", v)
+			if v, _, _ := unstructured.NestedString(after.Object, tc.target.value...); v != storedValue {
+				t.Fatalf("the child now has %q, had %q", v, storedValue)
 			}
 			// What went upstream as the write itself: the bytes sent, or
 			// a rewrite whose value is kube-apiserver's reading.

@@ -38,6 +38,12 @@ func TestABindingMayNotCarryKausalityAnnotations(t *testing.T) {
 			body: binding(`null`), wantCode: http.StatusOK},
 		{name: "a pod of an excluded namespace is not decided about", path: "/api/v1/namespaces/kube-system/pods/web-0/binding",
 			body: binding(`{"kausality.io/mode":"log"}`), wantCode: http.StatusOK},
+		// kube-apiserver decodes a Binding into its Go type, merging the
+		// two metadata members: the annotations of the first would reach
+		// the pod.
+		{name: "metadata twice, the annotations in the first", path: "/api/v1/namespaces/apps/pods/web-0/binding",
+			body:     []byte(`{"apiVersion":"v1","kind":"Binding","metadata":{"annotations":{"kausality.io/mode":"log"}},"metadata":{"name":"web-0"},"target":{"kind":"Node","name":"node-1"}}`),
+			wantCode: http.StatusBadRequest, wantMessage: `has a member twice in one object (duplicate field "metadata")`},
 		{name: "a body that is no JSON", path: "/api/v1/namespaces/apps/pods/web-0/binding",
 			body: []byte(`{"metadata":`), wantCode: http.StatusBadRequest, wantMessage: "not valid JSON"},
 	} {

@@ -146,6 +146,14 @@ func subresourceOf(info *request.RequestInfo, op decision.Operation) (subresourc
 			return 0, op, false
 		}
 		sub = statusSubresource
+	case "approval":
+		// kube-apiserver's approval strategy resets the spec and the
+		// status but its conditions, and keeps the body's metadata, as
+		// the status strategy does: guarded as a status write.
+		if op != decision.Update || info.APIGroup != "certificates.k8s.io" || info.Resource != "certificatesigningrequests" {
+			return 0, op, false
+		}
+		sub = statusSubresource
 	case "scale":
 		if op != decision.Update {
 			return 0, op, false

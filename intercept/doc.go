@@ -35,8 +35,8 @@
 //     only ever the caller's (collection.go);
 //   - pods/eviction, as a DELETE of the pod; its body, in any format, says
 //     whether it is a dry run;
-//   - namespaces/finalize, as a status write: kube-apiserver keeps the
-//     metadata of its body;
+//   - namespaces/finalize and certificatesigningrequests/approval, as
+//     status writes: kube-apiserver keeps the metadata of their bodies;
 //   - a Binding (pods/binding, or the bindings resource) is no decided
 //     write, but kube-apiserver copies its annotations onto the pod, so
 //     one that carries a kausality annotation is refused (package binding);

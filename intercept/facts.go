@@ -216,6 +216,11 @@ func (i *Interceptor) gather(ctx context.Context, rq *writeRequest, data []byte,
 		if f.patchType, err = patch.TypeFor(rq.contentType); err != nil {
 			return f, err
 		}
+		if f.patchType == types.JSONPatchType || f.patchType == types.MergePatchType || f.patchType == types.StrategicMergePatchType {
+			if err = body.CheckMembersOnce(data); err != nil {
+				return f, err
+			}
+		}
 		if f.force, err = readForce(rq.w.force); err != nil {
 			return f, err
 		}

@@ -289,8 +289,12 @@ func expected(hint *schema.GroupVersionKind) string {
 
 func decodeJSON(data []byte) (*unstructured.Unstructured, error) {
 	var v interface{}
-	if err := utiljson.Unmarshal(data, &v); err != nil {
-		return nil, apierrors.NewBadRequest(fmt.Sprintf("the request body is not valid JSON: %v", err))
+	syntaxErr, repeated := unmarshalJSONOnce(data, &v)
+	if syntaxErr != nil {
+		return nil, apierrors.NewBadRequest(fmt.Sprintf("the request body is not valid JSON: %v", syntaxErr))
+	}
+	if repeated != nil {
+		return nil, repeated
 	}
 	return asObject(v, JSON)
 }

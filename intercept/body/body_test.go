@@ -183,6 +183,16 @@ func TestDecode(t *testing.T) {
 			err: &errCase{400, metav1.StatusReasonBadRequest, "the request body is not valid JSON: invalid character '}' looking for beginning of object key string"}},
 		{name: "json trailing garbage", contentType: "application/json", data: append(append([]byte{}, depJSON...), []byte(" {}")...), hint: hint, wantFormat: JSON,
 			err: &errCase{400, metav1.StatusReasonBadRequest, "the request body is not valid JSON: invalid character '{' after top-level value"}},
+		// kube-apiserver merges repeated members into a built-in kind's
+		// Go type; the proxy would read the last alone.
+		{name: "json member repeated at the top", contentType: "application/json", hint: hint, wantFormat: JSON,
+			data: []byte(`{"apiVersion":"apps/v1","kind":"Deployment","metadata":{"name":"d"},"spec":{"paused":true},"spec":{"replicas":1}}`),
+			err: &errCase{400, metav1.StatusReasonBadRequest, `the request body has a member twice in one object (duplicate field "spec"): ` +
+				`kube-apiserver merges the two for a built-in kind, where kausality-proxy reads the last, so what would be stored cannot be decided; send each member once`}},
+		{name: "json members repeated deep, in a list and more than three", contentType: "application/json", hint: hint, wantFormat: JSON,
+			data: []byte(`{"apiVersion":"apps/v1","kind":"Deployment","metadata":{"name":"d","name":"e"},"spec":{"template":{"spec":{"containers":[{"name":"a","image":"x","image":"y"}]}},"replicas":1,"replicas":2},"status":{},"status":{}}`),
+			err: &errCase{400, metav1.StatusReasonBadRequest, `the request body has a member twice in one object (duplicate field "metadata.name", duplicate field "spec.template.spec.containers[0].image", duplicate field "spec.replicas" and 1 more): ` +
+				`kube-apiserver merges the two for a built-in kind, where kausality-proxy reads the last, so what would be stored cannot be decided; send each member once`}},
 		{name: "json array", contentType: "application/json", data: []byte(`[{"kind":"Deployment"}]`), hint: hint, wantFormat: JSON,
 			err: &errCase{400, metav1.StatusReasonBadRequest, "the JSON request body must be an object (a map with apiVersion, kind, metadata, ...), got an array"}},
 		{name: "json null", contentType: "application/json", data: []byte(`null`), hint: hint, wantFormat: JSON,

@@ -344,6 +344,14 @@ func use(ctx context.Context, d Decision, in Input, a AllowanceInputs) Decision 
 			return d
 		}
 	}
+	if in.Operation == Update && !out.StandsOnWrite && d.Result == Allow {
+		// The mutations were read from the copy of the child the write
+		// was decided on. A copy a beat behind may lack a person's edit
+		// that the write reverts (a field it sets to the value the copy
+		// still holds counts as unchanged): the write lands on that
+		// copy's version, or is decided again on the child read live.
+		d.OnStoredVersion = true
+	}
 	if ch.New == nil {
 		return d
 	}

@@ -65,7 +65,8 @@ type collection struct {
 	// pin: the caller's own list options leave the forwarded request free
 	// to list something newer than snapshot, so it may be pinned to it: no
 	// continue token (a continued list is the token's snapshot) and no
-	// exact resourceVersion.
+	// exact resourceVersion. Without it, each listed name is read again
+	// and decided as it is now, which is what kube-apiserver deletes.
 	pin bool
 	// callerVersion: the caller named a resourceVersion. Without a body,
 	// kube-apiserver makes it every delete's precondition, which already
@@ -191,6 +192,19 @@ func (i *Interceptor) listCollection(r *http.Request, c *collection, each func(*
 		}
 		for k, obj := range page.items {
 			page.items[k] = nil
+			if !c.pin {
+				// kube-apiserver lists at the caller's version, which may
+				// be long past, and deletes each name listed as it is now:
+				// that object is decided, not the one listed.
+				current, err := i.currentMember(r.Context(), c, obj.GetName())
+				if apierrors.IsNotFound(err) {
+					continue // nothing to delete under that name now
+				}
+				if err != nil {
+					return i.unresolvable(fmt.Errorf("reading %s %s, which the deletecollection would delete: %w", c.kind.Kind, obj.GetName(), err))
+				}
+				obj = current
+			}
 			if err := each(obj); err != nil {
 				return err
 			}
@@ -243,19 +257,51 @@ func (i *Interceptor) listPage(ctx context.Context, c *collection, opts metav1.L
 	page := &listedPage{items: make([]*unstructured.Unstructured, len(list.Items)),
 		resourceVersion: list.ResourceVersion, next: list.Continue}
 	for k := range list.Items {
-		item := &list.Items[k]
-		// Field owners say nothing about a delete, and are often the
-		// larger part of an object's metadata.
-		item.ManagedFields = nil
-		content, err := runtime.DefaultUnstructuredConverter.ToUnstructured(item)
+		obj, err := memberOfMetadata(c, &list.Items[k])
 		if err != nil {
-			return nil, fmt.Errorf("converting the metadata of %s: %w", item.Name, err)
+			return nil, err
 		}
-		obj := &unstructured.Unstructured{Object: content}
-		obj.SetGroupVersionKind(c.kind)
 		page.items[k] = obj
 	}
 	return page, nil
+}
+
+// memberOfMetadata is the member of c whose metadata kube-apiserver gave
+// as item.
+func memberOfMetadata(c *collection, item *metav1.PartialObjectMetadata) (*unstructured.Unstructured, error) {
+	// Field owners say nothing about a delete, and are often the larger
+	// part of an object's metadata.
+	item.ManagedFields = nil
+	content, err := runtime.DefaultUnstructuredConverter.ToUnstructured(item)
+	if err != nil {
+		return nil, fmt.Errorf("converting the metadata of %s: %w", item.Name, err)
+	}
+	obj := &unstructured.Unstructured{Object: content}
+	obj.SetGroupVersionKind(c.kind)
+	return obj, nil
+}
+
+// currentMember reads the object named name of c's kind as it is now,
+// as the collection is listed: as metadata, or whole when a decision may
+// read more.
+func (i *Interceptor) currentMember(ctx context.Context, c *collection, name string) (*unstructured.Unstructured, error) {
+	gvr, ns := c.req.w.gvr, c.namespace
+	if c.whole || i.cfg.Metadata == nil {
+		var ri dynamic.ResourceInterface = i.cfg.Writer.Resource(gvr)
+		if ns != "" {
+			ri = i.cfg.Writer.Resource(gvr).Namespace(ns)
+		}
+		return ri.Get(ctx, name, metav1.GetOptions{})
+	}
+	var ri metadata.ResourceInterface = i.cfg.Metadata.Resource(gvr)
+	if ns != "" {
+		ri = i.cfg.Metadata.Resource(gvr).Namespace(ns)
+	}
+	item, err := ri.Get(ctx, name, metav1.GetOptions{})
+	if err != nil {
+		return nil, err
+	}
+	return memberOfMetadata(c, item)
 }
 
 // memberFacts are the facts of the DELETE of obj: the same facts, and so

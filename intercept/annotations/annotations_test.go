@@ -207,6 +207,34 @@ func TestParseRejections(t *testing.T) {
 	}
 }
 
+// A rejection that parses but would match nothing its author meant is as
+// broken as one that does not parse: it counts as rejecting every child,
+// not as no rejection.
+func TestParseRejectionsThatMatchNothingCountAsBroken(t *testing.T) {
+	for _, tc := range []struct{ value, want string }{
+		{`[null]`, "entry 0: not an object"},
+		{`[1]`, "entry 0: json: cannot unmarshal number into Go value of type map[string]json.RawMessage"},
+		{`[{"kind":"ReplicaSet","name":"web-1"}]`, `entry 0: apiVersion, kind and name are required ("*" matches any)`},
+		{`[{"apiVersion":"apps/v1","kind":"ReplicaSet","name":"*"},{"apiVersion":"apps/v1","kind":"ReplicaSet"}]`, `entry 1: apiVersion, kind and name are required ("*" matches any)`},
+		{`[{"apiVersion":"apps/v1","kind":"ReplicaSet","name":"web-*"}]`, `entry 0: "web-*" is no pattern: a field is a value or "*", which matches any`},
+		{`[{"apiVersion":"apps/v1","kind":"ReplicaSet","name":"web-1","generation":-1}]`, "entry 0: generation -1 is negative (0 means every generation)"},
+		{`[{"apiVersion":"apps/v1","kind":"ReplicaSet","name":"web-1","generation":"5"}]`, "entry 0: json: cannot unmarshal string into Go struct field Rejection.generation of type int64"},
+	} {
+		got, w := ParseRejections(tc.value)
+		if got != nil || w == nil {
+			t.Errorf("%s: got %v %v, want a warning", tc.value, got, w)
+			continue
+		}
+		if want := "kausality: malformed annotation kausality.io/rejections: " + tc.want + "; treated as rejected"; w.String() != want {
+			t.Errorf("%s: warning %q, want %q", tc.value, w.String(), want)
+		}
+	}
+	// Wildcards and a generation of 0 are valid.
+	if got, w := ParseRejections(`[{"apiVersion":"*","kind":"*","name":"*"},{"apiVersion":"v1","kind":"ConfigMap","name":"cfg","generation":0}]`); w != nil || len(got) != 2 {
+		t.Errorf("valid rejections: %v %v", got, w)
+	}
+}
+
 func TestParseFreeze(t *testing.T) {
 	tests := []struct {
 		name    string

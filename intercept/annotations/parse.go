@@ -266,17 +266,55 @@ func EncodeApprovalEntries(list []ApprovalEntry) string {
 	return b.String()
 }
 
-// ParseRejections parses kausality.io/rejections. Broken JSON returns a
-// warning; the caller must then treat every child as rejected.
+// ParseRejections parses kausality.io/rejections. A value that is not a
+// JSON array of rejections, and an entry that would match nothing its
+// author meant it to (no object, no apiVersion, kind or name, a pattern
+// other than "*" such as "web-*", a negative generation), return a
+// warning; the caller must then treat every child as rejected. A
+// rejection is a person holding something back: one that silently
+// matched nothing would let through what it was written to stop.
 func ParseRejections(v string) ([]Rejection, *Warning) {
 	if strings.TrimSpace(v) == "" {
 		return nil, nil
 	}
-	var list []Rejection
-	if err := json.Unmarshal([]byte(v), &list); err != nil {
+	var raws []json.RawMessage
+	if err := json.Unmarshal([]byte(v), &raws); err != nil {
 		return nil, &Warning{Annotation: Rejections, Err: err, Effect: "treated as rejected"}
 	}
+	list := make([]Rejection, len(raws))
+	for i, raw := range raws {
+		var fields map[string]json.RawMessage
+		err := json.Unmarshal(raw, &fields)
+		if err == nil && fields == nil {
+			err = errors.New("not an object")
+		}
+		if err == nil {
+			err = json.Unmarshal(raw, &list[i])
+		}
+		if err == nil {
+			err = rejectionProblem(list[i])
+		}
+		if err != nil {
+			return nil, &Warning{Annotation: Rejections, Err: fmt.Errorf("entry %d: %w", i, err), Effect: "treated as rejected"}
+		}
+	}
 	return list, nil
+}
+
+// rejectionProblem says why r would match nothing its author meant.
+func rejectionProblem(r Rejection) error {
+	switch {
+	case r.APIVersion == "" || r.Kind == "" || r.Name == "":
+		return errors.New(`apiVersion, kind and name are required ("*" matches any)`)
+	case r.Generation < 0:
+		return fmt.Errorf("generation %d is negative (0 means every generation)", r.Generation)
+	}
+	for _, f := range []string{r.APIVersion, r.Kind, r.Name} {
+		if f != "*" && strings.Contains(f, "*") {
+			return fmt.Errorf(`%q is no pattern: a field is a value or "*", which matches any`, f)
+		}
+	}
+	return nil
 }
 
 // ParseFreeze parses kausality.io/freeze. It returns nil when not frozen:

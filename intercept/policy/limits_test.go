@@ -199,6 +199,28 @@ func TestMatcherMatchesOncePerWrite(t *testing.T) {
 	}
 }
 
+// A deletecollection matches each of its objects in turn: the matcher
+// holds the results (and objects) of the last one only, so that its
+// memory does not grow with the collection; the last object's writes are
+// still matched once.
+func TestMatcherHoldsTheLastObjectOnly(t *testing.T) {
+	p := Compile(policyOf(v1alpha1.ApprovalPolicyKind, "infra", cmRule(map[string]any{"match": map[string]any{"cel": "true"}})))
+	m := NewMatcher(context.Background(), p)
+	for i := range 1000 {
+		req := Request{APIVersion: "v1", Kind: "ConfigMap", Namespace: "infra", Name: fmt.Sprintf("cm-%d", i), New: configMap("", nil)}
+		if res := m.Match(req); res.Hit == nil {
+			t.Fatalf("object %d: no match: %+v", i, res)
+		}
+		remaining := m.remaining
+		if again := m.Match(req); again.Hit == nil || m.remaining != remaining {
+			t.Fatalf("object %d matched again: %+v, remaining %d, want %d", i, again, m.remaining, remaining)
+		}
+		if len(m.results) != 1 {
+			t.Fatalf("after object %d the matcher holds %d results, want the last object's one", i, len(m.results))
+		}
+	}
+}
+
 // TestMatchStopsWithTheRequest: a request that has ended evaluates
 // nothing more, and nothing matches.
 func TestMatchStopsWithTheRequest(t *testing.T) {

@@ -96,8 +96,16 @@ type Matcher struct {
 	ctx       context.Context
 	policies  []*Compiled
 	remaining int64 // of RequestBudget
-	results   map[matchKey]matched
+	// results are of one object's writes, the last matched: a
+	// deletecollection matches each of its objects in turn and never
+	// goes back to one, so holding the results (and objects) of all of
+	// them would grow with the collection.
+	results map[matchKey]matched
+	object  objectKey
 }
+
+// objectKey is the object a write is of.
+type objectKey struct{ apiVersion, kind, namespace, name string }
 
 // matched is a Result, with the objects it was found for: holding them
 // keeps their addresses, which key it, from being reused for others.
@@ -136,6 +144,10 @@ func (m *Matcher) Match(req Request) Result {
 		old: reflect.ValueOf(req.Old).Pointer(), new: reflect.ValueOf(req.New).Pointer()}
 	if got, ok := m.results[key]; ok {
 		return got.result
+	}
+	if object := (objectKey{req.APIVersion, req.Kind, req.Namespace, req.Name}); object != m.object {
+		clear(m.results)
+		m.object = object
 	}
 	res := m.match(req)
 	m.results[key] = matched{old: req.Old, new: req.New, result: res}

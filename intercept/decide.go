@@ -220,6 +220,7 @@ func (i *Interceptor) input(f *facts, parent *parentFacts) decision.Input {
 		Confirmed:                 f.confirmed,
 		NoChangeIsCertain:         f.noChangeIsCertain(),
 		StaleUpdate:               f.staleUpdate(),
+		ApplyWithoutSchema:        (f.patchType == types.ApplyYAMLPatchType || f.patchType == types.ApplyCBORPatchType) && !patch.SchemaKnown(f.kind),
 		NamesResourceVersion:      rq.w.sub == statusSubresource && f.namesResourceVersion(),
 		ObservedGenerationPending: i.observedGenerationPending(f),
 		UnboundStatusRecordDelay:  i.unboundStatusRecordDelay(rq, f),

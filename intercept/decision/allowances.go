@@ -68,6 +68,13 @@ type AllowanceOutcome struct {
 // in. ctx bounds the CEL evaluations to the request.
 func DecideAllowances(ctx context.Context, d Decision, in Input, a AllowanceInputs) Decision {
 	d = allowancesAhead(decideAllowances(ctx, d, in, a), in)
+	if in.Update() && !in.Confirmed && d.Allowances != nil && d.Allowances.Checked && in.ApplyWithoutSchema {
+		// The mutations come from a merge made without the kind's schema:
+		// a keyed list or an atomic field may lose entries kube-apiserver
+		// removes and the proxy's merge keeps, or the other way round.
+		// Whatever the verdict, it stands on kube-apiserver's result.
+		d.ConfirmWithServer = true
+	}
 	if in.Update() && !in.Confirmed && d.Allowances != nil && len(d.Allowances.Violations) > 0 &&
 		(in.StaleUpdate || leavesOutViolated(in, d.Allowances.Violations)) {
 		// Confirmed on what kube-apiserver would store, when the write may

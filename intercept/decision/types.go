@@ -273,6 +273,11 @@ type Input struct {
 	// object's observed generation waits (SideWrite.Delay): the written
 	// kind's setting in the config file, else the proxy's flag.
 	UnboundStatusRecordDelay time.Duration
+	// ApplyWithoutSchema: a server-side apply of a kind whose schema the
+	// proxy lacks (a custom resource): its result was computed with a
+	// schema deduced from the objects, which merges keyed lists and
+	// atomic fields otherwise than kube-apiserver, which has the CRD's.
+	ApplyWithoutSchema bool
 	// StaleUpdate: a PUT naming a resourceVersion other than OldObject's.
 	// kube-apiserver refuses it with a conflict, so the annotations it
 	// carries are an old copy, not an edit.

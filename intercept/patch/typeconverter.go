@@ -2,6 +2,7 @@ package patch
 
 import (
 	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/apimachinery/pkg/util/managedfields"
 	"k8s.io/client-go/applyconfigurations" //nolint:depguard // the built-in kinds' schemas for structured merge, not a client
 	"k8s.io/client-go/kubernetes/scheme"   //nolint:depguard // the codec of the built-in kinds, not a client
@@ -29,6 +30,12 @@ func NewBuiltinTypeConverter(fallback managedfields.TypeConverter) managedfields
 		fallback: fallback,
 	}
 }
+
+// SchemaKnown reports whether the proxy has the schema of kind gvk (a
+// built-in kind), which it merges server-side applies of as kube-apiserver
+// does; any other kind's merge is made with a schema deduced from the
+// objects.
+func SchemaKnown(gvk schema.GroupVersionKind) bool { return scheme.Scheme.Recognizes(gvk) }
 
 type builtinTypeConverter struct {
 	scheme   *runtime.Scheme

@@ -213,13 +213,8 @@ func (i *Interceptor) gather(ctx context.Context, rq *writeRequest, data []byte,
 		}
 	}
 	if wr.verb == "patch" {
-		if f.patchType, err = patch.TypeFor(rq.contentType); err != nil {
+		if f.patchType, err = patchTypeOf(rq.contentType, data); err != nil {
 			return f, err
-		}
-		if f.patchType == types.JSONPatchType || f.patchType == types.MergePatchType || f.patchType == types.StrategicMergePatchType {
-			if err = body.CheckMembersOnce(data); err != nil {
-				return f, err
-			}
 		}
 		if f.force, err = readForce(rq.w.force); err != nil {
 			return f, err
@@ -257,6 +252,18 @@ func (i *Interceptor) gather(ctx context.Context, rq *writeRequest, data []byte,
 		f.changed, f.changes, f.oldIsMetadata = false, nil, false
 	}
 	return f, nil
+}
+
+// patchTypeOf is the type of a patch sent as contentType. A JSON patch,
+// merge patch or strategic merge patch with a member twice in one object
+// is refused (body.CheckMembersOnce); an apply's YAML and CBOR are read
+// alike by kube-apiserver and the proxy.
+func patchTypeOf(contentType string, data []byte) (types.PatchType, error) {
+	t, err := patch.TypeFor(contentType)
+	if err != nil || t == types.ApplyYAMLPatchType || t == types.ApplyCBORPatchType {
+		return t, err
+	}
+	return t, body.CheckMembersOnce(data)
 }
 
 // unconditionalUpdateRefused is kube-apiserver's own answer to f, when

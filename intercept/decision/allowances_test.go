@@ -172,7 +172,10 @@ func TestDecideAllowances(t *testing.T) {
 // resourceVersion other than the stored object's is confirmed with the
 // server (kube-apiserver refuses an old copy with a conflict); a violation
 // of a current copy that changes a field, or one already confirmed,
-// stands, and the write's body never goes upstream.
+// stands, and the write's body never goes upstream. A server-side apply
+// of a kind whose schema the proxy lacks (a custom resource) is merged
+// with a deduced schema, which may keep list entries or keys
+// kube-apiserver removes: its verdict, allowed or not, is confirmed.
 func TestDecideAllowancesConfirmsAnOldCopy(t *testing.T) {
 	granted := `[{"kind":"ReplicaSet","mutation":"spec.replicas","generation":2,"initiator":"alice","policy":"deployment-replicas","trace":[{"kind":"Deployment","name":"web","generation":2,"field":"spec.replicas"}]}]`
 	parent := allowanceObject("Deployment", 2, 4, "app:1", map[string]string{annotations.Allowances: granted})
@@ -184,6 +187,11 @@ func TestDecideAllowancesConfirmsAnOldCopy(t *testing.T) {
 			NewObject:   allowanceObject("ReplicaSet", 1, 4, image, nil),
 			StaleUpdate: stale, Confirmed: confirmed}
 	}
+	applied := func(image string, confirmed bool) Input {
+		in := write(image, false, confirmed)
+		in.ApplyWithoutSchema = true
+		return in
+	}
 	for _, tc := range []struct {
 		name        string
 		in          Input
@@ -193,6 +201,10 @@ func TestDecideAllowancesConfirmsAnOldCopy(t *testing.T) {
 		{"the same copy confirmed already: the violation stands", write("app:1", true, true), false},
 		{"a current copy reverting the template: the violation stands", write("app:1", false, false), false},
 		{"an old copy the allowances cover: nothing to confirm", write("edited:1", true, false), false},
+		{"an apply merged without schema, allowed: confirmed with the server", applied("edited:1", false), true},
+		{"an apply merged without schema, a violation: confirmed with the server", applied("app:1", false), true},
+		{"an apply merged without schema, confirmed already", applied("edited:1", true), false},
+		{"the allowed write merged with the kind's schema: nothing to confirm", write("edited:1", false, false), false},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			got := DecideAllowances(context.Background(), Decision{Result: Allow, Category: Expected}, tc.in,
@@ -399,44 +411,3 @@ func TestAllowanceCheckOf(t *testing.T) {
 	}
 }
 
-// TestDecideAllowancesConfirmsAnApplyMergedWithoutSchema: a server-side
-// apply of a kind whose schema the proxy lacks (a custom resource) is
-// merged with a deduced schema, which may keep list entries or keys
-// kube-apiserver removes: an allowance verdict on it, allowed or not,
-// stands on kube-apiserver's result. With the kind's schema, or confirmed
-// already, it stands on the proxy's.
-func TestDecideAllowancesConfirmsAnApplyMergedWithoutSchema(t *testing.T) {
-	granted := `[{"kind":"ReplicaSet","mutation":"spec.replicas","generation":2,"initiator":"alice","policy":"deployment-replicas","trace":[{"kind":"Deployment","name":"web","generation":2,"field":"spec.replicas"}]}]`
-	parent := allowanceObject("Deployment", 2, 4, "app:1", map[string]string{annotations.Allowances: granted})
-	ctrl := &user.DefaultInfo{Name: testController}
-	write := func(image string, withoutSchema, confirmed bool) Input {
-		return Input{Operation: Update, DesiredChanged: true, User: ctrl, Parent: parent, Settle: &settle.Facts{SettledAt: 1},
-			Child:              ObjectRef{Kind: "ReplicaSet", Name: "web-1"},
-			OldObject:          allowanceObject("ReplicaSet", 1, 2, "app:1", nil),
-			NewObject:          allowanceObject("ReplicaSet", 1, 4, image, nil),
-			ApplyWithoutSchema: withoutSchema, Confirmed: confirmed}
-	}
-	for _, tc := range []struct {
-		name        string
-		in          Input
-		wantConfirm bool
-	}{
-		{"allowed, merged without schema: confirmed with the server", write("app:1", true, false), true},
-		{"a violation, merged without schema: confirmed with the server", write("evil:1", true, false), true},
-		{"allowed, confirmed already", write("app:1", true, true), false},
-		{"allowed, merged with the kind's schema", write("app:1", false, false), false},
-	} {
-		t.Run(tc.name, func(t *testing.T) {
-			got := DecideAllowances(context.Background(), Decision{Result: Allow, Category: Expected}, tc.in,
-				AllowanceInputs{Policies: allowanceTestPolicies(), NamespaceAnnotations: map[string]string{annotations.AllowanceMode: "enforce"}})
-			if got.ConfirmWithServer != tc.wantConfirm {
-				t.Fatalf("ConfirmWithServer %v, want %v (%s %s)", got.ConfirmWithServer, tc.wantConfirm, got.Result, got.Message)
-			}
-			if tc.wantConfirm {
-				if n := Needs(&got, Held{Confirmable: true, MainResource: true, ChildLive: true, Operation: Update}); !n.ServerResult {
-					t.Errorf("the write path is not asked for the server's result: %+v", n)
-				}
-			}
-		})
-	}
-}

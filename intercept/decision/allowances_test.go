@@ -410,4 +410,3 @@ func TestAllowanceCheckOf(t *testing.T) {
 		}
 	}
 }
-

@@ -61,6 +61,10 @@ type Approval struct {
 	APIVersion string `json:"apiVersion"`
 	Kind       string `json:"kind"`
 	Name       string `json:"name"`
+	// Namespace of the child, for a namespaced child of a cluster-scoped
+	// parent, whose children may be in any namespace; empty matches any
+	// (a namespaced parent's children are in its own namespace).
+	Namespace string `json:"namespace,omitempty"`
 	// Generation of the parent the approval is for. Required for once and
 	// generation, ignored for always.
 	Generation int64 `json:"generation,omitempty"`
@@ -81,6 +85,8 @@ type Rejection struct {
 	APIVersion string `json:"apiVersion"`
 	Kind       string `json:"kind"`
 	Name       string `json:"name"`
+	// Namespace as for Approval: empty matches any.
+	Namespace string `json:"namespace,omitempty"`
 	// Generation of the parent the rejection applies to; 0 means always.
 	Generation int64 `json:"generation,omitempty"`
 	// Reason is shown in the denial.
@@ -309,7 +315,7 @@ func rejectionProblem(r Rejection) error {
 	case r.Generation < 0:
 		return fmt.Errorf("generation %d is negative (0 means every generation)", r.Generation)
 	}
-	for _, f := range []string{r.APIVersion, r.Kind, r.Name} {
+	for _, f := range []string{r.APIVersion, r.Kind, r.Name, r.Namespace} {
 		if f != "*" && strings.Contains(f, "*") {
 			return fmt.Errorf(`%q is no pattern: a field is a value or "*", which matches any`, f)
 		}

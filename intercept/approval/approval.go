@@ -42,23 +42,42 @@ const (
 	Always     = annotations.ApprovalAlways
 )
 
-// Child identifies the child being written (its namespace is the parent's).
+// Child identifies the child being written. Namespace is set only for a
+// namespaced child of a cluster-scoped parent (ChildOf): a namespaced
+// parent's children are all in its own namespace.
 type Child struct {
 	APIVersion string
 	Kind       string
 	Name       string
+	Namespace  string
+}
+
+// ChildOf is the Child of an object of apiVersion and kind named name in
+// namespace, under a parent in parentNamespace ("" for a cluster-scoped
+// parent, whose children may be in any namespace).
+func ChildOf(apiVersion, kind, namespace, name, parentNamespace string) Child {
+	c := Child{APIVersion: apiVersion, Kind: kind, Name: name}
+	if parentNamespace == "" {
+		c.Namespace = namespace
+	}
+	return c
 }
 
 func matchField(pattern, value string) bool { return pattern == "*" || pattern == value }
 
+// matchNamespace: an entry without namespace matches a child in any.
+func matchNamespace(pattern, value string) bool { return pattern == "" || matchField(pattern, value) }
+
 // MatchesApproval reports whether a matches child ("*" is a wildcard).
 func MatchesApproval(a Approval, c Child) bool {
-	return matchField(a.APIVersion, c.APIVersion) && matchField(a.Kind, c.Kind) && matchField(a.Name, c.Name)
+	return matchField(a.APIVersion, c.APIVersion) && matchField(a.Kind, c.Kind) && matchField(a.Name, c.Name) &&
+		matchNamespace(a.Namespace, c.Namespace)
 }
 
 // MatchesRejection reports whether r matches child ("*" is a wildcard).
 func MatchesRejection(r Rejection, c Child) bool {
-	return matchField(r.APIVersion, c.APIVersion) && matchField(r.Kind, c.Kind) && matchField(r.Name, c.Name)
+	return matchField(r.APIVersion, c.APIVersion) && matchField(r.Kind, c.Kind) && matchField(r.Name, c.Name) &&
+		matchNamespace(r.Namespace, c.Namespace)
 }
 
 // Window is the range of parent generations, From to To inclusive, over
@@ -226,7 +245,7 @@ func Evaluate(approvals []Entry, rejections []Rejection, rejectionsMalformed boo
 	case rejectionsMalformed:
 		ev.Outcome = Rejected
 		ev.RejectionsMalformed = true
-		ev.Rejection = &Rejection{APIVersion: c.APIVersion, Kind: c.Kind, Name: c.Name,
+		ev.Rejection = &Rejection{APIVersion: c.APIVersion, Kind: c.Kind, Name: c.Name, Namespace: c.Namespace,
 			Reason: "the parent's " + annotations.Rejections + " annotation is malformed; every child counts as rejected until it is fixed"}
 	default:
 		if r, ok := FindRejection(rejections, c, w); ok {
@@ -277,7 +296,7 @@ func PruneValue(value string, w Window) (newValue string, pruned []Approval, cha
 // (non-stale) entries, as written. It names the parent's generation now:
 // the bump that writing it causes on some kinds stays in the window.
 func Suggest(current []Entry, c Child, w Window) (Approval, string) {
-	a := Approval{APIVersion: c.APIVersion, Kind: c.Kind, Name: c.Name, Generation: w.To, Mode: Once}
+	a := Approval{APIVersion: c.APIVersion, Kind: c.Kind, Name: c.Name, Namespace: c.Namespace, Generation: w.To, Mode: Once}
 	kept, _ := Prune(current, w)
 	all := append(append(make([]Entry, 0, len(kept)+1), kept...), annotations.NewApprovalEntry(a))
 	return a, annotations.EncodeApprovalEntries(all)

@@ -336,3 +336,45 @@ func TestWindowSpansAnnotationBumps(t *testing.T) {
 		}
 	}
 }
+
+// A cluster-scoped parent's children may be in any namespace: an entry
+// that names one matches the child in it only, and the suggested approval
+// names it. An entry without namespace matches a child in any, as entries
+// written before the field did. A namespaced parent's children are in its
+// own namespace, which a Child does not carry.
+func TestNamespacesOfAClusterScopedParentsChildren(t *testing.T) {
+	inA := ChildOf("v1", "ConfigMap", "team-a", "cfg", "")
+	inB := ChildOf("v1", "ConfigMap", "team-b", "cfg", "")
+	underNamespaced := ChildOf("v1", "ConfigMap", "team-a", "cfg", "team-a")
+	if underNamespaced.Namespace != "" || inA.Namespace != "team-a" {
+		t.Fatalf("ChildOf: %+v under a namespaced parent, %+v under a cluster-scoped one", underNamespaced, inA)
+	}
+	for _, tc := range []struct {
+		name      string
+		namespace string
+		child     Child
+		want      bool
+	}{
+		{"the namespace it names", "team-a", inA, true},
+		{"another namespace", "team-a", inB, false},
+		{"no namespace: any", "", inB, true},
+		{"a wildcard namespace", "*", inB, true},
+		{"a namespaced parent's child", "team-a", underNamespaced, false},
+	} {
+		a := Approval{APIVersion: "v1", Kind: "ConfigMap", Name: "cfg", Namespace: tc.namespace}
+		if got := MatchesApproval(a, tc.child); got != tc.want {
+			t.Errorf("%s: approval match = %v, want %v", tc.name, got, tc.want)
+		}
+		r := Rejection{APIVersion: "v1", Kind: "ConfigMap", Name: "cfg", Namespace: tc.namespace}
+		if got := MatchesRejection(r, tc.child); got != tc.want {
+			t.Errorf("%s: rejection match = %v, want %v", tc.name, got, tc.want)
+		}
+	}
+	a, v := Suggest(nil, inA, At(3))
+	if a.Namespace != "team-a" || v != `[{"apiVersion":"v1","kind":"ConfigMap","name":"cfg","namespace":"team-a","generation":3,"mode":"once"}]` {
+		t.Errorf("suggestion %+v %s, want it to name the child's namespace", a, v)
+	}
+	if ev := Evaluate(entries(a), nil, false, inB, At(3)); ev.Outcome == Approved {
+		t.Errorf("the approval of team-a/cfg approved team-b/cfg: %+v", ev)
+	}
+}

@@ -480,7 +480,7 @@ func (x *decider) drift() {
 		d.Snooze = SnoozeState{Snoozed: snooze.ActiveAt(x.now), Until: snooze.Until, Annotation: snooze.Annotation}
 	}
 
-	child := approval.Child{APIVersion: d.Child.APIVersion, Kind: d.Child.Kind, Name: d.Child.Name}
+	child := approval.ChildOf(d.Child.APIVersion, d.Child.Kind, d.Child.Namespace, d.Child.Name, d.Parent.Ref.Namespace)
 	win := x.window()
 	ev := approval.Evaluate(approvals, rejections, rw != nil, child, win)
 	// Policies are matched whatever the annotations say, so that a

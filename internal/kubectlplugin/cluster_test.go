@@ -1,6 +1,7 @@
 package kubectlplugin
 
 import (
+	"strings"
 	"testing"
 
 	"k8s.io/apimachinery/pkg/api/meta"
@@ -9,6 +10,9 @@ import (
 	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/utils/ptr"
+
+	"github.com/kausality-io/kausality-proxy/intercept/annotations"
+	"github.com/kausality-io/kausality-proxy/intercept/decision"
 )
 
 // The plugin explains a write as the proxy decides it: an object whose
@@ -49,5 +53,45 @@ func TestParentOf(t *testing.T) {
 				t.Fatalf("parent %q (found: %v), want %q", got.name, ok, tc.wantParent)
 			}
 		})
+	}
+}
+
+// A cluster-scoped parent's children may be in any namespace: the
+// approvals and rejections the plugin writes for one name its namespace,
+// and those for a namespaced parent's child name none.
+func TestApprovalsOfAClusterScopedParentsChildNameItsNamespace(t *testing.T) {
+	child := decision.ObjectRef{APIVersion: "v1", Kind: "ConfigMap", Namespace: "team-a", Name: "cfg"}
+	parent := func(namespace string) *unstructured.Unstructured {
+		p := &unstructured.Unstructured{}
+		p.SetAPIVersion("example.com/v1")
+		p.SetKind("Widget")
+		p.SetName("w")
+		p.SetNamespace(namespace)
+		p.SetGeneration(4)
+		return p
+	}
+	for _, tc := range []struct {
+		parentNamespace, want string
+	}{
+		{"", `"namespace":"team-a"`},
+		{"team-a", ""},
+	} {
+		approve, err := approveEdit(child, parent(tc.parentNamespace), annotations.ApprovalOnce, annotations.Stamp{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		reject, err := rejectEdit(child, parent(tc.parentNamespace), "no", false, annotations.Stamp{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		row := DriftRow{Parent: decision.ObjectRef{Namespace: tc.parentNamespace}, Child: child, ParentGeneration: 4}
+		for what, value := range map[string]string{"approval": approve.Set[annotations.Approvals], "rejection": reject.Set[annotations.Rejections]} {
+			if named := strings.Contains(value, `"namespace":`); named != (tc.want != "") || tc.want != "" && !strings.Contains(value, tc.want) {
+				t.Errorf("parent namespace %q: %s %s, want namespace %q", tc.parentNamespace, what, value, tc.want)
+			}
+		}
+		if got := row.Approval().Namespace; (got != "") != (tc.want != "") {
+			t.Errorf("parent namespace %q: the drift's approval names namespace %q", tc.parentNamespace, got)
+		}
 	}
 }

@@ -15,6 +15,7 @@ import (
 	"sigs.k8s.io/yaml"
 
 	"github.com/kausality-io/kausality-proxy/intercept/annotations"
+	"github.com/kausality-io/kausality-proxy/intercept/approval"
 	"github.com/kausality-io/kausality-proxy/intercept/decision"
 	"github.com/kausality-io/kausality-proxy/intercept/trace"
 )
@@ -350,7 +351,8 @@ func (o *options) rejectCommand() *cobra.Command {
 // approveEdit adds to parent the approval of the child's drift in mode m;
 // once and generation approvals are for the parent's generation as read.
 func approveEdit(child decision.ObjectRef, parent *unstructured.Unstructured, m annotations.ApprovalMode, st annotations.Stamp) (annotations.Edit, error) {
-	a := annotations.Approval{APIVersion: child.APIVersion, Kind: child.Kind, Name: child.Name, Mode: m}
+	c := approval.ChildOf(child.APIVersion, child.Kind, child.Namespace, child.Name, parent.GetNamespace())
+	a := annotations.Approval{APIVersion: c.APIVersion, Kind: c.Kind, Name: c.Name, Namespace: c.Namespace, Mode: m}
 	if m != annotations.ApprovalAlways {
 		a.Generation = parent.GetGeneration()
 	}
@@ -359,7 +361,8 @@ func approveEdit(child decision.ObjectRef, parent *unstructured.Unstructured, m 
 
 // rejectEdit adds to parent the rejection of the child's drift.
 func rejectEdit(child decision.ObjectRef, parent *unstructured.Unstructured, reason string, thisGeneration bool, st annotations.Stamp) (annotations.Edit, error) {
-	r := annotations.Rejection{APIVersion: child.APIVersion, Kind: child.Kind, Name: child.Name, Reason: reason}
+	c := approval.ChildOf(child.APIVersion, child.Kind, child.Namespace, child.Name, parent.GetNamespace())
+	r := annotations.Rejection{APIVersion: c.APIVersion, Kind: c.Kind, Name: c.Name, Namespace: c.Namespace, Reason: reason}
 	if thisGeneration {
 		r.Generation = parent.GetGeneration()
 	}

@@ -29,6 +29,7 @@ import (
 
 	"github.com/kausality-io/kausality-proxy/api/v1alpha1"
 	"github.com/kausality-io/kausality-proxy/intercept/annotations"
+	"github.com/kausality-io/kausality-proxy/intercept/approval"
 	"github.com/kausality-io/kausality-proxy/intercept/decision"
 	"github.com/kausality-io/kausality-proxy/intercept/desired"
 	"github.com/kausality-io/kausality-proxy/intercept/trace"
@@ -80,7 +81,8 @@ func (r DriftRow) State() string {
 // Approval is the approval entry that lets the drifted write through
 // once, at the generation the drift was detected at.
 func (r DriftRow) Approval() annotations.Approval {
-	return annotations.Approval{APIVersion: r.Child.APIVersion, Kind: r.Child.Kind, Name: r.Child.Name,
+	c := approval.ChildOf(r.Child.APIVersion, r.Child.Kind, r.Child.Namespace, r.Child.Name, r.Parent.Namespace)
+	return annotations.Approval{APIVersion: c.APIVersion, Kind: c.Kind, Name: c.Name, Namespace: c.Namespace,
 		Generation: r.ParentGeneration, Mode: annotations.ApprovalOnce}
 }
 

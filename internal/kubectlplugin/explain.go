@@ -268,7 +268,7 @@ func Explain(f Facts) Explanation {
 	}
 
 	win := approval.At(p.GetGeneration())
-	c := approval.Child{APIVersion: child.GetAPIVersion(), Kind: child.GetKind(), Name: child.GetName()}
+	c := approval.ChildOf(child.GetAPIVersion(), child.GetKind(), child.GetNamespace(), child.GetName(), p.GetNamespace())
 	entries, aws, ok := annotations.ParseApprovalEntries(pann[annotations.Approvals])
 	// Named as the decision engine names them, so that its warnings about
 	// the same annotations are not shown twice.

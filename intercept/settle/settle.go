@@ -128,10 +128,12 @@ func recordedBehind(obj *unstructured.Unstructured) (int64, bool) {
 	return og, true
 }
 
-// DefaultMaxAge is how long Memory keeps a parent it has not seen: the
-// caches deliver every parent they hold at each resync, so only parents no
-// longer cached age out, and what the cluster records of them is read back
-// when they are seen again.
+// DefaultMaxAge is how long Memory keeps a parent no cache delivered (one
+// read live) after it last saw it; what the cluster records of it is read
+// back when it is seen again. A parent a cache delivered is kept until
+// the cache tells of its deletion: caches do not deliver an unchanged
+// object again, and a quiet parent that aged out would be decided on the
+// cluster's record alone, which may have given way to others.
 const DefaultMaxAge = time.Hour
 
 // Durable is where Memory keeps what it learns for every replica: a
@@ -166,6 +168,11 @@ type entry struct {
 	seen view
 	// lastSeen bounds how long an object no cache delivers is kept.
 	lastSeen time.Time
+	// cached: a cache of parents delivered the object. Such an entry is
+	// kept for as long as the object is cached, however long it stays
+	// unchanged: the caches tell of its deletion (Forget), and deliver
+	// nothing again while it is unchanged.
+	cached bool
 }
 
 // record is e as the cluster keeps it.
@@ -304,7 +311,7 @@ func (m *Memory) ObserveStatus(identity metav1.Object, gk schema.GroupKind, stat
 		return
 	}
 	if known {
-		m.learn(identity, v)
+		m.learnFrom(identity, v, true)
 		return
 	}
 	obj := status()
@@ -323,7 +330,7 @@ func (m *Memory) ObserveStatus(identity metav1.Object, gk schema.GroupKind, stat
 		v.current, v.why = Current(obj)
 	}
 	v.key = statusKey
-	m.learn(obj, v)
+	m.learnFrom(obj, v, true)
 }
 
 // view computes what obj says, or takes it from the last time this
@@ -417,7 +424,7 @@ func (m *Memory) sweep(now time.Time) {
 	}
 	m.lastSweep = now
 	for uid, e := range m.m {
-		if now.Sub(e.lastSeen) > m.maxAge {
+		if !e.cached && now.Sub(e.lastSeen) > m.maxAge {
 			delete(m.m, uid)
 		}
 	}
@@ -425,7 +432,10 @@ func (m *Memory) sweep(now time.Time) {
 
 // learn records one sighting of obj, whose version says v, and returns a
 // copy of its entry.
-func (m *Memory) learn(obj metav1.Object, v view) entry {
+func (m *Memory) learn(obj metav1.Object, v view) entry { return m.learnFrom(obj, v, false) }
+
+// learnFrom is learn; cached: a cache of parents delivered this sighting.
+func (m *Memory) learnFrom(obj metav1.Object, v view, cached bool) entry {
 	uid, generation := obj.GetUID(), obj.GetGeneration()
 	hash, current := v.hash, v.current
 	now := m.now()
@@ -437,6 +447,7 @@ func (m *Memory) learn(obj metav1.Object, v view) entry {
 		m.m[uid] = e
 	}
 	e.lastSeen = now
+	e.cached = e.cached || cached
 	before := e.known()
 	m.sight(e, v, generation, hash, current)
 	out := *e

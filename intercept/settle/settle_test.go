@@ -120,6 +120,40 @@ func TestMemoryLearnsFromParentKindsAndAgesOut(t *testing.T) {
 	}
 }
 
+// A parent a cache delivered is kept however long it stays unchanged:
+// caches deliver an unchanged object no more, and one dropped would be
+// decided on the cluster's record alone, which may have given way to
+// others' in a full namespace. Only its deletion forgets it. A parent only
+// read live (assessed) still ages out.
+func TestMemoryKeepsACachedParentUntilItIsDeleted(t *testing.T) {
+	now := time.Unix(1000, 0)
+	m := NewMemory(time.Hour, func() time.Time { return now })
+	m.AddParentKind(schema.GroupKind{Group: "apps", Kind: "Deployment"})
+	cached := deployment("v1", 1, 1, 3, 3)
+	m.ObserveStatus(cached, cached.GroupVersionKind().GroupKind(), "",
+		func() *unstructured.Unstructured { return cached }, func() *unstructured.Unstructured { return cached })
+	live := deployment("v1", 1, 1, 3, 3)
+	live.SetUID("u-live")
+	m.Assess(live)
+	now = now.Add(30 * 24 * time.Hour)
+	other := deployment("v1", 1, 1, 3, 3)
+	other.SetUID("u-other")
+	m.Assess(other) // a sighting, which sweeps
+	if _, ok := m.m[cached.GetUID()]; !ok {
+		t.Fatal("a quiet parent a cache delivered was dropped")
+	}
+	if f := m.Assess(cached); !f.AtCurrentSpec {
+		t.Fatalf("the quiet parent is no longer known settled at its spec: %+v", f)
+	}
+	if _, ok := m.m["u-live"]; ok {
+		t.Fatal("a parent only read live, not seen for longer than the age, is still held")
+	}
+	m.Forget(cached.GetUID())
+	if _, ok := m.m[cached.GetUID()]; ok {
+		t.Fatal("a deleted parent is still held")
+	}
+}
+
 func TestSpecHashIgnoresMetadataAndStatus(t *testing.T) {
 	a, b := deployment("v1", 1, 1, 3, 3), deployment("v1", 7, 6, 3, 1)
 	b.SetAnnotations(map[string]string{"x": "y"})

@@ -10,8 +10,6 @@ import (
 	authorizationv1 "k8s.io/api/authorization/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime/schema"
-
-	"github.com/kausality-io/kausality-proxy/intercept"
 )
 
 // A reference keeps the version it was written with, and any caller may
@@ -39,11 +37,7 @@ func TestAParentIsReadAtThePreferredVersionWhateverItsReferenceNames(t *testing.
 			if rec.Code != http.StatusOK && rec.Code != http.StatusCreated {
 				t.Fatalf("answered %d (%v)", rec.Code, env.lastError)
 			}
-			lines := logs.FilterMessage(intercept.DecisionMessage).All()
-			if len(lines) != 1 {
-				t.Fatalf("%d decision lines, want one", len(lines))
-			}
-			fields := lines[0].ContextMap()
+			fields := onlyDecisionLine(t, logs)
 			if parent := fields["parent"]; fields["category"] == "ParentDeleting" || parent != "example.com/v1 Gadget apps/recorded" {
 				t.Fatalf("decided %v under %v, want under the Gadget read at example.com/v1", fields["category"], parent)
 			}

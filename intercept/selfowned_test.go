@@ -60,11 +60,7 @@ func TestAnObjectThatControlsItselfIsDecidedWithoutParent(t *testing.T) {
 			if rec.Code != tc.wantCode {
 				t.Fatalf("answered %d (%v), want %d", rec.Code, env.lastError, tc.wantCode)
 			}
-			lines := logs.FilterMessage(intercept.DecisionMessage).All()
-			if len(lines) != 1 {
-				t.Fatalf("%d decision lines, want one", len(lines))
-			}
-			fields := lines[0].ContextMap()
+			fields := onlyDecisionLine(t, logs)
 			if fields["category"] != tc.wantCategory {
 				t.Fatalf("decided %v (%v), want %s", fields["category"], fields["reason"], tc.wantCategory)
 			}
@@ -73,4 +69,14 @@ func TestAnObjectThatControlsItselfIsDecidedWithoutParent(t *testing.T) {
 			}
 		})
 	}
+}
+
+// onlyDecisionLine is the fields of the one decision line logs holds.
+func onlyDecisionLine(t *testing.T, logs *observer.ObservedLogs) map[string]interface{} {
+	t.Helper()
+	lines := logs.FilterMessage(intercept.DecisionMessage).All()
+	if len(lines) != 1 {
+		t.Fatalf("%d decision lines, want one", len(lines))
+	}
+	return lines[0].ContextMap()
 }

@@ -521,14 +521,24 @@ func wgDecisionsAfter(t *testing.T, mark int, resource, ns, name string) []frame
 // are logged once the upstream answered, so they may trail the response.
 func wgDecision(t *testing.T, mark int, resource, ns, name string) framework.DecisionLine {
 	t.Helper()
+	return wgDecisionBy(t, mark, "", resource, ns, name)
+}
+
+// wgDecisionBy is the first decision after mark on the object for a write by
+// user (any user when empty). Naming the user matters for objects that
+// kube-controller-manager also writes: its status and metadata updates of a
+// ReplicaSet may be decided between the mark and the test's own write.
+func wgDecisionBy(t *testing.T, mark int, user, resource, ns, name string) framework.DecisionLine {
+	t.Helper()
 	var d framework.DecisionLine
-	eventually(t, 15*time.Second, fmt.Sprintf("a decision line for %s %s/%s", resource, ns, name), func() error {
-		lines := wgDecisionsAfter(t, mark, resource, ns, name)
-		if len(lines) == 0 {
-			return errors.New("none yet")
+	eventually(t, 15*time.Second, fmt.Sprintf("a decision line for %s %s/%s by %q", resource, ns, name, user), func() error {
+		for _, line := range wgDecisionsAfter(t, mark, resource, ns, name) {
+			if user == "" || line.Str("user") == user {
+				d = line
+				return nil
+			}
 		}
-		d = lines[0]
-		return nil
+		return errors.New("none yet")
 	})
 	return d
 }

@@ -263,7 +263,7 @@ func TestIntentFreezeOnStatefulSet(t *testing.T) {
 		t.Errorf("no KausalityFrozen cause on %s: %+v", intentAnnFreeze, s.Details)
 	}
 	intentUnblock(t, s, intentAnnFreeze)
-	d := wgDecision(t, mark, "pods", ns, "db-0")
+	d := wgDecisionBy(t, mark, "bob", "pods", ns, "db-0")
 	t.Logf("bob's delete: %s", intentDescribe([]framework.DecisionLine{d}))
 	if d.Str("user") != "bob" || d.Str("decision") != "Deny" || d.Str("category") != "Frozen" {
 		t.Errorf("bob's delete: want Deny/Frozen")

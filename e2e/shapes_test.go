@@ -245,7 +245,7 @@ func TestShapesEviction(t *testing.T) {
 		t.Errorf("the refusal does not name the pod's delete and the freeze: %s", s.Message)
 	}
 	intentUnblock(t, s, intentAnnFreeze)
-	d := wgDecision(t, mark, "pods", ns, victim)
+	d := wgDecisionBy(t, mark, "bob", "pods", ns, victim)
 	wgExpectDecision(t, d, "Deny", "Frozen")
 	wgExpectField(t, d, "subresource", "eviction")
 	wgExpectField(t, d, "operation", "DELETE")
@@ -292,7 +292,7 @@ func TestShapesDeleteKeepsTheOptionsOfItsQuery(t *testing.T) {
 	err = bob.AppsV1().RESTClient().Delete().Namespace(ns).Resource("replicasets").Name(rs).
 		Param("propagationPolicy", string(metav1.DeletePropagationOrphan)).Do(ctx).Error()
 	mustf(t, err, "bob deletes ReplicaSet %s, orphaning its pods", rs)
-	wgExpectDecision(t, wgDecision(t, mark, "replicasets", ns, rs), "Allow", "NewOrigin")
+	wgExpectDecision(t, wgDecisionBy(t, mark, "bob", "replicasets", ns, rs), "Allow", "NewOrigin")
 	eventually(t, 60*time.Second, "the ReplicaSet is gone and its pods are left without it", func() error {
 		current, err := directClient(t).AppsV1().ReplicaSets(ns).Get(ctx, rs, metav1.GetOptions{})
 		switch {
@@ -345,7 +345,7 @@ func TestShapesResize(t *testing.T) {
 	if !strings.Contains(s.Message, "v1 Pod "+ns+"/"+pod) || !strings.Contains(s.Message, intentAnnFreeze) {
 		t.Errorf("the refusal does not name the pod and the freeze: %s", s.Message)
 	}
-	d := wgDecision(t, mark, "pods", ns, pod)
+	d := wgDecisionBy(t, mark, "bob", "pods", ns, pod)
 	wgExpectDecision(t, d, "Deny", "Frozen")
 	wgExpectField(t, d, "subresource", "resize")
 

@@ -57,6 +57,7 @@ func (i *Interceptor) recordDecision(f *facts, d *decision.Decision, outcome str
 	if d.Rejection != nil {
 		line.Rejection = d.Rejection.Kind + "/" + d.Rejection.Name
 	}
+	line.ApprovalsSetAside = d.ApprovalsSetAside
 	switch {
 	case d.Policy != nil:
 		line.Policy = d.Policy.String()

@@ -84,6 +84,11 @@ const (
 	// so whoever may write records but not the parent can neither invent
 	// one nor rewrite one.
 	Reservations = "kausality.io/reservations"
+	// ApprovalsBy on any object: who added each entry of its
+	// kausality.io/approvals through the proxy, "<user hash>:<digest>.<digest>"
+	// groups (see approval.Writers). The drift decision sets aside an
+	// approval only the parent's controller gave.
+	ApprovalsBy = "kausality.io/approvals-by"
 	// Allowances on any object: JSON array of the mutations its controller
 	// may make to its children, and why (see intercept/allowance). It has
 	// the Kausal design's name, outside the kausality.io/ prefix, and is
@@ -109,7 +114,7 @@ func IsKausality(key string) bool { return strings.HasPrefix(key, Prefix) || key
 // taken from a write request).
 func IsSystem(key string) bool {
 	switch key {
-	case Trace, Updaters, Controllers, Phase, ObservedGeneration, LegacyInitialized, Reservations, Allowances:
+	case Trace, Updaters, Controllers, Phase, ObservedGeneration, LegacyInitialized, Reservations, ApprovalsBy, Allowances:
 		return true
 	}
 	return false

@@ -19,6 +19,7 @@ func TestClassification(t *testing.T) {
 		{ObservedGeneration, true, true, false, ""},
 		{LegacyInitialized, true, true, false, ""},
 		{Reservations, true, true, false, ""},
+		{ApprovalsBy, true, true, false, ""},
 		{Allowances, true, true, false, ""},
 		{"kausal.io/other", false, false, false, ""},
 		{Approvals, true, false, true, ""},

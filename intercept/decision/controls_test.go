@@ -9,6 +9,8 @@ import (
 	"k8s.io/apiserver/pkg/authentication/user"
 
 	"github.com/kausality-io/kausality-proxy/intercept/annotations"
+	"github.com/kausality-io/kausality-proxy/intercept/approval"
+	"github.com/kausality-io/kausality-proxy/intercept/controllerid"
 )
 
 // ownWrite: a write of the Deployment default/web itself (it has no
@@ -99,6 +101,7 @@ func TestControls(t *testing.T) {
 			},
 			result:   Allow,
 			category: NoDesiredChange,
+			child:    aliceAdded(always),
 			recheck:  true,
 		},
 		{
@@ -111,6 +114,7 @@ func TestControls(t *testing.T) {
 			},
 			result:   Allow,
 			category: NoDesiredChange,
+			child:    aliceAdded(always),
 		},
 		{
 			name: "the object's controller writes a freeze into its last-applied configuration",
@@ -307,4 +311,10 @@ func TestControls(t *testing.T) {
 			}
 		})
 	}
+}
+
+// aliceAdded is the record of alice adding the one approval entry value
+// holds.
+func aliceAdded(value string) *AnnotationChanges {
+	return set(annotations.ApprovalsBy, approval.Attribute("", "", value, controllerid.LongHash("alice")))
 }

@@ -133,9 +133,10 @@ func decideOnce(in Input) Decision {
 	if !in.StatusWrite && x.in.Parent != nil && x.isController() {
 		d = KeepChildModes(d, in.OldObject, in.NewObject)
 	}
+	recordsWriters := d.Result == Allow && !in.StatusWrite && x.recordApprovalWriters()
 
 	d.OnStoredVersion = d.Result == Allow && in.Operation == Update && !in.ScaleWrite &&
-		(!KeepSystemAnnotations(in.OldObject, in.NewObject).Empty() || addsUpdater(&d, in.OldObject))
+		(!KeepSystemAnnotations(in.OldObject, in.NewObject).Empty() || addsUpdater(&d, in.OldObject) || recordsWriters)
 	if d.Result == Deny {
 		d.ChildAnnotations, d.Trace, d.TraceOrigin = nil, "", false
 		d.ParentWrites, d.ApprovalsUpdate, d.ConsumeOnce = nil, nil, false
@@ -468,6 +469,7 @@ func (x *decider) drift() {
 	parentObj := "parent " + x.parent.String()
 	approvals, aw, _ := annotations.ParseApprovalEntries(x.parAnn[annotations.Approvals])
 	x.warns(aw, parentObj)
+	x.setAsideOwnApprovals(approvals)
 	rejections, rw := annotations.ParseRejections(x.parAnn[annotations.Rejections])
 	if rw != nil {
 		x.warn(*rw, parentObj)

@@ -454,6 +454,9 @@ type Decision struct {
 	// OwnControlsEdited: a write refused for another reason is also an
 	// edit of the object's controls by its own controller.
 	OwnControlsEdited bool `json:"ownControlsEdited,omitempty"`
+	// ApprovalsSetAside counts the parent's approvals that only its own
+	// controller gave, which do not approve the drift.
+	ApprovalsSetAside int `json:"approvalsSetAside,omitempty"`
 
 	Mode       annotations.DriftMode `json:"mode,omitempty"`
 	ModeSource ModeSource            `json:"modeSource,omitempty"`

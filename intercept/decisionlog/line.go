@@ -86,6 +86,9 @@ type Line struct {
 	Approval     string `json:"approval,omitempty" log:"omitempty"`
 	ApprovalMode string `json:"approvalMode,omitempty" log:"if=Approval"`
 	Rejection    string `json:"rejection,omitempty" log:"omitempty"`
+	// ApprovalsSetAside counts the parent's approvals its own controller
+	// gave, which do not approve its drift.
+	ApprovalsSetAside int `json:"approvalsSetAside,omitempty" log:"omitempty"`
 	// Policy names the ApprovalPolicy rule that matched ("ApprovalPolicy
 	// ns/name rule 0"), or is PolicyNone for drift no rule matched.
 	Policy string `json:"policy,omitempty" log:"omitempty"`

@@ -278,8 +278,20 @@ func Explain(f Facts) Explanation {
 		ex.Warnings = append(ex.Warnings, w.String())
 	}
 	if ok {
+		writers := approval.ParseWriters(pann[annotations.ApprovalsBy])
+		recorded := controllerid.ParseHashes(pann[annotations.Controllers])
+		var controllerHash string
+		if cv.User != "" {
+			controllerHash = controllerid.LongHash(cv.User)
+		}
+		onlyTheController := func(u string) bool { return u == controllerHash || controllerid.ContainsHash(recorded, u) }
 		for _, e := range entries {
-			ex.Approvals = append(ex.Approvals, approvalView(e, c, win))
+			v := approvalView(e, c, win)
+			if e.Valid && writers.OnlyBy(e.Raw, onlyTheController) {
+				v.Applies = false
+				v.Note = "given by the parent's own controller: approves none of its drift; a person must approve"
+			}
+			ex.Approvals = append(ex.Approvals, v)
 		}
 	}
 	if v := pann[annotations.Rejections]; strings.TrimSpace(v) != "" {

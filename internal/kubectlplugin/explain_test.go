@@ -14,6 +14,7 @@ import (
 	"k8s.io/apimachinery/pkg/runtime/schema"
 
 	"github.com/kausality-io/kausality-proxy/intercept/annotations"
+	"github.com/kausality-io/kausality-proxy/intercept/approval"
 	"github.com/kausality-io/kausality-proxy/intercept/config"
 	"github.com/kausality-io/kausality-proxy/intercept/controllerid"
 	"github.com/kausality-io/kausality-proxy/intercept/decision"
@@ -139,6 +140,15 @@ func TestWhyGolden(t *testing.T) {
 		{"approved-once", func(t *testing.T) Facts {
 			return Facts{Child: replicaSet(t, traceTwoHops, true), NamespaceMode: "enforce", Parent: deployment(t, false, with(map[string]string{
 				annotations.Approvals: `[{"apiVersion":"apps/v1","kind":"ReplicaSet","name":"web-6d4","generation":4,"mode":"once","user":"carol","at":"2026-03-01T11:59:30Z"},{"apiVersion":"v1","kind":"ConfigMap","name":"other","mode":"always"},{"kind":"broken"}]`,
+			}))}
+		}},
+		{"approval-given-by-its-controller", func(t *testing.T) Facts {
+			// The controller wrote an approval for itself before its
+			// status writes named it: it approves none of its drift.
+			entry := `{"apiVersion":"apps/v1","kind":"ReplicaSet","name":"web-6d4","mode":"always"}`
+			return Facts{Child: replicaSet(t, traceTwoHops, true), NamespaceMode: "enforce", Parent: deployment(t, false, with(map[string]string{
+				annotations.Approvals:   "[" + entry + "]",
+				annotations.ApprovalsBy: controllerid.LongHash(deployCtrl) + ":" + approval.EntryDigest(json.RawMessage(entry)),
 			}))}
 		}},
 		{"rejected-beats-approval", func(t *testing.T) Facts {

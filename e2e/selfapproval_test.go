@@ -1,0 +1,57 @@
+package e2e
+
+import (
+	"context"
+	"strings"
+	"testing"
+
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
+
+	"github.com/kausality-io/kausality-proxy/e2e/framework"
+	"github.com/kausality-io/kausality-proxy/intercept/controllerid"
+)
+
+// Until its first status write names it, nothing tells a new parent's
+// controller from a person, so the proxy lets it write the parent's
+// approvals. What it approved for itself approves none of its drift once
+// it is known; the same approval given by a person does.
+func TestAttackControllerApprovesItsOwnDriftBeforeItIsKnown(t *testing.T) {
+	ctx := context.Background()
+	f := newWGFamily(t, "selfapprove", "enforce")
+	everything := `[{"apiVersion":"*","kind":"*","name":"*","mode":"always"}]`
+	_, err := f.ctrl.dyn.Resource(framework.WidgetGVR).Patch(ctx, f.widget, types.MergePatchType,
+		annotationPatch(wgAnnApprovals, &everything), metav1.PatchOptions{FieldManager: wgManager})
+	mustf(t, err, "the controller of the new Widget %s approves everything under it", f.widget)
+	if by := f.getWidget().GetAnnotations()["kausality.io/approvals-by"]; !strings.HasPrefix(by, controllerid.LongHash(wgControllerUser)+":") {
+		t.Fatalf("kausality.io/approvals-by = %q does not name the controller as the approval's writer", by)
+	}
+
+	_, err = f.createGadget("g", "a", false)
+	mustf(t, err, "the controller creates Gadget g")
+	f.initialize()
+	f.settleGadget("g", "Deny/DriftUnapproved")
+
+	mark := wgMark(t)
+	f.ctrl.warnings.take()
+	_, err = f.setValue("g", "b", false)
+	wgStatus(t, err, 403, "the controller's drift under its own approval")
+	if !wgSomeContainsAll(f.ctrl.warnings.take(), "was given by the parent's own controller", "a person must") {
+		t.Error("the denial does not warn that the approval was the controller's own")
+	}
+	d := wgDecisionBy(t, mark, wgControllerUser, "gadgets", f.ns, "g")
+	wgExpectDecision(t, d, "Deny", "DriftUnapproved")
+	wgExpectField(t, d, "approvalsSetAside", 1)
+	if v := f.gadgetValue("g"); v != "a" {
+		t.Fatalf("Gadget g has value %q: the drift went through", v)
+	}
+
+	// alice gives the same approval through the proxy: it is hers too.
+	twice := `[{"apiVersion":"*","kind":"*","name":"*","mode":"always"},{"apiVersion":"*","kind":"*","name":"*","mode":"always"}]`
+	_, err = f.alice.dyn.Resource(framework.WidgetGVR).Patch(ctx, f.widget, types.MergePatchType,
+		annotationPatch(wgAnnApprovals, &twice), metav1.PatchOptions{})
+	mustf(t, err, "alice approves everything under Widget %s", f.widget)
+	f.settleGadget("g", "Allow/DriftApproved")
+	_, err = f.setValue("g", "b", false)
+	mustf(t, err, "the controller's drift under alice's approval")
+}

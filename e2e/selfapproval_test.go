@@ -6,7 +6,9 @@ import (
 	"testing"
 
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/utils/ptr"
 
 	"github.com/kausality-io/kausality-proxy/e2e/framework"
 	"github.com/kausality-io/kausality-proxy/intercept/controllerid"
@@ -54,4 +56,51 @@ func TestAttackControllerApprovesItsOwnDriftBeforeItIsKnown(t *testing.T) {
 	f.settleGadget("g", "Allow/DriftApproved")
 	_, err = f.setValue("g", "b", false)
 	mustf(t, err, "the controller's drift under alice's approval")
+}
+
+// The same holds for the modes it would set itself: on the first child it
+// creates, before its status writes name it, and on its namespace.
+func TestAttackControllerLowersItsOwnModeBeforeItIsKnown(t *testing.T) {
+	ctx := context.Background()
+	t.Run("on its first child", func(t *testing.T) {
+		f := newWGFamily(t, "selfmode", "enforce")
+		g := &unstructured.Unstructured{Object: map[string]any{
+			"apiVersion": wgAPIVersion, "kind": "Gadget",
+			"metadata": map[string]any{"name": "g", "namespace": f.ns, "annotations": map[string]any{wgAnnMode: "log"}},
+			"spec":     map[string]any{"value": "a"},
+		}}
+		g.SetOwnerReferences([]metav1.OwnerReference{f.ownerRef()})
+		_, err := f.gadgets(f.ctrl).Create(ctx, g, metav1.CreateOptions{FieldManager: wgManager})
+		mustf(t, err, "the controller of the new Widget creates Gadget g in log mode")
+		f.initialize()
+		f.settleGadget("g", "Deny/DriftUnapproved")
+		f.ctrl.warnings.take()
+		_, err = f.setValue("g", "b", false)
+		wgStatus(t, err, 403, "the controller's drift of the Gadget it put in log mode")
+		if !wgSomeContainsAll(f.ctrl.warnings.take(), wgAnnMode+"=log on child", "was made by the parent's own controller") {
+			t.Error("the denial does not warn that the mode was the controller's own")
+		}
+	})
+	t.Run("on its namespace", func(t *testing.T) {
+		f := newWGFamily(t, "selfnsmode", "enforce")
+		_, err := f.createGadget("g", "a", false)
+		mustf(t, err, "the controller creates Gadget g")
+		_, err = f.ctrl.kube.CoreV1().Namespaces().Patch(ctx, f.ns, types.MergePatchType, annotationPatch(wgAnnMode, ptr.To("log")), metav1.PatchOptions{})
+		mustf(t, err, "the controller puts its namespace in log mode")
+		f.initialize()
+		f.settleGadget("g", "Deny/DriftUnapproved")
+		f.ctrl.warnings.take()
+		_, err = f.setValue("g", "b", false)
+		wgStatus(t, err, 403, "the controller's drift in the namespace it put in log mode")
+		if !wgSomeContainsAll(f.ctrl.warnings.take(), wgAnnMode+"=log on namespace "+f.ns, "was made by the parent's own controller", `the value before it, "enforce", does`) {
+			t.Error("the denial does not warn that the namespace's mode was the controller's own")
+		}
+		// A person who sets it again through the proxy is heard.
+		alice := wgAlice(t)
+		_, err = alice.kube.CoreV1().Namespaces().Patch(ctx, f.ns, types.MergePatchType, annotationPatch(wgAnnMode, ptr.To("enforce")), metav1.PatchOptions{})
+		mustf(t, err, "alice puts the namespace in enforce mode")
+		_, err = alice.kube.CoreV1().Namespaces().Patch(ctx, f.ns, types.MergePatchType, annotationPatch(wgAnnMode, ptr.To("log")), metav1.PatchOptions{})
+		mustf(t, err, "alice puts the namespace in log mode")
+		f.settleGadget("g", "Allow/DriftUnapproved")
+	})
 }

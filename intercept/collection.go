@@ -75,9 +75,8 @@ type collection struct {
 	callerVersion bool
 	// cleanup: the namespace is being deleted.
 	cleanup bool
-	nsMode  string
-	// nsAllowanceMode is the namespace's kausality.io/allowance-mode.
-	nsAllowanceMode string
+	// nsModes: see facts.
+	nsModes map[string]string
 	// whole: a decision may read more of an object than its metadata
 	// (the caller's approval policies see oldObject), so it is listed
 	// whole.
@@ -151,8 +150,7 @@ func (i *Interceptor) readCollectionNamespace(ctx context.Context, c *collection
 		// stands; deleting the namespace was the decision.
 		c.cleanup = true
 	case err == nil:
-		c.nsMode = nsObj.GetAnnotations()[annotations.Mode]
-		c.nsAllowanceMode = nsObj.GetAnnotations()[annotations.AllowanceMode]
+		c.nsModes = annotations.ModesOf(nsObj.GetAnnotations())
 	case apierrors.IsNotFound(err):
 	default:
 		return i.unresolvable(fmt.Errorf("reading the namespace %s: %w", ns, err))
@@ -314,7 +312,7 @@ func (c *collection) memberFacts(obj *unstructured.Unstructured) facts {
 	wr.info = &info
 	rq := *c.req // one evaluation budget of the policies for the whole request
 	rq.w = &wr
-	return facts{req: &rq, dryRun: c.dryRun, op: decision.Delete, namespace: c.namespace, kind: c.kind, old: obj, listed: true, deleteOptions: c.deleteOptions, changed: true, nsMode: c.nsMode, nsAllowanceMode: c.nsAllowanceMode}
+	return facts{req: &rq, dryRun: c.dryRun, op: decision.Delete, namespace: c.namespace, kind: c.kind, old: obj, listed: true, deleteOptions: c.deleteOptions, changed: true, nsModes: c.nsModes}
 }
 
 // collectionListOptions are the list options of a deletecollection, read

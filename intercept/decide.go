@@ -215,7 +215,7 @@ func (i *Interceptor) input(f *facts, parent *parentFacts) decision.Input {
 		User:                      rq.user,
 		UserHashes:                rq.userHashes,
 		FieldManager:              rq.w.fieldManager,
-		Mode:                      decision.ModeInputs{Namespace: f.nsMode, Default: i.cfg.DefaultMode},
+		Mode:                      decision.ModeInputs{Namespace: f.nsModes[annotations.Mode], NamespaceModesBy: f.nsModes[annotations.ModesBy], Default: i.cfg.DefaultMode},
 		DryRun:                    f.dryRun,
 		Confirmed:                 f.confirmed,
 		NoChangeIsCertain:         f.noChangeIsCertain(),
@@ -386,9 +386,7 @@ func (f *facts) staleUpdate() bool {
 // allowanceInputs are the facts of f the allowance check needs.
 func (i *Interceptor) allowanceInputs(f *facts) decision.AllowanceInputs {
 	var a decision.AllowanceInputs
-	if f.nsAllowanceMode != "" {
-		a.NamespaceAnnotations = map[string]string{annotations.AllowanceMode: f.nsAllowanceMode}
-	}
+	a.NamespaceAnnotations = f.nsModes
 	if i.cfg.AllowancePolicies != nil && allowancesChecked(f, a.NamespaceAnnotations) {
 		a.Policies = i.cfg.AllowancePolicies.All()
 	}
@@ -476,8 +474,7 @@ func (i *Interceptor) withSurroundings(ctx context.Context, f *facts) error {
 		nsObj, _, err := i.cfg.Objects.GetShared(ctx, namespacesGVR, "", ns)
 		switch {
 		case err == nil:
-			f.nsMode = nsObj.GetAnnotations()[annotations.Mode]
-			f.nsAllowanceMode = nsObj.GetAnnotations()[annotations.AllowanceMode]
+			f.nsModes = annotations.ModesOf(nsObj.GetAnnotations())
 		case apierrors.IsNotFound(err):
 			// Writes into a namespace that does not exist fail upstream.
 		default:
@@ -936,11 +933,7 @@ func (i *Interceptor) writtenPaths(f *facts) ([]string, bool) {
 		f.patchType != types.MergePatchType && f.patchType != types.StrategicMergePatchType || i.cfg.AllowancePolicies == nil {
 		return nil, false
 	}
-	var ns map[string]string
-	if f.nsAllowanceMode != "" {
-		ns = map[string]string{annotations.AllowanceMode: f.nsAllowanceMode}
-	}
-	if !allowancesChecked(f, ns) {
+	if !allowancesChecked(f, f.nsModes) {
 		return nil, false
 	}
 	paths, coarse, ok := allowance.WrittenPaths(f.data, f.patchType == types.StrategicMergePatchType)

@@ -87,9 +87,9 @@ type facts struct {
 	// parent is the controller owner of the object after the write;
 	// formerParent the one the write moves the child away from.
 	parent, formerParent parentFacts
-	nsMode               string
-	// nsAllowanceMode is the namespace's kausality.io/allowance-mode.
-	nsAllowanceMode string
+	// nsModes are the namespace's modes (kausality.io/mode and
+	// kausality.io/allowance-mode) with the record of who set them.
+	nsModes map[string]string
 	// warnings are about facts that could not be read but were not needed.
 	warnings []string
 	// childLive: old was read live, or is the copy of the version a

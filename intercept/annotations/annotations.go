@@ -89,6 +89,11 @@ const (
 	// groups (see approval.Writers). The drift decision sets aside an
 	// approval only the parent's controller gave.
 	ApprovalsBy = "kausality.io/approvals-by"
+	// ModesBy on any object or namespace: who set its kausality.io/mode
+	// and kausality.io/allowance-mode through the proxy,
+	// "mode=<user hash>:<digest of the value>,allowance-mode=…". A mode
+	// set by the controller it would gate does not gate it.
+	ModesBy = "kausality.io/modes-by"
 	// Allowances on any object: JSON array of the mutations its controller
 	// may make to its children, and why (see intercept/allowance). It has
 	// the Kausal design's name, outside the kausality.io/ prefix, and is
@@ -114,7 +119,7 @@ func IsKausality(key string) bool { return strings.HasPrefix(key, Prefix) || key
 // taken from a write request).
 func IsSystem(key string) bool {
 	switch key {
-	case Trace, Updaters, Controllers, Phase, ObservedGeneration, LegacyInitialized, Reservations, ApprovalsBy, Allowances:
+	case Trace, Updaters, Controllers, Phase, ObservedGeneration, LegacyInitialized, Reservations, ApprovalsBy, ModesBy, Allowances:
 		return true
 	}
 	return false

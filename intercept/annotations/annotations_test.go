@@ -20,6 +20,7 @@ func TestClassification(t *testing.T) {
 		{LegacyInitialized, true, true, false, ""},
 		{Reservations, true, true, false, ""},
 		{ApprovalsBy, true, true, false, ""},
+		{ModesBy, true, true, false, ""},
 		{Allowances, true, true, false, ""},
 		{"kausal.io/other", false, false, false, ""},
 		{Approvals, true, false, true, ""},

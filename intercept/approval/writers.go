@@ -1,12 +1,12 @@
 package approval
 
 import (
-	"crypto/sha256"
 	"encoding/json"
-	"math/big"
 	"slices"
 	"sort"
 	"strings"
+
+	"github.com/kausality-io/kausality-proxy/intercept/annotations"
 )
 
 // Writers is what kausality.io/approvals-by records: for each entry of an
@@ -39,12 +39,8 @@ func EntryDigest(raw json.RawMessage) string {
 			canonical = b
 		}
 	}
-	sum := sha256.Sum256(canonical)
-	s := new(big.Int).SetBytes(sum[:10]).Text(36)
-	return strings.Repeat("0", digestLen-len(s)) + s
+	return annotations.Digest(canonical)
 }
-
-const digestLen = 16
 
 // ParseWriters reads a kausality.io/approvals-by value:
 // "<user hash>:<digest>.<digest>,<user hash>:<digest>". Parts it cannot

@@ -17,6 +17,7 @@ import (
 
 	"github.com/kausality-io/kausality-proxy/intercept/allowance"
 	"github.com/kausality-io/kausality-proxy/intercept/annotations"
+	"github.com/kausality-io/kausality-proxy/intercept/controllerid"
 	"github.com/kausality-io/kausality-proxy/intercept/trace"
 )
 
@@ -302,7 +303,9 @@ func initiate(ctx context.Context, d Decision, in Input, a AllowanceInputs) Deci
 // and passes on what the child's own policies grant.
 func use(ctx context.Context, d Decision, in Input, a AllowanceInputs) Decision {
 	parentAnn := in.Parent.GetAnnotations()
-	mode, warn := allowance.ModeOf(parentAnn, a.NamespaceAnnotations)
+	modeOn, nsModeOn, ignored := withoutControllersModes(in, parentAnn, a.NamespaceAnnotations)
+	d.Warnings = append(d.Warnings, ignored...)
+	mode, warn := allowance.ModeOf(modeOn, nsModeOn)
 	if mode == allowance.ModeOff {
 		return d
 	}
@@ -477,6 +480,47 @@ func SettledGeneration(parent *unstructured.Unstructured, in Input) int64 {
 		return parent.GetGeneration()
 	}
 	return in.Settle.SettledAt
+}
+
+// withoutControllersModes are the parent's and the namespace's
+// annotations with the allowance mode people set: one that the writer,
+// the parent's controller, or a user the parent's kausality.io/controllers
+// names set through the proxy, before its status writes named it, does
+// not decide how its writes are checked.
+func withoutControllersModes(in Input, parentAnn, nsAnn map[string]string) (parent, namespace map[string]string, warnings []string) {
+	writer := userHashesOf(in).Long
+	recorded := controllerid.ParseHashes(parentAnn[annotations.Controllers])
+	held := func(u string) bool { return u == writer || controllerid.ContainsHash(recorded, u) }
+	asPeopleSetIt := func(ann map[string]string, object string) map[string]string {
+		v, set, w := modeAsPeopleSetIt(ann, annotations.AllowanceMode, held, object, "how its writes are checked")
+		if w == "" {
+			return ann
+		}
+		warnings = append(warnings, w)
+		out := make(map[string]string, len(ann))
+		for k, val := range ann {
+			if k != annotations.AllowanceMode {
+				out[k] = val
+			}
+		}
+		if set {
+			out[annotations.AllowanceMode] = v
+		}
+		return out
+	}
+	return asPeopleSetIt(parentAnn, "parent "+RefOf(in.Parent).String()), asPeopleSetIt(nsAnn, "namespace "+in.Child.Namespace), warnings
+}
+
+// userHashesOf are the writer's user hashes.
+func userHashesOf(in Input) controllerid.User {
+	if in.UserHashes != nil {
+		return *in.UserHashes
+	}
+	var name, uid string
+	if in.User != nil {
+		name, uid = in.User.GetName(), in.User.GetUID()
+	}
+	return controllerid.UserOf(controllerid.UserIdentifier(name, uid))
 }
 
 func subjectOf(in Input) allowance.Subject {

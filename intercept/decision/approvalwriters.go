@@ -1,7 +1,6 @@
 package decision
 
 import (
-	"slices"
 	"strconv"
 	"strings"
 
@@ -20,14 +19,7 @@ func (x *decider) recordApprovalWriters() bool {
 	if in.Operation != Create && in.Operation != Update {
 		return false
 	}
-	stored := x.newAnn[annotations.Approvals]
-	if d.ChildAnnotations != nil {
-		if v, ok := d.ChildAnnotations.Set[annotations.Approvals]; ok {
-			stored = v
-		} else if slices.Contains(d.ChildAnnotations.Remove, annotations.Approvals) {
-			stored = ""
-		}
-	}
+	stored := x.storedAnnotations()[annotations.Approvals]
 	before := x.oldAnn[annotations.Approvals]
 	if stored == before {
 		return false
@@ -55,11 +47,9 @@ func (x *decider) setAsideOwnApprovals(entries []approval.Entry) {
 	if len(writers) == 0 {
 		return
 	}
-	controllers := controllerid.ParseHashes(x.parAnn[annotations.Controllers])
-	held := func(u string) bool { return u == x.user.Long || controllerid.ContainsHash(controllers, u) }
 	var set []string
 	for i := range entries {
-		if entries[i].Valid && writers.OnlyBy(entries[i].Raw, held) {
+		if entries[i].Valid && writers.OnlyBy(entries[i].Raw, x.heldByController) {
 			entries[i].Valid = false
 			set = append(set, strconv.Itoa(i))
 		}
@@ -70,4 +60,79 @@ func (x *decider) setAsideOwnApprovals(entries []approval.Entry) {
 	x.d.ApprovalsSetAside = len(set)
 	x.d.Warnings = append(x.d.Warnings, "kausality: "+annotations.Approvals+" on parent "+x.parent.String()+": entry "+
 		strings.Join(set, ", ")+" was given by the parent's own controller (before its status writes named it), and does not approve its drift; a person must")
+}
+
+// heldByController reports whether the user hash names whom the drift
+// decision holds: the writer, when it is the parent's controller, or a
+// user the parent's kausality.io/controllers names.
+func (x *decider) heldByController(userHash string) bool {
+	if userHash == x.user.Long && x.isController() {
+		return true
+	}
+	return controllerid.ContainsHash(controllerid.ParseHashes(x.parAnn[annotations.Controllers]), userHash)
+}
+
+// storedAnnotations are the annotations the write would store: the
+// request's, with the decision's changes.
+func (x *decider) storedAnnotations() map[string]string {
+	c := x.d.ChildAnnotations
+	if c.Empty() {
+		return x.newAnn
+	}
+	out := make(map[string]string, len(x.newAnn)+len(c.Set))
+	for k, v := range x.newAnn {
+		out[k] = v
+	}
+	for _, k := range c.Remove {
+		delete(out, k)
+	}
+	for k, v := range c.Set {
+		out[k] = v
+	}
+	return out
+}
+
+// recordModeSetters keeps the object's kausality.io/modes-by for an
+// allowed write, and reports whether it changes, as recordApprovalWriters
+// does.
+func (x *decider) recordModeSetters() bool {
+	in, d := x.in, x.d
+	if in.Operation != Create && in.Operation != Update {
+		return false
+	}
+	was := x.oldAnn[annotations.ModesBy]
+	record := annotations.RecordModeSetters(was, x.oldAnn, x.storedAnnotations(), x.newAnn, x.user.Long)
+	if record == was {
+		return false
+	}
+	if record == "" {
+		d.ChildAnnotations = withRemoved(d.ChildAnnotations, annotations.ModesBy)
+	} else {
+		d.ChildAnnotations = withSet(d.ChildAnnotations, annotations.ModesBy, record)
+	}
+	return true
+}
+
+// modeAsPeopleSetIt is the value of the mode key that ann holds, unless a
+// user held set it (or removed it) through the proxy: then the value
+// before, since a controller's modes do not gate it. warning says so, for
+// the object ann is on, and is "" when the value stands.
+func modeAsPeopleSetIt(ann map[string]string, key string, held func(string) bool, object, decides string) (value string, set bool, warning string) {
+	value, set = ann[key]
+	s := annotations.ModeSetBy(ann, key)
+	if s.User == "" || !held(s.User) {
+		return value, set, ""
+	}
+	what := key + "=" + value
+	if !set {
+		what = "the removal of " + key
+	}
+	warning = "kausality: " + what + " on " + object + " was made by the parent's own controller (before its status writes named it), " +
+		"and does not decide " + decides
+	if s.HadPrior {
+		warning += "; the value before it, " + strconv.Quote(s.Prior) + ", does"
+	} else {
+		warning += "; ignored"
+	}
+	return s.Prior, s.HadPrior, warning
 }

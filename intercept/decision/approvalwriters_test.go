@@ -1,6 +1,8 @@
 package decision
 
 import (
+	"context"
+	"encoding/base64"
 	"encoding/json"
 	"strings"
 	"testing"
@@ -11,6 +13,7 @@ import (
 	"github.com/kausality-io/kausality-proxy/intercept/annotations"
 	"github.com/kausality-io/kausality-proxy/intercept/approval"
 	"github.com/kausality-io/kausality-proxy/intercept/controllerid"
+	"github.com/kausality-io/kausality-proxy/intercept/settle"
 )
 
 // A controller is known only once its status writes name it, so on a
@@ -151,3 +154,95 @@ func TestAWriteRecordsWhoAddedEachApproval(t *testing.T) {
 }
 
 func ptrTo(s string) *string { return &s }
+
+// A mode the parent's controller set before it was known, on a child it
+// created or on the namespace, does not gate its drift; one a person set
+// does.
+func TestModesTheControllerSetDoNotGateIt(t *testing.T) {
+	ctrlLong := controllerid.LongHash(ctrlUser)
+	aliceLong := controllerid.LongHash("alice")
+	tests := []struct {
+		name       string
+		in         func(in *Input)
+		result     Result
+		source     ModeSource
+		wantWarned string
+	}{
+		{name: "the child's mode set by a person", in: func(in *Input) {
+			setAnn(annotations.Mode, "log")(in.OldObject)
+			setAnn(annotations.ModesBy, modesByHash(aliceLong, "log"))(in.OldObject)
+		}, result: Allow, source: ModeFromObject},
+		{name: "the child's mode set by the controller", in: func(in *Input) {
+			setAnn(annotations.Mode, "log")(in.OldObject)
+			setAnn(annotations.ModesBy, modesByHash(ctrlLong, "log"))(in.OldObject)
+		}, result: Deny, source: ModeFromDefault, wantWarned: "kausality.io/mode=log on child apps/v1 ReplicaSet default/web-1 was made by the parent's own controller"},
+		{name: "the child's mode set by the controller, then changed around the proxy", in: func(in *Input) {
+			setAnn(annotations.Mode, "log")(in.OldObject)
+			setAnn(annotations.ModesBy, modesByHash(ctrlLong, "enforce"))(in.OldObject)
+		}, result: Allow, source: ModeFromObject},
+		{name: "the namespace's mode set by a person", in: func(in *Input) {
+			in.Mode.Namespace, in.Mode.NamespaceModesBy = "log", modesByHash(aliceLong, "log")
+		}, result: Allow, source: ModeFromNamespace},
+		{name: "the namespace's mode set by the controller", in: func(in *Input) {
+			in.Mode.Namespace, in.Mode.NamespaceModesBy = "log", modesByHash(ctrlLong, "log")
+		}, result: Deny, source: ModeFromDefault, wantWarned: "kausality.io/mode=log on namespace default was made by the parent's own controller"},
+		{name: "the namespace's enforce mode lowered by the controller, under a default of log", in: func(in *Input) {
+			in.Mode.Default = annotations.ModeLog
+			in.Mode.Namespace = "log"
+			in.Mode.NamespaceModesBy = modesByHash(ctrlLong, "log") + ":" + base64.RawURLEncoding.EncodeToString([]byte("enforce"))
+		}, result: Deny, source: ModeFromNamespace, wantWarned: `the value before it, "enforce", does`},
+		{name: "the namespace's enforce mode removed by the controller, under a default of log", in: func(in *Input) {
+			in.Mode.Default = annotations.ModeLog
+			in.Mode.NamespaceModesBy = "mode=" + ctrlLong + ":-:" + base64.RawURLEncoding.EncodeToString([]byte("enforce"))
+		}, result: Deny, source: ModeFromNamespace, wantWarned: "the removal of kausality.io/mode on namespace default was made by the parent's own controller"},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			in := base()
+			tc.in(&in)
+			d := Decide(in)
+			if d.Category != DriftUnapproved || d.Result != tc.result || d.ModeSource != tc.source {
+				t.Fatalf("%s/%s from %s (%s), want %s/DriftUnapproved from %s", d.Result, d.Category, d.ModeSource, d.Reason, tc.result, tc.source)
+			}
+			warned := strings.Join(d.Warnings, "\n")
+			if tc.wantWarned != "" && !strings.Contains(warned, tc.wantWarned) {
+				t.Errorf("warnings %q do not say %q", d.Warnings, tc.wantWarned)
+			}
+			if tc.wantWarned == "" && strings.Contains(warned, "own controller") {
+				t.Errorf("warnings %q set a mode aside", d.Warnings)
+			}
+		})
+	}
+}
+
+// An allowance mode the parent's controller set on the parent does not
+// decide how its writes are checked.
+func TestAnAllowanceModeTheControllerSetDoesNotCheckIt(t *testing.T) {
+	granted := `[{"kind":"ReplicaSet","mutation":"spec.replicas","generation":2,"initiator":"alice","policy":"deployment-replicas","trace":[{"kind":"Deployment","name":"web","generation":2,"field":"spec.replicas"}]}]`
+	ctrl := &user.DefaultInfo{Name: testController}
+	for _, tc := range []struct {
+		setter   string
+		wantDeny bool
+	}{{setter: "alice", wantDeny: false}, {setter: testController, wantDeny: true}} {
+		t.Run("set by "+tc.setter, func(t *testing.T) {
+			parent := allowanceObject("Deployment", 2, 4, "app:1", map[string]string{annotations.Allowances: granted,
+				annotations.AllowanceMode: "shadow",
+				annotations.ModesBy:       "allowance-mode=" + controllerid.LongHash(tc.setter) + ":" + annotations.Digest([]byte("shadow"))})
+			in := Input{Operation: Update, DesiredChanged: true, User: ctrl, Parent: parent, Settle: &settle.Facts{SettledAt: 1},
+				Child:     ObjectRef{Kind: "ReplicaSet", Name: "web-1"},
+				OldObject: allowanceObject("ReplicaSet", 1, 4, "app:1", nil), NewObject: allowanceObject("ReplicaSet", 1, 4, "evil:1", nil)}
+			got := DecideAllowances(context.Background(), Decision{Result: Allow, Category: Expected}, in,
+				AllowanceInputs{Policies: allowanceTestPolicies(), NamespaceAnnotations: map[string]string{annotations.AllowanceMode: "enforce"}})
+			if (got.Result == Deny) != tc.wantDeny {
+				t.Fatalf("result %s (%s), want deny=%v", got.Result, got.Message, tc.wantDeny)
+			}
+			if warned := strings.Join(got.Warnings, "\n"); tc.wantDeny != strings.Contains(warned, "kausality.io/allowance-mode=shadow on parent apps/v1 Deployment ns/web was made by the parent's own controller") {
+				t.Errorf("warnings %q", got.Warnings)
+			}
+		})
+	}
+}
+
+func modesByHash(userHash, mode string) string {
+	return "mode=" + userHash + ":" + annotations.Digest([]byte(mode))
+}

@@ -107,15 +107,11 @@ func decideOnce(in Input) Decision {
 	x.newAnn = annotationsOf(in.NewObject)
 
 	d.Child = x.childRef()
-	var name, uid string
+	var name string
 	if in.User != nil {
-		name, uid = in.User.GetName(), in.User.GetUID()
+		name = in.User.GetName()
 	}
-	if in.UserHashes != nil {
-		x.user = *in.UserHashes
-	} else {
-		x.user = controllerid.UserOf(controllerid.UserIdentifier(name, uid))
-	}
+	x.user = userHashesOf(in)
 	x.userHash = x.user.Short
 	d.Actor = Actor{User: name, UserHash: x.userHash, FieldManager: in.FieldManager}
 
@@ -134,9 +130,10 @@ func decideOnce(in Input) Decision {
 		d = KeepChildModes(d, in.OldObject, in.NewObject)
 	}
 	recordsWriters := d.Result == Allow && !in.StatusWrite && x.recordApprovalWriters()
+	recordsSetters := d.Result == Allow && !in.StatusWrite && x.recordModeSetters()
 
 	d.OnStoredVersion = d.Result == Allow && in.Operation == Update && !in.ScaleWrite &&
-		(!KeepSystemAnnotations(in.OldObject, in.NewObject).Empty() || addsUpdater(&d, in.OldObject) || recordsWriters)
+		(!KeepSystemAnnotations(in.OldObject, in.NewObject).Empty() || addsUpdater(&d, in.OldObject) || recordsWriters || recordsSetters)
 	if d.Result == Deny {
 		d.ChildAnnotations, d.Trace, d.TraceOrigin = nil, "", false
 		d.ParentWrites, d.ApprovalsUpdate, d.ConsumeOnce = nil, nil, false
@@ -441,9 +438,27 @@ func (x *decider) resolveMode() (annotations.DriftMode, ModeSource) {
 		// its adoption is decided as the parent's other children are.
 		own = ""
 	}
+	// A mode the parent's controller set before its status writes named
+	// it (on the first children it created, or on their namespace) does
+	// not gate it.
+	const gates = "how its writes are gated"
+	if !Adopted(x.in.OldObject, x.in.NewObject) {
+		var w string
+		if own, _, w = modeAsPeopleSetIt(x.oldAnn, annotations.Mode, x.heldByController, "child "+x.d.Child.String(), gates); w != "" {
+			x.d.Warnings = append(x.d.Warnings, w)
+		}
+	}
+	nsAnn := map[string]string{annotations.ModesBy: x.in.Mode.NamespaceModesBy}
+	if x.in.Mode.Namespace != "" {
+		nsAnn[annotations.Mode] = x.in.Mode.Namespace
+	}
+	namespace, _, w := modeAsPeopleSetIt(nsAnn, annotations.Mode, x.heldByController, "namespace "+x.d.Child.Namespace, gates)
+	if w != "" {
+		x.d.Warnings = append(x.d.Warnings, w)
+	}
 	levels := [...]level{
 		{own, "child " + x.d.Child.String() + " (stored)", ModeFromObject},
-		{x.in.Mode.Namespace, "namespace " + x.d.Child.Namespace, ModeFromNamespace},
+		{namespace, "namespace " + x.d.Child.Namespace, ModeFromNamespace},
 		{x.in.Mode.Controller, "per-controller config", ModeFromController},
 		{string(x.in.Mode.Default), "default mode", ModeFromDefault},
 	}

@@ -1,6 +1,7 @@
 package decision
 
 import (
+	"encoding/base64"
 	"encoding/json"
 	"reflect"
 	"strings"
@@ -316,6 +317,7 @@ func TestDecide(t *testing.T) {
 					Set: map[string]string{
 						annotations.Trace:    `[{"apiVersion":"apps/v1","kind":"ReplicaSet","name":"web-1","generation":1,"user":"alice","timestamp":"2026-01-24T10:30:00Z","labels":{"ticket":"T-1"}}]`,
 						annotations.Updaters: aliceHash,
+						annotations.ModesBy:  modesBy("alice", "log"),
 					},
 					Remove: []string{annotations.Controllers},
 				}},
@@ -358,7 +360,7 @@ func TestDecide(t *testing.T) {
 				in.NewObject = mkChild(1, setAnn(annotations.Mode, "log"), setAnn("kausality.io/trace-ticket", "T-2"), setAnn(annotations.Updaters, aliceHash), setAnn(annotations.Controllers, aliceHash))
 			},
 			want: want{result: Allow, category: NoDesiredChange,
-				child: &AnnotationChanges{Set: map[string]string{annotations.Updaters: ctrlHash}, Remove: []string{annotations.Controllers}}},
+				child: &AnnotationChanges{Set: map[string]string{annotations.Updaters: ctrlHash, annotations.ModesBy: modesBy("alice", "log") + ":" + base64.RawURLEncoding.EncodeToString([]byte("enforce"))}, Remove: []string{annotations.Controllers}}},
 		},
 		// --- lifecycle -------------------------------------------------
 		{
@@ -1380,4 +1382,9 @@ func TestAStatusWriterWhileTheRecordWaitsIsNoNewController(t *testing.T) {
 	if !recorded(first) {
 		t.Error("the first status writer of generation 5 is not recorded as controller")
 	}
+}
+
+// modesBy is the kausality.io/modes-by of user setting kausality.io/mode.
+func modesBy(user, mode string) string {
+	return modesByHash(controllerid.LongHash(user), mode)
 }

@@ -173,6 +173,9 @@ type ModeInputs struct {
 	// Namespace is the kausality.io/mode annotation of the child's
 	// namespace ("" = unset).
 	Namespace string
+	// NamespaceModesBy is the namespace's kausality.io/modes-by: who set
+	// its mode through the proxy.
+	NamespaceModesBy string
 	// Controller is the per-controller mode from the config ("" = unset).
 	Controller string
 	// Default is the global default (--default-mode); "" means log.

@@ -186,6 +186,7 @@ func (o *options) explain(ctx context.Context, c *cluster, t target, controller,
 	nsMode, nsOK := c.namespaceMode(ctx, child.GetNamespace(), annotations.Mode)
 	f.NamespaceMode, f.NamespaceUnknown = nsMode, !nsOK
 	f.NamespaceAllowanceMode, _ = c.namespaceMode(ctx, child.GetNamespace(), annotations.AllowanceMode)
+	f.NamespaceModesBy, _ = c.namespaceMode(ctx, child.GetNamespace(), annotations.ModesBy)
 	if f.AllowancePolicies, err = c.allowancePolicies(ctx); err != nil {
 		f.AllowancePoliciesError = err.Error()
 	}

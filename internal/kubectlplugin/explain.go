@@ -41,6 +41,9 @@ type Facts struct {
 	// namespace; NamespaceUnknown when the namespace could not be read.
 	NamespaceMode    string
 	NamespaceUnknown bool
+	// NamespaceModesBy is the namespace's kausality.io/modes-by: who set
+	// its mode through the proxy.
+	NamespaceModesBy string
 	// DefaultMode is the proxy's --default-mode as the user says it is.
 	DefaultMode annotations.DriftMode
 	// Controller and FieldManager override who the controller is.
@@ -455,7 +458,7 @@ func decide(f Facts, cv *ControllerView, parent *unstructured.Unstructured, fact
 		Parent:         parent,
 		User:           &user.DefaultInfo{Name: name},
 		FieldManager:   cv.FieldManager,
-		Mode:           decision.ModeInputs{Namespace: f.NamespaceMode, Default: f.DefaultMode},
+		Mode:           decision.ModeInputs{Namespace: f.NamespaceMode, NamespaceModesBy: f.NamespaceModesBy, Default: f.DefaultMode},
 		DryRun:         true,
 		Now:            now,
 		Settle:         &facts,

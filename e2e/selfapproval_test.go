@@ -1,3 +1,5 @@
+//go:build !kind
+
 package e2e
 
 import (

@@ -29,7 +29,13 @@ const (
 // Quotas bound the drift records in the cluster, per controller (the user
 // whose write drifted) and per parent, in records and in bytes, so that
 // one controller's flood of denied writes fills its own quota and nobody
-// else's. Total is a safety cap on all records: past it, a namespace and a
+// else's. A parent's quota is shared the same way among the users counted
+// as its controller (a second recorded controller, or, while no record
+// names one, whoever sends its field manager): past ParentRecords (or
+// ParentBytes), a controller still records while it holds less than its
+// share of them, and at twice the quota nothing more is recorded for the
+// parent, so that no writer can use up the parent's quota and silence
+// the reports of its real controller. Total is a safety cap on all records: past it, a namespace and a
 // controller may still record while each holds less than its fair share
 // (Total divided by the namespaces, or the controllers, holding records),
 // so the ones flooding are cut off, not the others; a tenant whose
@@ -54,6 +60,11 @@ type QuotaFacts struct {
 	// Controller and Parent are the records of the new record's
 	// controller and parent.
 	Controller, Parent Usage
+	// ParentController are the parent's records of the new record's
+	// controller, and ParentControllers how many controllers hold
+	// records of the parent, the new record's included.
+	ParentController  Usage
+	ParentControllers int
 	// Total counts all records.
 	Total int
 	// Controllers is how many controllers hold records, the new record's
@@ -87,9 +98,11 @@ func Admit(q Quotas, f QuotaFacts) string {
 		return QuotaControllerRecords
 	case f.Controller.Bytes+f.Size > q.ControllerBytes:
 		return QuotaControllerBytes
-	case f.Parent.Records >= q.ParentRecords:
+	case f.Parent.Records >= 2*q.ParentRecords,
+		f.Parent.Records >= q.ParentRecords && f.ParentController.Records >= max(1, q.ParentRecords/max(1, f.ParentControllers)):
 		return QuotaParentRecords
-	case f.Parent.Bytes+f.Size > q.ParentBytes:
+	case f.Parent.Bytes+f.Size > 2*q.ParentBytes,
+		f.Parent.Bytes+f.Size > q.ParentBytes && f.ParentController.Bytes+f.Size > q.ParentBytes/int64(max(1, f.ParentControllers)):
 		return QuotaParentBytes
 	case f.Total >= 2*q.Total:
 		return QuotaTotal

@@ -32,10 +32,21 @@ func TestAdmit(t *testing.T) {
 			want: QuotaControllerRecords},
 		{name: "the controller's bytes", facts: QuotaFacts{Controller: Usage{7, 98 << 10}, Total: 20, Controllers: 3, Size: 4 << 10},
 			want: QuotaControllerBytes},
-		{name: "the parent's records", facts: QuotaFacts{Controller: Usage{5, 5 << 10}, Parent: Usage{5, 5 << 10}, Total: 20, Controllers: 3, Size: 1 << 10},
-			want: QuotaParentRecords},
-		{name: "the parent's bytes", facts: QuotaFacts{Controller: Usage{4, 4 << 10}, Parent: Usage{4, 48 << 10}, Total: 20, Controllers: 3, Size: 4 << 10},
-			want: QuotaParentBytes},
+		{name: "the parent's records", facts: QuotaFacts{Controller: Usage{5, 5 << 10}, Parent: Usage{5, 5 << 10}, ParentController: Usage{5, 5 << 10}, ParentControllers: 1,
+			Total: 20, Controllers: 3, Size: 1 << 10}, want: QuotaParentRecords},
+		{name: "the parent's bytes", facts: QuotaFacts{Controller: Usage{4, 4 << 10}, Parent: Usage{4, 48 << 10}, ParentController: Usage{4, 48 << 10}, ParentControllers: 1,
+			Total: 20, Controllers: 3, Size: 4 << 10}, want: QuotaParentBytes},
+		{name: "past the parent's records, another of its controllers under its share still records",
+			facts: QuotaFacts{Parent: Usage{5, 5 << 10}, ParentControllers: 2, Total: 20, Controllers: 3, Size: 1 << 10}},
+		{name: "past the parent's records, a controller at its share does not",
+			facts: QuotaFacts{Controller: Usage{3, 3 << 10}, Parent: Usage{7, 7 << 10}, ParentController: Usage{3, 3 << 10}, ParentControllers: 2,
+				Total: 20, Controllers: 3, Size: 1 << 10}, want: QuotaParentRecords},
+		{name: "at twice the parent's records, nobody records",
+			facts: QuotaFacts{Parent: Usage{10, 10 << 10}, ParentControllers: 3, Total: 20, Controllers: 3, Size: 1 << 10}, want: QuotaParentRecords},
+		{name: "past the parent's bytes, another of its controllers under its share still records",
+			facts: QuotaFacts{Parent: Usage{4, 48 << 10}, ParentControllers: 2, Total: 20, Controllers: 3, Size: 4 << 10}},
+		{name: "at twice the parent's bytes, nobody records",
+			facts: QuotaFacts{Parent: Usage{4, 98 << 10}, ParentControllers: 2, Total: 20, Controllers: 3, Size: 4 << 10}, want: QuotaParentBytes},
 		{name: "past the total, a controller under its share still records",
 			facts: QuotaFacts{Controller: Usage{0, 0}, Total: 100, Controllers: 11, Size: 1 << 10}},
 		{name: "past the total, a controller at its share does not",
@@ -157,5 +168,44 @@ func TestRecordsStayWithinTheControllersQuota(t *testing.T) {
 	}
 	if v := testutil.ToFloat64(l.m.suppressedByQuota.WithLabelValues(QuotaControllerRecords)); v != 7 {
 		t.Errorf("quota_suppressed_total{quota=controller_records} = %v, want 7", v)
+	}
+}
+
+// A writer counted as a parent's controller (a second recorded controller,
+// or, while no record names one, whoever sends its field manager) cannot
+// use up the parent's quota and silence its real controller.
+func TestAParentsQuotaIsSharedByItsControllers(t *testing.T) {
+	client := fake.NewClientset()
+	reg := prometheus.NewRegistry()
+	l, err := New(Options{Client: client, Objects: &noObjects{}, Registerer: reg, Namespace: "kausality-system",
+		Quotas: Quotas{ControllerRecords: 100, ParentRecords: 4}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	record := func(name, userName string) {
+		d, w := detectedWrite("web", name, userName)
+		r := notify.FromDecision(d, w)
+		l.create(t.Context(), &Record{Name: RecordName(r.Spec.ID), Report: summarize(r)}, 0)
+	}
+	for i := range 10 {
+		record("intruder-"+strconv.Itoa(i), "intruder")
+	}
+	for i := range 10 {
+		record("controller-"+strconv.Itoa(i), "controller")
+	}
+	list, err := client.CoreV1().ConfigMaps("kausality-system").List(t.Context(), metav1.ListOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	byUser := map[string]int{}
+	for _, cm := range list.Items {
+		r, err := decode(&cm)
+		if err != nil {
+			t.Fatal(err)
+		}
+		byUser[r.Report.Spec.Request.User]++
+	}
+	if byUser["intruder"] != 4 || byUser["controller"] != 2 {
+		t.Errorf("records of the parent by writer %v, want the intruder's 4 (the quota, alone) and the controller's share of 2", byUser)
 	}
 }

@@ -328,6 +328,17 @@ func (l *Ledger) quotaFacts(cm *corev1.ConfigMap) QuotaFacts {
 		return u
 	}
 	f.Controller, f.Parent, f.Namespace = usage(controllerIndex, controller), usage(parentIndex, parent), usage(namespaceIndex, namespace)
+	parentControllers := map[string]bool{controller: true}
+	parentRecords, _ := indexer.ByIndex(parentIndex, parent)
+	for _, obj := range parentRecords {
+		if c, ok := obj.(*corev1.ConfigMap); ok {
+			parentControllers[c.Labels[ControllerLabel]] = true
+			if c.Labels[ControllerLabel] == controller {
+				f.ParentController.Records++
+				f.ParentController.Bytes += recordBytes(c)
+			}
+		}
+	}
 	f.Total = len(indexer.ListKeys())
 	controllers := indexer.ListIndexFuncValues(controllerIndex)
 	f.Controllers = len(controllers)
@@ -354,11 +365,17 @@ func (l *Ledger) quotaFacts(cm *corev1.ConfigMap) QuotaFacts {
 		if p.parent == parent {
 			f.Parent.Records++
 			f.Parent.Bytes += p.bytes
+			parentControllers[p.controller] = true
+			if p.controller == controller {
+				f.ParentController.Records++
+				f.ParentController.Bytes += p.bytes
+			}
 		}
 		if p.namespace == namespace {
 			f.Namespace.Records++
 			f.Namespace.Bytes += p.bytes
 		}
 	}
+	f.ParentControllers = len(parentControllers)
 	return f
 }

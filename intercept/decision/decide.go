@@ -637,7 +637,7 @@ func (x *decider) addParentWrite(target ObjectRef, uid types.UID, key, seen, val
 // addDeferredParentWrite is addParentWrite for a change made only after
 // the unbound-status delay, on the target with uid (SideWrite.Deferred).
 func (x *decider) addDeferredParentWrite(target ObjectRef, uid types.UID, key, seen, value, reason string) {
-	x.addSideWrite(SideWrite{Target: target, Deferred: true, TargetUID: uid, Delay: x.in.UnboundStatusRecordDelay}, key, seen, value, reason)
+	x.addSideWrite(SideWrite{Target: target, Deferred: true, TargetUID: uid, Delay: x.in.UnboundStatusRecordDelay, Writer: x.user.Long}, key, seen, value, reason)
 }
 
 func (x *decider) addSideWrite(of SideWrite, key, seen, value, reason string) {

@@ -991,7 +991,7 @@ func TestDecideStatusWrite(t *testing.T) {
 			writes: []SideWrite{
 				{Target: parentRef, TargetUID: parentUID, AnnotationChanges: *set(annotations.Controllers, ctrlLong+","+otherLong),
 					Reasons: []string{recordReason(5)}, Controller: ctrlRecord(5)},
-				{Target: parentRef, AnnotationChanges: *set(annotations.ObservedGeneration, "5"), Deferred: true, TargetUID: parentUID,
+				{Target: parentRef, AnnotationChanges: *set(annotations.ObservedGeneration, "5"), Deferred: true, TargetUID: parentUID, Writer: ctrlLong,
 					Reasons: []string{"record observed generation (no status.observedGeneration), deferred: the status write names no resourceVersion, so its writer may not have seen generation 5 yet"}},
 			},
 		},

@@ -406,6 +406,9 @@ type SideWrite struct {
 	// has not acted on yet.
 	Deferred  bool      `json:"deferred,omitempty"`
 	TargetUID types.UID `json:"targetUID,omitempty"`
+	// Writer is the user hash of the writer whose write asked for a
+	// deferred write: what waits is shared out among writers.
+	Writer string `json:"-"`
 	// Delay is how long a deferred write waits after the write that asked
 	// for it (Input.UnboundStatusRecordDelay); 0 makes it at once.
 	Delay time.Duration `json:"delay,omitempty"`

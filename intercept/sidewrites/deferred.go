@@ -19,7 +19,11 @@ import (
 // until a later status write finds room. Made at once instead, it could
 // settle a parent at a spec its controller has not acted on, whose
 // controller would then be refused for good; memory stays bounded
-// whatever the callers write.
+// whatever the callers write. Past half of it, a writer's write waits only
+// while the writer has fewer waiting than its share of that half (divided
+// among the writers with writes waiting): one status writer that writes
+// without resourceVersion across many objects cannot push out the
+// records of the others, whose parents would stay unsettled (lenient).
 const DefaultMaxDeferred = 10000
 
 // Deferred makes the side writes a decision defers (decision.SideWrite
@@ -50,8 +54,10 @@ type Deferred struct {
 	timeout time.Duration
 	log     *zap.Logger
 
-	mu             sync.Mutex
-	pending        map[types.UID]*deferredWrite
+	mu      sync.Mutex
+	pending map[types.UID]*deferredWrite
+	// byWriter counts the writes waiting per writer (SideWrite.Writer).
+	byWriter       map[string]int
 	dropped        int
 	lastDropLogged time.Time
 }
@@ -82,7 +88,7 @@ func NewDeferred(writer Applier, clk clock.WithDelayedExecution, timeout time.Du
 	if log == nil {
 		log = zap.NewNop()
 	}
-	return &Deferred{writer: writer, clock: clk, max: max, timeout: timeout, log: log, pending: map[types.UID]*deferredWrite{}}
+	return &Deferred{writer: writer, clock: clk, max: max, timeout: timeout, log: log, pending: map[types.UID]*deferredWrite{}, byWriter: map[string]int{}}
 }
 
 // Schedule makes sw once sw.Delay has passed. A write without a target
@@ -112,9 +118,9 @@ func (d *Deferred) Schedule(sw decision.SideWrite) {
 			return
 		}
 		w.timer.Stop()
-		delete(d.pending, uid)
+		d.forget(uid, w)
 	}
-	if len(d.pending) >= d.max {
+	if d.full(sw.Writer) {
 		if now.Sub(d.lastDropLogged) >= time.Minute {
 			d.lastDropLogged = now
 			d.log.Warn("too many deferred side writes waiting; dropping new ones (their records wait for a later status write)",
@@ -126,6 +132,32 @@ func (d *Deferred) Schedule(sw decision.SideWrite) {
 	w := &deferredWrite{sw: sw, asked: now}
 	w.timer = d.clock.AfterFunc(sw.Delay, d.fire(uid, w, w.armed))
 	d.pending[uid] = w
+	d.byWriter[sw.Writer]++
+}
+
+// full reports whether a new write of writer finds no room: at the bound,
+// or past half of it while writer has its share of that half waiting.
+func (d *Deferred) full(writer string) bool {
+	if len(d.pending) >= d.max {
+		return true
+	}
+	half := d.max / 2
+	if len(d.pending) < half {
+		return false
+	}
+	writers := len(d.byWriter)
+	if d.byWriter[writer] == 0 {
+		writers++
+	}
+	return d.byWriter[writer] >= max(1, half/writers)
+}
+
+// forget drops w, waiting for uid.
+func (d *Deferred) forget(uid types.UID, w *deferredWrite) {
+	delete(d.pending, uid)
+	if d.byWriter[w.sw.Writer]--; d.byWriter[w.sw.Writer] <= 0 {
+		delete(d.byWriter, w.sw.Writer)
+	}
 }
 
 // fire makes w when its timer armed fires, unless another write for uid
@@ -137,7 +169,7 @@ func (d *Deferred) fire(uid types.UID, w *deferredWrite, armed int) func() {
 			d.mu.Unlock()
 			return
 		}
-		delete(d.pending, uid)
+		d.forget(uid, w)
 		sw := w.sw
 		d.mu.Unlock()
 		d.apply(sw)

@@ -2,6 +2,8 @@ package sidewrites
 
 import (
 	"context"
+	"slices"
+	"strconv"
 	"sync"
 	"testing"
 	"time"
@@ -137,9 +139,9 @@ func TestDeferredRecordsWaitOutTheDelay(t *testing.T) {
 	})
 	t.Run("beyond the bound a record is dropped, never made at once", func(t *testing.T) {
 		d, clk, applied := newTestDeferred(2)
-		d.Schedule(recordAt("a", "2"))
-		d.Schedule(recordAt("b", "2"))
-		d.Schedule(recordAt("c", "2"))
+		d.Schedule(by("alice", recordAt("a", "2")))
+		d.Schedule(by("bob", recordAt("b", "2")))
+		d.Schedule(by("carol", recordAt("c", "2")))
 		if got := applied.values(t, 0); len(got) != 0 {
 			t.Fatalf("made %v at once", got)
 		}
@@ -241,5 +243,47 @@ func TestADeferredRecordSkipsARecreatedObject(t *testing.T) {
 	}
 	if got := changesOn(sw, obj("uid-2")); len(got) != 0 {
 		t.Errorf("on a recreated object: %v, want nothing", got)
+	}
+}
+
+// by is sw asked for by writer.
+func by(writer string, sw decision.SideWrite) decision.SideWrite {
+	sw.Writer = writer
+	return sw
+}
+
+// One status writer that writes without resourceVersion across many
+// objects fills at most its share of the bound: the records of the others
+// still wait out their delay and are made.
+func TestDeferredRecordsAreSharedAmongWriters(t *testing.T) {
+	d, clk, applied := newTestDeferred(8)
+	for i := range 8 {
+		d.Schedule(by("flooder", recordAt(types.UID("f"+strconv.Itoa(i)), "2")))
+	}
+	if d.Waiting() != 4 || d.Dropped() != 4 {
+		t.Fatalf("%d waiting, %d dropped; want the flooder's half of the bound, 4, waiting", d.Waiting(), d.Dropped())
+	}
+	d.Schedule(by("controller", recordAt("web", "7")))
+	d.Schedule(by("other", recordAt("db", "3")))
+	if _, ok := d.Pending("web", annotations.ObservedGeneration); !ok {
+		t.Fatal("the controller's record does not wait: the flooder pushed it out")
+	}
+	if _, ok := d.Pending("db", annotations.ObservedGeneration); !ok {
+		t.Fatal("another writer's record does not wait")
+	}
+	d.Schedule(by("flooder", recordAt("f9", "2")))
+	if _, ok := d.Pending("f9", annotations.ObservedGeneration); ok {
+		t.Fatal("the flooder got past its share")
+	}
+	clk.Step(testDelay)
+	if got := applied.values(t, 6); !slices.Contains(got, "web=7") || !slices.Contains(got, "db=3") {
+		t.Fatalf("made %v, want web=7 and db=3 among them", got)
+	}
+	if d.Waiting() != 0 {
+		t.Fatalf("%d still waiting after the delay", d.Waiting())
+	}
+	d.Schedule(by("flooder", recordAt("f10", "2")))
+	if _, ok := d.Pending("f10", annotations.ObservedGeneration); !ok {
+		t.Fatal("the flooder's share is not given back once its records are made")
 	}
 }

@@ -10,6 +10,7 @@ import (
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/client-go/tools/cache"
 	"k8s.io/client-go/util/retry"
 
 	"github.com/kausality-io/kausality-proxy/api/v1alpha1"
@@ -310,6 +311,24 @@ func recordBytes(cm *corev1.ConfigMap) int64 {
 	return n
 }
 
+// parentShare is what the records of parent hold of controller, and the
+// controllers holding them, controller included.
+func parentShare(indexer cache.Indexer, parent, controller string) (Usage, map[string]bool) {
+	var u Usage
+	controllers := map[string]bool{controller: true}
+	objs, _ := indexer.ByIndex(parentIndex, parent)
+	for _, obj := range objs {
+		if c, ok := obj.(*corev1.ConfigMap); ok {
+			controllers[c.Labels[ControllerLabel]] = true
+			if c.Labels[ControllerLabel] == controller {
+				u.Records++
+				u.Bytes += recordBytes(c)
+			}
+		}
+	}
+	return u, controllers
+}
+
 // quotaFacts gathers, from the informer and the records this replica
 // created since, the records the new record cm would join.
 func (l *Ledger) quotaFacts(cm *corev1.ConfigMap) QuotaFacts {
@@ -328,17 +347,8 @@ func (l *Ledger) quotaFacts(cm *corev1.ConfigMap) QuotaFacts {
 		return u
 	}
 	f.Controller, f.Parent, f.Namespace = usage(controllerIndex, controller), usage(parentIndex, parent), usage(namespaceIndex, namespace)
-	parentControllers := map[string]bool{controller: true}
-	parentRecords, _ := indexer.ByIndex(parentIndex, parent)
-	for _, obj := range parentRecords {
-		if c, ok := obj.(*corev1.ConfigMap); ok {
-			parentControllers[c.Labels[ControllerLabel]] = true
-			if c.Labels[ControllerLabel] == controller {
-				f.ParentController.Records++
-				f.ParentController.Bytes += recordBytes(c)
-			}
-		}
-	}
+	var parentControllers map[string]bool
+	f.ParentController, parentControllers = parentShare(indexer, parent, controller)
 	f.Total = len(indexer.ListKeys())
 	controllers := indexer.ListIndexFuncValues(controllerIndex)
 	f.Controllers = len(controllers)

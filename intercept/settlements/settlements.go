@@ -2,15 +2,18 @@
 // their parents' settledness (settle.Record), so that every replica, and
 // one restarted a moment ago, decides a write under a parent the same way.
 //
-// The records of a namespace's parents are one ConfigMap in the proxy's
+// The records of a namespace's parents are ConfigMaps in the proxy's
 // namespace, a key per parent UID: a write happens only when a parent
 // settles at a new spec or its spec moves after settling, and a namespace's
-// writes batch into one update. Every update carries the resourceVersion it
-// was computed from and merges with what another replica stored
-// (settle.Merge), so two replicas that learn the same thing converge
-// instead of fighting. A namespace's records are bounded in number (the
-// oldest change gives way first), and so in bytes; a deleted parent's
-// record is dropped.
+// writes batch into one update of each ConfigMap they touch. Every update
+// carries the resourceVersion it was computed from and merges with what
+// another replica stored (settle.Merge), so two replicas that learn the
+// same thing converge instead of fighting. A ConfigMap holds at most
+// DefaultMaxPerConfigMap records; a namespace's records fill its first
+// ConfigMap, then spill into further ones, up to MaxShards, so that
+// namespaces of a few parents keep one ConfigMap and one of many thousands
+// keeps every record. Only beyond MaxShards full ConfigMaps does the
+// oldest change give way; a deleted parent's record is dropped.
 //
 // The records are read before the proxy reports ready, and each replica
 // watches them: a parent a replica has not seen yet, or no longer holds,
@@ -19,7 +22,9 @@ package settlements
 
 import (
 	"context"
+	"errors"
 	"sort"
+	"strconv"
 	"strings"
 	"sync"
 	"time"
@@ -49,10 +54,18 @@ const (
 	// namespace's record adds a dot and the namespace, which no namespace
 	// name can make equal to it.
 	clusterScoped = "kausality-settledness"
-	// DefaultMaxPerNamespace bounds the records of one namespace's
-	// parents: a record is under 120 bytes, so a ConfigMap stays far below
-	// the 1 MiB kube-apiserver accepts.
-	DefaultMaxPerNamespace = 5000
+	// DefaultMaxPerConfigMap bounds the records of one ConfigMap: a
+	// record is under 120 bytes, so a ConfigMap stays far below the 1 MiB
+	// kube-apiserver accepts.
+	DefaultMaxPerConfigMap = 5000
+	// MaxShards bounds the ConfigMaps of one namespace's parents, and so
+	// its records (80,000 by default: 8,000 Deployments, each with the
+	// default history of ten ReplicaSets, which are parents of their
+	// pods).
+	MaxShards = 16
+	// byParentsNamespace indexes the ConfigMaps by the namespace of the
+	// parents they hold the records of.
+	byParentsNamespace = "parentsNamespace"
 	// conflictRetries bounds the re-reads of one batch whose
 	// resourceVersion another replica moved; then it is queued again.
 	conflictRetries = 5
@@ -61,7 +74,7 @@ const (
 	sweepEvery = 10 * time.Minute
 )
 
-// Name is the ConfigMap that holds the records of the parents in
+// Name is the first ConfigMap that holds the records of the parents in
 // namespace ("" for cluster-scoped parents).
 func Name(namespace string) string {
 	if namespace == "" {
@@ -70,12 +83,51 @@ func Name(namespace string) string {
 	return clusterScoped + "." + namespace
 }
 
+// ShardName is the ConfigMap of the parents in namespace numbered shard;
+// the first is Name. A namespace's name holds no dot, so ".<n>" after it,
+// or "-<n>" after the cluster-scoped parents' name, which holds no dot
+// either, names no other namespace's.
+func ShardName(namespace string, shard int) string {
+	switch {
+	case shard == 0:
+		return Name(namespace)
+	case namespace == "":
+		return clusterScoped + "-" + strconv.Itoa(shard)
+	}
+	return Name(namespace) + "." + strconv.Itoa(shard)
+}
+
+// NamespaceOf is the namespace of the parents whose records the ConfigMap
+// name holds, ok false when name is none of ShardName's.
+func NamespaceOf(name string) (namespace string, ok bool) {
+	if name == clusterScoped {
+		return "", true
+	}
+	if n, isShard := strings.CutPrefix(name, clusterScoped+"-"); isShard {
+		return "", isShardNumber(n)
+	}
+	rest, ok := strings.CutPrefix(name, clusterScoped+".")
+	if !ok || rest == "" {
+		return "", false
+	}
+	namespace, n, sharded := strings.Cut(rest, ".")
+	if sharded && !isShardNumber(n) {
+		return "", false
+	}
+	return namespace, true
+}
+
+func isShardNumber(s string) bool {
+	n, err := strconv.Atoi(s)
+	return err == nil && n > 0 && n < MaxShards && strconv.Itoa(n) == s
+}
+
 // Store reads and writes the records. It implements settle.Durable.
 type Store struct {
 	configMaps      corev1client.ConfigMapInterface
 	namespaces      corev1client.NamespaceInterface
 	namespace       string
-	maxPerNamespace int
+	maxPerConfigMap int
 	now             func() time.Time
 	log             *zap.Logger
 
@@ -99,10 +151,21 @@ func New(client kubernetes.Interface, namespace string, log *zap.Logger) *Store 
 	selector := labels.SelectorFromSet(labels.Set{managedByLabel: managedBy, componentLabel: component}).String()
 	factory := informers.NewSharedInformerFactoryWithOptions(client, 0, informers.WithNamespace(namespace),
 		informers.WithTweakListOptions(func(lo *metav1.ListOptions) { lo.LabelSelector = selector }))
+	records := factory.Core().V1().ConfigMaps().Informer()
+	_ = records.AddIndexers(cache.Indexers{byParentsNamespace: func(obj interface{}) ([]string, error) {
+		cm, ok := obj.(*corev1.ConfigMap)
+		if !ok {
+			return nil, nil
+		}
+		if ns, ok := NamespaceOf(cm.Name); ok {
+			return []string{ns}, nil
+		}
+		return nil, nil
+	}})
 	return &Store{
 		configMaps: client.CoreV1().ConfigMaps(namespace), namespaces: client.CoreV1().Namespaces(), namespace: namespace,
-		maxPerNamespace: DefaultMaxPerNamespace, now: time.Now, log: log,
-		factory: factory, records: factory.Core().V1().ConfigMaps().Informer(),
+		maxPerConfigMap: DefaultMaxPerConfigMap, now: time.Now, log: log,
+		factory: factory, records: records,
 		queue:   workqueue.NewTypedRateLimitingQueueWithConfig(workqueue.DefaultTypedControllerRateLimiter[string](), workqueue.TypedRateLimitingQueueConfig[string]{Name: "settledness"}),
 		pending: map[string]map[types.UID]bool{},
 	}
@@ -164,25 +227,106 @@ func (s *Store) Run(ctx context.Context) {
 // replica would decide as one that knows nothing.
 func (s *Store) HasSynced() bool { return s.records.HasSynced() }
 
-// Lookup returns the stored record of the parent uid in namespace.
+// Lookup returns the stored record of the parent uid in namespace. Two
+// replicas that placed one parent's record at once may have put it into
+// two ConfigMaps: the records found are merged.
 func (s *Store) Lookup(namespace string, uid types.UID) (settle.Record, bool) {
-	obj, ok, err := s.records.GetStore().GetByKey(s.namespace + "/" + Name(namespace))
-	if err != nil || !ok {
-		return settle.Record{}, false
+	var out settle.Record
+	found := false
+	for _, cm := range s.shards(namespace) {
+		if cm == nil {
+			continue
+		}
+		data, ok := cm.Data[string(uid)]
+		if !ok {
+			continue
+		}
+		r, err := settle.DecodeRecord(data)
+		if err != nil {
+			continue
+		}
+		if found {
+			out = settle.Merge(out, r)
+		} else {
+			out, found = r, true
+		}
 	}
-	cm, _ := obj.(*corev1.ConfigMap)
-	if cm == nil {
-		return settle.Record{}, false
+	return out, found
+}
+
+// shards are the ConfigMaps of namespace's parents the informer holds, by
+// shard number (nil where there is none).
+func (s *Store) shards(namespace string) []*corev1.ConfigMap {
+	out := make([]*corev1.ConfigMap, MaxShards)
+	objs, _ := s.records.GetIndexer().ByIndex(byParentsNamespace, namespace)
+	for _, obj := range objs {
+		cm, ok := obj.(*corev1.ConfigMap)
+		if !ok {
+			continue
+		}
+		for i := range MaxShards {
+			if cm.Name == ShardName(namespace, i) {
+				out[i] = cm
+			}
+		}
 	}
-	data, ok := cm.Data[string(uid)]
-	if !ok {
-		return settle.Record{}, false
+	return out
+}
+
+// place shares batch out among namespace's ConfigMaps, by name: a record
+// goes where the informer shows it already (a removal to every ConfigMap
+// that shows it), else into the first ConfigMap with room, else into the
+// last, where the oldest change gives way to it.
+func (s *Store) place(namespace string, batch map[types.UID]bool) map[string]map[types.UID]bool {
+	shards := s.shards(namespace)
+	room := make([]int, MaxShards)
+	for i, cm := range shards {
+		room[i] = s.maxPerConfigMap
+		if cm != nil {
+			room[i] -= len(cm.Data)
+		}
 	}
-	r, err := settle.DecodeRecord(data)
-	if err != nil {
-		return settle.Record{}, false
+	out := map[string]map[types.UID]bool{}
+	put := func(shard int, uid types.UID, write bool) {
+		name := ShardName(namespace, shard)
+		if out[name] == nil {
+			out[name] = map[types.UID]bool{}
+		}
+		out[name][uid] = write
 	}
-	return r, true
+	uids := make([]types.UID, 0, len(batch))
+	for uid := range batch {
+		uids = append(uids, uid)
+	}
+	sort.Slice(uids, func(i, j int) bool { return uids[i] < uids[j] })
+	for _, uid := range uids {
+		write, held := batch[uid], false
+		for i, cm := range shards {
+			if cm == nil || held && write {
+				continue
+			}
+			if _, ok := cm.Data[string(uid)]; ok {
+				put(i, uid, write)
+				held = true
+			}
+		}
+		switch {
+		case held:
+		case !write:
+			put(0, uid, false)
+		default:
+			target := MaxShards - 1
+			for i := range room {
+				if room[i] > 0 {
+					target = i
+					break
+				}
+			}
+			room[target]--
+			put(target, uid, true)
+		}
+	}
+	return out
 }
 
 // Changed queues the record of uid for writing.
@@ -220,7 +364,7 @@ func (s *Store) next(ctx context.Context) bool {
 	}
 	if err := s.write(ctx, namespace, batch); err != nil {
 		s.log.Warn("cannot record what this replica learned of parents' settledness; retrying. Until it is recorded, another replica, or this one restarted, may allow a controller's revert of a person's edit as a spec change being carried out",
-			zap.String("namespace", s.namespace), zap.String("configMap", Name(namespace)), zap.Error(err))
+			zap.String("namespace", s.namespace), zap.String("parentsNamespace", namespace), zap.Error(err))
 		s.mu.Lock()
 		p := s.pending[namespace]
 		if p == nil {
@@ -240,16 +384,28 @@ func (s *Store) next(ctx context.Context) bool {
 	return true
 }
 
-// write merges batch into the stored ConfigMap of namespace's parents,
-// with the resourceVersion it read as the precondition, re-reading on a
-// conflict. A ConfigMap left without records is deleted, under the same
-// precondition: namespaces come and go (one per pull request), and every
-// replica reads every ConfigMap before it is ready.
+// write merges batch into the stored ConfigMaps of namespace's parents
+// (place).
 func (s *Store) write(ctx context.Context, namespace string, batch map[types.UID]bool) error {
+	var errs []error
+	for name, part := range s.place(namespace, batch) {
+		if err := s.writeConfigMap(ctx, name, part); err != nil {
+			errs = append(errs, err)
+		}
+	}
+	return errors.Join(errs...)
+}
+
+// writeConfigMap merges batch into the stored ConfigMap name, with the
+// resourceVersion it read as the precondition, re-reading on a conflict. A
+// ConfigMap left without records is deleted, under the same precondition:
+// namespaces come and go (one per pull request), and every replica reads
+// every ConfigMap before it is ready.
+func (s *Store) writeConfigMap(ctx context.Context, name string, batch map[types.UID]bool) error {
 	var err error
 	for range conflictRetries {
 		var stored *corev1.ConfigMap
-		stored, err = s.configMaps.Get(ctx, Name(namespace), metav1.GetOptions{})
+		stored, err = s.configMaps.Get(ctx, name, metav1.GetOptions{})
 		switch {
 		case apierrors.IsNotFound(err):
 			stored = nil
@@ -265,7 +421,7 @@ func (s *Store) write(ctx context.Context, namespace string, batch map[types.UID
 			return nil
 		}
 		if stored == nil {
-			cm := &corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Name: Name(namespace), Namespace: s.namespace,
+			cm := &corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: s.namespace,
 				Labels: map[string]string{managedByLabel: managedBy, componentLabel: component}}, Data: next}
 			_, err = s.configMaps.Create(ctx, cm, metav1.CreateOptions{FieldManager: managedBy})
 			if apierrors.IsAlreadyExists(err) {
@@ -328,7 +484,7 @@ func (s *Store) apply(data map[string]string, batch map[types.UID]bool) (map[str
 		merged.Changed = now
 		next[key] = merged.Encode()
 	}
-	Bound(next, s.maxPerNamespace)
+	Bound(next, s.maxPerConfigMap)
 	if len(next) != len(data) {
 		return next, true
 	}
@@ -353,8 +509,8 @@ func (s *Store) Sweep(ctx context.Context) {
 		if !ok {
 			continue
 		}
-		namespace, ok := strings.CutPrefix(cm.Name, clusterScoped+".")
-		if !ok {
+		namespace, ok := NamespaceOf(cm.Name)
+		if !ok || namespace == "" {
 			continue
 		}
 		_, err := s.namespaces.Get(ctx, namespace, metav1.GetOptions{})

@@ -3,7 +3,9 @@ package settlements
 import (
 	"context"
 	"fmt"
+	"slices"
 	"strconv"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -196,6 +198,103 @@ func TestName(t *testing.T) {
 	}
 	if got := Name("apps"); got != "kausality-settledness.apps" {
 		t.Fatalf("Name(apps) = %q", got)
+	}
+	// Every ConfigMap of every namespace (namespaces named like shard
+	// numbers included) has a name of its own, and tells its namespace.
+	seen := map[string]string{}
+	for _, ns := range []string{"", "apps", "1", "apps-1", "apps.1", "s1"} {
+		for shard := range MaxShards {
+			name := ShardName(ns, shard)
+			if strings.Contains(ns, ".") {
+				continue // no namespace is named so
+			}
+			if other, dup := seen[name]; dup {
+				t.Fatalf("%s names the ConfigMaps of %q and of %q", name, ns, other)
+			}
+			seen[name] = ns
+			if got, ok := NamespaceOf(name); !ok || got != ns {
+				t.Errorf("NamespaceOf(%q) = %q, %v; want %q", name, got, ok, ns)
+			}
+		}
+	}
+	for _, name := range []string{"kausality-settledness.", "kausality-settledness.apps.0", "kausality-settledness.apps.16",
+		"kausality-settledness.apps.01", "kausality-settledness-0", "kausality-settledness-x", "other", "kausality-settledness.apps.x"} {
+		if ns, ok := NamespaceOf(name); ok {
+			t.Errorf("NamespaceOf(%q) = %q: not a name of ShardName's", name, ns)
+		}
+	}
+}
+
+// A namespace whose parents outgrow one ConfigMap keeps every record: they
+// spill into further ConfigMaps, which a restarted replica reads, and a
+// deleted parent's record goes from wherever it is.
+func TestAFullConfigMapSpillsIntoTheNext(t *testing.T) {
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	client := fake.NewClientset()
+	testutil.ConfigMapResourceVersions(client)
+	one, store := replica(t, ctx, client)
+	store.maxPerConfigMap = 5
+
+	const parents = 12
+	for i := range parents {
+		one.Assess(deployment("apps", "web"+strconv.Itoa(i), "v1", 1, true))
+	}
+	counts := func() ([]int, error) {
+		var out []int
+		for shard := range 4 {
+			cm, err := client.CoreV1().ConfigMaps(proxyNamespace).Get(ctx, ShardName("apps", shard), metav1.GetOptions{})
+			switch {
+			case apierrors.IsNotFound(err):
+				out = append(out, 0)
+			case err != nil:
+				return nil, err
+			default:
+				out = append(out, len(cm.Data))
+			}
+		}
+		return out, nil
+	}
+	testutil.Eventually(t, 20*time.Second, "every settlement recorded, five to a ConfigMap", func() error {
+		got, err := counts()
+		if err != nil {
+			return err
+		}
+		if !slices.Equal(got, []int{5, 5, 2, 0}) {
+			return fmt.Errorf("records per ConfigMap %v, want [5 5 2 0]", got)
+		}
+		return nil
+	})
+	restarted, _ := replica(t, ctx, client)
+	for i := range parents {
+		name := "web" + strconv.Itoa(i)
+		if f := restarted.Assess(deployment("apps", name, "v1", 2, false)); !f.AtCurrentSpec || f.SpecSince != 1 {
+			t.Fatalf("%s on a restarted replica: %+v, want settled at its spec since generation 1", name, f)
+		}
+	}
+	cm, err := client.CoreV1().ConfigMaps(proxyNamespace).Get(ctx, ShardName("apps", 1), metav1.GetOptions{})
+	mustNot(t, err)
+	var spilled string
+	for uid := range cm.Data {
+		spilled = uid
+	}
+	one.Forget(types.UID(spilled))
+	testutil.Eventually(t, 10*time.Second, "the deleted parent's record goes from the ConfigMap it spilled into", func() error {
+		got, err := counts()
+		if err != nil {
+			return err
+		}
+		if !slices.Equal(got, []int{5, 4, 2, 0}) {
+			return fmt.Errorf("records per ConfigMap %v, want [5 4 2 0]", got)
+		}
+		return nil
+	})
+}
+
+func mustNot(t *testing.T, err error) {
+	t.Helper()
+	if err != nil {
+		t.Fatal(err)
 	}
 }
 

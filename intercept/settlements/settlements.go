@@ -33,7 +33,6 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/apimachinery/pkg/labels"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/apimachinery/pkg/util/wait"
 	"k8s.io/client-go/informers"
@@ -122,6 +121,9 @@ func isShardNumber(s string) bool {
 	return err == nil && n > 0 && n < MaxShards && strconv.Itoa(n) == s
 }
 
+// LabelSelector selects the ConfigMaps of the records.
+const LabelSelector = managedByLabel + "=" + managedBy + "," + componentLabel + "=" + component
+
 // Store reads and writes the records. It implements settle.Durable.
 type Store struct {
 	configMaps      corev1client.ConfigMapInterface
@@ -148,7 +150,7 @@ func New(client kubernetes.Interface, namespace string, log *zap.Logger) *Store 
 	if log == nil {
 		log = zap.NewNop()
 	}
-	selector := labels.SelectorFromSet(labels.Set{managedByLabel: managedBy, componentLabel: component}).String()
+	selector := LabelSelector
 	factory := informers.NewSharedInformerFactoryWithOptions(client, 0, informers.WithNamespace(namespace),
 		informers.WithTweakListOptions(func(lo *metav1.ListOptions) { lo.LabelSelector = selector }))
 	records := factory.Core().V1().ConfigMaps().Informer()

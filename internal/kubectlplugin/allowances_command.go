@@ -7,6 +7,7 @@ import (
 	"sort"
 
 	"github.com/spf13/cobra"
+	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
@@ -105,39 +106,44 @@ func (c *cluster) allowancePolicies(ctx context.Context) ([]*unstructured.Unstru
 	return out, nil
 }
 
-// settlednessRecords reads the proxy's settledness records of a namespace
-// once and looks objects up in them.
+// settlednessRecords reads the proxy's settledness records once and looks
+// objects up in them, in whichever of its namespace's ConfigMaps holds it.
 func (c *cluster) settlednessRecords(ctx context.Context, proxyNamespace string) func(*unstructured.Unstructured) SettlednessLookup {
-	type read struct {
-		data   map[string]string
-		source string
-		err    string
-	}
-	cache := map[string]read{}
+	var (
+		read    bool
+		byNS    map[string][]corev1.ConfigMap
+		readErr string
+	)
 	return func(obj *unstructured.Unstructured) SettlednessLookup {
-		ns := obj.GetNamespace()
-		r, ok := cache[ns]
-		if !ok {
-			name := settlements.Name(ns)
-			r.source = "ConfigMap " + proxyNamespace + "/" + name
-			cm, err := c.kube.CoreV1().ConfigMaps(proxyNamespace).Get(ctx, name, metav1.GetOptions{})
-			switch {
-			case apierrors.IsNotFound(err):
-			case err != nil:
-				r.err = fmt.Sprintf("ConfigMap %s/%s: %v", proxyNamespace, name, err)
-			default:
-				r.data = cm.Data
+		if !read {
+			read = true
+			list, err := c.kube.CoreV1().ConfigMaps(proxyNamespace).List(ctx, metav1.ListOptions{LabelSelector: settlements.LabelSelector})
+			if err != nil {
+				readErr = fmt.Sprintf("the ConfigMaps %s in %s: %v", settlements.LabelSelector, proxyNamespace, err)
+			} else {
+				byNS = map[string][]corev1.ConfigMap{}
+				for _, cm := range list.Items {
+					if ns, ok := settlements.NamespaceOf(cm.Name); ok {
+						byNS[ns] = append(byNS[ns], cm)
+					}
+				}
 			}
-			cache[ns] = r
 		}
-		l := SettlednessLookup{Source: r.source, Error: r.err}
-		if v, ok := r.data[string(obj.GetUID())]; ok {
+		ns := obj.GetNamespace()
+		l := SettlednessLookup{Source: "ConfigMap " + proxyNamespace + "/" + settlements.Name(ns), Error: readErr}
+		for _, cm := range byNS[ns] {
+			v, ok := cm.Data[string(obj.GetUID())]
+			if !ok {
+				continue
+			}
+			l.Source = "ConfigMap " + proxyNamespace + "/" + cm.Name
 			rec, err := settle.DecodeRecord(v)
 			if err != nil {
 				l.Error = err.Error()
-			} else {
-				l.Record = &rec
+				continue
 			}
+			l.Error, l.Record = "", &rec
+			break
 		}
 		return l
 	}

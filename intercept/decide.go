@@ -184,7 +184,7 @@ func (i *Interceptor) decide(f *facts) decision.Decision {
 		d = decision.UnderBoth(d, former)
 		if former.Actor.IsController && f.req.w.sub != statusSubresource {
 			// Its former parent's controller moves the child away.
-			d = decision.KeepChildModes(d, f.old, f.new)
+			d = decision.KeepChildModes(d, f.old, f.new, f.req.writer)
 		}
 	}
 	if f.req.w.sub == podSpecSubresource {
@@ -401,14 +401,20 @@ func (i *Interceptor) allowanceInputs(f *facts) decision.AllowanceInputs {
 // allowancesChecked reports whether an allowance mode is on where the
 // allowance check looks for it: the stored object's (allowances it
 // initiates or prunes) or the parent's (allowances its children use),
-// else the namespace's. With every mode off the policies are not read.
+// else the namespace's; or whether one of them was set or removed through
+// the proxy, which the decision may undo (a controller's own change of the
+// mode does not decide how its writes are checked). With every mode off
+// the policies are not read.
 func allowancesChecked(f *facts, namespace map[string]string) bool {
+	if annotations.ModeSetBy(namespace, annotations.AllowanceMode).User != "" {
+		return true
+	}
 	for _, obj := range []*unstructured.Unstructured{f.old, f.parent.obj} {
 		var ann map[string]string
 		if obj != nil {
 			ann = obj.GetAnnotations()
 		}
-		if mode, _ := allowance.ModeOf(ann, namespace); mode != allowance.ModeOff {
+		if mode, _ := allowance.ModeOf(ann, namespace); mode != allowance.ModeOff || annotations.ModeSetBy(ann, annotations.AllowanceMode).User != "" {
 			return true
 		}
 	}

@@ -59,6 +59,9 @@ type writeRequest struct {
 	ctx context.Context
 	// userHashes are the user's hashes, for every decision of the request.
 	userHashes *controllerid.User
+	// writer is the user's long hash ("" without a user): who the records
+	// of approvals and modes name.
+	writer string
 }
 
 func (i *Interceptor) newWriteRequest(r *http.Request, wr *write) *writeRequest {
@@ -71,7 +74,7 @@ func (i *Interceptor) newWriteRequest(r *http.Request, wr *write) *writeRequest 
 	}
 	if u != nil {
 		hashes := controllerid.UserOf(controllerid.UserIdentifier(u.GetName(), u.GetUID()))
-		rq.userHashes = &hashes
+		rq.userHashes, rq.writer = &hashes, hashes.Long
 	}
 	if i.cfg.Policies != nil && u != nil {
 		rq.policies = policy.NewMatcher(r.Context(), i.cfg.Policies.For(u.GetName())...)
@@ -215,7 +218,7 @@ func (i *Interceptor) serveShadow(x exchange, rq *writeRequest) {
 // reservations, the trace), on which the decisions of other writes rest.
 // r as it came when it changes none, or cannot be rewritten.
 func (i *Interceptor) keepingSystemAnnotations(r *http.Request, f *facts, d *decision.Decision, pin bool) forwarded {
-	keep := decision.KeepShadowAnnotations(f.old, f.new, d)
+	keep := decision.KeepShadowAnnotations(f.old, f.new, d, f.req.writer)
 	if keep.Empty() || f.op == decision.Delete {
 		return forwarded{req: r}
 	}
@@ -239,7 +242,7 @@ func (i *Interceptor) keepingSystemAnnotations(r *http.Request, f *facts, d *dec
 // the write sent again, and after decision.MaxRounds of them without the
 // precondition, since a shadow write is never made to fail.
 func (i *Interceptor) sendShadow(x exchange, rec *httpx.CodeRecorder, f facts, d *decision.Decision, data []byte) {
-	if f.namesOtherVersion() && !f.childLive && !decision.KeepShadowAnnotations(f.old, f.new, d).Empty() {
+	if f.namesOtherVersion() && !f.childLive && !decision.KeepShadowAnnotations(f.old, f.new, d, f.req.writer).Empty() {
 		// The write lands on the version it names, whose values the
 		// cache may not hold yet.
 		if live, err := i.liveChild(x.r.Context(), &f); err == nil && live != nil {

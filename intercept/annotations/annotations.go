@@ -86,7 +86,7 @@ const (
 	Reservations = "kausality.io/reservations"
 	// ApprovalsBy on any object: who added each entry of its
 	// kausality.io/approvals through the proxy, "<user hash>:<digest>.<digest>"
-	// groups (see approval.Writers). The drift decision sets aside an
+	// groups (see Writers). The drift decision sets aside an
 	// approval only the parent's controller gave.
 	ApprovalsBy = "kausality.io/approvals-by"
 	// ModesBy on any object or namespace: who set its kausality.io/mode

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"maps"
+	"slices"
 	"strings"
 	"time"
 )
@@ -67,12 +68,30 @@ type stampedApproval struct {
 // equal valid entry makes it a no-op, so a retried command never admits
 // two writes with one intent.
 func AddApproval(current string, a Approval, st Stamp) (Edit, error) {
+	return AddApprovalTo(map[string]string{Approvals: current}, a, st)
+}
+
+// AddApprovalTo is AddApproval on a parent's annotations ann: an equal
+// entry that only the parent's controller gave (ApprovalsBy) approves
+// none of its drift, so it does not make the edit a no-op. While no
+// Controllers record names the controller, an entry with any recorded
+// writer may be its own.
+func AddApprovalTo(ann map[string]string, a Approval, st Stamp) (Edit, error) {
+	current := ann[Approvals]
 	entries, _, ok := ParseApprovalEntries(current)
 	if !ok {
 		return Edit{}, fmt.Errorf("the parent's %s is not a JSON array (the proxy reads it as no approvals); fix or remove it first: %q", Approvals, current)
 	}
+	writers := ParseWriters(ann[ApprovalsBy])
+	var controllers []string
+	for _, h := range strings.Split(ann[Controllers], ",") {
+		if h = strings.TrimSpace(h); h != "" {
+			controllers = append(controllers, h)
+		}
+	}
+	mayBeTheControllers := func(u string) bool { return len(controllers) == 0 || slices.Contains(controllers, u) }
 	for _, e := range entries {
-		if e.Valid && sameApproval(e.Approval, a) {
+		if e.Valid && sameApproval(e.Approval, a) && !writers.OnlyBy(e.Raw, mayBeTheControllers) {
 			return Edit{Unchanged: true, Summary: "already approved: " + string(e.Raw)}, nil
 		}
 	}

@@ -123,3 +123,38 @@ func TestEditApply(t *testing.T) {
 		t.Errorf("apply to no annotations: %v", got)
 	}
 }
+
+// An equal entry only the parent's controller gave approves none of its
+// drift: a person's approve adds a stamped one of its own, which the
+// record does not hold.
+func TestAddApprovalBesideAnEntryOnlyTheControllerGave(t *testing.T) {
+	st := Stamp{User: "carol", At: time.Date(2026, 3, 1, 12, 0, 0, 0, time.UTC)}
+	a := Approval{APIVersion: "apps/v1", Kind: "ReplicaSet", Name: "web-6d4", Generation: 4, Mode: ApprovalOnce}
+	const prewritten = `{"apiVersion":"apps/v1","kind":"ReplicaSet","name":"web-6d4","generation":4,"mode":"once"}`
+	digest := EntryDigest([]byte(prewritten))
+	for _, tc := range []struct {
+		name      string
+		ann       map[string]string
+		unchanged bool
+	}{
+		{name: "given around the proxy", ann: map[string]string{}, unchanged: true},
+		{name: "given by a person through the proxy", ann: map[string]string{ApprovalsBy: "alice:" + digest, Controllers: "ctrl"}, unchanged: true},
+		{name: "given by the recorded controller", ann: map[string]string{ApprovalsBy: "ctrl:" + digest, Controllers: "ctrl"}},
+		{name: "given by a writer while no record names the controller", ann: map[string]string{ApprovalsBy: "ctrl:" + digest}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			ann := maps.Clone(tc.ann)
+			ann[Approvals] = "[" + prewritten + "]"
+			e, err := AddApprovalTo(ann, a, st)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if e.Unchanged != tc.unchanged {
+				t.Fatalf("unchanged %v (%s), want %v", e.Unchanged, e.Summary, tc.unchanged)
+			}
+			if !tc.unchanged && !strings.Contains(e.Set[Approvals], `"user":"carol"`) {
+				t.Errorf("approvals %s hold no stamped entry of carol's", e.Set[Approvals])
+			}
+		})
+	}
+}

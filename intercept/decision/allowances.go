@@ -253,7 +253,8 @@ func prune(d Decision, in Input, a AllowanceInputs) Decision {
 	if stored[allowance.Annotation] == "" {
 		return d
 	}
-	mode, _ := allowance.ModeOf(stored, a.NamespaceAnnotations)
+	modeOn, nsModeOn, _ := allowanceModesAsPeopleSetThem(stored, a.NamespaceAnnotations, heldByObjectsController(stored), "object "+RefOf(in.OldObject).String(), in.Child.Namespace)
+	mode, _ := allowance.ModeOf(modeOn, nsModeOn)
 	if mode == allowance.ModeOff {
 		return d
 	}
@@ -275,10 +276,13 @@ func initiate(ctx context.Context, d Decision, in Input, a AllowanceInputs) Deci
 	if in.OldObject != nil {
 		stored = in.OldObject.GetAnnotations()
 	}
-	mode, warn := allowance.ModeOf(stored, a.NamespaceAnnotations)
+	modeOn, nsModeOn, ignored := allowanceModesAsPeopleSetThem(stored, a.NamespaceAnnotations, heldByObjectsController(stored),
+		"object "+RefOf(in.NewObject).String(), in.Child.Namespace)
+	mode, warn := allowance.ModeOf(modeOn, nsModeOn)
 	if mode == allowance.ModeOff {
 		return d
 	}
+	d.Warnings = append(d.Warnings, ignored...)
 	if warn != nil {
 		d.Warnings = append(d.Warnings, warn.String())
 	}
@@ -303,12 +307,15 @@ func initiate(ctx context.Context, d Decision, in Input, a AllowanceInputs) Deci
 // and passes on what the child's own policies grant.
 func use(ctx context.Context, d Decision, in Input, a AllowanceInputs) Decision {
 	parentAnn := in.Parent.GetAnnotations()
-	modeOn, nsModeOn, ignored := withoutControllersModes(in, parentAnn, a.NamespaceAnnotations)
-	d.Warnings = append(d.Warnings, ignored...)
+	writer := userHashesOf(in).Long
+	recorded := controllerid.ParseHashes(parentAnn[annotations.Controllers])
+	held := func(u string) bool { return u == writer || controllerid.ContainsHash(recorded, u) }
+	modeOn, nsModeOn, ignored := allowanceModesAsPeopleSetThem(parentAnn, a.NamespaceAnnotations, held, "parent "+RefOf(in.Parent).String(), in.Child.Namespace)
 	mode, warn := allowance.ModeOf(modeOn, nsModeOn)
 	if mode == allowance.ModeOff {
 		return d
 	}
+	d.Warnings = append(d.Warnings, ignored...)
 	if warn != nil {
 		d.Warnings = append(d.Warnings, warn.String())
 	}
@@ -482,15 +489,12 @@ func SettledGeneration(parent *unstructured.Unstructured, in Input) int64 {
 	return in.Settle.SettledAt
 }
 
-// withoutControllersModes are the parent's and the namespace's
-// annotations with the allowance mode people set: one that the writer,
-// the parent's controller, or a user the parent's kausality.io/controllers
-// names set through the proxy, before its status writes named it, does
-// not decide how its writes are checked.
-func withoutControllersModes(in Input, parentAnn, nsAnn map[string]string) (parent, namespace map[string]string, warnings []string) {
-	writer := userHashesOf(in).Long
-	recorded := controllerid.ParseHashes(parentAnn[annotations.Controllers])
-	held := func(u string) bool { return u == writer || controllerid.ContainsHash(recorded, u) }
+// allowanceModesAsPeopleSetThem are an object's and its namespace's
+// annotations with the allowance mode people set: one that a user held
+// (the controller the check is about) set or removed through the proxy,
+// before its status writes named it, does not decide how its writes are
+// checked, and the value before it does.
+func allowanceModesAsPeopleSetThem(ann, nsAnn map[string]string, held func(string) bool, object, namespace string) (objectModes, namespaceModes map[string]string, warnings []string) {
 	asPeopleSetIt := func(ann map[string]string, object string) map[string]string {
 		v, set, w := modeAsPeopleSetIt(ann, annotations.AllowanceMode, held, object, "how its writes are checked")
 		if w == "" {
@@ -508,7 +512,17 @@ func withoutControllersModes(in Input, parentAnn, nsAnn map[string]string) (pare
 		}
 		return out
 	}
-	return asPeopleSetIt(parentAnn, "parent "+RefOf(in.Parent).String()), asPeopleSetIt(nsAnn, "namespace "+in.Child.Namespace), warnings
+	objectModes = asPeopleSetIt(ann, object)
+	namespaceModes = asPeopleSetIt(nsAnn, "namespace "+namespace)
+	return objectModes, namespaceModes, warnings
+}
+
+// heldByObjectsController holds the users an object's
+// kausality.io/controllers names: the allowances a person's change of the
+// object grants are not switched off by a mode its controller set.
+func heldByObjectsController(ann map[string]string) func(string) bool {
+	recorded := controllerid.ParseHashes(ann[annotations.Controllers])
+	return func(u string) bool { return controllerid.ContainsHash(recorded, u) }
 }
 
 // userHashesOf are the writer's user hashes.

@@ -167,29 +167,50 @@ func ResetsControllers(old, new map[string]string, u controllerid.User) bool {
 // change (from old, as stored, to new) back to their stored values; nil
 // when it changes none. A write the proxy forwards undecided (a
 // controller's in shadow mode) must not write what only the proxy writes,
-// on which the decisions of other writes rest.
+// on which the decisions of other writes rest. A create (old nil) writes
+// none of them.
 func KeepSystemAnnotations(old, new *unstructured.Unstructured) *AnnotationChanges {
-	if old == nil || new == nil {
+	if new == nil {
 		return nil
 	}
 	written := annotationsOf(new)
 	return diffAnnotations(written, computeAnnotations(annotationsOf(old), written, annotations.IsSystem, false, "", ""))
 }
 
-// KeepShadowAnnotations is KeepSystemAnnotations for a shadow write the
-// decision refused for its kausality.io annotations (the object's own
-// controller editing its controls, or a status write of a person's
-// annotation): those are kept as stored too. A shadow write is never
-// made to fail, but it must not do what no mode lets its writer do.
-func KeepShadowAnnotations(old, new *unstructured.Unstructured, d *Decision) *AnnotationChanges {
-	if d == nil || d.Category != OwnControlsRefused && d.Category != StatusAnnotationsRefused && !d.OwnControlsEdited {
-		return KeepSystemAnnotations(old, new)
-	}
-	if old == nil || new == nil {
+// KeepShadowAnnotations is KeepSystemAnnotations for a shadow write, by
+// writer (a user hash). One the decision refused for its kausality.io
+// annotations (the object's own controller editing its controls, or a
+// status write of a person's annotation) keeps those as stored too: a
+// shadow write is never made to fail, but it must not do what no mode lets
+// its writer do. The approvals and modes it changes are recorded as its
+// writer's (kausality.io/approvals-by, kausality.io/modes-by), as on every
+// write: a controller in shadow mode is no less its parent's controller
+// once it is known.
+func KeepShadowAnnotations(old, new *unstructured.Unstructured, d *Decision, writer string) *AnnotationChanges {
+	if new == nil {
 		return nil
 	}
-	written := annotationsOf(new)
-	return diffAnnotations(written, computeAnnotations(annotationsOf(old), written, annotations.IsKausality, false, "", ""))
+	fromStored := annotations.IsSystem
+	if d != nil && (d.Category == OwnControlsRefused || d.Category == StatusAnnotationsRefused || d.OwnControlsEdited) {
+		fromStored = annotations.IsKausality
+	}
+	stored, written := annotationsOf(old), annotationsOf(new)
+	after := computeAnnotations(stored, written, fromStored, false, "", "")
+	if after[annotations.Approvals] != stored[annotations.Approvals] {
+		setOrDelete(after, annotations.ApprovalsBy,
+			annotations.Attribute(stored[annotations.ApprovalsBy], stored[annotations.Approvals], after[annotations.Approvals], writer))
+	}
+	setOrDelete(after, annotations.ModesBy, annotations.RecordModeSetters(stored[annotations.ModesBy], stored, after, written, writer))
+	return diffAnnotations(written, after)
+}
+
+// setOrDelete sets key in ann to value, or deletes it for "".
+func setOrDelete(ann map[string]string, key, value string) {
+	if value == "" {
+		delete(ann, key)
+	} else {
+		ann[key] = value
+	}
 }
 
 // withSet returns c with key set to value instead of removed.

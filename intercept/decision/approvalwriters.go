@@ -25,7 +25,7 @@ func (x *decider) recordApprovalWriters() bool {
 		return false
 	}
 	was := x.oldAnn[annotations.ApprovalsBy]
-	record := approval.Attribute(was, before, stored, x.user.Long)
+	record := annotations.Attribute(was, before, stored, x.user.Long)
 	if record == was {
 		return false
 	}
@@ -43,7 +43,7 @@ func (x *decider) recordApprovalWriters() bool {
 // edits are refused once its status writes name it; this covers the ones
 // it made before, on a parent too new to have named it.
 func (x *decider) setAsideOwnApprovals(entries []approval.Entry) {
-	writers := approval.ParseWriters(x.parAnn[annotations.ApprovalsBy])
+	writers := annotations.ParseWriters(x.parAnn[annotations.ApprovalsBy])
 	if len(writers) == 0 {
 		return
 	}
@@ -120,7 +120,9 @@ func (x *decider) recordModeSetters() bool {
 func modeAsPeopleSetIt(ann map[string]string, key string, held func(string) bool, object, decides string) (value string, set bool, warning string) {
 	value, set = ann[key]
 	s := annotations.ModeSetBy(ann, key)
-	if s.User == "" || !held(s.User) {
+	if s.User == "" || !held(s.User) || set && strings.EqualFold(strings.TrimSpace(value), "enforce") {
+		// enforce is the strictest of every mode: set by the
+		// controller, it holds it back all the same.
 		return value, set, ""
 	}
 	what := key + "=" + value

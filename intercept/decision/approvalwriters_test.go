@@ -11,7 +11,6 @@ import (
 	"k8s.io/apiserver/pkg/authentication/user"
 
 	"github.com/kausality-io/kausality-proxy/intercept/annotations"
-	"github.com/kausality-io/kausality-proxy/intercept/approval"
 	"github.com/kausality-io/kausality-proxy/intercept/controllerid"
 	"github.com/kausality-io/kausality-proxy/intercept/settle"
 )
@@ -21,7 +20,7 @@ import (
 // alone gave approve none of its drift, once it is known.
 func TestApprovalsOnlyTheControllerGaveDoNotApproveItsDrift(t *testing.T) {
 	const entry = `{"apiVersion":"*","kind":"*","name":"*","mode":"always"}`
-	digest := approval.EntryDigest(json.RawMessage(entry))
+	digest := annotations.EntryDigest(json.RawMessage(entry))
 	ctrlLong, aliceLong, bobLong := controllerid.LongHash(ctrlUser), controllerid.LongHash("alice"), controllerid.LongHash("bob")
 	tests := []struct {
 		name        string
@@ -80,7 +79,7 @@ func TestAWriteRecordsWhoAddedEachApproval(t *testing.T) {
 		e1 = `{"apiVersion":"apps/v1","kind":"ReplicaSet","name":"web-1","mode":"always"}`
 		e2 = `{"apiVersion":"apps/v1","kind":"ReplicaSet","name":"web-2","generation":5}`
 	)
-	d1, d2 := approval.EntryDigest(json.RawMessage(e1)), approval.EntryDigest(json.RawMessage(e2))
+	d1, d2 := annotations.EntryDigest(json.RawMessage(e1)), annotations.EntryDigest(json.RawMessage(e2))
 	aliceLong, bobLong := controllerid.LongHash("alice"), controllerid.LongHash("bob")
 	// newParent is a Deployment nobody has written status for: nothing
 	// tells its controller from a person.
@@ -101,11 +100,11 @@ func TestAWriteRecordsWhoAddedEachApproval(t *testing.T) {
 		{name: "an approval added beside one recorded", op: Update, user: "bob",
 			old:        newParent(setAnn(annotations.Approvals, "["+e1+"]"), setAnn(annotations.ApprovalsBy, aliceLong+":"+d1)),
 			new:        newParent(setAnn(annotations.Approvals, "["+e1+","+e2+"]"), setAnn(annotations.ApprovalsBy, aliceLong+":"+d1)),
-			wantRecord: ptrTo(approval.Writers{d1: {aliceLong}, d2: {bobLong}}.String())},
+			wantRecord: ptrTo(annotations.Writers{d1: {aliceLong}, d2: {bobLong}}.String())},
 		{name: "a forged record is not taken", op: Update, user: "bob",
 			old:        newParent(setAnn(annotations.Approvals, "["+e1+"]"), setAnn(annotations.ApprovalsBy, aliceLong+":"+d1)),
 			new:        newParent(setAnn(annotations.Approvals, "["+e1+","+e2+"]"), setAnn(annotations.ApprovalsBy, aliceLong+":"+d1+"."+d2)),
-			wantRecord: ptrTo(approval.Writers{d1: {aliceLong}, d2: {bobLong}}.String())},
+			wantRecord: ptrTo(annotations.Writers{d1: {aliceLong}, d2: {bobLong}}.String())},
 		{name: "the approvals removed", op: Update, user: "bob",
 			old: newParent(setAnn(annotations.Approvals, "["+e1+"]"), setAnn(annotations.ApprovalsBy, aliceLong+":"+d1)),
 			new: newParent(setAnn(annotations.ApprovalsBy, aliceLong+":"+d1)), wantRecord: ptrTo("")},
@@ -245,4 +244,19 @@ func TestAnAllowanceModeTheControllerSetDoesNotCheckIt(t *testing.T) {
 
 func modesByHash(userHash, mode string) string {
 	return "mode=" + userHash + ":" + annotations.Digest([]byte(mode))
+}
+
+// enforce holds a controller back whoever set it: set by the controller
+// itself, it is not set aside for a laxer level below.
+func TestAnEnforceModeTheControllerSetStillHoldsIt(t *testing.T) {
+	in := base()
+	in.Mode.Default = annotations.ModeLog
+	in.Mode.Namespace, in.Mode.NamespaceModesBy = "enforce", modesByHash(controllerid.LongHash(ctrlUser), "enforce")
+	d := Decide(in)
+	if d.Result != Deny || d.ModeSource != ModeFromNamespace {
+		t.Fatalf("%s/%s in %s from %s, want Deny in the namespace's enforce", d.Result, d.Category, d.Mode, d.ModeSource)
+	}
+	if strings.Contains(strings.Join(d.Warnings, "\n"), "own controller") {
+		t.Errorf("warnings %q set the mode aside", d.Warnings)
+	}
 }

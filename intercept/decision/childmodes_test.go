@@ -6,6 +6,7 @@ import (
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 
 	"github.com/kausality-io/kausality-proxy/intercept/annotations"
+	"github.com/kausality-io/kausality-proxy/intercept/controllerid"
 	"github.com/kausality-io/kausality-proxy/intercept/settle"
 )
 
@@ -20,7 +21,7 @@ func decideUnderBoth(in Input, newParent, formerParent *unstructured.Unstructure
 		former := Decide(f)
 		d = UnderBoth(d, former)
 		if former.Actor.IsController {
-			d = KeepChildModes(d, in.OldObject, in.NewObject)
+			d = KeepChildModes(d, in.OldObject, in.NewObject, userHashesOf(in).Long)
 		}
 	}
 	return d
@@ -138,5 +139,42 @@ func TestAnOrphanAdoptedByTheParentsControllerIsDecidedUnderTheParent(t *testing
 	in3.NewObject = n
 	if d3 := Decide(in3); d3.Result != Deny {
 		t.Errorf("the adopted child's drift: %s/%s (mode %s from %s), want held", d3.Result, d3.Category, d3.Mode, d3.ModeSource)
+	}
+}
+
+// A mode the parent's controller set stays its own when the controller
+// moves the child from a parent it is known for to one too new to name it,
+// asking to drop the mode: the mode is put back, and so is its setter, so
+// the next drift is still not gated by it.
+func TestAModeTheControllerSetStaysItsAcrossAMove(t *testing.T) {
+	ctrlLong := controllerid.LongHash(ctrlUser)
+	recorded := "mode=" + ctrlLong + ":" + annotations.Digest([]byte("log"))
+	rolling := mkParent(obsGen(4))
+	fresh := mkParent(noObsGen, noManagedFields, delAnn(annotations.Phase), func(u *unstructured.Unstructured) {
+		u.SetName("web2")
+		u.SetUID("p2-uid")
+	})
+	old := mkChild(1, setAnn(annotations.Mode, "log"), setAnn(annotations.ModesBy, recorded))
+	moved := mkChild(1, setAnn(annotations.ModesBy, recorded), func(u *unstructured.Unstructured) {
+		_ = unstructured.SetNestedSlice(u.Object, []interface{}{map[string]interface{}{"apiVersion": "apps/v1", "kind": "Deployment", "name": "web2", "uid": "p2-uid", "controller": true}}, "metadata", "ownerReferences")
+	})
+	in := base()
+	in.OldObject, in.NewObject, in.DesiredChanged, in.Changes = old, moved, false, nil
+	d := decideUnderBoth(in, fresh, rolling)
+	if d.Result != Allow {
+		t.Fatalf("the move is refused: %s %s", d.Category, d.Reason)
+	}
+	stored := moved.DeepCopy()
+	d.ChildAnnotations.Apply(stored)
+	if got := stored.GetAnnotations()[annotations.Mode]; got != "log" {
+		t.Fatalf("stored mode %q, want the stored log kept", got)
+	}
+	if setter := annotations.ModeSetBy(stored.GetAnnotations(), annotations.Mode); setter.User != ctrlLong {
+		t.Fatalf("after the move kausality.io/modes-by = %q names %q as the mode's setter, want the controller", stored.GetAnnotations()[annotations.ModesBy], setter.User)
+	}
+	drift := base()
+	drift.OldObject = mkChild(1, setAnn(annotations.Mode, "log"), setAnn(annotations.ModesBy, stored.GetAnnotations()[annotations.ModesBy]))
+	if got := Decide(drift); got.Result != Deny || got.ModeSource != ModeFromDefault {
+		t.Fatalf("the controller's next drift: %s in mode %s from %s, want Deny under the default", got.Result, got.Mode, got.ModeSource)
 	}
 }

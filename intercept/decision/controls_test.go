@@ -9,7 +9,6 @@ import (
 	"k8s.io/apiserver/pkg/authentication/user"
 
 	"github.com/kausality-io/kausality-proxy/intercept/annotations"
-	"github.com/kausality-io/kausality-proxy/intercept/approval"
 	"github.com/kausality-io/kausality-proxy/intercept/controllerid"
 )
 
@@ -316,5 +315,5 @@ func TestControls(t *testing.T) {
 // aliceAdded is the record of alice adding the one approval entry value
 // holds.
 func aliceAdded(value string) *AnnotationChanges {
-	return set(annotations.ApprovalsBy, approval.Attribute("", "", value, controllerid.LongHash("alice")))
+	return set(annotations.ApprovalsBy, annotations.Attribute("", "", value, controllerid.LongHash("alice")))
 }

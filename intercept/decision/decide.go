@@ -127,7 +127,7 @@ func decideOnce(in Input) Decision {
 	}
 	x.guardOwnControls()
 	if !in.StatusWrite && x.in.Parent != nil && x.isController() {
-		d = KeepChildModes(d, in.OldObject, in.NewObject)
+		d = KeepChildModes(d, in.OldObject, in.NewObject, x.user.Long)
 	}
 	recordsWriters := d.Result == Allow && !in.StatusWrite && x.recordApprovalWriters()
 	recordsSetters := d.Result == Allow && !in.StatusWrite && x.recordModeSetters()

@@ -54,7 +54,11 @@ var childModes = [...]string{annotations.Mode, annotations.AllowanceMode}
 // gated. An adoption leaves none of them at all: they were written while
 // the child had no parent to answer to, maybe by the controller adopting
 // it (an orphan created with mode log, then adopted, would drift unheld).
-func KeepChildModes(d Decision, old, new *unstructured.Unstructured) Decision {
+//
+// The record of who set the child's modes (kausality.io/modes-by) is made
+// again on what is stored then: a mode put back keeps its setter, one left
+// behind is nobody's, and writer sets the others as asked.
+func KeepChildModes(d Decision, old, new *unstructured.Unstructured, writer string) Decision {
 	if d.Result != Allow || old == nil || new == nil {
 		return d
 	}
@@ -88,6 +92,33 @@ func KeepChildModes(d Decision, old, new *unstructured.Unstructured) Decision {
 		case !keep && has:
 			d.ChildAnnotations = withRemoved(d.ChildAnnotations, k)
 		}
+	}
+	return withModeSetters(d, stored, written, writer)
+}
+
+// withModeSetters is d with the kausality.io/modes-by of what it stores, a
+// write of requested onto an object holding stored, by writer.
+func withModeSetters(d Decision, stored, requested map[string]string, writer string) Decision {
+	after := make(map[string]string, len(requested)+2)
+	for k, v := range requested {
+		after[k] = v
+	}
+	if d.ChildAnnotations != nil {
+		for _, k := range d.ChildAnnotations.Remove {
+			delete(after, k)
+		}
+		for k, v := range d.ChildAnnotations.Set {
+			after[k] = v
+		}
+	}
+	was := stored[annotations.ModesBy]
+	record := annotations.RecordModeSetters(was, stored, after, requested, writer)
+	switch record {
+	case after[annotations.ModesBy]:
+	case "":
+		d.ChildAnnotations = withRemoved(d.ChildAnnotations, annotations.ModesBy)
+	default:
+		d.ChildAnnotations = withSet(d.ChildAnnotations, annotations.ModesBy, record)
 	}
 	return d
 }

@@ -275,26 +275,19 @@ func (s *Store) shards(namespace string) []*corev1.ConfigMap {
 	return out
 }
 
-// place shares batch out among namespace's ConfigMaps, by name: a record
-// goes where the informer shows it already (a removal to every ConfigMap
-// that shows it), else into the first ConfigMap with room, else into the
-// last, where the oldest change gives way to it.
-func (s *Store) place(namespace string, batch map[types.UID]bool) map[string]map[types.UID]bool {
+// place shares the records of batch the informer shows already out among
+// namespace's ConfigMaps, by name: a write goes where the record is, a
+// removal to every ConfigMap that shows it (and to the first). fresh are
+// the records to write that no ConfigMap shows yet.
+func (s *Store) place(namespace string, batch map[types.UID]bool) (placed map[string]map[types.UID]bool, fresh []types.UID) {
 	shards := s.shards(namespace)
-	room := make([]int, MaxShards)
-	for i, cm := range shards {
-		room[i] = s.maxPerConfigMap
-		if cm != nil {
-			room[i] -= len(cm.Data)
-		}
-	}
-	out := map[string]map[types.UID]bool{}
+	placed = map[string]map[types.UID]bool{}
 	put := func(shard int, uid types.UID, write bool) {
 		name := ShardName(namespace, shard)
-		if out[name] == nil {
-			out[name] = map[types.UID]bool{}
+		if placed[name] == nil {
+			placed[name] = map[types.UID]bool{}
 		}
-		out[name][uid] = write
+		placed[name][uid] = write
 	}
 	uids := make([]types.UID, 0, len(batch))
 	for uid := range batch {
@@ -314,21 +307,13 @@ func (s *Store) place(namespace string, batch map[types.UID]bool) map[string]map
 		}
 		switch {
 		case held:
-		case !write:
-			put(0, uid, false)
+		case write:
+			fresh = append(fresh, uid)
 		default:
-			target := MaxShards - 1
-			for i := range room {
-				if room[i] > 0 {
-					target = i
-					break
-				}
-			}
-			room[target]--
-			put(target, uid, true)
+			put(0, uid, false)
 		}
 	}
-	return out
+	return placed, fresh
 }
 
 // Changed queues the record of uid for writing.
@@ -386,24 +371,57 @@ func (s *Store) next(ctx context.Context) bool {
 	return true
 }
 
-// write merges batch into the stored ConfigMaps of namespace's parents
-// (place).
+// write merges batch into the stored ConfigMaps of namespace's parents:
+// the records they hold where they are (place), the new ones into the
+// first ConfigMap with room as it is stored, spilling into the next.
 func (s *Store) write(ctx context.Context, namespace string, batch map[types.UID]bool) error {
+	placed, fresh := s.place(namespace, batch)
 	var errs []error
-	for name, part := range s.place(namespace, batch) {
-		if err := s.writeConfigMap(ctx, name, part); err != nil {
+	for name, part := range placed {
+		if err := s.writeConfigMap(ctx, name, func(map[string]string) map[types.UID]bool { return part }); err != nil {
 			errs = append(errs, err)
 		}
+	}
+	for shard := 0; len(fresh) > 0 && shard < MaxShards; shard++ {
+		var rest []types.UID
+		err := s.writeConfigMap(ctx, ShardName(namespace, shard), func(stored map[string]string) map[types.UID]bool {
+			// Decided again on each read: another replica may have
+			// filled the ConfigMap meanwhile. The last takes every
+			// record, the oldest change giving way (Bound).
+			room := s.maxPerConfigMap - len(stored)
+			if shard == MaxShards-1 {
+				room = len(fresh)
+			}
+			part := map[types.UID]bool{}
+			rest = rest[:0]
+			for _, uid := range fresh {
+				if _, ok := stored[string(uid)]; ok || room > 0 {
+					if !ok {
+						room--
+					}
+					part[uid] = true
+					continue
+				}
+				rest = append(rest, uid)
+			}
+			return part
+		})
+		if err != nil {
+			errs = append(errs, err)
+			break
+		}
+		fresh = rest
 	}
 	return errors.Join(errs...)
 }
 
-// writeConfigMap merges batch into the stored ConfigMap name, with the
+// writeConfigMap merges the batch batchOf gives for what is stored into the
+// stored ConfigMap name, with the
 // resourceVersion it read as the precondition, re-reading on a conflict. A
 // ConfigMap left without records is deleted, under the same precondition:
 // namespaces come and go (one per pull request), and every replica reads
 // every ConfigMap before it is ready.
-func (s *Store) writeConfigMap(ctx context.Context, name string, batch map[types.UID]bool) error {
+func (s *Store) writeConfigMap(ctx context.Context, name string, batchOf func(stored map[string]string) map[types.UID]bool) error {
 	var err error
 	for range conflictRetries {
 		var stored *corev1.ConfigMap
@@ -418,7 +436,7 @@ func (s *Store) writeConfigMap(ctx context.Context, name string, batch map[types
 		if stored != nil {
 			data = stored.Data
 		}
-		next, changed := s.apply(data, batch)
+		next, changed := s.apply(data, batchOf(data))
 		if !changed {
 			return nil
 		}

@@ -357,7 +357,7 @@ func approveEdit(child decision.ObjectRef, parent *unstructured.Unstructured, m 
 	if m != annotations.ApprovalAlways {
 		a.Generation = parent.GetGeneration()
 	}
-	return annotations.AddApproval(parent.GetAnnotations()[annotations.Approvals], a, st)
+	return annotations.AddApprovalTo(parent.GetAnnotations(), a, st)
 }
 
 // rejectEdit adds to parent the rejection of the child's drift.

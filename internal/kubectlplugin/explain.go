@@ -281,7 +281,7 @@ func Explain(f Facts) Explanation {
 		ex.Warnings = append(ex.Warnings, w.String())
 	}
 	if ok {
-		writers := approval.ParseWriters(pann[annotations.ApprovalsBy])
+		writers := annotations.ParseWriters(pann[annotations.ApprovalsBy])
 		recorded := controllerid.ParseHashes(pann[annotations.Controllers])
 		var controllerHash string
 		if cv.User != "" {

@@ -14,7 +14,6 @@ import (
 	"k8s.io/apimachinery/pkg/runtime/schema"
 
 	"github.com/kausality-io/kausality-proxy/intercept/annotations"
-	"github.com/kausality-io/kausality-proxy/intercept/approval"
 	"github.com/kausality-io/kausality-proxy/intercept/config"
 	"github.com/kausality-io/kausality-proxy/intercept/controllerid"
 	"github.com/kausality-io/kausality-proxy/intercept/decision"
@@ -148,7 +147,7 @@ func TestWhyGolden(t *testing.T) {
 			entry := `{"apiVersion":"apps/v1","kind":"ReplicaSet","name":"web-6d4","mode":"always"}`
 			return Facts{Child: replicaSet(t, traceTwoHops, true), NamespaceMode: "enforce", Parent: deployment(t, false, with(map[string]string{
 				annotations.Approvals:   "[" + entry + "]",
-				annotations.ApprovalsBy: controllerid.LongHash(deployCtrl) + ":" + approval.EntryDigest(json.RawMessage(entry)),
+				annotations.ApprovalsBy: controllerid.LongHash(deployCtrl) + ":" + annotations.EntryDigest(json.RawMessage(entry)),
 			}))}
 		}},
 		{"rejected-beats-approval", func(t *testing.T) Facts {

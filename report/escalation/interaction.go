@@ -366,7 +366,7 @@ func (c click) compute(parent *unstructured.Unstructured, d OpenDrift, st annota
 			mode = annotations.ApprovalGeneration
 		}
 		a := annotations.Approval{APIVersion: d.Child.APIVersion, Kind: d.Child.Kind, Name: d.Child.Name, Generation: generation, Mode: mode}
-		edit, err := annotations.AddApproval(ann[annotations.Approvals], a, st)
+		edit, err := annotations.AddApprovalTo(ann, a, st)
 		return edit, generation, err
 	case ActionReject:
 		r := annotations.Rejection{APIVersion: d.Child.APIVersion, Kind: d.Child.Kind, Name: d.Child.Name,

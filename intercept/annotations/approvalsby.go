@@ -1,12 +1,10 @@
-package approval
+package annotations
 
 import (
 	"encoding/json"
 	"slices"
 	"sort"
 	"strings"
-
-	"github.com/kausality-io/kausality-proxy/intercept/annotations"
 )
 
 // Writers is what kausality.io/approvals-by records: for each entry of an
@@ -39,7 +37,7 @@ func EntryDigest(raw json.RawMessage) string {
 			canonical = b
 		}
 	}
-	return annotations.Digest(canonical)
+	return Digest(canonical)
 }
 
 // ParseWriters reads a kausality.io/approvals-by value:
@@ -97,8 +95,8 @@ func (w Writers) String() string {
 // them when the new value has the entry more often than the old one did:
 // a person who gives the approval a controller gave in advance is then
 // among its writers. The entries newValue no longer has leave the record.
-// A value that is not a JSON array has no entries, and then no record.
-// The record is thus never longer than the approvals it describes.
+// A value that is not a JSON array has no entries, and then no record;
+// entries the proxy cannot read approve nothing and are not recorded.
 func Attribute(record, oldValue, newValue, user string) string {
 	entries := rawEntries(newValue)
 	if len(entries) == 0 {
@@ -108,9 +106,15 @@ func Attribute(record, oldValue, newValue, user string) string {
 	for _, raw := range rawEntries(oldValue) {
 		before[EntryDigest(raw)]++
 	}
+	// Only entries that approve something are recorded: the record then
+	// takes a third of their size at most (17 bytes for an entry of at
+	// least 50).
+	valid, _, _ := ParseApprovalEntries(newValue)
 	after := map[string]int{}
-	for _, raw := range entries {
-		after[EntryDigest(raw)]++
+	for _, e := range valid {
+		if e.Valid {
+			after[EntryDigest(e.Raw)]++
+		}
 	}
 	known := ParseWriters(record)
 	out := Writers{}

@@ -1,4 +1,4 @@
-package approval
+package annotations
 
 import (
 	"encoding/json"
@@ -44,6 +44,7 @@ func TestAttribute(t *testing.T) {
 			want: "alice:" + d2},
 		{name: "no approvals, no record", record: "ctrl:" + d1, old: "[" + e1 + "]", new: "", user: "bob"},
 		{name: "a value that is not an array has no entries", record: "ctrl:" + d1, old: "[" + e1 + "]", new: "{", user: "bob"},
+		{name: "an entry the proxy cannot read is not recorded", new: `[{"kind":"broken"},` + e1 + "]", user: "bob", want: "bob:" + d1},
 		{name: "a broken value fixed is its fixer's", old: "{", new: "[" + e1 + "]", user: "bob", want: "bob:" + d1},
 	}
 	for _, tc := range tests {

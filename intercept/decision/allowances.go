@@ -307,10 +307,7 @@ func initiate(ctx context.Context, d Decision, in Input, a AllowanceInputs) Deci
 // and passes on what the child's own policies grant.
 func use(ctx context.Context, d Decision, in Input, a AllowanceInputs) Decision {
 	parentAnn := in.Parent.GetAnnotations()
-	writer := userHashesOf(in).Long
-	recorded := controllerid.ParseHashes(parentAnn[annotations.Controllers])
-	held := func(u string) bool { return u == writer || controllerid.ContainsHash(recorded, u) }
-	modeOn, nsModeOn, ignored := allowanceModesAsPeopleSetThem(parentAnn, a.NamespaceAnnotations, held, "parent "+RefOf(in.Parent).String(), in.Child.Namespace)
+	modeOn, nsModeOn, ignored := AllowanceModesForController(in.Parent, a.NamespaceAnnotations, userHashesOf(in).Long)
 	mode, warn := allowance.ModeOf(modeOn, nsModeOn)
 	if mode == allowance.ModeOff {
 		return d
@@ -515,6 +512,17 @@ func allowanceModesAsPeopleSetThem(ann, nsAnn map[string]string, held func(strin
 	objectModes = asPeopleSetIt(ann, object)
 	namespaceModes = asPeopleSetIt(nsAnn, "namespace "+namespace)
 	return objectModes, namespaceModes, warnings
+}
+
+// AllowanceModesForController are the parent's and the namespace's
+// annotations as the allowance check of a write by the parent's
+// controller (user hash writer) reads their allowance modes, with a
+// warning for each mode it sets aside (see allowanceModesAsPeopleSetThem).
+func AllowanceModesForController(parent *unstructured.Unstructured, nsAnn map[string]string, writer string) (parentModes, namespaceModes map[string]string, warnings []string) {
+	parentAnn := parent.GetAnnotations()
+	recorded := controllerid.ParseHashes(parentAnn[annotations.Controllers])
+	held := func(u string) bool { return u == writer || controllerid.ContainsHash(recorded, u) }
+	return allowanceModesAsPeopleSetThem(parentAnn, nsAnn, held, "parent "+RefOf(parent).String(), parent.GetNamespace())
 }
 
 // heldByObjectsController holds the users an object's

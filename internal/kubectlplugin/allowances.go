@@ -188,7 +188,12 @@ func allowanceViews(as []allowance.Allowance, s SettledView) []AllowanceView {
 // allowanceModeView reads the mode as allowance.ModeOf does, saying which
 // annotation it came from.
 func allowanceModeView(obj *unstructured.Unstructured, what string, namespace map[string]string, namespaceUnknown bool) AllowanceModeView {
-	stored := obj.GetAnnotations()
+	return allowanceModeViewOf(obj.GetAnnotations(), obj.GetNamespace(), what, namespace, namespaceUnknown)
+}
+
+// allowanceModeViewOf is allowanceModeView on the annotations stored of
+// an object in objectNamespace.
+func allowanceModeViewOf(stored map[string]string, objectNamespace, what string, namespace map[string]string, namespaceUnknown bool) AllowanceModeView {
 	mode, warn := allowance.ModeOf(stored, namespace)
 	v := AllowanceModeView{Mode: mode}
 	if warn != nil {
@@ -198,7 +203,7 @@ func allowanceModeView(obj *unstructured.Unstructured, what string, namespace ma
 	case strings.TrimSpace(stored[annotations.AllowanceMode]) != "":
 		v.Source = "annotation " + annotations.AllowanceMode + " on " + what
 	case strings.TrimSpace(namespace[annotations.AllowanceMode]) != "":
-		v.Source = "annotation " + annotations.AllowanceMode + " on namespace " + obj.GetNamespace()
+		v.Source = "annotation " + annotations.AllowanceMode + " on namespace " + objectNamespace
 	case namespaceUnknown:
 		v.Source = "no " + annotations.AllowanceMode + " on " + what + "; the namespace could not be read, its mode is unknown"
 	default:

@@ -11,6 +11,7 @@ import (
 
 	"github.com/kausality-io/kausality-proxy/intercept/allowance"
 	"github.com/kausality-io/kausality-proxy/intercept/annotations"
+	"github.com/kausality-io/kausality-proxy/intercept/controllerid"
 	"github.com/kausality-io/kausality-proxy/intercept/decision"
 )
 
@@ -81,8 +82,21 @@ func subjectOf(name string) allowance.Subject {
 func explainAllowances(f Facts, controller string, d decision.Decision) *AllowanceExplanation {
 	parent, child := f.Parent, f.Child
 	ex := &AllowanceExplanation{Covered: []string{}, childKind: child.GetKind()}
-	ex.Mode = allowanceModeView(parent, "the parent "+decision.RefOf(parent).String(),
-		map[string]string{annotations.AllowanceMode: f.NamespaceAllowanceMode}, f.NamespaceUnknown)
+	// Read as the proxy reads them for the controller: a mode it set
+	// itself, before its status writes named it, does not count.
+	var writer string
+	if controller != "" {
+		writer = controllerid.LongHash(controller)
+	}
+	nsModes := map[string]string{annotations.ModesBy: f.NamespaceModesBy}
+	if f.NamespaceAllowanceMode != "" {
+		nsModes[annotations.AllowanceMode] = f.NamespaceAllowanceMode
+	}
+	parentModes, nsModes, setAside := decision.AllowanceModesForController(parent, nsModes, writer)
+	ex.Mode = allowanceModeViewOf(parentModes, parent.GetNamespace(), "the parent "+decision.RefOf(parent).String(), nsModes, f.NamespaceUnknown)
+	if len(setAside) > 0 {
+		ex.Mode.Warning = strings.TrimSpace(ex.Mode.Warning + " " + strings.Join(setAside, " "))
+	}
 	if f.AllowancePoliciesError != "" {
 		ex.Errors = append(ex.Errors, "the AllowancePolicies could not be read: "+f.AllowancePoliciesError)
 	}

@@ -2,6 +2,7 @@ package kubectlplugin
 
 import (
 	"bytes"
+	"encoding/base64"
 	"encoding/json"
 	"flag"
 	"os"
@@ -13,6 +14,7 @@ import (
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/runtime/schema"
 
+	"github.com/kausality-io/kausality-proxy/intercept/allowance"
 	"github.com/kausality-io/kausality-proxy/intercept/annotations"
 	"github.com/kausality-io/kausality-proxy/intercept/config"
 	"github.com/kausality-io/kausality-proxy/intercept/controllerid"
@@ -258,5 +260,24 @@ func TestTraceGolden(t *testing.T) {
 			RenderTrace(&buf, decision.ObjectRef{APIVersion: "v1", Kind: "Pod", Namespace: "demo", Name: "web-6d4-x1"}, tr)
 			golden(t, "trace-"+tt.name, buf.String())
 		})
+	}
+}
+
+// `why` reads the parent's allowance mode as the proxy does for its
+// controller: one the controller lowered itself gives way to the value
+// before it.
+func TestWhyReadsTheAllowanceModeAsTheProxyDoesForTheController(t *testing.T) {
+	ann := map[string]string{
+		annotations.Controllers:   controllerid.LongHash(deployCtrl),
+		annotations.AllowanceMode: "shadow",
+		annotations.ModesBy: "allowance-mode=" + controllerid.LongHash(deployCtrl) + ":" + annotations.Digest([]byte("shadow")) + ":" +
+			base64.RawURLEncoding.EncodeToString([]byte("enforce")),
+	}
+	ex := Explain(Facts{Child: replicaSet(t, "", true), Parent: deployment(t, true, ann), NamespaceMode: "enforce", Now: now})
+	if ex.Allowances == nil {
+		t.Fatal("no allowance explanation")
+	}
+	if m := ex.Allowances.Mode; m.Mode != allowance.ModeEnforce || !strings.Contains(m.Warning, "made by the parent's own controller") {
+		t.Errorf("allowance mode %s from %q (warning %q), want enforce, the value before the controller's shadow", m.Mode, m.Source, m.Warning)
 	}
 }

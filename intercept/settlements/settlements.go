@@ -12,8 +12,10 @@
 // DefaultMaxPerConfigMap records; a namespace's records fill its first
 // ConfigMap, then spill into further ones, up to MaxShards, so that
 // namespaces of a few parents keep one ConfigMap and one of many thousands
-// keeps every record. Only beyond MaxShards full ConfigMaps does the
-// oldest change give way; a deleted parent's record is dropped.
+// keeps every record. Only when MaxShards ConfigMaps are full does a
+// record give way: the last ConfigMap's that changed longest ago. A
+// deleted parent's record is dropped from every ConfigMap of its
+// namespace.
 //
 // The records are read before the proxy reports ready, and each replica
 // watches them: a parent a replica has not seen yet, or no longer holds,
@@ -275,10 +277,12 @@ func (s *Store) shards(namespace string) []*corev1.ConfigMap {
 	return out
 }
 
-// place shares the records of batch the informer shows already out among
-// namespace's ConfigMaps, by name: a write goes where the record is, a
-// removal to every ConfigMap that shows it (and to the first). fresh are
-// the records to write that no ConfigMap shows yet.
+// place shares batch out among namespace's ConfigMaps, by name, as the
+// informer shows them: a write goes where the record is; a removal goes
+// to every ConfigMap a namespace may have, since the informer may not show
+// yet one this replica has just spilled the record into (a ConfigMap that
+// does not exist costs a read that finds nothing). fresh are the records
+// to write that no ConfigMap shows yet.
 func (s *Store) place(namespace string, batch map[types.UID]bool) (placed map[string]map[types.UID]bool, fresh []types.UID) {
 	shards := s.shards(namespace)
 	placed = map[string]map[types.UID]bool{}
@@ -295,22 +299,25 @@ func (s *Store) place(namespace string, batch map[types.UID]bool) (placed map[st
 	}
 	sort.Slice(uids, func(i, j int) bool { return uids[i] < uids[j] })
 	for _, uid := range uids {
-		write, held := batch[uid], false
+		if !batch[uid] {
+			for shard := range MaxShards {
+				put(shard, uid, false)
+			}
+			continue
+		}
+		held := false
 		for i, cm := range shards {
-			if cm == nil || held && write {
+			if cm == nil {
 				continue
 			}
 			if _, ok := cm.Data[string(uid)]; ok {
-				put(i, uid, write)
+				put(i, uid, true)
 				held = true
+				break
 			}
 		}
-		switch {
-		case held:
-		case write:
+		if !held {
 			fresh = append(fresh, uid)
-		default:
-			put(0, uid, false)
 		}
 	}
 	return placed, fresh
@@ -377,19 +384,49 @@ func (s *Store) next(ctx context.Context) bool {
 func (s *Store) write(ctx context.Context, namespace string, batch map[types.UID]bool) error {
 	placed, fresh := s.place(namespace, batch)
 	var errs []error
-	for name, part := range placed {
-		if err := s.writeConfigMap(ctx, name, func(map[string]string) map[types.UID]bool { return part }); err != nil {
+	names := make([]string, 0, len(placed))
+	for name := range placed {
+		names = append(names, name)
+	}
+	sort.Strings(names)
+	for _, name := range names {
+		part := placed[name]
+		var moved []types.UID
+		err := s.writeConfigMap(ctx, name, func(stored map[string]string) map[types.UID]bool {
+			// A record the informer showed here may have left it
+			// meanwhile: written here, it would take room that is not
+			// there. It is placed anew instead.
+			moved = moved[:0]
+			out := make(map[types.UID]bool, len(part))
+			for uid, write := range part {
+				if _, ok := stored[string(uid)]; write && !ok {
+					moved = append(moved, uid)
+					continue
+				}
+				out[uid] = write
+			}
+			return out
+		})
+		if err != nil {
 			errs = append(errs, err)
 		}
+		fresh = append(fresh, moved...)
 	}
+	shards := s.shards(namespace)
 	for shard := 0; len(fresh) > 0 && shard < MaxShards; shard++ {
+		last := shard == MaxShards-1
+		if cm := shards[shard]; cm != nil && !last && len(cm.Data) >= s.maxPerConfigMap {
+			// Full as the informer shows it: not read again for records
+			// that would find no room in it.
+			continue
+		}
 		var rest []types.UID
 		err := s.writeConfigMap(ctx, ShardName(namespace, shard), func(stored map[string]string) map[types.UID]bool {
 			// Decided again on each read: another replica may have
 			// filled the ConfigMap meanwhile. The last takes every
-			// record, the oldest change giving way (Bound).
+			// record, its own oldest changes giving way (Bound).
 			room := s.maxPerConfigMap - len(stored)
-			if shard == MaxShards-1 {
+			if last {
 				room = len(fresh)
 			}
 			part := map[types.UID]bool{}

@@ -119,8 +119,9 @@ func (d *Deferred) Schedule(sw decision.SideWrite) {
 		}
 		w.timer.Stop()
 		d.forget(uid, w)
-	}
-	if d.full(sw.Writer) {
+		// A write that takes the place of another does not grow what
+		// waits: it is not held to the share, which would lose both.
+	} else if d.full(sw.Writer) {
 		if now.Sub(d.lastDropLogged) >= time.Minute {
 			d.lastDropLogged = now
 			d.log.Warn("too many deferred side writes waiting; dropping new ones (their records wait for a later status write)",

@@ -287,3 +287,20 @@ func TestDeferredRecordsAreSharedAmongWriters(t *testing.T) {
 		t.Fatal("the flooder's share is not given back once its records are made")
 	}
 }
+
+// A write that takes the place of one waiting for its target is not held
+// to its writer's share: refused, it would leave nothing waiting there.
+func TestADeferredRecordReplacedPastTheShareStillWaits(t *testing.T) {
+	d, _, _ := newTestDeferred(8)
+	for i := range 4 {
+		d.Schedule(by("big", recordAt(types.UID("p"+strconv.Itoa(i)), "2")))
+	}
+	d.Schedule(by("other", recordAt("q", "5")))
+	d.Schedule(by("big", recordAt("p0", "3")))
+	if v, ok := d.Pending("p0", annotations.ObservedGeneration); !ok || v != "3" {
+		t.Fatalf("p0 waits with %q (%v), want the newer record 3", v, ok)
+	}
+	if d.Waiting() != 5 || d.Dropped() != 0 {
+		t.Fatalf("%d waiting, %d dropped; want 5 and 0", d.Waiting(), d.Dropped())
+	}
+}

@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"io"
 	"sort"
+	"strings"
 
 	"github.com/spf13/cobra"
 	corev1 "k8s.io/api/core/v1"
@@ -131,19 +132,27 @@ func (c *cluster) settlednessRecords(ctx context.Context, proxyNamespace string)
 		}
 		ns := obj.GetNamespace()
 		l := SettlednessLookup{Source: "ConfigMap " + proxyNamespace + "/" + settlements.Name(ns), Error: readErr}
+		// Read merged, as the proxy reads them: two replicas may have
+		// placed one parent's record in two ConfigMaps at once.
+		var sources []string
 		for _, cm := range byNS[ns] {
 			v, ok := cm.Data[string(obj.GetUID())]
 			if !ok {
 				continue
 			}
-			l.Source = "ConfigMap " + proxyNamespace + "/" + cm.Name
 			rec, err := settle.DecodeRecord(v)
 			if err != nil {
 				l.Error = err.Error()
 				continue
 			}
-			l.Error, l.Record = "", &rec
-			break
+			sources = append(sources, "ConfigMap "+proxyNamespace+"/"+cm.Name)
+			if l.Record != nil {
+				rec = settle.Merge(*l.Record, rec)
+			}
+			l.Record = &rec
+		}
+		if l.Record != nil {
+			l.Source, l.Error = strings.Join(sources, ", "), ""
 		}
 		return l
 	}

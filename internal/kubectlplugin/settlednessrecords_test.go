@@ -26,6 +26,8 @@ func TestSettlednessRecordsAreReadFromEveryConfigMapOfTheNamespace(t *testing.T)
 		configMap(settlements.Name("shop"), map[string]string{"uid-first": first.Encode()}),
 		configMap(settlements.ShardName("shop", 1), map[string]string{"uid-spilled": spilled.Encode()}),
 		configMap(settlements.Name("other"), map[string]string{"uid-elsewhere": first.Encode()}),
+		configMap(settlements.ShardName("shop", 2), map[string]string{"uid-twice": first.Encode()}),
+		configMap(settlements.ShardName("shop", 10), map[string]string{"uid-twice": spilled.Encode()}),
 	)
 	lookup := (&cluster{kube: kube}).settlednessRecords(t.Context(), "kausality-system")
 	object := func(uid string) *unstructured.Unstructured {
@@ -42,6 +44,7 @@ func TestSettlednessRecordsAreReadFromEveryConfigMapOfTheNamespace(t *testing.T)
 		{"uid-first", &first, settlements.Name("shop")},
 		{"uid-spilled", &spilled, settlements.ShardName("shop", 1)},
 		{"uid-elsewhere", nil, settlements.Name("shop")},
+		{"uid-twice", ptrToRecord(settle.Merge(first, spilled)), settlements.ShardName("shop", 10) + ", ConfigMap kausality-system/" + settlements.ShardName("shop", 2)},
 	} {
 		l := lookup(object(tc.uid))
 		if l.Error != "" || l.Source != "ConfigMap kausality-system/"+tc.source {
@@ -52,3 +55,5 @@ func TestSettlednessRecordsAreReadFromEveryConfigMapOfTheNamespace(t *testing.T)
 		}
 	}
 }
+
+func ptrToRecord(r settle.Record) *settle.Record { return &r }

@@ -33,9 +33,11 @@ const (
 // as its controller (a second recorded controller, or, while no record
 // names one, whoever sends its field manager): past ParentRecords (or
 // ParentBytes), a controller still records while it holds less than its
-// share of them, and at twice the quota nothing more is recorded for the
-// parent, so that no writer can use up the parent's quota and silence
-// the reports of its real controller. Total is a safety cap on all records: past it, a namespace and a
+// share of them, so that no writer can use up the parent's quota and silence
+// the reports of its real controller. Past twice the quota a writer still
+// records while it holds less than a fifth of it, so that the users a
+// controllers record can name (five) all find room; at three times
+// nothing more is recorded for the parent. Total is a safety cap on all records: past it, a namespace and a
 // controller may still record while each holds less than its fair share
 // (Total divided by the namespaces, or the controllers, holding records),
 // so the ones flooding are cut off, not the others; a tenant whose
@@ -78,6 +80,12 @@ type QuotaFacts struct {
 	Size int64
 }
 
+// parentWriters is how many writers a parent's quota is sure to leave
+// room for: a kausality.io/controllers record names at most five users.
+// Past twice the quota, a writer still records while it holds less than
+// a fifth of it; at three times nothing more is recorded.
+const parentWriters = 5
+
 // Reasons a drift is not recorded for a quota or a rate limit; the values
 // are metric labels.
 const (
@@ -98,10 +106,12 @@ func Admit(q Quotas, f QuotaFacts) string {
 		return QuotaControllerRecords
 	case f.Controller.Bytes+f.Size > q.ControllerBytes:
 		return QuotaControllerBytes
-	case f.Parent.Records >= 2*q.ParentRecords,
+	case f.Parent.Records >= 3*q.ParentRecords,
+		f.Parent.Records >= 2*q.ParentRecords && f.ParentController.Records >= max(1, q.ParentRecords/parentWriters),
 		f.Parent.Records >= q.ParentRecords && f.ParentController.Records >= max(1, q.ParentRecords/max(1, f.ParentControllers)):
 		return QuotaParentRecords
-	case f.Parent.Bytes+f.Size > 2*q.ParentBytes,
+	case f.Parent.Bytes+f.Size > 3*q.ParentBytes,
+		f.Parent.Bytes+f.Size > 2*q.ParentBytes && f.ParentController.Bytes+f.Size > q.ParentBytes/parentWriters,
 		f.Parent.Bytes+f.Size > q.ParentBytes && f.ParentController.Bytes+f.Size > q.ParentBytes/int64(max(1, f.ParentControllers)):
 		return QuotaParentBytes
 	case f.Total >= 2*q.Total:

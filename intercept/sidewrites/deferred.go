@@ -104,17 +104,7 @@ func (d *Deferred) Schedule(sw decision.SideWrite) {
 	defer d.mu.Unlock()
 	now := d.clock.Now()
 	if w, ok := d.pending[uid]; ok {
-		if sameChanges(w.sw, sw) {
-			if w.sw.Delay != sw.Delay {
-				// The kind's delay changed (a reload of the config
-				// file): the record lands that delay after the first
-				// write that asked for it, sooner or later than it
-				// would have.
-				w.timer.Stop()
-				w.sw.Delay = sw.Delay
-				w.armed++
-				w.timer = d.clock.AfterFunc(max(w.asked.Add(sw.Delay).Sub(now), 0), d.fire(uid, w, w.armed))
-			}
+		if d.keeps(uid, w, sw, now) {
 			return
 		}
 		w.timer.Stop()
@@ -134,6 +124,24 @@ func (d *Deferred) Schedule(sw decision.SideWrite) {
 	w.timer = d.clock.AfterFunc(sw.Delay, d.fire(uid, w, w.armed))
 	d.pending[uid] = w
 	d.byWriter[sw.Writer]++
+}
+
+// keeps reports whether w, waiting for uid, stands for sw: the same
+// changes keep the earlier deadline, moved only by another delay.
+func (d *Deferred) keeps(uid types.UID, w *deferredWrite, sw decision.SideWrite, now time.Time) bool {
+	if !sameChanges(w.sw, sw) {
+		return false
+	}
+	if w.sw.Delay != sw.Delay {
+		// The kind's delay changed (a reload of the config file): the
+		// record lands that delay after the first write that asked
+		// for it, sooner or later than it would have.
+		w.timer.Stop()
+		w.sw.Delay = sw.Delay
+		w.armed++
+		w.timer = d.clock.AfterFunc(max(w.asked.Add(sw.Delay).Sub(now), 0), d.fire(uid, w, w.armed))
+	}
+	return true
 }
 
 // full reports whether a new write of writer finds no room: at the bound,

@@ -75,13 +75,7 @@ func TestAttackControllerLowersItsOwnModeBeforeItIsKnown(t *testing.T) {
 		_, err := f.gadgets(f.ctrl).Create(ctx, g, metav1.CreateOptions{FieldManager: wgManager})
 		mustf(t, err, "the controller of the new Widget creates Gadget g in log mode")
 		f.initialize()
-		f.settleGadget("g", "Deny/DriftUnapproved")
-		f.ctrl.warnings.take()
-		_, err = f.setValue("g", "b", false)
-		wgStatus(t, err, 403, "the controller's drift of the Gadget it put in log mode")
-		if !wgSomeContainsAll(f.ctrl.warnings.take(), wgAnnMode+"=log on child", "was made by the parent's own controller") {
-			t.Error("the denial does not warn that the mode was the controller's own")
-		}
+		heldWarning(t, f, "the controller's drift of the Gadget it put in log mode", wgAnnMode+"=log on child", "was made by the parent's own controller")
 	})
 	t.Run("on its namespace", func(t *testing.T) {
 		f := newWGFamily(t, "selfnsmode", "enforce")
@@ -90,13 +84,8 @@ func TestAttackControllerLowersItsOwnModeBeforeItIsKnown(t *testing.T) {
 		_, err = f.ctrl.kube.CoreV1().Namespaces().Patch(ctx, f.ns, types.MergePatchType, annotationPatch(wgAnnMode, ptr.To("log")), metav1.PatchOptions{})
 		mustf(t, err, "the controller puts its namespace in log mode")
 		f.initialize()
-		f.settleGadget("g", "Deny/DriftUnapproved")
-		f.ctrl.warnings.take()
-		_, err = f.setValue("g", "b", false)
-		wgStatus(t, err, 403, "the controller's drift in the namespace it put in log mode")
-		if !wgSomeContainsAll(f.ctrl.warnings.take(), wgAnnMode+"=log on namespace "+f.ns, "was made by the parent's own controller", `the value before it, "enforce", does`) {
-			t.Error("the denial does not warn that the namespace's mode was the controller's own")
-		}
+		heldWarning(t, f, "the controller's drift in the namespace it put in log mode",
+			wgAnnMode+"=log on namespace "+f.ns, "was made by the parent's own controller", `the value before it, "enforce", does`)
 		// A person who sets it again through the proxy is heard.
 		alice := wgAlice(t)
 		_, err = alice.kube.CoreV1().Namespaces().Patch(ctx, f.ns, types.MergePatchType, annotationPatch(wgAnnMode, ptr.To("enforce")), metav1.PatchOptions{})
@@ -105,4 +94,17 @@ func TestAttackControllerLowersItsOwnModeBeforeItIsKnown(t *testing.T) {
 		mustf(t, err, "alice puts the namespace in log mode")
 		f.settleGadget("g", "Allow/DriftUnapproved")
 	})
+}
+
+// heldWarning: the controller's drift of Gadget g is refused, with a
+// warning that says all of warned.
+func heldWarning(t *testing.T, f *wgFamily, what string, warned ...string) {
+	t.Helper()
+	f.settleGadget("g", "Deny/DriftUnapproved")
+	f.ctrl.warnings.take()
+	_, err := f.setValue("g", "b", false)
+	wgStatus(t, err, 403, what)
+	if got := f.ctrl.warnings.take(); !wgSomeContainsAll(got, warned...) {
+		t.Errorf("%s: no warning says %q: %q", what, warned, got)
+	}
 }

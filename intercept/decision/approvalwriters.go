@@ -29,11 +29,7 @@ func (x *decider) recordApprovalWriters() bool {
 	if record == was {
 		return false
 	}
-	if record == "" {
-		d.ChildAnnotations = withRemoved(d.ChildAnnotations, annotations.ApprovalsBy)
-	} else {
-		d.ChildAnnotations = withSet(d.ChildAnnotations, annotations.ApprovalsBy, record)
-	}
+	d.ChildAnnotations = withRecord(d.ChildAnnotations, annotations.ApprovalsBy, record)
 	return true
 }
 
@@ -105,11 +101,7 @@ func (x *decider) recordModeSetters() bool {
 	if record == was {
 		return false
 	}
-	if record == "" {
-		d.ChildAnnotations = withRemoved(d.ChildAnnotations, annotations.ModesBy)
-	} else {
-		d.ChildAnnotations = withSet(d.ChildAnnotations, annotations.ModesBy, record)
-	}
+	d.ChildAnnotations = withRecord(d.ChildAnnotations, annotations.ModesBy, record)
 	return true
 }
 
@@ -137,4 +129,12 @@ func modeAsPeopleSetIt(ann map[string]string, key string, held func(string) bool
 		warning += "; ignored"
 	}
 	return s.Prior, s.HadPrior, warning
+}
+
+// withRecord returns c with key set to record, or removed for "".
+func withRecord(c *AnnotationChanges, key, record string) *AnnotationChanges {
+	if record == "" {
+		return withRemoved(c, key)
+	}
+	return withSet(c, key, record)
 }

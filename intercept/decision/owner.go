@@ -113,12 +113,8 @@ func withModeSetters(d Decision, stored, requested map[string]string, writer str
 	}
 	was := stored[annotations.ModesBy]
 	record := annotations.RecordModeSetters(was, stored, after, requested, writer)
-	switch record {
-	case after[annotations.ModesBy]:
-	case "":
-		d.ChildAnnotations = withRemoved(d.ChildAnnotations, annotations.ModesBy)
-	default:
-		d.ChildAnnotations = withSet(d.ChildAnnotations, annotations.ModesBy, record)
+	if record != after[annotations.ModesBy] {
+		d.ChildAnnotations = withRecord(d.ChildAnnotations, annotations.ModesBy, record)
 	}
 	return d
 }

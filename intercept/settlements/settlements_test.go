@@ -255,16 +255,20 @@ func TestAFullConfigMapSpillsIntoTheNext(t *testing.T) {
 		}
 		return out, nil
 	}
-	testutil.Eventually(t, 20*time.Second, "every settlement recorded, five to a ConfigMap", func() error {
-		got, err := counts()
-		if err != nil {
-			return err
-		}
-		if !slices.Equal(got, []int{5, 5, 2, 0}) {
-			return fmt.Errorf("records per ConfigMap %v, want [5 5 2 0]", got)
-		}
-		return nil
-	})
+	waitFor := func(what string, want ...int) {
+		t.Helper()
+		testutil.Eventually(t, 20*time.Second, what, func() error {
+			got, err := counts()
+			if err != nil {
+				return err
+			}
+			if !slices.Equal(got, want) {
+				return fmt.Errorf("records per ConfigMap %v, want %v", got, want)
+			}
+			return nil
+		})
+	}
+	waitFor("every settlement recorded, five to a ConfigMap", 5, 5, 2, 0)
 	restarted, _ := replica(t, ctx, client)
 	for i := range parents {
 		name := "web" + strconv.Itoa(i)
@@ -279,16 +283,7 @@ func TestAFullConfigMapSpillsIntoTheNext(t *testing.T) {
 		spilled = uid
 	}
 	one.Forget(types.UID(spilled))
-	testutil.Eventually(t, 10*time.Second, "the deleted parent's record goes from the ConfigMap it spilled into", func() error {
-		got, err := counts()
-		if err != nil {
-			return err
-		}
-		if !slices.Equal(got, []int{5, 4, 2, 0}) {
-			return fmt.Errorf("records per ConfigMap %v, want [5 4 2 0]", got)
-		}
-		return nil
-	})
+	waitFor("the deleted parent's record goes from the ConfigMap it spilled into", 5, 4, 2, 0)
 }
 
 func mustNot(t *testing.T, err error) {

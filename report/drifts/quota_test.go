@@ -156,18 +156,7 @@ func TestRecordsStayWithinTheControllersQuota(t *testing.T) {
 		record("web-"+strconv.Itoa(i), "flood-"+strconv.Itoa(i), "flooder")
 	}
 	record("db", "cm", "other")
-	list, err := client.CoreV1().ConfigMaps("kausality-system").List(t.Context(), metav1.ListOptions{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	byUser := map[string]int{}
-	for _, cm := range list.Items {
-		r, err := decode(&cm)
-		if err != nil {
-			t.Fatal(err)
-		}
-		byUser[r.Report.Spec.Request.User]++
-	}
+	byUser := recordsByUser(t, client)
 	if byUser["flooder"] != 3 || byUser["other"] != 1 {
 		t.Errorf("records by controller %v, want the flooder's quota of 3 and the other controller's 1", byUser)
 	}
@@ -198,6 +187,15 @@ func TestAParentsQuotaIsSharedByItsControllers(t *testing.T) {
 	for i := range 10 {
 		record("controller-"+strconv.Itoa(i), "controller")
 	}
+	byUser := recordsByUser(t, client)
+	if byUser["intruder"] != 4 || byUser["controller"] != 2 {
+		t.Errorf("records of the parent by writer %v, want the intruder's 4 (the quota, alone) and the controller's share of 2", byUser)
+	}
+}
+
+// recordsByUser counts the drift records by the user whose write drifted.
+func recordsByUser(t *testing.T, client *fake.Clientset) map[string]int {
+	t.Helper()
 	list, err := client.CoreV1().ConfigMaps("kausality-system").List(t.Context(), metav1.ListOptions{})
 	if err != nil {
 		t.Fatal(err)
@@ -210,7 +208,5 @@ func TestAParentsQuotaIsSharedByItsControllers(t *testing.T) {
 		}
 		byUser[r.Report.Spec.Request.User]++
 	}
-	if byUser["intruder"] != 4 || byUser["controller"] != 2 {
-		t.Errorf("records of the parent by writer %v, want the intruder's 4 (the quota, alone) and the controller's share of 2", byUser)
-	}
+	return byUser
 }

@@ -588,8 +588,26 @@ func (i *Interceptor) ownedRevisions(ctx context.Context, f *facts, parent *unst
 			revs = append(revs, r)
 		}
 	}
+	if history.RunByPods(f.kind.GroupKind()) {
+		// Without the pods, a revision one of them runs would be taken
+		// for one retired.
+		pods, err := i.cfg.Objects.Owned(ctx, podsGVR, f.namespace, parent.GetUID(), true)
+		if err != nil {
+			return nil
+		}
+		hashes := make(map[string]bool, len(pods))
+		for _, p := range pods {
+			if h := p.GetLabels()[history.RevisionHashLabel]; h != "" {
+				hashes[h] = true
+			}
+		}
+		history.MarkRunning(revs, hashes)
+	}
 	return revs
 }
+
+// podsGVR is the resource of the pods that run a parent's revisions.
+var podsGVR = schema.GroupVersionResource{Version: "v1", Resource: "pods"}
 
 // maxConfirmAnswer bounds what is kept of a confirming dry run's answer:
 // the object kube-apiserver would store.

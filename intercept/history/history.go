@@ -39,6 +39,12 @@ var (
 	daemonSet          = schema.GroupKind{Group: "apps", Kind: "DaemonSet"}
 )
 
+// RevisionHashLabel is the label by which a StatefulSet's or DaemonSet's
+// pod names the revision it runs: the ControllerRevision's name (a
+// StatefulSet's pods), or the same label on the ControllerRevision (a
+// DaemonSet's).
+const RevisionHashLabel = "controller-revision-hash"
+
 // Revision is one revision the parent owns, as its controller ranks it.
 type Revision struct {
 	Name string
@@ -47,6 +53,25 @@ type Revision struct {
 	Number   int64
 	Created  time.Time
 	Deleting bool
+	// Hash is a ControllerRevision's RevisionHashLabel.
+	Hash string
+	// Running: a pod of the parent runs the revision (MarkRunning). The
+	// StatefulSet and DaemonSet controllers never delete such a revision,
+	// whatever the limit: with updateStrategy OnDelete, pods run old
+	// revisions until someone deletes them.
+	Running bool
+}
+
+// RunByPods reports whether the revisions of the child kind are run by
+// the parent's pods, which MarkRunning must then be told of.
+func RunByPods(child schema.GroupKind) bool { return child == controllerRevision }
+
+// MarkRunning marks the revisions the parent's pods run, by the
+// RevisionHashLabel values of those pods.
+func MarkRunning(revs []Revision, podHashes map[string]bool) {
+	for i := range revs {
+		revs[i].Running = podHashes[revs[i].Name] || revs[i].Hash != "" && podHashes[revs[i].Hash]
+	}
 }
 
 // Kept reports whether the history of the child kind under the parent
@@ -89,7 +114,7 @@ func RevisionOf(obj *unstructured.Unstructured) (Revision, bool) {
 		if err != nil || !found {
 			return r, false
 		}
-		r.Number = n
+		r.Number, r.Hash = n, obj.GetLabels()[RevisionHashLabel]
 	default:
 		return r, false
 	}
@@ -146,8 +171,8 @@ func Pruning(parent, child *unstructured.Unstructured, owned []Revision) (bool, 
 
 // liveRevisions are the revisions the parent still runs: a Deployment's
 // current ReplicaSet (its revision number is the Deployment's), a
-// StatefulSet's current and update revisions, and for every kind the
-// newest revision, which is the one the parent's template matches (a
+// StatefulSet's current and update revisions, those its or a DaemonSet's
+// pods run, and for every kind the newest revision, which is the one the parent's template matches (a
 // rollback renumbers the revision it returns to as the newest).
 func liveRevisions(parent *unstructured.Unstructured, owned []Revision) map[string]bool {
 	live := map[string]bool{}
@@ -159,6 +184,11 @@ func liveRevisions(parent *unstructured.Unstructured, owned []Revision) map[stri
 	}
 	if newest.Name != "" {
 		live[newest.Name] = true
+	}
+	for _, r := range owned {
+		if r.Running {
+			live[r.Name] = true
+		}
 	}
 	if current, err := strconv.ParseInt(parent.GetAnnotations()[RevisionAnnotation], 10, 64); err == nil {
 		for _, r := range owned {

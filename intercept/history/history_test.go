@@ -46,6 +46,7 @@ func revisionedParent(kind string, limit int64, current, update string) *unstruc
 func controllerRevisionAt(name string, revision int64) *unstructured.Unstructured {
 	cr := &unstructured.Unstructured{Object: map[string]any{"apiVersion": "apps/v1", "kind": "ControllerRevision", "revision": revision}}
 	cr.SetName(name)
+	cr.SetLabels(map[string]string{RevisionHashLabel: "hash-" + strconv.FormatInt(revision, 10)})
 	cr.SetCreationTimestamp(metav1.NewTime(time.Unix(revision*100, 0)))
 	return cr
 }
@@ -97,6 +98,12 @@ func TestPruning(t *testing.T) {
 		{"a StatefulSet's current revision is live while an update is partitioned", revisionedParent("StatefulSet", 0, "db-2", "db-4"), cr2, fourCR, false},
 		{"the newest ControllerRevision of a DaemonSet is live", revisionedParent("DaemonSet", 0, "", ""), cr4, fourCR, false},
 		{"a DaemonSet's oldest beyond limit 2", revisionedParent("DaemonSet", 2, "", ""), cr1, fourCR, true},
+		{"a revision a StatefulSet's pod still runs is kept (OnDelete)", revisionedParent("StatefulSet", 1, "db-4", "db-4"), cr1,
+			running(fourCR, map[string]bool{"db-1": true}), false},
+		{"a revision a DaemonSet's pod still runs, by its hash, is kept", revisionedParent("DaemonSet", 2, "", ""), cr1,
+			running(fourCR, map[string]bool{"hash-1": true}), false},
+		{"the revisions pods run are not counted as retired", revisionedParent("StatefulSet", 1, "db-4", "db-4"), cr2,
+			running(fourCR, map[string]bool{"db-1": true}), true},
 		{"no owned list: the child alone within the limit", deploymentAt(4, &one), rs1, nil, false},
 	}
 	for _, tc := range tests {
@@ -128,4 +135,11 @@ func TestRevisionOf(t *testing.T) {
 	if !ok || r.Number != 7 || r.Name != "db-7" {
 		t.Fatalf("RevisionOf(ControllerRevision) = %+v, %v", r, ok)
 	}
+}
+
+// running is revs with those the pods' hashes name marked as run.
+func running(revs []Revision, podHashes map[string]bool) []Revision {
+	out := append([]Revision(nil), revs...)
+	MarkRunning(out, podHashes)
+	return out
 }

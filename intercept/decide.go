@@ -590,8 +590,9 @@ func (i *Interceptor) ownedRevisions(ctx context.Context, f *facts, parent *unst
 	}
 	if history.RunByPods(f.kind.GroupKind()) {
 		// Without the pods, a revision one of them runs would be taken
-		// for one retired.
-		pods, err := i.cfg.Objects.Owned(ctx, podsGVR, f.namespace, parent.GetUID(), true)
+		// for one retired. They are read live: the caches of children
+		// keep no labels.
+		pods, err := i.cfg.Objects.Owned(ctx, podsGVR, f.namespace, parent.GetUID(), false)
 		if err != nil {
 			return nil
 		}
